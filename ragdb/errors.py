@@ -1,0 +1,54 @@
+"""Every error ragdb raises is a subclass of :class:`RagdbError`."""
+
+from __future__ import annotations
+
+
+class RagdbError(Exception):
+    """Base class of all ragdb errors."""
+
+
+class InvalidInput(RagdbError, ValueError):
+    """An argument or a document is not acceptable (the message names it)."""
+
+
+class NotADatabase(RagdbError):
+    """The file is not a ragdb database (or not SQLite at all)."""
+
+
+class SchemaTooNew(RagdbError):
+    """The database was written by a newer ragdb schema than this one knows."""
+
+
+class AnalyzerMismatch(RagdbError):
+    """The database was built with another analyzer configuration."""
+
+
+class DocumentNotFound(RagdbError, KeyError):
+    """No document with that id or source."""
+
+    def __str__(self) -> str:  # KeyError quotes its message; we want plain text
+        return str(self.args[0]) if self.args else "document not found"
+
+
+class DatabaseBusy(RagdbError):
+    """Another process held the write lock for longer than the busy timeout."""
+
+
+class StorageError(RagdbError):
+    """SQLite refused an operation (disk full, read-only file, corruption)."""
+
+
+class LoaderError(RagdbError):
+    """A file could not be read as a document (binary, encrypted, empty, broken)."""
+
+
+class MissingDependency(RagdbError, ImportError):
+    """An optional dependency is not installed; the message says which extra to install."""
+
+
+class LLMError(RagdbError):
+    """The language model endpoint failed (HTTP error, timeout, malformed reply)."""
+
+
+class EmbeddingError(RagdbError):
+    """The embedding model or endpoint failed, or its vectors do not fit the database."""
