@@ -1,0 +1,84 @@
+-- ragdb schema version 1. Never edit a migration once released: add a new file.
+
+-- Database-wide settings (JSON values): analyzer configuration, default
+-- chunker, version keeping, visibility of unlabeled chunks.
+CREATE TABLE settings (
+    key   TEXT PRIMARY KEY,
+    value TEXT NOT NULL
+);
+
+-- Collection statistics over the chunks that default searches see (the
+-- latest version of each source). ``generation`` increases with every write
+-- so readers know when their in-memory caches are stale. Chunks with
+-- id > ``flushed_upto`` have no rows in ``postings`` yet: their postings are
+-- read from their forward index (chunks.terms) until the next flush.
+CREATE TABLE stats (
+    id            INTEGER PRIMARY KEY CHECK (id = 1),
+    generation    INTEGER NOT NULL,
+    n_docs        INTEGER NOT NULL,
+    n_chunks      INTEGER NOT NULL,
+    total_length  INTEGER NOT NULL,
+    flushed_upto  INTEGER NOT NULL,
+    vocab_epoch   INTEGER NOT NULL     -- bumped when terms are removed (ids may then be reused)
+);
+INSERT INTO stats (id, generation, n_docs, n_chunks, total_length, flushed_upto, vocab_epoch)
+VALUES (1, 0, 0, 0, 0, 0, 0);
+
+CREATE TABLE documents (
+    id            INTEGER PRIMARY KEY AUTOINCREMENT,
+    source        TEXT NOT NULL,
+    version       TEXT,
+    timestamp     TEXT NOT NULL,       -- ISO-8601 UTC, as given (normalized)
+    ts            REAL NOT NULL,       -- the same instant as epoch seconds
+    valid_to      REAL,                -- epoch seconds a newer version replaced it
+    latest        INTEGER NOT NULL DEFAULT 1,
+    content_hash  TEXT NOT NULL,       -- sha256 of the text
+    metadata      TEXT NOT NULL DEFAULT '{}',
+    acl           TEXT NOT NULL DEFAULT '[]',
+    chunker       TEXT NOT NULL,
+    added_at      TEXT NOT NULL,
+    title         TEXT,
+    text          TEXT NOT NULL        -- last: reading the columns before it skips its overflow pages
+);
+CREATE UNIQUE INDEX documents_latest_source ON documents (source) WHERE latest = 1;
+CREATE INDEX documents_source ON documents (source);
+CREATE INDEX documents_ts ON documents (ts);
+
+-- One row per chunk. ``terms``/``tfs`` are the chunk's forward index:
+-- little-endian uint32 term ids sorted by term text, and uint16 term
+-- frequencies aligned with them. ``length`` is the number of terms.
+CREATE TABLE chunks (
+    id        INTEGER PRIMARY KEY AUTOINCREMENT,
+    doc_id    INTEGER NOT NULL REFERENCES documents (id),
+    ordinal   INTEGER NOT NULL,
+    start     INTEGER NOT NULL,
+    "end"     INTEGER NOT NULL,
+    length    INTEGER NOT NULL,
+    latest    INTEGER NOT NULL,
+    metadata  TEXT NOT NULL DEFAULT '{}',
+    terms     BLOB NOT NULL,
+    tfs       BLOB NOT NULL,
+    text      TEXT              -- last, so reading the forward index skips it; NULL when the
+                                -- chunk is the whole document text (read documents.text)
+);
+CREATE INDEX chunks_doc ON chunks (doc_id);
+
+-- Vocabulary with document frequencies (over latest chunks).
+CREATE TABLE vocabulary (
+    id    INTEGER PRIMARY KEY,
+    term  TEXT NOT NULL UNIQUE,
+    df    INTEGER NOT NULL
+);
+
+-- Sparse postings, packed: for each term, segments of sorted little-endian
+-- uint32 chunk ids and aligned uint16 term frequencies. Segments may still
+-- list chunks deleted since they were written; readers skip chunks that no
+-- longer exist, and merges (flush, optimize) drop them.
+CREATE TABLE postings (
+    term_id    INTEGER NOT NULL,
+    segment    INTEGER NOT NULL,
+    n          INTEGER NOT NULL,
+    chunk_ids  BLOB NOT NULL,
+    tfs        BLOB NOT NULL,
+    PRIMARY KEY (term_id, segment)
+) WITHOUT ROWID;

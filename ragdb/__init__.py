@@ -1,0 +1,38 @@
+"""ragdb: a persistent, embedded retrieval database for RAG, on SQLite.
+
+>>> import ragdb
+>>> with ragdb.open(":memory:") as db:
+...     _ = db.add("RAG retrieves evidence before generating.", source="notes/rag.md")
+...     [h.source for h in db.search("what does RAG retrieve?")]
+['notes/rag.md']
+"""
+
+from __future__ import annotations
+
+from typing import Any, Mapping
+
+from .analysis import Analyzer
+from .database import Database, open_database
+from .errors import RagdbError
+from .types import Document, Hit, Stats
+
+__version__ = "0.1.0"
+__all__ = ["open", "Database", "Hit", "Document", "Stats", "Analyzer", "RagdbError", "__version__"]
+
+
+def open(path: str = ":memory:", *, analyzer: "str | Analyzer | Mapping[str, Any] | None" = None,
+         chunker: str | None = None, keep_versions: bool | None = None, readonly: bool = False,
+         create: bool = True, busy_timeout: float = 30.0) -> Database:
+    """Open a ragdb database file, creating it and applying pending migrations.
+
+    ``analyzer``: ``"default"`` (English stemming + CJK unigrams/bigrams),
+    ``"jieba"`` or ``"simple"``; stored at creation, and opening with a
+    different one raises :class:`ragdb.errors.AnalyzerMismatch`.
+    ``chunker``: the default chunker spec for adds (``"recursive"``,
+    ``"window:size=200,overlap=40"``, ``"paragraph"``, ``"none"``).
+    ``keep_versions``: keep replaced versions of a source for
+    ``versions="all"`` and ``as_of`` searches (default: replace).
+    ``":memory:"`` opens a private in-memory database.
+    """
+    return open_database(path, analyzer=analyzer, chunker=chunker, keep_versions=keep_versions,
+                         readonly=readonly, create=create, busy_timeout=busy_timeout)

@@ -1,0 +1,219 @@
+"""Text analysis: turning text into index terms, the same way for documents and queries.
+
+The default analyzer handles English and Chinese (and both mixed in one text):
+
+* Unicode NFKC normalization, so full-width forms (``ＡＢＣ``, ``１２３``) match
+  their ASCII forms, then case folding.
+* Latin/Cyrillic/other word runs: split on non-word characters, English
+  stopwords removed, Snowball English stemming (PyStemmer).
+* CJK runs (Han ideographs, kana): character unigrams plus bigrams. Unigrams
+  give recall for one-character words, bigrams give most of the precision of
+  a word segmenter without a dictionary.
+* Optionally (``cjk="jieba"``, extra ``ragdb[jieba]``) CJK runs are segmented
+  with jieba's search mode instead.
+
+The configuration is stored in the database (:meth:`Analyzer.config`) and a
+database refuses to be opened with another one, so indexing and querying
+always agree.
+"""
+
+from __future__ import annotations
+
+import re
+import unicodedata
+from collections import Counter
+from typing import Any, Iterator, Mapping
+
+from .errors import InvalidInput, MissingDependency
+
+# CJK ideographs (unified + extension A + compatibility + supplementary planes)
+# and Japanese kana. Hangul is space-delimited, so it is treated as words.
+_CJK = "\u3040-\u30ff\u3400-\u4dbf\u4e00-\u9fff\uf900-\ufaff\U00020000-\U0003134f"
+_TERM_RE = re.compile(rf"[{_CJK}]+|[^\W_{_CJK}]+")
+# Words: two or more letters/digits (longer ones are cut at MAX_TOKEN_CHARS),
+# or a single digit. Single letters carry no meaning as index terms.
+_WORD_RE = re.compile(r"[^\W_]{2,64}|\d")
+# For chunking: every CJK character is one token, words are tokens.
+_SPAN_RE = re.compile(rf"[{_CJK}]|[^\W_{_CJK}]+")
+_CJK_CHAR = re.compile(rf"[{_CJK}]")
+
+# English stopwords (the NLTK list, which bm25s and most BM25 setups use).
+ENGLISH_STOPWORDS = frozenset(
+    """a about above after again against ain all am an and any are aren aren't as at be
+    because been before being below between both but by can couldn couldn't d did didn
+    didn't do does doesn doesn't doing don don't down during each few for from further had
+    hadn hadn't has hasn hasn't have haven haven't having he her here hers herself him
+    himself his how i if in into is isn isn't it it's its itself just ll m ma me mightn
+    mightn't more most mustn mustn't my myself needn needn't no nor not now o of off on once
+    only or other our ours ourselves out over own re s same shan shan't she she's should
+    should've shouldn shouldn't so some such t than that that'll the their theirs them
+    themselves then there these they this those through to too under until up ve very was
+    wasn wasn't we were weren weren't what when where which while who whom why will with won
+    won't wouldn wouldn't y you you'd you'll you're you've your yours yourself
+    yourselves""".split()
+)
+
+# Upper bound on the length of one word token. A 1 MB "word" is not a word;
+# cutting it keeps the vocabulary and the stemmer sane.
+MAX_TOKEN_CHARS = 64  # keep in step with _WORD_RE
+
+
+def is_cjk(text: str) -> bool:
+    """True when ``text`` contains at least one CJK ideograph or kana."""
+    return _CJK_CHAR.search(text) is not None
+
+
+class Analyzer:
+    """Turns text into index terms.
+
+    Parameters are part of the stored configuration: ``stem`` (``"english"``
+    or ``None``), ``stopwords`` (``"english"`` or ``None``), ``cjk``
+    (``"bigram"`` or ``"jieba"``).
+    """
+
+    def __init__(self, *, stem: str | None = "english", stopwords: str | None = "english",
+                 cjk: str = "bigram") -> None:
+        if stem not in (None, "english"):
+            raise InvalidInput(f"analyzer stem={stem!r}: only 'english' or None are supported")
+        if stopwords not in (None, "english"):
+            raise InvalidInput(f"analyzer stopwords={stopwords!r}: only 'english' or None are supported")
+        if cjk not in ("bigram", "jieba"):
+            raise InvalidInput(f"analyzer cjk={cjk!r}: choose 'bigram' or 'jieba'")
+        self.stem = stem
+        self.stopwords = stopwords
+        self.cjk = cjk
+        self._stop = ENGLISH_STOPWORDS if stopwords == "english" else frozenset()
+        self._stemmer: Any = None
+        if stem == "english":
+            import Stemmer  # PyStemmer, a core dependency
+
+            self._stemmer = Stemmer.Stemmer("english")
+        self._jieba: Any = None
+        if cjk == "jieba":
+            try:
+                import jieba
+            except ImportError as e:  # pragma: no cover - depends on environment
+                raise MissingDependency(
+                    "the jieba analyzer needs jieba: pip install 'ragdb[jieba]'"
+                ) from e
+            jieba.setLogLevel(60)  # jieba logs its dictionary loading otherwise
+            self._jieba = jieba
+        # A small memo of word -> stem; stemming dominates analysis time.
+        self._stem_cache: dict[str, str] = {}
+
+    # -- configuration ---------------------------------------------------
+    def config(self) -> dict[str, Any]:
+        """The configuration stored in the database."""
+        return {"name": "ragdb", "version": 1, "stem": self.stem,
+                "stopwords": self.stopwords, "cjk": self.cjk}
+
+    @classmethod
+    def from_config(cls, config: Mapping[str, Any]) -> "Analyzer":
+        if config.get("name") != "ragdb" or config.get("version") != 1:
+            raise InvalidInput(f"unknown analyzer configuration {dict(config)!r}")
+        return cls(stem=config.get("stem"), stopwords=config.get("stopwords"),
+                   cjk=config.get("cjk", "bigram"))
+
+    @classmethod
+    def from_spec(cls, spec: "str | Analyzer | Mapping[str, Any] | None") -> "Analyzer":
+        """``None``/``"default"``, ``"jieba"``, ``"simple"`` (no stemming or stopwords),
+        a config mapping, or an :class:`Analyzer`."""
+        if spec is None or spec == "default":
+            return cls()
+        if isinstance(spec, Analyzer):
+            return spec
+        if spec == "jieba":
+            return cls(cjk="jieba")
+        if spec == "simple":
+            return cls(stem=None, stopwords=None)
+        if isinstance(spec, Mapping):
+            return cls.from_config(spec)
+        raise InvalidInput(f"analyzer {spec!r}: use 'default', 'jieba', 'simple' or an Analyzer")
+
+    # -- analysis --------------------------------------------------------
+    def terms(self, text: str) -> list[str]:
+        """Index terms of ``text``: word terms first, then CJK terms (with repeats).
+
+        The order is deterministic (queries sum term scores in this order)."""
+        text = unicodedata.normalize("NFKC", text).casefold()
+        if _CJK_CHAR.search(text) is None:
+            words = _WORD_RE.findall(text)
+            cjk: list[str] = []
+        else:
+            words = []
+            cjk = []
+            for run in _TERM_RE.findall(text):
+                if _CJK_CHAR.match(run):
+                    cjk.extend(self._cjk_terms(run))
+                else:
+                    words.extend(_WORD_RE.findall(run))
+        stop = self._stop
+        if stop:
+            words = [w for w in words if w not in stop]
+        if self._stemmer is not None and words:
+            cache = self._stem_cache
+            missing = [w for w in set(words) if w not in cache]
+            if missing:
+                if len(cache) > 500_000:
+                    cache.clear()
+                cache.update(zip(missing, self._stemmer.stemWords(missing)))
+            words = [cache[w] for w in words]
+        if cjk:
+            words.extend(cjk)
+        return words
+
+    def term_counts(self, text: str) -> dict[str, int]:
+        """Term frequencies of ``text`` (the same terms as :meth:`terms`, counted).
+
+        Faster than counting :meth:`terms`: words are counted first, so
+        stopword filtering and stemming run once per distinct word."""
+        text = unicodedata.normalize("NFKC", text).casefold()
+        if _CJK_CHAR.search(text) is None:
+            raw = Counter(_WORD_RE.findall(text))
+            cjk: Counter[str] = Counter()
+        else:
+            words: list[str] = []
+            cjk_terms: list[str] = []
+            for run in _TERM_RE.findall(text):
+                if _CJK_CHAR.match(run):
+                    cjk_terms.extend(self._cjk_terms(run))
+                else:
+                    words.extend(_WORD_RE.findall(run))
+            raw = Counter(words)
+            cjk = Counter(cjk_terms)
+        stop = self._stop
+        for w in stop.intersection(raw):
+            del raw[w]
+        if self._stemmer is None:
+            out = dict(raw)
+        else:
+            cache = self._stem_cache
+            missing = [w for w in raw if w not in cache]
+            if missing:
+                if len(cache) > 500_000:
+                    cache.clear()
+                cache.update(zip(missing, self._stemmer.stemWords(missing)))
+            out = {}
+            for w, c in raw.items():
+                t = cache[w]
+                out[t] = out.get(t, 0) + c
+        for t, c in cjk.items():
+            out[t] = out.get(t, 0) + c
+        return out
+
+    def _cjk_terms(self, run: str) -> list[str]:
+        if self._jieba is not None:
+            return [w for w in self._jieba.cut_for_search(run) if w.strip()]
+        n = len(run)
+        if n == 1:
+            return [run]
+        terms = list(run)
+        terms.extend(run[i:i + 2] for i in range(n - 1))
+        return terms
+
+
+def token_spans(text: str) -> Iterator[tuple[int, int]]:
+    """Character spans of the chunking tokens of ``text``: words, and every CJK
+    character on its own. Computed on the original text so spans index it."""
+    for m in _SPAN_RE.finditer(text):
+        yield m.start(), m.end()

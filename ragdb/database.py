@@ -1,0 +1,651 @@
+"""The public :class:`Database`: add, replace, delete, search, inspect."""
+
+from __future__ import annotations
+
+import hashlib
+import sys
+from array import array
+from collections import Counter
+from dataclasses import dataclass
+from datetime import datetime, timezone
+from typing import Any, Iterable, Mapping, Sequence
+
+import numpy as np
+import orjson
+
+from . import index as idx
+from .analysis import Analyzer
+from .chunking import Chunker, get_chunker
+from .errors import AnalyzerMismatch, DocumentNotFound, InvalidInput
+from .storage import Store, dumps, loads, utcnow_iso
+from .types import Document, Hit, LoadedDocument, Span, Stats
+
+if sys.byteorder != "little":  # pragma: no cover - the blobs are little-endian
+    raise ImportError("ragdb stores packed little-endian integers and needs a little-endian machine")
+
+SCORERS = ("bm25", "tfidf")
+MAX_K = 10_000
+
+
+@dataclass
+class _Prepared:
+    source: str
+    version: str | None
+    timestamp: str
+    ts: float
+    title: str | None
+    text: str
+    metadata: dict[str, Any]
+    metadata_json: str
+    acl: tuple[str, ...]
+    content_hash: str
+    chunker: str
+    chunks: list[tuple[int, int, dict[str, Any], dict[str, int]]]  # start, end, chunk metadata, term counts
+
+
+class Database:
+    """A ragdb database file. Create with :func:`ragdb.open`.
+
+    Thread safety: a ``Database`` may be shared between threads; its
+    operations are serialized by a lock (SQLite allows one statement at a time
+    per connection). For parallel reads, open one ``Database`` per thread or
+    process: readers never block each other or the writer (WAL mode).
+    """
+
+    def __init__(self, store: Store, analyzer: Analyzer, settings: Mapping[str, Any]) -> None:
+        self._store = store
+        self.analyzer = analyzer
+        self._settings = dict(settings)
+        self._index = idx.Index(store)
+        self.path = store.path
+
+    # -- lifecycle -------------------------------------------------------------
+    def close(self) -> None:
+        """Close the database file."""
+        self._store.close()
+
+    def __enter__(self) -> "Database":
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def __repr__(self) -> str:
+        return f"<ragdb.Database {self.path!r}>"
+
+    @property
+    def settings(self) -> dict[str, Any]:
+        """Database-wide settings (analyzer, default chunker, keep_versions, ...)."""
+        return dict(self._settings)
+
+    # -- writing -----------------------------------------------------------------
+    def add(self, text: str, *, source: str | None = None, version: str | None = None,
+            timestamp: str | datetime | None = None, metadata: Mapping[str, Any] | None = None,
+            title: str | None = None, acl: Sequence[str] | None = None,
+            chunker: str | Chunker | None = None, spans: Sequence[Span] = ()) -> Document:
+        """Add one document (or replace the stored document with the same ``source``).
+
+        Adding identical content (text, version, metadata, labels) again changes
+        nothing and returns the stored document. Without ``source`` the source
+        is derived from the text's hash. One transaction.
+        """
+        record = {"text": text, "source": source, "version": version, "timestamp": timestamp,
+                  "metadata": metadata, "title": title, "acl": acl, "spans": spans}
+        return self.add_many([record], chunker=chunker)[0]
+
+    def add_many(self, records: Iterable[Mapping[str, Any] | LoadedDocument], *,
+                 chunker: str | Chunker | None = None, batch_size: int = 1000) -> list[Document]:
+        """Add many documents; each batch of ``batch_size`` is one transaction.
+
+        Records are mappings with the keyword arguments of :meth:`add`
+        (``text`` required) or :class:`LoadedDocument` objects from the loaders.
+        An invalid record raises before its batch is written.
+        """
+        if not isinstance(batch_size, int) or batch_size < 1:
+            raise InvalidInput(f"batch_size must be a positive integer, got {batch_size!r}")
+        ch = get_chunker(chunker if chunker is not None else self._settings.get("chunker"))
+        out: list[Document] = []
+        batch: list[_Prepared] = []
+        for n, record in enumerate(records):
+            batch.append(self._prepare(record, ch, n))
+            if len(batch) >= batch_size:
+                out.extend(self._write(batch))
+                batch = []
+        if batch:
+            out.extend(self._write(batch))
+        self._maybe_flush()
+        return out
+
+    def _maybe_flush(self) -> None:
+        """Move the in-memory tail into packed segments once it is large (its own transaction).
+
+        Done after a whole ``add_many`` rather than inside each batch, so bulk
+        loads write each term's postings once, in one segment."""
+        threshold = self._settings.get("flush_threshold", idx.FLUSH_THRESHOLD)
+        if len(self._index.tail_entries) < threshold:
+            return
+        with self._store.write():
+            self._index.sync()
+            if len(self._index.tail_entries) >= threshold:
+                self._index.flush()
+                self._index.note_write(self._store.bump_stats(), self._index.n_chunks, self._index.total_length)
+
+    def delete(self, doc_id: int | None = None, *, source: str | None = None, glob: bool = False) -> int:
+        """Delete a document by id, or every version of a source (``glob=True``:
+        a shell-style pattern such as ``docs/*.md``). Returns the number of
+        documents deleted. Deleting the latest version by id makes the newest
+        kept older version (if any) the latest again."""
+        if (doc_id is None) == (source is None):
+            raise InvalidInput("delete: give exactly one of doc_id or source")
+        if doc_id is not None and (not isinstance(doc_id, int) or isinstance(doc_id, bool)):
+            raise InvalidInput(f"delete: doc_id must be an integer, got {doc_id!r}")
+        if source is not None and not isinstance(source, str):
+            raise InvalidInput(f"delete: source must be a string, got {source!r}")
+        store, index = self._store, self._index
+        with store.write():
+            index.sync()
+            changes = _Changes()
+            if doc_id is not None:
+                row = store.doc_source(doc_id)
+                if row is None:
+                    raise DocumentNotFound(f"no document with id {doc_id}")
+                self._remove(doc_id, bool(row[1]), changes)
+                if row[1]:
+                    older = store.newest_older_version(row[0])
+                    if older is not None:
+                        self._promote(older, changes)
+                deleted = 1
+            else:
+                assert source is not None
+                rows = store.doc_ids_for_source(source, glob=glob)
+                for did, latest in rows:
+                    self._remove(did, bool(latest), changes)
+                deleted = len(rows)
+            if deleted:
+                self._commit_changes(changes)
+        return deleted
+
+    def _prepare(self, record: Mapping[str, Any] | LoadedDocument, chunker: Chunker, n: int) -> _Prepared:
+        if isinstance(record, LoadedDocument):
+            meta = dict(record.metadata)
+            record = {"text": record.text, "source": record.source, "title": record.title,
+                      "version": meta.pop("version", None), "timestamp": meta.pop("timestamp", None),
+                      "metadata": meta, "spans": record.spans}
+        if not isinstance(record, Mapping):
+            raise InvalidInput(f"record {n}: expected a mapping with 'text', got {type(record).__name__}")
+        unknown = set(record) - {"text", "source", "version", "timestamp", "metadata", "title", "acl", "spans",
+                                 "chunker"}
+        if unknown:
+            raise InvalidInput(f"record {n}: unknown keys {sorted(unknown)}")
+        text = record.get("text")
+        source = record.get("source")
+        label = f"document {source!r}" if source is not None else f"record {n}"
+        if not isinstance(text, str):
+            raise InvalidInput(f"{label}: text must be a string, got {type(text).__name__}")
+        try:
+            text.encode("utf-8")
+        except UnicodeEncodeError as e:
+            raise InvalidInput(f"{label}: text is not valid Unicode (lone surrogate at offset {e.start})") from None
+        if not text.strip():
+            raise InvalidInput(f"{label}: text is empty")
+        content_hash = hashlib.sha256(text.encode("utf-8")).hexdigest()
+        if source is None:
+            source = f"sha256:{content_hash[:16]}"
+        if not isinstance(source, str) or not source:
+            raise InvalidInput(f"record {n}: source must be a non-empty string, got {source!r}")
+        version = record.get("version")
+        if version is not None:
+            if isinstance(version, (int, float)) and not isinstance(version, bool):
+                version = str(version)
+            if not isinstance(version, str):
+                raise InvalidInput(f"{label}: version must be a string, got {version!r}")
+        timestamp, ts = _timestamp(record.get("timestamp"), label)
+        metadata = record.get("metadata") or {}
+        if not isinstance(metadata, Mapping):
+            raise InvalidInput(f"{label}: metadata must be a mapping, got {type(metadata).__name__}")
+        metadata = dict(metadata)
+        try:
+            metadata_json = dumps(metadata)
+        except (TypeError, orjson.JSONEncodeError) as e:
+            raise InvalidInput(f"{label}: metadata is not JSON-serialisable ({e})") from None
+        title = record.get("title")
+        if title is not None and not isinstance(title, str):
+            raise InvalidInput(f"{label}: title must be a string")
+        acl_in = record.get("acl") or ()
+        if isinstance(acl_in, str) or not all(isinstance(a, str) and a for a in acl_in):
+            raise InvalidInput(f"{label}: acl must be a list of non-empty strings, got {acl_in!r}")
+        acl = tuple(sorted(set(acl_in)))
+        rec_chunker = get_chunker(record["chunker"]) if record.get("chunker") else chunker
+        spans: Sequence[Span] = record.get("spans") or ()
+        chunks = []
+        for start, end in rec_chunker.split(text):
+            cmeta: dict[str, Any] = {}
+            for sp in spans:
+                if sp.start <= start < sp.end:
+                    cmeta.update(sp.metadata)
+            chunks.append((start, end, cmeta, self.analyzer.term_counts(text[start:end])))
+        return _Prepared(source, version, timestamp, ts, title, text, metadata, metadata_json, acl,
+                         content_hash, rec_chunker.spec(), chunks)
+
+    def _write(self, batch: list[_Prepared]) -> list[Document]:
+        store, index = self._store, self._index
+        with store.write():
+            index.sync()
+            changes = _Changes()
+            existing = store.latest_by_source([p.source for p in batch])
+            next_doc, next_chunk = store.next_ids()
+            results: list[Document | int] = []
+            new_docs: list[tuple[int, _Prepared]] = []
+            pending_ids: set[int] = set()
+            new_docs_all: list[tuple[int, _Prepared]] = []
+            for p in batch:
+                ex = existing.get(p.source)
+                if ex is not None:
+                    ex_id, ex_hash, ex_version, ex_meta, ex_acl, ex_ts = ex
+                    if (ex_hash == p.content_hash and ex_version == p.version and ex_meta == p.metadata_json
+                            and tuple(loads(ex_acl)) == p.acl):
+                        results.append(ex_id)
+                        continue
+                    if ex_id in pending_ids:
+                        # replaced again within this batch: write what we have first
+                        self._insert(new_docs, changes, next_chunk)
+                        next_chunk = changes.next_chunk
+                        new_docs = []
+                        pending_ids = set()
+                    if self._settings.get("keep_versions", False):
+                        self._demote(ex_id, p.ts, changes)
+                    else:
+                        self._remove(ex_id, True, changes)
+                doc_id = next_doc
+                next_doc += 1
+                new_docs.append((doc_id, p))
+                new_docs_all.append((doc_id, p))
+                pending_ids.add(doc_id)
+                existing[p.source] = (doc_id, p.content_hash, p.version, p.metadata_json, dumps(list(p.acl)),
+                                      p.timestamp)
+                results.append(doc_id)
+            if new_docs:
+                self._insert(new_docs, changes, next_chunk)
+            if changes.any:
+                self._commit_changes(changes)
+            made = {d: p for d, p in new_docs_all}
+            return [_doc_from_prepared(r, made[r]) if r in made else self._document(r) for r in results]
+
+    def _insert(self, docs: list[tuple[int, _Prepared]], changes: "_Changes", next_chunk: int) -> None:
+        store, index = self._store, self._index
+        ids = index.term_cache
+        all_terms = {t for _, p in docs for *_, counts in p.chunks for t in counts}
+        missing = [t for t in all_terms if t not in ids]
+        if missing:
+            for term, (tid, _df) in store.term_ids(missing).items():
+                ids[term] = tid
+        new_terms = sorted(t for t in missing if t not in ids)
+        if new_terms:
+            first = store.next_term_id()
+            for i, term in enumerate(new_terms):
+                ids[term] = first + i
+        now = utcnow_iso()
+        doc_rows = []
+        chunk_rows = []
+        df: Counter[int] = Counter()
+        for doc_id, p in docs:
+            doc_rows.append((doc_id, p.source, p.version, p.timestamp, p.ts, p.content_hash, p.title, p.text,
+                             p.metadata_json, dumps(list(p.acl)), p.chunker, now))
+            whole = len(p.text)
+            for ordinal, (start, end, cmeta, counts) in enumerate(p.chunks):
+                items = sorted(counts.items())
+                term_ids = [ids[t] for t, _ in items]
+                tfs = [c for _, c in items]
+                terms_blob = array("I", term_ids).tobytes()
+                tfs_blob = array("H", tfs if max(tfs, default=0) <= 65535 else [min(c, 65535) for c in tfs]).tobytes()
+                length = sum(tfs)
+                cid = next_chunk
+                next_chunk += 1
+                # A chunk that is the whole document stores no copy of the text.
+                ctext = None if start == 0 and end == whole else p.text[start:end]
+                chunk_rows.append((cid, doc_id, ordinal, start, end, length, ctext, dumps(cmeta),
+                                   terms_blob, tfs_blob))
+                df.update(term_ids)
+                changes.new_chunks.append((cid, length, idx.unpack_ids(terms_blob), idx.unpack_tfs(tfs_blob)))
+                changes.chunks += 1
+                changes.length += length
+            changes.docs += 1
+        if new_terms:
+            store.add_terms([(ids[t], t, df.pop(ids[t], 0)) for t in new_terms])
+        store.insert_documents(doc_rows)
+        store.insert_chunks(chunk_rows)
+        changes.df.update(df)
+        changes.next_chunk = next_chunk
+
+    def _remove(self, doc_id: int, latest: bool, changes: "_Changes") -> None:
+        """Delete a document's rows; lower statistics if it was counted."""
+        rows = self._store.doc_chunks(doc_id)
+        if latest:
+            self._uncount(rows, changes, -1)
+            changes.docs -= 1
+        changes.absent.extend(r[0] for r in rows)
+        self._store.delete_document(doc_id)
+
+    def _demote(self, doc_id: int, valid_to: float, changes: "_Changes") -> None:
+        """Keep a replaced version for ``versions='all'``/``as_of`` searches, uncounted."""
+        rows = self._store.doc_chunks(doc_id)
+        self._uncount(rows, changes, -1)
+        changes.docs -= 1
+        changes.old.extend(r[0] for r in rows)
+        self._store.set_latest(doc_id, False, valid_to)
+
+    def _promote(self, doc_id: int, changes: "_Changes") -> None:
+        rows = self._store.doc_chunks(doc_id)
+        self._uncount(rows, changes, +1)
+        changes.docs += 1
+        changes.latest.extend(r[0] for r in rows)
+        self._store.set_latest(doc_id, True, None)
+
+    @staticmethod
+    def _uncount(rows: Sequence[tuple[int, int, int, bytes, bytes]], changes: "_Changes", sign: int) -> None:
+        for _cid, length, _latest, terms, _tfs in rows:
+            changes.df.update({int(t): sign for t in idx.unpack_ids(terms)})
+            changes.chunks += sign
+            changes.length += sign * length
+
+    def _commit_changes(self, changes: "_Changes") -> None:
+        """Write statistics and document frequencies; bring the in-memory index along."""
+        store, index = self._store, self._index
+        deltas = [(d, t) for t, d in changes.df.items() if d]
+        store.add_df(deltas)
+        gen = store.bump_stats(docs=changes.docs, chunks=changes.chunks, length=changes.length)
+        index.add_chunks(changes.new_chunks)
+        if changes.absent:
+            index.set_state(changes.absent, idx.ABSENT)
+        if changes.old:
+            index.set_state(changes.old, idx.OLD)
+        if changes.latest:
+            index.set_state(changes.latest, idx.LATEST)
+        index.note_write(gen, index.n_chunks + changes.chunks, index.total_length + changes.length)
+
+    def _document(self, doc_id: int, with_text: bool = False) -> Document:
+        row = self._store.doc_row(doc_id)
+        if row is None:
+            raise DocumentNotFound(f"no document with id {doc_id}")
+        return _doc_from_row(row, with_text)
+
+    # -- reading -----------------------------------------------------------------
+    def search(self, query: str, k: int = 10, *, scorer: str = "bm25", min_score: float | None = None,
+               explain: bool = False, versions: str = "latest", k1: float | None = None,
+               b: float | None = None) -> list[Hit]:
+        """The ``k`` best chunks for ``query``, best first.
+
+        ``scorer``: ``"bm25"`` (default) or ``"tfidf"`` (cosine of TF-IDF
+        vectors). Equal scores are ordered by source, then position, so the
+        order does not depend on insertion history. ``min_score`` drops weaker
+        hits (a refusal threshold); ``explain=True`` fills ``Hit.explain`` with
+        each query term's contribution. ``versions="all"`` also searches kept
+        older versions (scored with the statistics of the latest versions).
+        A query without index terms returns ``[]``.
+        """
+        if not isinstance(query, str):
+            raise InvalidInput(f"query must be a string, got {type(query).__name__}")
+        if not isinstance(k, int) or isinstance(k, bool) or not 1 <= k <= MAX_K:
+            raise InvalidInput(f"k must be an integer between 1 and {MAX_K}, got {k!r}")
+        if scorer not in SCORERS:
+            raise InvalidInput(f"scorer {scorer!r} is unknown; choose one of {', '.join(SCORERS)}")
+        if versions not in ("latest", "all"):
+            raise InvalidInput(f"versions must be 'latest' or 'all', got {versions!r}")
+        if min_score is not None and not isinstance(min_score, (int, float)):
+            raise InvalidInput(f"min_score must be a number, got {min_score!r}")
+        k1 = self._settings.get("bm25_k1", idx.scoring.BM25_K1) if k1 is None else float(k1)
+        b = self._settings.get("bm25_b", idx.scoring.BM25_B) if b is None else float(b)
+        counts = Counter(self.analyzer.terms(query))
+        if not counts:
+            return []
+        store, index = self._store, self._index
+        with store.read():
+            index.sync()
+            known = store.term_ids(list(counts))
+            # Terms found only in kept older versions (df 0) cannot match a
+            # latest chunk; leaving them out keeps the TF-IDF query vector
+            # equal to a fresh database's.
+            order = [t for t in counts if t in known and (known[t][1] > 0 or versions == "all")]
+            if not order:
+                return []
+            if scorer == "bm25":
+                scores, per_term = index.bm25([known[t] for t in order], k1, b, explain)
+            else:
+                scores, per_term = index.tfidf([(*known[t], counts[t]) for t in order], explain)
+            mask = index.state == idx.LATEST if versions == "latest" else index.state != idx.ABSENT
+            cand = np.flatnonzero(mask & (scores > 0))
+            if min_score is not None:
+                cand = cand[scores[cand] >= min_score]
+            if len(cand) == 0:
+                return []
+            if len(cand) > k:
+                top = np.argpartition(-scores[cand], k - 1)[:k]
+                kth = scores[cand[top]].min()
+                cand = cand[scores[cand] >= kth]  # keep ties at the cut for the stable order
+            rows = store.hit_rows(cand.tolist())
+        hits = []
+        for cid in cand.tolist():
+            doc_id, source, version, timestamp, text, start, end, ordinal, cmeta, dmeta = rows[cid]
+            meta = loads(dmeta)
+            meta.update(loads(cmeta))
+            contrib = {}
+            if explain:
+                contrib = {t: float(c[cid]) for t, c in zip(order, per_term) if len(c) and c[cid] != 0.0}
+            hits.append(Hit(float(scores[cid]), cid, doc_id, source, version, timestamp, text, start, end,
+                            ordinal, meta, contrib))
+        hits.sort(key=lambda h: (-h.score, h.source, h.start, h.chunk_id))
+        return hits[:k]
+
+    def get(self, doc_id: int, *, with_text: bool = True) -> Document:
+        """The stored document with this id."""
+        with self._store.read():
+            return self._document(doc_id, with_text)
+
+    def documents(self, source: str | None = None, *, glob: bool = True, versions: str = "latest",
+                  limit: int | None = None, offset: int = 0) -> list[Document]:
+        """Stored documents, by source (a glob pattern unless ``glob=False``)."""
+        with self._store.read():
+            rows = self._store.list_documents(source, glob=glob, latest_only=versions == "latest",
+                                              limit=limit, offset=offset)
+        return [_doc_from_row(r, False) for r in rows]
+
+    def stats(self) -> Stats:
+        """Collection statistics."""
+        store = self._store
+        with store.read():
+            s = store.stats_row()
+            stored_docs, stored_chunks = store.stored_counts()
+            vocab = store.vocabulary_size()
+            postings = int(sum(df for _, df in store.all_dfs()))
+            pending = store.stats_row()["flushed_upto"]
+            pending = len(store.chunk_table_since(pending))
+            segments = store.segment_total()
+        avg = s["total_length"] / s["n_chunks"] if s["n_chunks"] else 0.0
+        return Stats(documents=s["n_docs"], chunks=s["n_chunks"], vocabulary=vocab, postings=postings,
+                     avg_chunk_length=avg, stored_documents=stored_docs, stored_chunks=stored_chunks,
+                     pending_chunks=pending, segments=segments, file_size=store.file_size())
+
+    # -- maintenance ---------------------------------------------------------------
+    def optimize(self, *, vacuum: bool = True) -> None:
+        """Flush pending postings, merge each term's segments into one (dropping
+        deleted chunks), forget unused terms, then ``ANALYZE`` and ``VACUUM``."""
+        store, index = self._store, self._index
+        with store.write():
+            index.sync()
+            index.flush(merge_all=True)
+            if store.delete_unused_terms():
+                store.bump_vocab_epoch()
+                index.term_cache.clear()
+            index.note_write(store.bump_stats(), index.n_chunks, index.total_length)
+        if vacuum:
+            store.vacuum_analyze()
+
+    def check(self) -> list[str]:
+        """Verify every invariant; returns a list of problems (empty when healthy).
+
+        Checks SQLite integrity, that statistics equal counts of the rows, that
+        no chunk is orphaned, that each document frequency equals the number of
+        latest chunks holding the term, and that the packed postings list
+        exactly the (term, chunk, tf) triples of the chunks' forward indexes.
+        """
+        store = self._store
+        problems: list[str] = []
+        with store.read():
+            problems += store.integrity_problems()
+            s = store.stats_row()
+            docs, n, total = store.real_counts()
+            if (docs, n, total) != (s["n_docs"], s["n_chunks"], s["total_length"]):
+                problems.append(f"statistics say {s['n_docs']} documents, {s['n_chunks']} chunks, total length "
+                                f"{s['total_length']}; rows say {docs}, {n}, {total}")
+            if (o := store.orphan_chunks()):
+                problems.append(f"{o} chunks belong to no document")
+            if (m := store.latest_mismatch()):
+                problems.append(f"{m} chunks disagree with their document about being the latest version")
+            if (d := store.duplicate_latest_sources()):
+                problems.append(f"{d} sources have more than one latest version")
+            fwd = store.forward_all()
+            table = {cid: latest for cid, _length, latest in store.chunk_table()}
+            df_real: Counter[int] = Counter()
+            triples = []
+            for cid, t, f in fwd:
+                terms = idx.unpack_ids(t)
+                if table.get(cid) == 1:
+                    df_real.update(terms.tolist())
+                if cid <= s["flushed_upto"]:
+                    triples.append(np.stack([terms.astype(np.int64), np.full(len(terms), cid, np.int64),
+                                             idx.unpack_tfs(f).astype(np.int64)], axis=1))
+            bad_df = [(tid, df, df_real.get(tid, 0)) for tid, df in store.all_dfs() if df != df_real.get(tid, 0)]
+            if bad_df:
+                tid, df, real = bad_df[0]
+                problems.append(f"{len(bad_df)} terms have a wrong document frequency "
+                                f"(e.g. term id {tid}: df {df}, real {real})")
+            posted = []
+            for tid, ids, tfs in store.all_postings():
+                ids_a = idx.unpack_ids(ids).astype(np.int64)
+                live = np.array([c in table for c in ids_a.tolist()], dtype=bool)
+                posted.append(np.stack([np.full(int(live.sum()), tid, np.int64), ids_a[live],
+                                        idx.unpack_tfs(tfs).astype(np.int64)[live]], axis=1))
+            a = _sorted_rows(triples)
+            b_ = _sorted_rows(posted)
+            if a.shape != b_.shape or not np.array_equal(a, b_):
+                problems.append(f"postings disagree with the chunks' forward indexes "
+                                f"({len(b_)} live postings, {len(a)} expected)")
+        return problems
+
+
+class _Changes:
+    """What one write transaction changed, to update statistics and the in-memory index."""
+
+    def __init__(self) -> None:
+        self.docs = 0
+        self.chunks = 0
+        self.length = 0
+        self.df: Counter[int] = Counter()
+        self.new_chunks: list[tuple[int, int, np.ndarray, np.ndarray]] = []
+        self.absent: list[int] = []
+        self.old: list[int] = []
+        self.latest: list[int] = []
+        self.next_chunk = 0
+
+    @property
+    def any(self) -> bool:
+        return bool(self.docs or self.chunks or self.new_chunks or self.absent or self.old or self.latest)
+
+
+def _sorted_rows(parts: list[np.ndarray]) -> np.ndarray:
+    if not parts:
+        return np.zeros((0, 3), np.int64)
+    a = np.concatenate(parts)
+    if len(a) == 0:
+        return np.zeros((0, 3), np.int64)
+    return a[np.lexsort((a[:, 1], a[:, 0]))]
+
+
+def _doc_from_row(row: Sequence[Any], with_text: bool) -> Document:
+    doc_id, source, version, timestamp, content_hash, metadata, acl, latest, _title, nchunks = row[:10]
+    meta = loads(metadata)
+    if _title is not None:
+        meta.setdefault("title", _title)
+    return Document(id=doc_id, source=source, version=version, timestamp=timestamp, content_hash=content_hash,
+                    metadata=meta, acl=tuple(loads(acl)), chunk_count=nchunks, latest=bool(latest),
+                    text=row[10] if with_text and len(row) > 10 else None)
+
+
+def _doc_from_prepared(doc_id: int, p: _Prepared) -> Document:
+    meta = dict(p.metadata)
+    if p.title is not None:
+        meta.setdefault("title", p.title)
+    return Document(id=doc_id, source=p.source, version=p.version, timestamp=p.timestamp,
+                    content_hash=p.content_hash, metadata=meta, acl=p.acl, chunk_count=len(p.chunks),
+                    latest=True)
+
+
+def _timestamp(value: Any, label: str) -> tuple[str, float]:
+    """Canonical ISO-8601 UTC text and epoch seconds; naive times are taken as UTC."""
+    if value is None:
+        dt = datetime.now(timezone.utc)
+    elif isinstance(value, datetime):
+        dt = value
+    elif isinstance(value, str):
+        try:
+            dt = datetime.fromisoformat(value.strip().replace("Z", "+00:00").replace("z", "+00:00"))
+        except ValueError:
+            raise InvalidInput(f"{label}: timestamp {value!r} is not ISO-8601 (e.g. 2026-11-01T09:30:00Z)") from None
+    elif isinstance(value, (int, float)) and not isinstance(value, bool):
+        try:
+            dt = datetime.fromtimestamp(float(value), timezone.utc)
+        except (OverflowError, OSError, ValueError):
+            raise InvalidInput(f"{label}: timestamp {value!r} is out of range") from None
+    else:
+        raise InvalidInput(f"{label}: timestamp must be an ISO-8601 string, a datetime or epoch seconds")
+    if dt.tzinfo is None:
+        dt = dt.replace(tzinfo=timezone.utc)
+    dt = dt.astimezone(timezone.utc)
+    text = dt.strftime("%Y-%m-%dT%H:%M:%S") + (f".{dt.microsecond:06d}" if dt.microsecond else "") + "Z"
+    return text, dt.timestamp()
+
+
+def open_database(path: str = ":memory:", *, analyzer: "str | Analyzer | Mapping[str, Any] | None" = None,
+                  chunker: str | None = None, keep_versions: bool | None = None, readonly: bool = False,
+                  create: bool = True, busy_timeout: float = 30.0) -> Database:
+    """Open (creating if needed) a ragdb database; see :func:`ragdb.open`."""
+    import os
+
+    path = os.fspath(path)
+    store = Store(path, busy_timeout=busy_timeout, readonly=readonly, create=create)
+    try:
+        with store.read():
+            settings = store.settings()
+        wanted = Analyzer.from_spec(analyzer) if analyzer is not None else None
+        if "analyzer" in settings:
+            stored = Analyzer.from_config(settings["analyzer"])
+            if wanted is not None and wanted.config() != stored.config():
+                raise AnalyzerMismatch(
+                    f"{path}: built with analyzer {stored.config()}, opened with {wanted.config()}; "
+                    f"open it without analyzer= (or with the stored one), or rebuild into a new database")
+            an = stored
+        else:
+            if readonly:
+                raise InvalidInput(f"{path}: the database has no analyzer settings and is opened read-only")
+            an = wanted or Analyzer()
+        new_settings: dict[str, Any] = {}
+        if "analyzer" not in settings:
+            new_settings["analyzer"] = an.config()
+            new_settings["chunker"] = get_chunker(chunker).spec()
+            new_settings["keep_versions"] = bool(keep_versions)
+        else:
+            if chunker is not None:
+                new_settings["chunker"] = get_chunker(chunker).spec()
+            if keep_versions is not None and keep_versions != settings.get("keep_versions"):
+                new_settings["keep_versions"] = bool(keep_versions)
+        if new_settings:
+            if readonly:
+                raise InvalidInput(f"{path}: cannot change settings of a database opened read-only")
+            with store.write():
+                for key, value in new_settings.items():
+                    store.set_setting(key, value)
+            settings.update(new_settings)
+        return Database(store, an, settings)
+    except BaseException:
+        store.close()
+        raise

@@ -1,0 +1,347 @@
+"""The inverted index: packed postings in SQLite, scored with numpy.
+
+Layout (see ``migrations/0001_initial.sql``):
+
+* every chunk row carries its forward index (term ids sorted by term text,
+  term frequencies);
+* ``postings`` holds, per term, segments of sorted chunk ids and tfs;
+* chunks newer than ``stats.flushed_upto`` are not in ``postings`` yet:
+  their postings come from their forward index, kept in memory as a small
+  "tail" index. A flush (when the tail grows past a threshold, or on
+  ``optimize``) writes the tail as one new segment per term, so a single
+  ``add`` only writes its own rows and document frequencies;
+* deleting a chunk deletes its row and lowers the document frequencies of its
+  terms at once (IDF never drifts); its ids stay in old segments until the
+  next merge, and readers skip them because the chunk no longer exists.
+
+Each process keeps per-chunk lengths and states in numpy arrays, reloaded
+when ``stats.generation`` shows that another connection wrote. Queries read
+only the segments of the query's terms.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Sequence
+
+import numpy as np
+
+from . import scoring
+from .storage import Store
+
+# chunk states in the in-memory table
+ABSENT, LATEST, OLD = 0, 1, 2
+
+FLUSH_THRESHOLD = 2048      # tail chunks that trigger a flush
+MAX_SEGMENTS = 16           # segments per term before they are merged
+
+
+def pack_ids(a: np.ndarray) -> bytes:
+    return np.ascontiguousarray(a, dtype="<u4").tobytes()
+
+
+def pack_tfs(a: np.ndarray) -> bytes:
+    return np.ascontiguousarray(np.minimum(a, 65535), dtype="<u2").tobytes()
+
+
+def unpack_ids(b: bytes) -> np.ndarray:
+    return np.frombuffer(b, dtype="<u4")
+
+
+def unpack_tfs(b: bytes) -> np.ndarray:
+    return np.frombuffer(b, dtype="<u2")
+
+
+@dataclass
+class _Tail:
+    """Postings of unflushed chunks, grouped by term (CSR by term id)."""
+
+    term_ids: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int64))   # sorted unique
+    starts: np.ndarray = field(default_factory=lambda: np.zeros(1, np.int64))
+    chunk_ids: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int64))
+    tfs: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int64))
+    count: int = 0  # chunks in the tail
+
+    @classmethod
+    def build(cls, entries: Sequence[tuple[int, np.ndarray, np.ndarray]]) -> "_Tail":
+        if not entries:
+            return cls()
+        terms = np.concatenate([t for _, t, _ in entries]).astype(np.int64)
+        tfs = np.concatenate([f for _, _, f in entries]).astype(np.int64)
+        cids = np.concatenate([np.full(len(t), cid, np.int64) for cid, t, _ in entries])
+        order = np.argsort(terms, kind="stable")  # chunk ids stay ascending within a term
+        terms, tfs, cids = terms[order], tfs[order], cids[order]
+        uniq, starts = np.unique(terms, return_index=True)
+        return cls(uniq, np.append(starts, len(terms)), cids, tfs, len(entries))
+
+    def get(self, term_id: int) -> tuple[np.ndarray, np.ndarray] | None:
+        i = int(np.searchsorted(self.term_ids, term_id))
+        if i < len(self.term_ids) and self.term_ids[i] == term_id:
+            a, b = self.starts[i], self.starts[i + 1]
+            return self.chunk_ids[a:b], self.tfs[a:b]
+        return None
+
+
+class Index:
+    """In-memory view of one database's index, kept in step with its generation."""
+
+    def __init__(self, store: Store) -> None:
+        self.store = store
+        self.generation = -1
+        self.lengths = np.zeros(0, np.float64)
+        self.state = np.zeros(0, np.int8)
+        self.n_chunks = 0
+        self.total_length = 0
+        self.flushed_upto = 0
+        self.tail_entries: list[tuple[int, np.ndarray, np.ndarray]] = []
+        self._tail: _Tail | None = None
+        self._norms: np.ndarray | None = None
+        self._norms_generation = -1
+        # term -> id of terms known to exist; ids change only when optimize
+        # removes unused terms, which bumps stats.vocab_epoch.
+        self.term_cache: dict[str, int] = {}
+        self.vocab_epoch = -1
+
+    # -- keeping in step -----------------------------------------------------
+    def sync(self) -> None:
+        """Reload if another connection wrote. Call inside a transaction."""
+        stats = self.store.stats_row()
+        if stats["generation"] == self.generation:
+            return
+        if stats["vocab_epoch"] != self.vocab_epoch:
+            self.term_cache.clear()
+            self.vocab_epoch = stats["vocab_epoch"]
+        rows = self.store.chunk_table()
+        size = (max(r[0] for r in rows) + 1) if rows else 1
+        arr = np.array(rows, dtype=np.int64).reshape(-1, 3)
+        self.lengths = np.zeros(_capacity(size), np.float64)
+        self.state = np.zeros(_capacity(size), np.int8)
+        self.lengths[arr[:, 0]] = arr[:, 1]
+        self.state[arr[:, 0]] = np.where(arr[:, 2] == 1, LATEST, OLD)
+        self.n_chunks = stats["n_chunks"]
+        self.total_length = stats["total_length"]
+        self.flushed_upto = stats["flushed_upto"]
+        self.tail_entries = [(cid, unpack_ids(t), unpack_tfs(f))
+                             for cid, t, f in self.store.forward_since(self.flushed_upto)]
+        self._tail = None
+        self._norms = None
+        self.generation = stats["generation"]
+
+    def note_write(self, generation: int, n_chunks: int, total_length: int) -> None:
+        self.generation = generation
+        self.n_chunks = n_chunks
+        self.total_length = total_length
+        self._norms = None
+
+    def add_chunks(self, chunks: Sequence[tuple[int, int, np.ndarray, np.ndarray]]) -> None:
+        """Record new latest chunks (id, length, term ids, tfs) written by this connection."""
+        if not chunks:
+            return
+        top = max(c[0] for c in chunks)
+        self._grow(top + 1)
+        for cid, length, terms, tfs in chunks:
+            self.lengths[cid] = length
+            self.state[cid] = LATEST
+            self.tail_entries.append((cid, terms, tfs))
+        self._tail = None
+
+    def set_state(self, chunk_ids: Sequence[int], state: int) -> None:
+        ids = np.asarray(chunk_ids, dtype=np.int64)
+        self.state[ids] = state
+        if state == ABSENT:
+            self.lengths[ids] = 0.0
+            if self.tail_entries:
+                gone = set(chunk_ids)
+                self.tail_entries = [e for e in self.tail_entries if e[0] not in gone]
+                self._tail = None
+
+    def _grow(self, size: int) -> None:
+        if size > len(self.lengths):
+            cap = _capacity(size)
+            self.lengths = np.concatenate([self.lengths, np.zeros(cap - len(self.lengths))])
+            self.state = np.concatenate([self.state, np.zeros(cap - len(self.state), np.int8)])
+
+    @property
+    def tail(self) -> _Tail:
+        if self._tail is None:
+            self._tail = _Tail.build(self.tail_entries)
+        return self._tail
+
+    # -- flushing and merging (inside a write transaction) ---------------------
+    def flush(self, *, merge_all: bool = False) -> None:
+        """Write the tail's postings as new segments; merge terms with too many segments."""
+        tail = self.tail
+        top = max((e[0] for e in self.tail_entries), default=self.flushed_upto)
+        new_upto = max(self.flushed_upto, top, self.store.max_chunk_id())
+        if tail.count == 0 and not merge_all:
+            self.store.set_flushed_upto(new_upto)
+            self.flushed_upto = new_upto
+            return
+        store = self.store
+        term_list = [int(t) for t in tail.term_ids]
+        if merge_all:
+            counts = {}
+            merge = set(store.segment_counts_all()) | set(term_list)
+        else:
+            counts = store.segment_counts(term_list)
+            merge = {t for t, (n, _) in counts.items() if n + 1 > MAX_SEGMENTS}
+        rows: list[tuple[int, int, int, bytes, bytes]] = []
+        ids32 = tail.chunk_ids.astype("<u4")
+        tfs16 = np.minimum(tail.tfs, 65535).astype("<u2")
+        starts = tail.starts.tolist()
+        for i, t in enumerate(term_list):
+            if t in merge:
+                continue
+            a, b = starts[i], starts[i + 1]
+            seg = counts[t][1] + 1 if t in counts else 0
+            rows.append((t, seg, b - a, ids32[a:b].tobytes(), tfs16[a:b].tobytes()))
+        store.insert_segments(rows)
+        if merge:
+            self._merge(sorted(merge), tail)
+        store.set_flushed_upto(new_upto)
+        self.flushed_upto = new_upto
+        self.tail_entries = []
+        self._tail = None
+
+    def _merge(self, term_ids: list[int], tail: _Tail) -> None:
+        """Rewrite these terms' segments (plus their tail postings) as one, dropping deleted chunks."""
+        store = self.store
+        grouped: dict[int, list[tuple[np.ndarray, np.ndarray]]] = {t: [] for t in term_ids}
+        for part in range(0, len(term_ids), 2000):
+            for tid, ids, tfs in store.postings(term_ids[part:part + 2000]):
+                grouped[tid].append((unpack_ids(ids), unpack_tfs(tfs)))
+        rows = []
+        for t in term_ids:
+            extra = tail.get(t)
+            if extra is not None:
+                grouped[t].append(extra)
+            if not grouped[t]:
+                continue
+            ids = np.concatenate([g[0] for g in grouped[t]]).astype(np.int64)
+            tfs = np.concatenate([g[1] for g in grouped[t]])
+            keep = self.state[ids] != ABSENT
+            ids, tfs = ids[keep], tfs[keep]
+            order = np.argsort(ids, kind="stable")
+            if len(ids):
+                rows.append((t, 0, len(ids), pack_ids(ids[order]), pack_tfs(tfs[order])))
+        store.delete_segments(term_ids)
+        store.insert_segments(rows)
+
+    # -- scoring ----------------------------------------------------------------
+    def term_postings(self, term_ids: Sequence[int]) -> dict[int, tuple[np.ndarray, np.ndarray]]:
+        """term id -> (chunk ids, tfs), segments and tail together (may include deleted chunks)."""
+        parts: dict[int, list[tuple[np.ndarray, np.ndarray]]] = {t: [] for t in term_ids}
+        for tid, ids, tfs in self.store.postings(term_ids):
+            parts[tid].append((unpack_ids(ids), unpack_tfs(tfs)))
+        tail = self.tail
+        out = {}
+        for t in term_ids:
+            extra = tail.get(t)
+            if extra is not None:
+                parts[t].append(extra)
+            if not parts[t]:
+                continue
+            if len(parts[t]) == 1:
+                ids, tfs = parts[t][0]
+                out[t] = (ids.astype(np.int64), tfs)
+            else:
+                out[t] = (np.concatenate([p[0] for p in parts[t]]).astype(np.int64),
+                          np.concatenate([p[1] for p in parts[t]]))
+        return out
+
+    def bm25(self, query: Sequence[tuple[int, int]], k1: float, b: float,
+             contributions: bool = False) -> tuple[np.ndarray, list[np.ndarray]]:
+        """Scores over all chunk ids for ``query`` = [(term id, df)] in query order."""
+        scores = np.zeros(len(self.lengths), np.float64)
+        per_term: list[np.ndarray] = []
+        if self.n_chunks == 0:
+            return scores, per_term
+        avgdl = self.total_length / self.n_chunks
+        posting = self.term_postings([t for t, _ in query])
+        for t, df in query:
+            p = posting.get(t)
+            if p is None:
+                if contributions:
+                    per_term.append(np.zeros(0))
+                continue
+            ids, tfs = p
+            idf = scoring.bm25_idf(self.n_chunks, df)
+            w = scoring.bm25_term_scores(tfs, self.lengths[ids], idf, avgdl, k1, b)
+            w[self.state[ids] == ABSENT] = 0.0
+            scores[ids] += w
+            if contributions:
+                c = np.zeros(len(self.lengths))
+                c[ids] = w
+                per_term.append(c)
+        return scores, per_term
+
+    def tfidf(self, query: Sequence[tuple[int, int, int]], contributions: bool = False
+              ) -> tuple[np.ndarray, list[np.ndarray]]:
+        """Cosine similarity of TF-IDF vectors; ``query`` = [(term id, df, query tf)]."""
+        scores = np.zeros(len(self.lengths), np.float64)
+        per_term: list[np.ndarray] = []
+        if self.n_chunks == 0 or not query:
+            return scores, per_term
+        n = self.n_chunks
+        qw = [float(scoring.tfidf_tf(np.array([qtf]))[0] * scoring.tfidf_idf(n, df)) for _, df, qtf in query]
+        qnorm = float(np.sqrt(np.sum(np.square(qw))))
+        norms = self.norms()
+        posting = self.term_postings([t for t, _, _ in query])
+        for (t, df, _), w_q in zip(query, qw):
+            p = posting.get(t)
+            if p is None:
+                if contributions:
+                    per_term.append(np.zeros(0))
+                continue
+            ids, tfs = p
+            w = w_q * scoring.tfidf_tf(tfs) * scoring.tfidf_idf(n, df)
+            w[self.state[ids] == ABSENT] = 0.0
+            scores[ids] += w
+            if contributions:
+                c = np.zeros(len(self.lengths))
+                c[ids] = w
+                per_term.append(c)
+        denom = norms * qnorm
+        nz = denom > 0
+        scores[nz] /= denom[nz]
+        scores[~nz] = 0.0
+        for c in per_term:
+            if len(c):
+                c[nz] /= denom[nz]
+        return scores, per_term
+
+    def norms(self) -> np.ndarray:
+        """TF-IDF vector norm of every chunk under the current statistics.
+
+        Every add or delete changes N and so every IDF, so norms are
+        recomputed lazily, at the first TF-IDF query after a write: one pass
+        over all forward indexes with numpy (measured in BENCHMARKS.md).
+        """
+        if self._norms is not None and self._norms_generation == self.generation:
+            return self._norms
+        rows, terms, tfs = [], [], []
+        for cid, t, f in self.store.forward_all():
+            tt = unpack_ids(t)
+            rows.append(np.full(len(tt), cid, np.int64))
+            terms.append(tt)
+            tfs.append(unpack_tfs(f))
+        size = len(self.lengths)
+        if not rows:
+            self._norms = np.zeros(size)
+        else:
+            term_arr = np.concatenate(terms).astype(np.int64)
+            df_pairs = np.array(self.store.all_dfs(), dtype=np.int64).reshape(-1, 2)
+            df = np.zeros(int(max(df_pairs[:, 0].max(initial=0), term_arr.max(initial=0))) + 1, np.int64)
+            df[df_pairs[:, 0]] = df_pairs[:, 1]
+            idf = scoring.tfidf_idf(self.n_chunks, df)
+            w = scoring.tfidf_tf(np.concatenate(tfs)) * idf[term_arr]
+            self._norms = scoring.cosine_norms(np.concatenate(rows), w, size)
+        self._norms_generation = self.generation
+        return self._norms
+
+
+def _capacity(size: int) -> int:
+    cap = 1024
+    while cap < size:
+        cap *= 2
+    return cap

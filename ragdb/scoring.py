@@ -1,0 +1,64 @@
+"""Scoring functions: each a few lines over numpy arrays, with its source.
+
+All statistics come from the live collection: ``n`` is the number of chunks
+that default searches see, ``df`` the number of those chunks containing the
+term, ``avgdl`` their mean length in terms. Scores are computed in float64
+and summed over query terms in query order, so the same collection gives
+bit-identical scores however it was built.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+BM25_K1 = 1.2
+BM25_B = 0.75
+
+
+def bm25_idf(n: int, df: int) -> float:
+    """BM25 inverse document frequency as in Lucene (and bm25s' ``lucene`` method):
+    ``ln(1 + (N - df + 0.5) / (df + 0.5))``; always positive, unlike Robertson's
+    original ``ln((N - df + 0.5) / (df + 0.5))`` which goes negative for terms in
+    more than half the documents. Kamphuis et al., "Which BM25 Do You Mean? A
+    Large-Scale Reproducibility Study of Scoring Variants", ECIR 2020.
+    """
+    return math.log(1.0 + (n - df + 0.5) / (df + 0.5))
+
+
+def bm25_term_scores(tf: np.ndarray, doc_len: np.ndarray, idf: float, avgdl: float,
+                     k1: float = BM25_K1, b: float = BM25_B) -> np.ndarray:
+    """Per-document contribution of one term: ``idf * tf / (tf + k1 * (1 - b + b * dl / avgdl))``.
+
+    Lucene's BM25 (Lucene >= 8 drops the constant ``(k1 + 1)`` numerator factor,
+    which does not change the ranking). Robertson & Zaragoza, "The Probabilistic
+    Relevance Framework: BM25 and Beyond", 2009; Kamphuis et al., ECIR 2020.
+    """
+    tf = tf.astype(np.float64)
+    return idf * tf / (tf + k1 * (1.0 - b + b * doc_len / avgdl))
+
+
+def tfidf_idf(n: int, df: np.ndarray | int) -> np.ndarray | float:
+    """Smoothed IDF ``ln((1 + N) / (1 + df)) + 1`` (as scikit-learn's
+    ``TfidfVectorizer(smooth_idf=True)``); never zero, so a term in every
+    document still counts a little. Salton & Buckley, "Term-weighting
+    approaches in automatic text retrieval", IP&M 1988.
+    """
+    return np.log((1.0 + n) / (1.0 + np.asarray(df, dtype=np.float64))) + 1.0
+
+
+def tfidf_tf(tf: np.ndarray) -> np.ndarray:
+    """Sublinear term frequency ``1 + ln(tf)`` (Manning, Raghavan & Schütze,
+    *Introduction to Information Retrieval*, 2008, §6.4.1)."""
+    return 1.0 + np.log(tf.astype(np.float64))
+
+
+def cosine_norms(rows: np.ndarray, weights: np.ndarray, size: int) -> np.ndarray:
+    """Euclidean norm of each row's weight vector: ``sqrt(sum_t w_t^2)``.
+
+    ``rows`` gives the row of each weight; rows' entries must come in a fixed
+    order (ragdb keeps a chunk's terms sorted by term text) so the floating
+    point sum is the same in every database holding that chunk.
+    """
+    return np.sqrt(np.bincount(rows, weights=weights * weights, minlength=size))

@@ -1,0 +1,557 @@
+"""Storage: the SQLite schema, migrations, transactions and every SQL statement.
+
+Nothing outside this module writes SQL. Every value is a bound parameter;
+the only identifiers in statements are constants written here.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import sqlite3
+import threading
+from datetime import datetime, timezone
+from importlib import resources
+from pathlib import Path
+from typing import Any, Iterable, Iterator, Sequence
+
+import orjson
+import sqlite_utils
+
+from .errors import DatabaseBusy, NotADatabase, RagdbError, SchemaTooNew, StorageError
+
+MIGRATION_SET = "ragdb"
+_PARAM_CHUNK = 900  # stay under SQLITE_MAX_VARIABLE_NUMBER on old builds
+
+
+def migrations_dir() -> Path:
+    """The folder of numbered ``NNNN_name.sql`` migrations.
+
+    In a wheel they are packaged as ``ragdb/_migrations``; in a source
+    checkout (editable install) they are the top-level ``migrations/``.
+    """
+    packaged = resources.files("ragdb").joinpath("_migrations")
+    if packaged.is_dir():
+        return Path(str(packaged))
+    here = Path(__file__).resolve().parent.parent / "migrations"
+    if here.is_dir():
+        return here
+    raise StorageError("ragdb's migrations are missing from the installation")  # pragma: no cover
+
+
+def migration_files() -> list[Path]:
+    return sorted(p for p in migrations_dir().glob("[0-9][0-9][0-9][0-9]_*.sql"))
+
+
+def _split_sql(script: str) -> list[str]:
+    """Split a script into statements (``executescript`` would COMMIT first,
+    breaking the migration's transaction)."""
+    out: list[str] = []
+    buf = ""
+    for line in script.splitlines(keepends=True):
+        buf += line
+        if sqlite3.complete_statement(buf):
+            stmt = buf.strip()
+            if stmt and not all(l.strip().startswith("--") or not l.strip() for l in stmt.splitlines()):
+                out.append(stmt)
+            buf = ""
+    if buf.strip() and not all(l.strip().startswith("--") or not l.strip() for l in buf.splitlines()):
+        raise StorageError(f"incomplete SQL statement in migration: {buf.strip()[:80]!r}")
+    return out
+
+
+def build_migrations(stop_after: str | None = None) -> sqlite_utils.Migrations:
+    """The ragdb migration set, read from the SQL files (``stop_after`` is for tests)."""
+    migrations = sqlite_utils.Migrations(MIGRATION_SET)
+    for path in migration_files():
+        sql = path.read_text(encoding="utf-8")
+
+        def apply(db: sqlite_utils.Database, _sql: str = sql) -> None:
+            for stmt in _split_sql(_sql):
+                db.conn.execute(stmt)
+
+        migrations(name=path.stem)(apply)
+        if stop_after == path.stem:
+            break
+    return migrations
+
+
+def _translate(err: sqlite3.Error, path: str) -> RagdbError:
+    msg = str(err)
+    low = msg.lower()
+    if "locked" in low or "busy" in low:
+        return DatabaseBusy(f"{path}: database is locked by another writer (waited for the busy timeout): {msg}")
+    if "readonly" in low or "read-only" in low:
+        return StorageError(f"{path}: the database is read-only: {msg}")
+    if "full" in low:
+        return StorageError(f"{path}: the disk is full; nothing was written: {msg}")
+    if "not a database" in low or "malformed" in low or "encrypted" in low:
+        return NotADatabase(f"{path}: not a ragdb database (SQLite says: {msg})")
+    return StorageError(f"{path}: {msg}")
+
+
+def utcnow_iso() -> str:
+    return datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+
+
+def dumps(value: Any) -> str:
+    return orjson.dumps(value, option=orjson.OPT_SORT_KEYS).decode()
+
+
+def loads(text: str | bytes) -> Any:
+    return orjson.loads(text)
+
+
+class Store:
+    """One SQLite connection with ragdb's schema, plus the statements ragdb runs.
+
+    The connection runs in autocommit mode; :meth:`read` and :meth:`write`
+    open explicit transactions. Writes use ``BEGIN IMMEDIATE``, not
+    sqlite-utils' ``atomic()`` (a deferred ``BEGIN``): a deferred transaction
+    that first reads and then writes fails with SQLITE_BUSY without waiting
+    when another process committed in between, and the busy timeout cannot
+    help. Taking the write lock up front makes a second writer wait instead.
+    """
+
+    def __init__(self, path: str, *, busy_timeout: float = 30.0, readonly: bool = False,
+                 create: bool = True) -> None:
+        self.path = path
+        self.lock = threading.RLock()
+        memory = path == ":memory:"
+        if not memory:
+            p = Path(path)
+            if not p.exists() and (readonly or not create):
+                raise NotADatabase(f"{path}: no such database file")
+            if p.exists() and p.is_dir():
+                raise NotADatabase(f"{path}: is a directory, not a database file")
+        try:
+            if readonly and not memory:
+                uri = Path(path).resolve().as_uri() + "?mode=ro"
+                conn = sqlite3.connect(uri, uri=True, check_same_thread=False, isolation_level=None,
+                                       timeout=busy_timeout)
+            else:
+                conn = sqlite3.connect(path, check_same_thread=False, isolation_level=None,
+                                       timeout=busy_timeout)
+        except sqlite3.Error as e:
+            raise _translate(e, path) from e
+        self.conn = conn
+        self.db = sqlite_utils.Database(conn, execute_plugins=False, recursive_triggers=False)
+        try:
+            self._open(readonly=readonly, memory=memory, busy_timeout=busy_timeout)
+        except BaseException:
+            conn.close()
+            raise
+
+    # -- opening and migrations --------------------------------------------
+    def _open(self, *, readonly: bool, memory: bool, busy_timeout: float) -> None:
+        conn = self.conn
+        try:
+            tables = {r[0] for r in conn.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
+        except sqlite3.Error as e:
+            raise _translate(e, self.path) from e
+        known = [p.stem for p in migration_files()]
+        if tables:
+            applied = self._applied() if "_sqlite_migrations" in tables else []
+            if not applied:
+                raise NotADatabase(f"{self.path}: is a SQLite database but not a ragdb database "
+                                   f"(it has tables {', '.join(sorted(tables)[:5])} and no ragdb schema)")
+            unknown = [name for name in applied if name not in known]
+            if unknown:
+                raise SchemaTooNew(f"{self.path}: written by a newer ragdb (schema {unknown[-1]}; "
+                                   f"this ragdb knows up to {known[-1]}); upgrade ragdb to open it")
+        conn.execute(f"PRAGMA busy_timeout = {int(busy_timeout * 1000)}")
+        conn.execute("PRAGMA foreign_keys = ON")
+        if readonly:
+            if not tables:
+                raise NotADatabase(f"{self.path}: empty file, not a ragdb database")
+            if len(self._applied()) < len(known):
+                raise StorageError(f"{self.path}: needs a schema migration, which a read-only open cannot do")
+            return
+        if not memory:
+            mode = conn.execute("PRAGMA journal_mode").fetchone()[0]
+            if mode != "wal":
+                try:
+                    conn.execute("PRAGMA journal_mode = WAL")
+                except sqlite3.Error as e:
+                    raise _translate(e, self.path) from e
+            conn.execute("PRAGMA synchronous = NORMAL")
+        self.migrate()
+
+    def _applied(self) -> list[str]:
+        return [r[0] for r in self.conn.execute(
+            "SELECT name FROM _sqlite_migrations WHERE migration_set = ? ORDER BY id", [MIGRATION_SET])]
+
+    def applied_migrations(self) -> list[tuple[str, str]]:
+        try:
+            return [(r[0], r[1]) for r in self.conn.execute(
+                "SELECT name, applied_at FROM _sqlite_migrations WHERE migration_set = ? ORDER BY id",
+                [MIGRATION_SET])]
+        except sqlite3.OperationalError:
+            return []
+
+    def migrate(self, stop_after: str | None = None) -> list[str]:
+        """Apply pending migrations in one write transaction; returns their names."""
+        migrations = build_migrations(stop_after)
+        with self.write():
+            pending = [m.name for m in migrations.pending(self.db)]
+            if pending:
+                migrations.apply(self.db)
+        return pending
+
+    # -- transactions ------------------------------------------------------
+    @contextlib.contextmanager
+    def write(self) -> Iterator[sqlite3.Connection]:
+        """One write transaction (``BEGIN IMMEDIATE``); rolled back on any error."""
+        with self.lock:
+            if self.conn.in_transaction:
+                # Nested: a savepoint inside the caller's transaction.
+                with self.db.atomic():
+                    yield self.conn
+                return
+            try:
+                self.conn.execute("BEGIN IMMEDIATE")
+            except sqlite3.Error as e:
+                raise _translate(e, self.path) from e
+            try:
+                yield self.conn
+                self.conn.execute("COMMIT")
+            except sqlite3.Error as e:
+                self._rollback()
+                raise _translate(e, self.path) from e
+            except BaseException:
+                self._rollback()
+                raise
+
+    @contextlib.contextmanager
+    def read(self) -> Iterator[sqlite3.Connection]:
+        """A read transaction: every statement inside sees one snapshot."""
+        with self.lock:
+            if self.conn.in_transaction:
+                yield self.conn
+                return
+            try:
+                self.conn.execute("BEGIN")
+                yield self.conn
+            except sqlite3.Error as e:
+                raise _translate(e, self.path) from e
+            finally:
+                self._rollback()
+
+    def _rollback(self) -> None:
+        if self.conn.in_transaction:
+            try:
+                self.conn.execute("ROLLBACK")
+            except sqlite3.Error:  # pragma: no cover - connection already broken
+                pass
+
+    def close(self) -> None:
+        with self.lock:
+            self._rollback()
+            self.conn.close()
+
+    # -- settings and statistics ---------------------------------------------
+    def settings(self) -> dict[str, Any]:
+        return {k: loads(v) for k, v in self.conn.execute("SELECT key, value FROM settings")}
+
+    def set_setting(self, key: str, value: Any) -> None:
+        self.conn.execute("INSERT INTO settings (key, value) VALUES (?, ?) "
+                          "ON CONFLICT (key) DO UPDATE SET value = excluded.value", [key, dumps(value)])
+
+    def stats_row(self) -> dict[str, int]:
+        row = self.conn.execute("SELECT generation, n_docs, n_chunks, total_length, flushed_upto, vocab_epoch "
+                                "FROM stats WHERE id = 1").fetchone()
+        return dict(zip(("generation", "n_docs", "n_chunks", "total_length", "flushed_upto", "vocab_epoch"), row))
+
+    def generation(self) -> int:
+        return int(self.conn.execute("SELECT generation FROM stats WHERE id = 1").fetchone()[0])
+
+    def bump_stats(self, *, docs: int = 0, chunks: int = 0, length: int = 0) -> int:
+        """Adjust the statistics and advance the generation; returns the new generation."""
+        return int(self.conn.execute(
+            "UPDATE stats SET generation = generation + 1, n_docs = n_docs + ?, n_chunks = n_chunks + ?, "
+            "total_length = total_length + ? WHERE id = 1 RETURNING generation",
+            [docs, chunks, length]).fetchone()[0])
+
+    def set_flushed_upto(self, chunk_id: int) -> None:
+        self.conn.execute("UPDATE stats SET flushed_upto = ? WHERE id = 1", [chunk_id])
+
+    def next_ids(self) -> tuple[int, int]:
+        """Next free (document id, chunk id). Ids are never reused (AUTOINCREMENT)."""
+        seq = dict(self.conn.execute("SELECT name, seq FROM sqlite_sequence WHERE name IN ('documents', 'chunks')"))
+        return int(seq.get("documents", 0)) + 1, int(seq.get("chunks", 0)) + 1
+
+    # -- documents -------------------------------------------------------------
+    _DOC_COLS = ("id, source, version, timestamp, content_hash, metadata, acl, latest, title, "
+                 "(SELECT count(*) FROM chunks c WHERE c.doc_id = documents.id)")
+
+    def latest_by_source(self, sources: Sequence[str]) -> dict[str, tuple[int, str, str | None, str, str, str]]:
+        """source -> (id, content_hash, version, metadata json, acl json, timestamp) of latest versions."""
+        out: dict[str, tuple[int, str, str | None, str, str, str]] = {}
+        for part in _chunks(list(dict.fromkeys(sources))):
+            q = ",".join("?" * len(part))
+            for row in self.conn.execute(
+                    f"SELECT source, id, content_hash, version, metadata, acl, timestamp FROM documents "
+                    f"WHERE latest = 1 AND source IN ({q})", part):
+                out[row[0]] = tuple(row[1:])  # type: ignore[assignment]
+        return out
+
+    def insert_documents(self, rows: Iterable[Sequence[Any]]) -> None:
+        self.conn.executemany(
+            "INSERT INTO documents (id, source, version, timestamp, ts, valid_to, latest, content_hash, title, "
+            "text, metadata, acl, chunker, added_at) VALUES (?, ?, ?, ?, ?, NULL, 1, ?, ?, ?, ?, ?, ?, ?)", rows)
+
+    def insert_chunks(self, rows: Iterable[Sequence[Any]]) -> None:
+        self.conn.executemany(
+            'INSERT INTO chunks (id, doc_id, ordinal, start, "end", length, latest, text, metadata, terms, tfs) '
+            "VALUES (?, ?, ?, ?, ?, ?, 1, ?, ?, ?, ?)", rows)
+
+    def doc_chunks(self, doc_id: int) -> list[tuple[int, int, int, bytes, bytes]]:
+        """(chunk id, length, latest, terms, tfs) of a document's chunks."""
+        return self.conn.execute("SELECT id, length, latest, terms, tfs FROM chunks WHERE doc_id = ? ORDER BY id",
+                                 [doc_id]).fetchall()
+
+    def set_latest(self, doc_id: int, latest: bool, valid_to: float | None) -> None:
+        self.conn.execute("UPDATE documents SET latest = ?, valid_to = ? WHERE id = ?",
+                          [int(latest), valid_to, doc_id])
+        self.conn.execute("UPDATE chunks SET latest = ? WHERE doc_id = ?", [int(latest), doc_id])
+
+    def delete_document(self, doc_id: int) -> None:
+        self.conn.execute("DELETE FROM chunks WHERE doc_id = ?", [doc_id])
+        self.conn.execute("DELETE FROM documents WHERE id = ?", [doc_id])
+
+    def doc_ids_for_source(self, source: str, *, glob: bool = False) -> list[tuple[int, int]]:
+        """(id, latest) of every stored version of matching sources, newest first."""
+        op = "GLOB" if glob else "="
+        return self.conn.execute(f"SELECT id, latest FROM documents WHERE source {op} ? ORDER BY id DESC",
+                                 [source]).fetchall()
+
+    def doc_row(self, doc_id: int) -> tuple[Any, ...] | None:
+        return self.conn.execute(f"SELECT {self._DOC_COLS}, text FROM documents WHERE id = ?",
+                                 [doc_id]).fetchone()
+
+    def doc_source(self, doc_id: int) -> tuple[str, int] | None:
+        return self.conn.execute("SELECT source, latest FROM documents WHERE id = ?", [doc_id]).fetchone()
+
+    def newest_older_version(self, source: str) -> int | None:
+        row = self.conn.execute("SELECT id FROM documents WHERE source = ? AND latest = 0 ORDER BY id DESC LIMIT 1",
+                                [source]).fetchone()
+        return row[0] if row else None
+
+    def list_documents(self, source: str | None = None, *, glob: bool = True, latest_only: bool = True,
+                       limit: int | None = None, offset: int = 0) -> list[tuple[Any, ...]]:
+        where = []
+        params: list[Any] = []
+        if source is not None:
+            where.append("source GLOB ?" if glob else "source = ?")
+            params.append(source)
+        if latest_only:
+            where.append("latest = 1")
+        sql = f"SELECT {self._DOC_COLS} FROM documents"
+        if where:
+            sql += " WHERE " + " AND ".join(where)
+        sql += " ORDER BY source, id LIMIT ? OFFSET ?"
+        params += [-1 if limit is None else limit, offset]
+        return self.conn.execute(sql, params).fetchall()
+
+    def iter_documents(self, latest_only: bool = False) -> Iterator[tuple[Any, ...]]:
+        """Full rows for export: id, source, version, timestamp, title, text, metadata, acl, chunker, latest."""
+        sql = ("SELECT id, source, version, timestamp, title, text, metadata, acl, chunker, latest "
+               "FROM documents")
+        if latest_only:
+            sql += " WHERE latest = 1"
+        yield from self.conn.execute(sql + " ORDER BY id")
+
+    # -- chunks for the in-memory index ------------------------------------------
+    def chunk_table(self) -> list[tuple[int, int, int]]:
+        """(id, length, latest) of every stored chunk."""
+        return self.conn.execute("SELECT id, length, latest FROM chunks").fetchall()
+
+    def chunk_table_since(self, after_id: int) -> list[tuple[int, int, int]]:
+        return self.conn.execute("SELECT id, length, latest FROM chunks WHERE id > ?", [after_id]).fetchall()
+
+    def forward_since(self, after_id: int) -> list[tuple[int, bytes, bytes]]:
+        return self.conn.execute("SELECT id, terms, tfs FROM chunks WHERE id > ? ORDER BY id", [after_id]).fetchall()
+
+    def forward_all(self) -> list[tuple[int, bytes, bytes]]:
+        return self.conn.execute("SELECT id, terms, tfs FROM chunks ORDER BY id").fetchall()
+
+    def max_chunk_id(self) -> int:
+        return int(self.conn.execute("SELECT coalesce(max(id), 0) FROM chunks").fetchone()[0])
+
+    def hit_rows(self, chunk_ids: Sequence[int]) -> dict[int, tuple[Any, ...]]:
+        """chunk id -> (doc_id, source, version, timestamp, text, start, end, ordinal, chunk metadata,
+        document metadata)."""
+        out: dict[int, tuple[Any, ...]] = {}
+        for part in _chunks(list(chunk_ids)):
+            q = ",".join("?" * len(part))
+            for row in self.conn.execute(
+                    f'SELECT c.id, c.doc_id, d.source, d.version, d.timestamp, coalesce(c.text, d.text), c.start, c."end", '
+                    f"c.ordinal, "
+                    f"c.metadata, d.metadata FROM chunks c JOIN documents d ON d.id = c.doc_id "
+                    f"WHERE c.id IN ({q})", part):
+                out[row[0]] = tuple(row[1:])
+        return out
+
+    def chunk_sort_keys(self, chunk_ids: Sequence[int]) -> dict[int, tuple[str, int]]:
+        """chunk id -> (source, start): the content-based tie-break of equal scores."""
+        out: dict[int, tuple[str, int]] = {}
+        for part in _chunks(list(chunk_ids)):
+            q = ",".join("?" * len(part))
+            for cid, source, start in self.conn.execute(
+                    f"SELECT c.id, d.source, c.start FROM chunks c JOIN documents d ON d.id = c.doc_id "
+                    f"WHERE c.id IN ({q})", part):
+                out[cid] = (source, start)
+        return out
+
+    # -- vocabulary ------------------------------------------------------------
+    def term_ids(self, terms: Sequence[str]) -> dict[str, tuple[int, int]]:
+        """term -> (id, df) for the terms that are in the vocabulary."""
+        out: dict[str, tuple[int, int]] = {}
+        for part in _chunks(list(terms)):
+            q = ",".join("?" * len(part))
+            for tid, term, df in self.conn.execute(
+                    f"SELECT id, term, df FROM vocabulary WHERE term IN ({q})", part):
+                out[term] = (tid, df)
+        return out
+
+    def next_term_id(self) -> int:
+        return int(self.conn.execute("SELECT coalesce(max(id), 0) FROM vocabulary").fetchone()[0]) + 1
+
+    def add_terms(self, rows: Iterable[tuple[int, str, int]]) -> None:
+        """Insert new terms as (id, term, df)."""
+        self.conn.executemany("INSERT INTO vocabulary (id, term, df) VALUES (?, ?, ?)", rows)
+
+    def bump_vocab_epoch(self) -> None:
+        self.conn.execute("UPDATE stats SET vocab_epoch = vocab_epoch + 1 WHERE id = 1")
+
+    def add_df(self, deltas: Iterable[tuple[int, int]]) -> None:
+        """Apply (delta, term id) document-frequency changes."""
+        self.conn.executemany("UPDATE vocabulary SET df = df + ? WHERE id = ?", deltas)
+
+    def dfs(self, term_ids: Sequence[int]) -> dict[int, int]:
+        out: dict[int, int] = {}
+        for part in _chunks(list(term_ids)):
+            q = ",".join("?" * len(part))
+            out.update(self.conn.execute(f"SELECT id, df FROM vocabulary WHERE id IN ({q})", part).fetchall())
+        return out
+
+    def all_dfs(self) -> list[tuple[int, int]]:
+        return self.conn.execute("SELECT id, df FROM vocabulary").fetchall()
+
+    def term_texts(self, term_ids: Sequence[int]) -> dict[int, str]:
+        out: dict[int, str] = {}
+        for part in _chunks(list(term_ids)):
+            q = ",".join("?" * len(part))
+            out.update(self.conn.execute(f"SELECT id, term FROM vocabulary WHERE id IN ({q})", part).fetchall())
+        return out
+
+    def vocabulary_size(self) -> int:
+        return int(self.conn.execute("SELECT count(*) FROM vocabulary WHERE df > 0").fetchone()[0])
+
+    def delete_unused_terms(self) -> int:
+        cur = self.conn.execute(
+            "DELETE FROM vocabulary WHERE df = 0 AND id NOT IN (SELECT DISTINCT term_id FROM postings)")
+        return cur.rowcount
+
+    # -- postings ----------------------------------------------------------------
+    def postings(self, term_ids: Sequence[int]) -> list[tuple[int, bytes, bytes]]:
+        """(term id, chunk ids blob, tfs blob) of every segment of these terms."""
+        out: list[tuple[int, bytes, bytes]] = []
+        for part in _chunks(list(term_ids)):
+            q = ",".join("?" * len(part))
+            out.extend(self.conn.execute(
+                f"SELECT term_id, chunk_ids, tfs FROM postings WHERE term_id IN ({q}) ORDER BY term_id, segment",
+                part).fetchall())
+        return out
+
+    def all_postings(self) -> Iterator[tuple[int, bytes, bytes]]:
+        yield from self.conn.execute("SELECT term_id, chunk_ids, tfs FROM postings ORDER BY term_id, segment")
+
+    def segment_counts(self, term_ids: Sequence[int]) -> dict[int, tuple[int, int]]:
+        """term id -> (number of segments, highest segment number)."""
+        out: dict[int, tuple[int, int]] = {}
+        for part in _chunks(list(term_ids)):
+            q = ",".join("?" * len(part))
+            for tid, n, mx in self.conn.execute(
+                    f"SELECT term_id, count(*), max(segment) FROM postings WHERE term_id IN ({q}) "
+                    f"GROUP BY term_id", part):
+                out[tid] = (n, mx)
+        return out
+
+    def segment_counts_all(self) -> list[int]:
+        return [r[0] for r in self.conn.execute("SELECT DISTINCT term_id FROM postings")]
+
+    def insert_segments(self, rows: Iterable[tuple[int, int, int, bytes, bytes]]) -> None:
+        """Rows of (term id, segment, n, chunk ids, tfs)."""
+        self.conn.executemany("INSERT INTO postings (term_id, segment, n, chunk_ids, tfs) VALUES (?, ?, ?, ?, ?)",
+                              rows)
+
+    def delete_segments(self, term_ids: Sequence[int]) -> None:
+        for part in _chunks(list(term_ids)):
+            q = ",".join("?" * len(part))
+            self.conn.execute(f"DELETE FROM postings WHERE term_id IN ({q})", part)
+
+    def segment_total(self) -> int:
+        return int(self.conn.execute("SELECT count(*) FROM postings").fetchone()[0])
+
+    # -- checks and maintenance -----------------------------------------------------
+    def integrity_problems(self) -> list[str]:
+        rows = [r[0] for r in self.conn.execute("PRAGMA integrity_check")]
+        problems = [] if rows == ["ok"] else [f"sqlite integrity_check: {r}" for r in rows]
+        problems += [f"foreign key violation in {r[0]} rowid {r[1]}"
+                     for r in self.conn.execute("PRAGMA foreign_key_check")]
+        return problems
+
+    def orphan_chunks(self) -> int:
+        return int(self.conn.execute(
+            "SELECT count(*) FROM chunks c LEFT JOIN documents d ON d.id = c.doc_id WHERE d.id IS NULL").fetchone()[0])
+
+    def latest_mismatch(self) -> int:
+        return int(self.conn.execute(
+            "SELECT count(*) FROM chunks c JOIN documents d ON d.id = c.doc_id WHERE c.latest != d.latest"
+        ).fetchone()[0])
+
+    def real_counts(self) -> tuple[int, int, int]:
+        """(latest documents, latest chunks, total length of latest chunks) counted from the rows."""
+        docs = self.conn.execute("SELECT count(*) FROM documents WHERE latest = 1").fetchone()[0]
+        n, total = self.conn.execute(
+            "SELECT count(*), coalesce(sum(length), 0) FROM chunks WHERE latest = 1").fetchone()
+        return int(docs), int(n), int(total)
+
+    def stored_counts(self) -> tuple[int, int]:
+        d = self.conn.execute("SELECT count(*) FROM documents").fetchone()[0]
+        c = self.conn.execute("SELECT count(*) FROM chunks").fetchone()[0]
+        return int(d), int(c)
+
+    def duplicate_latest_sources(self) -> int:
+        return int(self.conn.execute(
+            "SELECT count(*) FROM (SELECT source FROM documents WHERE latest = 1 GROUP BY source HAVING count(*) > 1)"
+        ).fetchone()[0])
+
+    def vacuum_analyze(self) -> None:
+        with self.lock:
+            try:
+                self.conn.execute("ANALYZE")
+                self.conn.execute("VACUUM")
+                if self.path != ":memory:":
+                    self.conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+            except sqlite3.Error as e:
+                raise _translate(e, self.path) from e
+
+    def file_size(self) -> int:
+        if self.path == ":memory:":
+            page_count = self.conn.execute("PRAGMA page_count").fetchone()[0]
+            page_size = self.conn.execute("PRAGMA page_size").fetchone()[0]
+            return int(page_count * page_size)
+        total = 0
+        for suffix in ("", "-wal"):
+            try:
+                total += os.path.getsize(self.path + suffix)
+            except OSError:
+                pass
+        return total
+
+
+def _chunks(items: list[Any], size: int = _PARAM_CHUNK) -> Iterator[list[Any]]:
+    for i in range(0, len(items), size):
+        yield items[i:i + size]

@@ -1,0 +1,366 @@
+"""The core engine: adds, replaces, deletes, search, statistics, exactness."""
+
+from __future__ import annotations
+
+import math
+import sqlite3
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+import ragdb
+from ragdb.errors import (AnalyzerMismatch, DocumentNotFound, InvalidInput, NotADatabase, RagdbError,
+                          SchemaTooNew)
+
+ZH = "RAG 是检索增强生成的缩写，它先从知识库检索相关资料，再让大模型基于证据生成答案。"
+EN = "Retrieval-augmented generation retrieves relevant documents before the model generates an answer."
+
+
+def fingerprint(hits):
+    return [(h.source, h.start, h.end, h.text, h.score) for h in hits]
+
+
+def test_add_search_delete_roundtrip(tmp_path):
+    path = tmp_path / "kb.db"
+    with ragdb.open(path) as db:
+        d = db.add(ZH, source="notes/rag.md", version="2", timestamp="2026-11-01T00:00:00Z",
+                   metadata={"lang": "zh"})
+        db.add(EN, source="notes/rag-en.md", metadata={"lang": "en"})
+        hits = db.search("什么是检索增强生成", k=5)
+        assert hits[0].source == "notes/rag.md"
+        h = hits[0]
+        assert h.doc_id == d.id and h.version == "2" and h.timestamp == "2026-11-01T00:00:00Z"
+        assert h.metadata["lang"] == "zh"
+        assert ZH[h.start:h.end] == h.text
+        en = db.search("what is retrieval augmented generation", k=5, scorer="tfidf")
+        assert en[0].source == "notes/rag-en.md" and 0 < en[0].score <= 1.0 + 1e-12
+        assert db.stats().documents == 2
+        assert db.delete(d.id) == 1
+        assert db.search("检索增强生成") == []
+        assert db.delete(source="notes/rag-en.md") == 1
+        assert db.stats().documents == 0 and db.stats().vocabulary == 0
+        assert db.check() == []
+    # persisted
+    with ragdb.open(path) as db:
+        assert db.stats().documents == 0
+
+
+def test_persistence_across_open(tmp_path):
+    path = tmp_path / "kb.db"
+    with ragdb.open(path) as db:
+        db.add(EN, source="a")
+    with ragdb.open(path) as db:
+        assert [h.source for h in db.search("retrieval")] == ["a"]
+
+
+def test_identical_add_is_noop_and_replace_is_atomic():
+    with ragdb.open(":memory:") as db:
+        a = db.add(EN, source="s")
+        gen = db.stats()
+        b = db.add(EN, source="s")
+        assert a.id == b.id and db.stats() == gen
+        c = db.add("completely different text about penguins", source="s")
+        assert c.id != a.id
+        assert db.stats().documents == 1
+        assert db.search("retrieval") == []
+        assert [h.source for h in db.search("penguins")] == ["s"]
+        assert db.check() == []
+
+
+def test_hit_fields_and_spans_with_window_chunker():
+    text = " ".join(f"word{i}" for i in range(500))
+    with ragdb.open(":memory:") as db:
+        db.add(text, source="long", chunker="window:size=100,overlap=20")
+        assert db.stats().chunks == 6
+        hits = db.search("word250", k=3)
+        assert len(hits) == 2  # overlapping windows both hold it
+        for h in hits:
+            assert text[h.start:h.end] == h.text and "word250" in h.text
+
+
+def test_chunker_none_keeps_one_chunk():
+    with ragdb.open(":memory:") as db:
+        db.add("para one.\n\npara two.\n\npara three.", source="x", chunker="none")
+        assert db.stats().chunks == 1
+        db.add("para one.\n\npara two.\n\npara three.", source="y", chunker="paragraph")
+        assert db.stats().chunks == 4
+
+
+@pytest.mark.parametrize("query", ["", "   ", "!!!", "\"unbalanced", "AND OR NOT", "*", "NEAR(a b)",
+                                   "😀🎉", "a" * 100_000, "x' OR 1=1; DROP TABLE chunks; --", "中文 and English 混合",
+                                   "\x00\x01", "(((", "col:value", "the of and"])
+def test_queries_never_crash(query):
+    with ragdb.open(":memory:") as db:
+        db.add(EN, source="a")
+        db.add(ZH, source="b")
+        hits = db.search(query, k=3)
+        assert isinstance(hits, list)
+        assert db.check() == []
+
+
+def test_empty_database_search():
+    with ragdb.open(":memory:") as db:
+        assert db.search("anything") == []
+        assert db.search("anything", scorer="tfidf") == []
+
+
+def test_bad_inputs_are_clear_errors_and_store_nothing():
+    with ragdb.open(":memory:") as db:
+        db.add(EN, source="keep")
+        before = db.stats()
+        with pytest.raises(InvalidInput, match="empty"):
+            db.add("   ", source="x")
+        with pytest.raises(InvalidInput, match="JSON"):
+            db.add("hello world", source="x", metadata={"bad": object()})
+        with pytest.raises(InvalidInput, match="timestamp"):
+            db.add("hello world", source="x", timestamp="yesterday")
+        with pytest.raises(InvalidInput, match="text must be a string"):
+            db.add(b"bytes", source="x")  # type: ignore[arg-type]
+        with pytest.raises(InvalidInput, match="surrogate"):
+            db.add("bad \udc80 text", source="x")
+        with pytest.raises(InvalidInput, match="overlap"):
+            db.add("hello world", source="x", chunker="window:size=10,overlap=10")
+        with pytest.raises(InvalidInput, match="unknown"):
+            db.add("hello world", source="x", chunker="sentences")
+        with pytest.raises(InvalidInput, match="k must be"):
+            db.search("x", k=0)
+        with pytest.raises(InvalidInput, match="scorer"):
+            db.search("x", scorer="magic")
+        # a bad record in a batch: the whole batch is refused
+        with pytest.raises(InvalidInput, match="record 1"):
+            db.add_many([{"text": "fine text"}, {"text": 3}])
+        with pytest.raises(DocumentNotFound):
+            db.delete(12345)
+        assert db.stats() == before
+        assert db.check() == []
+
+
+def test_errors_share_one_base():
+    for cls in (InvalidInput, NotADatabase, SchemaTooNew, AnalyzerMismatch, DocumentNotFound):
+        assert issubclass(cls, RagdbError)
+
+
+def test_not_a_database_is_refused_unchanged(tmp_path):
+    junk = tmp_path / "junk.db"
+    junk.write_bytes(b"this is not sqlite" * 100)
+    before = junk.read_bytes()
+    with pytest.raises(NotADatabase):
+        ragdb.open(junk)
+    assert junk.read_bytes() == before
+
+    other = tmp_path / "other.db"
+    conn = sqlite3.connect(other)
+    conn.execute("CREATE TABLE t (x)")
+    conn.commit()
+    conn.close()
+    before = other.read_bytes()
+    with pytest.raises(NotADatabase, match="not a ragdb database"):
+        ragdb.open(other)
+    assert other.read_bytes() == before
+
+
+def test_newer_schema_is_refused(tmp_path):
+    path = tmp_path / "kb.db"
+    with ragdb.open(path) as db:
+        db.add(EN, source="a")
+    conn = sqlite3.connect(path)
+    conn.execute("INSERT INTO _sqlite_migrations (migration_set, name, applied_at) VALUES ('ragdb', '9999_future', 'x')")
+    conn.commit()
+    conn.close()
+    with pytest.raises(SchemaTooNew, match="newer"):
+        ragdb.open(path)
+
+
+def test_analyzer_is_stored_and_enforced(tmp_path):
+    path = tmp_path / "kb.db"
+    with ragdb.open(path, analyzer="simple") as db:
+        db.add("running dogs", source="a")
+        assert db.search("run") == []  # no stemming in the simple analyzer
+    with pytest.raises(AnalyzerMismatch):
+        ragdb.open(path, analyzer="default")
+    with ragdb.open(path) as db:
+        assert db.analyzer.config()["stem"] is None
+
+
+def test_default_analyzer_english_and_chinese():
+    an = ragdb.Analyzer()
+    assert an.terms("The Running DOGS") == ["run", "dog"]
+    assert an.terms("ＡＢＣ") == an.terms("abc")  # NFKC full-width
+    terms = an.terms("检索增强")
+    assert {"检", "索", "检索", "索增", "增强"} <= set(terms)
+
+
+def test_jieba_analyzer():
+    pytest.importorskip("jieba")
+    with ragdb.open(":memory:", analyzer="jieba") as db:
+        db.add(ZH, source="zh")
+        db.add(EN, source="en")
+        assert db.search("检索增强生成")[0].source == "zh"
+
+
+def test_bm25_matches_reference_formula():
+    docs = {"a": "apple banana apple", "b": "banana cherry", "c": "cherry cherry cherry date"}
+    with ragdb.open(":memory:", analyzer="simple") as db:
+        for s, t in docs.items():
+            db.add(t, source=s, chunker="none")
+        hits = {h.source: h.score for h in db.search("apple cherry", k=10)}
+    toks = {s: t.split() for s, t in docs.items()}
+    n = len(toks)
+    avgdl = sum(map(len, toks.values())) / n
+    k1, b = 1.2, 0.75
+
+    def score(doc, q):
+        total = 0.0
+        for term in q:
+            df = sum(term in t for t in toks.values())
+            tf = toks[doc].count(term)
+            if not tf:
+                continue
+            idf = math.log(1 + (n - df + 0.5) / (df + 0.5))
+            total += idf * tf / (tf + k1 * (1 - b + b * len(toks[doc]) / avgdl))
+        return total
+
+    for s in ("a", "b", "c"):
+        expected = score(s, ["apple", "cherry"])
+        if expected:
+            assert hits[s] == pytest.approx(expected, rel=1e-12)
+        else:
+            assert s not in hits
+
+
+def test_bm25_agrees_with_rank_bm25_ordering():
+    rank_bm25 = pytest.importorskip("rank_bm25")
+    corpus = ["the quick brown fox jumps", "a lazy dog sleeps all day", "quick quick fox and dog",
+              "brown bears eat honey", "foxes are quick and clever animals"]
+    with ragdb.open(":memory:", analyzer="simple") as db:
+        for i, t in enumerate(corpus):
+            db.add(t, source=str(i), chunker="none")
+        ours = [int(h.source) for h in db.search("quick fox", k=5)]
+    ref = rank_bm25.BM25Okapi([t.split() for t in corpus], k1=1.2, b=0.75)
+    scores = ref.get_scores("quick fox".split())
+    theirs = [i for i in sorted(range(len(corpus)), key=lambda i: -scores[i]) if scores[i] > 0]
+    assert ours == theirs
+
+
+def test_tfidf_cosine_identical_doc_scores_one():
+    with ragdb.open(":memory:") as db:
+        db.add("alpha beta gamma", source="x", chunker="none")
+        db.add("delta epsilon", source="y", chunker="none")
+        hits = db.search("alpha beta gamma", scorer="tfidf")
+        assert hits[0].source == "x" and hits[0].score == pytest.approx(1.0)
+
+
+def test_explain_sums_to_score():
+    with ragdb.open(":memory:") as db:
+        db.add(EN, source="a")
+        db.add("generation of electricity", source="b")
+        for scorer in ("bm25", "tfidf"):
+            for h in db.search("retrieval generation", scorer=scorer, explain=True):
+                assert sum(h.explain.values()) == pytest.approx(h.score)
+                assert set(h.explain) <= {"retriev", "generat"}
+
+
+def test_min_score_refuses_weak_hits():
+    with ragdb.open(":memory:") as db:
+        db.add(EN, source="a")
+        best = db.search("retrieval")[0].score
+        assert db.search("retrieval", min_score=best + 1) == []
+        assert len(db.search("retrieval", min_score=best)) == 1
+
+
+def test_ties_are_ordered_by_source_then_position():
+    with ragdb.open(":memory:") as db:
+        for s in ["c", "a", "b"]:
+            db.add("same text here", source=s)
+        assert [h.source for h in db.search("same text")] == ["a", "b", "c"]
+
+
+def test_delete_by_glob_and_stats():
+    with ragdb.open(":memory:") as db:
+        db.add_many([{"text": f"document number {i}", "source": f"docs/{i}.md"} for i in range(5)]
+                    + [{"text": "other", "source": "keep/x.md"}])
+        assert db.delete(source="docs/*", glob=True) == 5
+        st = db.stats()
+        assert st.documents == 1 and st.chunks == 1
+        assert db.check() == []
+
+
+def test_flush_and_optimize_keep_results(tmp_path):
+    texts = [f"topic{i % 7} shared words item{i} {'extra ' * (i % 3)}" for i in range(300)]
+    with ragdb.open(tmp_path / "a.db") as db:
+        db._settings["flush_threshold"] = 50
+        for i, t in enumerate(texts):
+            db.add(t, source=str(i))
+        for i in range(0, 300, 3):
+            db.delete(source=str(i))
+        before = {s: fingerprint(db.search(q, k=20, scorer=s)) for q in ("topic3 item4", "shared extra")
+                  for s in ("bm25", "tfidf")}
+        assert db.stats().segments > 0
+        assert db.check() == []
+        db.optimize()
+        assert db.check() == []
+        after = {s: fingerprint(db.search(q, k=20, scorer=s)) for q in ("topic3 item4", "shared extra")
+                 for s in ("bm25", "tfidf")}
+        assert before == after
+        assert db.stats().pending_chunks == 0
+
+
+def test_two_connections_see_each_others_writes(tmp_path):
+    path = tmp_path / "kb.db"
+    with ragdb.open(path) as w, ragdb.open(path) as r:
+        assert r.search("retrieval") == []
+        w.add(EN, source="a")
+        assert [h.source for h in r.search("retrieval")] == ["a"]
+        w.delete(source="a")
+        assert r.search("retrieval") == []
+        r.add(ZH, source="b")
+        assert [h.source for h in w.search("检索")] == ["b"]
+        assert w.check() == [] and r.check() == []
+
+
+# -- exactness: incremental == rebuild -----------------------------------------------------
+
+WORDS = ["retrieval", "augmented", "generation", "index", "search", "model", "answer", "evidence",
+         "检索", "增强", "生成", "知识库", "模型", "答案", "证据", "向量"]
+texts = st.lists(st.sampled_from(WORDS), min_size=1, max_size=25).map(" ".join)
+ops = st.lists(
+    st.one_of(
+        st.tuples(st.just("add"), st.integers(0, 7), texts),
+        st.tuples(st.just("delete"), st.integers(0, 7), st.just("")),
+        st.tuples(st.just("flush"), st.just(0), st.just("")),
+    ),
+    min_size=1, max_size=30,
+)
+QUERIES = ["retrieval generation", "检索增强生成", "model answer evidence", "知识库 search", "向量"]
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(ops=ops, chunker=st.sampled_from(["none", "window:size=6,overlap=2"]))
+def test_incremental_equals_rebuild(ops, chunker):
+    live: dict[str, str] = {}
+    with ragdb.open(":memory:", chunker=chunker) as db:
+        db._settings["flush_threshold"] = 4
+        for op, key, text in ops:
+            source = f"doc{key}"
+            if op == "add":
+                db.add(text, source=source)
+                live[source] = text
+            elif op == "delete":
+                db.delete(source=source)
+                live.pop(source, None)
+            else:
+                db.optimize(vacuum=False)
+        assert db.check() == []
+        with ragdb.open(":memory:", chunker=chunker) as fresh:
+            fresh.add_many([{"text": t, "source": s} for s, t in sorted(live.items())])
+            for q in QUERIES:
+                for scorer in ("bm25", "tfidf"):
+                    a = fingerprint(db.search(q, k=50, scorer=scorer))
+                    b = fingerprint(fresh.search(q, k=50, scorer=scorer))
+                    assert [x[:4] for x in a] == [x[:4] for x in b]
+                    for x, y in zip(a, b):
+                        assert abs(x[4] - y[4]) <= 1e-9
+            sa, sb = db.stats(), fresh.stats()
+            assert (sa.documents, sa.chunks, sa.vocabulary, sa.postings, sa.avg_chunk_length) == \
+                   (sb.documents, sb.chunks, sb.vocabulary, sb.postings, sb.avg_chunk_length)
