@@ -21,7 +21,8 @@ __all__ = ["open", "Database", "Hit", "Document", "Stats", "Analyzer", "RagdbErr
 
 
 def open(path: str = ":memory:", *, analyzer: "str | Analyzer | Mapping[str, Any] | None" = None,
-         chunker: str | None = None, keep_versions: bool | None = None, readonly: bool = False,
+         chunker: str | None = None, keep_versions: bool | None = None,
+         public_unlabeled: bool | None = None, readonly: bool = False,
          create: bool = True, busy_timeout: float = 30.0) -> Database:
     """Open a ragdb database file, creating it and applying pending migrations.
 
@@ -32,7 +33,12 @@ def open(path: str = ":memory:", *, analyzer: "str | Analyzer | Mapping[str, Any
     ``"window:size=200,overlap=40"``, ``"paragraph"``, ``"none"``).
     ``keep_versions``: keep replaced versions of a source for
     ``versions="all"`` and ``as_of`` searches (default: replace).
+    ``public_unlabeled``: whether chunks without access labels are visible to
+    searches made with ``principals=`` (default: no, deny).
+    ``readonly``: open without writing anything (no migrations).
+    ``busy_timeout``: seconds to wait for another process's write lock.
     ``":memory:"`` opens a private in-memory database.
     """
     return open_database(path, analyzer=analyzer, chunker=chunker, keep_versions=keep_versions,
-                         readonly=readonly, create=create, busy_timeout=busy_timeout)
+                         public_unlabeled=public_unlabeled, readonly=readonly, create=create,
+                         busy_timeout=busy_timeout)

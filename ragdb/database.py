@@ -13,6 +13,7 @@ from typing import Any, Iterable, Mapping, Sequence
 import numpy as np
 import orjson
 
+from . import filters
 from . import index as idx
 from .analysis import Analyzer
 from .chunking import Chunker, get_chunker
@@ -306,7 +307,8 @@ class Database:
                 chunk_rows.append((cid, doc_id, ordinal, start, end, length, ctext, dumps(cmeta),
                                    terms_blob, tfs_blob))
                 df.update(term_ids)
-                changes.new_chunks.append((cid, length, idx.unpack_ids(terms_blob), idx.unpack_tfs(tfs_blob)))
+                changes.new_chunks.append((cid, doc_id, length, idx.unpack_ids(terms_blob),
+                                           idx.unpack_tfs(tfs_blob)))
                 changes.chunks += 1
                 changes.length += length
             changes.docs += 1
@@ -314,6 +316,10 @@ class Database:
             store.add_terms([(ids[t], t, df.pop(ids[t], 0)) for t in new_terms])
         store.insert_documents(doc_rows)
         store.insert_chunks(chunk_rows)
+        meta_rows = [(doc_id, k, v) for doc_id, p in docs for k, v in _scalar_items(p.metadata)]
+        acl_rows = [(doc_id, label) for doc_id, p in docs for label in p.acl]
+        if meta_rows or acl_rows:
+            store.insert_doc_index(meta_rows, acl_rows)
         changes.df.update(df)
         changes.next_chunk = next_chunk
 
@@ -370,18 +376,32 @@ class Database:
         return _doc_from_row(row, with_text)
 
     # -- reading -----------------------------------------------------------------
-    def search(self, query: str, k: int = 10, *, scorer: str = "bm25", min_score: float | None = None,
-               explain: bool = False, versions: str = "latest", k1: float | None = None,
-               b: float | None = None) -> list[Hit]:
+    def search(self, query: str, k: int = 10, *, scorer: str = "bm25",
+               filter: Mapping[str, Any] | None = None, since: str | datetime | None = None,
+               until: str | datetime | None = None, as_of: str | datetime | None = None,
+               principals: Sequence[str] | None = None, versions: str = "latest",
+               min_score: float | None = None, explain: bool = False,
+               k1: float | None = None, b: float | None = None) -> list[Hit]:
         """The ``k`` best chunks for ``query``, best first.
 
         ``scorer``: ``"bm25"`` (default) or ``"tfidf"`` (cosine of TF-IDF
         vectors). Equal scores are ordered by source, then position, so the
         order does not depend on insertion history. ``min_score`` drops weaker
         hits (a refusal threshold); ``explain=True`` fills ``Hit.explain`` with
-        each query term's contribution. ``versions="all"`` also searches kept
-        older versions (scored with the statistics of the latest versions).
-        A query without index terms returns ``[]``.
+        each query term's contribution. A query without index terms returns ``[]``.
+
+        Restrictions are applied while scoring, before the top-``k`` cut, so
+        ``k`` hits come back whenever ``k`` matching chunks exist:
+        ``filter`` (see :mod:`ragdb.filters`), ``since``/``until`` (document
+        timestamp), ``as_of`` (the knowledge base as it stood then: each
+        version valid from its timestamp until a newer version replaced it),
+        ``versions="all"`` (every stored version), ``principals`` (only chunks
+        whose access labels intersect these; unlabeled chunks only if the
+        database's ``public_unlabeled`` setting is on).
+
+        Scores always use the statistics of the latest versions (N, df,
+        average length), also for ``as_of`` and ``versions="all"``; they can
+        reflect term frequencies of chunks the caller cannot see, never their text.
         """
         if not isinstance(query, str):
             raise InvalidInput(f"query must be a string, got {type(query).__name__}")
@@ -389,10 +409,13 @@ class Database:
             raise InvalidInput(f"k must be an integer between 1 and {MAX_K}, got {k!r}")
         if scorer not in SCORERS:
             raise InvalidInput(f"scorer {scorer!r} is unknown; choose one of {', '.join(SCORERS)}")
-        if versions not in ("latest", "all"):
-            raise InvalidInput(f"versions must be 'latest' or 'all', got {versions!r}")
         if min_score is not None and not isinstance(min_score, (int, float)):
             raise InvalidInput(f"min_score must be a number, got {min_score!r}")
+        restrict = filters.build(filter, since=since, until=until, as_of=as_of, principals=principals,
+                                 versions=versions, public_unlabeled=bool(self._settings.get("public_unlabeled")),
+                                 to_epoch=lambda v, label: _timestamp(v, label)[1])
+        if as_of is not None:
+            versions = "all"
         k1 = self._settings.get("bm25_k1", idx.scoring.BM25_K1) if k1 is None else float(k1)
         b = self._settings.get("bm25_b", idx.scoring.BM25_B) if b is None else float(b)
         counts = Counter(self.analyzer.terms(query))
@@ -412,7 +435,7 @@ class Database:
                 scores, per_term = index.bm25([known[t] for t in order], k1, b, explain)
             else:
                 scores, per_term = index.tfidf([(*known[t], counts[t]) for t in order], explain)
-            mask = index.state == idx.LATEST if versions == "latest" else index.state != idx.ABSENT
+            mask = index.allowed(restrict)
             cand = np.flatnonzero(mask & (scores > 0))
             if min_score is not None:
                 cand = cand[scores[cand] >= min_score]
@@ -457,8 +480,7 @@ class Database:
             stored_docs, stored_chunks = store.stored_counts()
             vocab = store.vocabulary_size()
             postings = int(sum(df for _, df in store.all_dfs()))
-            pending = store.stats_row()["flushed_upto"]
-            pending = len(store.chunk_table_since(pending))
+            pending = store.count_chunks_since(s["flushed_upto"])
             segments = store.segment_total()
         avg = s["total_length"] / s["n_chunks"] if s["n_chunks"] else 0.0
         return Stats(documents=s["n_docs"], chunks=s["n_chunks"], vocabulary=vocab, postings=postings,
@@ -504,7 +526,7 @@ class Database:
             if (d := store.duplicate_latest_sources()):
                 problems.append(f"{d} sources have more than one latest version")
             fwd = store.forward_all()
-            table = {cid: latest for cid, _length, latest in store.chunk_table()}
+            table = {cid: latest for cid, _length, latest, _doc in store.chunk_table()}
             df_real: Counter[int] = Counter()
             triples = []
             for cid, t, f in fwd:
@@ -541,7 +563,7 @@ class _Changes:
         self.chunks = 0
         self.length = 0
         self.df: Counter[int] = Counter()
-        self.new_chunks: list[tuple[int, int, np.ndarray, np.ndarray]] = []
+        self.new_chunks: list[tuple[int, int, int, np.ndarray, np.ndarray]] = []
         self.absent: list[int] = []
         self.old: list[int] = []
         self.latest: list[int] = []
@@ -569,6 +591,18 @@ def _doc_from_row(row: Sequence[Any], with_text: bool) -> Document:
     return Document(id=doc_id, source=source, version=version, timestamp=timestamp, content_hash=content_hash,
                     metadata=meta, acl=tuple(loads(acl)), chunk_count=nchunks, latest=bool(latest),
                     text=row[10] if with_text and len(row) > 10 else None)
+
+
+def _scalar_items(metadata: Mapping[str, Any]) -> Iterable[tuple[str, Any]]:
+    """(key, value) rows of the filter index: scalars, and scalar elements of lists
+    (the same rows migration 0002 derives with json_each)."""
+    for key, value in metadata.items():
+        if isinstance(value, list):
+            for v in value:
+                if isinstance(v, (str, int, float, bool)):
+                    yield key, int(v) if isinstance(v, bool) else v
+        elif isinstance(value, (str, int, float, bool)):
+            yield key, int(value) if isinstance(value, bool) else value
 
 
 def _doc_from_prepared(doc_id: int, p: _Prepared) -> Document:
@@ -606,7 +640,8 @@ def _timestamp(value: Any, label: str) -> tuple[str, float]:
 
 
 def open_database(path: str = ":memory:", *, analyzer: "str | Analyzer | Mapping[str, Any] | None" = None,
-                  chunker: str | None = None, keep_versions: bool | None = None, readonly: bool = False,
+                  chunker: str | None = None, keep_versions: bool | None = None,
+                  public_unlabeled: bool | None = None, readonly: bool = False,
                   create: bool = True, busy_timeout: float = 30.0) -> Database:
     """Open (creating if needed) a ragdb database; see :func:`ragdb.open`."""
     import os
@@ -633,11 +668,14 @@ def open_database(path: str = ":memory:", *, analyzer: "str | Analyzer | Mapping
             new_settings["analyzer"] = an.config()
             new_settings["chunker"] = get_chunker(chunker).spec()
             new_settings["keep_versions"] = bool(keep_versions)
+            new_settings["public_unlabeled"] = bool(public_unlabeled)
         else:
             if chunker is not None:
                 new_settings["chunker"] = get_chunker(chunker).spec()
             if keep_versions is not None and keep_versions != settings.get("keep_versions"):
                 new_settings["keep_versions"] = bool(keep_versions)
+            if public_unlabeled is not None and public_unlabeled != settings.get("public_unlabeled"):
+                new_settings["public_unlabeled"] = bool(public_unlabeled)
         if new_settings:
             if readonly:
                 raise InvalidInput(f"{path}: cannot change settings of a database opened read-only")

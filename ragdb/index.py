@@ -22,7 +22,7 @@ only the segments of the query's terms.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Sequence
+from typing import Any, Sequence
 
 import numpy as np
 
@@ -90,6 +90,9 @@ class Index:
         self.generation = -1
         self.lengths = np.zeros(0, np.float64)
         self.state = np.zeros(0, np.int8)
+        self.chunk_doc = np.zeros(0, np.int64)
+        # (generation, filter) -> allowed-chunk mask, for repeated filters
+        self.masks: dict[Any, np.ndarray] = {}
         self.n_chunks = 0
         self.total_length = 0
         self.flushed_upto = 0
@@ -113,11 +116,14 @@ class Index:
             self.vocab_epoch = stats["vocab_epoch"]
         rows = self.store.chunk_table()
         size = (max(r[0] for r in rows) + 1) if rows else 1
-        arr = np.array(rows, dtype=np.int64).reshape(-1, 3)
+        arr = np.array(rows, dtype=np.int64).reshape(-1, 4)
         self.lengths = np.zeros(_capacity(size), np.float64)
         self.state = np.zeros(_capacity(size), np.int8)
+        self.chunk_doc = np.zeros(_capacity(size), np.int64)
         self.lengths[arr[:, 0]] = arr[:, 1]
         self.state[arr[:, 0]] = np.where(arr[:, 2] == 1, LATEST, OLD)
+        self.chunk_doc[arr[:, 0]] = arr[:, 3]
+        self.masks.clear()
         self.n_chunks = stats["n_chunks"]
         self.total_length = stats["total_length"]
         self.flushed_upto = stats["flushed_upto"]
@@ -129,19 +135,21 @@ class Index:
 
     def note_write(self, generation: int, n_chunks: int, total_length: int) -> None:
         self.generation = generation
+        self.masks.clear()
         self.n_chunks = n_chunks
         self.total_length = total_length
         self._norms = None
 
-    def add_chunks(self, chunks: Sequence[tuple[int, int, np.ndarray, np.ndarray]]) -> None:
-        """Record new latest chunks (id, length, term ids, tfs) written by this connection."""
+    def add_chunks(self, chunks: Sequence[tuple[int, int, int, np.ndarray, np.ndarray]]) -> None:
+        """Record new latest chunks (id, doc id, length, term ids, tfs) written by this connection."""
         if not chunks:
             return
         top = max(c[0] for c in chunks)
         self._grow(top + 1)
-        for cid, length, terms, tfs in chunks:
+        for cid, doc_id, length, terms, tfs in chunks:
             self.lengths[cid] = length
             self.state[cid] = LATEST
+            self.chunk_doc[cid] = doc_id
             self.tail_entries.append((cid, terms, tfs))
         self._tail = None
 
@@ -150,6 +158,7 @@ class Index:
         self.state[ids] = state
         if state == ABSENT:
             self.lengths[ids] = 0.0
+            self.chunk_doc[ids] = 0
             if self.tail_entries:
                 gone = set(chunk_ids)
                 self.tail_entries = [e for e in self.tail_entries if e[0] not in gone]
@@ -160,6 +169,7 @@ class Index:
             cap = _capacity(size)
             self.lengths = np.concatenate([self.lengths, np.zeros(cap - len(self.lengths))])
             self.state = np.concatenate([self.state, np.zeros(cap - len(self.state), np.int8)])
+            self.chunk_doc = np.concatenate([self.chunk_doc, np.zeros(cap - len(self.chunk_doc), np.int64)])
 
     @property
     def tail(self) -> _Tail:
@@ -226,6 +236,26 @@ class Index:
                 rows.append((t, 0, len(ids), pack_ids(ids[order]), pack_tfs(tfs[order])))
         store.delete_segments(term_ids)
         store.insert_segments(rows)
+
+    # -- which chunks a search sees ---------------------------------------------
+    def allowed(self, query: Any) -> np.ndarray:
+        """Boolean mask over chunk ids for a ``ragdb.filters.Query`` (call inside a read transaction)."""
+        versions_all = query.versions == "all" or any(c.kind == "as_of" for c in query.conditions)
+        base = self.state != ABSENT if versions_all else self.state == LATEST
+        if not query.needs_sql:
+            return base
+        key = (query.conditions, query.public_unlabeled, versions_all)
+        mask = self.masks.get(key)
+        if mask is None:
+            docs = np.array(self.store.filtered_doc_ids(query.conditions, query.public_unlabeled), dtype=np.int64)
+            doc_ok = np.zeros(int(max(self.chunk_doc.max(initial=0), docs.max(initial=0))) + 1, bool)
+            doc_ok[docs] = True
+            doc_ok[0] = False  # chunk_doc is 0 for absent chunks
+            mask = base & doc_ok[self.chunk_doc]
+            if len(self.masks) >= 16:
+                self.masks.pop(next(iter(self.masks)))
+            self.masks[key] = mask
+        return mask
 
     # -- scoring ----------------------------------------------------------------
     def term_postings(self, term_ids: Sequence[int]) -> dict[int, tuple[np.ndarray, np.ndarray]]:

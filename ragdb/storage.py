@@ -315,7 +315,14 @@ class Store:
                           [int(latest), valid_to, doc_id])
         self.conn.execute("UPDATE chunks SET latest = ? WHERE doc_id = ?", [int(latest), doc_id])
 
+    def insert_doc_index(self, meta_rows: Iterable[tuple[int, str, Any]], acl_rows: Iterable[tuple[int, str]]) -> None:
+        """Filter index rows: (doc id, key, scalar value) and (doc id, label)."""
+        self.conn.executemany("INSERT INTO doc_meta (doc_id, key, value) VALUES (?, ?, ?)", meta_rows)
+        self.conn.executemany("INSERT OR IGNORE INTO doc_acl (doc_id, label) VALUES (?, ?)", acl_rows)
+
     def delete_document(self, doc_id: int) -> None:
+        self.conn.execute("DELETE FROM doc_meta WHERE doc_id = ?", [doc_id])
+        self.conn.execute("DELETE FROM doc_acl WHERE doc_id = ?", [doc_id])
         self.conn.execute("DELETE FROM chunks WHERE doc_id = ?", [doc_id])
         self.conn.execute("DELETE FROM documents WHERE id = ?", [doc_id])
 
@@ -362,12 +369,50 @@ class Store:
         yield from self.conn.execute(sql + " ORDER BY id")
 
     # -- chunks for the in-memory index ------------------------------------------
-    def chunk_table(self) -> list[tuple[int, int, int]]:
-        """(id, length, latest) of every stored chunk."""
-        return self.conn.execute("SELECT id, length, latest FROM chunks").fetchall()
+    def chunk_table(self) -> list[tuple[int, int, int, int]]:
+        """(id, length, latest, doc id) of every stored chunk."""
+        return self.conn.execute("SELECT id, length, latest, doc_id FROM chunks").fetchall()
 
-    def chunk_table_since(self, after_id: int) -> list[tuple[int, int, int]]:
-        return self.conn.execute("SELECT id, length, latest FROM chunks WHERE id > ?", [after_id]).fetchall()
+    def count_chunks_since(self, after_id: int) -> int:
+        return int(self.conn.execute("SELECT count(*) FROM chunks WHERE id > ?", [after_id]).fetchone()[0])
+
+    def filtered_doc_ids(self, conditions: Sequence[Any], public_unlabeled: bool) -> list[int]:
+        """Ids of documents meeting every condition (see ragdb.filters.Condition).
+
+        The SQL text is assembled from the constant fragments below; every
+        key and value is a bound parameter."""
+        where: list[str] = []
+        params: list[Any] = []
+        for c in conditions:
+            vals = [int(v) if isinstance(v, bool) else v for v in c.values]
+            marks = ",".join("?" * len(vals))
+            if c.kind == "source":
+                where.append(f"d.source IN ({marks})")
+            elif c.kind == "source_glob":
+                where.append("(" + " OR ".join(["d.source GLOB ?"] * len(vals)) + ")")
+            elif c.kind == "version":
+                where.append(f"d.version IN ({marks})")
+            elif c.kind in ("meta", "tags"):
+                where.append(f"d.id IN (SELECT doc_id FROM doc_meta WHERE key = ? AND value IN ({marks}))")
+                params.append(c.key if c.kind == "meta" else "tags")
+            elif c.kind == "since":
+                where.append("d.ts >= ?")
+            elif c.kind == "until":
+                where.append("d.ts <= ?")
+            elif c.kind == "as_of":
+                where.append("d.ts <= ? AND (d.valid_to IS NULL OR d.valid_to > ?)")
+                vals = vals * 2
+            elif c.kind == "principals":
+                where.append(f"(d.id IN (SELECT doc_id FROM doc_acl WHERE label IN ({marks or 'NULL'})) "
+                             f"OR (? AND d.acl = '[]'))")
+                vals = vals + [int(public_unlabeled)]
+            else:  # pragma: no cover - filters.build makes only the kinds above
+                raise ValueError(f"unknown condition {c.kind}")
+            params.extend(vals)
+        sql = "SELECT d.id FROM documents d"
+        if where:
+            sql += " WHERE " + " AND ".join(where)
+        return [r[0] for r in self.conn.execute(sql, params)]
 
     def forward_since(self, after_id: int) -> list[tuple[int, bytes, bytes]]:
         return self.conn.execute("SELECT id, terms, tfs FROM chunks WHERE id > ? ORDER BY id", [after_id]).fetchall()

@@ -335,7 +335,7 @@ ops = st.lists(
 QUERIES = ["retrieval generation", "检索增强生成", "model answer evidence", "知识库 search", "向量"]
 
 
-@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=int(__import__("os").environ.get("RAGDB_HYPOTHESIS_EXAMPLES", "60")), deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(ops=ops, chunker=st.sampled_from(["none", "window:size=6,overlap=2"]))
 def test_incremental_equals_rebuild(ops, chunker):
     live: dict[str, str] = {}

@@ -1,0 +1,107 @@
+"""Search filters: parsed and validated here, turned into SQL only in the storage layer.
+
+A filter is a mapping:
+
+* ``"source"``: a source or a glob pattern (``"docs/*.md"``), or a list of them;
+* ``"version"``: a version string or a list;
+* ``"tags"``: a tag or a list; matches documents whose ``metadata["tags"]``
+  holds any of them;
+* any other key: equality with ``metadata[key]`` (a list means "any of");
+  a key holding a list in metadata matches when any element is equal.
+
+Keys and values are data: they are bound as SQL parameters, never written
+into SQL. A key that no document has simply matches nothing.
+
+Time: ``since``/``until`` bound the document timestamp (inclusive);
+``as_of`` answers as the knowledge base stood at that instant.
+Permissions: ``principals`` keeps chunks whose labels intersect them.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Mapping, Sequence
+
+from .errors import InvalidInput
+
+Scalar = str | int | float | bool
+
+
+@dataclass(frozen=True)
+class Condition:
+    """One condition on documents. ``kind`` is one of: source, source_glob,
+    version, tags, meta, since, until, as_of, principals."""
+
+    kind: str
+    key: str | None
+    values: tuple[Any, ...]
+
+
+@dataclass(frozen=True)
+class Query:
+    """Everything that restricts which chunks a search sees."""
+
+    conditions: tuple[Condition, ...]
+    versions: str  # "latest" or "all"
+    public_unlabeled: bool
+
+    @property
+    def needs_sql(self) -> bool:
+        return bool(self.conditions)
+
+
+def _values(name: str, value: Any) -> tuple[Scalar, ...]:
+    vals = tuple(value) if isinstance(value, (list, tuple, set, frozenset)) else (value,)
+    if not vals:
+        raise InvalidInput(f"filter {name!r}: an empty list matches nothing; leave the key out instead")
+    for v in vals:
+        if v is None or not isinstance(v, (str, int, float, bool)):
+            raise InvalidInput(f"filter {name!r}: values must be strings, numbers or booleans, got {v!r}")
+    return tuple(sorted(set(vals), key=repr))
+
+
+def _is_glob(pattern: str) -> bool:
+    return any(c in pattern for c in "*?[")
+
+
+def build(filter: Mapping[str, Any] | None = None, *, since: Any = None, until: Any = None,
+          as_of: Any = None, principals: Sequence[str] | None = None, versions: str = "latest",
+          public_unlabeled: bool = False, to_epoch: Any) -> Query:
+    """Validate the search restrictions; ``to_epoch(value, label)`` parses timestamps."""
+    if versions not in ("latest", "all"):
+        raise InvalidInput(f"versions must be 'latest' or 'all', got {versions!r}")
+    conds: list[Condition] = []
+    if filter is not None:
+        if not isinstance(filter, Mapping):
+            raise InvalidInput(f"filter must be a mapping of key to value(s), got {type(filter).__name__}")
+        for key in sorted(filter, key=repr):
+            if not isinstance(key, str) or not key:
+                raise InvalidInput(f"filter keys must be non-empty strings, got {key!r}")
+            vals = _values(key, filter[key])
+            if key == "source":
+                # GLOB without metacharacters is plain (case-sensitive) equality
+                globbing = any(isinstance(v, str) and _is_glob(v) for v in vals)
+                conds.append(Condition("source_glob" if globbing else "source", None,
+                                       tuple(str(v) for v in vals)))
+            elif key == "version":
+                conds.append(Condition("version", None, tuple(str(v) for v in vals)))
+            elif key == "tags":
+                conds.append(Condition("tags", None, vals))
+            else:
+                conds.append(Condition("meta", key, vals))
+    if since is not None:
+        conds.append(Condition("since", None, (to_epoch(since, "since"),)))
+    if until is not None:
+        conds.append(Condition("until", None, (to_epoch(until, "until"),)))
+    if as_of is not None:
+        if versions != "latest":
+            raise InvalidInput("as_of and versions='all' cannot be combined: as_of picks the versions")
+        conds.append(Condition("as_of", None, (to_epoch(as_of, "as_of"),)))
+    if principals is not None:
+        if isinstance(principals, str):
+            raise InvalidInput("principals must be a list of labels, not one string")
+        labels = tuple(sorted(set(principals)))
+        if not all(isinstance(p, str) for p in labels):
+            raise InvalidInput(f"principals must be strings, got {principals!r}")
+        conds.append(Condition("principals", None, labels))
+    return Query(tuple(conds), versions, public_unlabeled)
