@@ -1,0 +1,245 @@
+"""Second-stage rerankers: re-score retrieved hits with a stronger model.
+
+A :class:`Reranker` takes a query and first-stage :class:`~ragdb.types.Hit`
+objects and returns them re-ordered by a new ``score`` (best first).  Hits are
+copied with :func:`dataclasses.replace`; only ``score`` changes (``metadata``,
+spans and ``explain``, which still describes the first-stage score, are kept).
+Ties keep the input order.
+
+* :class:`HTTPReranker`: a reranking endpoint (text-embeddings-inference,
+  Cohere, Jina, vLLM, ...), standard library HTTP only.
+* :class:`CrossEncoderReranker`: a local sentence-transformers cross-encoder
+  (optional extra).
+"""
+
+from __future__ import annotations
+
+import math
+import os
+from dataclasses import replace
+from typing import Any, Protocol, Sequence, runtime_checkable
+
+from ragdb.embeddings import (
+    _check_base_url,
+    _check_http_params,
+    _missing,
+    _post_json,
+    _redact,
+    _safe_url,
+)
+from ragdb.errors import EmbeddingError, InvalidInput
+from ragdb.types import Hit
+
+__all__ = ["Reranker", "HTTPReranker", "CrossEncoderReranker"]
+
+
+@runtime_checkable
+class Reranker(Protocol):
+    """Re-scores hits for a query; returns them best first, at most ``top_n``."""
+
+    def rerank(self, query: str, hits: Sequence[Hit], top_n: int | None = None) -> list[Hit]: ...
+
+
+def _check_args(query: str, hits: Sequence[Hit], top_n: int | None) -> list[Hit]:
+    if not isinstance(query, str):
+        raise InvalidInput(f"query is {type(query).__name__}, expected str")
+    if top_n is not None and (not isinstance(top_n, int) or isinstance(top_n, bool) or top_n < 0):
+        raise InvalidInput(f"top_n must be None or an integer >= 0, got {top_n!r}")
+    hits = list(hits)
+    for i, hit in enumerate(hits):
+        if not isinstance(hit, Hit):
+            raise InvalidInput(f"hits[{i}] is {type(hit).__name__}, expected Hit")
+    return hits
+
+
+def _apply(hits: list[Hit], scores: dict[int, float], top_n: int | None) -> list[Hit]:
+    """Hits that got a score, sorted by it (desc; ties in input order), cut to top_n."""
+    order = sorted(scores, key=lambda i: (-scores[i], i))
+    if top_n is not None:
+        order = order[:top_n]
+    return [replace(hits[i], score=scores[i]) for i in order]
+
+
+class HTTPReranker:
+    """Rerank through an HTTP ``POST {base_url}/rerank`` endpoint.
+
+    Two protocols are spoken:
+
+    * ``style="tei"`` (Hugging Face text-embeddings-inference): request
+      ``{"query", "texts", "truncate": true}``, reply
+      ``[{"index", "score"}, ...]``.  ``base_url`` is the server root, e.g.
+      ``http://localhost:8080``.
+    * ``style="cohere"`` (Cohere, Jina, vLLM, ...): request
+      ``{"model", "query", "documents", "top_n"}``, reply
+      ``{"results": [{"index", "relevance_score"}, ...]}``.  ``base_url`` is
+      the API root, e.g. ``https://api.cohere.com/v2`` or
+      ``https://api.jina.ai/v1``.
+    * ``style="auto"`` (default): cohere-style if ``model`` is given (those
+      services need it), else TEI-style (TEI serves one model and takes none).
+
+    Either reply shape is accepted whatever the style.  Documents are sent
+    ``batch_size`` at a time (TEI refuses more than 32 per request by
+    default); scores from different batches are comparable because a
+    cross-encoder scores each (query, document) pair alone.
+
+    ``base_url``/``model``/``api_key`` default to ``RAGDB_RERANK_BASE_URL``,
+    ``RAGDB_RERANK_MODEL``, ``RAGDB_RERANK_API_KEY``.  Retries on 408/429/5xx,
+    timeouts and connection errors (``max_retries`` times, exponential
+    backoff).  Failures raise :class:`~ragdb.errors.EmbeddingError` naming the
+    problem; the API key never appears in messages or ``repr``.
+    """
+
+    STYLES = ("auto", "tei", "cohere")
+
+    def __init__(
+        self,
+        base_url: str | None = None,
+        model: str | None = None,
+        api_key: str | None = None,
+        timeout: float = 30.0,
+        max_retries: int = 3,
+        *,
+        style: str = "auto",
+        batch_size: int = 32,
+        backoff: float = 0.5,
+    ) -> None:
+        base_url = base_url or os.environ.get("RAGDB_RERANK_BASE_URL")
+        if not base_url:
+            raise InvalidInput("no reranker URL: pass base_url= or set RAGDB_RERANK_BASE_URL")
+        self.base_url = _check_base_url(base_url)
+        self.model = model or os.environ.get("RAGDB_RERANK_MODEL") or None
+        self._api_key = api_key or os.environ.get("RAGDB_RERANK_API_KEY") or None
+        if style not in self.STYLES:
+            raise InvalidInput(f"style must be one of {self.STYLES}, got {style!r}")
+        _check_http_params(timeout, max_retries, backoff)
+        if not isinstance(batch_size, int) or isinstance(batch_size, bool) or batch_size < 1:
+            raise InvalidInput(f"batch_size must be a positive integer, got {batch_size!r}")
+        self.style = ("cohere" if self.model else "tei") if style == "auto" else style
+        self.timeout = float(timeout)
+        self.max_retries = max_retries
+        self.batch_size = batch_size
+        self.backoff = float(backoff)
+
+    def __repr__(self) -> str:
+        return (
+            f"HTTPReranker(base_url={_safe_url(self.base_url)!r}, model={self.model!r}, "
+            f"style={self.style!r}, api_key={'***' if self._api_key else None})"
+        )
+
+    def rerank(self, query: str, hits: Sequence[Hit], top_n: int | None = None) -> list[Hit]:
+        hits = _check_args(query, hits, top_n)
+        if not hits or top_n == 0:
+            return []
+        scores: dict[int, float] = {}
+        single = len(hits) <= self.batch_size
+        for start in range(0, len(hits), self.batch_size):
+            batch = [h.text for h in hits[start : start + self.batch_size]]
+            # top_n can only be passed on when one request sees every document.
+            got = self._request(query, batch, top_n if single else None)
+            for index, score in got.items():
+                scores[start + index] = score
+        return _apply(hits, scores, top_n)
+
+    def _request(self, query: str, texts: list[str], top_n: int | None) -> dict[int, float]:
+        payload: dict[str, Any]
+        if self.style == "tei":
+            payload = {"query": query, "texts": texts, "truncate": True}
+        else:
+            payload = {"query": query, "documents": texts}
+            if self.model:
+                payload["model"] = self.model
+            if top_n is not None:
+                payload["top_n"] = min(top_n, len(texts))
+        url = f"{self.base_url}/rerank"
+        what = "rerank request" + (f" (model {self.model!r})" if self.model else "")
+        reply = _post_json(
+            url,
+            payload,
+            api_key=self._api_key,
+            timeout=self.timeout,
+            max_retries=self.max_retries,
+            backoff=self.backoff,
+            what=what,
+        )
+        shown = _safe_url(url)
+
+        def fail(problem: str) -> EmbeddingError:
+            return EmbeddingError(_redact(f"{what} at {shown}: {problem}", self._api_key))
+
+        if isinstance(reply, list):  # text-embeddings-inference
+            items, key = reply, "score"
+        elif isinstance(reply, dict) and isinstance(reply.get("results"), list):
+            items, key = reply["results"], "relevance_score"
+        else:
+            raise fail("reply is neither a list of {index, score} nor {results: [...]}")
+        scores: dict[int, float] = {}
+        for pos, item in enumerate(items):
+            if not isinstance(item, dict):
+                raise fail(f"result {pos} is not an object")
+            index = item.get("index")
+            score = item.get(key, item.get("score" if key != "score" else "relevance_score"))
+            if not isinstance(index, int) or isinstance(index, bool) or not 0 <= index < len(texts):
+                raise fail(f"result {pos} has invalid index {index!r} ({len(texts)} documents sent)")
+            if index in scores:
+                raise fail(f"index {index} appears twice in the reply")
+            if isinstance(score, bool) or not isinstance(score, (int, float)) or not math.isfinite(score):
+                raise fail(f"result {pos} has no finite {key!r}")
+            scores[index] = float(score)
+        expected = len(texts) if top_n is None else min(top_n, len(texts))
+        if len(scores) < expected:
+            raise fail(f"sent {len(texts)} documents but got {len(scores)} scores back")
+        return scores
+
+
+class CrossEncoderReranker:
+    """Rerank with a local sentence-transformers ``CrossEncoder`` (optional extra).
+
+    ``model_name_or_path`` is a local folder or a Hugging Face model id (an id
+    makes sentence-transformers download the model on first use; pass a local
+    path for offline work).  Scores are the model's raw outputs (logits for
+    most MS MARCO cross-encoders): comparable within one query only.
+    """
+
+    def __init__(
+        self,
+        model_name_or_path: str,
+        *,
+        device: str | None = None,
+        batch_size: int = 32,
+        max_length: int | None = None,
+    ) -> None:
+        try:
+            from sentence_transformers import CrossEncoder
+        except ImportError as exc:
+            raise _missing("sentence-transformers", "sentence-transformers", exc) from exc
+        try:
+            self._model = CrossEncoder(model_name_or_path, device=device, max_length=max_length)
+        except Exception as exc:
+            raise EmbeddingError(f"cannot load cross-encoder {model_name_or_path!r}: {exc}") from exc
+        self.model_name_or_path = str(model_name_or_path)
+        self.batch_size = batch_size
+
+    def __repr__(self) -> str:
+        return f"CrossEncoderReranker({self.model_name_or_path!r})"
+
+    def rerank(self, query: str, hits: Sequence[Hit], top_n: int | None = None) -> list[Hit]:
+        hits = _check_args(query, hits, top_n)
+        if not hits or top_n == 0:
+            return []
+        try:
+            raw = self._model.predict(
+                [(query, h.text) for h in hits],
+                batch_size=self.batch_size,
+                show_progress_bar=False,
+            )
+        except Exception as exc:
+            raise EmbeddingError(f"cross-encoder failed to score: {exc}") from exc
+        try:
+            values = [float(v) for v in list(raw)]
+        except (TypeError, ValueError):
+            raise EmbeddingError(
+                "cross-encoder returned several scores per pair; use a single-output model"
+            ) from None
+        if len(values) != len(hits) or not all(math.isfinite(v) for v in values):
+            raise EmbeddingError("cross-encoder returned a wrong number of scores or non-finite ones")
+        return _apply(hits, dict(enumerate(values)), top_n)
