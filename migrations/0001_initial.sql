@@ -63,11 +63,22 @@ CREATE TABLE chunks (
 );
 CREATE INDEX chunks_doc ON chunks (doc_id);
 
--- Vocabulary with document frequencies (over latest chunks).
+-- Vocabulary with document frequencies. ``df`` counts the latest chunks as
+-- of the last flush; the exact, live document frequency is
+--   df + (latest unflushed chunks holding the term)
+--      - (chunks in dead_chunks holding the term),
+-- so adding or deleting a document never rewrites vocabulary rows (the
+-- correction is folded into ``df`` at the next flush).
 CREATE TABLE vocabulary (
     id    INTEGER PRIMARY KEY,
     term  TEXT NOT NULL UNIQUE,
     df    INTEGER NOT NULL
+);
+
+-- Forward indexes of flushed latest chunks deleted since the last flush.
+CREATE TABLE dead_chunks (
+    id     INTEGER PRIMARY KEY,
+    terms  BLOB NOT NULL
 );
 
 -- Sparse postings, packed: for each term, segments of sorted little-endian

@@ -288,7 +288,6 @@ class Database:
         now = utcnow_iso()
         doc_rows = []
         chunk_rows = []
-        df: Counter[int] = Counter()
         for doc_id, p in docs:
             doc_rows.append((doc_id, p.source, p.version, p.timestamp, p.ts, p.content_hash, p.title, p.text,
                              p.metadata_json, dumps(list(p.acl)), p.chunker, now))
@@ -306,28 +305,35 @@ class Database:
                 ctext = None if start == 0 and end == whole else p.text[start:end]
                 chunk_rows.append((cid, doc_id, ordinal, start, end, length, ctext, dumps(cmeta),
                                    terms_blob, tfs_blob))
-                df.update(term_ids)
                 changes.new_chunks.append((cid, doc_id, length, idx.unpack_ids(terms_blob),
                                            idx.unpack_tfs(tfs_blob)))
                 changes.chunks += 1
                 changes.length += length
             changes.docs += 1
         if new_terms:
-            store.add_terms([(ids[t], t, df.pop(ids[t], 0)) for t in new_terms])
+            store.add_terms([(ids[t], t, 0) for t in new_terms])
         store.insert_documents(doc_rows)
         store.insert_chunks(chunk_rows)
         meta_rows = [(doc_id, k, v) for doc_id, p in docs for k, v in _scalar_items(p.metadata)]
         acl_rows = [(doc_id, label) for doc_id, p in docs for label in p.acl]
         if meta_rows or acl_rows:
             store.insert_doc_index(meta_rows, acl_rows)
-        changes.df.update(df)
         changes.next_chunk = next_chunk
 
     def _remove(self, doc_id: int, latest: bool, changes: "_Changes") -> None:
-        """Delete a document's rows; lower statistics if it was counted."""
+        """Delete a document's rows; lower statistics if it was counted.
+
+        Document frequencies: an unflushed chunk stops counting by itself; a
+        flushed one is remembered in ``dead_chunks`` until the next flush."""
         rows = self._store.doc_chunks(doc_id)
         if latest:
-            self._uncount(rows, changes, -1)
+            upto = self._index.flushed_upto
+            dead = [(cid, terms) for cid, _l, _latest, terms, _tfs in rows if cid <= upto]
+            if dead:
+                self._store.insert_dead(dead)
+                for _cid, terms in dead:
+                    changes.dead.update(idx.unpack_ids(terms).tolist())
+            self._uncount(rows, changes, -1, df=False)
             changes.docs -= 1
         changes.absent.extend(r[0] for r in rows)
         self._store.delete_document(doc_id)
@@ -347,10 +353,14 @@ class Database:
         changes.latest.extend(r[0] for r in rows)
         self._store.set_latest(doc_id, True, None)
 
-    @staticmethod
-    def _uncount(rows: Sequence[tuple[int, int, int, bytes, bytes]], changes: "_Changes", sign: int) -> None:
-        for _cid, length, _latest, terms, _tfs in rows:
-            changes.df.update({int(t): sign for t in idx.unpack_ids(terms)})
+    def _uncount(self, rows: Sequence[tuple[int, int, int, bytes, bytes]], changes: "_Changes", sign: int,
+                 df: bool = True) -> None:
+        """Adjust statistics for chunks entering (+1) or leaving (-1) the latest versions.
+        Unflushed chunks count in df through their state alone; flushed ones update ``vocabulary``."""
+        upto = self._index.flushed_upto
+        for cid, length, _latest, terms, _tfs in rows:
+            if df and cid <= upto:
+                changes.df.update({int(t): sign for t in idx.unpack_ids(terms)})
             changes.chunks += sign
             changes.length += sign * length
 
@@ -361,6 +371,8 @@ class Database:
         store.add_df(deltas)
         gen = store.bump_stats(docs=changes.docs, chunks=changes.chunks, length=changes.length)
         index.add_chunks(changes.new_chunks)
+        if changes.dead:
+            index.dead.update(changes.dead)
         if changes.absent:
             index.set_state(changes.absent, idx.ABSENT)
         if changes.old:
@@ -424,7 +436,7 @@ class Database:
         store, index = self._store, self._index
         with store.read():
             index.sync()
-            known = store.term_ids(list(counts))
+            known = {t: (tid, index.effective_df(tid, df)) for t, (tid, df) in store.term_ids(list(counts)).items()}
             # Terms found only in kept older versions (df 0) cannot match a
             # latest chunk; leaving them out keeps the TF-IDF query vector
             # equal to a fresh database's.
@@ -449,8 +461,9 @@ class Database:
         hits = []
         for cid in cand.tolist():
             doc_id, source, version, timestamp, text, start, end, ordinal, cmeta, dmeta = rows[cid]
-            meta = loads(dmeta)
-            meta.update(loads(cmeta))
+            meta = loads(dmeta) if dmeta != "{}" else {}
+            if cmeta != "{}":
+                meta.update(loads(cmeta))
             contrib = {}
             if explain:
                 contrib = {t: float(c[cid]) for t, c in zip(order, per_term) if len(c) and c[cid] != 0.0}
@@ -478,8 +491,10 @@ class Database:
         with store.read():
             s = store.stats_row()
             stored_docs, stored_chunks = store.stored_counts()
-            vocab = store.vocabulary_size()
-            postings = int(sum(df for _, df in store.all_dfs()))
+            self._index.sync()
+            dfs = self._index.live_dfs()
+            vocab = sum(1 for df in dfs.values() if df > 0)
+            postings = int(sum(dfs.values()))
             pending = store.count_chunks_since(s["flushed_upto"])
             segments = store.segment_total()
         avg = s["total_length"] / s["n_chunks"] if s["n_chunks"] else 0.0
@@ -536,7 +551,10 @@ class Database:
                 if cid <= s["flushed_upto"]:
                     triples.append(np.stack([terms.astype(np.int64), np.full(len(terms), cid, np.int64),
                                              idx.unpack_tfs(f).astype(np.int64)], axis=1))
-            bad_df = [(tid, df, df_real.get(tid, 0)) for tid, df in store.all_dfs() if df != df_real.get(tid, 0)]
+            index = idx.Index(store)  # a fresh view, independent of this connection's cache
+            index.sync()
+            bad_df = [(tid, df, df_real.get(tid, 0)) for tid, df in index.live_dfs().items()
+                      if df != df_real.get(tid, 0)]
             if bad_df:
                 tid, df, real = bad_df[0]
                 problems.append(f"{len(bad_df)} terms have a wrong document frequency "
@@ -563,6 +581,7 @@ class _Changes:
         self.chunks = 0
         self.length = 0
         self.df: Counter[int] = Counter()
+        self.dead: Counter[int] = Counter()
         self.new_chunks: list[tuple[int, int, int, np.ndarray, np.ndarray]] = []
         self.absent: list[int] = []
         self.old: list[int] = []

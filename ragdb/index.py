@@ -21,6 +21,7 @@ only the segments of the query's terms.
 
 from __future__ import annotations
 
+from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any, Sequence
 
@@ -98,6 +99,8 @@ class Index:
         self.flushed_upto = 0
         self.tail_entries: list[tuple[int, np.ndarray, np.ndarray]] = []
         self._tail: _Tail | None = None
+        # term id -> number of deleted flushed latest chunks holding it (dead_chunks)
+        self.dead: Counter[int] = Counter()
         self._norms: np.ndarray | None = None
         self._norms_generation = -1
         # term -> id of terms known to exist; ids change only when optimize
@@ -130,6 +133,9 @@ class Index:
         self.tail_entries = [(cid, unpack_ids(t), unpack_tfs(f))
                              for cid, t, f in self.store.forward_since(self.flushed_upto)]
         self._tail = None
+        self.dead = Counter()
+        for blob in self.store.dead_terms():
+            self.dead.update(unpack_ids(blob).tolist())
         self._norms = None
         self.generation = stats["generation"]
 
@@ -139,6 +145,13 @@ class Index:
         self.n_chunks = n_chunks
         self.total_length = total_length
         self._norms = None
+
+    def live_dfs(self) -> dict[int, int]:
+        """term id -> live document frequency, for every term (call inside a transaction)."""
+        dfs = dict(self.store.all_dfs())
+        for t, c in self.df_corrections().items():
+            dfs[t] = dfs.get(t, 0) + c
+        return dfs
 
     def add_chunks(self, chunks: Sequence[tuple[int, int, int, np.ndarray, np.ndarray]]) -> None:
         """Record new latest chunks (id, doc id, length, term ids, tfs) written by this connection."""
@@ -177,10 +190,37 @@ class Index:
             self._tail = _Tail.build(self.tail_entries)
         return self._tail
 
+    # -- document frequencies ------------------------------------------------------
+    def df_corrections(self) -> dict[int, int]:
+        """term id -> live df minus ``vocabulary.df``: latest unflushed chunks
+        holding the term, minus deleted flushed chunks that held it."""
+        tail = self.tail
+        corr: dict[int, int] = {}
+        if len(tail.term_ids):
+            latest = (self.state[tail.chunk_ids] == LATEST).astype(np.int64)
+            counts = np.add.reduceat(latest, tail.starts[:-1])
+            corr = dict(zip(tail.term_ids.tolist(), counts.tolist()))
+        for t, c in self.dead.items():
+            corr[t] = corr.get(t, 0) - c
+        return corr
+
+    def effective_df(self, term_id: int, base: int) -> int:
+        """The live document frequency of a term whose ``vocabulary.df`` is ``base``."""
+        n = base - self.dead.get(term_id, 0)
+        p = self.tail.get(term_id)
+        if p is not None:
+            n += int(np.count_nonzero(self.state[p[0]] == LATEST))
+        return n
+
     # -- flushing and merging (inside a write transaction) ---------------------
     def flush(self, *, merge_all: bool = False) -> None:
         """Write the tail's postings as new segments; merge terms with too many segments."""
         tail = self.tail
+        # fold the live corrections into vocabulary.df, then the tail becomes segments
+        corrections = [(d, t) for t, d in self.df_corrections().items() if d]
+        self.store.add_df(corrections)
+        self.store.clear_dead()
+        self.dead = Counter()
         top = max((e[0] for e in self.tail_entries), default=self.flushed_upto)
         new_upto = max(self.flushed_upto, top, self.store.max_chunk_id())
         if tail.count == 0 and not merge_all:
@@ -363,6 +403,8 @@ class Index:
             df_pairs = np.array(self.store.all_dfs(), dtype=np.int64).reshape(-1, 2)
             df = np.zeros(int(max(df_pairs[:, 0].max(initial=0), term_arr.max(initial=0))) + 1, np.int64)
             df[df_pairs[:, 0]] = df_pairs[:, 1]
+            for t, c in self.df_corrections().items():
+                df[t] += c
             idf = scoring.tfidf_idf(self.n_chunks, df)
             w = scoring.tfidf_tf(np.concatenate(tfs)) * idf[term_arr]
             self._norms = scoring.cosine_norms(np.concatenate(rows), w, size)
