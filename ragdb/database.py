@@ -8,7 +8,7 @@ from array import array
 from collections import Counter
 from dataclasses import dataclass
 from datetime import datetime, timezone
-from typing import Any, Iterable, Mapping, Sequence
+from typing import TYPE_CHECKING, Any, Iterable, Mapping, Sequence
 
 import numpy as np
 import orjson
@@ -20,6 +20,10 @@ from .chunking import Chunker, get_chunker
 from .errors import AnalyzerMismatch, DocumentNotFound, InvalidInput
 from .storage import Store, dumps, loads, utcnow_iso
 from .types import Document, Hit, LoadedDocument, Span, Stats
+
+if TYPE_CHECKING:
+    from .llm import Answer
+    from .prompt import Prompt
 
 if sys.byteorder != "little":  # pragma: no cover - the blobs are little-endian
     raise ImportError("ragdb stores packed little-endian integers and needs a little-endian machine")
@@ -471,6 +475,34 @@ class Database:
                             ordinal, meta, contrib))
         hits.sort(key=lambda h: (-h.score, h.source, h.start, h.chunk_id))
         return hits[:k]
+
+    # -- grounded answers (the "G" of RAG) --------------------------------------------
+    def build_prompt(self, query: str, hits: Sequence[Hit] | None = None, *, template: Any = None,
+                     language: str | None = None, k: int = 5, budget_tokens: int | None = None,
+                     min_score: float | None = None, relative: float | None = None,
+                     **search_kwargs: Any) -> "Prompt":
+        """A grounded prompt: numbered, fenced sources and the rules to answer only
+        from them (see :func:`ragdb.prompt.build_prompt`). Without ``hits`` the
+        database is searched for the top ``k`` (``search_kwargs`` go to :meth:`search`)."""
+        from .prompt import build_prompt
+
+        if hits is None:
+            hits = self.search(query, k=k, **search_kwargs)
+        return build_prompt(query, hits, template=template, language=language, budget_tokens=budget_tokens,
+                            min_score=min_score, relative=relative)
+
+    def ask(self, query: str, llm: Any = None, *, k: int = 5, template: Any = None, language: str | None = None,
+            budget_tokens: int | None = None, min_score: float | None = None, relative: float | None = None,
+            **search_kwargs: Any) -> "Answer":
+        """Search, then answer from the evidence with ``llm`` (default: a
+        :class:`ragdb.llm.ChatClient` configured from the environment), or
+        refuse without calling the model when no hit passes ``min_score`` /
+        ``relative``. The answer's citations are checked against the sources."""
+        from .llm import ChatClient, ask
+
+        hits = self.search(query, k=k, **search_kwargs)
+        return ask(hits, query, llm if llm is not None else ChatClient(), template=template, language=language,
+                   budget_tokens=budget_tokens, min_score=min_score, relative=relative)
 
     def get(self, doc_id: int, *, with_text: bool = True) -> Document:
         """The stored document with this id."""
