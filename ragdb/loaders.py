@@ -1,0 +1,1006 @@
+"""Turn files into :class:`~ragdb.types.LoadedDocument` objects.
+
+:func:`load_file` reads one file and picks a loader by its suffix (sniffing
+the content when the suffix is unknown); :func:`load_bytes` does the same for
+bytes in memory (standard input, tests); :func:`iter_files` walks a folder.
+
+Loaders and what they add to ``metadata`` (every document also gets
+``content_hash`` (SHA-256 hex of the raw bytes), ``size`` (bytes) and
+``loader``; :func:`load_file` adds ``path`` (absolute) and ``mtime``
+(ISO-8601, UTC, microseconds)):
+
+* ``text`` -- any text encoding (UTF-8 first, then detection). ``encoding``.
+* ``markdown`` -- markdown-it-py; the body is kept as Markdown source,
+  YAML front matter becomes metadata, headings become ``section`` spans.
+  ``encoding`` plus the front-matter keys.
+* ``html`` -- visible text only; ``<title>`` becomes the title. ``encoding``.
+* ``pdf`` -- pypdf; pages joined by a blank line, ``page`` spans. ``pages``
+  (and ``author`` when the PDF names one).
+* ``jsonl`` -- one document per line (ragdb layout or BEIR layout).
+  ``line`` plus the record's ``metadata``, ``id``, ``version``, ``timestamp``.
+
+Keys the loader sets itself (``path``, ``content_hash``, ``size``, ``mtime``,
+``loader``, ``encoding``, ``pages``, ``line``) win over user keys of the same
+name from front matter or a JSONL record's ``metadata``.
+
+Nothing here prints. Every failure is a :class:`~ragdb.errors.LoaderError`
+(or :class:`~ragdb.errors.MissingDependency` for a missing optional package)
+whose message starts with the path or source and says what is wrong.
+"""
+
+from __future__ import annotations
+
+import codecs
+import contextlib
+import datetime as _dt
+import fnmatch
+import hashlib
+import io
+import logging
+import math
+import os
+import re
+import stat
+import threading
+from collections.abc import Iterator, Mapping
+from pathlib import Path
+from typing import Any
+
+import orjson
+
+from .errors import InvalidInput, LoaderError, MissingDependency
+from .types import LoadedDocument, Span
+
+__all__ = ["SUPPORTED_SUFFIXES", "KINDS", "load_file", "load_bytes", "iter_files"]
+
+#: File suffix (lower case) -> loader kind.
+_SUFFIX_KIND: dict[str, str] = {
+    ".txt": "text",
+    ".text": "text",
+    ".md": "markdown",
+    ".markdown": "markdown",
+    ".html": "html",
+    ".htm": "html",
+    ".pdf": "pdf",
+    ".jsonl": "jsonl",
+    ".ndjson": "jsonl",
+}
+
+#: Suffixes :func:`load_file` recognises without sniffing (other files are sniffed, then read as text).
+SUPPORTED_SUFFIXES: frozenset[str] = frozenset(_SUFFIX_KIND)
+
+#: The loader kinds accepted by :func:`load_bytes`.
+KINDS: tuple[str, ...] = ("text", "markdown", "html", "pdf", "jsonl")
+
+_KIND_ALIASES: dict[str, str] = {
+    **{k: k for k in KINDS},
+    "txt": "text",
+    "plain": "text",
+    "md": "markdown",
+    "htm": "html",
+    "ndjson": "jsonl",
+}
+
+_SNIFF_BYTES = 8192
+_MAX_HEADING_CHARS = 1000
+_MAX_FRONT_MATTER_NODES = 10_000
+_MAX_FRONT_MATTER_DEPTH = 50
+# Above this (estimated) element nesting depth, lexbor's tree builder becomes
+# quadratic (20 000 nested <div>s take a second, 100 000 take minutes), so such
+# documents go to the streaming html.parser extractor, which is linear in depth.
+_MAX_LEXBOR_DEPTH = 1000
+
+
+# ============================================================================ public API
+
+
+def load_file(path: str | os.PathLike[str], *, source: str | None = None) -> list[LoadedDocument]:
+    """Load one file as a list of documents (JSONL gives one per record, other kinds one).
+
+    The loader is chosen by suffix (see :data:`SUPPORTED_SUFFIXES`); files
+    with another suffix are sniffed (PDF header, HTML doctype) and otherwise
+    read as plain text. ``source`` defaults to the path as given.
+    Raises :class:`~ragdb.errors.LoaderError` naming ``path`` when the file
+    cannot be read or is binary, empty, encrypted or broken.
+    """
+    where = os.fspath(path)
+    if isinstance(where, bytes):  # pragma: no cover - os.PathLike[bytes]
+        where = os.fsdecode(where)
+    p = Path(where)
+    try:
+        st = p.stat()
+    except FileNotFoundError:
+        raise LoaderError(f"{where}: no such file") from None
+    except OSError as e:
+        raise LoaderError(f"{where}: cannot read: {e.strerror or e}") from None
+    if stat.S_ISDIR(st.st_mode):
+        raise LoaderError(f"{where}: is a directory, not a file")
+    if not stat.S_ISREG(st.st_mode):
+        raise LoaderError(f"{where}: not a regular file")
+    try:
+        data = p.read_bytes()
+    except OSError as e:
+        raise LoaderError(f"{where}: cannot read: {e.strerror or e}") from None
+    kind = _SUFFIX_KIND.get(p.suffix.lower()) or _sniff(data, jsonl=False)
+    base: dict[str, Any] = {
+        "path": os.path.abspath(where),
+        "content_hash": hashlib.sha256(data).hexdigest(),
+        "size": len(data),
+        "mtime": _dt.datetime.fromtimestamp(st.st_mtime, _dt.timezone.utc).isoformat(timespec="microseconds"),
+    }
+    return _dispatch(data, kind, where=where, source=where if source is None else source, base=base)
+
+
+def load_bytes(data: bytes, *, source: str, kind: str | None = None) -> list[LoadedDocument]:
+    """Load bytes in memory (standard input, tests) as a list of documents.
+
+    ``kind`` is one of :data:`KINDS` (``"text"``, ``"markdown"``, ``"html"``,
+    ``"pdf"``, ``"jsonl"``; the suffixes ``"txt"``, ``"md"``, ``"htm"`` are
+    accepted too) or ``None`` to sniff (PDF header, HTML doctype, a first
+    line that is a JSON object with ``text`` or ``_id``; else plain text).
+    Error messages name ``source``.
+    """
+    if not isinstance(source, str) or not source:
+        raise InvalidInput(f"load_bytes needs a non-empty source string, got {source!r}")
+    if not isinstance(data, (bytes, bytearray, memoryview)):
+        raise InvalidInput(f"{source}: load_bytes needs bytes, got {type(data).__name__}")
+    data = bytes(data)
+    if kind is None:
+        resolved = _sniff(data, jsonl=True)
+    else:
+        resolved = _KIND_ALIASES.get(str(kind).lower().lstrip("."), "")
+        if not resolved:
+            raise InvalidInput(f"{source}: unknown kind {kind!r} (expected one of {', '.join(KINDS)})")
+    base: dict[str, Any] = {"content_hash": hashlib.sha256(data).hexdigest(), "size": len(data)}
+    return _dispatch(data, resolved, where=source, source=source, base=base)
+
+
+def iter_files(root: str | os.PathLike[str], *, recursive: bool = True, glob: str | None = None) -> Iterator[Path]:
+    """Yield the regular files under ``root`` in a deterministic (name-sorted, depth-first) order.
+
+    Hidden files and folders (names starting with ``.``) below ``root`` are
+    skipped, and so are broken links, sockets, FIFOs and devices. Symbolic
+    links to folders are followed, but a folder is entered at most once (by
+    its real path), so link loops end. Unreadable folders are skipped.
+    ``glob`` (``fnmatch`` syntax) keeps files whose name or path relative to
+    ``root`` matches it (``"*.md"``, ``"docs/*.md"``, ``"**/*.md"``). A
+    ``root`` that is a file is yielded itself (if it matches). Raises
+    :class:`~ragdb.errors.LoaderError` when ``root`` does not exist.
+    """
+    rootp = Path(root)
+    try:
+        st = rootp.stat()
+    except OSError as e:
+        raise LoaderError(f"{os.fspath(root)}: no such file or folder ({e.strerror or e})") from None
+    if stat.S_ISREG(st.st_mode):
+        if glob is None or _glob_match(rootp.name, rootp.name, glob):
+            yield rootp
+        return
+    if not stat.S_ISDIR(st.st_mode):
+        return
+    seen: set[str] = {os.path.realpath(rootp)}
+    stack: list[tuple[Iterator[os.DirEntry[str]], str]] = [(_sorted_entries(rootp), "")]
+    while stack:
+        entries, rel_dir = stack[-1]
+        entry = next(entries, None)
+        if entry is None:
+            stack.pop()
+            continue
+        if entry.name.startswith("."):
+            continue
+        rel = f"{rel_dir}{entry.name}"
+        try:
+            is_dir = entry.is_dir()  # follows links; False for broken links
+            is_file = not is_dir and entry.is_file()
+        except OSError:  # ELOOP on a self-referencing link, permission problems
+            continue
+        if is_dir:
+            if not recursive:
+                continue
+            try:
+                real = os.path.realpath(entry.path)
+            except (OSError, RuntimeError):
+                continue
+            if real in seen:
+                continue
+            seen.add(real)
+            stack.append((_sorted_entries(Path(entry.path)), rel + "/"))
+        elif is_file:
+            if glob is None or _glob_match(entry.name, rel, glob):
+                yield Path(entry.path)
+
+
+# ============================================================================ dispatch
+
+
+def _dispatch(data: bytes, kind: str, *, where: str, source: str, base: dict[str, Any]) -> list[LoadedDocument]:
+    if kind == "text":
+        return [_load_text(data, where, source, base)]
+    if kind == "markdown":
+        return [_load_markdown(data, where, source, base)]
+    if kind == "html":
+        return [_load_html(data, where, source, base)]
+    if kind == "pdf":
+        return [_load_pdf(data, where, source, base)]
+    if kind == "jsonl":
+        return _load_jsonl(data, where, source, base)
+    raise InvalidInput(f"{where}: unknown kind {kind!r}")  # pragma: no cover - guarded by callers
+
+
+def _sniff(data: bytes, *, jsonl: bool) -> str:
+    """Guess the kind of unlabelled bytes: PDF, HTML, (JSON lines,) else text.
+
+    Files are not sniffed as JSON lines: a ``.log`` of JSON records would
+    otherwise silently turn into many documents with their own sources.
+    """
+    head = data[:1024]
+    if b"%PDF-" in head:
+        return "pdf"
+    start = data[:_SNIFF_BYTES]
+    if start.startswith(codecs.BOM_UTF8):
+        start = start[len(codecs.BOM_UTF8):]
+    lead = start.lstrip().lower()
+    if lead.startswith((b"<!doctype html", b"<html", b"<head", b"<body")):
+        return "html"
+    if jsonl and lead.startswith(b"{"):
+        first = lead.split(b"\n", 1)[0]
+        try:
+            obj = orjson.loads(first)
+        except orjson.JSONDecodeError:
+            obj = None
+        if isinstance(obj, dict) and (isinstance(obj.get("text"), str) or "_id" in obj):
+            return "jsonl"
+    return "text"
+
+
+def _meta(base: Mapping[str, Any], loader: str, extra: Mapping[str, Any] | None = None,
+          user: Mapping[str, Any] | None = None) -> dict[str, Any]:
+    """User keys first, then the loader's own keys (which win on a clash)."""
+    out: dict[str, Any] = dict(user or {})
+    out.update(base)
+    out["loader"] = loader
+    if extra:
+        out.update(extra)
+    return out
+
+
+# ============================================================================ text decoding
+
+
+_BOMS: tuple[tuple[bytes, str], ...] = (
+    (codecs.BOM_UTF32_LE, "utf-32-le"),  # before UTF-16 LE: it starts with the same two bytes
+    (codecs.BOM_UTF32_BE, "utf-32-be"),
+    (codecs.BOM_UTF8, "utf-8"),
+    (codecs.BOM_UTF16_LE, "utf-16-le"),
+    (codecs.BOM_UTF16_BE, "utf-16-be"),
+)
+# C0 controls that never appear in text (tab, LF, VT, FF, CR and ESC are allowed), and DEL.
+_CONTROL_BYTES = frozenset(set(range(0x00, 0x09)) | set(range(0x0E, 0x1B)) | set(range(0x1C, 0x20)) | {0x7F})
+_CONTROL_DELETE = bytes(sorted(_CONTROL_BYTES))
+_CONTROL_RATIO = 0.05
+_NEWLINES = re.compile(r"\r\n?")
+
+
+def _looks_binary(data: bytes) -> bool:
+    sample = data[:_SNIFF_BYTES]
+    if not sample:
+        return False
+    if b"\x00" in sample:
+        return True
+    controls = len(sample) - len(sample.translate(None, _CONTROL_DELETE))
+    return controls / len(sample) > _CONTROL_RATIO
+
+
+def _normalize(text: str) -> str:
+    return _NEWLINES.sub("\n", text).replace("\x00", "")
+
+
+def _codec_name(name: str) -> str | None:
+    try:
+        return codecs.lookup(name).name
+    except (LookupError, TypeError, ValueError):
+        return None
+
+
+def _decode(data: bytes, where: str, declared: str | None = None) -> tuple[str, str]:
+    """Bytes to text and the encoding used; refuses binary data and never fails on bad bytes."""
+    for bom, enc in _BOMS:
+        if data.startswith(bom):
+            return _normalize(data[len(bom):].decode(enc, errors="replace")), enc.replace("-le", "").replace("-be", "")
+    if _looks_binary(data):
+        raise LoaderError(f"{where}: looks binary (NUL or control bytes), not text")
+    try:
+        return _normalize(data.decode("utf-8")), "utf-8"
+    except UnicodeDecodeError:
+        pass
+    if declared:
+        name = _codec_name(declared)
+        if name in ("iso8859-1", "ascii"):  # as browsers do (WHATWG Encoding): these labels mean windows-1252
+            name = "cp1252"
+        if name and name not in ("utf-8",) and not name.startswith(("utf-16", "utf-32")):
+            try:
+                return _normalize(data.decode(name)), name
+            except (UnicodeDecodeError, LookupError):
+                pass
+    detected = _detect(data)
+    if detected is not None:
+        try:
+            return _normalize(data.decode(detected, errors="replace")), detected
+        except LookupError:  # pragma: no cover - charset-normalizer names are Python codecs
+            pass
+    try:
+        return _normalize(data.decode("gb18030")), "gb18030"
+    except UnicodeDecodeError:
+        return _normalize(data.decode("latin-1")), "latin-1"
+
+
+def _detect(data: bytes) -> str | None:
+    """charset-normalizer's best guess, or None when it is not installed or has no guess."""
+    try:
+        from charset_normalizer import from_bytes
+    except ImportError:
+        return None
+    try:
+        best = from_bytes(data).best()
+    except Exception:  # noqa: BLE001 - detection is best effort; decoding falls back below
+        return None
+    if best is None:
+        return None
+    return _codec_name(best.encoding)
+
+
+def _require_text(text: str, where: str) -> None:
+    if not text.strip():
+        raise LoaderError(f"{where}: empty (no text)")
+
+
+# ============================================================================ plain text
+
+
+def _load_text(data: bytes, where: str, source: str, base: Mapping[str, Any]) -> LoadedDocument:
+    text, encoding = _decode(data, where)
+    _require_text(text, where)
+    return LoadedDocument(text=text, source=source, metadata=_meta(base, "text", {"encoding": encoding}))
+
+
+# ============================================================================ markdown
+
+
+_md_block: Any = None
+_md_inline: Any = None
+
+
+def _markdown_parsers(where: str) -> tuple[Any, Any]:
+    global _md_block, _md_inline
+    if _md_block is None:
+        try:
+            from markdown_it import MarkdownIt
+        except ImportError:
+            raise MissingDependency(
+                f"{where}: reading Markdown needs markdown-it-py; install it with: pip install 'ragdb[markdown]'"
+            ) from None
+        # Block structure only for the whole document (inline parsing of every
+        # paragraph is the slow part and is not needed); heading texts are
+        # inline-parsed one by one with the second parser.
+        block = MarkdownIt("commonmark")
+        block.disable("inline")
+        _md_inline = MarkdownIt("commonmark")
+        _md_block = block
+    return _md_block, _md_inline
+
+
+def _split_front_matter(text: str, where: str) -> tuple[dict[str, Any], str]:
+    """(front matter, body): YAML between a leading ``---`` line and the next ``---``/``...`` line."""
+    if not text.startswith("---"):
+        return {}, text
+    lines = text.split("\n")
+    if lines[0].rstrip() != "---":
+        return {}, text
+    end = None
+    for i in range(1, len(lines)):
+        if lines[i].rstrip() in ("---", "..."):
+            end = i
+            break
+    if end is None:  # a lone leading '---' is a thematic break, not front matter
+        return {}, text
+    raw = "\n".join(lines[1:end])
+    body = "\n".join(lines[end + 1:])
+    try:
+        import yaml
+    except ImportError:
+        raise LoaderError(
+            f"{where}: has YAML front matter but PyYAML is not installed (pip install 'ragdb[loaders]')"
+        ) from None
+    try:
+        loaded = yaml.safe_load(raw)
+    except yaml.YAMLError as e:
+        problem = " ".join(str(getattr(e, "problem", None) or e).split())
+        mark = getattr(e, "problem_mark", None)
+        if mark is not None:  # +2: the mark counts from 0 and the front matter starts on line 2
+            problem += f" (line {mark.line + 2}, column {mark.column + 1})"
+        raise LoaderError(f"{where}: invalid YAML front matter: {problem}") from None
+    except RecursionError:
+        raise LoaderError(f"{where}: invalid YAML front matter: nested too deeply") from None
+    if loaded is None:
+        return {}, body
+    if not isinstance(loaded, dict):
+        raise LoaderError(f"{where}: YAML front matter is a {type(loaded).__name__}, expected a mapping of keys")
+    budget = [_MAX_FRONT_MATTER_NODES]
+    out: dict[str, Any] = {}
+    for key, value in loaded.items():
+        conv = _jsonable(value, budget, 0, set(), where)
+        if conv is not _DROP:
+            out[str(key)] = conv
+    return out, body
+
+
+_DROP = object()
+_INT64 = (-(2**63), 2**64 - 1)
+
+
+def _jsonable(value: Any, budget: list[int], depth: int, active: set[int], where: str) -> Any:
+    """A JSON-serialisable copy of a YAML value (dates to ISO strings); ``_DROP`` for what has no JSON form."""
+    budget[0] -= 1
+    if budget[0] < 0 or depth > _MAX_FRONT_MATTER_DEPTH:
+        raise LoaderError(f"{where}: YAML front matter is too large or nested too deeply")
+    if value is None or isinstance(value, (bool, str)):
+        return value
+    if isinstance(value, int):
+        return value if _INT64[0] <= value <= _INT64[1] else str(value)
+    if isinstance(value, float):
+        return value if math.isfinite(value) else _DROP
+    if isinstance(value, (_dt.datetime, _dt.date)):
+        return value.isoformat()
+    if isinstance(value, (list, tuple, set, frozenset, dict)):
+        if id(value) in active:  # a YAML alias that contains itself
+            return _DROP
+        active.add(id(value))
+        try:
+            if isinstance(value, dict):
+                out: dict[str, Any] = {}
+                for k, v in value.items():
+                    conv = _jsonable(v, budget, depth + 1, active, where)
+                    if conv is not _DROP:
+                        out[str(k)] = conv
+                return out
+            items = sorted(value, key=repr) if isinstance(value, (set, frozenset)) else value
+            converted = (_jsonable(v, budget, depth + 1, active, where) for v in items)
+            return [c for c in converted if c is not _DROP]
+        finally:
+            active.discard(id(value))
+    return _DROP  # bytes (!!binary) and other exotic tags
+
+
+def _heading_text(inline_md: Any, content: str) -> str:
+    try:
+        tokens = inline_md.parseInline(content[:_MAX_HEADING_CHARS])
+    except RecursionError:  # pragma: no cover - defensive
+        return " ".join(content.split())
+    parts: list[str] = []
+    for tok in tokens:
+        for child in tok.children or ():
+            if child.type in ("text", "code_inline", "image"):
+                parts.append(child.content)
+            elif child.type in ("softbreak", "hardbreak"):
+                parts.append(" ")
+    return " ".join("".join(parts).split())
+
+
+def _markdown_sections(text: str, where: str) -> tuple[list[Span], str | None]:
+    """Section spans from heading tokens (each from its heading line to the next heading) and the first H1."""
+    block_md, inline_md = _markdown_parsers(where)
+    try:
+        tokens = block_md.parse(text)
+    except RecursionError:
+        raise LoaderError(f"{where}: Markdown nested too deeply to parse") from None
+    line_starts = [0]
+    line_starts.extend(m.end() for m in re.finditer("\n", text))
+    headings: list[tuple[int, int, str]] = []  # (offset, level, text)
+    for i, tok in enumerate(tokens):
+        if tok.type != "heading_open" or tok.level != 0 or not tok.map:
+            continue
+        inline = tokens[i + 1] if i + 1 < len(tokens) and tokens[i + 1].type == "inline" else None
+        title = _heading_text(inline_md, inline.content) if inline is not None else ""
+        if not title:
+            continue
+        line = tok.map[0]
+        offset = line_starts[line] if line < len(line_starts) else len(text)
+        headings.append((offset, int(tok.tag[1:]), title))
+    spans: list[Span] = []
+    first_h1: str | None = None
+    path: list[tuple[int, str]] = []
+    for n, (offset, level, title) in enumerate(headings):
+        if level == 1 and first_h1 is None:
+            first_h1 = title
+        while path and path[-1][0] >= level:
+            path.pop()
+        path.append((level, title))
+        end = headings[n + 1][0] if n + 1 < len(headings) else len(text)
+        if end > offset:
+            spans.append(Span(offset, end, {"section": " > ".join(t for _, t in path)}))
+    return spans, first_h1
+
+
+def _load_markdown(data: bytes, where: str, source: str, base: Mapping[str, Any]) -> LoadedDocument:
+    text, encoding = _decode(data, where)
+    _require_text(text, where)
+    _markdown_parsers(where)  # fail early with MissingDependency
+    front, body = _split_front_matter(text, where)
+    body = body.lstrip("\n").rstrip()
+    if not body.strip():
+        raise LoaderError(f"{where}: empty (no text after the front matter)")
+    spans, first_h1 = _markdown_sections(body, where)
+    title: str | None = None
+    fm_title = front.get("title")
+    if isinstance(fm_title, (str, int, float)) and not isinstance(fm_title, bool) and str(fm_title).strip():
+        title = str(fm_title).strip()
+    elif first_h1:
+        title = first_h1
+    meta = _meta(base, "markdown", {"encoding": encoding}, user=front)
+    return LoadedDocument(text=body, source=source, title=title, metadata=meta, spans=tuple(spans))
+
+
+# ============================================================================ HTML
+
+
+_SKIP_TAGS = frozenset({"script", "style", "noscript", "template", "head", "title"})
+_HEAD_TAGS = frozenset({"title", "meta", "link", "style", "script", "noscript", "base", "template"})
+_VOID_TAGS = frozenset({"area", "base", "br", "col", "embed", "hr", "img", "input", "link", "meta",
+                        "param", "source", "track", "wbr", "keygen"})
+_PARAGRAPH_TAGS = frozenset({"p", "h1", "h2", "h3", "h4", "h5", "h6", "pre", "blockquote", "table", "ul", "ol",
+                             "dl", "section", "article", "header", "footer", "nav", "aside", "main", "figure",
+                             "hr", "form", "fieldset", "address", "details", "hgroup"})
+_LINE_TAGS = frozenset({"div", "br", "li", "tr", "dt", "dd", "figcaption", "summary", "caption", "option",
+                        "legend", "center", "dialog", "menu", "body", "html", "thead", "tbody", "tfoot"})
+_CELL_TAGS = frozenset({"td", "th"})
+# Tags whose end tag is commonly left out; not counted by the nesting estimate.
+_AUTOCLOSE_TAGS = frozenset({"p", "li", "dt", "dd", "option", "optgroup", "tr", "td", "th", "thead", "tbody",
+                             "tfoot", "colgroup", "rp", "rt", "html", "head", "body"})
+_WS = re.compile(r"\s+")
+_TAG_RE = re.compile(r"<(/?)([A-Za-z][A-Za-z0-9:-]*)([^<>]*?)(/?)>")
+_META_CHARSET = re.compile(rb"""<meta[^>]{0,512}?charset\s*=\s*["']?\s*([A-Za-z0-9._:-]{1,40})""", re.I)
+
+
+def _hidden(attrs: Mapping[str, Any]) -> bool:
+    if "hidden" in attrs:
+        return True
+    style = attrs.get("style")
+    if isinstance(style, str):
+        compact = style.replace(" ", "").lower()
+        return "display:none" in compact or "visibility:hidden" in compact
+    return False
+
+
+class _TextBuilder:
+    """Collects visible text: collapses whitespace, separates blocks with line breaks."""
+
+    def __init__(self) -> None:
+        self.parts: list[str] = []
+        self.pending_break = 0  # 1: newline, 2: blank line
+        self.pending_space = False
+        self.pre = 0
+
+    def start(self, tag: str) -> None:
+        self._block(tag)
+        if tag == "pre":
+            self.pre += 1
+
+    def end(self, tag: str) -> None:
+        self._block(tag)
+        if tag == "pre" and self.pre:
+            self.pre -= 1
+
+    def _block(self, tag: str) -> None:
+        if tag in _PARAGRAPH_TAGS:
+            self._break(2)
+        elif tag in _LINE_TAGS:
+            self._break(1)
+        elif tag in _CELL_TAGS:
+            self.pending_space = True
+
+    def _break(self, n: int) -> None:
+        if self.parts:
+            self.pending_break = max(self.pending_break, n)
+
+    def text(self, data: str) -> None:
+        if not data:
+            return
+        if self.pre:
+            self._prefix()
+            self.parts.append(data)
+            return
+        collapsed = _WS.sub(" ", data)
+        stripped = collapsed.strip(" ")
+        if not stripped:
+            self.pending_space = True
+            return
+        if collapsed[0] == " ":
+            self.pending_space = True
+        self._prefix()
+        self.parts.append(stripped)
+        self.pending_space = collapsed[-1] == " "
+
+    def _prefix(self) -> None:
+        if self.parts:
+            if self.pending_break:
+                self.parts.append("\n" * self.pending_break)
+            elif self.pending_space and not self.parts[-1].endswith((" ", "\n")):
+                self.parts.append(" ")
+        self.pending_break = 0
+        self.pending_space = False
+
+    def result(self) -> str:
+        text = "".join(self.parts)
+        text = "\n".join(line.rstrip() for line in text.split("\n"))
+        return re.sub(r"\n{3,}", "\n\n", text).strip("\n")
+
+
+def _nesting_estimate(html: str) -> int:
+    """Rough maximum element depth from tag names (a guard, not a parser)."""
+    depth = top = 0
+    for m in _TAG_RE.finditer(html):
+        name = m.group(2).lower()
+        if name in _VOID_TAGS or name in _AUTOCLOSE_TAGS or m.group(4):
+            continue
+        if m.group(1):
+            depth = max(0, depth - 1)
+        else:
+            depth += 1
+            if depth > top:
+                top = depth
+                if top > _MAX_LEXBOR_DEPTH:
+                    break
+    return top
+
+
+def _html_selectolax(html: str) -> tuple[str, str | None] | None:
+    """Text and title with selectolax/lexbor; None when selectolax is not installed."""
+    try:
+        from selectolax.lexbor import LexborHTMLParser
+    except ImportError:
+        return None
+    tree = LexborHTMLParser(html)
+    title = None
+    head = tree.head
+    title_node = (head.css_first("title") if head is not None else None) or tree.css_first("title")
+    if title_node is not None:
+        title = " ".join((title_node.text(deep=True) or "").split()) or None
+    root = tree.root
+    builder = _TextBuilder()
+    if root is None:
+        return "", title
+
+    def enter(node: Any) -> bool:
+        tag = node.tag or ""
+        if tag == "-text":
+            builder.text(node.text_content or "")
+            return False
+        if tag.startswith(("-", "_", "!")) or tag in _SKIP_TAGS:
+            return False
+        if _hidden(node.attributes):
+            return False
+        builder.start(tag)
+        return True
+
+    # Iterative depth-first walk (deep documents must not exhaust the Python stack).
+    node = root
+    depth = 0
+    while True:
+        entered = enter(node)
+        if entered and node.child is not None:
+            node = node.child
+            depth += 1
+            continue
+        if entered:
+            builder.end(node.tag)
+        while True:
+            if depth == 0:
+                return builder.result(), title
+            nxt = node.next
+            if nxt is not None:
+                node = nxt
+                break
+            node = node.parent
+            depth -= 1
+            builder.end(node.tag)
+
+
+def _html_stdlib(html: str) -> tuple[str, str | None]:
+    """Text and title with the standard library's html.parser.
+
+    This fallback exists so that HTML loads without the optional selectolax
+    dependency, and for pathologically deep documents: it streams events and
+    builds no tree, so it is linear in nesting depth where lexbor is not.
+    """
+    from html.parser import HTMLParser
+
+    builder = _TextBuilder()
+
+    class _Extractor(HTMLParser):
+        def __init__(self) -> None:
+            super().__init__(convert_charrefs=True)
+            self.skip_tag: str | None = None
+            self.skip_depth = 0
+            self.in_title = False
+            self.title_parts: list[str] = []
+            self.title_done = False
+
+        def handle_starttag(self, tag: str, attrs: list[tuple[str, str | None]]) -> None:
+            if self.in_title:
+                return
+            if self.skip_tag is not None:
+                if self.skip_tag == "head" and tag not in _HEAD_TAGS and tag != "head":
+                    self.skip_tag, self.skip_depth = None, 0  # implicit end of <head>
+                elif tag == "title" and self.skip_tag == "head" and not self.title_done:
+                    self.in_title = True
+                    return
+                else:
+                    if tag == self.skip_tag and tag not in _VOID_TAGS:
+                        self.skip_depth += 1
+                    return
+            if tag == "title" and not self.title_done:
+                self.in_title = True
+                return
+            if tag in _SKIP_TAGS or _hidden(dict(attrs)):
+                if tag not in _VOID_TAGS:
+                    self.skip_tag, self.skip_depth = tag, 1
+                return
+            builder.start(tag)
+            if tag in _VOID_TAGS:
+                builder.end(tag)
+
+        def handle_startendtag(self, tag: str, attrs: list[tuple[str, str | None]]) -> None:
+            if self.in_title or self.skip_tag is not None or tag in _SKIP_TAGS or _hidden(dict(attrs)):
+                return
+            builder.start(tag)
+            builder.end(tag)
+
+        def handle_endtag(self, tag: str) -> None:
+            if self.in_title:
+                if tag == "title":
+                    self.in_title = False
+                    self.title_done = True
+                return
+            if self.skip_tag is not None:
+                if tag == self.skip_tag:
+                    self.skip_depth -= 1
+                    if self.skip_depth <= 0:
+                        self.skip_tag, self.skip_depth = None, 0
+                return
+            if tag not in _VOID_TAGS:
+                builder.end(tag)
+
+        def handle_data(self, data: str) -> None:
+            if self.in_title:
+                self.title_parts.append(data)
+            elif self.skip_tag is None:
+                builder.text(data)
+
+    parser = _Extractor()
+    parser.feed(html)
+    parser.close()
+    title = " ".join("".join(parser.title_parts).split()) or None
+    return builder.result(), title
+
+
+def _load_html(data: bytes, where: str, source: str, base: Mapping[str, Any]) -> LoadedDocument:
+    m = _META_CHARSET.search(data[:4096])
+    declared = m.group(1).decode("ascii", "replace") if m else None
+    html, encoding = _decode(data, where, declared)
+    _require_text(html, where)
+    try:
+        result = None
+        if _nesting_estimate(html) <= _MAX_LEXBOR_DEPTH:
+            result = _html_selectolax(html)
+        if result is None:
+            result = _html_stdlib(html)
+    except RecursionError:
+        raise LoaderError(f"{where}: HTML nested too deeply to parse") from None
+    except Exception as e:  # noqa: BLE001 - html.parser raises AssertionError on some malformed markup
+        raise LoaderError(f"{where}: could not parse HTML ({type(e).__name__}: {e})") from None
+    text, title = result
+    text = text.replace("\x00", "")
+    if not text.strip():
+        raise LoaderError(f"{where}: no visible text in the HTML")
+    return LoadedDocument(text=text, source=source, title=title,
+                          metadata=_meta(base, "html", {"encoding": encoding}))
+
+
+# ============================================================================ PDF
+
+
+_pypdf_lock = threading.Lock()
+_pypdf_quiet = 0
+_pypdf_saved_level = logging.NOTSET
+
+
+@contextlib.contextmanager
+def _quiet_pypdf() -> Iterator[None]:
+    """Silence the ``pypdf`` logger (its warnings about malformed files) while a PDF is read."""
+    global _pypdf_quiet, _pypdf_saved_level
+    logger = logging.getLogger("pypdf")
+    with _pypdf_lock:
+        if _pypdf_quiet == 0:
+            _pypdf_saved_level = logger.level
+            logger.setLevel(logging.CRITICAL + 1)
+        _pypdf_quiet += 1
+    try:
+        yield
+    finally:
+        with _pypdf_lock:
+            _pypdf_quiet -= 1
+            if _pypdf_quiet == 0:
+                logger.setLevel(_pypdf_saved_level)
+
+
+def _pdf_string(value: Any) -> str | None:
+    if value is None:
+        return None
+    text = " ".join(str(value).replace("\x00", "").split())
+    return text or None
+
+
+def _load_pdf(data: bytes, where: str, source: str, base: Mapping[str, Any]) -> LoadedDocument:
+    try:
+        import pypdf
+    except ImportError:
+        raise MissingDependency(
+            f"{where}: reading PDF needs pypdf; install it with: pip install 'ragdb[pdf]'"
+        ) from None
+    if not data.strip():
+        raise LoaderError(f"{where}: empty (no bytes)")
+    with _quiet_pypdf():
+        try:
+            reader = pypdf.PdfReader(io.BytesIO(data))
+        except Exception as e:  # noqa: BLE001 - pypdf raises many types on broken input
+            raise LoaderError(f"{where}: broken or truncated PDF ({_reason(e)})") from None
+        if reader.is_encrypted:
+            try:
+                ok = reader.decrypt("")
+            except Exception as e:  # noqa: BLE001 - e.g. AES without the cryptography package
+                raise LoaderError(f"{where}: PDF is encrypted and cannot be opened ({_reason(e)})") from None
+            if not ok:
+                raise LoaderError(f"{where}: PDF is encrypted (a password is needed to open it)")
+        texts: list[str] = []
+        try:
+            pages = reader.pages
+            count = len(pages)
+            for i in range(count):
+                try:
+                    texts.append(pages[i].extract_text() or "")
+                except Exception as e:  # noqa: BLE001
+                    raise LoaderError(f"{where}: broken PDF: page {i + 1} cannot be read ({_reason(e)})") from None
+        except LoaderError:
+            raise
+        except Exception as e:  # noqa: BLE001
+            raise LoaderError(f"{where}: broken or truncated PDF ({_reason(e)})") from None
+        title = author = None
+        try:
+            info = reader.metadata
+            if info is not None:
+                title = _pdf_string(info.title)
+                author = _pdf_string(info.author)
+        except Exception:  # noqa: BLE001 - a damaged info dictionary only costs the title
+            pass
+    if count == 0:
+        raise LoaderError(f"{where}: PDF has no pages")
+    parts: list[str] = []
+    spans: list[Span] = []
+    pos = 0
+    for n, raw in enumerate(texts, start=1):
+        page_text = _normalize(raw).strip()
+        if not page_text:
+            continue
+        if parts:
+            parts.append("\n\n")
+            pos += 2
+        parts.append(page_text)
+        spans.append(Span(pos, pos + len(page_text), {"page": n}))
+        pos += len(page_text)
+    if not parts:
+        raise LoaderError(f"{where}: PDF has no extractable text ({count} page(s); scanned images need OCR)")
+    extra: dict[str, Any] = {"pages": count}
+    if author:
+        extra["author"] = author
+    return LoadedDocument(text="".join(parts), source=source, title=title,
+                          metadata=_meta(base, "pdf", extra), spans=tuple(spans))
+
+
+def _reason(err: BaseException) -> str:
+    text = " ".join(str(err).split())
+    return f"{type(err).__name__}: {text}" if text else type(err).__name__
+
+
+# ============================================================================ JSONL
+
+
+def _load_jsonl(data: bytes, where: str, source: str, base: Mapping[str, Any]) -> list[LoadedDocument]:
+    if data.startswith(codecs.BOM_UTF8):
+        data = data[len(codecs.BOM_UTF8):]
+    if b"\x00" in data[:_SNIFF_BYTES]:
+        raise LoaderError(f"{where}: looks binary (NUL bytes), not JSON lines")
+    docs: list[LoadedDocument] = []
+    for lineno, line in enumerate(data.split(b"\n"), start=1):
+        if not line.strip():
+            continue
+        try:
+            rec = orjson.loads(line)
+        except orjson.JSONDecodeError as e:
+            raise LoaderError(f"{where}: line {lineno}: invalid JSON ({e})") from None
+        if not isinstance(rec, dict):
+            raise LoaderError(f"{where}: line {lineno}: expected a JSON object, got {type(rec).__name__}")
+        docs.append(_jsonl_record(rec, lineno, where, source, base))
+    if not docs:
+        raise LoaderError(f"{where}: empty (no JSON records)")
+    return docs
+
+
+def _jsonl_record(rec: dict[str, Any], lineno: int, where: str, source: str,
+                  base: Mapping[str, Any]) -> LoadedDocument:
+    label = f"{where}: line {lineno}"
+    beir = "_id" in rec
+    text = rec.get("text")
+    title = rec.get("title")
+    if text is None and not (beir and title):
+        raise LoaderError(f"{label}: missing 'text'")
+    if text is not None and not isinstance(text, str):
+        raise LoaderError(f"{label}: 'text' must be a string, got {type(text).__name__}")
+    if title is not None and not isinstance(title, str):
+        raise LoaderError(f"{label}: 'title' must be a string, got {type(title).__name__}")
+    title = title.strip() or None if title is not None else None
+    user = rec.get("metadata")
+    if user is not None and not isinstance(user, dict):
+        raise LoaderError(f"{label}: 'metadata' must be an object, got {type(user).__name__}")
+    extra: dict[str, Any] = {"line": lineno}
+    if beir:  # BEIR corpus layout: _id, title, text
+        rec_source: Any = rec["_id"]
+        body = _normalize(text or "")
+        if title:
+            body = f"{title}\n\n{body}" if body.strip() else title
+        if "id" in rec:
+            extra["id"] = rec["id"]
+    else:
+        rec_source = rec.get("source")
+        if rec_source is None:
+            rec_source = rec.get("id")
+        if "id" in rec:
+            extra["id"] = rec["id"]
+        body = _normalize(text or "")
+    if rec_source is None:
+        rec_source = f"{source}#{lineno}"
+    elif isinstance(rec_source, (str, int)) and not isinstance(rec_source, bool):
+        rec_source = str(rec_source)
+    else:
+        raise LoaderError(f"{label}: source/id must be a string or an integer, got {type(rec_source).__name__}")
+    if not rec_source:
+        raise LoaderError(f"{label}: source/id is empty")
+    if not body.strip():
+        raise LoaderError(f"{label}: empty 'text'")
+    for key in ("version", "timestamp"):
+        value = rec.get(key)
+        if value is None:
+            continue
+        if isinstance(value, bool) or not isinstance(value, (str, int, float)):
+            raise LoaderError(f"{label}: '{key}' must be a string or a number, got {type(value).__name__}")
+        extra[key] = str(value) if key == "version" else value
+    return LoadedDocument(text=body, source=rec_source, title=title,
+                          metadata=_meta(base, "jsonl", extra, user=user))
+
+
+# ============================================================================ folders
+
+
+def _sorted_entries(directory: Path) -> Iterator[os.DirEntry[str]]:
+    try:
+        with os.scandir(directory) as it:
+            entries = list(it)
+    except OSError:
+        return iter(())
+    entries.sort(key=lambda e: e.name)
+    return iter(entries)
+
+
+def _glob_match(name: str, rel: str, pattern: str) -> bool:
+    if fnmatch.fnmatchcase(name, pattern) or fnmatch.fnmatchcase(rel, pattern):
+        return True
+    return pattern.startswith("**/") and _glob_match(name, rel, pattern[3:])

@@ -1,0 +1,614 @@
+"""Tests of ragdb.loaders with real files made in tmp_path."""
+
+from __future__ import annotations
+
+import hashlib
+import io
+import logging
+import os
+import time
+from datetime import datetime
+from pathlib import Path
+
+import orjson
+import pytest
+
+from ragdb.errors import InvalidInput, LoaderError, MissingDependency, RagdbError
+from ragdb.loaders import SUPPORTED_SUFFIXES, iter_files, load_bytes, load_file
+from ragdb.types import LoadedDocument, Span
+
+fpdf = pytest.importorskip("fpdf")
+pypdf = pytest.importorskip("pypdf")
+
+
+# ----------------------------------------------------------------------------- helpers
+
+
+def make_pdf(pages: list[str], *, title: str | None = None, user_password: str | None = None) -> bytes:
+    pdf = fpdf.FPDF()
+    pdf.set_font("helvetica", size=12)
+    if title:
+        pdf.set_title(title)
+    if user_password is not None:
+        pdf.set_encryption(owner_password="owner-pw", user_password=user_password)
+    for text in pages:
+        pdf.add_page()
+        if text:
+            pdf.multi_cell(0, 10, text=text)
+    return bytes(pdf.output())
+
+
+def write(path: Path, data: bytes | str) -> Path:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_bytes(data.encode("utf-8") if isinstance(data, str) else data)
+    return path
+
+
+def only(docs: list[LoadedDocument]) -> LoadedDocument:
+    assert len(docs) == 1
+    return docs[0]
+
+
+# ----------------------------------------------------------------------------- common metadata
+
+
+def test_supported_suffixes() -> None:
+    for suffix in (".txt", ".md", ".markdown", ".html", ".htm", ".pdf", ".jsonl"):
+        assert suffix in SUPPORTED_SUFFIXES
+
+
+def test_file_metadata_and_default_source(tmp_path: Path) -> None:
+    p = write(tmp_path / "note.txt", "hello world\r\nsecond line\rthird\n")
+    doc = only(load_file(p))
+    assert isinstance(doc, LoadedDocument)
+    assert doc.source == str(p)
+    assert doc.text == "hello world\nsecond line\nthird\n"
+    meta = doc.metadata
+    assert meta["path"] == str(p.absolute())
+    assert meta["content_hash"] == hashlib.sha256(p.read_bytes()).hexdigest()
+    assert meta["size"] == p.stat().st_size
+    assert meta["loader"] == "text"
+    assert meta["encoding"] == "utf-8"
+    mtime = datetime.fromisoformat(meta["mtime"])
+    assert mtime.utcoffset() is not None and mtime.utcoffset().total_seconds() == 0
+    assert abs(mtime.timestamp() - p.stat().st_mtime) < 1e-5
+    orjson.dumps(dict(meta))  # JSON-serialisable
+
+
+def test_explicit_source_and_relative_path(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    write(tmp_path / "a.txt", "alpha")
+    monkeypatch.chdir(tmp_path)
+    doc = only(load_file("a.txt", source="docs/a"))
+    assert doc.source == "docs/a"
+    assert doc.metadata["path"] == str(tmp_path / "a.txt")
+    assert only(load_file(Path("a.txt"))).source == "a.txt"
+
+
+def test_filenames_with_spaces_and_unicode(tmp_path: Path) -> None:
+    p = write(tmp_path / "dossier été" / "my nötes 文件.md", "# Titre\n\nTexte.\n")
+    doc = only(load_file(p))
+    assert doc.source == str(p)
+    assert doc.title == "Titre"
+    assert doc.metadata["path"].endswith("my nötes 文件.md")
+
+
+def test_missing_file_and_directory(tmp_path: Path) -> None:
+    with pytest.raises(LoaderError, match="nope.txt.*no such file"):
+        load_file(tmp_path / "nope.txt")
+    with pytest.raises(LoaderError, match="directory"):
+        load_file(tmp_path)
+
+
+# ----------------------------------------------------------------------------- plain text
+
+
+def test_gbk_chinese(tmp_path: Path) -> None:
+    text = "北京是中华人民共和国的首都，也是全国的政治、文化中心。\n这是一个用于测试编码检测的文件。"
+    p = write(tmp_path / "chinese.txt", text.encode("gbk"))
+    doc = only(load_file(p))
+    assert doc.text == text
+    assert doc.metadata["encoding"] in ("gb18030", "gbk", "gb2312")
+
+
+def test_gbk_without_charset_normalizer(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    import ragdb.loaders as loaders
+
+    monkeypatch.setattr(loaders, "_detect", lambda data: None)
+    text = "中文测试，你好世界"
+    doc = only(load_bytes(text.encode("gbk"), source="s"))
+    assert doc.text == text and doc.metadata["encoding"] == "gb18030"
+    doc = only(load_bytes("caf\u00e9 au lait".encode("latin-1"), source="s"))
+    assert doc.text == "caf\u00e9 au lait" and doc.metadata["encoding"] == "latin-1"
+
+
+def test_invalid_utf8_does_not_crash(tmp_path: Path) -> None:
+    p = write(tmp_path / "bad.txt", b"hello \xff\xfe\xfd world, this is mostly text \x80 ok\n")
+    doc = only(load_file(p))
+    assert "hello" in doc.text and "world" in doc.text
+    assert doc.metadata["encoding"]
+
+
+def test_bom_and_utf16(tmp_path: Path) -> None:
+    doc = only(load_bytes(b"\xef\xbb\xbfhello", source="s", kind="text"))
+    assert doc.text == "hello" and doc.metadata["encoding"] == "utf-8"
+    doc = only(load_bytes("h\u00e9llo\r\nworld".encode("utf-16"), source="s", kind="text"))
+    assert doc.text == "h\u00e9llo\nworld"
+
+
+def test_binary_file_raises(tmp_path: Path) -> None:
+    p = write(tmp_path / "image.png", b"\x89PNG\r\n\x1a\n\x00\x00\x00\rIHDR" + bytes(range(256)) * 4)
+    with pytest.raises(LoaderError, match=r"image\.png.*binary"):
+        load_file(p)
+    p = write(tmp_path / "controls.txt", bytes([1, 2, 3, 4, 5, 6, 7, 8]) * 50 + b"text")
+    with pytest.raises(LoaderError, match="binary"):
+        load_file(p)
+
+
+def test_nul_after_sniff_window_is_stripped() -> None:
+    data = b"a" * 9000 + b"\x00b"
+    doc = only(load_bytes(data, source="s"))
+    assert doc.text == "a" * 9000 + "b"
+
+
+def test_empty_files_raise(tmp_path: Path) -> None:
+    for name, data in [("empty.txt", b""), ("blank.txt", b"  \n\t\n"), ("empty.md", b""), ("empty.html", b""),
+                       ("empty.jsonl", b"\n\n"), ("empty.pdf", b"")]:
+        p = write(tmp_path / name, data)
+        with pytest.raises(LoaderError, match=rf"{name}.*empty"):
+            load_file(p)
+
+
+def test_errors_are_ragdb_errors() -> None:
+    assert issubclass(LoaderError, RagdbError)
+    assert issubclass(MissingDependency, ImportError)
+    with pytest.raises(InvalidInput, match="unknown kind"):
+        load_bytes(b"x", source="s", kind="docx")
+
+
+# ----------------------------------------------------------------------------- markdown
+
+
+MARKDOWN = """---
+title: Front Matter Title
+date: 2024-03-05
+tags: [alpha, beta]
+draft: false
+loader: user-value
+---
+
+Intro paragraph.
+
+# Guide
+
+Welcome.
+
+## Install *quickly*
+
+```bash
+# this is a comment, not a heading
+pip install ragdb
+```
+
+### From source
+
+Clone it.
+
+## Usage
+
+Use it.
+
+# Appendix
+Last words.
+"""
+
+
+def test_markdown_front_matter_and_sections(tmp_path: Path) -> None:
+    p = write(tmp_path / "guide.md", MARKDOWN)
+    doc = only(load_file(p))
+    assert doc.title == "Front Matter Title"
+    assert not doc.text.startswith("---")
+    assert doc.text.startswith("Intro paragraph.")
+    assert "# this is a comment, not a heading\npip install ragdb" in doc.text  # code blocks kept
+    meta = doc.metadata
+    assert meta["loader"] == "markdown"  # loader's own key wins over the front matter's
+    assert meta["date"] == "2024-03-05"
+    assert meta["tags"] == ["alpha", "beta"]
+    assert meta["draft"] is False
+    assert meta["title"] == "Front Matter Title"
+    orjson.dumps(dict(meta))
+    sections = [(s.metadata["section"], doc.text[s.start:s.end]) for s in doc.spans]
+    assert [name for name, _ in sections] == [
+        "Guide",
+        "Guide > Install quickly",
+        "Guide > Install quickly > From source",
+        "Guide > Usage",
+        "Appendix",
+    ]
+    assert sections[0][1].startswith("# Guide\n") and sections[0][1].rstrip().endswith("Welcome.")
+    assert sections[1][1].startswith("## Install *quickly*")
+    assert "pip install ragdb" in sections[1][1]
+    assert sections[4][1] == "# Appendix\nLast words."
+    for a, b in zip(doc.spans, doc.spans[1:]):
+        assert a.end == b.start
+    assert doc.spans[-1].end == len(doc.text)
+    assert all(isinstance(s, Span) for s in doc.spans)
+
+
+def test_markdown_title_from_first_h1_and_setext() -> None:
+    doc = only(load_bytes(b"Some text.\n\nBig Title\n=========\n\nbody\n\nSub\n---\n\nmore\n", source="s.md",
+                          kind="md"))
+    assert doc.title == "Big Title"
+    assert [s.metadata["section"] for s in doc.spans] == ["Big Title", "Big Title > Sub"]
+    assert doc.text[doc.spans[0].start:].startswith("Big Title\n===")
+
+
+def test_markdown_without_front_matter_keeps_thematic_break() -> None:
+    doc = only(load_bytes(b"---\nnot front matter, no closing line\n", source="s", kind="markdown"))
+    assert doc.text.startswith("---")
+    assert doc.title is None
+
+
+@pytest.mark.parametrize("front, problem", [
+    ("title: [unclosed", "invalid YAML"),
+    ("- a\n- b", "mapping"),
+])
+def test_markdown_bad_front_matter(tmp_path: Path, front: str, problem: str) -> None:
+    p = write(tmp_path / "bad fm.md", f"---\n{front}\n---\n\n# Body\n")
+    with pytest.raises(LoaderError, match=rf"bad fm\.md.*{problem}"):
+        load_file(p)
+
+
+def test_markdown_front_matter_only_is_empty(tmp_path: Path) -> None:
+    p = write(tmp_path / "only.md", "---\ntitle: x\n---\n\n")
+    with pytest.raises(LoaderError, match="only.md.*empty"):
+        load_file(p)
+
+
+def test_markdown_without_pyyaml(monkeypatch: pytest.MonkeyPatch) -> None:
+    import builtins
+
+    real_import = builtins.__import__
+
+    def fake_import(name: str, *args: object, **kwargs: object) -> object:
+        if name == "yaml":
+            raise ImportError("no yaml")
+        return real_import(name, *args, **kwargs)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(builtins, "__import__", fake_import)
+    with pytest.raises(LoaderError, match="fm.md.*PyYAML"):
+        load_bytes(b"---\na: 1\n---\nbody\n", source="fm.md", kind="md")
+    # no front matter: PyYAML is not needed
+    assert only(load_bytes(b"# T\nbody\n", source="x.md", kind="md")).title == "T"
+
+
+def test_markdown_pathological_inputs_do_not_hang() -> None:
+    inputs = [
+        ">" * 50_000 + " deep quote",
+        "[" * 50_000,
+        "# " + "[" * 50_000,
+        ("- " * 3000 + "x\n") * 3,
+        "*" * 50_000 + "a" + "_" * 50_000,
+        "<div>" * 20_000,
+        "#" * 10_000 + " x\n" + "\n".join(f"{'#' * (i % 6 + 1)} h{i}" for i in range(2000)),
+    ]
+    start = time.perf_counter()
+    for text in inputs:
+        doc = only(load_bytes(text.encode(), source="p.md", kind="markdown"))
+        assert doc.text
+    assert time.perf_counter() - start < 5
+
+
+# ----------------------------------------------------------------------------- HTML
+
+
+HTML = """<!DOCTYPE html>
+<html><head>
+<meta charset="utf-8">
+<title>  The   Page Title </title>
+<style>body { color: red; } .secret-style {}</style>
+<script>var secretScript = "do not index";</script>
+</head>
+<body>
+<!-- a comment that is not visible -->
+<h1>Main heading</h1>
+<p>First    paragraph with <b>bold</b> and <a href="#">a link</a>.</p>
+<script type="text/javascript">alert("inline secret")</script>
+<noscript>Please enable JavaScript</noscript>
+<template><p>template secret</p></template>
+<div hidden>hidden secret</div>
+<ul><li>item one</li><li>item two</li></ul>
+<pre>line 1
+    indented line 2</pre>
+<p>caf&eacute; &amp; cr&egrave;me</p>
+</body></html>
+"""
+
+
+def _check_html(doc: LoadedDocument) -> None:
+    assert doc.title == "The Page Title"
+    text = doc.text
+    for secret in ("secretScript", "secret-style", "inline secret", "Please enable", "template secret",
+                   "hidden secret", "not visible", "color: red"):
+        assert secret not in text
+    assert "Main heading" in text
+    assert "First paragraph with bold and a link." in text
+    assert "item one\nitem two" in text
+    assert "line 1\n    indented line 2" in text
+    assert "café & crème" in text
+    assert "The Page Title" not in text
+
+
+def test_html(tmp_path: Path) -> None:
+    p = write(tmp_path / "page.html", HTML)
+    doc = only(load_file(p))
+    assert doc.metadata["loader"] == "html"
+    _check_html(doc)
+    lines = doc.text.split("\n")
+    assert lines[0] == "Main heading"
+
+
+def test_html_stdlib_fallback(monkeypatch: pytest.MonkeyPatch) -> None:
+    import ragdb.loaders as loaders
+
+    monkeypatch.setattr(loaders, "_html_selectolax", lambda html: None)
+    _check_html(only(load_bytes(HTML.encode(), source="page.htm", kind="html")))
+
+
+def test_html_declared_charset() -> None:
+    data = '<html><head><meta charset="windows-1252"><title>T</title></head><body><p>na\u00efve “quotes”</p>'
+    doc = only(load_bytes(data.encode("cp1252"), source="s", kind="html"))
+    assert doc.text == "na\u00efve “quotes”"
+    assert doc.metadata["encoding"] == "cp1252"
+
+
+@pytest.mark.parametrize("fallback", [False, True])
+def test_html_malformed_and_deep(monkeypatch: pytest.MonkeyPatch, fallback: bool) -> None:
+    import ragdb.loaders as loaders
+
+    if fallback:
+        monkeypatch.setattr(loaders, "_html_selectolax", lambda html: None)
+    cases = [
+        "<p>unclosed <b>bold <i>italic <div>block</p></span></table>tail",
+        "<html><head><title>x</title><p>head never closed</p>",
+        "<div>" * 10_000 + "deep text",
+        "<ul><li>" * 3_000 + "deep list",
+        "<p>" + "<" * 5000 + " text",
+    ]
+    start = time.perf_counter()
+    for html in cases:
+        doc = only(load_bytes(html.encode(), source="bad.html", kind="html"))
+        assert doc.text.strip()
+    assert time.perf_counter() - start < 5
+    assert "deep text" in only(load_bytes(cases[2].encode(), source="s", kind="html")).text
+    assert "head never closed" in only(load_bytes(cases[1].encode(), source="s", kind="html")).text
+
+
+def test_html_without_visible_text(tmp_path: Path) -> None:
+    p = write(tmp_path / "blank.html", "<html><head><title>T</title><script>x=1</script></head><body></body></html>")
+    with pytest.raises(LoaderError, match="blank.html.*no visible text"):
+        load_file(p)
+
+
+# ----------------------------------------------------------------------------- PDF
+
+
+def test_pdf_two_pages(tmp_path: Path) -> None:
+    p = write(tmp_path / "report.pdf", make_pdf(["Alpha page one text", "Beta page two text"], title="My Report"))
+    doc = only(load_file(p))
+    assert doc.title == "My Report"
+    assert doc.metadata["loader"] == "pdf"
+    assert doc.metadata["pages"] == 2
+    assert len(doc.spans) == 2
+    first, second = doc.spans
+    assert first.metadata == {"page": 1} and second.metadata == {"page": 2}
+    assert "Alpha page one text" in doc.text[first.start:first.end]
+    assert "Beta page two text" in doc.text[second.start:second.end]
+    assert doc.text[first.end:second.start] == "\n\n"
+    assert second.end == len(doc.text)
+
+
+def test_pdf_skips_empty_pages_in_spans() -> None:
+    doc = only(load_bytes(make_pdf(["First", "", "Third"]), source="s.pdf", kind="pdf"))
+    assert doc.metadata["pages"] == 3
+    assert [s.metadata["page"] for s in doc.spans] == [1, 3]
+
+
+def test_pdf_encrypted(tmp_path: Path) -> None:
+    p = write(tmp_path / "secret.pdf", make_pdf(["Classified"], user_password="secret"))
+    with pytest.raises(LoaderError, match=r"secret\.pdf.*encrypted"):
+        load_file(p)
+
+
+def test_pdf_encrypted_with_empty_user_password_opens(tmp_path: Path) -> None:
+    p = write(tmp_path / "owner-only.pdf", make_pdf(["Readable text"], user_password=""))
+    assert "Readable text" in only(load_file(p)).text
+
+
+def test_pdf_truncated_and_broken(tmp_path: Path, caplog: pytest.LogCaptureFixture,
+                                  capsys: pytest.CaptureFixture[str]) -> None:
+    data = make_pdf(["Some text", "More text"])
+    for cut in (len(data) // 2, len(data) - 30, 40):
+        p = write(tmp_path / f"cut {cut}.pdf", data[:cut])
+        with caplog.at_level(logging.DEBUG), pytest.raises(LoaderError, match=rf"cut {cut}\.pdf.*PDF"):
+            load_file(p)
+    p = write(tmp_path / "garbage.pdf", b"%PDF-1.7\n" + b"this is not really a pdf\n" * 10)
+    with caplog.at_level(logging.DEBUG), pytest.raises(LoaderError, match="garbage.pdf"):
+        load_file(p)
+    assert not [r for r in caplog.records if r.name.startswith("pypdf")]
+    assert capsys.readouterr().err == ""
+    assert logging.getLogger("pypdf").level == logging.NOTSET  # restored
+
+
+def test_pdf_without_text(tmp_path: Path) -> None:
+    p = write(tmp_path / "scan.pdf", make_pdf(["", ""]))
+    with pytest.raises(LoaderError, match="scan.pdf.*no extractable text"):
+        load_file(p)
+
+
+def test_pdf_sniffed_without_suffix(tmp_path: Path) -> None:
+    p = write(tmp_path / "download", make_pdf(["Sniffed text"]))
+    doc = only(load_file(p))
+    assert doc.metadata["loader"] == "pdf" and "Sniffed text" in doc.text
+    assert only(load_bytes(make_pdf(["Bytes"]), source="-")).metadata["loader"] == "pdf"
+
+
+# ----------------------------------------------------------------------------- JSONL
+
+
+def test_jsonl_ragdb_layout(tmp_path: Path) -> None:
+    lines = [
+        {"text": "first doc", "source": "a", "title": "A", "version": 2, "timestamp": "2024-01-01T00:00:00Z",
+         "metadata": {"lang": "en", "loader": "mine"}, "id": "x1"},
+        {"text": "second\r\ndoc"},
+        {"text": "third", "id": 7},
+    ]
+    data = b"\n".join(orjson.dumps(x) for x in lines[:2]) + b"\n\n" + orjson.dumps(lines[2]) + b"\n"
+    p = write(tmp_path / "docs.jsonl", data)
+    docs = load_file(p)
+    assert [d.source for d in docs] == ["a", f"{p}#2", "7"]
+    assert [d.text for d in docs] == ["first doc", "second\ndoc", "third"]
+    a = docs[0]
+    assert a.title == "A"
+    assert a.metadata["version"] == "2"
+    assert a.metadata["timestamp"] == "2024-01-01T00:00:00Z"
+    assert a.metadata["lang"] == "en"
+    assert a.metadata["id"] == "x1"
+    assert a.metadata["loader"] == "jsonl"
+    assert a.metadata["line"] == 1
+    assert docs[2].metadata["line"] == 4
+    assert a.metadata["content_hash"] == hashlib.sha256(data).hexdigest()
+    assert "version" not in docs[1].metadata
+
+
+def test_jsonl_beir_layout() -> None:
+    data = (b'{"_id": "d1", "title": "Paper Title", "text": "Abstract text.", "metadata": {}}\n'
+            b'{"_id": "d2", "title": "", "text": "No title."}\n')
+    docs = load_bytes(data, source="corpus.jsonl", kind="jsonl")
+    assert [d.source for d in docs] == ["d1", "d2"]
+    assert docs[0].text == "Paper Title\n\nAbstract text."
+    assert docs[0].title == "Paper Title"
+    assert docs[1].text == "No title." and docs[1].title is None
+
+
+def test_jsonl_sniffed_from_bytes() -> None:
+    docs = load_bytes(b'{"text": "one"}\n{"text": "two"}\n', source="-")
+    assert [d.text for d in docs] == ["one", "two"]
+
+
+@pytest.mark.parametrize("line, problem", [
+    (b'{"text": "ok"', "line 2: invalid JSON"),
+    (b'["not", "an", "object"]', "line 2: expected a JSON object"),
+    (b'{"title": "no text"}', "line 2: missing 'text'"),
+    (b'{"text": 5}', "line 2: 'text' must be a string"),
+    (b'{"text": "x", "metadata": [1]}', "line 2: 'metadata' must be an object"),
+    (b'{"text": "   "}', "line 2: empty"),
+])
+def test_jsonl_bad_line(tmp_path: Path, line: bytes, problem: str) -> None:
+    p = write(tmp_path / "bad.jsonl", b'{"text": "fine"}\n' + line + b"\n")
+    with pytest.raises(LoaderError) as err:
+        load_file(p)
+    assert str(p) in str(err.value) and problem in str(err.value)
+
+
+# ----------------------------------------------------------------------------- iter_files
+
+
+def test_iter_files_sorted_hidden_and_links(tmp_path: Path) -> None:
+    root = tmp_path / "root"
+    write(root / "b.txt", "b")
+    write(root / "a file.md", "a")
+    write(root / "sub" / "z.txt", "z")
+    write(root / "sub" / "ünï" / "deep.html", "<p>x</p>")
+    write(root / ".hidden.txt", "h")
+    write(root / ".git" / "config", "h")
+    try:
+        os.symlink(root, root / "sub" / "loop")  # a loop back to the root
+        os.symlink(root / "missing.txt", root / "broken.txt")  # a broken link
+        os.symlink("self", root / "self")  # a link to itself (ELOOP)
+        os.mkfifo(root / "fifo")
+    except (OSError, NotImplementedError, AttributeError):
+        pytest.skip("symlinks/FIFOs not supported here")
+    found = [p.relative_to(root).as_posix() for p in iter_files(root)]
+    assert found == ["a file.md", "b.txt", "sub/z.txt", "sub/ünï/deep.html"]
+    assert list(iter_files(root)) == list(iter_files(root))  # deterministic
+    assert [p.name for p in iter_files(root, recursive=False)] == ["a file.md", "b.txt"]
+    assert [p.name for p in iter_files(root, glob="*.txt")] == ["b.txt", "z.txt"]
+    assert [p.name for p in iter_files(root, glob="sub/*.txt")] == ["z.txt"]
+    assert [p.name for p in iter_files(root, glob="**/*.html")] == ["deep.html"]
+    assert list(iter_files(root / "b.txt")) == [root / "b.txt"]
+    with pytest.raises(LoaderError, match="no such"):
+        list(iter_files(root / "absent"))
+
+
+def test_iter_files_follows_dir_links_once(tmp_path: Path) -> None:
+    write(tmp_path / "data" / "x.txt", "x")
+    root = tmp_path / "root"
+    root.mkdir()
+    try:
+        os.symlink(tmp_path / "data", root / "link1")
+        os.symlink(tmp_path / "data", root / "link2")
+    except (OSError, NotImplementedError):
+        pytest.skip("symlinks not supported here")
+    found = [p.relative_to(root).as_posix() for p in iter_files(root)]
+    assert found == ["link1/x.txt"]
+
+
+def test_iter_files_then_load_all(tmp_path: Path) -> None:
+    write(tmp_path / "one.txt", "one")
+    write(tmp_path / "two.md", "# Two\n\ntext")
+    write(tmp_path / "three.html", "<p>three</p>")
+    write(tmp_path / "four.jsonl", '{"text": "four"}\n')
+    write(tmp_path / "five.pdf", make_pdf(["five"]))
+    texts = {}
+    for f in iter_files(tmp_path):
+        for doc in load_file(f):
+            texts[f.name] = doc.text
+    assert texts == {"five.pdf": "five", "four.jsonl": "four", "one.txt": "one", "three.html": "three",
+                     "two.md": "# Two\n\ntext"}
+
+
+def test_load_bytes_metadata() -> None:
+    doc = only(load_bytes(b"<html><body><p>hi</p></body></html>", source="stdin"))
+    assert doc.source == "stdin"
+    assert doc.metadata["loader"] == "html"
+    assert "path" not in doc.metadata and "mtime" not in doc.metadata
+    assert doc.metadata["size"] == 35
+    assert only(load_bytes(io.BytesIO(b"plain").getvalue(), source="s", kind="txt")).metadata["loader"] == "text"
+
+
+def test_unknown_suffix_files_are_not_sniffed_as_jsonl(tmp_path: Path) -> None:
+    p = write(tmp_path / "events.log", '{"text": "a"}\n{"text": "b"}\n')
+    doc = only(load_file(p))
+    assert doc.metadata["loader"] == "text" and doc.source == str(p)
+    p = write(tmp_path / "page.xhtml", "<!DOCTYPE html><html><body><p>sniffed</p><script>x</script></body></html>")
+    assert only(load_file(p)).text == "sniffed"
+
+
+def test_missing_optional_dependencies(monkeypatch: pytest.MonkeyPatch) -> None:
+    import builtins
+
+    import ragdb.loaders as loaders
+
+    real_import = builtins.__import__
+
+    def fake_import(name: str, *args: object, **kwargs: object) -> object:
+        if name.split(".")[0] in ("markdown_it", "pypdf"):
+            raise ImportError(f"no {name}")
+        return real_import(name, *args, **kwargs)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(builtins, "__import__", fake_import)
+    monkeypatch.setattr(loaders, "_md_block", None)
+    with pytest.raises(MissingDependency, match=r"n\.md.*pip install 'ragdb\[markdown\]'"):
+        load_bytes(b"# x", source="n.md", kind="markdown")
+    with pytest.raises(MissingDependency, match=r"n\.pdf.*pip install 'ragdb\[pdf\]'"):
+        load_bytes(b"%PDF-1.4 ...", source="n.pdf")
+
+
+def test_fifo_is_refused_without_blocking(tmp_path: Path) -> None:
+    fifo = tmp_path / "pipe.txt"
+    try:
+        os.mkfifo(fifo)
+    except (OSError, AttributeError):
+        pytest.skip("no FIFOs here")
+    with pytest.raises(LoaderError, match="pipe.txt.*not a regular file"):
+        load_file(fifo)
