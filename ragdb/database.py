@@ -29,6 +29,7 @@ if sys.byteorder != "little":  # pragma: no cover - the blobs are little-endian
     raise ImportError("ragdb stores packed little-endian integers and needs a little-endian machine")
 
 SCORERS = ("bm25", "tfidf")
+BULK_FLUSH_CHUNKS = 16384  # during add_many, flush once this many chunks are pending
 MAX_K = 10_000
 
 
@@ -116,17 +117,20 @@ class Database:
             if len(batch) >= batch_size:
                 out.extend(self._write(batch))
                 batch = []
+                # bound the memory of a bulk load: flush large tails between batches
+                self._maybe_flush(BULK_FLUSH_CHUNKS)
         if batch:
             out.extend(self._write(batch))
         self._maybe_flush()
         return out
 
-    def _maybe_flush(self) -> None:
+    def _maybe_flush(self, threshold: int | None = None) -> None:
         """Move the in-memory tail into packed segments once it is large (its own transaction).
 
         Done after a whole ``add_many`` rather than inside each batch, so bulk
         loads write each term's postings once, in one segment."""
-        threshold = self._settings.get("flush_threshold", idx.FLUSH_THRESHOLD)
+        if threshold is None:
+            threshold = self._settings.get("flush_threshold", idx.FLUSH_THRESHOLD)
         if len(self._index.tail_entries) < threshold:
             return
         with self._store.write():

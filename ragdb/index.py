@@ -328,6 +328,8 @@ class Index:
             return scores, per_term
         avgdl = self.total_length / self.n_chunks
         posting = self.term_postings([t for t, _ in query])
+        # Deleted chunks still listed in old segments get a (meaningless) score
+        # here; every caller masks results with ``allowed()``, which excludes them.
         for t, df in query:
             p = posting.get(t)
             if p is None:
@@ -337,7 +339,6 @@ class Index:
             ids, tfs = p
             idf = scoring.bm25_idf(self.n_chunks, df)
             w = scoring.bm25_term_scores(tfs, self.lengths[ids], idf, avgdl, k1, b)
-            w[self.state[ids] == ABSENT] = 0.0
             scores[ids] += w
             if contributions:
                 c = np.zeros(len(self.lengths))
@@ -365,7 +366,6 @@ class Index:
                 continue
             ids, tfs = p
             w = w_q * scoring.tfidf_tf(tfs) * scoring.tfidf_idf(n, df)
-            w[self.state[ids] == ABSENT] = 0.0
             scores[ids] += w
             if contributions:
                 c = np.zeros(len(self.lengths))
