@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import sys
 from array import array
@@ -444,7 +445,7 @@ class Database:
         store, index = self._store, self._index
         with store.read():
             index.sync()
-            known = {t: (tid, index.effective_df(tid, df)) for t, (tid, df) in store.term_ids(list(counts)).items()}
+            known = index.lookup_terms(list(counts))
             # Terms found only in kept older versions (df 0) cannot match a
             # latest chunk; leaving them out keeps the TF-IDF query vector
             # equal to a fresh database's.
@@ -475,8 +476,8 @@ class Database:
             contrib = {}
             if explain:
                 contrib = {t: float(c[cid]) for t, c in zip(order, per_term) if len(c) and c[cid] != 0.0}
-            hits.append(Hit(float(scores[cid]), cid, doc_id, source, version, timestamp, text, start, end,
-                            ordinal, meta, contrib))
+            hits.append(_new_hit(float(scores[cid]), cid, doc_id, source, version, timestamp, text, start, end,
+                                 ordinal, meta, contrib))
         hits.sort(key=lambda h: (-h.score, h.source, h.start, h.chunk_id))
         return hits[:k]
 
@@ -646,6 +647,18 @@ def _doc_from_row(row: Sequence[Any], with_text: bool) -> Document:
     return Document(id=doc_id, source=source, version=version, timestamp=timestamp, content_hash=content_hash,
                     metadata=meta, acl=tuple(loads(acl)), chunk_count=nchunks, latest=bool(latest),
                     text=row[10] if with_text and len(row) > 10 else None)
+
+
+_HIT_FIELDS = tuple(f.name for f in dataclasses.fields(Hit))
+
+
+def _new_hit(*values: Any) -> Hit:
+    """Build a :class:`Hit` without the frozen dataclass ``__init__``, which sets each
+    of its 12 fields through ``object.__setattr__``; filling ``__dict__`` gives the
+    same object several times faster, and search builds up to ``k`` of them."""
+    hit = object.__new__(Hit)
+    hit.__dict__.update(zip(_HIT_FIELDS, values))
+    return hit
 
 
 def _scalar_items(metadata: Mapping[str, Any]) -> Iterable[tuple[str, Any]]:

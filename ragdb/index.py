@@ -34,6 +34,7 @@ from .storage import Store
 ABSENT, LATEST, OLD = 0, 1, 2
 
 FLUSH_THRESHOLD = 2048      # tail chunks that trigger a flush
+POSTINGS_CACHE_ENTRIES = 2_000_000  # decoded postings kept between queries (~20 MB)
 MAX_SEGMENTS = 16           # segments per term before they are merged
 
 
@@ -103,6 +104,9 @@ class Index:
         self.dead: Counter[int] = Counter()
         self._norms: np.ndarray | None = None
         self._norms_generation = -1
+        self._lookup_cache: dict[str, tuple[int, int] | None] = {}
+        self._postings_cache: dict[int, tuple[np.ndarray, np.ndarray] | None] = {}
+        self._postings_cached = 0
         # term -> id of terms known to exist; ids change only when optimize
         # removes unused terms, which bumps stats.vocab_epoch.
         self.term_cache: dict[str, int] = {}
@@ -127,6 +131,9 @@ class Index:
         self.state[arr[:, 0]] = np.where(arr[:, 2] == 1, LATEST, OLD)
         self.chunk_doc[arr[:, 0]] = arr[:, 3]
         self.masks.clear()
+        self._lookup_cache.clear()
+        self._postings_cache.clear()
+        self._postings_cached = 0
         self.n_chunks = stats["n_chunks"]
         self.total_length = stats["total_length"]
         self.flushed_upto = stats["flushed_upto"]
@@ -142,6 +149,9 @@ class Index:
     def note_write(self, generation: int, n_chunks: int, total_length: int) -> None:
         self.generation = generation
         self.masks.clear()
+        self._lookup_cache.clear()
+        self._postings_cache.clear()
+        self._postings_cached = 0
         self.n_chunks = n_chunks
         self.total_length = total_length
         self._norms = None
@@ -298,25 +308,64 @@ class Index:
         return mask
 
     # -- scoring ----------------------------------------------------------------
+    def lookup_terms(self, terms: Sequence[str]) -> dict[str, tuple[int, int]]:
+        """term -> (id, live df) for the terms in the vocabulary (inside a read transaction).
+
+        ``vocabulary`` rows change only in writes, which advance the
+        generation, so lookups are cached until it changes."""
+        cache = self._lookup_cache
+        missing = [t for t in terms if t not in cache]
+        if missing:
+            found = self.store.term_ids(missing)
+            for t in missing:
+                cache[t] = found.get(t)
+            if len(cache) > 200_000:
+                cache.clear()
+                return self.lookup_terms(terms)
+        out = {}
+        for t in terms:
+            v = cache[t]
+            if v is not None:
+                out[t] = (v[0], self.effective_df(v[0], v[1]))
+        return out
+
     def term_postings(self, term_ids: Sequence[int]) -> dict[int, tuple[np.ndarray, np.ndarray]]:
-        """term id -> (chunk ids, tfs), segments and tail together (may include deleted chunks)."""
-        parts: dict[int, list[tuple[np.ndarray, np.ndarray]]] = {t: [] for t in term_ids}
-        for tid, ids, tfs in self.store.postings(term_ids):
-            parts[tid].append((unpack_ids(ids), unpack_tfs(tfs)))
+        """term id -> (chunk ids, tfs), segments and tail together (may include deleted chunks).
+
+        Decoded segments are cached until the generation changes (segments are
+        rewritten only by writes), up to ``POSTINGS_CACHE_ENTRIES`` postings."""
+        cache = self._postings_cache
+        missing = [t for t in term_ids if t not in cache]
+        if missing:
+            parts: dict[int, list[tuple[np.ndarray, np.ndarray]]] = {t: [] for t in missing}
+            for tid, ids, tfs in self.store.postings(missing):
+                parts[tid].append((unpack_ids(ids), unpack_tfs(tfs)))
+            for t in missing:
+                if not parts[t]:
+                    entry = None
+                elif len(parts[t]) == 1:
+                    entry = (parts[t][0][0].astype(np.int64), parts[t][0][1])
+                else:
+                    entry = (np.concatenate([p[0] for p in parts[t]]).astype(np.int64),
+                             np.concatenate([p[1] for p in parts[t]]))
+                size = 0 if entry is None else len(entry[0])
+                if self._postings_cached + size > POSTINGS_CACHE_ENTRIES:
+                    cache.clear()
+                    self._postings_cached = 0
+                cache[t] = entry
+                self._postings_cached += size
         tail = self.tail
         out = {}
         for t in term_ids:
-            extra = tail.get(t)
-            if extra is not None:
-                parts[t].append(extra)
-            if not parts[t]:
-                continue
-            if len(parts[t]) == 1:
-                ids, tfs = parts[t][0]
-                out[t] = (ids.astype(np.int64), tfs)
+            seg = cache.get(t)
+            extra = tail.get(t) if tail.count else None
+            if extra is None:
+                if seg is not None:
+                    out[t] = seg
+            elif seg is None:
+                out[t] = extra
             else:
-                out[t] = (np.concatenate([p[0] for p in parts[t]]).astype(np.int64),
-                          np.concatenate([p[1] for p in parts[t]]))
+                out[t] = (np.concatenate([seg[0], extra[0]]), np.concatenate([seg[1], extra[1]]))
         return out
 
     def bm25(self, query: Sequence[tuple[int, int]], k1: float, b: float,
