@@ -466,7 +466,7 @@ class Database:
                 top = np.argpartition(-scores[cand], k - 1)[:k]
                 kth = scores[cand[top]].min()
                 cand = cand[scores[cand] >= kth]  # keep ties at the cut for the stable order
-            rows = store.hit_rows(cand.tolist())
+            rows = index.hit_rows(cand.tolist())
         hits = []
         for cid in cand.tolist():
             doc_id, source, version, timestamp, text, start, end, ordinal, cmeta, dmeta = rows[cid]

@@ -21,7 +21,7 @@ only the segments of the query's terms.
 
 from __future__ import annotations
 
-from collections import Counter
+from collections import Counter, OrderedDict
 from dataclasses import dataclass, field
 from typing import Any, Sequence
 
@@ -34,6 +34,7 @@ from .storage import Store
 ABSENT, LATEST, OLD = 0, 1, 2
 
 FLUSH_THRESHOLD = 2048      # tail chunks that trigger a flush
+HIT_ROW_CACHE = 4096        # chunk rows (text and metadata) kept for building hits
 POSTINGS_CACHE_ENTRIES = 2_000_000  # decoded postings kept between queries (~20 MB)
 MAX_SEGMENTS = 16           # segments per term before they are merged
 
@@ -105,6 +106,7 @@ class Index:
         self._norms: np.ndarray | None = None
         self._norms_generation = -1
         self._lookup_cache: dict[str, tuple[int, int] | None] = {}
+        self._rows: OrderedDict[int, tuple[Any, ...]] = OrderedDict()
         self._postings_cache: dict[int, tuple[np.ndarray, np.ndarray] | None] = {}
         self._postings_cached = 0
         # term -> id of terms known to exist; ids change only when optimize
@@ -308,6 +310,30 @@ class Index:
         return mask
 
     # -- scoring ----------------------------------------------------------------
+    def hit_rows(self, chunk_ids: Sequence[int]) -> dict[int, tuple[Any, ...]]:
+        """Rows for building hits (see ``Store.hit_rows``), through a small LRU cache.
+
+        Everything a hit row holds is immutable for a chunk id (replacing a
+        document creates new chunks; ids are never reused), so entries never
+        go stale; a deleted chunk's entry is simply never asked for again."""
+        cache = self._rows
+        out = {}
+        missing = []
+        for c in chunk_ids:
+            row = cache.get(c)
+            if row is None:
+                missing.append(c)
+            else:
+                cache.move_to_end(c)
+                out[c] = row
+        if missing:
+            fetched = self.store.hit_rows(missing)
+            out.update(fetched)
+            cache.update(fetched)
+            while len(cache) > HIT_ROW_CACHE:
+                cache.popitem(last=False)
+        return out
+
     def lookup_terms(self, terms: Sequence[str]) -> dict[str, tuple[int, int]]:
         """term -> (id, live df) for the terms in the vocabulary (inside a read transaction).
 
