@@ -1,0 +1,936 @@
+"""The ``ragdb`` command: a thin click layer over the library.
+
+Every command takes ``-d/--database`` (before or after the command name; also
+read from ``RAGDB_DATABASE``) and prints a readable table, or JSON with
+``--json``. Exit status: 0 success, 1 error (one line on stderr naming the
+input and the problem), 2 usage error. Long work (add, sync, import, eval)
+shows a progress bar when stderr is a terminal.
+
+The logic lives in the library: :mod:`ragdb.sync` (add, sync),
+:mod:`ragdb.transfer` (export, import), :mod:`ragdb.evaluation`,
+:mod:`ragdb.prompt` and :mod:`ragdb.llm` (prompt, ask).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import errno
+import inspect
+import os
+import sys
+import unicodedata
+from pathlib import Path
+from typing import Any, Callable, Iterator, Mapping, Sequence
+
+import click
+import orjson
+
+import ragdb
+
+from .errors import RagdbError
+
+# --------------------------------------------------------------------------- plumbing
+
+
+class _Group(click.Group):
+    """Turns library errors into one-line messages (exit 1), never a traceback."""
+
+    def invoke(self, ctx: click.Context) -> Any:
+        try:
+            return super().invoke(ctx)
+        except (click.exceptions.ClickException, click.exceptions.Exit, click.exceptions.Abort):
+            raise
+        except RagdbError as e:
+            raise click.ClickException(_one_line(e)) from None
+        except OSError as e:
+            if e.errno == errno.EPIPE:
+                raise
+            raise click.ClickException(_os_error(e)) from None
+        except (KeyboardInterrupt, SystemExit):
+            raise
+        except Exception as e:  # a bug: still one line, unless RAGDB_DEBUG asks for the traceback
+            if os.environ.get("RAGDB_DEBUG"):
+                raise
+            raise click.ClickException(f"internal error: {type(e).__name__}: {_one_line(e)} "
+                                       f"(set RAGDB_DEBUG=1 for the traceback)") from None
+
+
+def _one_line(err: BaseException) -> str:
+    text = " ".join(str(err).split())
+    return text or type(err).__name__
+
+
+def _os_error(e: OSError) -> str:
+    what = e.filename if e.filename is not None else ""
+    reason = e.strerror or str(e)
+    return f"{what}: {reason}" if what else reason
+
+
+def database_option(f: Callable[..., Any]) -> Callable[..., Any]:
+    """``-d/--database PATH`` on a command (overrides the group's, which also reads RAGDB_DATABASE)."""
+    return click.option("-d", "--database", "database", default=None, metavar="PATH",
+                        help="Database file (default: the group's -d, else $RAGDB_DATABASE).")(f)
+
+
+def json_option(f: Callable[..., Any]) -> Callable[..., Any]:
+    """``--json``: machine-readable output."""
+    return click.option("--json", "as_json", is_flag=True, help="Print JSON instead of a table.")(f)
+
+
+def filter_options(f: Callable[..., Any]) -> Callable[..., Any]:
+    """Search restrictions shared by search, prompt and ask."""
+    opts = [
+        click.option("--filter", "filters", multiple=True, metavar="KEY=VALUE",
+                     help="Keep documents whose KEY equals VALUE (source/version/tags or a metadata key; "
+                          "source takes a glob). Repeat a key for 'any of'."),
+        click.option("--since", default=None, metavar="TIME", help="Only documents timestamped at or after TIME."),
+        click.option("--until", default=None, metavar="TIME", help="Only documents timestamped at or before TIME."),
+        click.option("--principal", "principals", multiple=True, metavar="LABEL",
+                     help="Only documents whose access labels include LABEL (repeatable)."),
+        click.option("--as-of", "as_of", default=None, metavar="TIME",
+                     help="Search the knowledge base as it stood at TIME."),
+        click.option("--all-versions", is_flag=True, help="Also search kept older versions."),
+    ]
+    for opt in reversed(opts):
+        f = opt(f)
+    return f
+
+
+def _db_path(database: str | None) -> str:
+    ctx = click.get_current_context()
+    path = database or (ctx.find_root().params.get("database") if ctx.find_root() else None)
+    if not path:
+        raise click.UsageError("no database given: pass -d/--database PATH or set RAGDB_DATABASE")
+    return path
+
+
+def _open(database: str | None, *, create: bool = False, **kwargs: Any) -> ragdb.Database:
+    path = _db_path(database)
+    if not create and path != ":memory:" and not Path(path).exists():
+        raise click.ClickException(f"{path}: no such database (create it with 'ragdb init' or 'ragdb add')")
+    return ragdb.open(path, create=create, **kwargs)
+
+
+def _emit_json(obj: Any) -> None:
+    click.echo(orjson.dumps(obj, option=orjson.OPT_INDENT_2 | orjson.OPT_NON_STR_KEYS,
+                            default=_json_default).decode())
+
+
+def _json_default(obj: Any) -> Any:
+    if isinstance(obj, (tuple, set, frozenset)):
+        return list(obj)
+    if isinstance(obj, Mapping):
+        return dict(obj)
+    if isinstance(obj, os.PathLike):
+        return os.fspath(obj)
+    raise TypeError(f"{type(obj).__name__} is not JSON serialisable")
+
+
+def _width(text: str) -> int:
+    return sum(2 if unicodedata.east_asian_width(c) in "WF" else 0 if unicodedata.combining(c) else 1
+               for c in text)
+
+
+def _pad(text: str, width: int, right: bool = False) -> str:
+    fill = " " * max(0, width - _width(text))
+    return fill + text if right else text + fill
+
+
+def _table(headers: Sequence[str], rows: Sequence[Sequence[Any]], right: Sequence[int] = ()) -> None:
+    cells = [[("" if v is None else str(v)) for v in row] for row in rows]
+    widths = [max([_width(h)] + [_width(r[i]) for r in cells]) for i, h in enumerate(headers)]
+    click.echo("  ".join(_pad(h, widths[i], i in right) for i, h in enumerate(headers)).rstrip())
+    click.echo("  ".join("-" * w for w in widths))
+    for r in cells:
+        click.echo("  ".join(_pad(c, widths[i], i in right) for i, c in enumerate(r)).rstrip())
+
+
+def _pairs(rows: Sequence[tuple[str, Any]]) -> None:
+    width = max((_width(k) for k, _ in rows), default=0)
+    for k, v in rows:
+        click.echo(f"{_pad(k, width)}  {v}")
+
+
+def _short(text: str, limit: int = 100) -> str:
+    flat = " ".join(text.split())
+    return flat if len(flat) <= limit else flat[: limit - 1] + "…"
+
+
+def _fmt_score(x: float) -> str:
+    return f"{x:.4f}"
+
+
+def _fmt_size(n: int) -> str:
+    size = float(n)
+    for unit in ("B", "KiB", "MiB", "GiB"):
+        if size < 1024 or unit == "GiB":
+            return f"{size:.0f} {unit}" if unit == "B" else f"{size:.1f} {unit}"
+        size /= 1024
+    return f"{n} B"  # pragma: no cover
+
+
+def _stderr_is_tty() -> bool:
+    try:
+        return sys.stderr.isatty()
+    except (AttributeError, ValueError):
+        return False
+
+
+def _stdout_is_tty() -> bool:
+    try:
+        return sys.stdout.isatty()
+    except (AttributeError, ValueError):
+        return False
+
+
+@contextlib.contextmanager
+def _progress(label: str, length: int | None) -> Iterator[Callable[[int], None] | None]:
+    """A progress callback showing a bar on a terminal; None (quiet) when stderr is not one."""
+    if not _stderr_is_tty() or not length:
+        yield None
+        return
+    with click.progressbar(length=length, label=label, file=sys.stderr) as bar:
+        yield bar.update
+
+
+def _warn(message: str) -> None:
+    click.echo(message, err=True)
+
+
+def _key_values(items: Sequence[str], option: str) -> dict[str, list[str]]:
+    out: dict[str, list[str]] = {}
+    for item in items:
+        key, eq, value = item.partition("=")
+        key = key.strip()
+        if not eq or not key:
+            raise click.BadParameter(f"{item!r} is not KEY=VALUE", param_hint=option)
+        out.setdefault(key, []).append(value)
+    return out
+
+
+def _filter_value(key: str, values: list[str]) -> Any:
+    """Strings as given; for metadata keys a number-like or boolean value also matches the typed value."""
+    out: list[Any] = []
+    for v in values:
+        out.append(v)
+        if key not in ("source", "version", "tags"):
+            try:
+                typed = orjson.loads(v)
+            except orjson.JSONDecodeError:
+                continue
+            if isinstance(typed, (int, float, bool)) and typed not in out:
+                out.append(typed)
+    return out[0] if len(out) == 1 else out
+
+
+def _search_kwargs(filters: Sequence[str], since: str | None, until: str | None, principals: Sequence[str],
+                   as_of: str | None, all_versions: bool) -> dict[str, Any]:
+    """Only the restrictions given, so the CLI also works with a search() that lacks some of them."""
+    kw: dict[str, Any] = {}
+    if filters:
+        kw["filter"] = {k: _filter_value(k, v) for k, v in _key_values(filters, "--filter").items()}
+    if since is not None:
+        kw["since"] = since
+    if until is not None:
+        kw["until"] = until
+    if principals:
+        kw["principals"] = list(principals)
+    if as_of is not None:
+        kw["as_of"] = as_of
+    if all_versions:
+        kw["versions"] = "all"
+    return kw
+
+
+def _search(db: ragdb.Database, query: str, **kwargs: Any) -> list[ragdb.Hit]:
+    params = inspect.signature(db.search).parameters
+    missing = [k for k in kwargs if k not in params]
+    if missing:
+        raise click.ClickException(f"this ragdb's search does not support {', '.join(sorted(missing))} yet")
+    return db.search(query, **kwargs)
+
+
+def _hit_json(h: ragdb.Hit, rank: int | None = None) -> dict[str, Any]:
+    out: dict[str, Any] = {
+        "score": h.score, "source": h.source, "doc_id": h.doc_id, "chunk_id": h.chunk_id,
+        "version": h.version, "timestamp": h.timestamp, "start": h.start, "end": h.end,
+        "ordinal": h.ordinal, "metadata": dict(h.metadata), "text": h.text,
+    }
+    if rank is not None:
+        out = {"rank": rank, **out}
+    if h.explain:
+        out["explain"] = dict(h.explain)
+    return out
+
+
+def _doc_json(d: ragdb.Document) -> dict[str, Any]:
+    out = {"id": d.id, "source": d.source, "version": d.version, "timestamp": d.timestamp,
+           "content_hash": d.content_hash, "metadata": dict(d.metadata), "acl": list(d.acl),
+           "chunks": d.chunk_count, "latest": d.latest}
+    if d.text is not None:
+        out["text"] = d.text
+    return out
+
+
+# --------------------------------------------------------------------------- the group
+
+
+@click.group("ragdb", cls=_Group, context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100})
+@click.option("-d", "--database", envvar="RAGDB_DATABASE", default=None, metavar="PATH",
+              help="Database file (also read from RAGDB_DATABASE).")
+@click.version_option(ragdb.__version__, prog_name="ragdb")
+def cli(database: str | None) -> None:
+    """ragdb: build, keep and query a retrieval knowledge base (one SQLite file).
+
+    \b
+    Examples:
+      ragdb -d kb.db add README.md docs/
+      ragdb -d kb.db sync docs/ --source-prefix docs/
+      ragdb -d kb.db search "how are deleted documents handled" -k 5
+    """
+
+
+# --------------------------------------------------------------------------- init
+
+
+@cli.command()
+@database_option
+@click.option("--analyzer", type=click.Choice(["default", "jieba", "simple"]), default=None,
+              help="Text analyzer, fixed at creation (default: 'default', English stemming + CJK n-grams).")
+@click.option("--chunker", default=None, metavar="SPEC",
+              help="Default chunker: recursive, paragraph, none, window:size=200,overlap=40 ...")
+@click.option("--keep-versions/--no-keep-versions", default=None,
+              help="Keep replaced versions of a source for --all-versions/--as-of searches.")
+@json_option
+def init(database: str | None, analyzer: str | None, chunker: str | None, keep_versions: bool | None,
+         as_json: bool) -> None:
+    """Create a database with the chosen analyzer and chunker settings.
+
+    On an existing database, checks the analyzer and updates the chunker and
+    keep-versions settings given.
+    """
+    path = _db_path(database)
+    existed = path != ":memory:" and Path(path).exists()
+    with ragdb.open(path, analyzer=analyzer, chunker=chunker, keep_versions=keep_versions) as db:
+        settings = db.settings
+    out = {"database": path, "created": not existed, "analyzer": settings.get("analyzer"),
+           "chunker": settings.get("chunker"), "keep_versions": bool(settings.get("keep_versions"))}
+    if as_json:
+        _emit_json(out)
+        return
+    click.echo(f"{'created' if not existed else 'opened existing'} {path}")
+    _pairs([("analyzer", _analyzer_name(settings.get("analyzer"))), ("chunker", out["chunker"]),
+            ("keep versions", "yes" if out["keep_versions"] else "no")])
+
+
+def _analyzer_name(config: Any) -> str:
+    if not isinstance(config, Mapping):
+        return str(config)
+    return ", ".join(f"{k}={v}" for k, v in sorted(config.items()))
+
+
+# --------------------------------------------------------------------------- add
+
+
+@cli.command()
+@database_option
+@click.argument("paths", nargs=-1, required=True, metavar="PATH...")
+@click.option("--recursive/--no-recursive", default=True, show_default=True, help="Descend into sub-folders.")
+@click.option("--glob", default=None, metavar="PATTERN", help="Only files of folders matching PATTERN (e.g. '*.md').")
+@click.option("--source-prefix", default="", metavar="PREFIX", help="Prepend PREFIX to every source.")
+@click.option("--source", default=None, metavar="NAME", help="Source of the document (one input only).")
+@click.option("--version", "doc_version", default=None, help="Version label of the documents.")
+@click.option("--metadata", "metadata", multiple=True, metavar="KEY=VALUE",
+              help="Metadata set on every document (repeatable; values are strings).")
+@click.option("--kind", default=None, metavar="KIND", help="Format of standard input (md, html, txt, pdf ...).")
+@click.option("--strict", is_flag=True, help="Fail on the first unreadable file, writing nothing.")
+@json_option
+def add(database: str | None, paths: tuple[str, ...], recursive: bool, glob: str | None, source_prefix: str,
+        source: str | None, doc_version: str | None, metadata: tuple[str, ...], kind: str | None,
+        strict: bool, as_json: bool) -> None:
+    """Add files, folders, or - (standard input) to the database.
+
+    A file's source is its path as given (prefixed by --source-prefix); a
+    source already stored is replaced, identical content is left alone.
+    Unreadable files (binary, encrypted or broken PDF, empty) are reported
+    and skipped; the rest lands, in one transaction. Exits 1 when nothing
+    could be read, or on any unreadable file with --strict (nothing written).
+    """
+    from . import sync
+
+    meta: dict[str, Any] = {}
+    for k, v in _key_values(metadata, "--metadata").items():
+        meta[k] = v[0] if len(v) == 1 else v
+    stdin = sys.stdin.buffer.read() if "-" in paths else None
+    items = sync.expand_paths(paths, recursive=recursive, glob=glob, source_prefix=source_prefix)
+    with _open(database, create=True) as db, _progress("adding", len(items)) as progress:
+        report = sync.add_paths(db, paths, recursive=recursive, glob=glob, source_prefix=source_prefix,
+                                source=source, version=doc_version, metadata=meta, stdin=stdin,
+                                stdin_kind=kind, strict=strict, progress=progress)
+    if as_json:
+        _emit_json({"added": report.added, "unchanged": report.unchanged,
+                    "failed": [{"source": f.source, "path": f.path, "error": f.error} for f in report.failed],
+                    "documents": report.documents})
+    else:
+        for f in report.failed:
+            _warn(f"skipped {f.error}")
+        click.echo(f"added {len(report.added)} document{'s' * (len(report.added) != 1)}, "
+                   f"{len(report.unchanged)} unchanged, {len(report.failed)} failed")
+    if report.failed and not report.added and not report.unchanged:
+        raise click.exceptions.Exit(1)
+
+
+# --------------------------------------------------------------------------- sync
+
+
+@cli.command("sync")
+@database_option
+@click.argument("folder", type=click.Path(file_okay=False, dir_okay=True))
+@click.option("--source-prefix", default="", metavar="PREFIX",
+              help="Sources are PREFIX + path relative to FOLDER; only sources under PREFIX are synced.")
+@click.option("--glob", default=None, metavar="PATTERN", help="Only files matching PATTERN (e.g. '*.md').")
+@click.option("--recursive/--no-recursive", default=True, show_default=True, help="Descend into sub-folders.")
+@click.option("--dry-run", is_flag=True, help="List what would change; write nothing.")
+@click.option("--strict", is_flag=True, help="Fail on the first unreadable file, writing nothing.")
+@click.option("-v", "--verbose", is_flag=True, help="List every added, changed and deleted source.")
+@json_option
+def sync_cmd(database: str | None, folder: str, source_prefix: str, glob: str | None, recursive: bool,
+             dry_run: bool, strict: bool, verbose: bool, as_json: bool) -> None:
+    """Make the knowledge base mirror FOLDER: add new files, replace changed ones, delete vanished ones.
+
+    Files whose size and modification time are unchanged are not read;
+    others are compared by SHA-256 of their bytes. Without --source-prefix
+    the whole database mirrors FOLDER (documents from elsewhere are
+    deleted); with it, only sources under the prefix are touched. One
+    transaction: an error leaves the database as it was.
+    """
+    from . import sync
+
+    path = _db_path(database)
+    if dry_run and path != ":memory:" and not Path(path).exists():
+        path = ":memory:"  # nothing stored yet: plan against an empty database, create no file
+    with ragdb.open(path) as db:
+        plan = sync.plan_sync(db, folder, source_prefix=source_prefix, glob=glob, recursive=recursive,
+                              probe=dry_run)
+        if dry_run:
+            if strict and plan.failed:
+                raise click.ClickException(plan.failed[0].error)
+            report = sync.SyncReport(root=plan.root, prefix=plan.prefix, added=plan.added, changed=plan.changed,
+                                     deleted=plan.deleted, unchanged=plan.unchanged, failed=plan.failed,
+                                     documents=0, removed=0, dry_run=True)
+        else:
+            work = len(plan.added) + len(plan.changed) + len(plan.deleted)
+            with _progress("syncing", work) as progress:
+                report = sync.apply_sync(db, plan, strict=strict, progress=progress)
+    if as_json:
+        _emit_json({"folder": report.root, "prefix": report.prefix, "dry_run": report.dry_run,
+                    "added": report.added, "changed": report.changed, "deleted": report.deleted,
+                    "unchanged": len(report.unchanged),
+                    "failed": [{"source": f.source, "path": f.path, "error": f.error} for f in report.failed],
+                    "documents": report.documents, "removed": report.removed})
+        return
+    for f in report.failed:
+        _warn(f"skipped {f.error}")
+    if dry_run or verbose:
+        for mark, sources in (("A", report.added), ("M", report.changed), ("D", report.deleted)):
+            for s in sources:
+                click.echo(f"{mark} {s}")
+    verb = "would " if dry_run else ""
+    click.echo(f"{verb}add {len(report.added)}, {verb}replace {len(report.changed)}, "
+               f"{verb}delete {len(report.deleted)}, unchanged {len(report.unchanged)}, "
+               f"failed {len(report.failed)}")
+
+
+# --------------------------------------------------------------------------- delete / show / list
+
+
+@cli.command()
+@database_option
+@click.option("--id", "doc_id", type=int, default=None, help="Delete the document with this id.")
+@click.option("--source", default=None, metavar="PATTERN",
+              help="Delete every version of the sources matching PATTERN (a glob such as 'docs/*.md').")
+@json_option
+def delete(database: str | None, doc_id: int | None, source: str | None, as_json: bool) -> None:
+    """Delete a document by id, or every document whose source matches a pattern."""
+    if (doc_id is None) == (source is None):
+        raise click.UsageError("give exactly one of --id ID or --source PATTERN")
+    with _open(database) as db:
+        if doc_id is not None:
+            n = db.delete(doc_id)
+        else:
+            n = db.delete(source=source, glob=True)
+    if as_json:
+        _emit_json({"deleted": n})
+    else:
+        click.echo(f"deleted {n} document{'s' * (n != 1)}")
+
+
+@cli.command()
+@database_option
+@click.argument("document", metavar="ID|SOURCE")
+@click.option("--full", is_flag=True, help="Print the whole text, not an excerpt.")
+@json_option
+def show(database: str | None, document: str, full: bool, as_json: bool) -> None:
+    """Show a document (by id, or the latest version of a source): metadata, chunk count, text."""
+    with _open(database) as db:
+        if document.isdigit():
+            doc = db.get(int(document))
+        else:
+            found = db.documents(document, glob=False)
+            if not found:
+                raise click.ClickException(f"{document}: no document with this source")
+            doc = db.get(found[0].id)
+    if as_json:
+        _emit_json(_doc_json(doc))
+        return
+    text = doc.text or ""
+    _pairs([("id", doc.id), ("source", doc.source), ("version", doc.version or "-"),
+            ("timestamp", doc.timestamp or "-"), ("latest", "yes" if doc.latest else "no"),
+            ("chunks", doc.chunk_count), ("characters", len(text)), ("content hash", doc.content_hash),
+            ("access labels", ", ".join(doc.acl) or "-")])
+    if doc.metadata:
+        click.echo("metadata:")
+        for k in sorted(doc.metadata):
+            click.echo(f"  {k}: {orjson.dumps(doc.metadata[k], default=_json_default).decode()}")
+    click.echo("")
+    if full or len(text) <= 600:
+        click.echo(text)
+    else:
+        click.echo(text[:600].rstrip() + " …")
+        click.echo(f"({len(text) - 600} more characters; --full shows them)")
+
+
+@cli.command("list")
+@database_option
+@click.option("--source", default=None, metavar="PATTERN", help="Only sources matching PATTERN (a glob).")
+@click.option("--all-versions", is_flag=True, help="Also list kept older versions.")
+@click.option("--limit", type=click.IntRange(min=1), default=None, help="At most this many documents.")
+@click.option("--offset", type=click.IntRange(min=0), default=0, help="Skip this many documents first.")
+@json_option
+def list_cmd(database: str | None, source: str | None, all_versions: bool, limit: int | None, offset: int,
+             as_json: bool) -> None:
+    """List stored documents (id, source, version, chunks, timestamp)."""
+    with _open(database) as db:
+        docs = db.documents(source, versions="all" if all_versions else "latest", limit=limit, offset=offset)
+    if as_json:
+        _emit_json([_doc_json(d) for d in docs])
+        return
+    if not docs:
+        click.echo("no documents")
+        return
+    rows = [(d.id, d.source, d.version or "", d.chunk_count, d.timestamp or "") + (("yes" if d.latest else "no",)
+                                                                                 if all_versions else ())
+            for d in docs]
+    headers = ["id", "source", "version", "chunks", "timestamp"] + (["latest"] if all_versions else [])
+    _table(headers, rows, right=(0, 3))
+
+
+# --------------------------------------------------------------------------- search
+
+
+@cli.command()
+@database_option
+@click.argument("query")
+@click.option("-k", "k", type=click.IntRange(1, 10_000), default=10, show_default=True, help="Number of hits.")
+@click.option("--scorer", type=click.Choice(["bm25", "tfidf"]), default="bm25", show_default=True,
+              help="Ranking function: BM25, or cosine of TF-IDF vectors.")
+@click.option("--min-score", type=float, default=None, help="Drop hits scoring below this.")
+@filter_options
+@click.option("--explain", is_flag=True, help="Show each query term's contribution to a hit's score.")
+@json_option
+def search(database: str | None, query: str, k: int, scorer: str, min_score: float | None,
+           filters: tuple[str, ...], since: str | None, until: str | None, principals: tuple[str, ...],
+           as_of: str | None, all_versions: bool, explain: bool, as_json: bool) -> None:
+    """Search the knowledge base; the best chunks first."""
+    kw = _search_kwargs(filters, since, until, principals, as_of, all_versions)
+    if min_score is not None:
+        kw["min_score"] = min_score
+    if explain:
+        kw["explain"] = True
+    with _open(database) as db:
+        hits = _search(db, query, k=k, scorer=scorer, **kw)
+    if as_json:
+        _emit_json([_hit_json(h, i) for i, h in enumerate(hits, 1)])
+        return
+    if not hits:
+        click.echo("no hits")
+        return
+    for i, h in enumerate(hits, 1):
+        where = f"{h.source}:{h.start}-{h.end}"
+        extra = f"  v{h.version}" if h.version else ""
+        for key in ("section", "page"):
+            if key in h.metadata:
+                extra += f"  {key} {h.metadata[key]}"
+        click.echo(f"{i:>2}. {_fmt_score(h.score)}  {where}{extra}")
+        click.echo(f"    {_short(h.text, 160)}")
+        if explain and h.explain:
+            for term, c in sorted(h.explain.items(), key=lambda kv: -kv[1]):
+                click.echo(f"      {c:>9.4f}  {term}")
+
+
+# --------------------------------------------------------------------------- stats / check / optimize / migrate
+
+
+@cli.command()
+@database_option
+@json_option
+def stats(database: str | None, as_json: bool) -> None:
+    """Collection statistics: documents, chunks, vocabulary, postings, file size."""
+    with _open(database) as db:
+        s = db.stats()
+        settings = db.settings
+    data = {"database": db.path, "documents": s.documents, "chunks": s.chunks, "vocabulary": s.vocabulary,
+            "postings": s.postings, "avg_chunk_length": s.avg_chunk_length, "stored_documents": s.stored_documents,
+            "stored_chunks": s.stored_chunks, "pending_chunks": s.pending_chunks, "segments": s.segments,
+            "file_size": s.file_size, "analyzer": settings.get("analyzer"), "chunker": settings.get("chunker"),
+            "keep_versions": bool(settings.get("keep_versions"))}
+    if as_json:
+        _emit_json(data)
+        return
+    _pairs([("database", db.path), ("documents", f"{s.documents:,}"), ("chunks", f"{s.chunks:,}"),
+            ("vocabulary", f"{s.vocabulary:,}"), ("postings", f"{s.postings:,}"),
+            ("avg chunk length", f"{s.avg_chunk_length:.1f} terms"),
+            ("stored documents", f"{s.stored_documents:,} (with kept versions)"),
+            ("stored chunks", f"{s.stored_chunks:,}"), ("pending chunks", f"{s.pending_chunks:,}"),
+            ("segments", f"{s.segments:,}"), ("file size", _fmt_size(s.file_size)),
+            ("analyzer", _analyzer_name(settings.get("analyzer"))), ("chunker", settings.get("chunker")),
+            ("keep versions", "yes" if settings.get("keep_versions") else "no")])
+
+
+@cli.command()
+@database_option
+@json_option
+def check(database: str | None, as_json: bool) -> None:
+    """Verify every invariant (df = real postings, statistics, no orphans, SQLite integrity).
+
+    Exits 1 when a problem is found.
+    """
+    with _open(database) as db:
+        problems = db.check()
+    if as_json:
+        _emit_json({"ok": not problems, "problems": problems})
+    elif problems:
+        for p in problems:
+            click.echo(f"problem: {p}")
+    else:
+        click.echo("ok: every invariant holds")
+    if problems:
+        raise click.exceptions.Exit(1)
+
+
+@cli.command()
+@database_option
+@click.option("--no-vacuum", is_flag=True, help="Merge postings and ANALYZE, but skip VACUUM.")
+@json_option
+def optimize(database: str | None, no_vacuum: bool, as_json: bool) -> None:
+    """Merge postings, drop deleted entries and reclaim space (ANALYZE, VACUUM)."""
+    with _open(database) as db:
+        before = db.stats().file_size
+        db.optimize(vacuum=not no_vacuum)
+        after = db.stats().file_size
+    if as_json:
+        _emit_json({"size_before": before, "size_after": after})
+    else:
+        click.echo(f"optimized: {_fmt_size(before)} -> {_fmt_size(after)}")
+
+
+@cli.command()
+@database_option
+@click.option("--list", "list_only", is_flag=True, help="Show applied and pending migrations; apply nothing.")
+@json_option
+def migrate(database: str | None, list_only: bool, as_json: bool) -> None:
+    """Apply pending schema migrations (opening a database applies them too)."""
+    path = _db_path(database)
+    if not Path(path).exists():
+        raise click.ClickException(f"{path}: no such database")
+    applied, pending = _migration_state(path)
+    if not list_only:
+        with ragdb.open(path, create=False):
+            pass
+        done = pending
+        applied, pending = _migration_state(path)
+        if as_json:
+            _emit_json({"applied_now": done, "pending": pending})
+        else:
+            click.echo(f"applied {len(done)} migration{'s' * (len(done) != 1)}"
+                       + (f": {', '.join(done)}" if done else " (schema is up to date)"))
+        return
+    if as_json:
+        _emit_json({"applied": [{"name": n, "applied_at": at} for n, at in applied], "pending": pending})
+        return
+    rows = [(n, "applied", at) for n, at in applied] + [(n, "pending", "") for n in pending]
+    _table(["migration", "state", "applied at"], rows)
+
+
+def _migration_state(path: str) -> tuple[list[tuple[str, str]], list[str]]:
+    """(applied (name, when), pending names), read without writing (a read-only connection)."""
+    import sqlite3
+
+    import sqlite_utils
+
+    from .errors import NotADatabase
+    from .storage import build_migrations
+
+    uri = Path(path).resolve().as_uri() + "?mode=ro"
+    try:
+        conn = sqlite3.connect(uri, uri=True)
+    except sqlite3.Error as e:
+        raise NotADatabase(f"{path}: cannot open: {e}") from None
+    try:
+        sdb = sqlite_utils.Database(conn)
+        migrations = build_migrations()
+        try:
+            applied = [(m.name, str(m.applied_at)) for m in migrations.applied(sdb)]
+            pending = [m.name for m in migrations.pending(sdb)]
+            tables = sdb.table_names()
+        except sqlite3.DatabaseError as e:
+            raise NotADatabase(f"{path}: not a ragdb database (SQLite says: {e})") from None
+        if tables and not applied:
+            raise NotADatabase(f"{path}: is a SQLite database but not a ragdb database")
+        return applied, pending
+    finally:
+        conn.close()
+
+
+# --------------------------------------------------------------------------- export / import
+
+
+@cli.command("export")
+@database_option
+@click.argument("file", metavar="FILE.jsonl")
+@json_option
+def export_cmd(database: str | None, file: str, as_json: bool) -> None:
+    """Write every stored document (text, metadata, labels, chunker, versions) to a JSON Lines file (- for stdout)."""
+    from . import transfer
+
+    with _open(database) as db:
+        if file == "-":
+            report = transfer.export_jsonl(db, sys.stdout.buffer)
+            return
+        report = transfer.export_jsonl(db, file)
+    if as_json:
+        _emit_json({"file": report.path, "documents": report.documents, "latest": report.latest})
+    else:
+        click.echo(f"exported {report.documents} document{'s' * (report.documents != 1)} to {report.path}")
+
+
+@cli.command("import")
+@database_option
+@click.argument("file", metavar="FILE.jsonl")
+@json_option
+def import_cmd(database: str | None, file: str, as_json: bool) -> None:
+    """Add the documents of an exported JSON Lines file (- for stdin), in one transaction.
+
+    Into an empty database made with the same analyzer, searches give the
+    same results as in the exported one.
+    """
+    from . import transfer
+
+    total = None
+    if file != "-":
+        try:
+            with open(file, "rb") as fh:
+                total = sum(1 for line in fh if line.strip())
+        except OSError as e:
+            raise click.ClickException(f"{file}: cannot read: {e.strerror or e}") from None
+    with _open(database, create=True) as db, _progress("importing", total) as progress:
+        report = transfer.import_jsonl(db, sys.stdin.buffer if file == "-" else file, progress=progress)
+    if as_json:
+        _emit_json({"file": report.path, "documents": report.documents, "unchanged": report.unchanged,
+                    "skipped_versions": report.skipped_versions})
+    else:
+        msg = f"imported {report.documents} document{'s' * (report.documents != 1)}"
+        if report.unchanged:
+            msg += f", {report.unchanged} already identical"
+        if report.skipped_versions:
+            msg += (f", skipped {report.skipped_versions} older versions (the database does not keep versions; "
+                    f"'ragdb init --keep-versions' first to import them)")
+        click.echo(msg)
+
+
+# --------------------------------------------------------------------------- eval
+
+
+@cli.command("eval")
+@click.option("--corpus", required=True, type=click.Path(dir_okay=False), help="BEIR corpus.jsonl.")
+@click.option("--queries", required=True, type=click.Path(dir_okay=False), help="BEIR queries.jsonl.")
+@click.option("--qrels", required=True, type=click.Path(dir_okay=False), help="BEIR qrels .tsv.")
+@click.option("-k", "k", type=click.IntRange(1, 10_000), default=10, show_default=True,
+              help="Depth of the run (Recall@k).")
+@click.option("--scorer", type=click.Choice(["bm25", "tfidf"]), default="bm25", show_default=True,
+              help="Ranking function: BM25, or cosine of TF-IDF vectors.")
+@click.option("--analyzer", type=click.Choice(["default", "jieba", "simple"]), default="default",
+              show_default=True, help="Analyzer of the temporary index.")
+@json_option
+def eval_cmd(corpus: str, queries: str, qrels: str, k: int, scorer: str, analyzer: str, as_json: bool) -> None:
+    """Evaluate retrieval on a BEIR-layout collection: nDCG@10, Recall@k, MRR@10.
+
+    The corpus is indexed into a temporary in-memory database (one chunk per
+    document: title, blank line, text; source = corpus id), as the benchmark
+    does; no database file is read or written.
+    """
+    from .evaluation import evaluate_database, load_beir
+
+    docs, qs, judgements = load_beir((corpus, queries, qrels))
+    records = [{"text": f"{title}\n\n{text}" if title else text, "source": doc_id}
+               for doc_id, title, text in docs if (title + text).strip()]
+    with ragdb.open(":memory:", analyzer=analyzer, chunker="none") as db:
+        with _progress("indexing", len(records)) as progress:
+            step = 1000
+            for i in range(0, len(records), step):
+                db.add_many(records[i:i + step])
+                if progress is not None:
+                    progress(len(records[i:i + step]))
+        result = evaluate_database(db, qs, judgements, k=k, scorer=scorer)
+    data = {"ndcg@10": result["ndcg@10"], f"recall@{k}": result[f"recall@{k}"], "mrr@10": result["mrr@10"],
+            "queries": int(result["queries"]), "documents": len(records), "k": k, "scorer": scorer}
+    if as_json:
+        _emit_json(data)
+        return
+    _pairs([("nDCG@10", f"{data['ndcg@10']:.4f}"), (f"Recall@{k}", f"{data[f'recall@{k}']:.4f}"),
+            ("MRR@10", f"{data['mrr@10']:.4f}"), ("queries", data["queries"]), ("documents", data["documents"])])
+
+
+# --------------------------------------------------------------------------- prompt / ask
+
+
+def _generation_options(f: Callable[..., Any]) -> Callable[..., Any]:
+    opts = [
+        click.option("-k", "k", type=click.IntRange(1, 10_000), default=8, show_default=True,
+                     help="Hits retrieved before evidence selection."),
+        click.option("--min-score", type=float, default=None, help="Drop evidence scoring below this."),
+        click.option("--relative", type=click.FloatRange(0.0, 1.0), default=None,
+                     help="Drop evidence scoring below this share of the best score."),
+        click.option("--budget", type=click.IntRange(min=1), default=None, metavar="TOKENS",
+                     help="Token budget of the sources."),
+        click.option("--language", type=click.Choice(["en", "zh"]), default=None,
+                     help="Language of the prompt (default: detected from the question)."),
+    ]
+    for opt in reversed(opts):
+        f = opt(f)
+    return f
+
+
+def _retrieve(database: str | None, question: str, k: int, kw: dict[str, Any]) -> list[ragdb.Hit]:
+    if not question.strip():
+        raise click.BadParameter("the question is empty", param_hint="QUESTION")
+    with _open(database) as db:
+        return _search(db, question, k=k, **kw)
+
+
+def _source_lines(sources: Sequence[ragdb.Hit], cited: Sequence[int] = ()) -> list[str]:
+    lines = []
+    for i, h in enumerate(sources, 1):
+        mark = "*" if i in cited else " "
+        lines.append(f"{mark}[{i}] {h.source}:{h.start}-{h.end}  (score {_fmt_score(h.score)})")
+    return lines
+
+
+@cli.command()
+@database_option
+@click.argument("question")
+@_generation_options
+@filter_options
+@json_option
+def prompt(database: str | None, question: str, k: int, min_score: float | None, relative: float | None,
+           budget: int | None, language: str | None, filters: tuple[str, ...], since: str | None,
+           until: str | None, principals: tuple[str, ...], as_of: str | None, all_versions: bool,
+           as_json: bool) -> None:
+    """Print the grounded prompt that 'ask' would send for QUESTION; sends nothing."""
+    from .prompt import build_prompt
+
+    hits = _retrieve(database, question, k, _search_kwargs(filters, since, until, principals, as_of, all_versions))
+    p = build_prompt(question, hits, language=language, budget_tokens=budget, min_score=min_score,
+                     relative=relative)
+    if as_json:
+        _emit_json({"system": p.system, "user": p.user, "messages": p.messages, "language": p.language,
+                    "refused": p.refused, "sources": [_hit_json(h, i) for i, h in enumerate(p.sources, 1)]})
+        return
+    click.echo(p.text)
+    if p.refused:
+        _warn("no evidence passed selection: 'ask' would refuse without calling the model")
+
+
+def _stream_to_terminal() -> bool:
+    return _stdout_is_tty()
+
+
+@cli.command()
+@database_option
+@click.argument("question")
+@_generation_options
+@click.option("--model", default=None, help="Model name (default: $RAGDB_LLM_MODEL, else gpt-4o-mini).")
+@click.option("--base-url", default=None, metavar="URL",
+              help="OpenAI-compatible endpoint (default: $RAGDB_LLM_BASE_URL, else $OPENAI_BASE_URL, else OpenAI).")
+@click.option("--timeout", type=click.FloatRange(min=0.0, min_open=True), default=60.0, show_default=True,
+              help="Seconds to wait for the model.")
+@filter_options
+@json_option
+def ask(database: str | None, question: str, k: int, min_score: float | None, relative: float | None,
+        budget: int | None, language: str | None, model: str | None, base_url: str | None, timeout: float,
+        filters: tuple[str, ...], since: str | None, until: str | None, principals: tuple[str, ...],
+        as_of: str | None, all_versions: bool, as_json: bool) -> None:
+    """Answer QUESTION from the knowledge base with a language model, listing the sources under it.
+
+    The API key is read only from RAGDB_LLM_API_KEY (else OPENAI_API_KEY).
+    Streams the answer on a terminal. Without evidence the answer is a
+    refusal and the model is not called.
+    """
+    from .llm import ChatClient
+    from .llm import ask as llm_ask
+    from .prompt import REFUSAL, build_prompt, check_citations
+
+    hits = _retrieve(database, question, k, _search_kwargs(filters, since, until, principals, as_of, all_versions))
+    opts = dict(language=language, budget_tokens=budget, min_score=min_score, relative=relative)
+    p = build_prompt(question, hits, **opts)
+    streamed = False
+    if p.refused:
+        text, sources, refused = REFUSAL[p.language], (), True
+        citations = check_citations(text, 0)
+    else:
+        client = ChatClient(base_url=base_url, model=model, timeout=timeout)
+        if _stream_to_terminal() and not as_json:
+            pieces = []
+            for piece in client.stream(p.messages):
+                pieces.append(piece)
+                click.echo(piece, nl=False)
+            click.echo("")
+            streamed = True
+            text = "".join(pieces)
+            citations = check_citations(text, len(p.sources))
+            sources, refused = p.sources, citations.refusal
+        else:
+            answer = llm_ask(hits, question, client, **opts)
+            text, sources, refused, citations = answer.text, answer.hits, answer.refused, answer.citations
+    if as_json:
+        _emit_json({"answer": text, "refused": refused, "language": p.language,
+                    "citations": {"cited": citations.cited, "invalid": citations.invalid,
+                                  "uncited": citations.uncited},
+                    "sources": [_hit_json(h, i) for i, h in enumerate(sources, 1)]})
+        return
+    if not streamed:
+        click.echo(text)
+    if sources:
+        click.echo("")
+        click.echo("Sources:")
+        for line in _source_lines(sources, citations.cited):
+            click.echo(line)
+    if citations.invalid:
+        _warn(f"warning: the answer cites sources that do not exist: {', '.join(map(str, citations.invalid))}")
+    elif citations.uncited and not refused:
+        _warn("warning: the answer cites no source")
+
+
+# --------------------------------------------------------------------------- entry point
+
+#: Every command name, for the README reference test.
+COMMANDS = tuple(sorted(cli.commands))
+
+
+def main() -> None:
+    """Console entry point (``ragdb``)."""
+    cli(prog_name="ragdb")
+
+
+if __name__ == "__main__":
+    main()

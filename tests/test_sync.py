@@ -1,0 +1,470 @@
+"""Library-level tests of ragdb.sync (folder mirroring, add_paths) and ragdb.transfer (export/import)."""
+
+from __future__ import annotations
+
+import io
+import os
+import time
+
+import orjson
+import pytest
+
+import ragdb
+from ragdb import loaders, sync, transfer
+from ragdb.errors import InvalidInput, LoaderError
+
+BINARY = bytes(range(256)) * 8 + b"\x00\x01\x02\xff" * 64
+
+
+def write(path, text, *, mtime=None):
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(text, encoding="utf-8")
+    if mtime is not None:
+        os.utime(path, (mtime, mtime))
+    return path
+
+
+@pytest.fixture
+def folder(tmp_path):
+    root = tmp_path / "kb"
+    write(root / "alpha.md", "# Alpha\n\nAlpha particles are helium nuclei emitted in radioactive decay.\n")
+    write(root / "beta.txt", "Beta decay turns a neutron into a proton, an electron and an antineutrino.\n")
+    write(root / "sub" / "gamma.txt", "Gamma rays are high-energy photons from excited nuclei.\n")
+    return root
+
+
+@pytest.fixture
+def db():
+    with ragdb.open(":memory:") as d:
+        yield d
+
+
+def sources(db, pattern=None):
+    return sorted(d.source for d in db.documents(pattern))
+
+
+class Counter:
+    """Counts calls of a wrapped function."""
+
+    def __init__(self, fn):
+        self.fn = fn
+        self.calls = []
+
+    def __call__(self, *args, **kwargs):
+        self.calls.append(args[0] if args else None)
+        return self.fn(*args, **kwargs)
+
+
+def counted(monkeypatch):
+    load = Counter(loaders.load_file)
+    digest = Counter(sync.file_sha256)
+    monkeypatch.setattr(loaders, "load_file", load)
+    monkeypatch.setattr(sync, "file_sha256", digest)
+    return load, digest
+
+
+# ----------------------------------------------------------------------------- planning and applying
+
+
+def test_first_sync_adds_everything(db, folder):
+    plan = sync.plan_sync(db, folder)
+    assert plan.added == ("alpha.md", "beta.txt", "sub/gamma.txt")
+    assert plan.changed == plan.deleted == plan.unchanged == ()
+    report = sync.apply_sync(db, plan)
+    assert report.added == plan.added and report.documents == 3 and not report.failed
+    assert sources(db) == ["alpha.md", "beta.txt", "sub/gamma.txt"]
+    doc = db.documents("beta.txt")[0]
+    assert doc.metadata["content_hash"] == sync.file_sha256(folder / "beta.txt")
+    assert db.check() == []
+    assert [h.source for h in db.search("neutron proton")][:1] == ["beta.txt"]
+
+
+def test_unchanged_files_are_not_read(db, folder, monkeypatch):
+    sync.sync_folder(db, folder)
+    load, digest = counted(monkeypatch)
+    report = sync.sync_folder(db, folder)
+    assert report.unchanged == ("alpha.md", "beta.txt", "sub/gamma.txt")
+    assert report.added == report.changed == report.deleted == ()
+    assert load.calls == [] and digest.calls == []
+
+
+def test_detects_new_changed_deleted_and_touched(db, folder, monkeypatch):
+    sync.sync_folder(db, folder)
+    before = {d.source: d.id for d in db.documents()}
+    write(folder / "beta.txt", "Beta decay was rewritten: positrons appear in beta plus decay.\n")
+    (folder / "sub" / "gamma.txt").unlink()
+    write(folder / "delta.md", "Delta is the fourth letter; deltas form at river mouths.\n")
+    # touched, not edited: other mtime, same bytes
+    st = (folder / "alpha.md").stat()
+    os.utime(folder / "alpha.md", (st.st_atime, st.st_mtime + 100))
+    load, digest = counted(monkeypatch)
+    plan = sync.plan_sync(db, folder)
+    assert plan.added == ("delta.md",)
+    assert plan.changed == ("beta.txt",)
+    assert plan.deleted == ("sub/gamma.txt",)
+    assert plan.unchanged == ("alpha.md",)
+    assert load.calls == []  # planning reads no file through the loaders
+    assert sorted(os.path.basename(str(p)) for p in digest.calls) == ["alpha.md", "beta.txt"]
+    report = sync.apply_sync(db, plan)
+    assert sorted(os.path.basename(str(p)) for p in load.calls) == ["beta.txt", "delta.md"]
+    assert report.removed == 1
+    assert sources(db) == ["alpha.md", "beta.txt", "delta.md"]
+    after = {d.source: d.id for d in db.documents()}
+    assert after["alpha.md"] == before["alpha.md"]  # untouched
+    assert after["beta.txt"] != before["beta.txt"]  # replaced
+    assert [h.source for h in db.search("positrons")] == ["beta.txt"]
+    assert db.search("antineutrino") == []  # the old text is gone
+    assert db.search("photons") == []  # the deleted file's document is gone
+    assert db.check() == []
+
+
+def test_dry_run_writes_nothing(db, folder):
+    sync.sync_folder(db, folder)
+    write(folder / "beta.txt", "Changed beta text about positrons.\n")
+    (folder / "alpha.md").unlink()
+    write(folder / "new.txt", "A brand new file about muons.\n")
+    stats = db.stats()
+    docs = [(d.id, d.source) for d in db.documents()]
+    report = sync.sync_folder(db, folder, dry_run=True)
+    assert report.dry_run
+    assert (report.added, report.changed, report.deleted) == (("new.txt",), ("beta.txt",), ("alpha.md",))
+    assert db.stats() == stats
+    assert [(d.id, d.source) for d in db.documents()] == docs
+
+
+def test_change_of_one_file_in_many_touches_only_that_file(db, tmp_path, monkeypatch):
+    root = tmp_path / "many"
+    for i in range(1000):
+        write(root / f"d{i // 100}" / f"f{i}.txt", f"document number {i} about topic{i % 37} and word{i}\n")
+    first = sync.sync_folder(db, root)
+    assert len(first.added) == 1000
+    path = root / "d4" / "f417.txt"
+    write(path, "document number 417 now talks about quasars\n")
+    load, digest = counted(monkeypatch)
+    report = sync.sync_folder(db, root)
+    assert report.changed == ("d4/f417.txt",) and report.added == report.deleted == ()
+    assert len(report.unchanged) == 999
+    assert [os.fspath(p) for p in load.calls] == [os.fspath(path)]
+    assert [os.fspath(p) for p in digest.calls] == [os.fspath(path)]
+    assert [h.source for h in db.search("quasars")] == ["d4/f417.txt"]
+
+
+# ----------------------------------------------------------------------------- scope: prefix and glob
+
+
+def test_prefix_scopes_sources_and_deletions(db, folder):
+    db.add("A note added by hand, not from the folder.", source="notes/manual.txt")
+    report = sync.sync_folder(db, folder, source_prefix="kb/")
+    assert report.added == ("kb/alpha.md", "kb/beta.txt", "kb/sub/gamma.txt")
+    (folder / "beta.txt").unlink()
+    report = sync.sync_folder(db, folder, source_prefix="kb/")
+    assert report.deleted == ("kb/beta.txt",)
+    assert sources(db) == ["kb/alpha.md", "kb/sub/gamma.txt", "notes/manual.txt"]
+
+
+def test_prefix_with_glob_characters_is_literal(db, folder):
+    db.add("Outside the prefix, but its source would match an unescaped glob.", source="kbX1]/other.txt")
+    db.add("Also outside.", source="kb1/other.txt")
+    sync.sync_folder(db, folder, source_prefix="kb[1]/")
+    assert "kb[1]/alpha.md" in sources(db)
+    report = sync.sync_folder(db, folder, source_prefix="kb[1]/")
+    assert report.unchanged == ("kb[1]/alpha.md", "kb[1]/beta.txt", "kb[1]/sub/gamma.txt")
+    assert report.deleted == ()
+    assert "kb1/other.txt" in sources(db) and "kbX1]/other.txt" in sources(db)
+
+
+def test_without_prefix_the_database_mirrors_the_folder(db, folder):
+    db.add("Not in the folder.", source="elsewhere.txt")
+    report = sync.sync_folder(db, folder)
+    assert report.deleted == ("elsewhere.txt",)
+    assert sources(db) == ["alpha.md", "beta.txt", "sub/gamma.txt"]
+
+
+def test_glob_limits_files_and_deletions(db, folder):
+    sync.sync_folder(db, folder)
+    report = sync.sync_folder(db, folder, glob="*.md")
+    assert report.deleted == ()  # the .txt documents are out of scope, not vanished
+    assert report.unchanged == ("alpha.md",)
+
+
+def test_no_recursion(db, folder):
+    report = sync.sync_folder(db, folder, recursive=False)
+    assert report.added == ("alpha.md", "beta.txt")
+
+
+def test_not_a_folder(db, tmp_path):
+    with pytest.raises(InvalidInput, match="not a folder"):
+        sync.plan_sync(db, tmp_path / "missing")
+
+
+# ----------------------------------------------------------------------------- failures and atomicity
+
+
+def test_unreadable_file_is_reported_and_skipped(db, folder):
+    (folder / "blob.bin").write_bytes(BINARY)
+    (folder / "empty.txt").write_bytes(b"")
+    report = sync.sync_folder(db, folder)
+    assert {f.source for f in report.failed} == {"blob.bin", "empty.txt"}
+    assert all(f.error for f in report.failed)
+    assert report.added == ("alpha.md", "beta.txt", "sub/gamma.txt")
+    assert sources(db) == ["alpha.md", "beta.txt", "sub/gamma.txt"]
+    # still failing, still skipped; nothing else changes
+    again = sync.sync_folder(db, folder)
+    assert {f.source for f in again.failed} == {"blob.bin", "empty.txt"} and again.added == ()
+
+
+def test_dry_run_lists_failures(db, folder):
+    (folder / "blob.bin").write_bytes(BINARY)
+    report = sync.sync_folder(db, folder, dry_run=True)
+    assert [f.source for f in report.failed] == ["blob.bin"]
+    assert "blob.bin" not in report.added
+    assert db.stats().documents == 0
+
+
+def test_strict_writes_nothing_and_leaves_a_consistent_database(db, folder):
+    db.add("Existing document about neutrons.", source="alpha.md")
+    (folder / "zz.bin").write_bytes(BINARY)  # loaded last, after the others were written
+    plan = sync.plan_sync(db, folder)
+    before = [(d.id, d.source, d.content_hash) for d in db.documents()]
+    with pytest.raises(LoaderError, match="zz.bin"):
+        sync.apply_sync(db, plan, strict=True, batch_size=1)
+    assert [(d.id, d.source, d.content_hash) for d in db.documents()] == before
+    assert db.check() == []
+    assert [h.source for h in db.search("neutrons")] == ["alpha.md"]
+    assert db.search("photons") == []
+    # the in-memory index was rebuilt: later writes and searches are exact
+    (folder / "zz.bin").unlink()
+    report = sync.sync_folder(db, folder)
+    assert report.changed == ("alpha.md",) and len(report.added) == 2
+    assert db.check() == []
+    assert [h.source for h in db.search("photons")] == ["sub/gamma.txt"]
+
+
+def test_failed_changed_file_keeps_the_stored_version(db, folder):
+    sync.sync_folder(db, folder)
+    (folder / "beta.txt").write_bytes(BINARY)
+    report = sync.sync_folder(db, folder)
+    assert [f.source for f in report.failed] == ["beta.txt"]
+    assert report.changed == ()
+    assert [h.source for h in db.search("antineutrino")] == ["beta.txt"]
+
+
+def test_interrupted_sync_rolls_back(db, folder, monkeypatch):
+    plan = sync.plan_sync(db, folder)
+    real = loaders.load_file
+    calls = []
+
+    def boom(path, *a, **kw):
+        calls.append(path)
+        if len(calls) == 3:
+            raise KeyboardInterrupt
+        return real(path, *a, **kw)
+
+    monkeypatch.setattr(loaders, "load_file", boom)
+    with pytest.raises(KeyboardInterrupt):
+        sync.apply_sync(db, plan, batch_size=1)
+    assert db.documents() == [] and db.check() == []
+
+
+def test_keep_versions_database_keeps_the_replaced_version(folder):
+    with ragdb.open(":memory:", keep_versions=True) as db:
+        sync.sync_folder(db, folder)
+        write(folder / "beta.txt", "Beta, second edition, mentions positrons.\n")
+        sync.sync_folder(db, folder)
+        versions = db.documents("beta.txt", versions="all")
+        assert len(versions) == 2 and sum(d.latest for d in versions) == 1
+        (folder / "beta.txt").unlink()
+        report = sync.sync_folder(db, folder)
+        assert report.deleted == ("beta.txt",) and report.removed == 2
+        assert db.documents("beta.txt", versions="all") == []
+        assert db.check() == []
+
+
+def test_escape_glob():
+    assert sync.escape_glob("a*b?c[d]") == "a[*]b[?]c[[]d]"
+
+
+# ----------------------------------------------------------------------------- add_paths
+
+
+def test_add_paths_files_folders_and_stdin(db, folder, monkeypatch, tmp_path):
+    monkeypatch.chdir(tmp_path)
+    report = sync.add_paths(db, ["kb/alpha.md", "./kb/sub", "-"], stdin=b"Text piped in about leptons.\n",
+                            version="3", metadata={"team": "physics"}, source_prefix="p/")
+    assert sorted(report.added) == ["p/kb/alpha.md", "p/kb/sub/gamma.txt", "p/stdin"]
+    doc = db.documents("p/kb/alpha.md")[0]
+    assert doc.version == "3" and doc.metadata["team"] == "physics"
+    again = sync.add_paths(db, ["kb/alpha.md"], version="3", metadata={"team": "physics"}, source_prefix="p/")
+    assert again.added == () and again.unchanged == ("p/kb/alpha.md",)
+
+
+def test_add_paths_source_for_one_input(db, folder):
+    report = sync.add_paths(db, [str(folder / "beta.txt")], source="physics/beta")
+    assert report.added == ("physics/beta",)
+    with pytest.raises(InvalidInput, match="one document"):
+        sync.add_paths(db, [str(folder)], source="x")
+
+
+def test_add_paths_missing_path(db, tmp_path):
+    with pytest.raises(InvalidInput, match="no such file"):
+        sync.add_paths(db, [str(tmp_path / "nope.txt")])
+    assert db.documents() == []
+
+
+def test_add_paths_failures_and_strict(db, folder):
+    bad = folder / "blob.bin"
+    bad.write_bytes(BINARY)
+    with pytest.raises(LoaderError, match="blob.bin"):
+        sync.add_paths(db, [str(folder)], strict=True, batch_size=1)
+    assert db.documents() == [] and db.check() == []
+    report = sync.add_paths(db, [str(folder)])
+    assert [f.path for f in report.failed] == [str(bad)]
+    assert len(report.added) == 3
+
+
+# ----------------------------------------------------------------------------- export / import
+
+
+def fingerprint(hits):
+    return [(h.source, h.start, h.end, h.text, round(h.score, 9), dict(h.metadata)) for h in hits]
+
+
+MD = """---
+title: Decay modes
+tags: [physics, nuclear]
+---
+# Alpha decay
+
+Alpha decay emits a helium nucleus. """ + "The nucleus loses two protons and two neutrons. " * 30 + """
+
+# Beta decay
+
+Beta decay emits an electron or a positron. """ + "A neutron turns into a proton inside the nucleus. " * 30 + "\n"
+
+
+def _populate(db, folder):
+    write(folder / "decay.md", MD)
+    sync.sync_folder(db, folder)
+    db.add("Labelled note about protons.", source="acl/note", acl=["team-a"], timestamp="2024-05-01T00:00:00Z",
+           version="7", metadata={"year": 2024}, chunker="none")
+
+
+QUERIES = ["proton neutron", "helium nucleus", "positron electron", "photons", "protons", "decay"]
+
+
+def test_export_import_roundtrip_gives_identical_search(tmp_path, folder):
+    out = tmp_path / "kb.jsonl"
+    with ragdb.open(tmp_path / "a.db", chunker="window:size=40,overlap=10") as a:
+        _populate(a, folder)
+        report = transfer.export_jsonl(a, out)
+        assert report.documents == 5 and report.latest == 5
+        expected = {q: fingerprint(a.search(q, k=20)) for q in QUERIES}
+        expected_p = fingerprint(a.search("protons", principals=["team-a"]))
+    lines = [orjson.loads(line) for line in out.read_bytes().splitlines()]
+    assert set(lines[0]) >= {"source", "version", "timestamp", "title", "text", "metadata", "acl", "chunker",
+                             "latest"}
+    assert any("spans" in r for r in lines)  # markdown sections survive
+    with ragdb.open(tmp_path / "b.db") as b:
+        rep = transfer.import_jsonl(b, out)
+        assert rep.documents == 5 and rep.unchanged == 0
+        assert {q: fingerprint(b.search(q, k=20)) for q in QUERIES} == expected
+        assert fingerprint(b.search("protons", principals=["team-a"])) == expected_p
+        assert b.check() == []
+        again = transfer.import_jsonl(b, out)
+        assert again.documents == 0 and again.unchanged == 5
+
+
+def test_export_keeps_versions_and_import_skips_them_without_keep_versions(tmp_path):
+    out = io.BytesIO()
+    with ragdb.open(":memory:", keep_versions=True) as a:
+        a.add("first edition about kaons", source="s", version="1", timestamp="2024-01-01T00:00:00Z")
+        a.add("second edition about pions", source="s", version="2", timestamp="2024-06-01T00:00:00Z")
+        transfer.export_jsonl(a, out)
+        old = fingerprint(a.search("kaons", versions="all"))
+    data = out.getvalue()
+    with ragdb.open(":memory:", keep_versions=True) as b:
+        rep = transfer.import_jsonl(b, io.BytesIO(data))
+        assert rep.documents == 2 and rep.skipped_versions == 0
+        assert fingerprint(b.search("kaons", versions="all")) == old
+        assert [d.version for d in b.documents("s")] == ["2"]
+    with ragdb.open(":memory:") as c:
+        rep = transfer.import_jsonl(c, io.BytesIO(data))
+        assert rep.documents == 1 and rep.skipped_versions == 1
+        assert [d.version for d in c.documents("s", versions="all")] == ["2"]
+
+
+def test_import_bad_line_imports_nothing(tmp_path):
+    path = tmp_path / "bad.jsonl"
+    path.write_bytes(b'{"source": "a", "text": "fine text"}\n{"source": "b", "text": 5}\n')
+    with ragdb.open(":memory:") as db:
+        with pytest.raises(InvalidInput, match=r"bad.jsonl:2"):
+            transfer.import_jsonl(db, path)
+        assert db.documents() == [] and db.check() == []
+        path.write_bytes(b'{"source": "a", "text": "fine text"}\nnot json\n')
+        with pytest.raises(InvalidInput, match=r"bad.jsonl:2: invalid JSON"):
+            transfer.import_jsonl(db, path, batch_size=1)
+        assert db.documents() == [] and db.check() == []
+        path.write_bytes(b'{"source": "a", "text": "x", "colour": "red"}\n')
+        with pytest.raises(InvalidInput, match="unknown keys"):
+            transfer.import_jsonl(db, path)
+        with pytest.raises(InvalidInput, match="cannot read"):
+            transfer.import_jsonl(db, tmp_path / "missing.jsonl")
+
+
+def test_export_failure_leaves_no_partial_file(tmp_path, monkeypatch):
+    out = tmp_path / "x.jsonl"
+    with ragdb.open(":memory:") as db:
+        db.add("one", source="a")
+        db.add("two", source="b")
+
+        def broken(*a, **k):
+            raise RuntimeError("disk on fire")
+
+        monkeypatch.setattr(transfer, "_spans", broken)
+        with pytest.raises(RuntimeError):
+            transfer.export_jsonl(db, out)
+    assert not out.exists() and list(tmp_path.iterdir()) == []
+
+
+def test_mtime_comparison_tolerates_iso_and_numbers(tmp_path):
+    p = write(tmp_path / "f.txt", "x", mtime=1_700_000_000.25)
+    st = p.stat()
+    assert sync._same_stat({"size": 1, "mtime": 1_700_000_000.25}, st)
+    assert sync._same_stat({"size": 1, "mtime": "2023-11-14T22:13:20.250000+00:00"}, st)
+    assert not sync._same_stat({"size": 2, "mtime": 1_700_000_000.25}, st)
+    assert not sync._same_stat({"size": 1}, st)
+    assert not sync._same_stat({"size": 1, "mtime": time.time() + 10}, st)
+
+
+def test_jsonl_file_documents_follow_their_file(db, folder):
+    path = folder / "records.jsonl"
+    path.write_bytes(b'{"id": "r1", "text": "first record about kaons"}\n'
+                     b'{"id": "r2", "text": "second record about pions"}\n')
+    sync.sync_folder(db, folder)
+    assert [s for s in sources(db) if s.startswith("records")] == ["records.jsonl#r1", "records.jsonl#r2"]
+    report = sync.sync_folder(db, folder)
+    assert "records.jsonl" in report.unchanged and report.added == report.deleted == ()
+    path.write_bytes(b'{"id": "r1", "text": "first record now about muons"}\n'
+                     b'{"id": "r3", "text": "third record about taus"}\n')
+    report = sync.sync_folder(db, folder)
+    assert report.changed == ("records.jsonl",)
+    assert [s for s in sources(db) if s.startswith("records")] == ["records.jsonl#r1", "records.jsonl#r3"]
+    assert db.search("pions") == [] and db.search("kaons") == []
+    path.unlink()
+    report = sync.sync_folder(db, folder)
+    assert report.deleted == ("records.jsonl",) and report.removed == 2
+    assert sources(db) == ["alpha.md", "beta.txt", "sub/gamma.txt"]
+    assert db.check() == []
+
+
+def test_glob_with_a_folder_does_not_reach_other_folders(db, tmp_path):
+    root = tmp_path / "r"
+    write(root / "docs" / "a.md", "alpha in docs")
+    write(root / "sub" / "docs" / "b.md", "beta in sub docs")
+    sync.sync_folder(db, root)
+    report = sync.sync_folder(db, root, glob="docs/*.md")
+    assert report.unchanged == ("docs/a.md",) and report.deleted == ()
+    (root / "docs" / "a.md").unlink()
+    report = sync.sync_folder(db, root, glob="docs/*.md")
+    assert report.deleted == ("docs/a.md",)
+    assert sources(db) == ["sub/docs/b.md"]
