@@ -1090,6 +1090,19 @@ def machine_facts() -> list[str]:
     ]
 
 
+def source_fingerprint() -> str:
+    """SHA-256 over ragdb's sources and migrations, to notice edits during a run."""
+    import hashlib
+
+    h = hashlib.sha256()
+    for folder in (REPO / "ragdb", REPO / "migrations"):
+        for path in sorted(folder.rglob("*")):
+            if path.is_file() and path.suffix in (".py", ".sql"):
+                h.update(str(path.relative_to(REPO)).encode())
+                h.update(path.read_bytes())
+    return h.hexdigest()
+
+
 def write_report(ctx: Context, bodies: list[str], started: float, command: str) -> Path:
     now = _dt.datetime.now().astimezone()
     out: list[str] = [
@@ -1129,7 +1142,7 @@ def write_report(ctx: Context, bodies: list[str], started: float, command: str) 
         "(build: index the corpus and persist; query: open the persisted index and run the queries; "
         "rank_bm25 cannot persist, so its figure covers build and queries).",
         f"- Query latency: each query timed on its own with `time.perf_counter` after {WARMUP_QUERIES} "
-        "warm-up queries, including query tokenization and mapping hits to document ids (ragdb also "
+        "warm-up queries (the first ones of the timed set, so caches are warm as in a running service), including query tokenization and mapping hits to document ids (ragdb also "
         "returns the chunk text; the peers return ids only).",
         f"- Add / delete: median of {UPDATE_OPS} operations, each its own transaction/commit, on the built "
         "index (FTS5: INSERT or DELETE by rowid + COMMIT in WAL mode with synchronous=NORMAL; tantivy: "
@@ -1186,6 +1199,7 @@ def main(argv: list[str] | None = None) -> int:
     cache.mkdir(parents=True, exist_ok=True)
     workdir = Path(tempfile.mkdtemp(prefix="run-", dir=cache))
     ctx = Context(args=args, workdir=workdir, evaluation=_load_evaluation())
+    fingerprint = source_fingerprint()
     try:
         probe_ragdb(ctx)
         log(f"ragdb available: {ctx.ragdb_ok} {ctx.ragdb_error}")
@@ -1196,6 +1210,10 @@ def main(argv: list[str] | None = None) -> int:
         for name, fn in SECTIONS:
             if name in sections:
                 bodies.append(fn(ctx))
+        if source_fingerprint() != fingerprint:
+            ctx.notes.append("**Warning: ragdb's sources changed while this run was going on; its figures may "
+                             "mix versions. Rerun on a quiet tree.**")
+            log("warning: ragdb sources changed during the run")
         path = write_report(ctx, bodies, started, command)
         (cache / "last-results.json").write_bytes(
             orjson.dumps({"results": ctx.results, "bars": ctx.bars}, option=orjson.OPT_INDENT_2,
