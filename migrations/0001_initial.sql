@@ -19,13 +19,19 @@ CREATE TABLE stats (
     n_chunks      INTEGER NOT NULL,
     total_length  INTEGER NOT NULL,
     flushed_upto  INTEGER NOT NULL,
-    vocab_epoch   INTEGER NOT NULL     -- bumped when terms are removed (ids may then be reused)
+    vocab_epoch   INTEGER NOT NULL,    -- bumped when terms are removed (ids may then be reused)
+    -- Next document and chunk ids. Ids are never reused (segments may still
+    -- list deleted chunk ids); counters here instead of AUTOINCREMENT save
+    -- a page write (sqlite_sequence) per transaction.
+    next_doc_id   INTEGER NOT NULL,
+    next_chunk_id INTEGER NOT NULL
 );
-INSERT INTO stats (id, generation, n_docs, n_chunks, total_length, flushed_upto, vocab_epoch)
-VALUES (1, 0, 0, 0, 0, 0, 0);
+INSERT INTO stats (id, generation, n_docs, n_chunks, total_length, flushed_upto, vocab_epoch,
+                   next_doc_id, next_chunk_id)
+VALUES (1, 0, 0, 0, 0, 0, 0, 1, 1);
 
 CREATE TABLE documents (
-    id            INTEGER PRIMARY KEY AUTOINCREMENT,
+    id            INTEGER PRIMARY KEY,
     source        TEXT NOT NULL,
     version       TEXT,
     timestamp     TEXT NOT NULL,       -- ISO-8601 UTC, as given (normalized)
@@ -40,15 +46,17 @@ CREATE TABLE documents (
     title         TEXT,
     text          TEXT NOT NULL        -- last: reading the columns before it skips its overflow pages
 );
-CREATE UNIQUE INDEX documents_latest_source ON documents (source) WHERE latest = 1;
-CREATE INDEX documents_source ON documents (source);
+-- One index serves lookups of the latest version and of all versions of a
+-- source (and GLOB prefixes); one latest version per source is kept by the
+-- writer and verified by check().
+CREATE INDEX documents_source ON documents (source, latest);
 CREATE INDEX documents_ts ON documents (ts);
 
 -- One row per chunk. ``terms``/``tfs`` are the chunk's forward index:
 -- little-endian uint32 term ids sorted by term text, and uint16 term
 -- frequencies aligned with them. ``length`` is the number of terms.
 CREATE TABLE chunks (
-    id        INTEGER PRIMARY KEY AUTOINCREMENT,
+    id        INTEGER PRIMARY KEY,
     doc_id    INTEGER NOT NULL REFERENCES documents (id),
     ordinal   INTEGER NOT NULL,
     start     INTEGER NOT NULL,

@@ -18,8 +18,6 @@ CREATE TABLE doc_acl (
 ) WITHOUT ROWID;
 CREATE INDEX doc_acl_doc ON doc_acl (doc_id);
 
-CREATE INDEX documents_version ON documents (version);
-
 -- Back-fill from documents stored under schema 1.
 INSERT INTO doc_meta (doc_id, key, value)
 SELECT d.id, j.key, j.value FROM documents d, json_each(d.metadata) j

@@ -276,6 +276,8 @@ class Database:
                 results.append(doc_id)
             if new_docs:
                 self._insert(new_docs, changes, next_chunk)
+            if new_docs_all:
+                store.set_next_ids(next_doc, changes.next_chunk)
             if changes.any:
                 self._commit_changes(changes)
             made = {d: p for d, p in new_docs_all}

@@ -279,9 +279,13 @@ class Store:
         self.conn.execute("UPDATE stats SET flushed_upto = ? WHERE id = 1", [chunk_id])
 
     def next_ids(self) -> tuple[int, int]:
-        """Next free (document id, chunk id). Ids are never reused (AUTOINCREMENT)."""
-        seq = dict(self.conn.execute("SELECT name, seq FROM sqlite_sequence WHERE name IN ('documents', 'chunks')"))
-        return int(seq.get("documents", 0)) + 1, int(seq.get("chunks", 0)) + 1
+        """Next free (document id, chunk id). Ids are never reused."""
+        row = self.conn.execute("SELECT next_doc_id, next_chunk_id FROM stats WHERE id = 1").fetchone()
+        return int(row[0]), int(row[1])
+
+    def set_next_ids(self, doc_id: int, chunk_id: int) -> None:
+        self.conn.execute("UPDATE stats SET next_doc_id = max(next_doc_id, ?), next_chunk_id = max(next_chunk_id, ?) "
+                          "WHERE id = 1", [doc_id, chunk_id])
 
     # -- documents -------------------------------------------------------------
     _DOC_COLS = ("id, source, version, timestamp, content_hash, metadata, acl, latest, title, "

@@ -137,7 +137,7 @@ def test_migration_from_schema_1_backfills_filter_index(tmp_path):
         d.add("alpha gamma", source="b", metadata={"lang": "zh"})
     # Turn it into a schema-1 database: drop what 0002 made and forget it was applied.
     conn = sqlite3.connect(path)
-    for stmt in ("DROP TABLE doc_meta", "DROP TABLE doc_acl", "DROP INDEX documents_version"):
+    for stmt in ("DROP TABLE doc_meta", "DROP TABLE doc_acl"):
         conn.execute(stmt)
     conn.execute("DELETE FROM _sqlite_migrations WHERE name = '0002_filters'")
     conn.commit()
