@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import hashlib
 import sys
@@ -9,7 +10,7 @@ from array import array
 from collections import Counter
 from dataclasses import dataclass
 from datetime import datetime, timezone
-from typing import TYPE_CHECKING, Any, Iterable, Mapping, Sequence
+from typing import TYPE_CHECKING, Any, Iterable, Iterator, Mapping, Sequence
 
 import numpy as np
 import orjson
@@ -86,6 +87,28 @@ class Database:
         return dict(self._settings)
 
     # -- writing -----------------------------------------------------------------
+    @contextlib.contextmanager
+    def transaction(self) -> Iterator["Database"]:
+        """Make every write inside the block one transaction (all or nothing).
+
+        Adds, deletes and syncs inside become savepoints of one ``BEGIN
+        IMMEDIATE`` transaction; other processes see none of it until the block
+        ends, and an exception rolls all of it back.
+        """
+        with self._writing():
+            yield self
+
+    @contextlib.contextmanager
+    def _writing(self) -> Iterator[None]:
+        """A write transaction (nested ones are savepoints). Writes update the
+        in-memory index as they go; if anything fails, that view may hold
+        uncommitted changes, so it is dropped and reloaded from the file."""
+        try:
+            with self._store.write():
+                yield
+        except BaseException:
+            self._index = idx.Index(self._store)
+            raise
     def add(self, text: str, *, source: str | None = None, version: str | None = None,
             timestamp: str | datetime | None = None, metadata: Mapping[str, Any] | None = None,
             title: str | None = None, acl: Sequence[str] | None = None,
@@ -134,7 +157,7 @@ class Database:
             threshold = self._settings.get("flush_threshold", idx.FLUSH_THRESHOLD)
         if len(self._index.tail_entries) < threshold:
             return
-        with self._store.write():
+        with self._writing():
             self._index.sync()
             if len(self._index.tail_entries) >= threshold:
                 self._index.flush()
@@ -152,7 +175,7 @@ class Database:
         if source is not None and not isinstance(source, str):
             raise InvalidInput(f"delete: source must be a string, got {source!r}")
         store, index = self._store, self._index
-        with store.write():
+        with self._writing():
             index.sync()
             changes = _Changes()
             if doc_id is not None:
@@ -239,7 +262,7 @@ class Database:
 
     def _write(self, batch: list[_Prepared]) -> list[Document]:
         store, index = self._store, self._index
-        with store.write():
+        with self._writing():
             index.sync()
             changes = _Changes()
             existing = store.latest_by_source([p.source for p in batch])
@@ -546,7 +569,7 @@ class Database:
         """Flush pending postings, merge each term's segments into one (dropping
         deleted chunks), forget unused terms, then ``ANALYZE`` and ``VACUUM``."""
         store, index = self._store, self._index
-        with store.write():
+        with self._writing():
             index.sync()
             index.flush(merge_all=True)
             if store.delete_unused_terms():

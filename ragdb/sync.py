@@ -148,16 +148,8 @@ def transaction(db: Any) -> Iterator[None]:
     transaction rolls back, that view is rebuilt from the file, since it may
     hold chunks and term ids that were never committed.
     """
-    # Private hooks of Database: there is no public multi-call transaction yet.
-    store = db._store
-    try:
-        with store.write():
-            yield
-    except BaseException:
-        from .index import Index
-
-        db._index = Index(store)
-        raise
+    with db.transaction():
+        yield
 
 
 def escape_glob(text: str) -> str:

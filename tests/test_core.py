@@ -10,6 +10,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import ragdb
+from ragdb.scoring import BM25_B, BM25_K1
 from ragdb.errors import (AnalyzerMismatch, DocumentNotFound, InvalidInput, NotADatabase, RagdbError,
                           SchemaTooNew)
 
@@ -208,7 +209,7 @@ def test_bm25_matches_reference_formula():
     toks = {s: t.split() for s, t in docs.items()}
     n = len(toks)
     avgdl = sum(map(len, toks.values())) / n
-    k1, b = 1.2, 0.75
+    k1, b = BM25_K1, BM25_B
 
     def score(doc, q):
         total = 0.0
@@ -237,7 +238,7 @@ def test_bm25_agrees_with_rank_bm25_ordering():
         for i, t in enumerate(corpus):
             db.add(t, source=str(i), chunker="none")
         ours = [int(h.source) for h in db.search("quick fox", k=5)]
-    ref = rank_bm25.BM25Okapi([t.split() for t in corpus], k1=1.2, b=0.75)
+    ref = rank_bm25.BM25Okapi([t.split() for t in corpus], k1=BM25_K1, b=BM25_B)
     scores = ref.get_scores("quick fox".split())
     theirs = [i for i in sorted(range(len(corpus)), key=lambda i: -scores[i]) if scores[i] > 0]
     assert ours == theirs
