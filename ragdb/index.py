@@ -35,7 +35,7 @@ ABSENT, LATEST, OLD = 0, 1, 2
 
 FLUSH_THRESHOLD = 2048      # tail chunks that trigger a flush
 HIT_ROW_CACHE = 4096        # chunk rows (text and metadata) kept for building hits
-POSTINGS_CACHE_ENTRIES = 2_000_000  # decoded postings kept between queries (~20 MB)
+POSTINGS_CACHE_ENTRIES = 2_000_000  # decoded postings kept between queries (~12 MB)
 MAX_SEGMENTS = 16           # segments per term before they are merged
 
 
@@ -367,13 +367,13 @@ class Index:
             for tid, ids, tfs in self.store.postings(missing):
                 parts[tid].append((unpack_ids(ids), unpack_tfs(tfs)))
             for t in missing:
+                # ids stay uint32 views of the blobs (no copy); numpy indexes with them directly
                 if not parts[t]:
                     entry = None
                 elif len(parts[t]) == 1:
-                    entry = (parts[t][0][0].astype(np.int64), parts[t][0][1])
+                    entry = parts[t][0]
                 else:
-                    entry = (np.concatenate([p[0] for p in parts[t]]).astype(np.int64),
-                             np.concatenate([p[1] for p in parts[t]]))
+                    entry = (np.concatenate([p[0] for p in parts[t]]), np.concatenate([p[1] for p in parts[t]]))
                 size = 0 if entry is None else len(entry[0])
                 if self._postings_cached + size > POSTINGS_CACHE_ENTRIES:
                     cache.clear()
@@ -391,7 +391,7 @@ class Index:
             elif seg is None:
                 out[t] = extra
             else:
-                out[t] = (np.concatenate([seg[0], extra[0]]), np.concatenate([seg[1], extra[1]]))
+                out[t] = (np.concatenate([seg[0].astype(np.int64), extra[0]]), np.concatenate([seg[1], extra[1]]))
         return out
 
     def bm25(self, query: Sequence[tuple[int, int]], k1: float, b: float,
