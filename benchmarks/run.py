@@ -532,6 +532,7 @@ def worker(spec: dict) -> dict:
             hits = db.search("fox", k=5)
             assert hits and hits[0].source == "a", hits
         out["version"] = getattr(ragdb, "__version__", "?")
+        out["file"] = ragdb.__file__
         return out
 
     if stage == "build":
@@ -593,8 +594,8 @@ def worker(spec: dict) -> dict:
 
 
 def worker_main(spec_json: str) -> int:
-    sys.path.insert(0, str(REPO))
     spec = json.loads(spec_json)
+    sys.path.insert(0, spec.get("src") or str(REPO))
     result = worker(spec)
     sys.stdout.write(RESULT_MARK + orjson.dumps(result).decode() + "\n")
     sys.stdout.flush()
@@ -606,17 +607,17 @@ def worker_main(spec_json: str) -> int:
 # ==========================================================================
 
 
-def _load_evaluation():
-    """ragdb.evaluation; if the ragdb package itself does not import (its core
-    being unfinished), load the module without running ragdb/__init__.py."""
-    sys.path.insert(0, str(REPO))
+def _load_evaluation(src: Path):
+    """ragdb.evaluation from ``src``; if the ragdb package itself does not import
+    (its core being unfinished), load the module without running ragdb/__init__.py."""
+    sys.path.insert(0, str(src))
     try:
         return importlib.import_module("ragdb.evaluation")
     except Exception:  # noqa: BLE001 - any failure of ragdb/__init__
         for name in [m for m in sys.modules if m == "ragdb" or m.startswith("ragdb.")]:
             del sys.modules[name]
         pkg = types.ModuleType("ragdb")
-        pkg.__path__ = [str(REPO / "ragdb")]  # type: ignore[attr-defined]
+        pkg.__path__ = [str(src / "ragdb")]  # type: ignore[attr-defined]
         sys.modules["ragdb"] = pkg
         return importlib.import_module("ragdb.evaluation")
 
@@ -642,6 +643,7 @@ class Corpus:
 class Context:
     args: argparse.Namespace
     workdir: Path
+    src: Path  # snapshot of ragdb/ and migrations/ that every worker imports
     evaluation: Any
     ragdb_ok: bool = False
     ragdb_error: str = ""
@@ -671,6 +673,7 @@ class Context:
             "n_docs": corpus.n_docs,
             "victims": corpus.victims,
             "k": K,
+            "src": str(self.src),
             **extra,
         }
         cmd = [sys.executable, str(Path(__file__).resolve()), "--_worker", json.dumps(spec)]
@@ -1090,15 +1093,15 @@ def machine_facts() -> list[str]:
     ]
 
 
-def source_fingerprint() -> str:
-    """SHA-256 over ragdb's sources and migrations, to notice edits during a run."""
+def source_fingerprint(root: Path = REPO) -> str:
+    """SHA-256 over ragdb's sources and migrations under ``root``."""
     import hashlib
 
     h = hashlib.sha256()
-    for folder in (REPO / "ragdb", REPO / "migrations"):
+    for folder in (root / "ragdb", root / "migrations"):
         for path in sorted(folder.rglob("*")):
             if path.is_file() and path.suffix in (".py", ".sql"):
-                h.update(str(path.relative_to(REPO)).encode())
+                h.update(str(path.relative_to(root)).encode())
                 h.update(path.read_bytes())
     return h.hexdigest()
 
@@ -1170,6 +1173,9 @@ def probe_ragdb(ctx: Context) -> None:
     res = ctx.run_worker("probe", "ragdb", dummy)
     ctx.ragdb_ok = "error" not in res
     ctx.ragdb_error = res.get("error", "")
+    if ctx.ragdb_ok and not str(res.get("file", "")).startswith(str(ctx.src)):
+        ctx.ragdb_ok, ctx.ragdb_error = False, f"workers imported ragdb from {res.get('file')}, not the snapshot"
+    log(f"ragdb probe: {res}")
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -1198,8 +1204,15 @@ def main(argv: list[str] | None = None) -> int:
     cache = REPO / "benchmarks" / ".cache"
     cache.mkdir(parents=True, exist_ok=True)
     workdir = Path(tempfile.mkdtemp(prefix="run-", dir=cache))
-    ctx = Context(args=args, workdir=workdir, evaluation=_load_evaluation())
-    fingerprint = source_fingerprint()
+    # Other people edit ragdb while this runs: every worker imports one
+    # snapshot of its sources, taken now, so all figures are of one version.
+    src = workdir / "src"
+    for name in ("ragdb", "migrations"):
+        shutil.copytree(REPO / name, src / name, ignore=shutil.ignore_patterns("__pycache__", "*.pyc"))
+    fingerprint = source_fingerprint(src)
+    ctx = Context(args=args, workdir=workdir, src=src, evaluation=_load_evaluation(src))
+    ctx.notes.append(f"ragdb sources snapshotted at the start of the run (sha256 {fingerprint[:12]} over "
+                     "ragdb/*.py and migrations/*.sql); every worker imported that snapshot.")
     try:
         probe_ragdb(ctx)
         log(f"ragdb available: {ctx.ragdb_ok} {ctx.ragdb_error}")
@@ -1211,9 +1224,9 @@ def main(argv: list[str] | None = None) -> int:
             if name in sections:
                 bodies.append(fn(ctx))
         if source_fingerprint() != fingerprint:
-            ctx.notes.append("**Warning: ragdb's sources changed while this run was going on; its figures may "
-                             "mix versions. Rerun on a quiet tree.**")
-            log("warning: ragdb sources changed during the run")
+            ctx.notes.append("ragdb's sources in the repository changed during the run; the figures are of "
+                             "the snapshot taken at its start.")
+            log("note: ragdb sources in the repository changed during the run (the snapshot was used)")
         path = write_report(ctx, bodies, started, command)
         (cache / "last-results.json").write_bytes(
             orjson.dumps({"results": ctx.results, "bars": ctx.bars}, option=orjson.OPT_INDENT_2,
