@@ -24,11 +24,22 @@ CREATE TABLE stats (
     -- list deleted chunk ids); counters here instead of AUTOINCREMENT save
     -- a page write (sqlite_sequence) per transaction.
     next_doc_id   INTEGER NOT NULL,
-    next_chunk_id INTEGER NOT NULL
+    next_chunk_id INTEGER NOT NULL,
+    flush_count   INTEGER NOT NULL     -- bumped by every flush; chunk_log restarts then
 );
 INSERT INTO stats (id, generation, n_docs, n_chunks, total_length, flushed_upto, vocab_epoch,
-                   next_doc_id, next_chunk_id)
-VALUES (1, 0, 0, 0, 0, 0, 0, 1, 1);
+                   next_doc_id, next_chunk_id, flush_count)
+VALUES (1, 0, 0, 0, 0, 0, 0, 1, 1, 0);
+
+-- State changes of existing chunks since the last flush (deleted: 0,
+-- latest: 1, kept older version: 2), so other processes bring their
+-- in-memory view up to date by reading only what changed. New chunks need no
+-- entry: their ids are above any id a reader has seen.
+CREATE TABLE chunk_log (
+    seq       INTEGER PRIMARY KEY,
+    chunk_id  INTEGER NOT NULL,
+    state     INTEGER NOT NULL
+);
 
 CREATE TABLE documents (
     id            INTEGER PRIMARY KEY,

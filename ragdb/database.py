@@ -404,6 +404,9 @@ class Database:
         deltas = [(d, t) for t, d in changes.df.items() if d]
         store.add_df(deltas)
         gen = store.bump_stats(docs=changes.docs, chunks=changes.chunks, length=changes.length)
+        log = [(c, idx.ABSENT) for c in changes.absent] + [(c, idx.OLD) for c in changes.old] + \
+              [(c, idx.LATEST) for c in changes.latest]
+        log_seq = store.log_states(log) if log else None
         index.add_chunks(changes.new_chunks)
         if changes.dead:
             index.dead.update(changes.dead)
@@ -413,7 +416,7 @@ class Database:
             index.set_state(changes.old, idx.OLD)
         if changes.latest:
             index.set_state(changes.latest, idx.LATEST)
-        index.note_write(gen, index.n_chunks + changes.chunks, index.total_length + changes.length)
+        index.note_write(gen, index.n_chunks + changes.chunks, index.total_length + changes.length, log_seq)
 
     def _document(self, doc_id: int, with_text: bool = False) -> Document:
         row = self._store.doc_row(doc_id)

@@ -99,6 +99,9 @@ class Index:
         self.n_chunks = 0
         self.total_length = 0
         self.flushed_upto = 0
+        self.flush_count = -1
+        self.max_id = 0       # highest chunk id this view has seen
+        self.log_seq = 0      # last chunk_log entry applied
         self.tail_entries: list[tuple[int, np.ndarray, np.ndarray]] = []
         self._tail: _Tail | None = None
         # term id -> number of deleted flushed latest chunks holding it (dead_chunks)
@@ -116,13 +119,29 @@ class Index:
 
     # -- keeping in step -----------------------------------------------------
     def sync(self) -> None:
-        """Reload if another connection wrote. Call inside a transaction."""
+        """Bring this view up to date with the file. Call inside a transaction.
+
+        After writes by another connection, read only what changed (new
+        chunks and the change log) unless a flush or a vocabulary clean-up
+        happened since, which needs a full reload."""
         stats = self.store.stats_row()
         if stats["generation"] == self.generation:
             return
         if stats["vocab_epoch"] != self.vocab_epoch:
             self.term_cache.clear()
             self.vocab_epoch = stats["vocab_epoch"]
+        if (self.generation >= 0 and stats["flush_count"] == self.flush_count
+                and stats["flushed_upto"] == self.flushed_upto):
+            self._catch_up()
+        else:
+            self._reload(stats)
+        self.n_chunks = stats["n_chunks"]
+        self.total_length = stats["total_length"]
+        self.flush_count = stats["flush_count"]
+        self.generation = stats["generation"]
+        self._invalidate()
+
+    def _reload(self, stats: dict[str, int]) -> None:
         rows = self.store.chunk_table()
         size = (max(r[0] for r in rows) + 1) if rows else 1
         arr = np.array(rows, dtype=np.int64).reshape(-1, 4)
@@ -132,31 +151,53 @@ class Index:
         self.lengths[arr[:, 0]] = arr[:, 1]
         self.state[arr[:, 0]] = np.where(arr[:, 2] == 1, LATEST, OLD)
         self.chunk_doc[arr[:, 0]] = arr[:, 3]
-        self.masks.clear()
-        self._lookup_cache.clear()
-        self._postings_cache.clear()
-        self._postings_cached = 0
-        self.n_chunks = stats["n_chunks"]
-        self.total_length = stats["total_length"]
+        self.max_id = int(arr[:, 0].max(initial=0))
         self.flushed_upto = stats["flushed_upto"]
         self.tail_entries = [(cid, unpack_ids(t), unpack_tfs(f))
                              for cid, t, f in self.store.forward_since(self.flushed_upto)]
-        self._tail = None
         self.dead = Counter()
         for blob in self.store.dead_terms():
             self.dead.update(unpack_ids(blob).tolist())
-        self._norms = None
-        self.generation = stats["generation"]
+        self.log_seq = self.store.log_seq()
 
-    def note_write(self, generation: int, n_chunks: int, total_length: int) -> None:
-        self.generation = generation
+    def _catch_up(self) -> None:
+        """Apply other connections' writes since this view was current."""
+        new = self.store.chunks_since(self.max_id)
+        if new:
+            self._grow(new[-1][0] + 1)
+            for cid, length, latest, doc_id, terms, tfs in new:
+                self.lengths[cid] = length
+                self.state[cid] = LATEST if latest == 1 else OLD
+                self.chunk_doc[cid] = doc_id
+                self.tail_entries.append((cid, unpack_ids(terms), unpack_tfs(tfs)))
+            self.max_id = new[-1][0]
+        log = self.store.log_since(self.log_seq)
+        if log:
+            gone = [cid for _seq, cid, state in log if state == ABSENT and cid < len(self.state)
+                    and self.state[cid] != ABSENT]
+            for blob in self.store.dead_terms_of([c for c in gone if c <= self.flushed_upto]):
+                self.dead.update(unpack_ids(blob).tolist())
+            for _seq, cid, state in log:
+                if cid < len(self.state) and self.state[cid] != ABSENT:
+                    self.set_state([cid], state)
+            self.log_seq = log[-1][0]
+
+    def _invalidate(self) -> None:
         self.masks.clear()
         self._lookup_cache.clear()
         self._postings_cache.clear()
         self._postings_cached = 0
+        self._tail = None
+        self._norms = None
+
+    def note_write(self, generation: int, n_chunks: int, total_length: int, log_seq: int | None = None) -> None:
+        """This connection wrote (and updated this view itself) up to ``generation``."""
+        self.generation = generation
         self.n_chunks = n_chunks
         self.total_length = total_length
-        self._norms = None
+        if log_seq is not None:
+            self.log_seq = log_seq
+        self._invalidate()
 
     def live_dfs(self) -> dict[int, int]:
         """term id -> live document frequency, for every term (call inside a transaction)."""
@@ -171,6 +212,7 @@ class Index:
             return
         top = max(c[0] for c in chunks)
         self._grow(top + 1)
+        self.max_id = max(self.max_id, top)
         for cid, doc_id, length, terms, tfs in chunks:
             self.lengths[cid] = length
             self.state[cid] = LATEST
@@ -236,8 +278,10 @@ class Index:
         top = max((e[0] for e in self.tail_entries), default=self.flushed_upto)
         new_upto = max(self.flushed_upto, top, self.store.max_chunk_id())
         if tail.count == 0 and not merge_all:
-            self.store.set_flushed_upto(new_upto)
+            self.store.finish_flush(new_upto)
             self.flushed_upto = new_upto
+            self.flush_count += 1
+            self.log_seq = 0
             return
         store = self.store
         term_list = [int(t) for t in tail.term_ids]
@@ -260,8 +304,10 @@ class Index:
         store.insert_segments(rows)
         if merge:
             self._merge(sorted(merge), tail)
-        store.set_flushed_upto(new_upto)
+        store.finish_flush(new_upto)
         self.flushed_upto = new_upto
+        self.flush_count += 1
+        self.log_seq = 0
         self.tail_entries = []
         self._tail = None
 

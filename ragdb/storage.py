@@ -262,9 +262,10 @@ class Store:
                           "ON CONFLICT (key) DO UPDATE SET value = excluded.value", [key, dumps(value)])
 
     def stats_row(self) -> dict[str, int]:
-        row = self.conn.execute("SELECT generation, n_docs, n_chunks, total_length, flushed_upto, vocab_epoch "
-                                "FROM stats WHERE id = 1").fetchone()
-        return dict(zip(("generation", "n_docs", "n_chunks", "total_length", "flushed_upto", "vocab_epoch"), row))
+        row = self.conn.execute("SELECT generation, n_docs, n_chunks, total_length, flushed_upto, vocab_epoch, "
+                                "flush_count FROM stats WHERE id = 1").fetchone()
+        return dict(zip(("generation", "n_docs", "n_chunks", "total_length", "flushed_upto", "vocab_epoch",
+                         "flush_count"), row))
 
     def generation(self) -> int:
         return int(self.conn.execute("SELECT generation FROM stats WHERE id = 1").fetchone()[0])
@@ -543,6 +544,36 @@ class Store:
         for part in _chunks(list(term_ids)):
             q = ",".join("?" * len(part))
             self.conn.execute(f"DELETE FROM postings WHERE term_id IN ({q})", part)
+
+    def log_states(self, rows: Iterable[tuple[int, int]]) -> int:
+        """Append (chunk id, state) changes to chunk_log; returns the last sequence number."""
+        self.conn.executemany("INSERT INTO chunk_log (chunk_id, state) VALUES (?, ?)", rows)
+        return self.log_seq()
+
+    def log_seq(self) -> int:
+        return int(self.conn.execute("SELECT coalesce(max(seq), 0) FROM chunk_log").fetchone()[0])
+
+    def log_since(self, seq: int) -> list[tuple[int, int, int]]:
+        return self.conn.execute("SELECT seq, chunk_id, state FROM chunk_log WHERE seq > ? ORDER BY seq",
+                                 [seq]).fetchall()
+
+    def chunks_since(self, after_id: int) -> list[tuple[int, int, int, int, bytes, bytes]]:
+        """(id, length, latest, doc id, terms, tfs) of chunks with id > after_id."""
+        return self.conn.execute('SELECT id, length, latest, doc_id, terms, tfs FROM chunks WHERE id > ? ORDER BY id',
+                                 [after_id]).fetchall()
+
+    def dead_terms_of(self, chunk_ids: Sequence[int]) -> list[bytes]:
+        out: list[bytes] = []
+        for part in _chunks(list(chunk_ids)):
+            q = ",".join("?" * len(part))
+            out.extend(r[0] for r in self.conn.execute(f"SELECT terms FROM dead_chunks WHERE id IN ({q})", part))
+        return out
+
+    def finish_flush(self, flushed_upto: int) -> None:
+        """A flush folded the tail and the dead chunks in: restart the change log."""
+        self.conn.execute("DELETE FROM chunk_log")
+        self.conn.execute("UPDATE stats SET flushed_upto = ?, flush_count = flush_count + 1 WHERE id = 1",
+                          [flushed_upto])
 
     def insert_dead(self, rows: Iterable[tuple[int, bytes]]) -> None:
         """Remember the terms of deleted flushed chunks (until the next flush folds them into df)."""

@@ -365,3 +365,37 @@ def test_incremental_equals_rebuild(ops, chunker):
             sa, sb = db.stats(), fresh.stats()
             assert (sa.documents, sa.chunks, sa.vocabulary, sa.postings, sa.avg_chunk_length) == \
                    (sb.documents, sb.chunks, sb.vocabulary, sb.postings, sb.avg_chunk_length)
+
+
+@settings(max_examples=int(__import__("os").environ.get("RAGDB_HYPOTHESIS_EXAMPLES", "40")), deadline=None,
+          suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture])
+@given(ops=ops, keep=st.booleans())
+def test_reader_connection_follows_writer(tmp_path_factory, ops, keep):
+    """A second connection that searches between another connection's writes
+    (catching up through the change log, or reloading after flushes) always
+    scores exactly like a fresh database of the live documents."""
+    path = tmp_path_factory.mktemp("rw") / "kb.db"
+    live: dict[str, str] = {}
+    with ragdb.open(path, keep_versions=keep, chunker="window:size=6,overlap=2") as w, ragdb.open(path) as r:
+        w._settings["flush_threshold"] = 5
+        for op, key, text in ops:
+            source = f"doc{key}"
+            if op == "add":
+                w.add(text, source=source)
+                live[source] = text
+            elif op == "delete":
+                w.delete(source=source)
+                live.pop(source, None)
+            else:
+                w.optimize(vacuum=False)
+            r.search("warm the reader's view")
+        with ragdb.open(":memory:", chunker="window:size=6,overlap=2") as fresh:
+            fresh.add_many([{"text": t, "source": s} for s, t in sorted(live.items())])
+            for q in QUERIES:
+                for scorer in ("bm25", "tfidf"):
+                    a = fingerprint(r.search(q, k=50, scorer=scorer))
+                    b = fingerprint(fresh.search(q, k=50, scorer=scorer))
+                    assert [x[:4] for x in a] == [x[:4] for x in b]
+                    for x, y in zip(a, b):
+                        assert abs(x[4] - y[4]) <= 1e-9
+        assert r.check() == []
