@@ -494,9 +494,12 @@ class Database:
                 top = np.argpartition(-scores[cand], k - 1)[:k]
                 kth = scores[cand[top]].min()
                 cand = cand[scores[cand] >= kth]  # keep ties at the cut for the stable order
+            sc = scores[cand]
+            by_score = np.lexsort((cand, -sc))
+            cand, sc = cand[by_score], sc[by_score]
             rows = index.hit_rows(cand.tolist())
         hits = []
-        for cid in cand.tolist():
+        for cid, score in zip(cand.tolist(), sc.tolist()):
             doc_id, source, version, timestamp, text, start, end, ordinal, cmeta, dmeta = rows[cid]
             meta = loads(dmeta) if dmeta != "{}" else {}
             if cmeta != "{}":
@@ -504,9 +507,11 @@ class Database:
             contrib = {}
             if explain:
                 contrib = {t: float(c[cid]) for t, c in zip(order, per_term) if len(c) and c[cid] != 0.0}
-            hits.append(_new_hit(float(scores[cid]), cid, doc_id, source, version, timestamp, text, start, end,
+            hits.append(_new_hit(score, cid, doc_id, source, version, timestamp, text, start, end,
                                  ordinal, meta, contrib))
-        hits.sort(key=lambda h: (-h.score, h.source, h.start, h.chunk_id))
+        if len(sc) > 1 and bool(np.any(sc[1:] == sc[:-1])):
+            # equal scores: order by source and position, which do not depend on history
+            hits.sort(key=lambda h: (-h.score, h.source, h.start, h.chunk_id))
         return hits[:k]
 
     # -- grounded answers (the "G" of RAG) --------------------------------------------

@@ -390,7 +390,8 @@ class Index:
         if missing:
             found = self.store.term_ids(missing)
             for t in missing:
-                cache[t] = found.get(t)
+                v = found.get(t)
+                cache[t] = None if v is None else (v[0], self.effective_df(v[0], v[1]))
             if len(cache) > 200_000:
                 cache.clear()
                 return self.lookup_terms(terms)
@@ -398,22 +399,26 @@ class Index:
         for t in terms:
             v = cache[t]
             if v is not None:
-                out[t] = (v[0], self.effective_df(v[0], v[1]))
+                out[t] = v
         return out
 
     def term_postings(self, term_ids: Sequence[int]) -> dict[int, tuple[np.ndarray, np.ndarray]]:
         """term id -> (chunk ids, tfs), segments and tail together (may include deleted chunks).
 
-        Decoded segments are cached until the generation changes (segments are
-        rewritten only by writes), up to ``POSTINGS_CACHE_ENTRIES`` postings."""
+        Decoded postings are cached until the generation changes (segments and
+        the tail change only with writes), up to ``POSTINGS_CACHE_ENTRIES``."""
         cache = self._postings_cache
         missing = [t for t in term_ids if t not in cache]
         if missing:
+            tail = self.tail
             parts: dict[int, list[tuple[np.ndarray, np.ndarray]]] = {t: [] for t in missing}
             for tid, ids, tfs in self.store.postings(missing):
                 parts[tid].append((unpack_ids(ids), unpack_tfs(tfs)))
             for t in missing:
                 # ids stay uint32 views of the blobs (no copy); numpy indexes with them directly
+                extra = tail.get(t) if tail.count else None
+                if extra is not None:
+                    parts[t].append((extra[0].astype("<u4"), extra[1].astype("<u2")))
                 if not parts[t]:
                     entry = None
                 elif len(parts[t]) == 1:
@@ -426,19 +431,7 @@ class Index:
                     self._postings_cached = 0
                 cache[t] = entry
                 self._postings_cached += size
-        tail = self.tail
-        out = {}
-        for t in term_ids:
-            seg = cache.get(t)
-            extra = tail.get(t) if tail.count else None
-            if extra is None:
-                if seg is not None:
-                    out[t] = seg
-            elif seg is None:
-                out[t] = extra
-            else:
-                out[t] = (np.concatenate([seg[0].astype(np.int64), extra[0]]), np.concatenate([seg[1], extra[1]]))
-        return out
+        return {t: cache[t] for t in term_ids if cache[t] is not None}
 
     def bm25(self, query: Sequence[tuple[int, int]], k1: float, b: float,
              contributions: bool = False) -> tuple[np.ndarray, list[np.ndarray]]:
