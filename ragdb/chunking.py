@@ -19,6 +19,7 @@ A chunker spec is a name with optional parameters: ``"window"``,
 
 from __future__ import annotations
 
+import functools
 import re
 from dataclasses import dataclass
 from typing import Protocol, Sequence
@@ -213,10 +214,16 @@ def get_chunker(spec: "str | Chunker | None") -> Chunker:
     """Build a chunker from a spec string (``"window:size=200,overlap=50"``) or return it."""
     if spec is None:
         spec = DEFAULT_CHUNKER
-    if not isinstance(spec, str):
-        if hasattr(spec, "split") and hasattr(spec, "spec"):
-            return spec
-        raise InvalidInput(f"chunker {spec!r}: expected a name like 'window' or a Chunker")
+    if isinstance(spec, str):
+        return _parse_chunker(spec)
+    if hasattr(spec, "split") and hasattr(spec, "spec"):
+        return spec
+    raise InvalidInput(f"chunker {spec!r}: expected a name like 'window' or a Chunker")
+
+
+@functools.lru_cache(maxsize=64)
+def _parse_chunker(spec: str) -> Chunker:
+    """Chunkers are immutable, so parsed specs are shared."""
     name, _, params = spec.partition(":")
     name = name.strip()
     cls = _CHUNKERS.get(name)
