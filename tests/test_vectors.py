@@ -1,0 +1,493 @@
+"""Vectors: storage, exact search and its cache, pending chunks, hybrid fusion."""
+
+from __future__ import annotations
+
+import json
+import sqlite3
+
+import numpy as np
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+import ragdb
+from ragdb import vectors as V
+from ragdb.embeddings import HashEmbedder, OpenAIEmbedder
+from ragdb.errors import EmbeddingError, InvalidInput
+from ragdb.fusion import minmax_weighted, rrf
+
+DOCS = [
+    ("a.md", "The cat sat on the mat near the door.", {"lang": "en", "team": "x"}),
+    ("b.md", "Dogs chase cats around the park every morning.", {"lang": "en", "team": "y"}),
+    ("c.md", "Quantum physics describes black holes and particles.", {"lang": "en", "team": "x"}),
+    ("d.md", "Die Katze schläft auf der Matte.", {"lang": "de", "team": "y"}),
+    ("e.md", "A mat is a flat piece of fabric on the floor.", {"lang": "en", "team": "y"}),
+]
+
+
+def fill(db, docs=DOCS):
+    for source, text, meta in docs:
+        db.add(text, source=source, metadata=meta, chunker="none")
+
+
+@pytest.fixture
+def emb():
+    return HashEmbedder(64)
+
+
+@pytest.fixture
+def db(emb):
+    with ragdb.open(":memory:") as d:
+        fill(d)
+        assert V.embed_pending(d, emb) == len(DOCS)
+        yield d
+
+
+def cosine(emb, a, b):
+    return float(np.dot(emb.embed([a])[0].astype(np.float64), emb.embed([b])[0].astype(np.float64)))
+
+
+def fingerprint(hits):
+    return [(h.source, h.start, h.end, h.text, h.score) for h in hits]
+
+
+# -- storage -------------------------------------------------------------------
+
+
+def test_migration_tables_and_model_record(tmp_path, emb):
+    path = tmp_path / "v.db"
+    with ragdb.open(path) as d:
+        fill(d)
+        V.embed_pending(d, emb)
+    conn = sqlite3.connect(path)
+    names = {r[0] for r in conn.execute("SELECT name FROM sqlite_master")}
+    assert {"vectors", "vector_log", "vector_stats", "chunks_delete_vectors"} <= names
+    value = conn.execute("SELECT value FROM settings WHERE key = 'embedding'").fetchone()[0]
+    assert json.loads(value) == {"model": "hash-64", "dimensions": 64, "dtype": "float32"}
+    blob = conn.execute("SELECT vector FROM vectors LIMIT 1").fetchone()[0]
+    vec = np.frombuffer(blob, "<f4")
+    assert vec.shape == (64,) and abs(float(np.linalg.norm(vec)) - 1) < 1e-6
+    conn.close()
+
+
+def test_put_normalizes_and_search_is_exact_cosine(emb):
+    with ragdb.open(":memory:") as d:
+        fill(d)
+        st_ = V.VectorStorage(d._store.conn)
+        with d._store.write():
+            st_.set_model("toy", 3)
+            ids = [1, 2, 3, 4, 5]
+            vecs = [np.array(v, np.float32) for v in ([3, 0, 0], [1, 1, 0], [0, 2, 0], [-1, 0, 0], [0, 0, 0])]
+            assert st_.put(list(zip(ids, vecs))) == 5
+            assert st_.put([(999, np.ones(3))]) == 0  # no such chunk: skipped
+        with d._store.read():
+            assert st_.count() == 5
+            got_ids, mat = st_.all_vectors()
+        assert got_ids.tolist() == ids
+        assert np.allclose(np.linalg.norm(mat[:4], axis=1), 1) and not mat[4].any()
+        vi = V.VectorIndex(st_)
+        with d._store.read():
+            vi.sync()
+        res = vi.search(np.array([1.0, 0, 0]), 10)
+        assert [c for c, _ in res] == [1, 2, 3, 5, 4]
+        assert res[0][1] == 1.0 and res[1][1] == pytest.approx(2 ** -0.5) and res[4][1] == -1.0
+        # positive only; k cut; ties broken by chunk id; with_ties keeps all tied at the cut
+        assert [c for c, _ in vi.search(np.array([1.0, 0, 0]), 10, min_score=0.0)] == [1, 2]
+        assert [c for c, _ in vi.search(np.array([0, 0, 1.0]), 2)] == [1, 2]
+        assert [c for c, _ in vi.search(np.array([0, 0, 1.0]), 2, with_ties=True)] == [1, 2, 3, 4, 5]
+        # the mask is over chunk ids; ids past its end are not allowed
+        mask = np.zeros(3, bool)
+        mask[2] = True
+        assert [c for c, _ in vi.search(np.array([1.0, 0, 0]), 10, mask)] == [2]
+        assert vi.search(np.zeros(3), 5) == []
+        with pytest.raises(EmbeddingError):
+            vi.search(np.ones(4), 5)
+        with d._store.write(), pytest.raises(EmbeddingError, match="2 dimensions"):
+            st_.put([(1, np.ones(2))])
+
+
+def test_float16_vectors(emb):
+    with ragdb.open(":memory:") as d:
+        fill(d)
+        st_ = V.VectorStorage(d._store.conn)
+        with d._store.write():
+            st_.set_model(emb.name, emb.dimensions, dtype="float16")
+            st_.put([(1, emb.embed([DOCS[0][1]])[0])])
+            assert len(d._store.conn.execute("SELECT vector FROM vectors").fetchone()[0]) == 128
+        hits = V.vector_search(d, DOCS[0][1], 3, emb)
+        assert hits[0].source == "a.md" and hits[0].score == pytest.approx(1.0, abs=1e-3)
+        assert V.check_vectors(d) == []
+
+
+def test_exact_scores_do_not_depend_on_row_position(emb):
+    """float32 BLAS results depend on a row's position; the two-stage search's do not."""
+    rng = np.random.default_rng(7)
+    mat = rng.standard_normal((3000, 96)).astype(np.float32)
+    mat /= np.linalg.norm(mat, axis=1, keepdims=True)
+    q = rng.standard_normal(96)
+
+    def index(perm):
+        vi = V.VectorIndex(None)  # type: ignore[arg-type]
+        vi.dims, vi.n = 96, len(perm)
+        vi.ids, vi.matrix = np.asarray(perm, np.int64) + 1, np.ascontiguousarray(mat[perm])
+        return vi
+
+    a = index(np.arange(3000)).search(q, 50)
+    b = index(rng.permutation(3000)).search(q, 50)
+    assert a == b
+    exact = (mat.astype(np.float64) @ (q / np.linalg.norm(q))).astype(np.float32)
+    best = np.argsort(-exact, kind="stable")[:50] + 1
+    assert [c for c, _ in a] == best.tolist()
+
+
+# -- model record --------------------------------------------------------------------
+
+
+def test_model_mismatch_is_a_clear_error_and_rebuild_switches(db, emb):
+    other = HashEmbedder(32)
+    with pytest.raises(EmbeddingError, match=r"hash-64.*hash-32.*--rebuild"):
+        V.embed_pending(db, other)
+    with pytest.raises(EmbeddingError, match="hash-64"):
+        V.ensure_model(db, other)
+    with pytest.raises(EmbeddingError, match="hash-32"):
+        V.vector_search(db, "cat", 3, other)
+    with pytest.raises(EmbeddingError):
+        V.hybrid_search(db, "cat", 3, other)
+    V.ensure_model(db, emb)
+    assert V.embed_pending(db, other, rebuild=True) == len(DOCS)
+    with db._store.read():
+        assert V.VectorStorage(db._store.conn).model() == {"model": "hash-32", "dimensions": 32,
+                                                          "dtype": "float32"}
+    assert V.vector_search(db, "cat on the mat", 1, other)[0].source == "a.md"
+    with pytest.raises(EmbeddingError, match="hash-32"):
+        V.vector_search(db, "cat", 3, emb)
+    # the recorded model is the default embedder
+    assert V.embedder_for(db).name == "hash-32"
+    assert V.vector_search(db, "cat on the mat", 1)[0].source == "a.md"
+    assert V.check_vectors(db) == []
+
+
+def test_no_vectors_yet(emb):
+    with ragdb.open(":memory:") as d:
+        assert V.vector_search(d, "anything", 3, emb) == []  # empty database
+        fill(d)
+        with pytest.raises(EmbeddingError, match="ragdb embed"):
+            V.vector_search(d, "cat", 3, emb)
+        with pytest.raises(EmbeddingError, match="ragdb embed"):
+            V.vector_search(d, "cat", 3)
+
+
+# -- deletion and pending chunks ------------------------------------------------------------
+
+
+def vector_ids(d):
+    return [r[0] for r in d._store.conn.execute("SELECT chunk_id FROM vectors ORDER BY chunk_id")]
+
+
+def test_deleting_documents_deletes_their_vectors(db, emb):
+    before = vector_ids(db)
+    assert len(before) == len(DOCS)
+    doc = db.documents("a.md")[0]
+    db.delete(doc.id)
+    assert len(vector_ids(db)) == len(DOCS) - 1
+    assert all(h.source != "a.md" for h in V.vector_search(db, "cat sat on the mat", 10, emb))
+    # replacing a document deletes its old chunks' vectors; the new chunk is pending
+    db.add("Dogs sleep all day.", source="b.md", chunker="none")
+    assert len(vector_ids(db)) == len(DOCS) - 2
+    with db._store.read():
+        assert V.VectorStorage(db._store.conn).pending_count() == 1
+    assert V.embed_pending(db, emb) == 1
+    assert V.vector_search(db, "dogs sleep all day", 1, emb)[0].source == "b.md"
+    db.delete(source="*.md", glob=True)
+    assert vector_ids(db) == []
+    assert db.check() == [] and V.check_vectors(db) == []
+
+
+def test_embed_pending_fills_pending_chunks_and_survives_failures(emb):
+    class Flaky:
+        name, dimensions = emb.name, emb.dimensions
+
+        def __init__(self):
+            self.calls = 0
+
+        def embed(self, texts):
+            self.calls += 1
+            if self.calls == 2:
+                raise RuntimeError("endpoint down")
+            return emb.embed(texts)
+
+    with ragdb.open(":memory:") as d:
+        fill(d)
+        storage = V.VectorStorage(d._store.conn)
+        with d._store.read():
+            assert storage.pending_count() == len(DOCS)
+        flaky = Flaky()
+        with pytest.raises(EmbeddingError, match="endpoint down.*3 chunks are pending.*ragdb embed"):
+            V.embed_pending(d, flaky, batch_size=2)
+        # the first batch landed, the rest is pending; the text is all there
+        assert len(vector_ids(d)) == 2 and d.stats().documents == len(DOCS)
+        assert {h.source for h in d.search("mat")} == {"a.md", "e.md"}
+        with d._store.read():
+            assert storage.pending_count() == 3 and storage.embedded_upto() == 2
+        progress = []
+        assert V.embed_pending(d, flaky, batch_size=2, progress=lambda done, total: progress.append((done, total))) == 3
+        assert progress == [(2, 3), (3, 3)]
+        with d._store.read():
+            assert storage.pending_count() == 0 and storage.embedded_upto() == 5
+            assert storage.missing_chunks() == []
+        assert V.embed_pending(d, emb) == 0
+        # an embedder returning garbage stores nothing
+        class Bad:
+            name, dimensions = emb.name, emb.dimensions
+
+            def embed(self, texts):
+                return np.full((len(texts), 64), np.nan, np.float32)
+
+        d.add("new text about mats", source="f.md")
+        with pytest.raises(EmbeddingError, match="NaN"):
+            V.embed_pending(d, Bad())
+        with d._store.read():
+            assert storage.pending_count() == 1
+        # a hole below the watermark (made by hand) is found by a full scan
+        d._store.conn.execute("DELETE FROM vectors WHERE chunk_id = 1")
+        assert V.check_vectors(d) != []
+        assert V.embed_pending(d, emb) == 1  # only f.md
+        assert V.embed_pending(d, emb, full_scan=True) == 1
+        assert V.check_vectors(d) == [] and d.check() == []
+
+
+def test_missing_chunks_text_of_multi_chunk_documents(emb):
+    text = "\n\n".join(f"Paragraph {i} talks about topic {i}." for i in range(4))
+    with ragdb.open(":memory:") as d:
+        d.add(text, source="p.md", chunker="paragraph")
+        d.add("single whole document", source="s.md", chunker="none")
+        with d._store.read():
+            rows = V.VectorStorage(d._store.conn).missing_chunks()
+        assert [t for _, t in rows] == [f"Paragraph {i} talks about topic {i}." for i in range(4)] + [
+            "single whole document"]
+        assert [t for _, t in V.VectorStorage(d._store.conn).missing_chunks(limit=2, after=rows[1][0])] == [
+            rows[2][1], rows[3][1]]
+
+
+# -- caches across connections ---------------------------------------------------------------
+
+
+def test_cache_follows_writes_of_another_connection(tmp_path, emb):
+    path = tmp_path / "shared.db"
+    with ragdb.open(path) as one, ragdb.open(path) as two:
+        fill(one, DOCS[:3])
+        V.embed_pending(one, emb)
+        assert [h.source for h in V.vector_search(two, "cat sat on the mat", 1, emb)] == ["a.md"]
+        # another connection adds and embeds
+        fill(two, DOCS[3:])
+        V.embed_pending(two, emb)
+        assert V.vector_search(one, DOCS[4][1], 1, emb)[0].source == "e.md"
+        # another connection deletes
+        two.delete(source="a.md")
+        assert all(h.source != "a.md" for h in V.vector_search(one, "cat sat on the mat", 10, emb))
+        # another connection replaces a document (old vector deleted, new one added)
+        one.add("Particles and waves in quantum fields.", source="c.md", chunker="none")
+        V.embed_pending(one, emb)
+        assert V.vector_search(two, "particles and waves in quantum fields", 1, emb)[0].score == pytest.approx(1.0)
+        # another connection rebuilds with another model
+        other = HashEmbedder(16)
+        V.embed_pending(two, other, rebuild=True)
+        with pytest.raises(EmbeddingError, match="hash-16"):
+            V.vector_search(one, "cat", 3, emb)
+        assert V.vector_search(one, DOCS[1][1], 1, other)[0].source == "b.md"
+        for d in (one, two):
+            assert V.check_vectors(d) == []
+
+
+def test_cut_log_forces_full_reload(tmp_path, emb, monkeypatch):
+    monkeypatch.setattr(V, "LOG_KEEP", 3)
+    path = tmp_path / "cut.db"
+    with ragdb.open(path) as one, ragdb.open(path) as two:
+        fill(one, DOCS[:2])
+        V.embed_pending(one, emb)
+        V.vector_search(two, "cat", 3, emb)
+        epoch = V.vector_index(two).version[0]
+        fill(one, DOCS[2:])
+        V.embed_pending(one, emb, batch_size=1)  # several puts: the log is cut
+        assert V.vector_search(two, DOCS[3][1], 1, emb)[0].source == "d.md"
+        assert V.vector_index(two).version[0] > epoch
+        assert V.check_vectors(two) == [] and V.check_vectors(one) == []
+
+
+SOURCES = [f"s{i}" for i in range(6)]
+WORDS = ["alpha", "beta", "gamma", "delta", "eps", "zeta", "eta", "theta"]
+texts = st.lists(st.sampled_from(WORDS), min_size=1, max_size=6).map(" ".join)
+ops = st.lists(st.one_of(st.tuples(st.just("add"), st.sampled_from(SOURCES), texts),
+                         st.tuples(st.just("delete"), st.sampled_from(SOURCES), st.just(""))),
+               min_size=1, max_size=14)
+
+
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow,
+                                                                   HealthCheck.function_scoped_fixture])
+@given(ops=ops, query=texts, embed_every=st.integers(1, 4))
+def test_vector_search_after_adds_and_deletes_equals_a_rebuild(tmp_path_factory, ops, query, embed_every):
+    emb = HashEmbedder(16)
+    path = tmp_path_factory.mktemp("prop") / "live.db"
+    live: dict[str, str] = {}
+    with ragdb.open(path) as writer, ragdb.open(path) as reader:
+        for n, (op, source, text) in enumerate(ops):
+            if op == "add":
+                writer.add(text, source=source, chunker="none")
+                live[source] = text
+            elif source in live:
+                writer.delete(source=source)
+                del live[source]
+            if n % embed_every == 0:
+                V.embed_pending(writer, emb)
+                V.vector_search(reader, query, 4, emb) if live else None  # the reader caches mid-way
+        V.embed_pending(writer, emb)
+        with ragdb.open(":memory:") as fresh:
+            for source in sorted(live):
+                fresh.add(live[source], source=source, chunker="none")
+            V.embed_pending(fresh, emb)
+            for k in (1, 3, 10):
+                want = fingerprint(V.vector_search(fresh, query, k, emb))
+                assert fingerprint(V.vector_search(writer, query, k, emb)) == want
+                assert fingerprint(V.vector_search(reader, query, k, emb)) == want
+                for fusion in ("weighted", "rrf"):
+                    want_h = fingerprint(V.hybrid_search(fresh, query, k, emb, fusion=fusion))
+                    assert fingerprint(V.hybrid_search(reader, query, k, emb, fusion=fusion)) == want_h
+        assert V.check_vectors(writer) == [] and V.check_vectors(reader) == []
+
+
+# -- hybrid ---------------------------------------------------------------------------------
+
+
+def relevant(db, emb, query, hit):
+    """A hit is relevant when it matches lexically or has positive cosine."""
+    lexical = {h.chunk_id for h in db.search(query, k=100)}
+    return hit.chunk_id in lexical or cosine(emb, query, hit.text) > 0
+
+
+@pytest.mark.parametrize("fusion", ["weighted", "rrf"])
+def test_hybrid_filters_apply_to_both_sides(db, emb, fusion):
+    found = 0
+    for query in ("cat on the mat", "the cat on the mat Katze", "dogs in the park"):
+        everything = {h.source for h in V.hybrid_search(db, query, 10, emb, fusion=fusion)}
+        for filt in ({"lang": "de"}, {"team": "x"}, {"source": "e.md"}, {"team": "y", "lang": "en"}):
+            hits = V.hybrid_search(db, query, 10, emb, fusion=fusion, filter=filt)
+            allowed = {d.source for d in db.documents()
+                       if all(d.source == v if k == "source" else db.get(d.id).metadata.get(k) == v
+                              for k, v in filt.items())}
+            assert {h.source for h in hits} <= allowed
+            # the filter is applied before the cut: every allowed candidate still comes back
+            assert {h.source for h in hits} == everything & allowed
+            found += len(hits)
+    assert found > 5
+    assert [h.source for h in V.vector_search(db, "cat on the mat Katze", 10, emb, filter={"lang": "de"})] == ["d.md"]
+    assert V.hybrid_search(db, "cat", 10, emb, fusion=fusion, filter={"lang": "fr"}) == []
+    assert V.hybrid_search(db, "cat", 10, emb, fusion=fusion, principals=["nobody"]) == []
+
+
+@pytest.mark.parametrize("fusion", ["weighted", "rrf"])
+def test_hybrid_never_pads_with_zero_relevance(db, emb, fusion):
+    for query in ("cat on the mat", "quantum", "Katze", "nothing matches zzz qqq", "door floor fabric"):
+        hits = V.hybrid_search(db, query, 10, emb, fusion=fusion)
+        assert len(hits) < len(DOCS) or query == "cat on the mat"
+        for h in hits:
+            assert relevant(db, emb, query, h), (query, h.source)
+        for h in V.vector_search(db, query, 10, emb):
+            assert h.score > 0 and h.score == pytest.approx(cosine(emb, query, h.text), abs=1e-6)
+    assert V.hybrid_search(db, "   ", 5, emb, fusion=fusion) == []
+
+
+def test_hybrid_scores_match_the_reference_fusion(db, emb):
+    query = "the cat and the mat"
+    lex = {h.chunk_id: h.score for h in db.search(query, k=100)}
+    dense = {h.chunk_id: h.score for h in V.vector_search(db, query, 100, emb)}
+    for alpha in (0.0, 0.3, 1.0):
+        want = minmax_weighted(lex, dense, alpha)
+        got = V.hybrid_search(db, query, 100, emb, fusion="weighted", alpha=alpha)
+        assert sorted((h.chunk_id, h.score) for h in got) == sorted(want)
+    lex_rank = [h.chunk_id for h in db.search(query, k=100)]
+    dense_rank = [h.chunk_id for h in V.vector_search(db, query, 100, emb)]
+    want = dict(rrf([lex_rank, dense_rank], k=60))
+    got = V.hybrid_search(db, query, 100, emb, fusion="rrf")
+    assert {h.chunk_id: h.score for h in got} == want
+    # explain shows both raw scores
+    top = V.hybrid_search(db, query, 1, emb, explain=True)[0]
+    assert top.explain["lexical:bm25"] == lex[top.chunk_id]
+    assert top.explain["vector:cosine"] == dense[top.chunk_id]
+    assert top.explain["cat"] > 0
+
+
+@given(lex=st.dictionaries(st.integers(0, 30), st.floats(0.01, 50, allow_nan=False), max_size=12),
+       den=st.dictionaries(st.integers(0, 30), st.floats(0.001, 1, allow_nan=False), max_size=12),
+       alpha=st.sampled_from([0.0, 0.2, 0.3, 0.5, 1.0]))
+@settings(max_examples=40, deadline=None)
+def test_numpy_minmax_weighted_equals_reference(lex, den, alpha):
+    pools = [(np.array(list(d), np.int64), np.array(list(d.values()), np.float64)) for d in (lex, den)]
+    ids, fused = V._minmax_weighted(pools[0], pools[1], alpha)
+    assert list(zip(ids.tolist(), fused.tolist())) == minmax_weighted(lex, den, alpha)
+
+
+def test_hybrid_arguments_are_checked(db, emb):
+    for kwargs in ({"fusion": "max"}, {"alpha": 1.5}, {"alpha": True}, {"rrf_k": -1}, {"pool": 0},
+                   {"lexical": "hybrid"}, {"versions": "some"}, {"min_score": "x"}, {"filter": []}):
+        with pytest.raises(InvalidInput):
+            V.hybrid_search(db, "cat", 5, emb, **kwargs)
+    for k in (0, 10_001, True, 2.0):
+        with pytest.raises(InvalidInput):
+            V.hybrid_search(db, "cat", k, emb)
+        with pytest.raises(InvalidInput):
+            V.vector_search(db, "cat", k, emb)
+    with pytest.raises(InvalidInput):
+        V.vector_search(db, 42, 5, emb)  # type: ignore[arg-type]
+
+
+def test_hybrid_versions_and_min_score(emb):
+    with ragdb.open(":memory:", keep_versions=True) as d:
+        d.add("old cat text about mats", source="v", version="1", timestamp="2020-01-01T00:00:00Z")
+        d.add("new dog text about parks", source="v", version="2", timestamp="2021-01-01T00:00:00Z")
+        V.embed_pending(d, emb)
+        assert {h.version for h in V.hybrid_search(d, "cat mats", 5, emb)} <= {"2"}
+        assert {h.version for h in V.hybrid_search(d, "cat mats", 5, emb, versions="all")} >= {"1"}
+        assert [h.version for h in V.hybrid_search(d, "cat mats", 5, emb, as_of="2020-06-01T00:00:00Z")] == ["1"]
+        hits = V.hybrid_search(d, "cat mats", 5, emb, versions="all", min_score=0.5)
+        assert hits and all(h.score >= 0.5 for h in hits)
+
+
+# -- an OpenAI-compatible embedding endpoint ------------------------------------------------
+
+
+def test_hybrid_end_to_end_over_http(httpserver):
+    from werkzeug import Response
+
+    local = HashEmbedder(32)
+    seen = []
+
+    def handler(request):
+        body = request.get_json()
+        seen.append(len(body["input"]))
+        vecs = local.embed(body["input"])
+        data = [{"object": "embedding", "index": i, "embedding": v.tolist()} for i, v in enumerate(vecs)]
+        return Response(json.dumps({"object": "list", "data": data[::-1], "model": body["model"]}),
+                        content_type="application/json")
+
+    httpserver.expect_request("/v1/embeddings", method="POST").respond_with_handler(handler)
+    remote = OpenAIEmbedder(base_url=httpserver.url_for("/v1"), model="tiny", dimensions=32, max_retries=0)
+    with ragdb.open(":memory:") as d:
+        fill(d)
+        assert V.embed_pending(d, remote, batch_size=2) == len(DOCS)
+        assert seen[:3] == [2, 2, 1]
+        with d._store.read():
+            assert V.VectorStorage(d._store.conn).model()["model"] == "openai:tiny"
+        for fusion in ("weighted", "rrf"):
+            hits = V.hybrid_search(d, "cat on the mat", 3, remote, fusion=fusion, filter={"lang": "en"})
+            assert hits[0].source == "a.md" and all(h.metadata["lang"] == "en" for h in hits)
+        v = V.vector_search(d, DOCS[2][1], 1, remote)
+        assert v[0].source == "c.md" and v[0].score == pytest.approx(1.0)
+        # the endpoint failing while adding leaves the chunk pending, not half-added
+        httpserver.clear()
+        httpserver.expect_request("/v1/embeddings").respond_with_data("overloaded", status=503)
+        d.add("A new document about cats.", source="g.md")
+        with pytest.raises(EmbeddingError, match="1 chunks are pending"):
+            V.embed_pending(d, remote)
+        assert d.search("new document")[0].source == "g.md"
+        with pytest.raises(EmbeddingError, match="503"):
+            V.hybrid_search(d, "cats", 3, remote)
