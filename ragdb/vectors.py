@@ -546,7 +546,8 @@ def embedder_for(db: Any) -> Embedder | None:
 
 def embed_pending(db: Any, embedder: Embedder, batch_size: int = 64, *, rebuild: bool = False,
                   full_scan: bool = False, progress: Callable[[int, int], None] | None = None) -> int:
-    """Embed every pending chunk (one without a vector); returns how many were stored.
+    """Embed every pending chunk (one without a vector; kept older versions
+    included, as ``versions="all"`` searches see them); returns how many were stored.
 
     Used by ``ragdb embed`` and after adds when an embedder is configured.
     Texts are embedded ``batch_size`` at a time, outside any transaction (an
