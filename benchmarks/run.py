@@ -892,7 +892,7 @@ def _ratio_lines(ctx: Context, corpus: Corpus, rows: dict[str, dict]) -> list[st
     best = _best_peer(rows)
     nd = r.get("metrics", {}).get("ndcg@10")
     if best and nd is not None:
-        out.append(f"| ragdb nDCG@10 − best peer ({SYSTEMS[best[0]].label}, {best[1]:.3f}) | {nd - best[1]:+.3f} |")
+        out.append(f"| ragdb nDCG@10 − best peer ({SYSTEMS[best[0]].label}, {best[1]:.4f}) | {nd - best[1]:+.4f} |")
     return ["| ratio | value |", "|---|---|"] + out
 
 
@@ -983,7 +983,7 @@ def section_scale(ctx: Context) -> str:
 
     lines = [f"## Scale: SciFact replicated to {n:,} documents", "",
              f"Exact replicas of the SciFact corpus with new ids (`<id>@r<replica>`), so every query has "
-             f"{n // base.n_docs}+ identical copies of each matching document; quality is not measured here. "
+             f"{n // base.n_docs}–{-(-n // base.n_docs)} identical copies of each matching document; quality is not measured here. "
              f"Latency over the first {big.n_queries} SciFact train queries (after {WARMUP_QUERIES} warm-up "
              f"queries); peak RSS of a process that opens the built index and runs the queries.", "",
              "| system | build s | query p50 ms | p95 ms | peak RSS build MiB | peak RSS query MiB | index MiB "
