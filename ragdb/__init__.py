@@ -23,7 +23,7 @@ __all__ = ["open", "Database", "Hit", "Document", "Stats", "Analyzer", "RagdbErr
 def open(path: str = ":memory:", *, analyzer: "str | Analyzer | Mapping[str, Any] | None" = None,
          chunker: str | None = None, keep_versions: bool | None = None,
          public_unlabeled: bool | None = None, readonly: bool = False,
-         create: bool = True, busy_timeout: float = 30.0) -> Database:
+         create: bool = True, busy_timeout: float = 30.0, embedder: Any = None) -> Database:
     """Open a ragdb database file, creating it and applying pending migrations.
 
     ``analyzer``: ``"default"`` (English stemming + CJK unigrams/bigrams),
@@ -37,8 +37,12 @@ def open(path: str = ":memory:", *, analyzer: "str | Analyzer | Mapping[str, Any
     searches made with ``principals=`` (default: no, deny).
     ``readonly``: open without writing anything (no migrations).
     ``busy_timeout``: seconds to wait for another process's write lock.
+    ``embedder``: an :class:`ragdb.embeddings.Embedder` or a spec such as
+    ``"wordllama"`` (offline), ``"e5"``, ``"openai:MODEL"``: new chunks get
+    vectors on add, and ``scorer="vector"``/``"hybrid"`` searches use it. A
+    database holding vectors of another model refuses it.
     ``":memory:"`` opens a private in-memory database.
     """
     return open_database(path, analyzer=analyzer, chunker=chunker, keep_versions=keep_versions,
                          public_unlabeled=public_unlabeled, readonly=readonly, create=create,
-                         busy_timeout=busy_timeout)
+                         busy_timeout=busy_timeout, embedder=embedder)

@@ -66,6 +66,8 @@ class Database:
         self._settings = dict(settings)
         self._index = idx.Index(store)
         self.path = store.path
+        #: Embedder used on add (new chunks get vectors) and for vector/hybrid queries.
+        self.embedder: Any = None
 
     # -- lifecycle -------------------------------------------------------------
     def close(self) -> None:
@@ -134,6 +136,10 @@ class Database:
         if not isinstance(batch_size, int) or batch_size < 1:
             raise InvalidInput(f"batch_size must be a positive integer, got {batch_size!r}")
         ch = get_chunker(chunker if chunker is not None else self._settings.get("chunker"))
+        if self.embedder is not None:
+            from . import vectors
+
+            vectors.ensure_model(self, self.embedder)  # a different model is refused before writing
         out: list[Document] = []
         batch: list[_Prepared] = []
         for n, record in enumerate(records):
@@ -146,6 +152,13 @@ class Database:
         if batch:
             out.extend(self._write(batch))
         self._maybe_flush()
+        if self.embedder is not None and out:
+            from . import vectors
+
+            # Text is committed first; vectors follow in their own transactions.
+            # If the embedder fails, the new chunks stay pending (lexical search
+            # finds them, vector search does not) until `ragdb embed` fills them.
+            vectors.embed_pending(self, self.embedder)
         return out
 
     def _maybe_flush(self, threshold: int | None = None) -> None:
@@ -430,11 +443,18 @@ class Database:
                until: str | datetime | None = None, as_of: str | datetime | None = None,
                principals: Sequence[str] | None = None, versions: str = "latest",
                min_score: float | None = None, explain: bool = False,
-               k1: float | None = None, b: float | None = None) -> list[Hit]:
+               k1: float | None = None, b: float | None = None,
+               fusion: str = "weighted", alpha: float = 0.3, rrf_k: int = 60,
+               embedder: Any = None) -> list[Hit]:
         """The ``k`` best chunks for ``query``, best first.
 
-        ``scorer``: ``"bm25"`` (default) or ``"tfidf"`` (cosine of TF-IDF
-        vectors). Equal scores are ordered by source, then position, so the
+        ``scorer``: ``"bm25"`` (default), ``"tfidf"`` (cosine of TF-IDF
+        vectors), ``"vector"`` (cosine of dense embeddings) or ``"hybrid"``
+        (BM25 and vector candidate pools fused by min-max weighted sum,
+        ``fusion="weighted"`` with vector weight ``alpha``, or by Reciprocal
+        Rank Fusion, ``fusion="rrf"`` with ``rrf_k``; see :mod:`ragdb.vectors`).
+        Vector scorers need embeddings: ``ragdb.open(..., embedder=...)`` or
+        ``ragdb embed``; ``embedder`` here overrides the database's. Equal scores are ordered by source, then position, so the
         order does not depend on insertion history. ``min_score`` drops weaker
         hits (a refusal threshold); ``explain=True`` fills ``Hit.explain`` with
         each query term's contribution. A query without index terms returns ``[]``.
@@ -452,51 +472,33 @@ class Database:
         average length), also for ``as_of`` and ``versions="all"``; they can
         reflect term frequencies of chunks the caller cannot see, never their text.
         """
+        if scorer in ("vector", "hybrid"):
+            from . import vectors
+
+            restrictions = dict(filter=filter, since=since, until=until, as_of=as_of, principals=principals,
+                                versions=versions, min_score=min_score, explain=explain)
+            emb = embedder if embedder is not None else self.embedder
+            if scorer == "vector":
+                return vectors.vector_search(self, query, k, emb, **restrictions)
+            return vectors.hybrid_search(self, query, k, emb, fusion=fusion, alpha=alpha, rrf_k=rrf_k,
+                                         k1=k1, b=b, **restrictions)
         if not isinstance(query, str):
             raise InvalidInput(f"query must be a string, got {type(query).__name__}")
         if not isinstance(k, int) or isinstance(k, bool) or not 1 <= k <= MAX_K:
             raise InvalidInput(f"k must be an integer between 1 and {MAX_K}, got {k!r}")
         if scorer not in SCORERS:
-            raise InvalidInput(f"scorer {scorer!r} is unknown; choose one of {', '.join(SCORERS)}")
+            raise InvalidInput(f"scorer {scorer!r} is unknown; choose one of {', '.join(SCORERS + ('vector', 'hybrid'))}")
         if min_score is not None and not isinstance(min_score, (int, float)):
             raise InvalidInput(f"min_score must be a number, got {min_score!r}")
-        restrict = filters.build(filter, since=since, until=until, as_of=as_of, principals=principals,
-                                 versions=versions, public_unlabeled=bool(self._settings.get("public_unlabeled")),
-                                 to_epoch=lambda v, label: _timestamp(v, label)[1])
-        if as_of is not None:
-            versions = "all"
-        k1 = self._settings.get("bm25_k1", idx.scoring.BM25_K1) if k1 is None else float(k1)
-        b = self._settings.get("bm25_b", idx.scoring.BM25_B) if b is None else float(b)
-        counts = Counter(self.analyzer.terms(query))
-        if not counts:
-            return []
+        restrict = self._restrictions(filter, since, until, as_of, principals, versions)
         store, index = self._store, self._index
         with store.read():
             index.sync()
-            known = index.lookup_terms(list(counts))
-            # Terms found only in kept older versions (df 0) cannot match a
-            # latest chunk; leaving them out keeps the TF-IDF query vector
-            # equal to a fresh database's.
-            order = [t for t in counts if t in known and (known[t][1] > 0 or versions == "all")]
-            if not order:
-                return []
-            if scorer == "bm25":
-                scores, per_term = index.bm25([known[t] for t in order], k1, b, explain)
-            else:
-                scores, per_term = index.tfidf([(*known[t], counts[t]) for t in order], explain)
-            mask = index.allowed(restrict)
-            cand = np.flatnonzero(mask & (scores > 0))
-            if min_score is not None:
-                cand = cand[scores[cand] >= min_score]
+            cand, sc, contributions = self._lexical(query, k, scorer, index.allowed(restrict),
+                                                    versions_all=versions == "all" or as_of is not None,
+                                                    min_score=min_score, explain=explain, k1=k1, b=b)
             if len(cand) == 0:
                 return []
-            if len(cand) > k:
-                top = np.argpartition(-scores[cand], k - 1)[:k]
-                kth = scores[cand[top]].min()
-                cand = cand[scores[cand] >= kth]  # keep ties at the cut for the stable order
-            sc = scores[cand]
-            by_score = np.lexsort((cand, -sc))
-            cand, sc = cand[by_score], sc[by_score]
             rows = index.hit_rows(cand.tolist())
         hits = []
         for cid, score in zip(cand.tolist(), sc.tolist()):
@@ -504,15 +506,64 @@ class Database:
             meta = loads(dmeta) if dmeta != "{}" else {}
             if cmeta != "{}":
                 meta.update(loads(cmeta))
-            contrib = {}
-            if explain:
-                contrib = {t: float(c[cid]) for t, c in zip(order, per_term) if len(c) and c[cid] != 0.0}
+            contrib = contributions.get(cid, {}) if explain else {}
             hits.append(_new_hit(score, cid, doc_id, source, version, timestamp, text, start, end,
                                  ordinal, meta, contrib))
         if len(sc) > 1 and bool(np.any(sc[1:] == sc[:-1])):
             # equal scores: order by source and position, which do not depend on history
             hits.sort(key=lambda h: (-h.score, h.source, h.start, h.chunk_id))
         return hits[:k]
+
+    def _restrictions(self, filter: Any, since: Any, until: Any, as_of: Any, principals: Any,
+                      versions: str) -> filters.Query:
+        return filters.build(filter, since=since, until=until, as_of=as_of, principals=principals,
+                             versions=versions, public_unlabeled=bool(self._settings.get("public_unlabeled")),
+                             to_epoch=lambda v, label: _timestamp(v, label)[1])
+
+    def _lexical(self, query: str, k: int, scorer: str, mask: np.ndarray, *, versions_all: bool = False,
+                 min_score: float | None = None, explain: bool = False, k1: float | None = None,
+                 b: float | None = None) -> tuple[np.ndarray, np.ndarray, dict[int, dict[str, float]]]:
+        """Lexical scoring without building hits (inside a read transaction, after ``sync``).
+
+        Returns the ids and scores of the ``k`` best chunks that ``mask`` allows
+        (plus any tied with the k-th), best first, equal scores by chunk id, and
+        per-term contributions when ``explain``. Shared by search and hybrid search.
+        """
+        none = (np.zeros(0, np.int64), np.zeros(0), {})
+        k1 = self._settings.get("bm25_k1", idx.scoring.BM25_K1) if k1 is None else float(k1)
+        b = self._settings.get("bm25_b", idx.scoring.BM25_B) if b is None else float(b)
+        counts = Counter(self.analyzer.terms(query))
+        if not counts:
+            return none
+        index = self._index
+        known = index.lookup_terms(list(counts))
+        # Terms found only in kept older versions (df 0) cannot match a latest
+        # chunk; leaving them out keeps the TF-IDF query vector equal to a
+        # fresh database's.
+        order = [t for t in counts if t in known and (known[t][1] > 0 or versions_all)]
+        if not order:
+            return none
+        if scorer == "bm25":
+            scores, per_term = index.bm25([known[t] for t in order], k1, b, explain)
+        else:
+            scores, per_term = index.tfidf([(*known[t], counts[t]) for t in order], explain)
+        n = min(len(mask), len(scores))
+        cand = np.flatnonzero(mask[:n] & (scores[:n] > 0))
+        if min_score is not None:
+            cand = cand[scores[cand] >= min_score]
+        if len(cand) > k:
+            top = np.argpartition(-scores[cand], k - 1)[:k]
+            kth = scores[cand[top]].min()
+            cand = cand[scores[cand] >= kth]  # keep ties at the cut for the stable order
+        sc = scores[cand]
+        by_score = np.lexsort((cand, -sc))
+        cand, sc = cand[by_score], sc[by_score]
+        contributions: dict[int, dict[str, float]] = {}
+        if explain:
+            for cid in cand.tolist():
+                contributions[cid] = {t: float(c[cid]) for t, c in zip(order, per_term)
+                                      if len(c) and c[cid] != 0.0}
+        return cand, sc, contributions
 
     # -- grounded answers (the "G" of RAG) --------------------------------------------
     def build_prompt(self, query: str, hits: Sequence[Hit] | None = None, *, template: Any = None,
@@ -640,6 +691,9 @@ class Database:
             if a.shape != b_.shape or not np.array_equal(a, b_):
                 problems.append(f"postings disagree with the chunks' forward indexes "
                                 f"({len(b_)} live postings, {len(a)} expected)")
+        from . import vectors
+
+        problems += vectors.check_vectors(self)
         return problems
 
 
@@ -743,7 +797,7 @@ def _timestamp(value: Any, label: str) -> tuple[str, float]:
 def open_database(path: str = ":memory:", *, analyzer: "str | Analyzer | Mapping[str, Any] | None" = None,
                   chunker: str | None = None, keep_versions: bool | None = None,
                   public_unlabeled: bool | None = None, readonly: bool = False,
-                  create: bool = True, busy_timeout: float = 30.0) -> Database:
+                  create: bool = True, busy_timeout: float = 30.0, embedder: Any = None) -> Database:
     """Open (creating if needed) a ragdb database; see :func:`ragdb.open`."""
     import os
 
@@ -784,7 +838,14 @@ def open_database(path: str = ":memory:", *, analyzer: "str | Analyzer | Mapping
                 for key, value in new_settings.items():
                     store.set_setting(key, value)
             settings.update(new_settings)
-        return Database(store, an, settings)
+        db = Database(store, an, settings)
+        if embedder is not None:
+            from . import vectors
+            from .embeddings import get_embedder
+
+            db.embedder = get_embedder(embedder) if isinstance(embedder, str) else embedder
+            vectors.ensure_model(db, db.embedder)
+        return db
     except BaseException:
         store.close()
         raise

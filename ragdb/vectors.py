@@ -59,7 +59,6 @@ from __future__ import annotations
 
 import sqlite3
 import weakref
-from collections import Counter
 from typing import Any, Callable, Iterable, Mapping, Sequence
 
 import numpy as np
@@ -617,11 +616,7 @@ def _search_restrictions(db: Any, filter: Mapping[str, Any] | None = None, since
                          as_of: Any = None, principals: Sequence[str] | None = None,
                          versions: str = "latest") -> filters.Query:
     """The same restriction object ``Database.search`` builds."""
-    from .database import _timestamp
-
-    return filters.build(filter, since=since, until=until, as_of=as_of, principals=principals, versions=versions,
-                         public_unlabeled=bool(db._settings.get("public_unlabeled")),
-                         to_epoch=lambda v, label: _timestamp(v, label)[1])
+    return db._restrictions(filter, since, until, as_of, principals, versions)
 
 
 def _check_query(query: Any, k: Any, min_score: Any) -> None:
@@ -665,19 +660,9 @@ def _vector_pool(db: Any, qvec: np.ndarray, embedder: Embedder, k: int, mask: np
     return vi.search_arrays(qvec, k, mask, min_score=0.0, with_ties=True)
 
 
-def _lookup_terms(db: Any, terms: list[str]) -> dict[str, tuple[int, int]]:
-    """term -> (term id, live df), through the index's cache when it has one."""
-    index = db._index
-    lookup = getattr(index, "lookup_terms", None)
-    if lookup is not None:
-        return lookup(terms)
-    return {t: (tid, index.effective_df(tid, df)) for t, (tid, df) in db._store.term_ids(terms).items()}
-
-
 def _hit_rows(db: Any, chunk_ids: list[int]) -> dict[int, tuple[Any, ...]]:
-    """``Store.hit_rows``, through the index's row cache when it has one."""
-    rows = getattr(db._index, "hit_rows", None)
-    return rows(chunk_ids) if rows is not None else db._store.hit_rows(chunk_ids)
+    """Hit rows through the index's row cache."""
+    return db._index.hit_rows(chunk_ids)
 
 
 def _lexical_pool(db: Any, query: str, scorer: str, k: int, mask: np.ndarray, *, versions_all: bool,
@@ -687,46 +672,10 @@ def _lexical_pool(db: Any, query: str, scorer: str, k: int, mask: np.ndarray, *,
     positive lexical score among those ``mask`` allows, best first, equal
     scores by chunk id, without reading their texts (inside a read transaction,
     after ``db._index.sync()``); and the per-term contributions when ``explain``.
-
-    Scores exactly as ``Database.search`` does (same statistics, parameters
-    and term selection). It repeats ``search``'s scoring steps because
-    ``search`` builds every hit, text included, which for a pool of 100
-    cost more than the rest of a hybrid query. TODO(main engineer): factor the
-    scoring out of ``Database.search`` (e.g. ``Database._lexical_scores``) and
-    call it here.
-    """
-    from . import index as idx
-
-    settings = db._settings
-    k1 = settings.get("bm25_k1", idx.scoring.BM25_K1) if k1 is None else float(k1)
-    b = settings.get("bm25_b", idx.scoring.BM25_B) if b is None else float(b)
-    counts = Counter(db.analyzer.terms(query))
-    if not counts:
-        return _NO_POOL, {}
-    index = db._index
-    known = _lookup_terms(db, list(counts))
-    # As in search: terms only in kept older versions (df 0) cannot match a latest chunk.
-    order = [t for t in counts if known.get(t) is not None and (known[t][1] > 0 or versions_all)]
-    if not order:
-        return _NO_POOL, {}
-    if scorer == "bm25":
-        scores, per_term = index.bm25([known[t] for t in order], k1, b, explain)
-    else:
-        scores, per_term = index.tfidf([(*known[t], counts[t]) for t in order], explain)
-    n = min(len(mask), len(scores))
-    cand = np.flatnonzero(mask[:n] & (scores[:n] > 0))
-    if len(cand) > k:
-        top = np.argpartition(-scores[cand], k - 1)[:k]
-        kth = scores[cand[top]].min()
-        cand = cand[scores[cand] >= kth]  # keep ties at the cut
-    s = scores[cand]
-    order_ = np.lexsort((cand, -s))
-    cand, s = cand[order_].astype(np.int64), s[order_]
-    contrib: dict[int, dict[str, float]] = {}
-    if explain:
-        for cid in cand.tolist():
-            contrib[cid] = {t: float(c[cid]) for t, c in zip(order, per_term) if len(c) and c[cid] != 0.0}
-    return (cand, s), contrib
+    The scoring is ``Database.search``'s own (``Database._lexical``)."""
+    cand, scores, contrib = db._lexical(query, k, scorer, mask, versions_all=versions_all, explain=explain,
+                                        k1=k1, b=b)
+    return (cand.astype(np.int64), scores), contrib
 
 
 def _content_order(store: Any, pool: tuple[np.ndarray, np.ndarray]) -> tuple[np.ndarray, np.ndarray]:
