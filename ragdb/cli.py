@@ -3,7 +3,7 @@
 Every command takes ``-d/--database`` (before or after the command name; also
 read from ``RAGDB_DATABASE``) and prints a readable table, or JSON with
 ``--json``. Exit status: 0 success, 1 error (one line on stderr naming the
-input and the problem), 2 usage error. Long work (add, sync, import, eval)
+input and the problem), 2 usage error. Long work (add, sync, import, embed, eval)
 shows a progress bar when stderr is a terminal.
 
 The logic lives in the library: :mod:`ragdb.sync` (add, sync),
@@ -94,6 +94,13 @@ def filter_options(f: Callable[..., Any]) -> Callable[..., Any]:
     for opt in reversed(opts):
         f = opt(f)
     return f
+
+
+def write_model_option(f: Callable[..., Any]) -> Callable[..., Any]:
+    """``--model SPEC`` on add, sync and import: embed the new chunks after writing them."""
+    return click.option("--model", "embed_model", default=None, metavar="SPEC",
+                        help="Also embed the new chunks with this model (wordllama, e5, openai:MODEL, st:PATH, "
+                             "hash). Without it chunks stay pending; 'ragdb embed' fills them.")(f)
 
 
 def _db_path(database: str | None) -> str:
@@ -250,6 +257,172 @@ def _search(db: ragdb.Database, query: str, **kwargs: Any) -> list[ragdb.Hit]:
     return db.search(query, **kwargs)
 
 
+# --------------------------------------------------------------------------- vectors: shared plumbing
+
+VECTOR_SCORERS = ("vector", "hybrid")
+SCORER_CHOICES = ("bm25", "tfidf") + VECTOR_SCORERS
+SCORER_HELP = ("Ranking: bm25, tfidf (cosine of TF-IDF vectors), vector (cosine of embeddings; "
+               "needs 'ragdb embed') or hybrid (BM25 and vector fused).")
+
+
+def scorer_options(model_flags: Sequence[str] = ("--model", "--embed-model"),
+                   default: str = "bm25") -> Callable[[Callable[..., Any]], Callable[..., Any]]:
+    """``--scorer``, ``--fusion``, ``--alpha``, ``--rrf-k`` and the query-embedder option.
+
+    ``ask`` has its own ``--model`` (the chat model), so it passes ``("--embed-model",)``.
+    The fusion options default to None so that giving one where it means nothing is an error.
+    """
+    def deco(f: Callable[..., Any]) -> Callable[..., Any]:
+        opts = [
+            click.option("--scorer", type=click.Choice(SCORER_CHOICES), default=default, show_default=True,
+                         help=SCORER_HELP),
+            click.option("--fusion", type=click.Choice(["weighted", "rrf"]), default=None,
+                         help="Hybrid fusion: weighted (min-max weighted sum, the default) or rrf "
+                              "(reciprocal rank fusion)."),
+            click.option("--alpha", type=click.FloatRange(0.0, 1.0), default=None,
+                         help="Vector weight of weighted hybrid fusion (default 0.3)."),
+            click.option("--rrf-k", "rrf_k", type=click.IntRange(min=0), default=None,
+                         help="Constant of reciprocal rank fusion (default 60)."),
+            click.option(*model_flags, "embed_model", default=None, metavar="SPEC",
+                         help="Query embedder for vector/hybrid (default: the model recorded in the database): "
+                              "wordllama, e5, openai:MODEL, st:PATH, hash."),
+        ]
+        for opt in reversed(opts):
+            f = opt(f)
+        return f
+    return deco
+
+
+def _scorer_kwargs(scorer: str, fusion: str | None, alpha: float | None, rrf_k: int | None,
+                   embed_model: str | None, model_flag: str = "--model") -> dict[str, Any]:
+    """``db.search`` keyword arguments for the scorer; the vector ones only for vector/hybrid."""
+    given = [name for name, value in (("--fusion", fusion), ("--alpha", alpha), ("--rrf-k", rrf_k))
+             if value is not None]
+    if scorer not in VECTOR_SCORERS and embed_model is not None:
+        raise click.UsageError(f"{model_flag} applies to --scorer vector or hybrid only")
+    if scorer != "hybrid" and given:
+        raise click.UsageError(f"{', '.join(given)} appl{'ies' if len(given) == 1 else 'y'} to --scorer hybrid only")
+    if fusion == "rrf" and alpha is not None:
+        raise click.UsageError("--alpha applies to --fusion weighted only")
+    if fusion != "rrf" and rrf_k is not None:
+        raise click.UsageError("--rrf-k applies to --fusion rrf only")
+    kw: dict[str, Any] = {"scorer": scorer}
+    if scorer in VECTOR_SCORERS:
+        from .vectors import DEFAULT_ALPHA, DEFAULT_FUSION, DEFAULT_RRF_K
+
+        if scorer == "hybrid":
+            kw["fusion"] = fusion or DEFAULT_FUSION
+            kw["alpha"] = DEFAULT_ALPHA if alpha is None else alpha
+            kw["rrf_k"] = DEFAULT_RRF_K if rrf_k is None else rrf_k
+        if embed_model is not None:
+            kw["embedder"] = _get_embedder(embed_model, model_flag)
+    return kw
+
+
+def _get_embedder(spec: str, flag: str = "--model") -> Any:
+    from .embeddings import get_embedder
+    from .errors import InvalidInput
+
+    try:
+        return get_embedder(spec)
+    except InvalidInput as e:
+        raise click.BadParameter(_one_line(e), param_hint=flag) from None
+
+
+def _vector_storage(db: ragdb.Database) -> Any:
+    from .vectors import VectorStorage
+
+    return VectorStorage(db._store.conn)
+
+
+def _vector_state(db: ragdb.Database) -> dict[str, Any]:
+    """Recorded model, stored vectors and chunks still waiting for one."""
+    with db._store.read():
+        st = _vector_storage(db)
+        info = st.model()
+        return {"model": info["model"] if info else None,
+                "dimensions": int(info["dimensions"]) if info else None,
+                "vectors": st.count(), "pending": st.pending_count()}
+
+
+def _check_model(db: ragdb.Database, embedder: Any, spec: str, flag: str = "--model") -> None:
+    """One-line error when the database holds vectors of another model than ``embedder``'s."""
+    with db._store.read():
+        st = _vector_storage(db)
+        info = st.model()
+        if info is None or not st.has_vectors():
+            return
+    dims = int(embedder.dimensions)
+    if (info["model"], int(info["dimensions"])) == (embedder.name, dims):
+        return
+    raise click.ClickException(
+        f"{db.path}: its vectors were made by {info['model']!r} ({info['dimensions']} dimensions), not "
+        f"{embedder.name!r} ({dims} dimensions) as {flag} {spec} asks; use the recorded model (leave out {flag}), "
+        f"or re-embed every chunk with the new one: ragdb embed --model {spec} --rebuild")
+
+
+def _embed_pending(db: ragdb.Database, embedder: Any, *, rebuild: bool = False, batch_size: int = 64) -> int:
+    """``vectors.embed_pending`` with a progress bar on a terminal; returns the chunks embedded."""
+    from .vectors import embed_pending
+
+    if rebuild:
+        total = db.stats().stored_chunks
+    else:
+        with db._store.read():
+            total = _vector_storage(db).pending_count()
+    with _progress("embedding", total) as bar:
+        shown = [0]
+
+        def progress(done: int, _total: int) -> None:
+            assert bar is not None
+            bar(done - shown[0])
+            shown[0] = done
+
+        return embed_pending(db, embedder, batch_size, rebuild=rebuild,
+                             progress=progress if bar is not None else None)
+
+
+def _embed_after_write(db: ragdb.Database, embedder: Any) -> tuple[int | None, str | None]:
+    """Embed what the write left pending: (chunks embedded, None), or (None, the error) -
+    the text is committed either way; failed chunks stay pending for 'ragdb embed'."""
+    from .errors import EmbeddingError
+
+    try:
+        return _embed_pending(db, embedder), None
+    except EmbeddingError as e:
+        message = _one_line(e)
+        if "pending" not in message:  # failed before the first batch (e.g. probing the dimensions)
+            with db._store.read():
+                left = _vector_storage(db).pending_count()
+            message += (f"; {left} chunk{'s stay' if left != 1 else ' stays'} pending (stored without vectors: "
+                        f"lexical search finds them, vector search does not); run 'ragdb embed' to retry")
+        return None, message
+
+
+def _report_embedding(embedder: Any, embedded: int | None, error: str | None, as_json: bool) -> dict[str, Any]:
+    """JSON fields for add/sync/import --model; prints the line in table mode."""
+    if embedder is None:
+        return {}
+    if error is not None:
+        _warn(f"error: {error}")
+        return {"model": embedder.name, "embedded": 0, "embedding_error": error}
+    if not as_json:
+        click.echo(f"embedded {embedded} chunk{'s' * (embedded != 1)} with {embedder.name}")
+    return {"model": embedder.name, "embedded": embedded}
+
+
+def _warn_pending(db: ragdb.Database, scorer: str) -> None:
+    """Vector search does not see chunks without a vector: say so on stderr."""
+    if scorer not in VECTOR_SCORERS:
+        return
+    with db._store.read():
+        st = _vector_storage(db)
+        pending = st.pending_count() if st.model() is not None else 0
+    if pending:
+        _warn(f"note: {pending} chunk{'s have' if pending != 1 else ' has'} no vector yet, unseen by vector "
+              f"search; run 'ragdb embed'")
+
+
 def _hit_json(h: ragdb.Hit, rank: int | None = None) -> dict[str, Any]:
     out: dict[str, Any] = {
         "score": h.score, "source": h.source, "doc_id": h.doc_id, "chunk_id": h.chunk_id,
@@ -344,10 +517,11 @@ def _analyzer_name(config: Any) -> str:
               help="Metadata set on every document (repeatable; values are strings).")
 @click.option("--kind", default=None, metavar="KIND", help="Format of standard input (md, html, txt, pdf ...).")
 @click.option("--strict", is_flag=True, help="Fail on the first unreadable file, writing nothing.")
+@write_model_option
 @json_option
 def add(database: str | None, paths: tuple[str, ...], recursive: bool, glob: str | None, source_prefix: str,
         source: str | None, doc_version: str | None, metadata: tuple[str, ...], kind: str | None,
-        strict: bool, as_json: bool) -> None:
+        strict: bool, embed_model: str | None, as_json: bool) -> None:
     """Add files, folders, or - (standard input) to the database.
 
     A file's source is its path as given (prefixed by --source-prefix); a
@@ -355,28 +529,42 @@ def add(database: str | None, paths: tuple[str, ...], recursive: bool, glob: str
     Unreadable files (binary, encrypted or broken PDF, empty) are reported
     and skipped; the rest lands, in one transaction. Exits 1 when nothing
     could be read, or on any unreadable file with --strict (nothing written).
+
+    With --model SPEC the new chunks are embedded after the text is stored
+    (if embedding fails the text stays, its chunks pending; exit 1). Without
+    it nothing is embedded, even if the database records a model: the new
+    chunks stay pending (lexical search finds them) until 'ragdb embed'.
     """
     from . import sync
 
     meta: dict[str, Any] = {}
     for k, v in _key_values(metadata, "--metadata").items():
         meta[k] = v[0] if len(v) == 1 else v
+    embedder = _get_embedder(embed_model) if embed_model is not None else None
     stdin = sys.stdin.buffer.read() if "-" in paths else None
     items = sync.expand_paths(paths, recursive=recursive, glob=glob, source_prefix=source_prefix)
-    with _open(database, create=True) as db, _progress("adding", len(items)) as progress:
-        report = sync.add_paths(db, paths, recursive=recursive, glob=glob, source_prefix=source_prefix,
-                                source=source, version=doc_version, metadata=meta, stdin=stdin,
-                                stdin_kind=kind, strict=strict, progress=progress)
+    embedded: int | None = None
+    embed_error: str | None = None
+    with _open(database, create=True) as db:
+        if embedder is not None:
+            _check_model(db, embedder, embed_model or "")  # refused before anything is written
+        with _progress("adding", len(items)) as progress:
+            report = sync.add_paths(db, paths, recursive=recursive, glob=glob, source_prefix=source_prefix,
+                                    source=source, version=doc_version, metadata=meta, stdin=stdin,
+                                    stdin_kind=kind, strict=strict, progress=progress)
+        if embedder is not None:
+            embedded, embed_error = _embed_after_write(db, embedder)
     if as_json:
         _emit_json({"added": report.added, "unchanged": report.unchanged,
                     "failed": [{"source": f.source, "path": f.path, "error": f.error} for f in report.failed],
-                    "documents": report.documents})
+                    "documents": report.documents, **_report_embedding(embedder, embedded, embed_error, True)})
     else:
         for f in report.failed:
             _warn(f"skipped {f.error}")
         click.echo(f"added {len(report.added)} document{'s' * (len(report.added) != 1)}, "
                    f"{len(report.unchanged)} unchanged, {len(report.failed)} failed")
-    if report.failed and not report.added and not report.unchanged:
+        _report_embedding(embedder, embedded, embed_error, False)
+    if (report.failed and not report.added and not report.unchanged) or embed_error is not None:
         raise click.exceptions.Exit(1)
 
 
@@ -393,9 +581,10 @@ def add(database: str | None, paths: tuple[str, ...], recursive: bool, glob: str
 @click.option("--dry-run", is_flag=True, help="List what would change; write nothing.")
 @click.option("--strict", is_flag=True, help="Fail on the first unreadable file, writing nothing.")
 @click.option("-v", "--verbose", is_flag=True, help="List every added, changed and deleted source.")
+@write_model_option
 @json_option
 def sync_cmd(database: str | None, folder: str, source_prefix: str, glob: str | None, recursive: bool,
-             dry_run: bool, strict: bool, verbose: bool, as_json: bool) -> None:
+             dry_run: bool, strict: bool, verbose: bool, embed_model: str | None, as_json: bool) -> None:
     """Make the knowledge base mirror FOLDER: add new files, replace changed ones, delete vanished ones.
 
     Files whose size and modification time are unchanged are not read;
@@ -403,13 +592,21 @@ def sync_cmd(database: str | None, folder: str, source_prefix: str, glob: str | 
     the whole database mirrors FOLDER (documents from elsewhere are
     deleted); with it, only sources under the prefix are touched. One
     transaction: an error leaves the database as it was.
+
+    With --model SPEC the new chunks are embedded after the sync commits;
+    without it they stay pending until 'ragdb embed'.
     """
     from . import sync
 
+    embedder = _get_embedder(embed_model) if embed_model is not None else None
+    embedded: int | None = None
+    embed_error: str | None = None
     path = _db_path(database)
     if dry_run and path != ":memory:" and not Path(path).exists():
         path = ":memory:"  # nothing stored yet: plan against an empty database, create no file
     with ragdb.open(path) as db:
+        if embedder is not None:
+            _check_model(db, embedder, embed_model or "")
         plan = sync.plan_sync(db, folder, source_prefix=source_prefix, glob=glob, recursive=recursive,
                               probe=dry_run)
         if dry_run:
@@ -422,12 +619,19 @@ def sync_cmd(database: str | None, folder: str, source_prefix: str, glob: str | 
             work = len(plan.added) + len(plan.changed) + len(plan.deleted)
             with _progress("syncing", work) as progress:
                 report = sync.apply_sync(db, plan, strict=strict, progress=progress)
+            if embedder is not None:
+                embedded, embed_error = _embed_after_write(db, embedder)
+    if dry_run:
+        embedder = None  # nothing was written, nothing embedded
     if as_json:
         _emit_json({"folder": report.root, "prefix": report.prefix, "dry_run": report.dry_run,
                     "added": report.added, "changed": report.changed, "deleted": report.deleted,
                     "unchanged": len(report.unchanged),
                     "failed": [{"source": f.source, "path": f.path, "error": f.error} for f in report.failed],
-                    "documents": report.documents, "removed": report.removed})
+                    "documents": report.documents, "removed": report.removed,
+                    **_report_embedding(embedder, embedded, embed_error, True)})
+        if embed_error is not None:
+            raise click.exceptions.Exit(1)
         return
     for f in report.failed:
         _warn(f"skipped {f.error}")
@@ -439,6 +643,9 @@ def sync_cmd(database: str | None, folder: str, source_prefix: str, glob: str | 
     click.echo(f"{verb}add {len(report.added)}, {verb}replace {len(report.changed)}, "
                f"{verb}delete {len(report.deleted)}, unchanged {len(report.unchanged)}, "
                f"failed {len(report.failed)}")
+    _report_embedding(embedder, embedded, embed_error, False)
+    if embed_error is not None:
+        raise click.exceptions.Exit(1)
 
 
 # --------------------------------------------------------------------------- delete / show / list
@@ -532,23 +739,33 @@ def list_cmd(database: str | None, source: str | None, all_versions: bool, limit
 @database_option
 @click.argument("query")
 @click.option("-k", "k", type=click.IntRange(1, 10_000), default=10, show_default=True, help="Number of hits.")
-@click.option("--scorer", type=click.Choice(["bm25", "tfidf"]), default="bm25", show_default=True,
-              help="Ranking function: BM25, or cosine of TF-IDF vectors.")
+@scorer_options()
 @click.option("--min-score", type=float, default=None, help="Drop hits scoring below this.")
 @filter_options
 @click.option("--explain", is_flag=True, help="Show each query term's contribution to a hit's score.")
 @json_option
-def search(database: str | None, query: str, k: int, scorer: str, min_score: float | None,
+def search(database: str | None, query: str, k: int, scorer: str, fusion: str | None, alpha: float | None,
+           rrf_k: int | None, embed_model: str | None, min_score: float | None,
            filters: tuple[str, ...], since: str | None, until: str | None, principals: tuple[str, ...],
            as_of: str | None, all_versions: bool, explain: bool, as_json: bool) -> None:
-    """Search the knowledge base; the best chunks first."""
+    """Search the knowledge base; the best chunks first.
+
+    --scorer vector ranks by cosine of embeddings and hybrid fuses BM25 with
+    it; both need vectors ('ragdb embed') and embed the query with the
+    database's recorded model (or --model). Chunks still pending (no vector)
+    are not seen by the vector side; a note on stderr says how many.
+    """
     kw = _search_kwargs(filters, since, until, principals, as_of, all_versions)
     if min_score is not None:
         kw["min_score"] = min_score
     if explain:
         kw["explain"] = True
+    kw.update(_scorer_kwargs(scorer, fusion, alpha, rrf_k, embed_model))
     with _open(database) as db:
-        hits = _search(db, query, k=k, scorer=scorer, **kw)
+        if "embedder" in kw:
+            _check_model(db, kw["embedder"], embed_model or "")
+        _warn_pending(db, scorer)
+        hits = _search(db, query, k=k, **kw)
     if as_json:
         _emit_json([_hit_json(h, i) for i, h in enumerate(hits, 1)])
         return
@@ -568,6 +785,51 @@ def search(database: str | None, query: str, k: int, scorer: str, min_score: flo
                 click.echo(f"      {c:>9.4f}  {term}")
 
 
+# --------------------------------------------------------------------------- embed
+
+
+@cli.command()
+@database_option
+@click.option("--model", "embed_model", default=None, metavar="SPEC",
+              help="Embedding model: wordllama (offline default), e5, openai:MODEL, st:PATH, hash "
+                   "(default: the model recorded in the database).")
+@click.option("--rebuild", is_flag=True, help="Delete every vector and re-embed all chunks with --model.")
+@click.option("--batch-size", type=click.IntRange(min=1), default=64, show_default=True,
+              help="Chunks embedded per batch (each batch is its own transaction).")
+@json_option
+def embed(database: str | None, embed_model: str | None, rebuild: bool, batch_size: int, as_json: bool) -> None:
+    """Embed the chunks that have no vector yet, for --scorer vector and hybrid.
+
+    Uses the model recorded in the database unless --model is given; the
+    first run needs --model (e.g. --model wordllama). A model other than the
+    recorded one is refused while vectors exist: --rebuild replaces every
+    vector with the new model's. Each batch is committed as it is done, so an
+    interrupted or failed run keeps its progress and the next run resumes.
+    """
+    if rebuild and embed_model is None:
+        raise click.UsageError("--rebuild needs --model SPEC (the model to re-embed every chunk with)")
+    embedder = _get_embedder(embed_model) if embed_model is not None else None
+    with _open(database) as db:
+        if embedder is None:
+            from .vectors import embedder_for
+
+            embedder = embedder_for(db)
+            if embedder is None:
+                raise click.UsageError(f"{db.path} records no embedding model: pass --model SPEC, e.g. "
+                                       f"--model wordllama (the offline default)")
+        elif not rebuild:
+            _check_model(db, embedder, embed_model or "")
+        embedded = _embed_pending(db, embedder, rebuild=rebuild, batch_size=batch_size)
+        vec = _vector_state(db)
+    if as_json:
+        _emit_json({"database": db.path, "model": vec["model"], "dimensions": vec["dimensions"],
+                    "embedded": embedded, "rebuild": rebuild, "vectors": vec["vectors"], "pending": vec["pending"]})
+        return
+    click.echo(f"{'re-embedded' if rebuild else 'embedded'} {embedded:,} chunk{'s' * (embedded != 1)} with "
+               f"{vec['model']} ({vec['dimensions']} dimensions); {vec['vectors']:,} vectors, "
+               f"{vec['pending']:,} pending")
+
+
 # --------------------------------------------------------------------------- stats / check / optimize / migrate
 
 
@@ -575,15 +837,18 @@ def search(database: str | None, query: str, k: int, scorer: str, min_score: flo
 @database_option
 @json_option
 def stats(database: str | None, as_json: bool) -> None:
-    """Collection statistics: documents, chunks, vocabulary, postings, file size."""
+    """Collection statistics: documents, chunks, vocabulary, postings, file size, vectors."""
     with _open(database) as db:
         s = db.stats()
         settings = db.settings
+        vec = _vector_state(db)
     data = {"database": db.path, "documents": s.documents, "chunks": s.chunks, "vocabulary": s.vocabulary,
             "postings": s.postings, "avg_chunk_length": s.avg_chunk_length, "stored_documents": s.stored_documents,
             "stored_chunks": s.stored_chunks, "pending_chunks": s.pending_chunks, "segments": s.segments,
             "file_size": s.file_size, "analyzer": settings.get("analyzer"), "chunker": settings.get("chunker"),
-            "keep_versions": bool(settings.get("keep_versions"))}
+            "keep_versions": bool(settings.get("keep_versions")), "vectors": vec["vectors"],
+            "vectors_pending": vec["pending"], "embedding_model": vec["model"],
+            "embedding_dimensions": vec["dimensions"]}
     if as_json:
         _emit_json(data)
         return
@@ -594,7 +859,12 @@ def stats(database: str | None, as_json: bool) -> None:
             ("stored chunks", f"{s.stored_chunks:,}"), ("pending chunks", f"{s.pending_chunks:,}"),
             ("segments", f"{s.segments:,}"), ("file size", _fmt_size(s.file_size)),
             ("analyzer", _analyzer_name(settings.get("analyzer"))), ("chunker", settings.get("chunker")),
-            ("keep versions", "yes" if settings.get("keep_versions") else "no")])
+            ("keep versions", "yes" if settings.get("keep_versions") else "no"),
+            ("vectors", f"{vec['vectors']:,}"),
+            ("vectors pending", f"{vec['pending']:,}" + (" (run 'ragdb embed')" if vec["pending"] and vec["model"]
+                                                         else "")),
+            ("embedding model", f"{vec['model']} ({vec['dimensions']} dimensions)" if vec["model"]
+             else "none (ragdb embed --model wordllama)")])
 
 
 @cli.command()
@@ -717,15 +987,21 @@ def export_cmd(database: str | None, file: str, as_json: bool) -> None:
 @cli.command("import")
 @database_option
 @click.argument("file", metavar="FILE.jsonl")
+@write_model_option
 @json_option
-def import_cmd(database: str | None, file: str, as_json: bool) -> None:
+def import_cmd(database: str | None, file: str, embed_model: str | None, as_json: bool) -> None:
     """Add the documents of an exported JSON Lines file (- for stdin), in one transaction.
 
     Into an empty database made with the same analyzer, searches give the
-    same results as in the exported one.
+    same results as in the exported one. With --model SPEC the imported
+    chunks are embedded afterwards; without it they stay pending until
+    'ragdb embed'.
     """
     from . import transfer
 
+    embedder = _get_embedder(embed_model) if embed_model is not None else None
+    embedded: int | None = None
+    embed_error: str | None = None
     total = None
     if file != "-":
         try:
@@ -733,11 +1009,17 @@ def import_cmd(database: str | None, file: str, as_json: bool) -> None:
                 total = sum(1 for line in fh if line.strip())
         except OSError as e:
             raise click.ClickException(f"{file}: cannot read: {e.strerror or e}") from None
-    with _open(database, create=True) as db, _progress("importing", total) as progress:
-        report = transfer.import_jsonl(db, sys.stdin.buffer if file == "-" else file, progress=progress)
+    with _open(database, create=True) as db:
+        if embedder is not None:
+            _check_model(db, embedder, embed_model or "")
+        with _progress("importing", total) as progress:
+            report = transfer.import_jsonl(db, sys.stdin.buffer if file == "-" else file, progress=progress)
+        if embedder is not None:
+            embedded, embed_error = _embed_after_write(db, embedder)
     if as_json:
         _emit_json({"file": report.path, "documents": report.documents, "unchanged": report.unchanged,
-                    "skipped_versions": report.skipped_versions})
+                    "skipped_versions": report.skipped_versions,
+                    **_report_embedding(embedder, embedded, embed_error, True)})
     else:
         msg = f"imported {report.documents} document{'s' * (report.documents != 1)}"
         if report.unchanged:
@@ -746,6 +1028,9 @@ def import_cmd(database: str | None, file: str, as_json: bool) -> None:
             msg += (f", skipped {report.skipped_versions} older versions (the database does not keep versions; "
                     f"'ragdb init --keep-versions' first to import them)")
         click.echo(msg)
+        _report_embedding(embedder, embedded, embed_error, False)
+    if embed_error is not None:
+        raise click.exceptions.Exit(1)
 
 
 # --------------------------------------------------------------------------- eval
@@ -757,33 +1042,43 @@ def import_cmd(database: str | None, file: str, as_json: bool) -> None:
 @click.option("--qrels", required=True, type=click.Path(dir_okay=False), help="BEIR qrels .tsv.")
 @click.option("-k", "k", type=click.IntRange(1, 10_000), default=10, show_default=True,
               help="Depth of the run (Recall@k).")
-@click.option("--scorer", type=click.Choice(["bm25", "tfidf"]), default="bm25", show_default=True,
-              help="Ranking function: BM25, or cosine of TF-IDF vectors.")
+@scorer_options(("--model",))
 @click.option("--analyzer", type=click.Choice(["default", "jieba", "simple"]), default="default",
               show_default=True, help="Analyzer of the temporary index.")
 @json_option
-def eval_cmd(corpus: str, queries: str, qrels: str, k: int, scorer: str, analyzer: str, as_json: bool) -> None:
+def eval_cmd(corpus: str, queries: str, qrels: str, k: int, scorer: str, fusion: str | None, alpha: float | None,
+             rrf_k: int | None, embed_model: str | None, analyzer: str, as_json: bool) -> None:
     """Evaluate retrieval on a BEIR-layout collection: nDCG@10, Recall@k, MRR@10.
 
     The corpus is indexed into a temporary in-memory database (one chunk per
     document: title, blank line, text; source = corpus id), as the benchmark
-    does; no database file is read or written.
+    does; no database file is read or written. --scorer vector or hybrid
+    needs --model SPEC: the corpus is embedded with it while indexing.
     """
     from .evaluation import evaluate_database, load_beir
 
+    if scorer in VECTOR_SCORERS and embed_model is None:
+        raise click.UsageError(f"--scorer {scorer} needs --model SPEC to embed the corpus "
+                               f"(e.g. --model wordllama, the offline default)")
+    kw = _scorer_kwargs(scorer, fusion, alpha, rrf_k, embed_model)
+    embedder = kw.pop("embedder", None)  # the temporary database embeds with it, and queries too
     docs, qs, judgements = load_beir((corpus, queries, qrels))
     records = [{"text": f"{title}\n\n{text}" if title else text, "source": doc_id}
                for doc_id, title, text in docs if (title + text).strip()]
-    with ragdb.open(":memory:", analyzer=analyzer, chunker="none") as db:
+    with ragdb.open(":memory:", analyzer=analyzer, chunker="none", embedder=embedder) as db:
         with _progress("indexing", len(records)) as progress:
             step = 1000
             for i in range(0, len(records), step):
                 db.add_many(records[i:i + step])
                 if progress is not None:
                     progress(len(records[i:i + step]))
-        result = evaluate_database(db, qs, judgements, k=k, scorer=scorer)
+        result = evaluate_database(db, qs, judgements, k=k, **kw)
     data = {"ndcg@10": result["ndcg@10"], f"recall@{k}": result[f"recall@{k}"], "mrr@10": result["mrr@10"],
             "queries": int(result["queries"]), "documents": len(records), "k": k, "scorer": scorer}
+    if embedder is not None:
+        data["model"] = embedder.name
+    if scorer == "hybrid":
+        data.update(fusion=kw["fusion"], alpha=kw["alpha"], rrf_k=kw["rrf_k"])
     if as_json:
         _emit_json(data)
         return
@@ -811,10 +1106,14 @@ def _generation_options(f: Callable[..., Any]) -> Callable[..., Any]:
     return f
 
 
-def _retrieve(database: str | None, question: str, k: int, kw: dict[str, Any]) -> list[ragdb.Hit]:
+def _retrieve(database: str | None, question: str, k: int, kw: dict[str, Any], embed_model: str | None = None,
+              model_flag: str = "--model") -> list[ragdb.Hit]:
     if not question.strip():
         raise click.BadParameter("the question is empty", param_hint="QUESTION")
     with _open(database) as db:
+        if "embedder" in kw:
+            _check_model(db, kw["embedder"], embed_model or "", model_flag)
+        _warn_pending(db, kw.get("scorer", "bm25"))
         return _search(db, question, k=k, **kw)
 
 
@@ -830,16 +1129,20 @@ def _source_lines(sources: Sequence[ragdb.Hit], cited: Sequence[int] = ()) -> li
 @database_option
 @click.argument("question")
 @_generation_options
+@scorer_options()
 @filter_options
 @json_option
 def prompt(database: str | None, question: str, k: int, min_score: float | None, relative: float | None,
-           budget: int | None, language: str | None, filters: tuple[str, ...], since: str | None,
+           budget: int | None, language: str | None, scorer: str, fusion: str | None, alpha: float | None,
+           rrf_k: int | None, embed_model: str | None, filters: tuple[str, ...], since: str | None,
            until: str | None, principals: tuple[str, ...], as_of: str | None, all_versions: bool,
            as_json: bool) -> None:
     """Print the grounded prompt that 'ask' would send for QUESTION; sends nothing."""
     from .prompt import build_prompt
 
-    hits = _retrieve(database, question, k, _search_kwargs(filters, since, until, principals, as_of, all_versions))
+    kw = _search_kwargs(filters, since, until, principals, as_of, all_versions)
+    kw.update(_scorer_kwargs(scorer, fusion, alpha, rrf_k, embed_model))
+    hits = _retrieve(database, question, k, kw, embed_model)
     p = build_prompt(question, hits, language=language, budget_tokens=budget, min_score=min_score,
                      relative=relative)
     if as_json:
@@ -864,23 +1167,28 @@ def _stream_to_terminal() -> bool:
               help="OpenAI-compatible endpoint (default: $RAGDB_LLM_BASE_URL, else $OPENAI_BASE_URL, else OpenAI).")
 @click.option("--timeout", type=click.FloatRange(min=0.0, min_open=True), default=60.0, show_default=True,
               help="Seconds to wait for the model.")
+@scorer_options(("--embed-model",))
 @filter_options
 @json_option
 def ask(database: str | None, question: str, k: int, min_score: float | None, relative: float | None,
         budget: int | None, language: str | None, model: str | None, base_url: str | None, timeout: float,
+        scorer: str, fusion: str | None, alpha: float | None, rrf_k: int | None, embed_model: str | None,
         filters: tuple[str, ...], since: str | None, until: str | None, principals: tuple[str, ...],
         as_of: str | None, all_versions: bool, as_json: bool) -> None:
     """Answer QUESTION from the knowledge base with a language model, listing the sources under it.
 
     The API key is read only from RAGDB_LLM_API_KEY (else OPENAI_API_KEY).
     Streams the answer on a terminal. Without evidence the answer is a
-    refusal and the model is not called.
+    refusal and the model is not called. --model names the chat model; the
+    query embedder of --scorer vector/hybrid is --embed-model.
     """
     from .llm import ChatClient
     from .llm import ask as llm_ask
     from .prompt import REFUSAL, build_prompt, check_citations
 
-    hits = _retrieve(database, question, k, _search_kwargs(filters, since, until, principals, as_of, all_versions))
+    kw = _search_kwargs(filters, since, until, principals, as_of, all_versions)
+    kw.update(_scorer_kwargs(scorer, fusion, alpha, rrf_k, embed_model, "--embed-model"))
+    hits = _retrieve(database, question, k, kw, embed_model, "--embed-model")
     opts = dict(language=language, budget_tokens=budget, min_score=min_score, relative=relative)
     p = build_prompt(question, hits, **opts)
     streamed = False
