@@ -433,26 +433,24 @@ class Index:
                 self._postings_cached += size
         return {t: cache[t] for t in term_ids if cache[t] is not None}
 
-    def bm25(self, query: Sequence[tuple[int, int]], k1: float, b: float,
-             contributions: bool = False) -> tuple[np.ndarray, list[np.ndarray]]:
-        """Scores over all chunk ids for ``query`` = [(term id, df)] in query order."""
+    def _accumulate(self, term_ids: Sequence[int], weigh: Any, contributions: bool
+                    ) -> tuple[np.ndarray, list[np.ndarray]]:
+        """Sum ``weigh(i, chunk ids, tfs)`` over the query's terms, in query order,
+        into a dense score array; optionally keep each term's contributions.
+
+        Deleted chunks still listed in old segments get a (meaningless) score
+        here; every caller masks results with ``allowed()``, which excludes them."""
         scores = np.zeros(len(self.lengths), np.float64)
         per_term: list[np.ndarray] = []
-        if self.n_chunks == 0:
-            return scores, per_term
-        avgdl = self.total_length / self.n_chunks
-        posting = self.term_postings([t for t, _ in query])
-        # Deleted chunks still listed in old segments get a (meaningless) score
-        # here; every caller masks results with ``allowed()``, which excludes them.
-        for t, df in query:
+        posting = self.term_postings(term_ids)
+        for i, t in enumerate(term_ids):
             p = posting.get(t)
             if p is None:
                 if contributions:
                     per_term.append(np.zeros(0))
                 continue
             ids, tfs = p
-            idf = scoring.bm25_idf(self.n_chunks, df)
-            w = scoring.bm25_term_scores(tfs, self.lengths[ids], idf, avgdl, k1, b)
+            w = weigh(i, ids, tfs)
             scores[ids] += w
             if contributions:
                 c = np.zeros(len(self.lengths))
@@ -460,31 +458,33 @@ class Index:
                 per_term.append(c)
         return scores, per_term
 
+    def bm25(self, query: Sequence[tuple[int, int]], k1: float, b: float,
+             contributions: bool = False) -> tuple[np.ndarray, list[np.ndarray]]:
+        """BM25 scores over all chunk ids for ``query`` = [(term id, df)] in query order."""
+        if self.n_chunks == 0:
+            return np.zeros(len(self.lengths), np.float64), []
+        avgdl = self.total_length / self.n_chunks
+        idfs = [scoring.bm25_idf(self.n_chunks, df) for _, df in query]
+        lengths = self.lengths
+        return self._accumulate(
+            [t for t, _ in query],
+            lambda i, ids, tfs: scoring.bm25_term_scores(tfs, lengths[ids], idfs[i], avgdl, k1, b),
+            contributions)
+
     def tfidf(self, query: Sequence[tuple[int, int, int]], contributions: bool = False
               ) -> tuple[np.ndarray, list[np.ndarray]]:
         """Cosine similarity of TF-IDF vectors; ``query`` = [(term id, df, query tf)]."""
-        scores = np.zeros(len(self.lengths), np.float64)
-        per_term: list[np.ndarray] = []
         if self.n_chunks == 0 or not query:
-            return scores, per_term
+            return np.zeros(len(self.lengths), np.float64), []
         n = self.n_chunks
-        qw = [float(scoring.tfidf_tf(np.array([qtf]))[0] * scoring.tfidf_idf(n, df)) for _, df, qtf in query]
+        idfs = [scoring.tfidf_idf(n, df) for _, df, _ in query]
+        qw = [float(scoring.tfidf_tf(np.array([qtf]))[0] * idf) for (_, _, qtf), idf in zip(query, idfs)]
         qnorm = float(np.sqrt(np.sum(np.square(qw))))
         norms = self.norms()
-        posting = self.term_postings([t for t, _, _ in query])
-        for (t, df, _), w_q in zip(query, qw):
-            p = posting.get(t)
-            if p is None:
-                if contributions:
-                    per_term.append(np.zeros(0))
-                continue
-            ids, tfs = p
-            w = w_q * scoring.tfidf_tf(tfs) * scoring.tfidf_idf(n, df)
-            scores[ids] += w
-            if contributions:
-                c = np.zeros(len(self.lengths))
-                c[ids] = w
-                per_term.append(c)
+        scores, per_term = self._accumulate(
+            [t for t, _, _ in query],
+            lambda i, ids, tfs: qw[i] * scoring.tfidf_tf(tfs) * idfs[i],
+            contributions)
         denom = norms * qnorm
         nz = denom > 0
         scores[nz] /= denom[nz]
