@@ -309,7 +309,7 @@ def _check_model_args(name: str, dimensions: int, dtype: str) -> None:
 def _mismatch(current: Mapping[str, Any], name: str, dimensions: int) -> str:
     return (f"the database's vectors were made by {current['model']!r} ({current['dimensions']} dimensions); "
             f"the embedder is {name!r} ({dimensions} dimensions). Use the recorded model, or re-embed "
-            f"everything with the new one: ragdb embed --rebuild")
+            f"everything with the new one: ragdb embed --model {name} --rebuild")
 
 
 # ---------------------------------------------------------------------------
