@@ -1001,6 +1001,10 @@ def section_scale(ctx: Context) -> str:
             f"| {fmt(row.get('add_ms'), '.2f') if inc else 'rebuild required'} "
             f"| {fmt(row.get('delete_ms'), '.2f') if inc else 'rebuild required'} |"
         )
+    failed = [(name, row["error"]) for name, row in rows.items() if row.get("error") and row.get("build_s") is not None]
+    failed += [(name, row["error"]) for name, row in rows_small.items() if row.get("error")]
+    if failed:
+        lines += [""] + [f"- {SYSTEMS[name].label}: error: `{cell(err, 300)}`" for name, err in failed]
     lines += ["", f"Add / delete one document (median of {UPDATE_OPS}, each its own commit) "
               f"at {small_n:,} and {n:,} documents:", "",
               f"| system | add ms @{small_n // 1000}k | add ms @{n // 1000}k | growth | delete ms @{small_n // 1000}k "
