@@ -64,7 +64,7 @@ CREATE INDEX documents_source ON documents (source, latest);
 CREATE INDEX documents_ts ON documents (ts);
 
 -- One row per chunk. ``terms``/``tfs`` are the chunk's forward index:
--- little-endian uint32 term ids sorted by term text, and uint16 term
+-- little-endian uint32 term ids in the analyzer's order, and uint16 term
 -- frequencies aligned with them. ``length`` is the number of terms.
 CREATE TABLE chunks (
     id        INTEGER PRIMARY KEY,

@@ -163,43 +163,37 @@ class Analyzer:
         return words
 
     def term_counts(self, text: str) -> dict[str, int]:
-        """Term frequencies of ``text`` (the same terms as :meth:`terms`, counted).
-
-        Faster than counting :meth:`terms`: words are counted first, so
-        stopword filtering and stemming run once per distinct word."""
+        """Term frequencies of ``text``: the same terms as :meth:`terms`, counted
+        (in order of first appearance, words before CJK terms)."""
         text = unicodedata.normalize("NFKC", text).casefold()
+        cjk: list[str] = []
         if _CJK_CHAR.search(text) is None:
-            raw = Counter(_WORD_RE.findall(text))
-            cjk: Counter[str] = Counter()
+            words = _WORD_RE.findall(text)
         else:
-            words: list[str] = []
-            cjk_terms: list[str] = []
+            words = []
             for run in _TERM_RE.findall(text):
                 if _CJK_CHAR.match(run):
-                    cjk_terms.extend(self._cjk_terms(run))
+                    cjk.extend(self._cjk_terms(run))
                 else:
                     words.extend(_WORD_RE.findall(run))
-            raw = Counter(words)
-            cjk = Counter(cjk_terms)
         stop = self._stop
-        for w in stop.intersection(raw):
-            del raw[w]
-        if self._stemmer is None:
-            out = dict(raw)
-        else:
+        if stop:
+            words = [w for w in words if w not in stop]
+        if self._stemmer is not None and words:
             cache = self._stem_cache
-            missing = [w for w in raw if w not in cache]
-            if missing:
+            try:
+                words = list(map(cache.__getitem__, words))
+            except KeyError:
+                missing = [w for w in set(words) if w not in cache]
                 if len(cache) > 500_000:
                     cache.clear()
+                    missing = list(set(words))
                 cache.update(zip(missing, self._stemmer.stemWords(missing)))
-            out = {}
-            for w, c in raw.items():
-                t = cache[w]
-                out[t] = out.get(t, 0) + c
-        for t, c in cjk.items():
-            out[t] = out.get(t, 0) + c
-        return out
+                words = list(map(cache.__getitem__, words))
+        counts = Counter(words)
+        if cjk:
+            counts.update(cjk)
+        return dict(counts)
 
     def _cjk_terms(self, run: str) -> list[str]:
         if self._jieba is not None:

@@ -142,8 +142,9 @@ class Database:
             vectors.ensure_model(self, self.embedder)  # a different model is refused before writing
         out: list[Document] = []
         batch: list[_Prepared] = []
+        now = _timestamp(None, "now")
         for n, record in enumerate(records):
-            batch.append(self._prepare(record, ch, n))
+            batch.append(self._prepare(record, ch, n, now))
             if len(batch) >= batch_size:
                 out.extend(self._write(batch))
                 batch = []
@@ -211,7 +212,8 @@ class Database:
                 self._commit_changes(changes)
         return deleted
 
-    def _prepare(self, record: Mapping[str, Any] | LoadedDocument, chunker: Chunker, n: int) -> _Prepared:
+    def _prepare(self, record: Mapping[str, Any] | LoadedDocument, chunker: Chunker, n: int,
+                 now: tuple[str, float]) -> _Prepared:
         if isinstance(record, LoadedDocument):
             meta = dict(record.metadata)
             record = {"text": record.text, "source": record.source, "title": record.title,
@@ -245,7 +247,10 @@ class Database:
                 version = str(version)
             if not isinstance(version, str):
                 raise InvalidInput(f"{label}: version must be a string, got {version!r}")
-        timestamp, ts = _timestamp(record.get("timestamp"), label)
+        if record.get("timestamp") is None:
+            timestamp, ts = now  # one "now" for the whole call
+        else:
+            timestamp, ts = _timestamp(record.get("timestamp"), label)
         metadata = record.get("metadata") or {}
         if not isinstance(metadata, Mapping):
             raise InvalidInput(f"{label}: metadata must be a mapping, got {type(metadata).__name__}")
@@ -324,7 +329,10 @@ class Database:
         ids = index.term_cache
         all_terms = {t for _, p in docs for *_, counts in p.chunks for t in counts}
         missing = [t for t in all_terms if t not in ids]
-        if missing:
+        if len(missing) > 2000:
+            # bulk loads: one scan of the vocabulary beats thousands of lookups
+            ids.update(store.all_term_ids())
+        elif missing:
             for term, (tid, _df) in store.term_ids(missing).items():
                 ids[term] = tid
         new_terms = sorted(t for t in missing if t not in ids)
@@ -340,9 +348,11 @@ class Database:
                              p.metadata_json, dumps(list(p.acl)), p.chunker, now))
             whole = len(p.text)
             for ordinal, (start, end, cmeta, counts) in enumerate(p.chunks):
-                items = sorted(counts.items())
-                term_ids = [ids[t] for t, _ in items]
-                tfs = [c for _, c in items]
+                # The forward index keeps the analyzer's term order, which is the
+                # same for the same chunk text in any database, so the TF-IDF norm
+                # sums come out bit-identical however the database was built.
+                term_ids = list(map(ids.__getitem__, counts))
+                tfs = list(counts.values())
                 terms_blob = array("I", term_ids).tobytes()
                 tfs_blob = array("H", tfs if max(tfs, default=0) <= 65535 else [min(c, 65535) for c in tfs]).tobytes()
                 length = sum(tfs)

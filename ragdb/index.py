@@ -2,7 +2,7 @@
 
 Layout (see ``migrations/0001_initial.sql``):
 
-* every chunk row carries its forward index (term ids sorted by term text,
+* every chunk row carries its forward index (term ids in analyzer order,
   term frequencies);
 * ``postings`` holds, per term, segments of sorted chunk ids and tfs;
 * chunks newer than ``stats.flushed_upto`` are not in ``postings`` yet:
@@ -289,7 +289,7 @@ class Index:
             counts = {}
             merge = set(store.segment_counts_all()) | set(term_list)
         else:
-            counts = store.segment_counts(term_list)
+            counts = store.segment_counts(term_list) if store.has_postings() else {}
             merge = {t for t, (n, _) in counts.items() if n + 1 > MAX_SEGMENTS}
         rows: list[tuple[int, int, int, bytes, bytes]] = []
         ids32 = tail.chunk_ids.astype("<u4")

@@ -58,7 +58,7 @@ def cosine_norms(rows: np.ndarray, weights: np.ndarray, size: int) -> np.ndarray
     """Euclidean norm of each row's weight vector: ``sqrt(sum_t w_t^2)``.
 
     ``rows`` gives the row of each weight; rows' entries must come in a fixed
-    order (ragdb keeps a chunk's terms sorted by term text) so the floating
+    order (ragdb keeps a chunk's terms in the analyzer's order) so the floating
     point sum is the same in every database holding that chunk.
     """
     return np.sqrt(np.bincount(rows, weights=weights * weights, minlength=size))

@@ -468,6 +468,12 @@ class Store:
                 out[term] = (tid, df)
         return out
 
+    def all_term_ids(self) -> Iterator[tuple[str, int]]:
+        yield from self.conn.execute("SELECT term, id FROM vocabulary")
+
+    def has_postings(self) -> bool:
+        return self.conn.execute("SELECT 1 FROM postings LIMIT 1").fetchone() is not None
+
     def next_term_id(self) -> int:
         return int(self.conn.execute("SELECT coalesce(max(id), 0) FROM vocabulary").fetchone()[0]) + 1
 
