@@ -329,12 +329,15 @@ class Database:
         ids = index.term_cache
         all_terms = {t for _, p in docs for *_, counts in p.chunks for t in counts}
         missing = [t for t in all_terms if t not in ids]
-        if len(missing) > 2000:
-            # bulk loads: one scan of the vocabulary beats thousands of lookups
-            ids.update(store.all_term_ids())
-        elif missing:
-            for term, (tid, _df) in store.term_ids(missing).items():
-                ids[term] = tid
+        if missing and not index.term_cache_complete:
+            if len(missing) > 2000:
+                # bulk loads: one scan of the vocabulary beats thousands of lookups,
+                # and afterwards every miss is a new term (see Index.term_cache_complete)
+                ids.update(store.all_term_ids())
+                index.term_cache_complete = True
+            else:
+                for term, (tid, _df) in store.term_ids(missing).items():
+                    ids[term] = tid
         new_terms = sorted(t for t in missing if t not in ids)
         if new_terms:
             first = store.next_term_id()
@@ -644,6 +647,7 @@ class Database:
             if store.delete_unused_terms():
                 store.bump_vocab_epoch()
                 index.term_cache.clear()
+                index.term_cache_complete = False
             index.note_write(store.bump_stats(), index.n_chunks, index.total_length)
         if vacuum:
             store.vacuum_analyze()

@@ -115,6 +115,10 @@ class Index:
         # term -> id of terms known to exist; ids change only when optimize
         # removes unused terms, which bumps stats.vocab_epoch.
         self.term_cache: dict[str, int] = {}
+        # True while term_cache holds the whole vocabulary: set after a full
+        # scan, kept while only this connection writes (new terms are added
+        # to it), cleared when another connection's write is seen.
+        self.term_cache_complete = False
         self.vocab_epoch = -1
 
     # -- keeping in step -----------------------------------------------------
@@ -127,6 +131,8 @@ class Index:
         stats = self.store.stats_row()
         if stats["generation"] == self.generation:
             return
+        # another connection wrote: it may have added terms this cache lacks
+        self.term_cache_complete = False
         if stats["vocab_epoch"] != self.vocab_epoch:
             self.term_cache.clear()
             self.vocab_epoch = stats["vocab_epoch"]
