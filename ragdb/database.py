@@ -458,7 +458,7 @@ class Database:
                min_score: float | None = None, explain: bool = False,
                k1: float | None = None, b: float | None = None,
                fusion: str = "weighted", alpha: float = 0.3, rrf_k: int = 60,
-               embedder: Any = None) -> list[Hit]:
+               embedder: Any = None, reranker: Any = None, rerank_top: int = 50) -> list[Hit]:
         """The ``k`` best chunks for ``query``, best first.
 
         ``scorer``: ``"bm25"`` (default), ``"tfidf"`` (cosine of TF-IDF
@@ -467,7 +467,12 @@ class Database:
         ``fusion="weighted"`` with vector weight ``alpha``, or by Reciprocal
         Rank Fusion, ``fusion="rrf"`` with ``rrf_k``; see :mod:`ragdb.vectors`).
         Vector scorers need embeddings: ``ragdb.open(..., embedder=...)`` or
-        ``ragdb embed``; ``embedder`` here overrides the database's. Equal scores are ordered by source, then position, so the
+        ``ragdb embed``; ``embedder`` here overrides the database's.
+
+        ``reranker`` (a :class:`ragdb.rerank.Reranker`, e.g. an HTTP
+        ``/rerank`` client or a cross-encoder) re-orders the first
+        ``max(k, rerank_top)`` hits (after filters) and returns its top ``k``,
+        with the reranker's scores. Equal scores are ordered by source, then position, so the
         order does not depend on insertion history. ``min_score`` drops weaker
         hits (a refusal threshold); ``explain=True`` fills ``Hit.explain`` with
         each query term's contribution. A query without index terms returns ``[]``.
@@ -485,6 +490,18 @@ class Database:
         average length), also for ``as_of`` and ``versions="all"``; they can
         reflect term frequencies of chunks the caller cannot see, never their text.
         """
+        if reranker is not None:
+            if not callable(getattr(reranker, "rerank", None)):
+                raise InvalidInput("reranker must have a rerank(query, hits, top_n) method")
+            if not isinstance(rerank_top, int) or isinstance(rerank_top, bool) or rerank_top < 1:
+                raise InvalidInput(f"rerank_top must be a positive integer, got {rerank_top!r}")
+            if not isinstance(k, int) or isinstance(k, bool) or not 1 <= k <= MAX_K:
+                raise InvalidInput(f"k must be an integer between 1 and {MAX_K}, got {k!r}")
+            first = self.search(query, max(k, rerank_top), scorer=scorer, filter=filter, since=since,
+                                until=until, as_of=as_of, principals=principals, versions=versions,
+                                min_score=min_score, explain=explain, k1=k1, b=b, fusion=fusion, alpha=alpha,
+                                rrf_k=rrf_k, embedder=embedder)
+            return list(reranker.rerank(query, first, top_n=k))[:k]
         if scorer in ("vector", "hybrid"):
             from . import vectors
 

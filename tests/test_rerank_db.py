@@ -1,0 +1,32 @@
+"""Database.search(reranker=...) against a real loopback /rerank server."""
+
+from __future__ import annotations
+
+import orjson
+from werkzeug import Request, Response
+
+import ragdb
+from ragdb.rerank import HTTPReranker
+
+
+def test_search_reranks_first_stage_hits(httpserver):
+    def handler(request: Request) -> Response:
+        body = orjson.loads(request.data)
+        # a "cross-encoder" that prefers texts mentioning penguins
+        scores = [{"index": i, "score": (2.0 if "penguin" in t else 0.1) + i * 0.001}
+                  for i, t in enumerate(body["texts"])]
+        return Response(orjson.dumps(scores), content_type="application/json")
+
+    httpserver.expect_request("/rerank", method="POST").respond_with_handler(handler)
+    with ragdb.open(":memory:") as db:
+        db.add("birds birds birds birds fly south", source="a")
+        db.add("birds that swim: the penguin", source="b", metadata={"team": "x"})
+        db.add("birds of prey", source="c", metadata={"team": "x"})
+        plain = db.search("birds", k=3)
+        assert plain[0].source == "a"
+        reranked = db.search("birds", k=2, reranker=HTTPReranker(base_url=httpserver.url_for("")))
+        assert [h.source for h in reranked][0] == "b" and len(reranked) == 2
+        assert reranked[0].score > 1.0
+        # filters apply to the first stage: the reranker never sees filtered-out chunks
+        only_x = db.search("birds", k=5, filter={"team": "x"}, reranker=HTTPReranker(base_url=httpserver.url_for("")))
+        assert {h.source for h in only_x} == {"b", "c"}
