@@ -743,11 +743,18 @@ def list_cmd(database: str | None, source: str | None, all_versions: bool, limit
 @click.option("--min-score", type=float, default=None, help="Drop hits scoring below this.")
 @filter_options
 @click.option("--explain", is_flag=True, help="Show each query term's contribution to a hit's score.")
+@click.option("--rerank-url", default=None, metavar="URL",
+              help="Re-rank the first --rerank-top hits with a /rerank endpoint (text-embeddings-inference, "
+                   "or Cohere/Jina-style with --rerank-model); key from RAGDB_RERANK_API_KEY.")
+@click.option("--rerank-model", default=None, metavar="NAME", help="Model name for Cohere/Jina-style /rerank.")
+@click.option("--rerank-top", type=click.IntRange(min=1), default=50, show_default=True,
+              help="How many first-stage hits the re-ranker sees.")
 @json_option
 def search(database: str | None, query: str, k: int, scorer: str, fusion: str | None, alpha: float | None,
            rrf_k: int | None, embed_model: str | None, min_score: float | None,
            filters: tuple[str, ...], since: str | None, until: str | None, principals: tuple[str, ...],
-           as_of: str | None, all_versions: bool, explain: bool, as_json: bool) -> None:
+           as_of: str | None, all_versions: bool, explain: bool, rerank_url: str | None,
+           rerank_model: str | None, rerank_top: int, as_json: bool) -> None:
     """Search the knowledge base; the best chunks first.
 
     --scorer vector ranks by cosine of embeddings and hybrid fuses BM25 with
@@ -761,6 +768,11 @@ def search(database: str | None, query: str, k: int, scorer: str, fusion: str | 
     if explain:
         kw["explain"] = True
     kw.update(_scorer_kwargs(scorer, fusion, alpha, rrf_k, embed_model))
+    if rerank_url is not None or rerank_model is not None:
+        from .rerank import HTTPReranker
+
+        kw["reranker"] = HTTPReranker(base_url=rerank_url, model=rerank_model)
+        kw["rerank_top"] = rerank_top
     with _open(database) as db:
         if "embedder" in kw:
             _check_model(db, kw["embedder"], embed_model or "")

@@ -30,3 +30,21 @@ def test_search_reranks_first_stage_hits(httpserver):
         # filters apply to the first stage: the reranker never sees filtered-out chunks
         only_x = db.search("birds", k=5, filter={"team": "x"}, reranker=HTTPReranker(base_url=httpserver.url_for("")))
         assert {h.source for h in only_x} == {"b", "c"}
+
+
+def test_cli_search_rerank_url(httpserver, tmp_path):
+    from click.testing import CliRunner
+
+    from ragdb.cli import cli
+
+    httpserver.expect_request("/rerank", method="POST").respond_with_json(
+        [{"index": 0, "score": 0.1}, {"index": 1, "score": 0.9}])
+    db = str(tmp_path / "kb.db")
+    with ragdb.open(db) as d:
+        d.add("birds birds birds fly", source="a")
+        d.add("birds swim", source="b")
+    result = CliRunner().invoke(cli, ["-d", db, "search", "birds", "-k", "2", "--rerank-url",
+                                      httpserver.url_for(""), "--json"])
+    assert result.exit_code == 0, result.output
+    rows = orjson.loads(result.output)
+    assert [r["source"] for r in rows] == ["b", "a"]
