@@ -1268,8 +1268,8 @@ def section_filters(ctx: Context) -> str:
         "",
     ]
     if "error" in b or "error" in q:
-        _na_bars(ctx, bar_names, "not measured")
         err = b.get("error") or q.get("error")
+        _na_bars(ctx, bar_names, f"not measured: error `{cell(err, 120)}` (see the section)")
         return "\n".join(lines + [f"error: `{cell(err, 300)}`", ""])
     cfgs = {c["label"]: c for c in q["configs"]}
     base_row = cfgs["unfiltered"]
@@ -1450,7 +1450,7 @@ def section_sync(ctx: Context) -> str:
         "",
     ]
     if "error" in r:
-        _na_bars(ctx, bar_names, "not measured")
+        _na_bars(ctx, bar_names, f"not measured: error `{cell(r['error'], 120)}` (see the section)")
         return "\n".join(lines + [f"error: `{cell(r['error'], 300)}`", ""])
     steps = {s["label"]: s for s in r["steps"]}
     initial = steps["initial sync into an empty database"]
@@ -1712,7 +1712,9 @@ def section_hybrid(ctx: Context) -> str:
             bar(ctx, name, None if x is None else x <= 3.0,
                 f"{_xfmt(x)} ({fmt(hy[f'p50_{k}'], '.2f')} vs {fmt(bm[f'p50_{k}'], '.2f')} ms)")
     else:
-        _na_bars(ctx, VECTOR_BARS, "not measured")
+        err = results.get("scifact", {}).get("error")
+        _na_bars(ctx, VECTOR_BARS, f"not measured: error `{cell(err, 120)}` (see the section)" if err
+                 else "not measured")
     return "\n".join(lines)
 
 
@@ -1820,11 +1822,11 @@ def section_tfidf(ctx: Context) -> str:
         "",
         "| database | add ms | TF-IDF first query after a write ms | warm TF-IDF ms | first / warm "
         "| BM25 first query after a write ms | warm BM25 ms | first / warm | norm recomputation alone ms "
-        "| µs per chunk |", "|" + "---|" * 10,
+        "| µs per chunk | worker peak RSS MiB |", "|" + "---|" * 11,
     ]
     for label, r in measured:
         if "error" in r:
-            lines.append(f"| {label} | error: {cell(r['error'])} |" + " |" * 8)
+            lines.append(f"| {label} | error: {cell(r['error'])} |" + " |" * 9)
             continue
         per = ratio(r.get("norms"), r.get("chunks"))
         lines.append(
@@ -1832,14 +1834,15 @@ def section_tfidf(ctx: Context) -> str:
             f"| {fmt(r.get('tfidf_warm'), '.2f')} | {_xfmt(ratio(r.get('tfidf_first'), r.get('tfidf_warm')), '.0f')} "
             f"| {fmt(r.get('bm25_first'), '.2f')} | {fmt(r.get('bm25_warm'), '.2f')} "
             f"| {_xfmt(ratio(r.get('bm25_first'), r.get('bm25_warm')), '.1f')} | {fmt(r.get('norms'), '.1f')} "
-            f"| {fmt(per * 1000 if per is not None else None, '.2f')} |")
+            f"| {fmt(per * 1000 if per is not None else None, '.2f')} | {fmt(r.get('peak_rss_mb'), '.0f')} |")
     (_, small), (_, large) = measured
     g = ratio(large.get("norms"), small.get("norms"))
     if g is not None:
         lines += ["", f"- The recomputation grows {g:.1f}× from {small.get('chunks', 0):,} to "
                   f"{large.get('chunks', 0):,} chunks ({ratio(large.get('chunks'), small.get('chunks')) or 0:.1f}× "
                   "the chunks). A workload that interleaves writes and TF-IDF queries pays it on every query "
-                  "that follows a write; BM25 (the default scorer) does not."]
+                  "that follows a write; BM25 (the default scorer) does not. The worker's peak RSS includes "
+                  "the recomputation's temporaries (every forward index decoded at once)."]
     errs = [f"- {label}: `{cell(r['norms_error'], 300)}`" for label, r in measured if r.get("norms_error")]
     return "\n".join(lines + errs + [""])
 
