@@ -414,7 +414,8 @@ class Index:
         Decoded postings are cached until the generation changes (segments and
         the tail change only with writes), up to ``POSTINGS_CACHE_ENTRIES``."""
         cache = self._postings_cache
-        missing = [t for t in term_ids if t not in cache]
+        found = {t: cache[t] for t in term_ids if t in cache}
+        missing = [t for t in term_ids if t not in found]
         if missing:
             tail = self.tail
             parts: dict[int, list[tuple[np.ndarray, np.ndarray]]] = {t: [] for t in missing}
@@ -433,11 +434,12 @@ class Index:
                     entry = (np.concatenate([p[0] for p in parts[t]]), np.concatenate([p[1] for p in parts[t]]))
                 size = 0 if entry is None else len(entry[0])
                 if self._postings_cached + size > POSTINGS_CACHE_ENTRIES:
-                    cache.clear()
+                    cache.clear()  # entries this query already looked up are kept in ``found``
                     self._postings_cached = 0
                 cache[t] = entry
+                found[t] = entry
                 self._postings_cached += size
-        return {t: cache[t] for t in term_ids if cache[t] is not None}
+        return {t: e for t in term_ids if (e := found[t] if t in found else cache[t]) is not None}
 
     def _accumulate(self, term_ids: Sequence[int], weigh: Any, contributions: bool
                     ) -> tuple[np.ndarray, list[np.ndarray]]:
@@ -509,27 +511,38 @@ class Index:
         """
         if self._norms is not None and self._norms_generation == self.generation:
             return self._norms
-        rows, terms, tfs = [], [], []
-        for cid, t, f in self.store.forward_all():
-            tt = unpack_ids(t)
-            rows.append(np.full(len(tt), cid, np.int64))
-            terms.append(tt)
-            tfs.append(unpack_tfs(f))
         size = len(self.lengths)
-        if not rows:
-            self._norms = np.zeros(size)
-        else:
-            term_arr = np.concatenate(terms).astype(np.int64)
-            df_pairs = np.array(self.store.all_dfs(), dtype=np.int64).reshape(-1, 2)
-            df = np.zeros(int(max(df_pairs[:, 0].max(initial=0), term_arr.max(initial=0))) + 1, np.int64)
-            df[df_pairs[:, 0]] = df_pairs[:, 1]
-            for t, c in self.df_corrections().items():
-                df[t] += c
-            idf = scoring.tfidf_idf(self.n_chunks, df)
-            w = scoring.tfidf_tf(np.concatenate(tfs)) * idf[term_arr]
-            self._norms = scoring.cosine_norms(np.concatenate(rows), w, size)
+        norms = np.zeros(size)
+        df_pairs = np.array(self.store.all_dfs(), dtype=np.int64).reshape(-1, 2)
+        df = np.zeros(int(df_pairs[:, 0].max(initial=0)) + 1, np.int64)
+        df[df_pairs[:, 0]] = df_pairs[:, 1]
+        for t, c in self.df_corrections().items():
+            df[t] += c
+        idf = scoring.tfidf_idf(self.n_chunks, df)
+        # In blocks of chunks, to keep memory flat on large databases; a
+        # chunk's terms are summed in their stored order either way.
+        block: list[tuple[int, bytes, bytes]] = []
+        for row in self.store.forward_all():
+            block.append(row)
+            if len(block) >= 8192:
+                _norm_block(block, idf, norms)
+                block = []
+        if block:
+            _norm_block(block, idf, norms)
+        self._norms = norms
         self._norms_generation = self.generation
         return self._norms
+
+
+def _norm_block(block: Sequence[tuple[int, bytes, bytes]], idf: np.ndarray, out: np.ndarray) -> None:
+    """TF-IDF norms of a block of (chunk id, terms, tfs) forward indexes, written into ``out``."""
+    ids = np.array([cid for cid, _, _ in block], dtype=np.int64)
+    terms = [unpack_ids(t) for _, t, _ in block]
+    lens = np.array([len(t) for t in terms], dtype=np.int64)
+    term_arr = np.concatenate(terms).astype(np.int64)
+    tfs = np.concatenate([unpack_tfs(f) for _, _, f in block])
+    w = scoring.tfidf_tf(tfs) * idf[term_arr]
+    out[ids] = scoring.cosine_norms(np.repeat(np.arange(len(block)), lens), w, len(block))
 
 
 def _capacity(size: int) -> int:

@@ -196,7 +196,12 @@ class Store:
     def migrate(self, stop_after: str | None = None) -> list[str]:
         """Apply pending migrations in one write transaction; returns their names."""
         migrations = build_migrations(stop_after)
-        with self.write():
+        # Look first without the write lock: opening an up-to-date database
+        # must not wait for (or block) a writer in another process.
+        with self.read():
+            if not migrations.pending(self.db):
+                return []
+        with self.write():  # look again under the lock: another process may have migrated
             pending = [m.name for m in migrations.pending(self.db)]
             if pending:
                 migrations.apply(self.db)
@@ -426,8 +431,8 @@ class Store:
     def forward_since(self, after_id: int) -> list[tuple[int, bytes, bytes]]:
         return self.conn.execute("SELECT id, terms, tfs FROM chunks WHERE id > ? ORDER BY id", [after_id]).fetchall()
 
-    def forward_all(self) -> list[tuple[int, bytes, bytes]]:
-        return self.conn.execute("SELECT id, terms, tfs FROM chunks ORDER BY id").fetchall()
+    def forward_all(self) -> Iterator[tuple[int, bytes, bytes]]:
+        yield from self.conn.execute("SELECT id, terms, tfs FROM chunks ORDER BY id")
 
     def max_chunk_id(self) -> int:
         return int(self.conn.execute("SELECT coalesce(max(id), 0) FROM chunks").fetchone()[0])
