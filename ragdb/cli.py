@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import contextlib
 import errno
+import dataclasses
 import inspect
 import os
 import sys
@@ -119,8 +120,25 @@ def _open(database: str | None, *, create: bool = False, **kwargs: Any) -> ragdb
 
 
 def _emit_json(obj: Any) -> None:
-    click.echo(orjson.dumps(obj, option=orjson.OPT_INDENT_2 | orjson.OPT_NON_STR_KEYS,
-                            default=_json_default).decode())
+    try:
+        data = orjson.dumps(obj, option=orjson.OPT_INDENT_2 | orjson.OPT_NON_STR_KEYS, default=_json_default)
+    except TypeError:
+        # a path that is not valid UTF-8 (a lone surrogate from os.fsdecode): show it escaped
+        data = orjson.dumps(_printable(obj), option=orjson.OPT_INDENT_2 | orjson.OPT_NON_STR_KEYS,
+                            default=_json_default)
+    click.echo(data.decode())
+
+
+def _printable(obj: Any) -> Any:
+    if isinstance(obj, str):
+        return obj.encode("utf-8", "backslashreplace").decode("utf-8")
+    if isinstance(obj, Mapping):
+        return {_printable(k): _printable(v) for k, v in obj.items()}
+    if isinstance(obj, (list, tuple, set, frozenset)):
+        return [_printable(v) for v in obj]
+    if dataclasses.is_dataclass(obj) and not isinstance(obj, type):
+        return _printable(dataclasses.asdict(obj))
+    return obj
 
 
 def _json_default(obj: Any) -> Any:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import hashlib
+import math
 import sys
 from array import array
 from collections import Counter
@@ -135,6 +136,9 @@ class Database:
         """
         if not isinstance(batch_size, int) or batch_size < 1:
             raise InvalidInput(f"batch_size must be a positive integer, got {batch_size!r}")
+        if isinstance(records, (str, bytes, Mapping)) or not hasattr(records, "__iter__"):
+            raise InvalidInput(f"records must be an iterable of mappings or LoadedDocument, "
+                               f"got {type(records).__name__}")
         ch = get_chunker(chunker if chunker is not None else self._settings.get("chunker"))
         if self.embedder is not None:
             from . import vectors
@@ -184,10 +188,12 @@ class Database:
         kept older version (if any) the latest again."""
         if (doc_id is None) == (source is None):
             raise InvalidInput("delete: give exactly one of doc_id or source")
-        if doc_id is not None and (not isinstance(doc_id, int) or isinstance(doc_id, bool)):
-            raise InvalidInput(f"delete: doc_id must be an integer, got {doc_id!r}")
-        if source is not None and not isinstance(source, str):
-            raise InvalidInput(f"delete: source must be a string, got {source!r}")
+        if doc_id is not None:
+            _check_id(doc_id, "delete: doc_id")
+        if source is not None:
+            if not isinstance(source, str):
+                raise InvalidInput(f"delete: source must be a string, got {source!r}")
+            _check_text(source, "delete: source")
         store, index = self._store, self._index
         with self._writing():
             index.sync()
@@ -241,12 +247,14 @@ class Database:
             source = f"sha256:{content_hash[:16]}"
         if not isinstance(source, str) or not source:
             raise InvalidInput(f"record {n}: source must be a non-empty string, got {source!r}")
+        _check_text(source, f"record {n}: source")
         version = record.get("version")
         if version is not None:
             if isinstance(version, (int, float)) and not isinstance(version, bool):
                 version = str(version)
             if not isinstance(version, str):
                 raise InvalidInput(f"{label}: version must be a string, got {version!r}")
+            _check_text(version, f"{label}: version")
         if record.get("timestamp") is None:
             timestamp, ts = now  # one "now" for the whole call
         else:
@@ -262,12 +270,16 @@ class Database:
         title = record.get("title")
         if title is not None and not isinstance(title, str):
             raise InvalidInput(f"{label}: title must be a string")
+        if title is not None:
+            _check_text(title, f"{label}: title")
         acl_in = record.get("acl") or ()
         if isinstance(acl_in, str) or not all(isinstance(a, str) and a for a in acl_in):
             raise InvalidInput(f"{label}: acl must be a list of non-empty strings, got {acl_in!r}")
-        acl = tuple(sorted(set(acl_in)))
+        acl = tuple(sorted(set(_check_text(a, f"{label}: acl label") for a in acl_in)))
         rec_chunker = get_chunker(record["chunker"]) if record.get("chunker") else chunker
         spans: Sequence[Span] = record.get("spans") or ()
+        if isinstance(spans, (str, bytes)) or not all(isinstance(sp, Span) for sp in spans):
+            raise InvalidInput(f"{label}: spans must be a sequence of ragdb.types.Span")
         chunks = []
         for start, end in rec_chunker.split(text):
             cmeta: dict[str, Any] = {}
@@ -514,8 +526,14 @@ class Database:
                                          k1=k1, b=b, **restrictions)
         if not isinstance(query, str):
             raise InvalidInput(f"query must be a string, got {type(query).__name__}")
+        # a query never fails on encoding: lone surrogates become U+FFFD
+        query = query.encode("utf-8", "replace").decode("utf-8") if not query.isascii() else query
         if not isinstance(k, int) or isinstance(k, bool) or not 1 <= k <= MAX_K:
             raise InvalidInput(f"k must be an integer between 1 and {MAX_K}, got {k!r}")
+        for name, value in (("k1", k1), ("b", b)):
+            if value is not None and (isinstance(value, bool) or not isinstance(value, (int, float))
+                                      or not math.isfinite(value) or value < 0):
+                raise InvalidInput(f"{name} must be a non-negative number, got {value!r}")
         if scorer not in SCORERS:
             raise InvalidInput(f"scorer {scorer!r} is unknown; choose one of {', '.join(SCORERS + ('vector', 'hybrid'))}")
         if min_score is not None and not isinstance(min_score, (int, float)):
@@ -625,6 +643,7 @@ class Database:
 
     def get(self, doc_id: int, *, with_text: bool = True) -> Document:
         """The stored document with this id."""
+        _check_id(doc_id)
         with self._store.read():
             return self._document(doc_id, with_text)
 
@@ -777,6 +796,23 @@ def _new_hit(*values: Any) -> Hit:
     hit = object.__new__(Hit)
     hit.__dict__.update(zip(_HIT_FIELDS, values))
     return hit
+
+
+def _check_text(value: str, what: str) -> str:
+    """Refuse strings SQLite cannot store (lone surrogates, e.g. from undecodable file names)."""
+    try:
+        value.encode("utf-8")
+    except UnicodeEncodeError as e:
+        raise InvalidInput(f"{what} {value!r} is not valid Unicode (lone surrogate at offset {e.start})") from None
+    return value
+
+
+def _check_id(value: Any, what: str = "doc_id") -> int:
+    if not isinstance(value, int) or isinstance(value, bool):
+        raise InvalidInput(f"{what} must be an integer, got {value!r}")
+    if not 0 < value < 2 ** 63:
+        raise InvalidInput(f"{what} {value} is out of range")
+    return value
 
 
 def _scalar_items(metadata: Mapping[str, Any]) -> Iterable[tuple[str, Any]]:

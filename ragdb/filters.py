@@ -57,7 +57,19 @@ def _values(name: str, value: Any) -> tuple[Scalar, ...]:
     for v in vals:
         if v is None or not isinstance(v, (str, int, float, bool)):
             raise InvalidInput(f"filter {name!r}: values must be strings, numbers or booleans, got {v!r}")
+        if isinstance(v, int) and not isinstance(v, bool) and not -2 ** 63 <= v < 2 ** 63:
+            raise InvalidInput(f"filter {name!r}: {v} is out of the 64-bit integer range")
+        if isinstance(v, str):
+            _check_text(v, f"filter {name!r}: value")
     return tuple(sorted(set(vals), key=repr))
+
+
+def _check_text(value: str, what: str) -> str:
+    try:
+        value.encode("utf-8")
+    except UnicodeEncodeError as e:
+        raise InvalidInput(f"{what} {value!r} is not valid Unicode (lone surrogate at offset {e.start})") from None
+    return value
 
 
 def _is_glob(pattern: str) -> bool:
@@ -77,6 +89,7 @@ def build(filter: Mapping[str, Any] | None = None, *, since: Any = None, until: 
         for key in sorted(filter, key=repr):
             if not isinstance(key, str) or not key:
                 raise InvalidInput(f"filter keys must be non-empty strings, got {key!r}")
+            _check_text(key, "filter key")
             vals = _values(key, filter[key])
             if key == "source":
                 # GLOB without metacharacters is plain (case-sensitive) equality
@@ -100,8 +113,8 @@ def build(filter: Mapping[str, Any] | None = None, *, since: Any = None, until: 
     if principals is not None:
         if isinstance(principals, str):
             raise InvalidInput("principals must be a list of labels, not one string")
-        labels = tuple(sorted(set(principals)))
-        if not all(isinstance(p, str) for p in labels):
+        if not all(isinstance(p, str) for p in principals):
             raise InvalidInput(f"principals must be strings, got {principals!r}")
+        labels = tuple(sorted(set(_check_text(p, "principal") for p in principals)))
         conds.append(Condition("principals", None, labels))
     return Query(tuple(conds), versions, public_unlabeled)

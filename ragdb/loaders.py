@@ -421,6 +421,9 @@ def _split_front_matter(text: str, where: str) -> tuple[dict[str, Any], str]:
         raise LoaderError(f"{where}: invalid YAML front matter: {problem}") from None
     except RecursionError:
         raise LoaderError(f"{where}: invalid YAML front matter: nested too deeply") from None
+    except (ValueError, TypeError, AttributeError, KeyError, OverflowError) as e:
+        # PyYAML's constructors raise these for values such as "date: 2026-13-45" or "!!int abc"
+        raise LoaderError(f"{where}: invalid value in YAML front matter: {e}") from None
     if loaded is None:
         return {}, body
     if not isinstance(loaded, dict):

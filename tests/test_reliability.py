@@ -4,8 +4,8 @@ The scenarios live in ``tests/reliability_worker.py``; ``benchmarks/reliability.
 runs the same ones at the long sizes. When every scenario below ran in one
 session, the module writes its figures to the *CI run* section of RELIABILITY.md.
 
-The strict xfail tests at the end pin library bugs these scenarios found (see
-``reliability_worker.KNOWN_BUGS``); each fails loudly once its bug is fixed.
+The tests at the end are regression tests for the library bugs these
+scenarios found (``reliability_worker.KNOWN_BUGS``), all fixed.
 """
 
 from __future__ import annotations
@@ -196,12 +196,10 @@ def test_failed_flush_keeps_document_frequencies(tmp_path: Path) -> None:
     assert db.check() == []
 
 
-# ----------------------------------------------------------------------------- known library bugs
-# Each pins a bug in reliability_worker.KNOWN_BUGS (strict: it fails once the bug is fixed).
+# ----------------------------------------------------------------------------- library bugs found here
+# Regression tests for the bugs in reliability_worker.KNOWN_BUGS, all fixed.
 
 
-@pytest.mark.xfail(strict=True, reason="B1: a lone surrogate in a source/title/version/acl/delete pattern/filter/"
-                                       "principal raises UnicodeEncodeError/TypeError, not a RagdbError")
 @pytest.mark.parametrize("where", ["source", "title", "version", "acl", "delete", "filter key", "filter value",
                                    "source filter", "principals"])
 def test_bug_b1_lone_surrogates_raise_unicode_errors(where: str) -> None:
@@ -225,7 +223,6 @@ def test_bug_b1_lone_surrogates_raise_unicode_errors(where: str) -> None:
             db.add("text", **{"source": "s", where: bad})
 
 
-@pytest.mark.xfail(strict=True, reason="B1: ragdb add --json of a file whose name is not UTF-8: internal error")
 def test_bug_b1_cli_json_report_of_undecodable_file_name(tmp_path: Path) -> None:
     from click.testing import CliRunner
     from ragdb.cli import cli
@@ -235,7 +232,6 @@ def test_bug_b1_cli_json_report_of_undecodable_file_name(tmp_path: Path) -> None
     assert "internal error" not in res.output     # actually: internal error: TypeError: str is not valid UTF-8
 
 
-@pytest.mark.xfail(strict=True, reason="B2: search(k1=/b=) with a non-number raises a bare ValueError")
 @pytest.mark.parametrize("param", ["k1", "b"])
 def test_bug_b2_search_bm25_parameters_not_numbers(param: str) -> None:
     db = ragdb.open(":memory:")
@@ -244,7 +240,6 @@ def test_bug_b2_search_bm25_parameters_not_numbers(param: str) -> None:
         db.search("alpha", **{param: "x"})
 
 
-@pytest.mark.xfail(strict=True, reason="B3: open() of an up-to-date database waits for the write lock")
 def test_bug_b3_open_waits_for_a_writer(tmp_path: Path) -> None:
     path = str(tmp_path / "b3.db")
     with ragdb.open(path) as db:
@@ -259,7 +254,6 @@ def test_bug_b3_open_waits_for_a_writer(tmp_path: Path) -> None:
         blocker.close()
 
 
-@pytest.mark.xfail(strict=True, reason="B4: ids/filter values beyond 64 bits raise OverflowError")
 @pytest.mark.parametrize("call", ["get", "delete", "filter"])
 def test_bug_b4_integers_beyond_64_bits(call: str) -> None:
     db = ragdb.open(":memory:")
@@ -273,7 +267,6 @@ def test_bug_b4_integers_beyond_64_bits(call: str) -> None:
             db.search("alpha", filter={"n": 2 ** 70})
 
 
-@pytest.mark.xfail(strict=True, reason="B5: spans=/records of the wrong type raise AttributeError/TypeError")
 @pytest.mark.parametrize("call", ["spans", "records"])
 def test_bug_b5_argument_types_not_checked(call: str) -> None:
     db = ragdb.open(":memory:")
@@ -284,7 +277,6 @@ def test_bug_b5_argument_types_not_checked(call: str) -> None:
             db.add_many(None)  # type: ignore[arg-type]
 
 
-@pytest.mark.xfail(strict=True, reason="B6: YAML front matter values that fail PyYAML's constructors escape load_file")
 @pytest.mark.parametrize("front_matter", ["date: 2026-13-45", "n: !!int abc", "t: !!timestamp garbage",
                                           "x: !!bool maybe"])
 def test_bug_b6_front_matter_constructor_errors(tmp_path: Path, front_matter: str) -> None:
@@ -295,7 +287,6 @@ def test_bug_b6_front_matter_constructor_errors(tmp_path: Path, front_matter: st
         loaders.load_file(p)
 
 
-@pytest.mark.xfail(strict=True, reason="B6: one Markdown file with a bad front-matter date fails a whole sync")
 def test_bug_b6_sync_skips_a_file_with_a_bad_front_matter_date(tmp_path: Path) -> None:
     from ragdb import sync
     folder = tmp_path / "docs"
