@@ -108,6 +108,7 @@ class Index:
         self.dead: Counter[int] = Counter()
         self._norms: np.ndarray | None = None
         self._norms_generation = -1
+        self._length_norm: tuple[Any, np.ndarray] | None = None  # BM25 length part per chunk
         self._lookup_cache: dict[str, tuple[int, int] | None] = {}
         self._rows: OrderedDict[int, tuple[Any, ...]] = OrderedDict()
         self._postings_cache: dict[int, tuple[np.ndarray, np.ndarray] | None] = {}
@@ -195,6 +196,7 @@ class Index:
         self._postings_cached = 0
         self._tail = None
         self._norms = None
+        self._length_norm = None
 
     def note_write(self, generation: int, n_chunks: int, total_length: int, log_seq: int | None = None) -> None:
         """This connection wrote (and updated this view itself) up to ``generation``."""
@@ -471,12 +473,15 @@ class Index:
         """BM25 scores over all chunk ids for ``query`` = [(term id, df)] in query order."""
         if self.n_chunks == 0:
             return np.zeros(len(self.lengths), np.float64), []
-        avgdl = self.total_length / self.n_chunks
+        key = (self.generation, k1, b, len(self.lengths))
+        if self._length_norm is None or self._length_norm[0] != key:
+            avgdl = self.total_length / self.n_chunks
+            self._length_norm = (key, scoring.bm25_length_norm(self.lengths, avgdl, k1, b))
+        norm = self._length_norm[1]
         idfs = [scoring.bm25_idf(self.n_chunks, df) for _, df in query]
-        lengths = self.lengths
         return self._accumulate(
             [t for t, _ in query],
-            lambda i, ids, tfs: scoring.bm25_term_scores(tfs, lengths[ids], idfs[i], avgdl, k1, b),
+            lambda i, ids, tfs: scoring.bm25_term_scores(tfs, norm[ids], idfs[i]),
             contributions)
 
     def tfidf(self, query: Sequence[tuple[int, int, int]], contributions: bool = False

@@ -27,16 +27,24 @@ def bm25_idf(n: int, df: int) -> float:
     return math.log(1.0 + (n - df + 0.5) / (df + 0.5))
 
 
-def bm25_term_scores(tf: np.ndarray, doc_len: np.ndarray, idf: float, avgdl: float,
-                     k1: float = BM25_K1, b: float = BM25_B) -> np.ndarray:
-    """Per-document contribution of one term: ``idf * tf / (tf + k1 * (1 - b + b * dl / avgdl))``.
+def bm25_length_norm(doc_len: np.ndarray, avgdl: float, k1: float = BM25_K1, b: float = BM25_B) -> np.ndarray:
+    """The document-length part of BM25's denominator, ``k1 * (1 - b + b * dl / avgdl)``,
+    for every document at once (it depends on the document, not the term).
+    Robertson & Zaragoza, "The Probabilistic Relevance Framework: BM25 and Beyond", 2009.
+    """
+    return k1 * (1.0 - b + b * doc_len / avgdl)
+
+
+def bm25_term_scores(tf: np.ndarray, length_norm: np.ndarray, idf: float) -> np.ndarray:
+    """Per-document contribution of one term: ``idf * tf / (tf + k1 * (1 - b + b * dl / avgdl))``,
+    with the length part from :func:`bm25_length_norm`.
 
     Lucene's BM25 (Lucene >= 8 drops the constant ``(k1 + 1)`` numerator factor,
     which does not change the ranking). Robertson & Zaragoza, "The Probabilistic
     Relevance Framework: BM25 and Beyond", 2009; Kamphuis et al., ECIR 2020.
     """
     tf = tf.astype(np.float64)
-    return idf * tf / (tf + k1 * (1.0 - b + b * doc_len / avgdl))
+    return idf * tf / (tf + length_norm)
 
 
 def tfidf_idf(n: int, df: np.ndarray | int) -> np.ndarray | float:
