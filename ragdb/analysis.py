@@ -136,36 +136,6 @@ class Analyzer:
 
         The order is deterministic (queries sum term scores in this order)."""
         text = unicodedata.normalize("NFKC", text).casefold()
-        if _CJK_CHAR.search(text) is None:
-            words = _WORD_RE.findall(text)
-            cjk: list[str] = []
-        else:
-            words = []
-            cjk = []
-            for run in _TERM_RE.findall(text):
-                if _CJK_CHAR.match(run):
-                    cjk.extend(self._cjk_terms(run))
-                else:
-                    words.extend(_WORD_RE.findall(run))
-        stop = self._stop
-        if stop:
-            words = [w for w in words if w not in stop]
-        if self._stemmer is not None and words:
-            cache = self._stem_cache
-            missing = [w for w in set(words) if w not in cache]
-            if missing:
-                if len(cache) > 500_000:
-                    cache.clear()
-                cache.update(zip(missing, self._stemmer.stemWords(missing)))
-            words = [cache[w] for w in words]
-        if cjk:
-            words.extend(cjk)
-        return words
-
-    def term_counts(self, text: str) -> dict[str, int]:
-        """Term frequencies of ``text``: the same terms as :meth:`terms`, counted
-        (in order of first appearance, words before CJK terms)."""
-        text = unicodedata.normalize("NFKC", text).casefold()
         cjk: list[str] = []
         if _CJK_CHAR.search(text) is None:
             words = _WORD_RE.findall(text)
@@ -190,10 +160,14 @@ class Analyzer:
                     missing = list(set(words))
                 cache.update(zip(missing, self._stemmer.stemWords(missing)))
                 words = list(map(cache.__getitem__, words))
-        counts = Counter(words)
         if cjk:
-            counts.update(cjk)
-        return dict(counts)
+            words.extend(cjk)
+        return words
+
+    def term_counts(self, text: str) -> dict[str, int]:
+        """Term frequencies of ``text`` (the terms of :meth:`terms`, counted, in order of
+        first appearance)."""
+        return dict(Counter(self.terms(text)))
 
     def _cjk_terms(self, run: str) -> list[str]:
         if self._jieba is not None:

@@ -17,6 +17,7 @@ import numpy as np
 import orjson
 
 from . import filters
+from .filters import check_text
 from . import index as idx
 from .analysis import Analyzer
 from .chunking import Chunker, get_chunker
@@ -193,7 +194,7 @@ class Database:
         if source is not None:
             if not isinstance(source, str):
                 raise InvalidInput(f"delete: source must be a string, got {source!r}")
-            _check_text(source, "delete: source")
+            check_text(source, "delete: source")
         store, index = self._store, self._index
         with self._writing():
             index.sync()
@@ -247,14 +248,14 @@ class Database:
             source = f"sha256:{content_hash[:16]}"
         if not isinstance(source, str) or not source:
             raise InvalidInput(f"record {n}: source must be a non-empty string, got {source!r}")
-        _check_text(source, f"record {n}: source")
+        check_text(source, f"record {n}: source")
         version = record.get("version")
         if version is not None:
             if isinstance(version, (int, float)) and not isinstance(version, bool):
                 version = str(version)
             if not isinstance(version, str):
                 raise InvalidInput(f"{label}: version must be a string, got {version!r}")
-            _check_text(version, f"{label}: version")
+            check_text(version, f"{label}: version")
         if record.get("timestamp") is None:
             timestamp, ts = now  # one "now" for the whole call
         else:
@@ -271,11 +272,11 @@ class Database:
         if title is not None and not isinstance(title, str):
             raise InvalidInput(f"{label}: title must be a string")
         if title is not None:
-            _check_text(title, f"{label}: title")
+            check_text(title, f"{label}: title")
         acl_in = record.get("acl") or ()
         if isinstance(acl_in, str) or not all(isinstance(a, str) and a for a in acl_in):
             raise InvalidInput(f"{label}: acl must be a list of non-empty strings, got {acl_in!r}")
-        acl = tuple(sorted(set(_check_text(a, f"{label}: acl label") for a in acl_in)))
+        acl = tuple(sorted(set(check_text(a, f"{label}: acl label") for a in acl_in)))
         rec_chunker = get_chunker(record["chunker"]) if record.get("chunker") else chunker
         spans: Sequence[Span] = record.get("spans") or ()
         if isinstance(spans, (str, bytes)) or not all(isinstance(sp, Span) for sp in spans):
@@ -796,15 +797,6 @@ def _new_hit(*values: Any) -> Hit:
     hit = object.__new__(Hit)
     hit.__dict__.update(zip(_HIT_FIELDS, values))
     return hit
-
-
-def _check_text(value: str, what: str) -> str:
-    """Refuse strings SQLite cannot store (lone surrogates, e.g. from undecodable file names)."""
-    try:
-        value.encode("utf-8")
-    except UnicodeEncodeError as e:
-        raise InvalidInput(f"{what} {value!r} is not valid Unicode (lone surrogate at offset {e.start})") from None
-    return value
 
 
 def _check_id(value: Any, what: str = "doc_id") -> int:

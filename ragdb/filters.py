@@ -60,11 +60,12 @@ def _values(name: str, value: Any) -> tuple[Scalar, ...]:
         if isinstance(v, int) and not isinstance(v, bool) and not -2 ** 63 <= v < 2 ** 63:
             raise InvalidInput(f"filter {name!r}: {v} is out of the 64-bit integer range")
         if isinstance(v, str):
-            _check_text(v, f"filter {name!r}: value")
+            check_text(v, f"filter {name!r}: value")
     return tuple(sorted(set(vals), key=repr))
 
 
-def _check_text(value: str, what: str) -> str:
+def check_text(value: str, what: str) -> str:
+    """Refuse strings SQLite cannot store (lone surrogates, e.g. from undecodable file names)."""
     try:
         value.encode("utf-8")
     except UnicodeEncodeError as e:
@@ -89,7 +90,7 @@ def build(filter: Mapping[str, Any] | None = None, *, since: Any = None, until: 
         for key in sorted(filter, key=repr):
             if not isinstance(key, str) or not key:
                 raise InvalidInput(f"filter keys must be non-empty strings, got {key!r}")
-            _check_text(key, "filter key")
+            check_text(key, "filter key")
             vals = _values(key, filter[key])
             if key == "source":
                 # GLOB without metacharacters is plain (case-sensitive) equality
@@ -115,6 +116,6 @@ def build(filter: Mapping[str, Any] | None = None, *, since: Any = None, until: 
             raise InvalidInput("principals must be a list of labels, not one string")
         if not all(isinstance(p, str) for p in principals):
             raise InvalidInput(f"principals must be strings, got {principals!r}")
-        labels = tuple(sorted(set(_check_text(p, "principal") for p in principals)))
+        labels = tuple(sorted(set(check_text(p, "principal") for p in principals)))
         conds.append(Condition("principals", None, labels))
     return Query(tuple(conds), versions, public_unlabeled)
