@@ -1842,7 +1842,7 @@ def section_tfidf(ctx: Context) -> str:
                   f"{large.get('chunks', 0):,} chunks ({ratio(large.get('chunks'), small.get('chunks')) or 0:.1f}× "
                   "the chunks). A workload that interleaves writes and TF-IDF queries pays it on every query "
                   "that follows a write; BM25 (the default scorer) does not. The worker's peak RSS includes "
-                  "the recomputation's temporaries (every forward index decoded at once)."]
+                  "the recomputation's temporaries (forward indexes decoded 8,192 chunks at a time)."]
     errs = [f"- {label}: `{cell(r['norms_error'], 300)}`" for label, r in measured if r.get("norms_error")]
     return "\n".join(lines + errs + [""])
 
