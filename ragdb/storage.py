@@ -185,14 +185,6 @@ class Store:
         return [r[0] for r in self.conn.execute(
             "SELECT name FROM _sqlite_migrations WHERE migration_set = ? ORDER BY id", [MIGRATION_SET])]
 
-    def applied_migrations(self) -> list[tuple[str, str]]:
-        try:
-            return [(r[0], r[1]) for r in self.conn.execute(
-                "SELECT name, applied_at FROM _sqlite_migrations WHERE migration_set = ? ORDER BY id",
-                [MIGRATION_SET])]
-        except sqlite3.OperationalError:
-            return []
-
     def migrate(self, stop_after: str | None = None) -> list[str]:
         """Apply pending migrations in one write transaction; returns their names."""
         migrations = build_migrations(stop_after)
@@ -281,9 +273,6 @@ class Store:
             "UPDATE stats SET generation = generation + 1, n_docs = n_docs + ?, n_chunks = n_chunks + ?, "
             "total_length = total_length + ? WHERE id = 1 RETURNING generation",
             [docs, chunks, length]).fetchone()[0])
-
-    def set_flushed_upto(self, chunk_id: int) -> None:
-        self.conn.execute("UPDATE stats SET flushed_upto = ? WHERE id = 1", [chunk_id])
 
     def next_ids(self) -> tuple[int, int]:
         """Next free (document id, chunk id). Ids are never reused."""
@@ -502,16 +491,6 @@ class Store:
 
     def all_dfs(self) -> list[tuple[int, int]]:
         return self.conn.execute("SELECT id, df FROM vocabulary").fetchall()
-
-    def term_texts(self, term_ids: Sequence[int]) -> dict[int, str]:
-        out: dict[int, str] = {}
-        for part in _chunks(list(term_ids)):
-            q = ",".join("?" * len(part))
-            out.update(self.conn.execute(f"SELECT id, term FROM vocabulary WHERE id IN ({q})", part).fetchall())
-        return out
-
-    def vocabulary_size(self) -> int:
-        return int(self.conn.execute("SELECT count(*) FROM vocabulary WHERE df > 0").fetchone()[0])
 
     def delete_unused_terms(self) -> int:
         cur = self.conn.execute(
