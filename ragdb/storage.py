@@ -160,10 +160,10 @@ class Store:
                 raise SchemaTooNew(f"{self.path}: written by a newer ragdb (schema {unknown[-1]}; "
                                    f"this ragdb knows up to {known[-1]}); upgrade ragdb to open it")
         conn.execute(f"PRAGMA busy_timeout = {int(busy_timeout * 1000)}")
-        # 16 MiB of page cache (the default is 2 MiB): fetching the texts of
-        # hits mostly stays in memory (measured ~1.6x faster at 32 MiB on a
-        # 30 MB file; 16 MiB keeps the reader's memory modest at 100k documents).
-        conn.execute("PRAGMA cache_size = -16384")
+        # 4 MiB of page cache (the default is 2 MiB). Hit texts are served from
+        # the index's own row cache and the OS page cache; a larger SQLite
+        # cache (16 MiB was tried) mostly raised a reader's memory at 100k docs.
+        conn.execute("PRAGMA cache_size = -4096")
         conn.execute("PRAGMA foreign_keys = ON")
         if readonly:
             if not tables:
