@@ -34,7 +34,7 @@ from .storage import Store
 ABSENT, LATEST, OLD = 0, 1, 2
 
 FLUSH_THRESHOLD = 2048      # tail chunks that trigger a flush
-HIT_ROW_CACHE = 2048        # chunk rows (text and metadata) kept for building hits
+HIT_ROW_CACHE = 4096        # chunk rows (text and metadata) kept for building hits
 POSTINGS_CACHE_ENTRIES = 1_000_000  # decoded postings kept between queries (~6 MB)
 MAX_SEGMENTS = 16           # segments per term before they are merged
 
