@@ -333,6 +333,23 @@ ops = st.lists(
     ),
     min_size=1, max_size=30,
 )
+def assert_same_as_fresh(db, live, chunker):
+    """``db`` answers every query exactly like a fresh database of the ``live`` documents
+    (same chunks, same order, scores within 1e-9, both scorers); returns the fresh
+    database's (documents, chunks, vocabulary, postings, average chunk length)."""
+    with ragdb.open(":memory:", chunker=chunker) as fresh:
+        fresh.add_many([{"text": t, "source": s} for s, t in sorted(live.items())])
+        for q in QUERIES:
+            for scorer in ("bm25", "tfidf"):
+                a = fingerprint(db.search(q, k=50, scorer=scorer))
+                b = fingerprint(fresh.search(q, k=50, scorer=scorer))
+                assert [x[:4] for x in a] == [x[:4] for x in b]
+                for x, y in zip(a, b):
+                    assert abs(x[4] - y[4]) <= 1e-9
+        sb = fresh.stats()
+        return (sb.documents, sb.chunks, sb.vocabulary, sb.postings, sb.avg_chunk_length)
+
+
 QUERIES = ["retrieval generation", "检索增强生成", "model answer evidence", "知识库 search", "向量"]
 
 
@@ -353,18 +370,9 @@ def test_incremental_equals_rebuild(ops, chunker):
             else:
                 db.optimize(vacuum=False)
         assert db.check() == []
-        with ragdb.open(":memory:", chunker=chunker) as fresh:
-            fresh.add_many([{"text": t, "source": s} for s, t in sorted(live.items())])
-            for q in QUERIES:
-                for scorer in ("bm25", "tfidf"):
-                    a = fingerprint(db.search(q, k=50, scorer=scorer))
-                    b = fingerprint(fresh.search(q, k=50, scorer=scorer))
-                    assert [x[:4] for x in a] == [x[:4] for x in b]
-                    for x, y in zip(a, b):
-                        assert abs(x[4] - y[4]) <= 1e-9
-            sa, sb = db.stats(), fresh.stats()
-            assert (sa.documents, sa.chunks, sa.vocabulary, sa.postings, sa.avg_chunk_length) == \
-                   (sb.documents, sb.chunks, sb.vocabulary, sb.postings, sb.avg_chunk_length)
+        fresh_stats = assert_same_as_fresh(db, live, chunker)
+        sa = db.stats()
+        assert (sa.documents, sa.chunks, sa.vocabulary, sa.postings, sa.avg_chunk_length) == fresh_stats
 
 
 @settings(max_examples=int(__import__("os").environ.get("RAGDB_HYPOTHESIS_EXAMPLES", "40")), deadline=None,
@@ -389,13 +397,5 @@ def test_reader_connection_follows_writer(tmp_path_factory, ops, keep):
             else:
                 w.optimize(vacuum=False)
             r.search("warm the reader's view")
-        with ragdb.open(":memory:", chunker="window:size=6,overlap=2") as fresh:
-            fresh.add_many([{"text": t, "source": s} for s, t in sorted(live.items())])
-            for q in QUERIES:
-                for scorer in ("bm25", "tfidf"):
-                    a = fingerprint(r.search(q, k=50, scorer=scorer))
-                    b = fingerprint(fresh.search(q, k=50, scorer=scorer))
-                    assert [x[:4] for x in a] == [x[:4] for x in b]
-                    for x, y in zip(a, b):
-                        assert abs(x[4] - y[4]) <= 1e-9
+        assert_same_as_fresh(r, live, "window:size=6,overlap=2")
         assert r.check() == []
