@@ -57,6 +57,12 @@ ENGLISH_STOPWORDS = frozenset(
 # cutting it keeps the vocabulary and the stemmer sane.
 MAX_TOKEN_CHARS = 64  # keep in step with _WORD_RE
 
+# ASCII text is split by bytes.translate: every byte that is not an ASCII
+# letter or digit becomes a space (for ASCII, ``[^\W_]`` is exactly [A-Za-z0-9]).
+_ASCII_SPLIT = bytes(c if chr(c).isascii() and chr(c).isalnum() else 0x20 for c in range(256))
+# Bound of the token memo (distinct tokens); it is emptied when full.
+MEMO_SIZE = 200_000
+
 
 def is_cjk(text: str) -> bool:
     """True when ``text`` contains at least one CJK ideograph or kana."""
@@ -98,8 +104,9 @@ class Analyzer:
                 ) from e
             jieba.setLogLevel(60)  # jieba logs its dictionary loading otherwise
             self._jieba = jieba
-        # A small memo of word -> stem; stemming dominates analysis time.
-        self._stem_cache: dict[str, str] = {}
+        # Memo of raw word token -> its index terms (see _tokens).
+        self._memo: dict[Any, str] = {}
+        self._multi: dict[Any, tuple[str, ...]] = {}  # tokens that yield several terms
 
     # -- configuration ---------------------------------------------------
     def config(self) -> dict[str, Any]:
@@ -131,43 +138,84 @@ class Analyzer:
         raise InvalidInput(f"analyzer {spec!r}: use 'default', 'jieba', 'simple' or an Analyzer")
 
     # -- analysis --------------------------------------------------------
+    # Speed matters here: analysis is most of the work of adding a document.
+    # Text is split into raw word tokens first (ASCII text with one C-level
+    # bytes.translate + split instead of a Unicode regex), tokens are counted,
+    # and each distinct token is expanded once through a memo of
+    # token -> index terms (stopwords dropped, Snowball stem applied, words
+    # over MAX_TOKEN_CHARS cut). The result is the same as applying
+    # ``_WORD_RE`` to the whole text: that regex never matches across a
+    # non-alphanumeric character, and it is what expands a token on a miss.
+    def _tokens(self, text: str) -> tuple[list[Any], list[str]]:
+        """Raw word tokens (bytes for ASCII text, else str) and CJK terms, both in text order."""
+        if not text.isascii():
+            text = unicodedata.normalize("NFKC", text).casefold()
+        if text.isascii():
+            return text.lower().encode("ascii").translate(_ASCII_SPLIT).split(), []
+        if _CJK_CHAR.search(text) is None:
+            return _WORD_RE.findall(text), []
+        words: list[Any] = []
+        cjk: list[str] = []
+        for run in _TERM_RE.findall(text):
+            if _CJK_CHAR.match(run):
+                cjk.extend(self._cjk_terms(run))
+            else:
+                words.extend(_WORD_RE.findall(run))
+        return words, cjk
+
+    def _word_terms(self, words: list[Any]) -> list[str]:
+        """The index term of each raw token, in order ("" where a token yields none)."""
+        memo = self._memo
+        try:
+            terms = list(map(memo.__getitem__, words))
+        except KeyError:
+            self._learn(words)
+            terms = list(map(memo.__getitem__, words))
+        multi = self._multi
+        if multi and not multi.keys().isdisjoint(words):  # rare: words over MAX_TOKEN_CHARS
+            terms = [t for tok, term in zip(words, terms) for t in multi.get(tok, (term,))]
+        return terms
+
+    def _learn(self, words: list[Any]) -> None:
+        """Memoize the terms of the tokens of ``words`` not seen before."""
+        memo = self._memo
+        missing = set(words).difference(memo)
+        if len(memo) + len(missing) > MEMO_SIZE:
+            memo.clear()
+            self._multi.clear()
+            missing = set(words)
+        stop = self._stop
+        for tok in missing:
+            found = _WORD_RE.findall(tok.decode("ascii") if isinstance(tok, bytes) else tok)
+            found = [w for w in found if w not in stop]
+            if self._stemmer is not None and found:
+                found = self._stemmer.stemWords(found)
+            if len(found) == 1:
+                memo[tok] = found[0]
+            else:
+                memo[tok] = ""
+                if found:
+                    self._multi[tok] = tuple(found)
+
     def terms(self, text: str) -> list[str]:
         """Index terms of ``text``: word terms first, then CJK terms (with repeats).
 
         The order is deterministic (queries sum term scores in this order)."""
-        text = unicodedata.normalize("NFKC", text).casefold()
-        cjk: list[str] = []
-        if _CJK_CHAR.search(text) is None:
-            words = _WORD_RE.findall(text)
-        else:
-            words = []
-            for run in _TERM_RE.findall(text):
-                if _CJK_CHAR.match(run):
-                    cjk.extend(self._cjk_terms(run))
-                else:
-                    words.extend(_WORD_RE.findall(run))
-        stop = self._stop
-        if stop:
-            words = [w for w in words if w not in stop]
-        if self._stemmer is not None and words:
-            cache = self._stem_cache
-            try:
-                words = list(map(cache.__getitem__, words))
-            except KeyError:
-                missing = [w for w in set(words) if w not in cache]
-                if len(cache) > 500_000:
-                    cache.clear()
-                    missing = list(set(words))
-                cache.update(zip(missing, self._stemmer.stemWords(missing)))
-                words = list(map(cache.__getitem__, words))
+        words, cjk = self._tokens(text)
+        out = [t for t in self._word_terms(words) if t] if words else []
         if cjk:
-            words.extend(cjk)
-        return words
+            out.extend(cjk)
+        return out
 
     def term_counts(self, text: str) -> dict[str, int]:
         """Term frequencies of ``text`` (the terms of :meth:`terms`, counted, in order of
         first appearance)."""
-        return dict(Counter(self.terms(text)))
+        words, cjk = self._tokens(text)
+        counts = Counter(self._word_terms(words)) if words else Counter()
+        counts.pop("", None)
+        if cjk:
+            counts.update(cjk)  # CJK terms never equal word terms: they follow them
+        return dict(counts)
 
     def _cjk_terms(self, run: str) -> list[str]:
         if self._jieba is not None:
