@@ -13,10 +13,12 @@ import threading
 from datetime import datetime, timezone
 from importlib import resources
 from pathlib import Path
-from typing import Any, Iterable, Iterator, Sequence
+from typing import TYPE_CHECKING, Any, Iterable, Iterator, Sequence
 
 import orjson
-import sqlite_utils
+
+if TYPE_CHECKING:
+    import sqlite_utils
 
 from .errors import DatabaseBusy, NotADatabase, RagdbError, SchemaTooNew, StorageError
 
@@ -62,6 +64,8 @@ def _split_sql(script: str) -> list[str]:
 
 def build_migrations(stop_after: str | None = None) -> sqlite_utils.Migrations:
     """The ragdb migration set, read from the SQL files (``stop_after`` is for tests)."""
+    import sqlite_utils  # imported here: see Store.db
+
     migrations = sqlite_utils.Migrations(MIGRATION_SET)
     for path in migration_files():
         sql = path.read_text(encoding="utf-8")
@@ -135,12 +139,25 @@ class Store:
         except sqlite3.Error as e:
             raise _translate(e, path) from e
         self.conn = conn
-        self.db = sqlite_utils.Database(conn, execute_plugins=False, recursive_triggers=False)
+        self._db: sqlite_utils.Database | None = None
         try:
             self._open(readonly=readonly, memory=memory, busy_timeout=busy_timeout)
         except BaseException:
             conn.close()
             raise
+
+    @property
+    def db(self) -> sqlite_utils.Database:
+        """sqlite-utils' view of the connection (migrations, savepoints), made on first use.
+
+        Importing sqlite-utils (and click, dateutil, pluggy with it) costs a
+        process about 10 MiB and tens of milliseconds; a process that only
+        opens an up-to-date database and searches never needs it."""
+        if self._db is None:
+            import sqlite_utils
+
+            self._db = sqlite_utils.Database(self.conn, execute_plugins=False, recursive_triggers=False)
+        return self._db
 
     # -- opening and migrations --------------------------------------------
     def _open(self, *, readonly: bool, memory: bool, busy_timeout: float) -> None:
@@ -187,12 +204,19 @@ class Store:
 
     def migrate(self, stop_after: str | None = None) -> list[str]:
         """Apply pending migrations in one write transaction; returns their names."""
-        migrations = build_migrations(stop_after)
+        names = [p.stem for p in migration_files()]
+        if stop_after is not None and stop_after in names:
+            names = names[:names.index(stop_after) + 1]
         # Look first without the write lock: opening an up-to-date database
-        # must not wait for (or block) a writer in another process.
+        # must not wait for (or block) a writer in another process. This
+        # look is plain SQL on sqlite-utils' own table, so that searching
+        # processes need not import sqlite-utils (see ``db``).
         with self.read():
-            if not migrations.pending(self.db):
+            recorded = self.conn.execute(
+                "SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = '_sqlite_migrations'").fetchone()
+            if recorded and set(names) <= set(self._applied()):
                 return []
+        migrations = build_migrations(stop_after)
         with self.write():  # look again under the lock: another process may have migrated
             pending = [m.name for m in migrations.pending(self.db)]
             if pending:
