@@ -548,19 +548,12 @@ class Database:
                                                     min_score=min_score, explain=explain, k1=k1, b=b)
             if len(cand) == 0:
                 return []
-            rows = index.hit_rows(cand.tolist())
-        hits = []
-        for cid, score in zip(cand.tolist(), sc.tolist()):
-            doc_id, source, version, timestamp, text, start, end, ordinal, cmeta, dmeta = rows[cid]
-            meta = loads(dmeta) if dmeta != "{}" else {}
-            if cmeta != "{}":
-                meta.update(loads(cmeta))
-            contrib = contributions.get(cid, {}) if explain else {}
-            hits.append(_new_hit(score, cid, doc_id, source, version, timestamp, text, start, end,
-                                 ordinal, meta, contrib))
+            cids = cand.tolist()
+            protos = index.hit_protos(cids)
+        hits = make_hits(protos, cids, sc.tolist(), contributions if explain else None)
         if len(sc) > 1 and bool(np.any(sc[1:] == sc[:-1])):
             # equal scores: order by source and position, which do not depend on history
-            hits.sort(key=lambda h: (-h.score, h.source, h.start, h.chunk_id))
+            hits.sort(key=_hit_order)
         return hits[:k]
 
     def _restrictions(self, filter: Any, since: Any, until: Any, as_of: Any, principals: Any,
@@ -787,16 +780,30 @@ def _doc_from_row(row: Sequence[Any], with_text: bool) -> Document:
                     text=row[10] if with_text and len(row) > 10 else None)
 
 
-_HIT_FIELDS = tuple(f.name for f in dataclasses.fields(Hit))
+def make_hits(protos: Mapping[int, tuple[dict[str, Any], dict[str, Any]]], chunk_ids: Sequence[int],
+              scores: Sequence[float], explain: Mapping[int, Mapping[str, float]] | None = None) -> list[Hit]:
+    """:class:`Hit` objects from :meth:`Index.hit_protos` entries, in the given order.
+
+    Built without the frozen dataclass ``__init__`` (which sets each of its 12
+    fields through ``object.__setattr__``): the instance dict is one copy of
+    the cached fields, several times faster, and search builds up to ``k``
+    hits. Each hit gets its own metadata and explain dicts."""
+    new, setattr_ = object.__new__, object.__setattr__
+    hits = []
+    for cid, score in zip(chunk_ids, scores):
+        fields, meta = protos[cid]
+        d = fields.copy()
+        d["score"] = score
+        d["metadata"] = meta.copy() if meta else {}
+        d["explain"] = dict(explain.get(cid, ())) if explain is not None else {}
+        hit = new(Hit)
+        setattr_(hit, "__dict__", d)
+        hits.append(hit)
+    return hits
 
 
-def _new_hit(*values: Any) -> Hit:
-    """Build a :class:`Hit` without the frozen dataclass ``__init__``, which sets each
-    of its 12 fields through ``object.__setattr__``; filling ``__dict__`` gives the
-    same object several times faster, and search builds up to ``k`` of them."""
-    hit = object.__new__(Hit)
-    hit.__dict__.update(zip(_HIT_FIELDS, values))
-    return hit
+def _hit_order(h: Hit) -> tuple[float, str, int, int]:
+    return (-h.score, h.source, h.start, h.chunk_id)
 
 
 def _check_id(value: Any, what: str = "doc_id") -> int:

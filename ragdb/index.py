@@ -21,11 +21,13 @@ only the segments of the query's terms.
 
 from __future__ import annotations
 
-from collections import Counter, OrderedDict
+import itertools
+from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any, Sequence
 
 import numpy as np
+import orjson
 
 from . import scoring
 from .storage import Store
@@ -110,7 +112,7 @@ class Index:
         self._norms_generation = -1
         self._length_norm: tuple[Any, np.ndarray] | None = None  # BM25 length part per chunk
         self._lookup_cache: dict[str, tuple[int, int] | None] = {}
-        self._rows: OrderedDict[int, tuple[Any, ...]] = OrderedDict()
+        self._rows: dict[int, tuple[dict[str, Any], dict[str, Any]]] = {}
         self._postings_cache: dict[int, tuple[np.ndarray, np.ndarray] | None] = {}
         self._postings_cached = 0
         # term -> id of terms known to exist; ids change only when optimize
@@ -364,28 +366,32 @@ class Index:
         return mask
 
     # -- scoring ----------------------------------------------------------------
-    def hit_rows(self, chunk_ids: Sequence[int]) -> dict[int, tuple[Any, ...]]:
-        """Rows for building hits (see ``Store.hit_rows``), through a small LRU cache.
+    def hit_protos(self, chunk_ids: Sequence[int]) -> dict[int, tuple[dict[str, Any], dict[str, Any]]]:
+        """chunk id -> (its :class:`~ragdb.types.Hit` fields but score, metadata and
+        explain; its metadata, the document's merged with the chunk's), for
+        building hits, through a cache.
 
-        Everything a hit row holds is immutable for a chunk id (replacing a
-        document creates new chunks; ids are never reused), so entries never
-        go stale; a deleted chunk's entry is simply never asked for again."""
+        Everything here is immutable for a chunk id (replacing a document
+        creates new chunks; ids are never reused), so entries never go stale;
+        a deleted chunk's entry is simply never asked for again. The cache is
+        a plain dict emptied oldest-first (FIFO): an LRU's bookkeeping on
+        every hit cost more than its better hit rate saved."""
         cache = self._rows
-        out = {}
-        missing = []
-        for c in chunk_ids:
-            row = cache.get(c)
-            if row is None:
-                missing.append(c)
-            else:
-                cache.move_to_end(c)
-                out[c] = row
-        if missing:
-            fetched = self.store.hit_rows(missing)
-            out.update(fetched)
-            cache.update(fetched)
-            while len(cache) > HIT_ROW_CACHE:
-                cache.popitem(last=False)
+        missing = [c for c in chunk_ids if c not in cache]
+        if not missing:
+            return cache
+        out = {c: cache[c] for c in chunk_ids if c in cache}
+        for cid, (doc_id, source, version, timestamp, text, start, end, ordinal, cmeta, dmeta) in \
+                self.store.hit_rows(missing).items():
+            meta = orjson.loads(dmeta) if dmeta != "{}" else {}
+            if cmeta != "{}":
+                meta.update(orjson.loads(cmeta))
+            out[cid] = cache[cid] = ({"chunk_id": cid, "doc_id": doc_id, "source": source, "version": version,
+                                      "timestamp": timestamp, "text": text, "start": start, "end": end,
+                                      "ordinal": ordinal}, meta)
+        if len(cache) > HIT_ROW_CACHE:
+            for c in list(itertools.islice(cache, len(cache) - HIT_ROW_CACHE)):
+                del cache[c]
         return out
 
     def lookup_terms(self, terms: Sequence[str]) -> dict[str, tuple[int, int]]:
@@ -459,7 +465,9 @@ class Index:
                 if contributions:
                     per_term.append(np.zeros(0))
                 continue
-            ids, tfs = p
+            # numpy converts uint32 indexes to intp on every fancy index (a gather
+            # here, a gather and a scatter below): convert once.
+            ids, tfs = p[0].astype(np.intp), p[1]
             w = weigh(i, ids, tfs)
             scores[ids] += w
             if contributions:

@@ -660,9 +660,9 @@ def _vector_pool(db: Any, qvec: np.ndarray, embedder: Embedder, k: int, mask: np
     return vi.search_arrays(qvec, k, mask, min_score=0.0, with_ties=True)
 
 
-def _hit_rows(db: Any, chunk_ids: list[int]) -> dict[int, tuple[Any, ...]]:
-    """Hit rows through the index's row cache."""
-    return db._index.hit_rows(chunk_ids)
+def _hit_rows(db: Any, chunk_ids: list[int]) -> Mapping[int, tuple[dict[str, Any], dict[str, Any]]]:
+    """Hit fields through the index's cache (see ``Index.hit_protos``)."""
+    return db._index.hit_protos(chunk_ids)
 
 
 def _lexical_pool(db: Any, query: str, scorer: str, k: int, mask: np.ndarray, *, versions_all: bool,
@@ -735,21 +735,15 @@ def _rrf(lexical: tuple[np.ndarray, np.ndarray], dense: tuple[np.ndarray, np.nda
             np.fromiter((v for _, v in fused), np.float64, len(fused)))
 
 
-def _make_hits(rows: Mapping[int, tuple[Any, ...]], scored: Iterable[tuple[int, float, Mapping[str, float]]]
-               ) -> list[Hit]:
-    """Hits from ``Store.hit_rows`` rows, built as ``Database.search`` builds them,
+def _make_hits(rows: Mapping[int, tuple[dict[str, Any], dict[str, Any]]],
+               scored: Iterable[tuple[int, float, Mapping[str, float]]]) -> list[Hit]:
+    """Hits from ``Index.hit_protos`` entries, built as ``Database.search`` builds them,
     ordered as it orders them: score, then source and position."""
-    hits = []
-    for cid, score, explain in scored:
-        row = rows.get(cid)
-        if row is None:  # pragma: no cover - rows are read in the same snapshot
-            continue
-        doc_id, source, version, timestamp, text, start, end, ordinal, cmeta, dmeta = row
-        meta = loads(dmeta) if dmeta != "{}" else {}
-        if cmeta != "{}":
-            meta.update(loads(cmeta))
-        hits.append(Hit(float(score), cid, doc_id, source, version, timestamp, text, start, end, ordinal, meta,
-                        dict(explain)))
+    from .database import make_hits
+
+    scored = [s for s in scored if s[0] in rows]  # rows are read in the same snapshot
+    hits = make_hits(rows, [c for c, _, _ in scored], [float(v) for _, v, _ in scored],
+                     {c: e for c, _, e in scored})
     hits.sort(key=lambda h: (-h.score, h.source, h.start, h.chunk_id))
     return hits
 
