@@ -148,16 +148,20 @@ class Database:
         out: list[Document] = []
         batch: list[_Prepared] = []
         now = _timestamp(None, "now")
+        bulk_terms: set[int] = set()  # terms flushed by this call in mid-load
         for n, record in enumerate(records):
             batch.append(self._prepare(record, ch, n, now))
             if len(batch) >= batch_size:
                 out.extend(self._write(batch))
                 batch = []
                 # bound the memory of a bulk load: flush large tails between batches
-                self._maybe_flush(BULK_FLUSH_CHUNKS)
+                bulk_terms |= self._maybe_flush(BULK_FLUSH_CHUNKS)
         if batch:
             out.extend(self._write(batch))
-        self._maybe_flush()
+        # After a bulk load that flushed in mid-load, flush the rest and merge the
+        # segments it wrote, so each term it touched is one segment again
+        # (queries then read one row per term, not one per mid-load flush).
+        self._maybe_flush(0 if bulk_terms else None, merge_terms=bulk_terms)
         if self.embedder is not None and out:
             from . import vectors
 
@@ -167,20 +171,26 @@ class Database:
             vectors.embed_pending(self, self.embedder)
         return out
 
-    def _maybe_flush(self, threshold: int | None = None) -> None:
-        """Move the in-memory tail into packed segments once it is large (its own transaction).
+    def _maybe_flush(self, threshold: int | None = None, merge_terms: set[int] | frozenset[int] = frozenset()
+                     ) -> set[int]:
+        """Move the in-memory tail into packed segments once it is large (its own
+        transaction); ``merge_terms`` with more than one segment are merged into one.
+        Returns the ids of the terms flushed.
 
         Done after a whole ``add_many`` rather than inside each batch, so bulk
         loads write each term's postings once, in one segment."""
         if threshold is None:
             threshold = self._settings.get("flush_threshold", idx.FLUSH_THRESHOLD)
-        if len(self._index.tail_entries) < threshold:
-            return
+        if len(self._index.tail_entries) < max(threshold, 1) and not merge_terms:
+            return set()
         with self._writing():
             self._index.sync()
-            if len(self._index.tail_entries) >= threshold:
-                self._index.flush()
-                self._index.note_write(self._store.bump_stats(), self._index.n_chunks, self._index.total_length)
+            if len(self._index.tail_entries) < max(threshold, 1) and not merge_terms:
+                return set()
+            flushed = set(self._index.tail.term_ids.tolist())
+            self._index.flush(merge_terms=merge_terms)
+            self._index.note_write(self._store.bump_stats(), self._index.n_chunks, self._index.total_length)
+        return flushed
 
     def delete(self, doc_id: int | None = None, *, source: str | None = None, glob: bool = False) -> int:
         """Delete a document by id, or every version of a source (``glob=True``:
@@ -379,7 +389,7 @@ class Database:
                 chunk_rows.append((cid, doc_id, ordinal, start, end, length, ctext, dumps(cmeta),
                                    terms_blob, tfs_blob))
                 changes.new_chunks.append((cid, doc_id, length, idx.unpack_ids(terms_blob),
-                                           idx.unpack_tfs(tfs_blob)))
+                                           idx.unpack_tfs(tfs_blob), ctext is None and ordinal == 0 and not cmeta))
                 changes.chunks += 1
                 changes.length += length
             changes.docs += 1
@@ -706,7 +716,7 @@ class Database:
             if (d := store.duplicate_latest_sources()):
                 problems.append(f"{d} sources have more than one latest version")
             fwd = store.forward_all()
-            table = {cid: latest for cid, _length, latest, _doc in store.chunk_table()}
+            table = {cid: latest for cid, _length, latest, _doc, _whole in store.chunk_table()}
             df_real: Counter[int] = Counter()
             triples = []
             for cid, t, f in fwd:
@@ -750,7 +760,7 @@ class _Changes:
         self.length = 0
         self.df: Counter[int] = Counter()
         self.dead: Counter[int] = Counter()
-        self.new_chunks: list[tuple[int, int, int, np.ndarray, np.ndarray]] = []
+        self.new_chunks: list[tuple[int, int, int, np.ndarray, np.ndarray, bool]] = []
         self.absent: list[int] = []
         self.old: list[int] = []
         self.latest: list[int] = []

@@ -21,7 +21,6 @@ only the segments of the query's terms.
 
 from __future__ import annotations
 
-import itertools
 from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any, Sequence
@@ -36,7 +35,8 @@ from .storage import Store
 ABSENT, LATEST, OLD = 0, 1, 2
 
 FLUSH_THRESHOLD = 2048      # tail chunks that trigger a flush
-HIT_ROW_CACHE = 4096        # chunk rows (text and metadata) kept for building hits
+HIT_CACHE_BYTES = 12 << 20  # hit fields (text, metadata) kept for building hits, about 12 MiB
+HIT_ENTRY_OVERHEAD = 700    # bytes of one cache entry besides its text (two dicts, small values)
 POSTINGS_CACHE_ENTRIES = 1_000_000  # decoded postings kept between queries (~6 MB)
 MAX_SEGMENTS = 16           # segments per term before they are merged
 
@@ -96,6 +96,7 @@ class Index:
         self.lengths = np.zeros(0, np.float64)
         self.state = np.zeros(0, np.int8)
         self.chunk_doc = np.zeros(0, np.int64)
+        self.whole = np.zeros(0, bool)  # chunk is its whole document, no metadata of its own
         # (generation, filter) -> allowed-chunk mask, for repeated filters
         self.masks: dict[Any, np.ndarray] = {}
         self.n_chunks = 0
@@ -113,6 +114,7 @@ class Index:
         self._length_norm: tuple[Any, np.ndarray] | None = None  # BM25 length part per chunk
         self._lookup_cache: dict[str, tuple[int, int] | None] = {}
         self._rows: dict[int, tuple[dict[str, Any], dict[str, Any]]] = {}
+        self._rows_bytes = 0
         self._postings_cache: dict[int, tuple[np.ndarray, np.ndarray] | None] = {}
         self._postings_cached = 0
         # term -> id of terms known to exist; ids change only when optimize
@@ -153,13 +155,15 @@ class Index:
     def _reload(self, stats: dict[str, int]) -> None:
         rows = self.store.chunk_table()
         size = (max(r[0] for r in rows) + 1) if rows else 1
-        arr = np.array(rows, dtype=np.int64).reshape(-1, 4)
+        arr = np.array(rows, dtype=np.int64).reshape(-1, 5)
         self.lengths = np.zeros(_capacity(size), np.float64)
         self.state = np.zeros(_capacity(size), np.int8)
         self.chunk_doc = np.zeros(_capacity(size), np.int64)
+        self.whole = np.zeros(_capacity(size), bool)
         self.lengths[arr[:, 0]] = arr[:, 1]
         self.state[arr[:, 0]] = np.where(arr[:, 2] == 1, LATEST, OLD)
         self.chunk_doc[arr[:, 0]] = arr[:, 3]
+        self.whole[arr[:, 0]] = arr[:, 4] == 1
         self.max_id = int(arr[:, 0].max(initial=0))
         self.flushed_upto = stats["flushed_upto"]
         self.tail_entries = [(cid, unpack_ids(t), unpack_tfs(f))
@@ -174,10 +178,11 @@ class Index:
         new = self.store.chunks_since(self.max_id)
         if new:
             self._grow(new[-1][0] + 1)
-            for cid, length, latest, doc_id, terms, tfs in new:
+            for cid, length, latest, doc_id, terms, tfs, whole in new:
                 self.lengths[cid] = length
                 self.state[cid] = LATEST if latest == 1 else OLD
                 self.chunk_doc[cid] = doc_id
+                self.whole[cid] = whole == 1
                 self.tail_entries.append((cid, unpack_ids(terms), unpack_tfs(tfs)))
             self.max_id = new[-1][0]
         log = self.store.log_since(self.log_seq)
@@ -216,17 +221,18 @@ class Index:
             dfs[t] = dfs.get(t, 0) + c
         return dfs
 
-    def add_chunks(self, chunks: Sequence[tuple[int, int, int, np.ndarray, np.ndarray]]) -> None:
-        """Record new latest chunks (id, doc id, length, term ids, tfs) written by this connection."""
+    def add_chunks(self, chunks: Sequence[tuple[int, int, int, np.ndarray, np.ndarray, bool]]) -> None:
+        """Record new latest chunks (id, doc id, length, term ids, tfs, whole) written by this connection."""
         if not chunks:
             return
         top = max(c[0] for c in chunks)
         self._grow(top + 1)
         self.max_id = max(self.max_id, top)
-        for cid, doc_id, length, terms, tfs in chunks:
+        for cid, doc_id, length, terms, tfs, whole in chunks:
             self.lengths[cid] = length
             self.state[cid] = LATEST
             self.chunk_doc[cid] = doc_id
+            self.whole[cid] = whole
             self.tail_entries.append((cid, terms, tfs))
         self._tail = None
 
@@ -247,6 +253,7 @@ class Index:
             self.lengths = np.concatenate([self.lengths, np.zeros(cap - len(self.lengths))])
             self.state = np.concatenate([self.state, np.zeros(cap - len(self.state), np.int8)])
             self.chunk_doc = np.concatenate([self.chunk_doc, np.zeros(cap - len(self.chunk_doc), np.int64)])
+            self.whole = np.concatenate([self.whole, np.zeros(cap - len(self.whole), bool)])
 
     @property
     def tail(self) -> _Tail:
@@ -277,8 +284,9 @@ class Index:
         return n
 
     # -- flushing and merging (inside a write transaction) ---------------------
-    def flush(self, *, merge_all: bool = False) -> None:
-        """Write the tail's postings as new segments; merge terms with too many segments."""
+    def flush(self, *, merge_all: bool = False, merge_terms: set[int] | frozenset[int] = frozenset()) -> None:
+        """Write the tail's postings as new segments; merge terms with too many segments,
+        and the terms of ``merge_terms`` that would have more than one."""
         tail = self.tail
         # fold the live corrections into vocabulary.df, then the tail becomes segments
         corrections = [(d, t) for t, d in self.df_corrections().items() if d]
@@ -287,7 +295,7 @@ class Index:
         self.dead = Counter()
         top = max((e[0] for e in self.tail_entries), default=self.flushed_upto)
         new_upto = max(self.flushed_upto, top, self.store.max_chunk_id())
-        if tail.count == 0 and not merge_all:
+        if tail.count == 0 and not merge_all and not merge_terms:
             self.store.finish_flush(new_upto)
             self.flushed_upto = new_upto
             self.flush_count += 1
@@ -299,8 +307,12 @@ class Index:
             counts = {}
             merge = set(store.segment_counts_all()) | set(term_list)
         else:
-            counts = store.segment_counts(term_list) if store.has_postings() else {}
+            asked = sorted(set(term_list) | set(merge_terms))
+            counts = store.segment_counts(asked) if store.has_postings() else {}
             merge = {t for t, (n, _) in counts.items() if n + 1 > MAX_SEGMENTS}
+            # a term asked to be merged: when it has several segments, or one plus tail postings
+            in_tail = set(term_list)
+            merge |= {t for t in merge_terms if t in counts and counts[t][0] + (t in in_tail) > 1}
         rows: list[tuple[int, int, int, bytes, bytes]] = []
         ids32 = tail.chunk_ids.astype("<u4")
         tfs16 = np.minimum(tail.tfs, 65535).astype("<u2")
@@ -374,23 +386,41 @@ class Index:
         Everything here is immutable for a chunk id (replacing a document
         creates new chunks; ids are never reused), so entries never go stale;
         a deleted chunk's entry is simply never asked for again. The cache is
-        a plain dict emptied oldest-first (FIFO): an LRU's bookkeeping on
+        bounded by size (``HIT_CACHE_BYTES``, mostly text) and is a plain dict
+        emptied oldest-first (FIFO) down to 3/4 of it: an LRU's bookkeeping on
         every hit cost more than its better hit rate saved."""
         cache = self._rows
         missing = [c for c in chunk_ids if c not in cache]
         if not missing:
             return cache
         out = {c: cache[c] for c in chunk_ids if c in cache}
-        for cid, (doc_id, source, version, timestamp, text, start, end, ordinal, cmeta, dmeta) in \
-                self.store.hit_rows(missing).items():
+        ids = np.asarray(missing, dtype=np.intp)
+        whole = self.whole[ids]
+        rows = self.store.hit_rows(ids[~whole].tolist()) if not whole.all() else {}
+        if whole.any():
+            # chunks that are their whole document: one read of the document row
+            by_doc = dict(zip(ids[whole].tolist(), self.chunk_doc[ids[whole]].tolist()))
+            docs = self.store.doc_hit_rows(sorted(set(by_doc.values())))
+            for cid, doc_id in by_doc.items():
+                if doc_id in docs:
+                    source, version, timestamp, text, dmeta = docs[doc_id]
+                    rows[cid] = (doc_id, source, version, timestamp, text, 0, len(text), 0, "{}", dmeta)
+        for cid, (doc_id, source, version, timestamp, text, start, end, ordinal, cmeta, dmeta) in rows.items():
             meta = orjson.loads(dmeta) if dmeta != "{}" else {}
             if cmeta != "{}":
                 meta.update(orjson.loads(cmeta))
             out[cid] = cache[cid] = ({"chunk_id": cid, "doc_id": doc_id, "source": source, "version": version,
                                       "timestamp": timestamp, "text": text, "start": start, "end": end,
                                       "ordinal": ordinal}, meta)
-        if len(cache) > HIT_ROW_CACHE:
-            for c in list(itertools.islice(cache, len(cache) - HIT_ROW_CACHE)):
+            self._rows_bytes += len(text) + HIT_ENTRY_OVERHEAD
+        if self._rows_bytes > HIT_CACHE_BYTES:
+            evict = []
+            for c, (fields, _meta) in cache.items():  # oldest first
+                evict.append(c)
+                self._rows_bytes -= len(fields["text"]) + HIT_ENTRY_OVERHEAD
+                if self._rows_bytes <= HIT_CACHE_BYTES * 3 // 4:
+                    break
+            for c in evict:
                 del cache[c]
         return out
 

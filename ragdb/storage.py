@@ -80,6 +80,10 @@ def build_migrations(stop_after: str | None = None) -> sqlite_utils.Migrations:
     return migrations
 
 
+# A chunk that is its whole document (no text copy, start 0) with no metadata of its own.
+_WHOLE = "(text IS NULL AND start = 0 AND ordinal = 0 AND metadata = '{}')"
+
+
 def _translate(err: sqlite3.Error, path: str) -> RagdbError:
     msg = str(err)
     low = msg.lower()
@@ -396,9 +400,10 @@ class Store:
         yield from self.conn.execute(sql + " ORDER BY id")
 
     # -- chunks for the in-memory index ------------------------------------------
-    def chunk_table(self) -> list[tuple[int, int, int, int]]:
-        """(id, length, latest, doc id) of every stored chunk."""
-        return self.conn.execute("SELECT id, length, latest, doc_id FROM chunks").fetchall()
+    def chunk_table(self) -> list[tuple[int, int, int, int, int]]:
+        """(id, length, latest, doc id, whole) of every stored chunk; ``whole`` is 1 for a
+        chunk that is its whole document without metadata of its own (see ``doc_hit_rows``)."""
+        return self.conn.execute(f"SELECT id, length, latest, doc_id, {_WHOLE} FROM chunks").fetchall()
 
     def count_chunks_since(self, after_id: int) -> int:
         return int(self.conn.execute("SELECT count(*) FROM chunks WHERE id > ?", [after_id]).fetchone()[0])
@@ -461,6 +466,18 @@ class Store:
                     f"c.ordinal, "
                     f"c.metadata, d.metadata FROM chunks c JOIN documents d ON d.id = c.doc_id "
                     f"WHERE c.id IN ({q})", part):
+                out[row[0]] = tuple(row[1:])
+        return out
+
+    def doc_hit_rows(self, doc_ids: Sequence[int]) -> dict[int, tuple[Any, ...]]:
+        """doc id -> (source, version, timestamp, text, metadata): the hit fields of
+        chunks that are their whole document, read without touching ``chunks``
+        (whose rows carry the forward index, so reading them costs a page each)."""
+        out: dict[int, tuple[Any, ...]] = {}
+        for part in _chunks(list(doc_ids)):
+            q = ",".join("?" * len(part))
+            for row in self.conn.execute(
+                    f"SELECT id, source, version, timestamp, text, metadata FROM documents WHERE id IN ({q})", part):
                 out[row[0]] = tuple(row[1:])
         return out
 
@@ -571,10 +588,10 @@ class Store:
         return self.conn.execute("SELECT seq, chunk_id, state FROM chunk_log WHERE seq > ? ORDER BY seq",
                                  [seq]).fetchall()
 
-    def chunks_since(self, after_id: int) -> list[tuple[int, int, int, int, bytes, bytes]]:
-        """(id, length, latest, doc id, terms, tfs) of chunks with id > after_id."""
-        return self.conn.execute('SELECT id, length, latest, doc_id, terms, tfs FROM chunks WHERE id > ? ORDER BY id',
-                                 [after_id]).fetchall()
+    def chunks_since(self, after_id: int) -> list[tuple[int, int, int, int, bytes, bytes, int]]:
+        """(id, length, latest, doc id, terms, tfs, whole) of chunks with id > after_id."""
+        return self.conn.execute(f"SELECT id, length, latest, doc_id, terms, tfs, {_WHOLE} FROM chunks "
+                                 f"WHERE id > ? ORDER BY id", [after_id]).fetchall()
 
     def dead_terms_of(self, chunk_ids: Sequence[int]) -> list[bytes]:
         out: list[bytes] = []

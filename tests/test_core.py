@@ -7,6 +7,7 @@ import sqlite3
 import subprocess
 import sys
 
+import orjson
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
@@ -416,3 +417,60 @@ def test_searching_an_up_to_date_database_does_not_import_sqlite_utils(tmp_path)
             "print(sorted(m for m in ('sqlite_utils', 'click') if m in sys.modules))\n")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "[]"
+
+
+def test_bulk_load_that_flushes_midway_ends_with_one_segment_per_term(tmp_path, monkeypatch):
+    from ragdb import database
+
+    monkeypatch.setattr(database, "BULK_FLUSH_CHUNKS", 7)
+    texts = [f"{EN} document {i} {'extra' * (i % 3)}" for i in range(40)] + [f"{ZH} 第{i}篇" for i in range(20)]
+    with ragdb.open(tmp_path / "kb.db") as db:
+        db.add_many(({"text": t, "source": f"d{i}"} for i, t in enumerate(texts)), batch_size=5, chunker="none")
+        s = db.stats()
+        assert s.pending_chunks == 0
+        assert s.segments == s.vocabulary  # one segment per term
+        assert db.check() == []
+        got = [(h.source, h.score) for h in db.search("retrieval document 检索", k=60)]
+    with ragdb.open(tmp_path / "fresh.db") as fresh:
+        for i, t in enumerate(texts):
+            fresh.add(t, source=f"d{i}", chunker="none")
+        want = [(h.source, h.score) for h in fresh.search("retrieval document 检索", k=60)]
+    assert [s for s, _ in got] == [s for s, _ in want]
+    assert all(abs(a - b) < 1e-9 for (_, a), (_, b) in zip(got, want))
+
+
+def _hit_fields(hits):
+    return sorted((h.chunk_id, h.doc_id, h.source, h.version, h.timestamp, h.text, h.start, h.end, h.ordinal,
+                   dict(h.metadata)) for h in hits)
+
+
+def test_hits_of_whole_document_chunks_equal_the_stored_rows(tmp_path):
+    """Whole-document chunks are read from the document row alone; every field
+    must equal what the chunk row says, in the writer, a second connection
+    that catches up, and a fresh open."""
+    from ragdb.types import Span
+
+    path = tmp_path / "kb.db"
+    long_text = "\n\n".join(f"Paragraph {i} about retrieval and ranking of passages." for i in range(30))
+    with ragdb.open(path) as db, ragdb.open(path) as other:
+        other.search("retrieval")  # loaded before the writes: catches up afterwards
+        db.add("retrieval in one chunk", source="whole", version="3", metadata={"lang": "en"}, chunker="none")
+        db.add(long_text, source="split", chunker="window:size=20,overlap=5")
+        db.add("retrieval with a section", source="spanned", chunker="none",
+               spans=[Span(0, 9, {"section": "Intro"})])
+        db.add("检索 retrieval 中文", source="zh", timestamp="2026-01-02T03:04:05Z", chunker="none")
+        views = [db.search("retrieval", k=100), other.search("retrieval", k=100)]
+    with ragdb.open(path) as again:
+        views.append(again.search("retrieval", k=100))
+    with sqlite3.connect(path) as conn:
+        rows = conn.execute(
+            'SELECT c.id, c.doc_id, d.source, d.version, d.timestamp, coalesce(c.text, d.text), c.start, c."end", '
+            "c.ordinal, c.metadata, d.metadata FROM chunks c JOIN documents d ON d.id = c.doc_id").fetchall()
+    want = sorted((r[0], r[1], r[2], r[3], r[4], r[5], r[6], r[7], r[8],
+                   {**orjson.loads(r[10]), **orjson.loads(r[9])}) for r in rows)
+    assert len(want) > 5
+    for hits in views:
+        assert _hit_fields(hits) == want
+    whole = [w for w in want if w[2] == "whole"][0]
+    assert whole[6:9] == (0, len("retrieval in one chunk"), 0) and whole[9] == {"lang": "en"}
+    assert [w for w in want if w[2] == "spanned"][0][9] == {"section": "Intro"}
