@@ -194,7 +194,7 @@ class Analyzer:
         return terms
 
     def _learn(self, words: list[Any]) -> None:
-        """Memoize the terms of the tokens of ``words`` not seen before."""
+        """Memoize the terms of the tokens of ``words`` not seen before (stemmed in one batch)."""
         memo = self._memo
         missing = set(words).difference(memo)
         if len(memo) + len(missing) > MEMO_SIZE:
@@ -202,17 +202,32 @@ class Analyzer:
             self._multi.clear()
             missing = set(words)
         stop = self._stop
+        pending: list[Any] = []
+        plain: list[str] = []
         for tok in missing:
-            found = _WORD_RE.findall(tok.decode("ascii") if isinstance(tok, bytes) else tok)
-            found = [w for w in found if w not in stop]
-            if self._stemmer is not None and found:
-                found = self._stemmer.stemWords(found)
-            if len(found) == 1:
-                memo[tok] = found[0]
-            else:
+            if isinstance(tok, bytes):  # an ASCII alphanumeric run: cut or dropped like _WORD_RE does
+                word = tok.decode("ascii")
+                if len(word) > MAX_TOKEN_CHARS:
+                    found = [w for w in _WORD_RE.findall(word) if w not in stop]
+                    if self._stemmer is not None:
+                        found = self._stemmer.stemWords(found)
+                    memo[tok] = found[0] if len(found) == 1 else ""
+                    if len(found) > 1:
+                        self._multi[tok] = tuple(found)
+                    continue
+                if len(word) == 1 and not ("0" <= word <= "9"):
+                    memo[tok] = ""
+                    continue
+            else:  # already a _WORD_RE match
+                word = tok
+            if word in stop:
                 memo[tok] = ""
-                if found:
-                    self._multi[tok] = tuple(found)
+            else:
+                pending.append(tok)
+                plain.append(word)
+        if plain and self._stemmer is not None:
+            plain = self._stemmer.stemWords(plain)
+        memo.update(zip(pending, plain))
 
     def terms(self, text: str) -> list[str]:
         """Index terms of ``text``: word terms first, then CJK terms (with repeats).
