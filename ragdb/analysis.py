@@ -268,3 +268,49 @@ def token_spans(text: str) -> Iterator[tuple[int, int]]:
     character on its own. Computed on the original text so spans index it."""
     for m in _SPAN_RE.finditer(text):
         yield m.start(), m.end()
+
+
+# -- analysis in worker processes (bulk loads) ------------------------------
+# Analysis is pure Python and holds the GIL, so threads cannot overlap it with
+# the SQLite writes of a bulk load; worker processes can. Workers are forked
+# (fast to start, no re-import); where fork is unavailable bulk loads analyze
+# in-process.
+
+_worker_analyzer: Analyzer | None = None
+
+
+def _init_worker(config: dict[str, Any]) -> None:
+    global _worker_analyzer
+    _worker_analyzer = Analyzer.from_config(config)
+
+
+def _analyze_texts(texts: list[str]) -> list[dict[str, int]]:
+    assert _worker_analyzer is not None
+    return [_worker_analyzer.term_counts(t) for t in texts]
+
+
+class AnalysisPool:
+    """Worker processes running :meth:`Analyzer.term_counts` with one configuration."""
+
+    def __init__(self, analyzer: Analyzer, workers: int) -> None:
+        import multiprocessing
+
+        self._pool = multiprocessing.get_context("fork").Pool(
+            workers, initializer=_init_worker, initargs=(analyzer.config(),))
+
+    @staticmethod
+    def available() -> bool:
+        import multiprocessing
+
+        return "fork" in multiprocessing.get_all_start_methods()
+
+    def submit(self, texts: list[str]) -> Any:
+        """Start analyzing ``texts``; ``.get()`` on the result gives their term counts in order."""
+        return self._pool.apply_async(_analyze_texts, (texts,))
+
+    def close(self, *, wait: bool = True) -> None:
+        if wait:
+            self._pool.close()
+        else:
+            self._pool.terminate()
+        self._pool.join()

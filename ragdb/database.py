@@ -6,6 +6,7 @@ import contextlib
 import dataclasses
 import hashlib
 import math
+import os
 import sys
 from array import array
 from collections import Counter
@@ -19,7 +20,7 @@ import orjson
 from . import filters
 from .filters import check_text
 from . import index as idx
-from .analysis import Analyzer
+from .analysis import AnalysisPool, Analyzer
 from .chunking import Chunker, get_chunker
 from .errors import AnalyzerMismatch, DocumentNotFound, InvalidInput
 from .storage import Store, dumps, loads, utcnow_iso
@@ -128,15 +129,23 @@ class Database:
         return self.add_many([record], chunker=chunker)[0]
 
     def add_many(self, records: Iterable[Mapping[str, Any] | LoadedDocument], *,
-                 chunker: str | Chunker | None = None, batch_size: int = 1000) -> list[Document]:
+                 chunker: str | Chunker | None = None, batch_size: int = 1000,
+                 workers: int | None = None) -> list[Document]:
         """Add many documents; each batch of ``batch_size`` is one transaction.
 
         Records are mappings with the keyword arguments of :meth:`add`
         (``text`` required) or :class:`LoadedDocument` objects from the loaders.
         An invalid record raises before its batch is written.
+
+        ``workers``: processes that analyze text while this one writes. By
+        default (``None``) a load of more than 256 records uses one per spare
+        CPU core, up to 3, where processes can be forked; ``0`` analyzes
+        in this process. Results do not depend on it.
         """
         if not isinstance(batch_size, int) or batch_size < 1:
             raise InvalidInput(f"batch_size must be a positive integer, got {batch_size!r}")
+        if workers is not None and (not isinstance(workers, int) or isinstance(workers, bool) or workers < 0):
+            raise InvalidInput(f"workers must be a non-negative integer, got {workers!r}")
         if isinstance(records, (str, bytes, Mapping)) or not hasattr(records, "__iter__"):
             raise InvalidInput(f"records must be an iterable of mappings or LoadedDocument, "
                                f"got {type(records).__name__}")
@@ -146,18 +155,65 @@ class Database:
 
             vectors.ensure_model(self, self.embedder)  # a different model is refused before writing
         out: list[Document] = []
-        batch: list[_Prepared] = []
         now = _timestamp(None, "now")
         bulk_terms: set[int] = set()  # terms flushed by this call in mid-load
-        for n, record in enumerate(records):
-            batch.append(self._prepare(record, ch, n, now))
-            if len(batch) >= batch_size:
-                out.extend(self._write(batch))
-                batch = []
-                # bound the memory of a bulk load: flush large tails between batches
-                bulk_terms |= self._maybe_flush(BULK_FLUSH_CHUNKS)
-        if batch:
+        pool: AnalysisPool | None = None
+        # Batches are analyzed while the previous one is written: the texts go to
+        # the worker processes in parts, and this process analyzes every
+        # LOCAL_SHARE-th part itself (it also writes, so it takes a smaller share).
+        pending: tuple[list[_Prepared], list[_Prepared], list[Any]] | None = None
+
+        def write(batch: list[_Prepared], pooled: list[_Prepared], parts: list[Any]) -> None:
+            nonlocal bulk_terms
+            if pooled:
+                counts = iter([c for part in parts for c in (part if isinstance(part, list) else part.get())])
+                for p in pooled:
+                    p.chunks[:] = [(s, e, m, next(counts)) for s, e, m, _ in p.chunks]
             out.extend(self._write(batch))
+            # bound the memory of a bulk load: flush large tails between batches
+            bulk_terms |= self._maybe_flush(BULK_FLUSH_CHUNKS)
+
+        it = iter(records)
+        try:
+            n = 0
+            while True:
+                batch: list[_Prepared] = []
+                pooled: list[_Prepared] = []  # records of this batch analyzed in parts
+                parts: list[Any] = []         # their analysis: lists of counts, or pool jobs
+                texts: list[str] = []         # texts not yet sent
+                try:
+                    for record in it:
+                        if pool is None and n == POOL_AFTER and workers != 0:
+                            pool = _analysis_pool(self.analyzer, workers)  # a bulk load: analyze in parallel
+                        p = self._prepare(record, ch, n, now, analyze=pool is None)
+                        n += 1
+                        batch.append(p)
+                        if pool is not None:
+                            pooled.append(p)
+                            texts.extend(p.text[s:e] for s, e, _, _ in p.chunks)
+                            if len(texts) >= ANALYSIS_PART:
+                                parts.append(self._dispatch(pool, texts, len(parts)))
+                                texts = []
+                        if len(batch) >= batch_size:
+                            break
+                    if texts:
+                        assert pool is not None
+                        parts.append(self._dispatch(pool, texts, len(parts)))
+                except BaseException:
+                    if pending is not None:  # the batches before the bad record are written
+                        write(*pending)
+                        pending = None
+                    raise
+                if not batch:
+                    break
+                if pending is not None:
+                    write(*pending)  # while the workers analyze this batch
+                pending = (batch, pooled, parts)
+            if pending is not None:
+                write(*pending)
+        finally:
+            if pool is not None:
+                pool.close(wait=False)
         # After a bulk load that flushed in mid-load, flush the rest and merge the
         # segments it wrote, so each term it touched is one segment again
         # (queries then read one row per term, not one per mid-load flush).
@@ -170,6 +226,12 @@ class Database:
             # finds them, vector search does not) until `ragdb embed` fills them.
             vectors.embed_pending(self, self.embedder)
         return out
+
+    def _dispatch(self, pool: AnalysisPool, texts: list[str], index: int) -> Any:
+        """Analyze a part of a batch here (every LOCAL_SHARE-th) or in the pool."""
+        if index % LOCAL_SHARE == LOCAL_SHARE - 1:
+            return [self.analyzer.term_counts(t) for t in texts]
+        return pool.submit(texts)
 
     def _maybe_flush(self, threshold: int | None = None, merge_terms: set[int] | frozenset[int] = frozenset()
                      ) -> set[int]:
@@ -230,7 +292,7 @@ class Database:
         return deleted
 
     def _prepare(self, record: Mapping[str, Any] | LoadedDocument, chunker: Chunker, n: int,
-                 now: tuple[str, float]) -> _Prepared:
+                 now: tuple[str, float], analyze: bool = True) -> _Prepared:
         if isinstance(record, LoadedDocument):
             meta = dict(record.metadata)
             record = {"text": record.text, "source": record.source, "title": record.title,
@@ -297,7 +359,7 @@ class Database:
             for sp in spans:
                 if sp.start <= start < sp.end:
                     cmeta.update(sp.metadata)
-            chunks.append((start, end, cmeta, self.analyzer.term_counts(text[start:end])))
+            chunks.append((start, end, cmeta, self.analyzer.term_counts(text[start:end]) if analyze else {}))
         return _Prepared(source, version, timestamp, ts, title, text, metadata, metadata_json, acl,
                          content_hash, rec_chunker.spec(), chunks)
 
@@ -788,6 +850,21 @@ def _doc_from_row(row: Sequence[Any], with_text: bool) -> Document:
     return Document(id=doc_id, source=source, version=version, timestamp=timestamp, content_hash=content_hash,
                     metadata=meta, acl=tuple(loads(acl)), chunk_count=nchunks, latest=bool(latest),
                     text=row[10] if with_text and len(row) > 10 else None)
+
+
+MAX_ANALYSIS_WORKERS = 3
+POOL_AFTER = 256     # records of one add_many analyzed here before it starts analysis workers
+ANALYSIS_PART = 64   # chunk texts sent to a worker at a time
+LOCAL_SHARE = 4      # this process analyzes every 4th part itself
+
+
+def _analysis_pool(analyzer: Analyzer, workers: int | None) -> AnalysisPool | None:
+    """Worker processes for a bulk load, or None to analyze in this process."""
+    if workers is None:
+        workers = min((os.cpu_count() or 1) - 1, MAX_ANALYSIS_WORKERS)
+    if workers < 1 or not AnalysisPool.available():
+        return None
+    return AnalysisPool(analyzer, workers)
 
 
 def make_hits(protos: Mapping[int, tuple[dict[str, Any], dict[str, Any]]], chunk_ids: Sequence[int],

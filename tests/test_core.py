@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import sqlite3
 import subprocess
@@ -474,3 +475,45 @@ def test_hits_of_whole_document_chunks_equal_the_stored_rows(tmp_path):
     whole = [w for w in want if w[2] == "whole"][0]
     assert whole[6:9] == (0, len("retrieval in one chunk"), 0) and whole[9] == {"lang": "en"}
     assert [w for w in want if w[2] == "spanned"][0][9] == {"section": "Intro"}
+
+
+def _load(db, texts, **kw):
+    return db.add_many(({"text": t, "source": f"d{i}"} for i, t in enumerate(texts)), **kw)
+
+
+@pytest.mark.parametrize("workers", [1, 2])
+def test_parallel_analysis_gives_the_same_database(tmp_path, monkeypatch, workers):
+    from ragdb import database
+
+    monkeypatch.setattr(database, "POOL_AFTER", 5)
+    monkeypatch.setattr(database, "ANALYSIS_PART", 3)
+    texts = [f"{EN} number {i} {'retrieval ' * (i % 4)}" if i % 3 else f"{ZH} 第{i}段 检索" for i in range(60)]
+    with ragdb.open(tmp_path / "par.db") as par, ragdb.open(tmp_path / "ser.db") as ser:
+        a = _load(par, texts, workers=workers, batch_size=7, chunker="window:size=8,overlap=2")
+        b = _load(ser, texts, workers=0, batch_size=7, chunker="window:size=8,overlap=2")
+        assert [(d.id, d.source, d.chunk_count) for d in a] == [(d.id, d.source, d.chunk_count) for d in b]
+        assert par.check() == [] and par.stats() == dataclasses.replace(ser.stats(), file_size=par.stats().file_size)
+        for q in ("retrieval number", "检索增强", "answer 第3段"):
+            assert [(h.chunk_id, h.score, h.text) for h in par.search(q, k=50)] == \
+                   [(h.chunk_id, h.score, h.text) for h in ser.search(q, k=50)]
+
+
+def test_parallel_load_with_a_bad_record_keeps_the_batches_before_it(tmp_path, monkeypatch):
+    from ragdb import database
+
+    monkeypatch.setattr(database, "POOL_AFTER", 5)
+    monkeypatch.setattr(database, "ANALYSIS_PART", 3)
+
+    def records():
+        for i in range(40):
+            yield {"text": f"document {i} about retrieval", "source": f"d{i}"}
+        yield {"text": "", "source": "bad"}  # invalid: empty text
+        yield {"text": "never written", "source": "after"}
+
+    with ragdb.open(tmp_path / "kb.db") as db:
+        with pytest.raises(InvalidInput, match="bad"):
+            db.add_many(records(), batch_size=10, workers=1)
+        assert sorted(d.source for d in db.documents()) == sorted(f"d{i}" for i in range(40))
+        assert db.check() == []
+        with pytest.raises(InvalidInput, match="workers"):
+            db.add_many([{"text": "x"}], workers=-1)
