@@ -11,9 +11,9 @@ with ragdb and with its peers -- bm25s, tantivy, SQLite FTS5 and rank_bm25 --
 then replicates SciFact to ``--scale`` documents (default 100,000), and writes
 ``BENCHMARKS.md`` at the repository root (``--out`` to change).
 
-Every measurement of one system runs in its own subprocess (the script
-re-invokes itself with ``--_worker``), so the peak RSS reported is that
-system's own: ``build`` (index the corpus, persist, close), ``query`` (open the
+Every measurement of one system runs in its own subprocess (which imports
+this script as a module and runs one worker stage), so the peak RSS reported
+is that system's own: ``build`` (index the corpus, persist, close), ``query`` (open the
 persisted index, warm up, time each query with ``time.perf_counter``) and
 ``update`` (add one document / delete one document, each its own commit,
 median of 20). rank_bm25 cannot persist, so it builds and queries in one
@@ -693,7 +693,12 @@ class Context:
             "src": str(self.src),
             **extra,
         }
-        cmd = [sys.executable, str(Path(__file__).resolve()), "--_worker", json.dumps(spec)]
+        # The worker imports this script as a module (from its cached bytecode)
+        # instead of running it as __main__: compiling 2,000 lines of source
+        # would add ~5 MiB of the harness's own to every system's peak RSS.
+        here = str(Path(__file__).resolve().parent)
+        code = f"import sys; sys.path.insert(0, {here!r}); import run; sys.exit(run.worker_main(sys.argv[1]))"
+        cmd = [sys.executable, "-c", code, json.dumps(spec)]
         t0 = time.perf_counter()
         try:
             proc = subprocess.run(cmd, capture_output=True, text=True, timeout=WORKER_TIMEOUT_S, cwd=str(REPO))

@@ -414,20 +414,36 @@ class Database:
         ids = index.term_cache
         all_terms = {t for _, p in docs for *_, counts in p.chunks for t in counts}
         missing = [t for t in all_terms if t not in ids]
-        if missing and not index.term_cache_complete:
-            if len(missing) > 2000:
-                # bulk loads: one scan of the vocabulary beats thousands of lookups,
-                # and afterwards every miss is a new term (see Index.term_cache_complete)
-                ids.update(store.all_term_ids())
-                index.term_cache_complete = True
+        if missing:
+            if index.term_cache_upto >= 0:
+                if index.term_cache_stale:  # another connection wrote: read the terms it added
+                    for term, tid in store.term_ids_after(index.term_cache_upto):
+                        ids[term] = tid
+                        index.term_cache_upto = max(index.term_cache_upto, tid)
+                    index.term_cache_stale = False
+                    missing = [t for t in missing if t not in ids]
+            elif len(missing) > 2000 or store.next_term_id() <= WRITER_TERM_CACHE:
+                # One scan of the vocabulary, then every miss is a new term: it
+                # beats thousands of lookups in bulk loads, and saves single adds
+                # a lookup each. Vocabularies over WRITER_TERM_CACHE terms are
+                # looked up per write instead (memory), unless the write is large.
+                for term, tid in store.all_term_ids():
+                    ids[term] = tid
+                    index.term_cache_upto = max(index.term_cache_upto, tid)
+                index.term_cache_upto = max(index.term_cache_upto, 0)
+                index.term_cache_stale = False
+                missing = [t for t in missing if t not in ids]
             else:
                 for term, (tid, _df) in store.term_ids(missing).items():
                     ids[term] = tid
-        new_terms = sorted(t for t in missing if t not in ids)
+                missing = [t for t in missing if t not in ids]
+        new_terms = sorted(missing)
         if new_terms:
             first = store.next_term_id()
             for i, term in enumerate(new_terms):
                 ids[term] = first + i
+            if index.term_cache_upto >= 0:
+                index.term_cache_upto = max(index.term_cache_upto, first + len(new_terms) - 1)
         now = utcnow_iso()
         doc_rows = []
         chunk_rows = []
@@ -749,7 +765,7 @@ class Database:
             if store.delete_unused_terms():
                 store.bump_vocab_epoch()
                 index.term_cache.clear()
-                index.term_cache_complete = False
+                index.term_cache_upto = -1
             index.note_write(store.bump_stats(), index.n_chunks, index.total_length)
         if vacuum:
             store.vacuum_analyze()
@@ -856,6 +872,7 @@ MAX_ANALYSIS_WORKERS = 3
 POOL_AFTER = 256     # records of one add_many analyzed here before it starts analysis workers
 ANALYSIS_PART = 64   # chunk texts sent to a worker at a time
 LOCAL_SHARE = 4      # this process analyzes every 4th part itself
+WRITER_TERM_CACHE = 300_000  # a writer keeps a vocabulary up to this size in memory
 
 
 def _analysis_pool(analyzer: Analyzer, workers: int | None) -> AnalysisPool | None:

@@ -21,6 +21,7 @@ only the segments of the query's terms.
 
 from __future__ import annotations
 
+import sys
 from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any, Sequence
@@ -115,15 +116,19 @@ class Index:
         self._lookup_cache: dict[str, tuple[int, int] | None] = {}
         self._rows: dict[int, tuple[dict[str, Any], dict[str, Any]]] = {}
         self._rows_bytes = 0
+        self._scratch: dict[str, np.ndarray] = {}
         self._postings_cache: dict[int, tuple[np.ndarray, np.ndarray] | None] = {}
         self._postings_cached = 0
         # term -> id of terms known to exist; ids change only when optimize
         # removes unused terms, which bumps stats.vocab_epoch.
         self.term_cache: dict[str, int] = {}
-        # True while term_cache holds the whole vocabulary: set after a full
-        # scan, kept while only this connection writes (new terms are added
-        # to it), cleared when another connection's write is seen.
-        self.term_cache_complete = False
+        # When >= 0, term_cache holds every term with an id up to this one:
+        # set by a scan of the vocabulary, advanced as this connection adds
+        # terms. Ids only grow (until a vocabulary clean-up, which changes
+        # vocab_epoch and empties the cache), so after another connection's
+        # write only the terms above it need reading (term_cache_stale).
+        self.term_cache_upto = -1
+        self.term_cache_stale = False
         self.vocab_epoch = -1
 
     # -- keeping in step -----------------------------------------------------
@@ -137,9 +142,10 @@ class Index:
         if stats["generation"] == self.generation:
             return
         # another connection wrote: it may have added terms this cache lacks
-        self.term_cache_complete = False
+        self.term_cache_stale = True
         if stats["vocab_epoch"] != self.vocab_epoch:
             self.term_cache.clear()
+            self.term_cache_upto = -1
             self.vocab_epoch = stats["vocab_epoch"]
         if (self.generation >= 0 and stats["flush_count"] == self.flush_count
                 and stats["flushed_upto"] == self.flushed_upto):
@@ -153,18 +159,20 @@ class Index:
         self._invalidate()
 
     def _reload(self, stats: dict[str, int]) -> None:
-        rows = self.store.chunk_table()
-        size = (max(r[0] for r in rows) + 1) if rows else 1
-        arr = np.array(rows, dtype=np.int64).reshape(-1, 5)
+        size = self.store.max_chunk_id() + 1
         self.lengths = np.zeros(_capacity(size), np.float64)
         self.state = np.zeros(_capacity(size), np.int8)
         self.chunk_doc = np.zeros(_capacity(size), np.int64)
         self.whole = np.zeros(_capacity(size), bool)
-        self.lengths[arr[:, 0]] = arr[:, 1]
-        self.state[arr[:, 0]] = np.where(arr[:, 2] == 1, LATEST, OLD)
-        self.chunk_doc[arr[:, 0]] = arr[:, 3]
-        self.whole[arr[:, 0]] = arr[:, 4] == 1
-        self.max_id = int(arr[:, 0].max(initial=0))
+        # In blocks: a list of every row as Python tuples would be the largest
+        # thing a searching process ever holds (~15 MB at 100k chunks).
+        for rows in self.store.chunk_table_blocks():
+            arr = np.array(rows, dtype=np.int64).reshape(-1, 5)
+            self.lengths[arr[:, 0]] = arr[:, 1]
+            self.state[arr[:, 0]] = np.where(arr[:, 2] == 1, LATEST, OLD)
+            self.chunk_doc[arr[:, 0]] = arr[:, 3]
+            self.whole[arr[:, 0]] = arr[:, 4] == 1
+        self.max_id = size - 1
         self.flushed_upto = stats["flushed_upto"]
         self.tail_entries = [(cid, unpack_ids(t), unpack_tfs(f))
                              for cid, t, f in self.store.forward_since(self.flushed_upto)]
@@ -412,12 +420,12 @@ class Index:
             out[cid] = cache[cid] = ({"chunk_id": cid, "doc_id": doc_id, "source": source, "version": version,
                                       "timestamp": timestamp, "text": text, "start": start, "end": end,
                                       "ordinal": ordinal}, meta)
-            self._rows_bytes += len(text) + HIT_ENTRY_OVERHEAD
+            self._rows_bytes += sys.getsizeof(text) + HIT_ENTRY_OVERHEAD
         if self._rows_bytes > HIT_CACHE_BYTES:
             evict = []
             for c, (fields, _meta) in cache.items():  # oldest first
                 evict.append(c)
-                self._rows_bytes -= len(fields["text"]) + HIT_ENTRY_OVERHEAD
+                self._rows_bytes -= sys.getsizeof(fields["text"]) + HIT_ENTRY_OVERHEAD
                 if self._rows_bytes <= HIT_CACHE_BYTES * 3 // 4:
                     break
             for c in evict:
@@ -479,6 +487,18 @@ class Index:
                 self._postings_cached += size
         return {t: e for t in term_ids if (e := found[t] if t in found else cache[t]) is not None}
 
+    def scratch(self, name: str, size: int, dtype: Any = np.float64) -> np.ndarray:
+        """A reusable array of ``size`` elements (contents undefined), valid until the
+        next call with the same ``name``.
+
+        Queries need a few arrays as large as the chunk table; allocating them
+        afresh each time (1 MB at 100k chunks) made every query page-fault them
+        in, whenever the C allocator handed such blocks back to the OS."""
+        buf = self._scratch.get(name)
+        if buf is None or len(buf) < size or buf.dtype != dtype:
+            buf = self._scratch[name] = np.empty(size, dtype)
+        return buf[:size]
+
     def _accumulate(self, term_ids: Sequence[int], weigh: Any, contributions: bool
                     ) -> tuple[np.ndarray, list[np.ndarray]]:
         """Sum ``weigh(i, chunk ids, tfs)`` over the query's terms, in query order,
@@ -486,7 +506,8 @@ class Index:
 
         Deleted chunks still listed in old segments get a (meaningless) score
         here; every caller masks results with ``allowed()``, which excludes them."""
-        scores = np.zeros(len(self.lengths), np.float64)
+        scores = self.scratch("scores", len(self.lengths))
+        scores.fill(0.0)
         per_term: list[np.ndarray] = []
         posting = self.term_postings(term_ids)
         for i, t in enumerate(term_ids):
@@ -496,9 +517,11 @@ class Index:
                     per_term.append(np.zeros(0))
                 continue
             # numpy converts uint32 indexes to intp on every fancy index (a gather
-            # here, a gather and a scatter below): convert once.
-            ids, tfs = p[0].astype(np.intp), p[1]
-            w = weigh(i, ids, tfs)
+            # in weigh, a gather and a scatter below): convert once, into a
+            # reused array, and add with take/put into reused arrays too: the
+            # same arithmetic as ``scores[ids] += w`` without fresh temporaries.
+            ids = p[0].astype(np.intp)
+            w = weigh(i, ids, p[1])
             scores[ids] += w
             if contributions:
                 c = np.zeros(len(self.lengths))
@@ -517,10 +540,11 @@ class Index:
             self._length_norm = (key, scoring.bm25_length_norm(self.lengths, avgdl, k1, b))
         norm = self._length_norm[1]
         idfs = [scoring.bm25_idf(self.n_chunks, df) for _, df in query]
-        return self._accumulate(
-            [t for t, _ in query],
-            lambda i, ids, tfs: scoring.bm25_term_scores(tfs, norm[ids], idfs[i]),
-            contributions)
+        def weigh(i: int, ids: np.ndarray, tfs: np.ndarray) -> np.ndarray:
+            m = len(ids)
+            return scoring.bm25_term_scores(tfs, norm[ids], idfs[i])
+
+        return self._accumulate([t for t, _ in query], weigh, contributions)
 
     def tfidf(self, query: Sequence[tuple[int, int, int]], contributions: bool = False
               ) -> tuple[np.ndarray, list[np.ndarray]]:

@@ -405,6 +405,12 @@ class Store:
         chunk that is its whole document without metadata of its own (see ``doc_hit_rows``)."""
         return self.conn.execute(f"SELECT id, length, latest, doc_id, {_WHOLE} FROM chunks").fetchall()
 
+    def chunk_table_blocks(self, size: int = 8192) -> Iterator[list[tuple[int, int, int, int, int]]]:
+        """``chunk_table`` in blocks of ``size`` rows."""
+        cur = self.conn.execute(f"SELECT id, length, latest, doc_id, {_WHOLE} FROM chunks")
+        while rows := cur.fetchmany(size):
+            yield rows
+
     def count_chunks_since(self, after_id: int) -> int:
         return int(self.conn.execute("SELECT count(*) FROM chunks WHERE id > ?", [after_id]).fetchone()[0])
 
@@ -505,6 +511,9 @@ class Store:
 
     def all_term_ids(self) -> Iterator[tuple[str, int]]:
         yield from self.conn.execute("SELECT term, id FROM vocabulary")
+
+    def term_ids_after(self, term_id: int) -> Iterator[tuple[str, int]]:
+        yield from self.conn.execute("SELECT term, id FROM vocabulary WHERE id > ?", [term_id])
 
     def has_postings(self) -> bool:
         return self.conn.execute("SELECT 1 FROM postings LIMIT 1").fetchone() is not None
