@@ -37,7 +37,8 @@ ABSENT, LATEST, OLD = 0, 1, 2
 
 FLUSH_THRESHOLD = 2048      # tail chunks that trigger a flush
 HIT_CACHE_BYTES = 12 << 20  # hit fields (text, metadata) kept for building hits, about 12 MiB
-HIT_ENTRY_OVERHEAD = 700    # bytes of one cache entry besides its text (two dicts, small values)
+HIT_ENTRY_OVERHEAD = 500    # bytes of one cache entry besides its text (measured: dict, tuple, source)
+_NO_META: dict[str, Any] = {}  # shared by cache entries without metadata; never mutated
 POSTINGS_CACHE_ENTRIES = 1_000_000  # decoded postings kept between queries (~6 MB)
 MAX_SEGMENTS = 16           # segments per term before they are merged
 
@@ -117,6 +118,7 @@ class Index:
         self._rows: dict[int, tuple[dict[str, Any], dict[str, Any]]] = {}
         self._rows_bytes = 0
         self._scratch: dict[str, np.ndarray] = {}
+        self._shared_strings: dict[str, str] = {}
         self._postings_cache: dict[int, tuple[np.ndarray, np.ndarray] | None] = {}
         self._postings_cached = 0
         # term -> id of terms known to exist; ids change only when optimize
@@ -413,10 +415,17 @@ class Index:
                 if doc_id in docs:
                     source, version, timestamp, text, dmeta = docs[doc_id]
                     rows[cid] = (doc_id, source, version, timestamp, text, 0, len(text), 0, "{}", dmeta)
+        shared = self._shared_strings
+        if len(shared) > 10_000:
+            shared.clear()
         for cid, (doc_id, source, version, timestamp, text, start, end, ordinal, cmeta, dmeta) in rows.items():
-            meta = orjson.loads(dmeta) if dmeta != "{}" else {}
+            meta = orjson.loads(dmeta) if dmeta != "{}" else _NO_META
             if cmeta != "{}":
-                meta.update(orjson.loads(cmeta))
+                meta = {**meta, **orjson.loads(cmeta)}
+            # documents loaded together share their timestamp and version: keep one copy
+            timestamp = shared.setdefault(timestamp, timestamp)
+            if version is not None:
+                version = shared.setdefault(version, version)
             out[cid] = cache[cid] = ({"chunk_id": cid, "doc_id": doc_id, "source": source, "version": version,
                                       "timestamp": timestamp, "text": text, "start": start, "end": end,
                                       "ordinal": ordinal}, meta)
