@@ -275,7 +275,7 @@ class Database:
                 row = store.doc_source(doc_id)
                 if row is None:
                     raise DocumentNotFound(f"no document with id {doc_id}")
-                self._remove(doc_id, bool(row[1]), changes)
+                self._remove(doc_id, bool(row[1]), changes, (bool(row[2]), bool(row[3])))
                 if row[1]:
                     older = store.newest_older_version(row[0])
                     if older is not None:
@@ -284,8 +284,8 @@ class Database:
             else:
                 assert source is not None
                 rows = store.doc_ids_for_source(source, glob=glob)
-                for did, latest in rows:
-                    self._remove(did, bool(latest), changes)
+                for did, latest, has_meta, has_acl in rows:
+                    self._remove(did, bool(latest), changes, (bool(has_meta), bool(has_acl)))
                 deleted = len(rows)
             if deleted:
                 self._commit_changes(changes)
@@ -369,7 +369,7 @@ class Database:
             index.sync()
             changes = _Changes()
             existing = store.latest_by_source([p.source for p in batch])
-            next_doc, next_chunk = store.next_ids()
+            next_doc, next_chunk = index.next_ids  # read by index.sync() just now
             results: list[Document | int] = []
             new_docs: list[tuple[int, _Prepared]] = []
             pending_ids: set[int] = set()
@@ -391,7 +391,7 @@ class Database:
                     if self._settings.get("keep_versions", False):
                         self._demote(ex_id, p.ts, changes)
                     else:
-                        self._remove(ex_id, True, changes)
+                        self._remove(ex_id, True, changes, (ex_meta != "{}", ex_acl != "[]"))
                 doc_id = next_doc
                 next_doc += 1
                 new_docs.append((doc_id, p))
@@ -403,7 +403,7 @@ class Database:
             if new_docs:
                 self._insert(new_docs, changes, next_chunk)
             if new_docs_all:
-                store.set_next_ids(next_doc, changes.next_chunk)
+                changes.next_ids = (next_doc, changes.next_chunk)
             if changes.any:
                 self._commit_changes(changes)
             made = {d: p for d, p in new_docs_all}
@@ -481,7 +481,8 @@ class Database:
             store.insert_doc_index(meta_rows, acl_rows)
         changes.next_chunk = next_chunk
 
-    def _remove(self, doc_id: int, latest: bool, changes: "_Changes") -> None:
+    def _remove(self, doc_id: int, latest: bool, changes: "_Changes",
+                indexed: tuple[bool, bool] = (True, True)) -> None:
         """Delete a document's rows; lower statistics if it was counted.
 
         Document frequencies: an unflushed chunk stops counting by itself; a
@@ -497,7 +498,7 @@ class Database:
             self._uncount(rows, changes, -1, df=False)
             changes.docs -= 1
         changes.absent.extend(r[0] for r in rows)
-        self._store.delete_document(doc_id)
+        self._store.delete_document(doc_id, indexed=indexed)
 
     def _demote(self, doc_id: int, valid_to: float, changes: "_Changes") -> None:
         """Keep a replaced version for ``versions='all'``/``as_of`` searches, uncounted."""
@@ -530,7 +531,8 @@ class Database:
         store, index = self._store, self._index
         deltas = [(d, t) for t, d in changes.df.items() if d]
         store.add_df(deltas)
-        gen = store.bump_stats(docs=changes.docs, chunks=changes.chunks, length=changes.length)
+        gen = store.bump_stats(docs=changes.docs, chunks=changes.chunks, length=changes.length,
+                               next_ids=changes.next_ids)
         log = [(c, idx.ABSENT) for c in changes.absent] + [(c, idx.OLD) for c in changes.old] + \
               [(c, idx.LATEST) for c in changes.latest]
         log_seq = store.log_states(log) if log else None
@@ -843,6 +845,7 @@ class _Changes:
         self.old: list[int] = []
         self.latest: list[int] = []
         self.next_chunk = 0
+        self.next_ids = (0, 0)  # next free (document id, chunk id) after this write
 
     @property
     def any(self) -> bool:

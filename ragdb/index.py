@@ -132,6 +132,7 @@ class Index:
         self.term_cache_upto = -1
         self.term_cache_stale = False
         self.vocab_epoch = -1
+        self.next_ids = (0, 0)  # next free (document id, chunk id), as of the last sync
 
     # -- keeping in step -----------------------------------------------------
     def sync(self) -> None:
@@ -141,6 +142,7 @@ class Index:
         chunks and the change log) unless a flush or a vocabulary clean-up
         happened since, which needs a full reload."""
         stats = self.store.stats_row()
+        self.next_ids = (stats["next_doc_id"], stats["next_chunk_id"])  # for a writer, in this transaction
         if stats["generation"] == self.generation:
             return
         # another connection wrote: it may have added terms this cache lacks
