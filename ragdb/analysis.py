@@ -19,6 +19,7 @@ always agree.
 
 from __future__ import annotations
 
+import collections
 import re
 import unicodedata
 from collections import Counter
@@ -295,8 +296,10 @@ class AnalysisPool:
     def __init__(self, analyzer: Analyzer, workers: int) -> None:
         import multiprocessing
 
+        self.workers = workers
         self._pool = multiprocessing.get_context("fork").Pool(
             workers, initializer=_init_worker, initargs=(analyzer.config(),))
+        self._jobs: collections.deque[Any] = collections.deque()
 
     @staticmethod
     def available() -> bool:
@@ -306,7 +309,16 @@ class AnalysisPool:
 
     def submit(self, texts: list[str]) -> Any:
         """Start analyzing ``texts``; ``.get()`` on the result gives their term counts in order."""
-        return self._pool.apply_async(_analyze_texts, (texts,))
+        job = self._pool.apply_async(_analyze_texts, (texts,))
+        self._jobs.append(job)
+        return job
+
+    def backlog(self) -> int:
+        """Submitted parts not finished yet."""
+        jobs = self._jobs
+        while jobs and jobs[0].ready():
+            jobs.popleft()
+        return len(jobs)
 
     def close(self, *, wait: bool = True) -> None:
         if wait:

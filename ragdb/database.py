@@ -159,8 +159,8 @@ class Database:
         bulk_terms: set[int] = set()  # terms flushed by this call in mid-load
         pool: AnalysisPool | None = None
         # Batches are analyzed while the previous one is written: the texts go to
-        # the worker processes in parts, and this process analyzes every
-        # LOCAL_SHARE-th part itself (it also writes, so it takes a smaller share).
+        # the worker processes in parts; this process analyzes a part itself
+        # only when the workers are behind (see _dispatch).
         pending: tuple[list[_Prepared], list[_Prepared], list[Any]] | None = None
 
         def write(batch: list[_Prepared], pooled: list[_Prepared], parts: list[Any]) -> None:
@@ -228,8 +228,9 @@ class Database:
         return out
 
     def _dispatch(self, pool: AnalysisPool, texts: list[str], index: int) -> Any:
-        """Analyze a part of a batch here (every LOCAL_SHARE-th) or in the pool."""
-        if index % LOCAL_SHARE == LOCAL_SHARE - 1:
+        """Analyze a part of a batch in the pool, or here when the workers are behind
+        (more than ``BACKLOG`` parts per worker still waiting)."""
+        if pool.backlog() > BACKLOG * pool.workers:
             return [self.analyzer.term_counts(t) for t in texts]
         return pool.submit(texts)
 
@@ -412,7 +413,7 @@ class Database:
     def _insert(self, docs: list[tuple[int, _Prepared]], changes: "_Changes", next_chunk: int) -> None:
         store, index = self._store, self._index
         ids = index.term_cache
-        all_terms = {t for _, p in docs for *_, counts in p.chunks for t in counts}
+        all_terms = set().union(*(counts for _, p in docs for *_, counts in p.chunks))  # unions in C
         missing = [t for t in all_terms if t not in ids]
         if missing:
             if index.term_cache_upto >= 0:
@@ -874,7 +875,7 @@ def _doc_from_row(row: Sequence[Any], with_text: bool) -> Document:
 MAX_ANALYSIS_WORKERS = 3
 POOL_AFTER = 256     # records of one add_many analyzed here before it starts analysis workers
 ANALYSIS_PART = 64   # chunk texts sent to a worker at a time
-LOCAL_SHARE = 4      # this process analyzes every 4th part itself
+BACKLOG = 4          # parts waiting per worker before this process analyzes parts itself
 WRITER_TERM_CACHE = 300_000  # a writer keeps a vocabulary up to this size in memory
 
 

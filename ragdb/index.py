@@ -75,11 +75,14 @@ class _Tail:
             return cls()
         terms = np.concatenate([t for _, t, _ in entries]).astype(np.int64)
         tfs = np.concatenate([f for _, _, f in entries]).astype(np.int64)
-        cids = np.concatenate([np.full(len(t), cid, np.int64) for cid, t, _ in entries])
+        lens = np.fromiter((len(t) for _, t, _ in entries), np.int64, len(entries))
+        cids = np.repeat(np.fromiter((cid for cid, _, _ in entries), np.int64, len(entries)), lens)
         order = np.argsort(terms, kind="stable")  # chunk ids stay ascending within a term
         terms, tfs, cids = terms[order], tfs[order], cids[order]
-        uniq, starts = np.unique(terms, return_index=True)
-        return cls(uniq, np.append(starts, len(terms)), cids, tfs, len(entries))
+        if not len(terms):
+            return cls(count=len(entries))
+        starts = np.flatnonzero(np.concatenate(([True], terms[1:] != terms[:-1])))  # terms are sorted
+        return cls(terms[starts], np.append(starts, len(terms)), cids, tfs, len(entries))
 
     def get(self, term_id: int) -> tuple[np.ndarray, np.ndarray] | None:
         i = int(np.searchsorted(self.term_ids, term_id))
@@ -326,15 +329,16 @@ class Index:
             in_tail = set(term_list)
             merge |= {t for t in merge_terms if t in counts and counts[t][0] + (t in in_tail) > 1}
         rows: list[tuple[int, int, int, bytes, bytes]] = []
-        ids32 = tail.chunk_ids.astype("<u4")
-        tfs16 = np.minimum(tail.tfs, 65535).astype("<u2")
+        # one buffer each, sliced per term (cheaper than a numpy slice and tobytes per term)
+        ids32 = tail.chunk_ids.astype("<u4").tobytes()
+        tfs16 = np.minimum(tail.tfs, 65535).astype("<u2").tobytes()
         starts = tail.starts.tolist()
         for i, t in enumerate(term_list):
             if t in merge:
                 continue
             a, b = starts[i], starts[i + 1]
             seg = counts[t][1] + 1 if t in counts else 0
-            rows.append((t, seg, b - a, ids32[a:b].tobytes(), tfs16[a:b].tobytes()))
+            rows.append((t, seg, b - a, ids32[4 * a:4 * b], tfs16[2 * a:2 * b]))
         store.insert_segments(rows)
         if merge:
             self._merge(sorted(merge), tail)
