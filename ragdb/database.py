@@ -139,8 +139,8 @@ class Database:
 
         ``workers``: processes that analyze text while this one writes. By
         default (``None``) a load of more than 256 records uses one per spare
-        CPU core, up to 3, where processes can be forked; ``0`` analyzes
-        in this process. Results do not depend on it.
+        CPU core, up to 3, on Linux (workers are forked); ``0`` analyzes in
+        this process. Results do not depend on it.
         """
         if not isinstance(batch_size, int) or batch_size < 1:
             raise InvalidInput(f"batch_size must be a positive integer, got {batch_size!r}")
@@ -882,6 +882,8 @@ WRITER_TERM_CACHE = 300_000  # a writer keeps a vocabulary up to this size in me
 def _analysis_pool(analyzer: Analyzer, workers: int | None) -> AnalysisPool | None:
     """Worker processes for a bulk load, or None to analyze in this process."""
     if workers is None:
+        if not sys.platform.startswith("linux"):  # fork is unsafe on macOS, absent on Windows
+            return None
         workers = min((os.cpu_count() or 1) - 1, MAX_ANALYSIS_WORKERS)
     if workers < 1 or not AnalysisPool.available():
         return None
