@@ -887,7 +887,10 @@ def _analysis_pool(analyzer: Analyzer, workers: int | None) -> AnalysisPool | No
         workers = min((os.cpu_count() or 1) - 1, MAX_ANALYSIS_WORKERS)
     if workers < 1 or not AnalysisPool.available():
         return None
-    return AnalysisPool(analyzer, workers)
+    try:
+        return AnalysisPool(analyzer, workers)
+    except OSError:  # no processes to be had (limits, memory): analyze here
+        return None
 
 
 def make_hits(protos: Mapping[int, tuple[dict[str, Any], dict[str, Any]]], chunk_ids: Sequence[int],
