@@ -555,11 +555,10 @@ class Index:
             self._length_norm = (key, scoring.bm25_length_norm(self.lengths, avgdl, k1, b))
         norm = self._length_norm[1]
         idfs = [scoring.bm25_idf(self.n_chunks, df) for _, df in query]
-        def weigh(i: int, ids: np.ndarray, tfs: np.ndarray) -> np.ndarray:
-            m = len(ids)
-            return scoring.bm25_term_scores(tfs, norm[ids], idfs[i])
-
-        return self._accumulate([t for t, _ in query], weigh, contributions)
+        return self._accumulate(
+            [t for t, _ in query],
+            lambda i, ids, tfs: scoring.bm25_term_scores(tfs, norm[ids], idfs[i]),
+            contributions)
 
     def tfidf(self, query: Sequence[tuple[int, int, int]], contributions: bool = False
               ) -> tuple[np.ndarray, list[np.ndarray]]:
