@@ -495,7 +495,7 @@ class Database:
             if dead:
                 self._store.insert_dead(dead)
                 for _cid, terms in dead:
-                    changes.dead.update(idx.unpack_ids(terms).tolist())
+                    changes.dead.append(idx.unpack_ids(terms).tolist())
             self._uncount(rows, changes, -1, df=False)
             changes.docs -= 1
         changes.absent.extend(r[0] for r in rows)
@@ -531,15 +531,16 @@ class Database:
         """Write statistics and document frequencies; bring the in-memory index along."""
         store, index = self._store, self._index
         deltas = [(d, t) for t, d in changes.df.items() if d]
-        store.add_df(deltas)
+        if deltas:
+            store.add_df(deltas)
         gen = store.bump_stats(docs=changes.docs, chunks=changes.chunks, length=changes.length,
                                next_ids=changes.next_ids)
         log = [(c, idx.ABSENT) for c in changes.absent] + [(c, idx.OLD) for c in changes.old] + \
               [(c, idx.LATEST) for c in changes.latest]
         log_seq = store.log_states(log) if log else None
         index.add_chunks(changes.new_chunks)
-        if changes.dead:
-            index.dead.update(changes.dead)
+        for terms in changes.dead:  # a chunk's terms are distinct: count each once (in C)
+            index.dead.update(terms)
         if changes.absent:
             index.set_state(changes.absent, idx.ABSENT)
         if changes.old:
@@ -840,7 +841,7 @@ class _Changes:
         self.chunks = 0
         self.length = 0
         self.df: Counter[int] = Counter()
-        self.dead: Counter[int] = Counter()
+        self.dead: list[list[int]] = []  # term ids of each deleted flushed chunk
         self.new_chunks: list[tuple[int, int, int, np.ndarray, np.ndarray, bool]] = []
         self.absent: list[int] = []
         self.old: list[int] = []
