@@ -587,13 +587,15 @@ def worker(spec: dict) -> dict:
             if len(sample) > UPDATE_OPS:
                 break
         handle = adapter.open(folder, lang)
+        r = spec.get("round", 0)  # each round adds new ids and deletes other victims
+        base = n + r * (UPDATE_OPS + 1)
         # Warm-up (untimed): one add and its delete.
-        adapter.add(handle, "bench-new-warmup", n, sample[0])
-        adapter.delete(handle, "bench-new-warmup", n)
+        adapter.add(handle, f"bench-new-warmup-{r}", base, sample[0])
+        adapter.delete(handle, f"bench-new-warmup-{r}", base)
         adds, deletes = [], []
         for i in range(UPDATE_OPS):
             t0 = time.perf_counter()
-            adapter.add(handle, f"bench-new-{i}", n + 1 + i, sample[(i + 1) % len(sample)])
+            adapter.add(handle, f"bench-new-{r}-{i}", base + 1 + i, sample[(i + 1) % len(sample)])
             adds.append((time.perf_counter() - t0) * 1000.0)
         victims = spec["victims"]  # [(doc_id, ordinal)] of existing documents
         for doc_id, ordinal in victims:
@@ -740,14 +742,16 @@ def prepare_corpus(ctx: Context, key: str, max_queries: int | None) -> Corpus:
     kept = {qid for qid, _ in judged}
     c = Corpus(key, spec["title"], spec["lang"], docs_path, queries_path, len(corpus), len(judged),
                {q: r for q, r in qrels.items() if q in kept})
-    c.victims = _victims(docs_path, len(corpus))
+    c.victims = _victims(docs_path, len(corpus), ctx.args.rounds)
     return c
 
 
-def _victims(docs_path: Path, n: int) -> list[tuple[str, int]]:
-    """UPDATE_OPS existing documents spread over the corpus, to delete."""
-    step = max(1, n // UPDATE_OPS)
-    wanted = {min(n - 1, step // 2 + i * step) for i in range(UPDATE_OPS)}
+def _victims(docs_path: Path, n: int, rounds: int = 1) -> list[tuple[str, int]]:
+    """``rounds`` x UPDATE_OPS distinct existing documents spread over the corpus, to delete
+    (round r deletes the r-th slice of UPDATE_OPS)."""
+    total = min(n, UPDATE_OPS * rounds)
+    step = max(1, n // total)
+    wanted = {min(n - 1, step // 2 + i * step) for i in range(total)}
     out = []
     for i, (doc_id, _text) in enumerate(iter_docs(docs_path)):
         if i in wanted:
@@ -779,7 +783,7 @@ def replicate_corpus(ctx: Context, base: Corpus, n: int, key: str, max_queries: 
             dst.write(line)
     c = Corpus(key, f"SciFact x{n / len(base_docs):.1f}", base.lang, docs_path, queries_path, n,
                min(max_queries, base.n_queries))
-    c.victims = _victims(docs_path, n)
+    c.victims = _victims(docs_path, n, ctx.args.rounds)
     return c
 
 
@@ -868,6 +872,34 @@ def _query_rounds(ctx: Context, names: list[str], corpus: Corpus) -> dict[str, d
     return {name: _median_of_runs(r) for name, r in runs.items()}
 
 
+def _update_rounds(ctx: Context, names: list[str], corpus: Corpus) -> dict[str, dict]:
+    """Update stages in rounds over the systems in turn, each round adding new ids and
+    deleting its own slice of victims; name -> add_ms / delete_ms medians over rounds."""
+    runs: dict[str, list[dict]] = {name: [] for name in names}
+    for r in range(ctx.args.rounds):
+        victims = corpus.victims[r * UPDATE_OPS:(r + 1) * UPDATE_OPS]
+        if not victims:
+            break
+        for name in names:
+            if runs[name] and "error" in runs[name][0]:
+                continue
+            runs[name].append(ctx.run_worker("update", name, corpus, round=r, victims=victims))
+    out = {}
+    for name, rs in runs.items():
+        ok = [x for x in rs if "error" not in x]
+        if not ok:
+            out[name] = rs[0] if rs else {"error": "not run"}
+            continue
+        res = dict(ok[-1])
+        for key in ("add_ms", "delete_ms"):
+            res[key] = median([x[key] for x in ok])
+        res["add_max_ms"] = max(x["add_max_ms"] for x in ok)
+        res["delete_max_ms"] = max(x["delete_max_ms"] for x in ok)
+        res["rounds"] = len(ok)
+        out[name] = res
+    return out
+
+
 def measure_corpus(ctx: Context, corpus: Corpus) -> dict[str, dict]:
     rows: dict[str, dict] = {}
     names = ctx.systems(MAIN_SYSTEMS)
@@ -902,15 +934,16 @@ def measure_corpus(ctx: Context, corpus: Corpus) -> dict[str, dict]:
         row.update({f"query_{k}" if k == "peak_rss_mb" else k: v for k, v in q.items() if k != "error"})
         if "error" in q:
             row["error"] = q["error"]
+    updatable = [n for n in names if SYSTEMS[n].persistent and SYSTEMS[n].incremental
+                 and SYSTEMS[n].index_of is None and "error" not in rows[n]]
+    for name, u in _update_rounds(ctx, updatable, corpus).items():
+        rows[name].update({k: v for k, v in u.items() if k not in ("peak_rss_mb", "rounds")})
+        rows[name]["update_rounds"] = u.get("rounds", 1)
     for name in names:
-        adapter = SYSTEMS[name]
-        if not adapter.persistent:
+        if not SYSTEMS[name].persistent:
             row = dict(ctx.run_worker("all", name, corpus))
             row["build_peak_rss_mb"] = row["query_peak_rss_mb"] = row.get("peak_rss_mb")
             rows[name] = row
-        elif adapter.incremental and adapter.index_of is None and "error" not in rows[name]:
-            u = ctx.run_worker("update", name, corpus)
-            rows[name].update({k: v for k, v in u.items() if k != "peak_rss_mb"})
     for name in names:
         row = rows.setdefault(name, {"error": "not measured"})
         if "run" in row:
@@ -1043,9 +1076,9 @@ def section_scale(ctx: Context) -> str:
     big = replicate_corpus(ctx, base, n, f"scifact-{n}", max_q)
     rows_small: dict[str, dict] = {}
     for name in ctx.systems(UPDATE_SCALE_SYSTEMS):
-        b = ctx.run_worker("build", name, small)
-        u = ctx.run_worker("update", name, small) if "error" not in b else {}
-        rows_small[name] = {**b, **{k: v for k, v in u.items() if k != "peak_rss_mb"}}
+        rows_small[name] = ctx.run_worker("build", name, small)
+    for name, u in _update_rounds(ctx, [n for n, b in rows_small.items() if "error" not in b], small).items():
+        rows_small[name].update({k: v for k, v in u.items() if k != "peak_rss_mb"})
     drop_indexes(ctx, small)
     rows: dict[str, dict] = {}
     built = []
@@ -1059,9 +1092,9 @@ def section_scale(ctx: Context) -> str:
         q.pop("run", None)
         rows[name].update(p50_ms=q.get("p50_ms"), p95_ms=q.get("p95_ms"), query_peak_rss_mb=q.get("peak_rss_mb"),
                           error=q.get("error"), query_rounds=q.get("rounds", 1))
-        if name in UPDATE_SCALE_SYSTEMS and "error" not in q:
-            u = ctx.run_worker("update", name, big)
-            rows[name].update(add_ms=u.get("add_ms"), delete_ms=u.get("delete_ms"), error=u.get("error"))
+    updatable = [n for n in built if n in UPDATE_SCALE_SYSTEMS and not rows[n].get("error")]
+    for name, u in _update_rounds(ctx, updatable, big).items():
+        rows[name].update(add_ms=u.get("add_ms"), delete_ms=u.get("delete_ms"), error=u.get("error"))
     drop_indexes(ctx, big)
     ctx.results["scale"] = {"n": n, "small_n": small_n, "rows": rows, "rows_small": rows_small}
 
@@ -2024,7 +2057,8 @@ def write_report(ctx: Context, bodies: list[str], started: float, command: str) 
         "warm-up queries (the first ones of the timed set, so caches are warm as in a running service), including query tokenization and mapping hits to document ids (ragdb also "
         "returns the chunk text; the peers return ids only).",
         f"- Add / delete: median of {UPDATE_OPS} operations, each its own transaction/commit, on the built "
-        "index (FTS5: INSERT or DELETE by rowid + COMMIT in WAL mode with synchronous=NORMAL; tantivy: "
+        f"index, in {ctx.args.rounds} rounds over the systems in turn (each round adds new documents and "
+        "deletes other ones; the median of the rounds is shown) (FTS5: INSERT or DELETE by rowid + COMMIT in WAL mode with synchronous=NORMAL; tantivy: "
         "add_document or delete_documents_by_term + commit; ragdb: `add` / `delete(source=...)`). bm25s and "
         "rank_bm25 cannot update an index: the figure shown is the full rebuild time.",
         "- Build time: corpus streamed from a prepared file (bm25s and rank_bm25 need it in memory); "
