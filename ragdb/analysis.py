@@ -26,7 +26,7 @@ from array import array
 from collections import Counter
 from typing import Any, Iterator, Mapping
 
-from .errors import InvalidInput, MissingDependency
+from .errors import InvalidInput, MissingDependency, RagdbError
 
 # CJK ideographs (unified + extension A + compatibility + supplementary planes)
 # and Japanese kana. Hangul is space-delimited, so it is treated as words.
@@ -276,24 +276,20 @@ def token_spans(text: str) -> Iterator[tuple[int, int]]:
 # Analysis is pure Python and holds the GIL, so threads cannot overlap it with
 # the SQLite writes of a bulk load; worker processes can. Workers are forked
 # (fast to start, no re-import); where fork is unavailable bulk loads analyze
-# in-process.
-
-_worker_analyzer: Analyzer | None = None
-
-
-def _init_worker(config: dict[str, Any]) -> None:
-    global _worker_analyzer
-    _worker_analyzer = Analyzer.from_config(config)
+# in-process. Not multiprocessing.Pool: its task and result threads in the
+# writing process wait for the GIL while that process is busy, which left a
+# worker idle most of the time. Here the writing process sends and receives on
+# a pipe itself, and each worker has a reading and a sending thread, so
+# neither side ever waits on the other's pipe buffer.
 
 
-def _analyze_texts(texts: list[str]) -> list[tuple[str, bytes]]:
+def _pack(analyzer: Analyzer, texts: list[str]) -> list[tuple[str, bytes]]:
     """Term counts of each text, packed for the trip back: the terms joined by NUL
     (never part of a term) and the counts as uint32s. Unpickling a dict of a
     hundred terms per text cost the writing process more than the analysis it saved."""
-    assert _worker_analyzer is not None
     out = []
     for t in texts:
-        counts = _worker_analyzer.term_counts(t)
+        counts = analyzer.term_counts(t)
         out.append(("\0".join(counts), array("I", counts.values()).tobytes()))
     return out
 
@@ -307,16 +303,69 @@ def _unpack_counts(packed: list[tuple[str, bytes]]) -> list[dict[str, int]]:
     return out
 
 
+def _worker_main(conn: Any, config: dict[str, Any]) -> None:
+    """A worker: texts in, packed term counts out (or ("error", message)), in order."""
+    import queue
+    import threading
+
+    analyzer = Analyzer.from_config(config)
+    tasks: queue.SimpleQueue[Any] = queue.SimpleQueue()
+    results: queue.SimpleQueue[Any] = queue.SimpleQueue()
+
+    def receive() -> None:
+        while True:
+            try:
+                msg = conn.recv()
+            except (EOFError, OSError):
+                msg = None
+            tasks.put(msg)
+            if msg is None:
+                return
+
+    def send() -> None:
+        while (msg := results.get()) is not None:
+            try:
+                conn.send(msg)
+            except (BrokenPipeError, OSError):
+                return
+
+    threading.Thread(target=receive, daemon=True).start()
+    sender = threading.Thread(target=send, daemon=True)
+    sender.start()
+    while (texts := tasks.get()) is not None:
+        try:
+            results.put(("ok", _pack(analyzer, texts)))
+        except Exception as e:  # reported to the writing process, which raises it
+            results.put(("error", f"{type(e).__name__}: {e}"))
+    results.put(None)
+    sender.join()
+
+
 class AnalysisPool:
     """Worker processes running :meth:`Analyzer.term_counts` with one configuration."""
 
     def __init__(self, analyzer: Analyzer, workers: int) -> None:
         import multiprocessing
 
+        ctx = multiprocessing.get_context("fork")
         self.workers = workers
-        self._pool = multiprocessing.get_context("fork").Pool(
-            workers, initializer=_init_worker, initargs=(analyzer.config(),))
-        self._jobs: collections.deque[Any] = collections.deque()
+        self._conns: list[Any] = []
+        self._procs: list[Any] = []
+        self._waiting: list[collections.deque[_Job]] = []  # per worker, in send order
+        self._jobs: collections.deque[_Job] = collections.deque()
+        self._next = 0
+        try:
+            for _ in range(workers):
+                parent, child = ctx.Pipe()
+                proc = ctx.Process(target=_worker_main, args=(child, analyzer.config()), daemon=True)
+                proc.start()
+                child.close()
+                self._conns.append(parent)
+                self._procs.append(proc)
+                self._waiting.append(collections.deque())
+        except BaseException:
+            self.close(wait=False)
+            raise
 
     @staticmethod
     def available() -> bool:
@@ -324,33 +373,62 @@ class AnalysisPool:
 
         return "fork" in multiprocessing.get_all_start_methods()
 
-    def submit(self, texts: list[str]) -> Any:
+    def submit(self, texts: list[str]) -> _Job:
         """Start analyzing ``texts``; ``.get()`` on the result gives their term counts in order."""
-        job = _Job(self._pool.apply_async(_analyze_texts, (texts,)))
+        w = self._next
+        self._next = (w + 1) % self.workers
+        job = _Job(self, w)
+        self._conns[w].send(texts)
+        self._waiting[w].append(job)
         self._jobs.append(job)
         return job
 
+    def _receive(self, w: int, block: bool) -> None:
+        """Hand worker ``w``'s finished results to its oldest waiting jobs."""
+        conn, waiting = self._conns[w], self._waiting[w]
+        while waiting and (block or conn.poll()):
+            try:
+                status, value = conn.recv()
+            except EOFError:
+                raise RagdbError("an analysis worker process ended unexpectedly") from None
+            job = waiting.popleft()
+            job.done, job.value = True, value
+            if status != "ok":
+                raise RagdbError(f"text analysis failed in a worker process: {value}")
+            if block:
+                return
+
     def backlog(self) -> int:
         """Submitted parts not finished yet."""
+        for w in range(self.workers):
+            self._receive(w, block=False)
         jobs = self._jobs
-        while jobs and jobs[0].ready():
+        while jobs and jobs[0].done:
             jobs.popleft()
         return len(jobs)
 
     def close(self, *, wait: bool = True) -> None:
-        if wait:
-            self._pool.close()
-        else:
-            self._pool.terminate()
-        self._pool.join()
+        for conn in self._conns:
+            try:
+                conn.send(None)
+            except OSError:
+                pass
+        for proc in self._procs:
+            proc.join(timeout=5 if wait else 0.2)
+            if proc.is_alive():
+                proc.terminate()
+                proc.join()
+        for conn in self._conns:
+            conn.close()
 
 
 class _Job:
-    def __init__(self, result: Any) -> None:
-        self._result = result
-
-    def ready(self) -> bool:
-        return bool(self._result.ready())
+    def __init__(self, pool: AnalysisPool, worker: int) -> None:
+        self.pool, self.worker = pool, worker
+        self.done = False
+        self.value: Any = None
 
     def get(self) -> list[dict[str, int]]:
-        return _unpack_counts(self._result.get())
+        while not self.done:
+            self.pool._receive(self.worker, block=True)
+        return _unpack_counts(self.value)

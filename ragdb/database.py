@@ -185,6 +185,7 @@ class Database:
                     for record in it:
                         if pool is None and n == POOL_AFTER and workers != 0:
                             pool = _analysis_pool(self.analyzer, workers)  # a bulk load: analyze in parallel
+                            self._backlog_limit = max(2, -(-batch_size // ANALYSIS_PART))
                         p = self._prepare(record, ch, n, now, analyze=pool is None)
                         n += 1
                         batch.append(p)
@@ -229,8 +230,9 @@ class Database:
 
     def _dispatch(self, pool: AnalysisPool, texts: list[str], index: int) -> Any:
         """Analyze a part of a batch in the pool, or here when the workers are behind
-        (more than ``BACKLOG`` parts per worker still waiting)."""
-        if pool.backlog() > BACKLOG * pool.workers:
+        (more than a batch of parts per worker still waiting: they need that
+        much queued to stay busy while this process writes the previous batch)."""
+        if pool.backlog() > self._backlog_limit * pool.workers:
             return [self.analyzer.term_counts(t) for t in texts]
         return pool.submit(texts)
 
@@ -876,7 +878,6 @@ def _doc_from_row(row: Sequence[Any], with_text: bool) -> Document:
 MAX_ANALYSIS_WORKERS = 3
 POOL_AFTER = 256     # records of one add_many analyzed here before it starts analysis workers
 ANALYSIS_PART = 64   # chunk texts sent to a worker at a time
-BACKLOG = 4          # parts waiting per worker before this process analyzes parts itself
 WRITER_TERM_CACHE = 300_000  # a writer keeps a vocabulary up to this size in memory
 
 
