@@ -517,3 +517,37 @@ def test_parallel_load_with_a_bad_record_keeps_the_batches_before_it(tmp_path, m
         assert db.check() == []
         with pytest.raises(InvalidInput, match="workers"):
             db.add_many([{"text": "x"}], workers=-1)
+
+
+def test_bulk_load_falls_back_to_one_process_when_workers_cannot_start(tmp_path, monkeypatch):
+    from ragdb import analysis, database
+
+    def refuse(self, *a, **kw):
+        raise OSError("no processes for you")
+
+    monkeypatch.setattr(database, "POOL_AFTER", 3)
+    monkeypatch.setattr(analysis.AnalysisPool, "__init__", refuse)
+    with ragdb.open(tmp_path / "kb.db") as db:
+        docs = _load(db, [f"document {i} about retrieval" for i in range(20)], workers=2, batch_size=4)
+        assert len(docs) == 20 and db.stats().documents == 20 and db.check() == []
+
+
+def test_analysis_worker_that_dies_is_an_error_not_a_hang(tmp_path, monkeypatch):
+    from ragdb import analysis, database
+
+    monkeypatch.setattr(database, "POOL_AFTER", 3)
+    monkeypatch.setattr(database, "ANALYSIS_PART", 2)
+    real_submit = analysis.AnalysisPool.submit
+
+    def submit_then_kill(self, texts):
+        job = real_submit(self, texts)
+        for proc in self._procs:
+            proc.kill()
+            proc.join()
+        return job
+
+    monkeypatch.setattr(analysis.AnalysisPool, "submit", submit_then_kill)
+    with ragdb.open(tmp_path / "kb.db") as db:
+        with pytest.raises(RagdbError, match="worker"):
+            _load(db, [f"document {i} about retrieval" for i in range(30)], workers=1, batch_size=5)
+        assert db.check() == []
