@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import collections
 import re
+import sys
 import unicodedata
 from array import array
 from collections import Counter
@@ -309,6 +310,9 @@ def _worker_main(conn: Any, config: dict[str, Any]) -> None:
     import threading
 
     analyzer = Analyzer.from_config(config)
+    # Analysis holds the GIL; let the reading and sending threads in promptly
+    # (the default 5 ms switch interval left the writer blocked on a full pipe).
+    sys.setswitchinterval(0.0005)
     tasks: queue.SimpleQueue[Any] = queue.SimpleQueue()
     results: queue.SimpleQueue[Any] = queue.SimpleQueue()
 
