@@ -295,12 +295,35 @@ def _pack(analyzer: Analyzer, texts: list[str]) -> list[tuple[str, bytes]]:
     return out
 
 
-def _unpack_counts(packed: list[tuple[str, bytes]]) -> list[dict[str, int]]:
+class PackedCounts:
+    """Term counts as a worker sends them: the terms (in order of first appearance)
+    and their counts. Iterates like the dict :meth:`Analyzer.term_counts` returns
+    (terms, ``values()``), which is all the writer needs, without building one."""
+
+    __slots__ = ("terms", "counts")
+
+    def __init__(self, terms: list[str], counts: array) -> None:
+        self.terms, self.counts = terms, counts
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self.terms)
+
+    def __len__(self) -> int:
+        return len(self.terms)
+
+    def values(self) -> array:
+        return self.counts
+
+    def items(self) -> Iterator[tuple[str, int]]:
+        return zip(self.terms, self.counts)
+
+
+def _unpack_counts(packed: list[tuple[str, bytes]]) -> list[PackedCounts]:
     out = []
     for joined, raw in packed:
         counts = array("I")
         counts.frombytes(raw)
-        out.append(dict(zip(joined.split("\0"), counts)) if raw else {})
+        out.append(PackedCounts(joined.split("\0") if raw else [], counts))
     return out
 
 
@@ -432,7 +455,7 @@ class _Job:
         self.done = False
         self.value: Any = None
 
-    def get(self) -> list[dict[str, int]]:
+    def get(self) -> list[PackedCounts]:
         while not self.done:
             self.pool._receive(self.worker, block=True)
         return _unpack_counts(self.value)

@@ -20,7 +20,7 @@ import orjson
 from . import filters
 from .filters import check_text
 from . import index as idx
-from .analysis import AnalysisPool, Analyzer
+from .analysis import AnalysisPool, Analyzer, PackedCounts
 from .chunking import Chunker, get_chunker
 from .errors import AnalyzerMismatch, DocumentNotFound, InvalidInput
 from .storage import Store, dumps, loads, utcnow_iso
@@ -51,7 +51,7 @@ class _Prepared:
     acl: tuple[str, ...]
     content_hash: str
     chunker: str
-    chunks: list[tuple[int, int, dict[str, Any], dict[str, int]]]  # start, end, chunk metadata, term counts
+    chunks: list[tuple[int, int, dict[str, Any], "dict[str, int] | PackedCounts"]]  # start, end, metadata, term counts
 
 
 class Database:
@@ -459,7 +459,7 @@ class Database:
                 # same for the same chunk text in any database, so the TF-IDF norm
                 # sums come out bit-identical however the database was built.
                 term_ids = list(map(ids.__getitem__, counts))
-                tfs = list(counts.values())
+                tfs = counts.values()
                 terms_blob = array("I", term_ids).tobytes()
                 tfs_blob = array("H", tfs if max(tfs, default=0) <= 65535 else [min(c, 65535) for c in tfs]).tobytes()
                 length = sum(tfs)
