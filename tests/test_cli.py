@@ -12,10 +12,10 @@ from pathlib import Path
 
 import orjson
 import pytest
-from click.testing import CliRunner
 
 import ragdb
 from ragdb import cli as cli_mod
+from cli_helpers import out_json, run
 from ragdb.cli import cli
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -55,22 +55,6 @@ def files(tmp_path):
     (root / "notes-gbk.txt").write_bytes(GBK_TEXT.encode("gbk"))
     (root / "blob.bin").write_bytes(BINARY)
     return root
-
-
-@pytest.fixture
-def runner():
-    return CliRunner()
-
-
-def run(runner, *args, input=None, env=None, ok=True):
-    result = runner.invoke(cli, [str(a) for a in args], input=input, env=env, catch_exceptions=False)
-    if ok:
-        assert result.exit_code == 0, result.output
-    return result
-
-
-def out_json(result):
-    return orjson.loads(result.stdout)
 
 
 @pytest.fixture

@@ -14,10 +14,9 @@ from pathlib import Path
 
 import orjson
 import pytest
-from click.testing import CliRunner
 from werkzeug import Request, Response
 
-from ragdb.cli import cli
+from cli_helpers import out_json, run
 from ragdb.embeddings import HashEmbedder
 
 DOCS = {
@@ -26,22 +25,6 @@ DOCS = {
     "valve.md": "---\nteam: safety\n---\n# Valve\n\nA stuck valve must be reported before the pump starts.\n",
     "humidity.txt": "The dashboard now shows humidity readings for every room.\n",
 }
-
-
-@pytest.fixture
-def runner():
-    return CliRunner()
-
-
-def run(runner, *args, input=None, env=None, ok=True):
-    result = runner.invoke(cli, [str(a) for a in args], input=input, env=env, catch_exceptions=False)
-    if ok:
-        assert result.exit_code == 0, result.output
-    return result
-
-
-def out_json(result):
-    return orjson.loads(result.stdout)
 
 
 @pytest.fixture
