@@ -917,6 +917,26 @@ def _op_vacuum(db: ragdb.Database, _f: Path) -> Any:
     return db.optimize(vacuum=True)
 
 
+def _open_and_add(path: str, res: dict[str, Any]) -> None:
+    """Open ``path`` and add one document; record in ``res`` how that ended
+    (no error, a RagdbError at open or at the add, or a crash)."""
+    try:
+        db = ragdb.open(path)
+        try:
+            db.add("new text here", source="doc/new")
+            res["outcome"] = "no error"
+        except RagdbError as e:
+            res["outcome"] = type(e).__name__
+            res["message"] = str(e)
+        db.close()
+    except RagdbError as e:
+        res["outcome"] = f"{type(e).__name__} at open"
+        res["message"] = str(e)
+    except Exception as e:  # noqa: BLE001
+        res["outcome"] = "crash"
+        res["message"] = _err(e)
+
+
 def readonly_checks(work: Path) -> list[dict[str, Any]]:
     """Writes through a read-only open, a ``file:...?mode=ro`` path, and (when not root) a chmod-ed file."""
     out: list[dict[str, Any]] = []
@@ -965,21 +985,7 @@ def readonly_checks(work: Path) -> list[dict[str, Any]]:
     files_before = sorted(os.listdir(work))
     uri = f"file:{path}?mode=ro"
     res: dict[str, Any] = {"condition": "path 'file:...?mode=ro'", "operation": "open + add"}
-    try:
-        u = ragdb.open(uri)
-        try:
-            u.add("new text here", source="doc/new")
-            res["outcome"] = "no error"
-        except RagdbError as e:
-            res["outcome"] = type(e).__name__
-            res["message"] = str(e)
-        u.close()
-    except RagdbError as e:
-        res["outcome"] = f"{type(e).__name__} at open"
-        res["message"] = str(e)
-    except Exception as e:  # noqa: BLE001
-        res["outcome"] = "crash"
-        res["message"] = _err(e)
+    _open_and_add(uri, res)
     res["stray_files"] = sorted(f for f in set(os.listdir(work)) - set(files_before)
                                 if not f.startswith("ro.db"))  # SQLite's own -wal/-shm of ro.db are fine
     fresh = ragdb.open(path, readonly=True)
@@ -1001,20 +1007,7 @@ def readonly_checks(work: Path) -> list[dict[str, Any]]:
         os.chmod(d, 0o555)
         res = {"condition": "chmod 0444 file, 0555 folder", "operation": "open + add"}
         try:
-            cdb = ragdb.open(cpath)
-            try:
-                cdb.add("new text here", source="doc/new")
-                res["outcome"] = "no error"
-            except RagdbError as e:
-                res["outcome"] = type(e).__name__
-                res["message"] = str(e)
-            cdb.close()
-        except RagdbError as e:
-            res["outcome"] = f"{type(e).__name__} at open"
-            res["message"] = str(e)
-        except Exception as e:  # noqa: BLE001
-            res["outcome"] = "crash"
-            res["message"] = _err(e)
+            _open_and_add(cpath, res)
         finally:
             os.chmod(d, 0o755)
             os.chmod(cpath, 0o644)
