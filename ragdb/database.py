@@ -157,6 +157,7 @@ class Database:
         now = _timestamp(None, "now")
         bulk_terms: set[int] = set()  # terms flushed by this call in mid-load
         pool: AnalysisPool | None = None
+        backlog = max(2, -(-batch_size // ANALYSIS_PART))  # parts a worker may have queued (a batch)
         # Batches are analyzed while the previous one is written: the texts go to
         # the worker processes in parts; this process analyzes a part itself
         # only when the workers are behind (see _dispatch).
@@ -184,7 +185,6 @@ class Database:
                     for record in it:
                         if pool is None and n == POOL_AFTER and workers != 0:
                             pool = _analysis_pool(self.analyzer, workers)  # a bulk load: analyze in parallel
-                            self._backlog_limit = max(2, -(-batch_size // ANALYSIS_PART))
                         p = self._prepare(record, ch, n, now, analyze=pool is None)
                         n += 1
                         batch.append(p)
@@ -192,13 +192,13 @@ class Database:
                             pooled.append(p)
                             texts.extend(p.text[s:e] for s, e, _, _ in p.chunks)
                             if len(texts) >= ANALYSIS_PART:
-                                parts.append(self._dispatch(pool, texts, len(parts)))
+                                parts.append(self._dispatch(pool, texts, backlog))
                                 texts = []
                         if len(batch) >= batch_size:
                             break
                     if texts:
                         assert pool is not None
-                        parts.append(self._dispatch(pool, texts, len(parts)))
+                        parts.append(self._dispatch(pool, texts, backlog))
                 except BaseException:
                     if pending is not None:  # the batches before the bad record are written
                         write(*pending)
@@ -227,11 +227,11 @@ class Database:
             vectors.embed_pending(self, self.embedder)
         return out
 
-    def _dispatch(self, pool: AnalysisPool, texts: list[str], index: int) -> Any:
+    def _dispatch(self, pool: AnalysisPool, texts: list[str], backlog: int) -> Any:
         """Analyze a part of a batch in the pool, or here when the workers are behind
         (more than a batch of parts per worker still waiting: they need that
         much queued to stay busy while this process writes the previous batch)."""
-        if pool.backlog() > self._backlog_limit * pool.workers:
+        if pool.backlog() > backlog * pool.workers:
             return [self.analyzer.term_counts(t) for t in texts]
         return pool.submit(texts)
 
