@@ -113,7 +113,7 @@ class Analyzer:
         if stem == "english":
             import Stemmer  # PyStemmer, a core dependency
 
-            self._stemmer = Stemmer.Stemmer("english")
+            self._stemmer = Stemmer.Stemmer("english", 0)  # no cache: _memo is ours (its cache made new words ~2.5x slower)
         self._jieba: Any = None
         if cjk == "jieba":
             try:
