@@ -285,10 +285,10 @@ class Database:
                 deleted = 1
             else:
                 assert source is not None
-                rows = store.doc_ids_for_source(source, glob=glob)
-                for did, latest, has_meta, has_acl in rows:
-                    self._remove(did, bool(latest), changes, (bool(has_meta), bool(has_acl)))
-                deleted = len(rows)
+                docs = store.source_docs_with_chunks(source, glob=glob)
+                for did, latest, has_meta, has_acl, chunk_rows in docs:
+                    self._remove(did, bool(latest), changes, (has_meta, has_acl), chunk_rows)
+                deleted = len(docs)
             if deleted:
                 self._commit_changes(changes)
         return deleted
@@ -484,22 +484,27 @@ class Database:
         changes.next_chunk = next_chunk
 
     def _remove(self, doc_id: int, latest: bool, changes: "_Changes",
-                indexed: tuple[bool, bool] = (True, True)) -> None:
+                indexed: tuple[bool, bool] = (True, True),
+                rows: Sequence[tuple[int, int, int, bytes, bytes]] | None = None) -> None:
         """Delete a document's rows; lower statistics if it was counted.
 
         Document frequencies: an unflushed chunk stops counting by itself; a
-        flushed one is remembered in ``dead_chunks`` until the next flush."""
-        rows = self._store.doc_chunks(doc_id)
+        flushed one's terms go with its chunk_log entry and are subtracted until
+        the next flush. ``rows``: the document's ``doc_chunks``, when the caller has read them."""
+        if rows is None:
+            rows = self._store.doc_chunks(doc_id)
         if latest:
             upto = self._index.flushed_upto
-            dead = [(cid, terms) for cid, _l, _latest, terms, _tfs in rows if cid <= upto]
-            if dead:
-                self._store.insert_dead(dead)
-                for _cid, terms in dead:
+            for cid, _l, _latest, terms, _tfs in rows:
+                if cid <= upto:
+                    changes.absent.append((cid, terms))
                     changes.dead.append(idx.unpack_ids(terms).tolist())
+                else:
+                    changes.absent.append((cid, None))
             self._uncount(rows, changes, -1, df=False)
             changes.docs -= 1
-        changes.absent.extend(r[0] for r in rows)
+        else:
+            changes.absent.extend((r[0], None) for r in rows)
         self._store.delete_document(doc_id, indexed=indexed)
 
     def _demote(self, doc_id: int, valid_to: float, changes: "_Changes") -> None:
@@ -536,14 +541,14 @@ class Database:
             store.add_df(deltas)
         gen = store.bump_stats(docs=changes.docs, chunks=changes.chunks, length=changes.length,
                                next_ids=changes.next_ids)
-        log = [(c, idx.ABSENT) for c in changes.absent] + [(c, idx.OLD) for c in changes.old] + \
-              [(c, idx.LATEST) for c in changes.latest]
+        log = [(c, idx.ABSENT, terms) for c, terms in changes.absent] + \
+              [(c, idx.OLD, None) for c in changes.old] + [(c, idx.LATEST, None) for c in changes.latest]
         log_seq = store.log_states(log) if log else None
         index.add_chunks(changes.new_chunks)
         for terms in changes.dead:  # a chunk's terms are distinct: count each once (in C)
             index.dead.update(terms)
         if changes.absent:
-            index.set_state(changes.absent, idx.ABSENT)
+            index.set_state([c for c, _ in changes.absent], idx.ABSENT)
         if changes.old:
             index.set_state(changes.old, idx.OLD)
         if changes.latest:
@@ -844,7 +849,7 @@ class _Changes:
         self.df: Counter[int] = Counter()
         self.dead: list[list[int]] = []  # term ids of each deleted flushed chunk
         self.new_chunks: list[tuple[int, int, int, np.ndarray, np.ndarray, bool]] = []
-        self.absent: list[int] = []
+        self.absent: list[tuple[int, bytes | None]] = []  # deleted chunks (and terms leaving df)
         self.old: list[int] = []
         self.latest: list[int] = []
         self.next_chunk = 0

@@ -112,7 +112,7 @@ class Index:
         self.log_seq = 0      # last chunk_log entry applied
         self.tail_entries: list[tuple[int, np.ndarray, np.ndarray]] = []
         self._tail: _Tail | None = None
-        # term id -> number of deleted flushed latest chunks holding it (dead_chunks)
+        # term id -> number of deleted flushed latest chunks holding it (chunk_log terms)
         self.dead: Counter[int] = Counter()
         self._norms: np.ndarray | None = None
         self._norms_generation = -1
@@ -202,12 +202,10 @@ class Index:
             self.max_id = new[-1][0]
         log = self.store.log_since(self.log_seq)
         if log:
-            gone = [cid for _seq, cid, state in log if state == ABSENT and cid < len(self.state)
-                    and self.state[cid] != ABSENT]
-            for blob in self.store.dead_terms_of([c for c in gone if c <= self.flushed_upto]):
-                self.dead.update(unpack_ids(blob).tolist())
-            for _seq, cid, state in log:
+            for _seq, cid, state, terms in log:
                 if cid < len(self.state) and self.state[cid] != ABSENT:
+                    if terms is not None:  # a flushed latest chunk deleted: its terms leave df
+                        self.dead.update(unpack_ids(terms).tolist())
                     self.set_state([cid], state)
             self.log_seq = log[-1][0]
 
@@ -305,8 +303,7 @@ class Index:
         tail = self.tail
         # fold the live corrections into vocabulary.df, then the tail becomes segments
         corrections = [(d, t) for t, d in self.df_corrections().items() if d]
-        self.store.add_df(corrections)
-        self.store.clear_dead()
+        self.store.add_df(corrections)  # (finish_flush then empties chunk_log, deleted chunks' terms with it)
         self.dead = Counter()
         top = max((e[0] for e in self.tail_entries), default=self.flushed_upto)
         new_upto = max(self.flushed_upto, top, self.store.max_chunk_id())

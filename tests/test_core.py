@@ -551,3 +551,40 @@ def test_analysis_worker_that_dies_is_an_error_not_a_hang(tmp_path, monkeypatch)
         with pytest.raises(RagdbError, match="worker"):
             _load(db, [f"document {i} about retrieval" for i in range(30)], workers=1, batch_size=5)
         assert db.check() == []
+
+
+def test_migration_from_schema_3_keeps_deleted_chunks_out_of_df(tmp_path):
+    """0004 moves dead_chunks (the terms of deleted flushed chunks) onto their chunk_log
+    entries: after migrating, scores still equal a fresh build, and the next flush folds
+    the same corrections into df."""
+    path = tmp_path / "old.db"
+    live = {f"d{i}": f"retrieval {WORDS[i % len(WORDS)]} generation {WORDS[(i * 3) % len(WORDS)]} doc{i}"
+            for i in range(12)}
+    with ragdb.open(path, chunker="none") as db:
+        db.add_many([{"text": t, "source": s} for s, t in live.items()])
+        db.optimize(vacuum=False)  # every chunk flushed
+        for s in ("d1", "d4", "d7"):
+            db.delete(source=s)  # flushed latest chunks deleted: their terms must leave df
+            del live[s]
+        db.add("retrieval augmented tail", source="t")  # one unflushed chunk too
+        live["t"] = "retrieval augmented tail"
+    # Turn it into a schema-3 database: the dead chunks' terms back in dead_chunks.
+    conn = sqlite3.connect(path)
+    conn.execute("CREATE TABLE dead_chunks (id INTEGER PRIMARY KEY, terms BLOB NOT NULL)")
+    conn.execute("INSERT INTO dead_chunks (id, terms) SELECT chunk_id, terms FROM chunk_log WHERE terms IS NOT NULL")
+    assert conn.execute("SELECT count(*) FROM dead_chunks").fetchone()[0] == 3
+    conn.execute("ALTER TABLE chunk_log DROP COLUMN terms")
+    conn.execute("DELETE FROM _sqlite_migrations WHERE name = '0004_dead_terms_in_log'")
+    conn.commit()
+    conn.close()
+    with ragdb.open(path) as db:
+        assert_same_as_fresh(db, live, "none")
+        assert db.check() == []
+    with ragdb.open(path) as db:
+        db.optimize(vacuum=False)  # the flush folds the carried-over corrections into df
+        assert_same_as_fresh(db, live, "none")
+        assert db.check() == []
+    conn = sqlite3.connect(path)
+    tables = {r[0] for r in conn.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
+    assert "dead_chunks" not in tables
+    assert conn.execute("SELECT count(*) FROM chunk_log").fetchone()[0] == 0

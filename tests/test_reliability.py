@@ -183,7 +183,7 @@ def test_failed_flush_keeps_document_frequencies(tmp_path: Path) -> None:
     for i in range(60):
         db.add(" ".join(r.choice(words) for _ in range(200)) + " shared", source=f"d{i}")
     db.optimize(vacuum=False)
-    db.delete(source="d0")                      # flushed chunks die: dead_chunks rows
+    db.delete(source="d0")                      # flushed chunks die: their terms go to chunk_log
     for i in range(60, 70):
         db.add(" ".join(r.choice(words) for _ in range(200)) + " shared", source=f"d{i}")
     _full(db)
