@@ -8,6 +8,7 @@ import sqlite3
 import subprocess
 import sys
 
+import numpy as np
 import orjson
 import pytest
 from hypothesis import HealthCheck, given, settings
@@ -588,3 +589,11 @@ def test_migration_from_schema_3_keeps_deleted_chunks_out_of_df(tmp_path):
     tables = {r[0] for r in conn.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
     assert "dead_chunks" not in tables
     assert conn.execute("SELECT count(*) FROM chunk_log").fetchone()[0] == 0
+
+
+@given(st.lists(st.integers(0, 2**32 - 1) | st.integers(0, 70000), max_size=300))
+def test_stable_order_is_a_stable_argsort(keys):
+    from ragdb.index import _stable_order
+
+    arr = np.array(keys, dtype=np.int64)
+    assert _stable_order(arr).tolist() == np.argsort(arr, kind="stable").tolist()
