@@ -1207,7 +1207,8 @@ def ask(database: str | None, question: str, k: int, min_score: float | None, re
         as_of: str | None, all_versions: bool, as_json: bool) -> None:
     """Answer QUESTION from the knowledge base with a language model, listing the sources under it.
 
-    The API key is read only from RAGDB_LLM_API_KEY (else OPENAI_API_KEY).
+    The API key is read only from RAGDB_LLM_API_KEY (OPENAI_API_KEY only for
+    OpenAI's own API, or with OPENAI_BASE_URL).
     Streams the answer on a terminal. Without evidence the answer is a
     refusal and the model is not called. --model names the chat model; the
     query embedder of --scorer vector/hybrid is --embed-model.

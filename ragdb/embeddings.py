@@ -361,7 +361,8 @@ class OpenAIEmbedder:
     Arguments default to environment variables: ``base_url`` to
     ``RAGDB_EMBED_BASE_URL`` (else ``https://api.openai.com/v1``), ``model``
     to ``RAGDB_EMBED_MODEL`` (required one way or the other), ``api_key`` to
-    ``RAGDB_EMBED_API_KEY`` then ``OPENAI_API_KEY`` (local servers need none).
+    ``RAGDB_EMBED_API_KEY``, else ``OPENAI_API_KEY`` when the endpoint is OpenAI's
+    own API (never sent to another server unasked; local servers need none).
 
     ``dimensions``: the expected vector size.  If given, every reply is checked
     against it; with ``request_dimensions=True`` it is also sent as the
@@ -400,7 +401,10 @@ class OpenAIEmbedder:
                 "(for example text-embedding-3-small)"
             )
         self.model = str(model)
-        key = api_key or os.environ.get("RAGDB_EMBED_API_KEY") or os.environ.get("OPENAI_API_KEY")
+        from .llm import openai_key_for
+
+        # OPENAI_API_KEY only for OpenAI's own API: never sent to another server unasked.
+        key = api_key or os.environ.get("RAGDB_EMBED_API_KEY") or openai_key_for(self.base_url)
         self._api_key = key or None
         if dimensions is not None and (
             not isinstance(dimensions, int) or isinstance(dimensions, bool) or dimensions < 1

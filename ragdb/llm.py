@@ -119,15 +119,31 @@ class _ReadTimeout(Exception):
 _KEYISH_RE = re.compile(r"[A-Za-z0-9_\-.+/=:]{8,}")
 
 
+OPENAI_HOST = "api.openai.com"
+
+
+def openai_key_for(base_url: str) -> str:
+    """``OPENAI_API_KEY`` when ``base_url`` is OpenAI's own API (https://api.openai.com),
+    else "": an OpenAI key is never sent to another server unless it is passed or
+    set in a ragdb variable (RAGDB_LLM_API_KEY, RAGDB_EMBED_API_KEY) explicitly."""
+    parts = urllib.parse.urlsplit(str(base_url).strip())
+    if parts.scheme.lower() == "https" and (parts.hostname or "").lower() == OPENAI_HOST:
+        return os.environ.get("OPENAI_API_KEY", "")
+    return ""
+
+
 class ChatClient:
     """Client of an OpenAI-compatible ``/chat/completions`` endpoint.
 
     Defaults come from the environment: ``RAGDB_LLM_BASE_URL`` (else
     ``OPENAI_BASE_URL``, else ``https://api.openai.com/v1``),
-    ``RAGDB_LLM_MODEL`` (else ``gpt-4o-mini``) and ``RAGDB_LLM_API_KEY`` (else
-    ``OPENAI_API_KEY``; if ``RAGDB_LLM_API_KEY`` is set, even to an empty
-    string, it wins, so local servers can run with no key). With an empty key
-    no Authorization header is sent. Examples of ``base_url``:
+    ``RAGDB_LLM_MODEL`` (else ``gpt-4o-mini``) and ``RAGDB_LLM_API_KEY`` (if
+    set, even to an empty string, it wins, so local servers can run with no
+    key). ``OPENAI_API_KEY`` is used only when the base URL is OpenAI's own API
+    or came from ``OPENAI_BASE_URL`` (the pairing the OpenAI SDK uses): an
+    OpenAI key set for other tools never goes to a server named in
+    ``RAGDB_LLM_BASE_URL`` or ``base_url``. With an empty key no
+    Authorization header is sent. Examples of ``base_url``:
     ``http://localhost:8000/v1`` (vLLM), ``http://localhost:8080/v1``
     (llama.cpp), ``http://localhost:11434/v1`` (Ollama).
 
@@ -154,15 +170,21 @@ class ChatClient:
         max_backoff: float = 30.0,
     ) -> None:
         env = os.environ
+        openai_paired = False  # base URL from OPENAI_BASE_URL: OPENAI_API_KEY goes with it
         if base_url is None:
-            base_url = env.get("RAGDB_LLM_BASE_URL") or env.get("OPENAI_BASE_URL") or DEFAULT_BASE_URL
+            base_url = env.get("RAGDB_LLM_BASE_URL")
+            if not base_url and env.get("OPENAI_BASE_URL"):
+                base_url, openai_paired = env["OPENAI_BASE_URL"], True
+            base_url = base_url or DEFAULT_BASE_URL
         if model is None:
             model = env.get("RAGDB_LLM_MODEL") or DEFAULT_MODEL
         if api_key is None:
             if "RAGDB_LLM_API_KEY" in env:
                 api_key = env["RAGDB_LLM_API_KEY"]
-            else:
+            elif openai_paired:
                 api_key = env.get("OPENAI_API_KEY", "")
+            else:
+                api_key = openai_key_for(str(base_url))
         if not isinstance(api_key, str):
             raise InvalidInput("api_key must be a string")
         # Checked here because http.client would quote an invalid header value

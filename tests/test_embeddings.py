@@ -290,10 +290,18 @@ def test_openai_embedder_probe_and_env_defaults(httpserver, monkeypatch):
     assert e.dimensions == 12  # one probe request
     assert len(httpserver.log) == 1
     request, _ = httpserver.log[0]
+    assert "Authorization" not in request.headers  # OPENAI_API_KEY goes only to OpenAI's API
+    monkeypatch.setenv("RAGDB_EMBED_API_KEY", SECRET)
+    assert OpenAIEmbedder(dimensions=12).embed(["x"]).shape == (1, 12)
+    request, _ = httpserver.log[-1]
     assert request.headers["Authorization"] == f"Bearer {SECRET}"
+    assert OpenAIEmbedder(base_url="https://api.openai.com/v1", dimensions=12)._api_key == SECRET
+    monkeypatch.delenv("RAGDB_EMBED_API_KEY")
+    assert OpenAIEmbedder(base_url="https://api.openai.com/v1", dimensions=12)._api_key == SECRET
+    n = len(httpserver.log)
     assert e.embed([]).shape == (0, 12)
     assert e.embed(["", " "]).shape == (2, 12)
-    assert len(httpserver.log) == 1  # nothing to send
+    assert len(httpserver.log) == n  # nothing to send
 
 
 def test_openai_embedder_request_dimensions(httpserver):

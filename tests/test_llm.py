@@ -85,6 +85,33 @@ def test_empty_key_sends_no_authorization_and_env_defaults(httpserver, monkeypat
     assert seen == {"auth": None, "model": "local-llama"}
 
 
+def test_openai_key_goes_only_to_openai(httpserver, monkeypatch):
+    """OPENAI_API_KEY (set for other tools) never reaches a server named in RAGDB_LLM_BASE_URL
+    or base_url; it is used for OpenAI's own API and with OPENAI_BASE_URL (the SDK's pairing)."""
+    seen = []
+
+    def handler(request: Request) -> Response:
+        seen.append(request.headers.get("Authorization"))
+        return Response(json.dumps(reply("ok")), content_type="application/json")
+
+    httpserver.expect_request(PATH, method="POST").respond_with_handler(handler)
+    for name in ("RAGDB_LLM_BASE_URL", "OPENAI_BASE_URL", "RAGDB_LLM_API_KEY"):
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setenv("OPENAI_API_KEY", KEY)
+    monkeypatch.setenv("RAGDB_LLM_BASE_URL", httpserver.url_for("/v1"))
+    assert ChatClient(model="m").complete(MESSAGES) == "ok"
+    assert ChatClient(base_url=httpserver.url_for("/v1"), model="m").complete(MESSAGES) == "ok"
+    assert seen == [None, None]
+    monkeypatch.delenv("RAGDB_LLM_BASE_URL")
+    monkeypatch.setenv("OPENAI_BASE_URL", httpserver.url_for("/v1"))
+    assert ChatClient(model="m").complete(MESSAGES) == "ok"
+    assert seen[-1] == f"Bearer {KEY}"
+    monkeypatch.delenv("OPENAI_BASE_URL")
+    assert "api_key='***'" in repr(ChatClient())  # the default: OpenAI's API
+    assert "api_key=''" in repr(ChatClient(base_url="http://api.openai.com.evil.test/v1"))
+    assert "api_key=''" in repr(ChatClient(base_url="http://api.openai.com/v1"))  # not https
+
+
 def test_env_fallbacks(monkeypatch):
     for name in ("RAGDB_LLM_BASE_URL", "OPENAI_BASE_URL", "RAGDB_LLM_MODEL", "RAGDB_LLM_API_KEY", "OPENAI_API_KEY"):
         monkeypatch.delenv(name, raising=False)
