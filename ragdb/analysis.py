@@ -266,6 +266,17 @@ class Analyzer:
         return terms
 
 
+# Whitespace and the invisible format characters text editors and converters
+# leave behind (zero-width space/joiners, direction marks, word joiner, BOM).
+_BLANK_RE = re.compile(r"[\s\u00ad\u200b-\u200f\u202a-\u202e\u2060-\u2064\ufeff]*")
+
+
+def is_blank(text: str) -> bool:
+    """True when ``text`` has nothing to read: only whitespace and invisible format
+    characters. Such a document would be stored but could never be found."""
+    return _BLANK_RE.fullmatch(text) is not None
+
+
 def token_spans(text: str) -> Iterator[tuple[int, int]]:
     """Character spans of the chunking tokens of ``text``: words, and every CJK
     character on its own. Computed on the original text so spans index it."""

@@ -19,7 +19,7 @@ import orjson
 from . import filters
 from .filters import check_text
 from . import index as idx
-from .analysis import AnalysisPool, Analyzer, PackedCounts
+from .analysis import AnalysisPool, Analyzer, PackedCounts, is_blank
 from .chunking import Chunker, get_chunker
 from .errors import AnalyzerMismatch, DocumentNotFound, InvalidInput
 from .storage import Store, dumps, loads, utcnow_iso
@@ -315,8 +315,8 @@ class Database:
             text.encode("utf-8")
         except UnicodeEncodeError as e:
             raise InvalidInput(f"{label}: text is not valid Unicode (lone surrogate at offset {e.start})") from None
-        if not text.strip():
-            raise InvalidInput(f"{label}: text is empty")
+        if is_blank(text):
+            raise InvalidInput(f"{label}: text is empty (only whitespace or invisible characters)")
         content_hash = hashlib.sha256(text.encode("utf-8")).hexdigest()
         if source is None:
             source = f"sha256:{content_hash[:16]}"

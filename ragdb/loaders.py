@@ -48,6 +48,7 @@ from typing import Any
 
 import orjson
 
+from .analysis import is_blank
 from .errors import InvalidInput, LoaderError, MissingDependency
 from .types import LoadedDocument, Span
 
@@ -350,8 +351,8 @@ def _detect(data: bytes) -> str | None:
 
 
 def _require_text(text: str, where: str) -> None:
-    if not text.strip():
-        raise LoaderError(f"{where}: empty (no text)")
+    if is_blank(text):
+        raise LoaderError(f"{where}: empty (no text, or only whitespace and invisible characters)")
 
 
 # ============================================================================ plain text
@@ -530,7 +531,7 @@ def _load_markdown(data: bytes, where: str, source: str, base: Mapping[str, Any]
     _markdown_parsers(where)  # fail early with MissingDependency
     front, body = _split_front_matter(text, where)
     body = body.lstrip("\n").rstrip()
-    if not body.strip():
+    if is_blank(body):
         raise LoaderError(f"{where}: empty (no text after the front matter)")
     spans, first_h1 = _markdown_sections(body, where)
     title: str | None = None
@@ -803,7 +804,7 @@ def _load_html(data: bytes, where: str, source: str, base: Mapping[str, Any]) ->
         raise LoaderError(f"{where}: could not parse HTML ({type(e).__name__}: {e})") from None
     text, title = result
     text = text.replace("\x00", "")
-    if not text.strip():
+    if is_blank(text):
         raise LoaderError(f"{where}: no visible text in the HTML")
     return LoadedDocument(text=text, source=source, title=title,
                           metadata=_meta(base, "html", {"encoding": encoding}))
@@ -977,7 +978,7 @@ def _jsonl_record(rec: dict[str, Any], lineno: int, where: str, source: str,
         raise LoaderError(f"{label}: source/id must be a string or an integer, got {type(rec_source).__name__}")
     if not rec_source:
         raise LoaderError(f"{label}: source/id is empty")
-    if not body.strip():
+    if is_blank(body):
         raise LoaderError(f"{label}: empty 'text'")
     for key in ("version", "timestamp"):
         value = rec.get(key)

@@ -53,6 +53,7 @@ from typing import Any, Callable, Iterator, Mapping, Sequence
 import orjson
 
 from . import loaders
+from .analysis import is_blank
 from .errors import InvalidInput, LoaderError, RagdbError
 from .types import LoadedDocument
 
@@ -200,7 +201,7 @@ def _error_text(err: BaseException) -> str:
 
 def _check_loaded(doc: LoadedDocument, label: str) -> None:
     """What add_many would refuse about a loaded file, found before the batch is written."""
-    if not isinstance(doc.text, str) or not doc.text.strip():
+    if not isinstance(doc.text, str) or is_blank(doc.text):
         raise LoaderError(f"{label}: no text (empty file?)")
     try:
         orjson.dumps(dict(doc.metadata))

@@ -117,6 +117,8 @@ def test_bad_inputs_are_clear_errors_and_store_nothing():
         before = db.stats()
         with pytest.raises(InvalidInput, match="empty"):
             db.add("   ", source="x")
+        with pytest.raises(InvalidInput, match="invisible"):  # BOM, zero-width space, joiner: nothing to find
+            db.add("\ufeff\u200b \u200d\n", source="x")
         with pytest.raises(InvalidInput, match="JSON"):
             db.add("hello world", source="x", metadata={"bad": object()})
         with pytest.raises(InvalidInput, match="timestamp"):
@@ -140,6 +142,8 @@ def test_bad_inputs_are_clear_errors_and_store_nothing():
             db.delete(12345)
         assert db.stats() == before
         assert db.check() == []
+        assert db.add("\ufeffword\u200b", source="y").chunk_count == 1  # visible text among them is fine
+        assert [h.source for h in db.search("word")] == ["y"]
 
 
 def test_errors_share_one_base():

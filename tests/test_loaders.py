@@ -152,7 +152,9 @@ def test_nul_after_sniff_window_is_stripped() -> None:
 
 def test_empty_files_raise(tmp_path: Path) -> None:
     for name, data in [("empty.txt", b""), ("blank.txt", b"  \n\t\n"), ("empty.md", b""), ("empty.html", b""),
-                       ("empty.jsonl", b"\n\n"), ("empty.pdf", b"")]:
+                       ("empty.jsonl", b"\n\n"), ("empty.pdf", b""),
+                       # only a BOM, zero-width spaces, a word joiner: nothing anyone could find
+                       ("invisible.txt", "\ufeff\u200b\u2060\n".encode()), ("invisible.md", "\u200b\n".encode())]:
         p = write(tmp_path / name, data)
         with pytest.raises(LoaderError, match=rf"{name}.*empty"):
             load_file(p)

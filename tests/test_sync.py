@@ -203,14 +203,15 @@ def test_not_a_folder(db, tmp_path):
 def test_unreadable_file_is_reported_and_skipped(db, folder):
     (folder / "blob.bin").write_bytes(BINARY)
     (folder / "empty.txt").write_bytes(b"")
+    (folder / "invisible.txt").write_bytes("\ufeff\u200b\u200b\n".encode())  # BOM and zero-width spaces only
     report = sync.sync_folder(db, folder)
-    assert {f.source for f in report.failed} == {"blob.bin", "empty.txt"}
+    assert {f.source for f in report.failed} == {"blob.bin", "empty.txt", "invisible.txt"}
     assert all(f.error for f in report.failed)
     assert report.added == ("alpha.md", "beta.txt", "sub/gamma.txt")
     assert sources(db) == ["alpha.md", "beta.txt", "sub/gamma.txt"]
     # still failing, still skipped; nothing else changes
     again = sync.sync_folder(db, folder)
-    assert {f.source for f in again.failed} == {"blob.bin", "empty.txt"} and again.added == ()
+    assert {f.source for f in again.failed} == {"blob.bin", "empty.txt", "invisible.txt"} and again.added == ()
 
 
 def test_dry_run_lists_failures(db, folder):
