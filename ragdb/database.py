@@ -17,7 +17,7 @@ import numpy as np
 import orjson
 
 from . import filters
-from .filters import check_text
+from .filters import check_finite, check_text
 from . import index as idx
 from .analysis import AnalysisPool, Analyzer, PackedCounts, is_blank
 from .chunking import Chunker, get_chunker
@@ -342,6 +342,8 @@ class Database:
             metadata_json = dumps(metadata)
         except (TypeError, orjson.JSONEncodeError) as e:
             raise InvalidInput(f"{label}: metadata is not JSON-serialisable ({e})") from None
+        if "null" in metadata_json:  # NaN and infinity come out as null: look for them only then
+            check_finite(metadata, label)
         title = record.get("title")
         if title is not None and not isinstance(title, str):
             raise InvalidInput(f"{label}: title must be a string")

@@ -64,6 +64,24 @@ def _values(name: str, value: Any) -> tuple[Scalar, ...]:
     return tuple(sorted(set(vals), key=repr))
 
 
+def check_finite(metadata: Any, what: str) -> None:
+    """InvalidInput if ``metadata`` holds NaN or infinity: JSON has neither (orjson
+    writes them as null), so they would come back as None."""
+    import math
+
+    def walk(value: Any, path: str) -> None:
+        if isinstance(value, float) and not math.isfinite(value):
+            raise InvalidInput(f"{what}: metadata {path!r} is {value!r}, which JSON cannot store")
+        if isinstance(value, Mapping):
+            for k, v in value.items():
+                walk(v, f"{path}.{k}" if path else str(k))
+        elif isinstance(value, (list, tuple)):
+            for n, v in enumerate(value):
+                walk(v, f"{path}[{n}]")
+
+    walk(metadata, "")
+
+
 def check_text(value: str, what: str) -> str:
     """Refuse strings SQLite cannot store (lone surrogates, e.g. from undecodable file names)."""
     try:

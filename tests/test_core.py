@@ -601,3 +601,14 @@ def test_stable_order_is_a_stable_argsort(keys):
 
     arr = np.array(keys, dtype=np.int64)
     assert _stable_order(arr).tolist() == np.argsort(arr, kind="stable").tolist()
+
+
+def test_nan_or_infinity_in_metadata_is_refused_not_stored_as_null():
+    with ragdb.open(":memory:") as db:
+        with pytest.raises(InvalidInput, match=r"metadata 'score' is nan"):
+            db.add("hello world", source="a", metadata={"score": float("nan")})
+        with pytest.raises(InvalidInput, match=r"metadata 'x\.y\[1\]' is inf"):
+            db.add("hello world", source="a", metadata={"x": {"y": [1.5, float("inf")]}})
+        assert db.stats().documents == 0
+        doc = db.add("hello world", source="a", metadata={"none": None, "text": "null", "n": 1e308})
+        assert doc.metadata == {"none": None, "text": "null", "n": 1e308}
