@@ -742,7 +742,7 @@ def prepare_corpus(ctx: Context, key: str, max_queries: int | None) -> Corpus:
     kept = {qid for qid, _ in judged}
     c = Corpus(key, spec["title"], spec["lang"], docs_path, queries_path, len(corpus), len(judged),
                {q: r for q, r in qrels.items() if q in kept})
-    c.victims = _victims(docs_path, len(corpus), ctx.args.rounds)
+    c.victims = _victims(docs_path, len(corpus), ctx.args.rounds + 1)  # + the slice of the split pass
     return c
 
 
@@ -939,6 +939,11 @@ def measure_corpus(ctx: Context, corpus: Corpus) -> dict[str, dict]:
     for name, u in _update_rounds(ctx, updatable, corpus).items():
         rows[name].update({k: v for k, v in u.items() if k not in ("peak_rss_mb", "rounds")})
         rows[name]["update_rounds"] = u.get("rounds", 1)
+    if corpus.key == "scifact" and "ragdb" in updatable:
+        r = ctx.args.rounds  # the victims slice no round used
+        victims = corpus.victims[r * UPDATE_OPS:(r + 1) * UPDATE_OPS]
+        if victims:
+            rows["ragdb"]["split"] = ctx.run_worker("update_split", "ragdb", corpus, round=r, victims=victims)
     for name in names:
         if not SYSTEMS[name].persistent:
             row = dict(ctx.run_worker("all", name, corpus))
@@ -1007,6 +1012,27 @@ def _ratio_lines(ctx: Context, corpus: Corpus, rows: dict[str, dict]) -> list[st
     return ["| ratio | value |", "|---|---|"] + out
 
 
+def _split_lines(rows: dict[str, dict]) -> list[str]:
+    """Where ragdb's add and delete time goes, next to FTS5's whole operation."""
+    sp = rows.get("ragdb", {}).get("split")
+    if not sp or "error" in sp:
+        return []
+    fts = rows.get("fts5", {})
+    out = ["Where ragdb's time to add and delete one document goes (one more pass of 20 of each, timing "
+           "every SQLite call and the text analysis; medians per operation, so the parts need not add up "
+           "exactly; the timers make this pass a little slower than the table's). *SQLite* is the time "
+           "inside ragdb's statements (BEGIN to COMMIT); *other* is ragdb's Python around them.", "",
+           "| operation | ragdb total ms | SQLite ms | analysis ms | other ms | SQLite + analysis / FTS5 total | FTS5 total ms |",
+           "|---|---|---|---|---|---|---|"]
+    for op, fts_key in (("add", "add_ms"), ("delete", "delete_ms")):
+        part = sp.get(op, {})
+        floor = (part.get("sql_ms") or 0) + (part.get("analysis_ms") or 0)
+        out.append(f"| {op} | {fmt(part.get('total_ms'))} | {fmt(part.get('sql_ms'))} | "
+                   f"{fmt(part.get('analysis_ms'))} | {fmt(part.get('other_ms'))} | "
+                   f"{fmt(ratio(floor, fts.get(fts_key)), '.2f')}× | {fmt(fts.get(fts_key))} |")
+    return out + [""]
+
+
 def _best_peer(rows: dict[str, dict]) -> tuple[str, float] | None:
     scored = [(n, rows[n]["metrics"]["ndcg@10"]) for n in PEERS if n in rows and "metrics" in rows[n]]
     return max(scored, key=lambda x: x[1]) if scored else None
@@ -1029,6 +1055,7 @@ def section_quality(ctx: Context) -> str:
                   _quality_table(corpus, rows), ""]
         if "ragdb" in rows:
             parts += _ratio_lines(ctx, corpus, rows) + [""]
+            parts += _split_lines(rows)
         _quality_bars(ctx, corpus, rows)
     return "\n".join(parts)
 
@@ -1182,6 +1209,79 @@ def worker_stage(name: str) -> Callable[[Callable[[dict], dict]], Callable[[dict
         return fn
 
     return deco
+
+
+@worker_stage("update_split")
+def _stage_update_split(spec: dict) -> dict:
+    """ragdb's add and delete (as in the update stage) with every SQLite call and the
+    analysis timed: the part of each operation spent in SQLite, in analysis, and in
+    the rest of ragdb's Python."""
+    import ragdb
+    from ragdb import analysis
+
+    folder = Path(spec["index_dir"])
+    sample = []
+    for _doc_id, text in iter_docs(Path(spec["docs"])):
+        sample.append(text)
+        if len(sample) > UPDATE_OPS:
+            break
+    db = RagdbAdapter.open(folder, spec["lang"])
+    r = spec["round"]
+    base = spec["n_docs"] + r * (UPDATE_OPS + 1)
+    RagdbAdapter.add(db, f"bench-split-warmup-{r}", base, sample[0])
+    RagdbAdapter.delete(db, f"bench-split-warmup-{r}", base)
+    spent = {"sql": 0.0, "analysis": 0.0}
+
+    class TimedConnection:  # the Store's connection, with its statements timed
+        def __init__(self, conn: Any) -> None:
+            self._conn = conn
+
+        def execute(self, *a: Any) -> Any:
+            t0 = time.perf_counter()
+            try:
+                return self._conn.execute(*a)
+            finally:
+                spent["sql"] += time.perf_counter() - t0
+
+        def executemany(self, *a: Any) -> Any:
+            t0 = time.perf_counter()
+            try:
+                return self._conn.executemany(*a)
+            finally:
+                spent["sql"] += time.perf_counter() - t0
+
+        def __getattr__(self, name: str) -> Any:
+            return getattr(self._conn, name)
+
+    term_counts = analysis.Analyzer.term_counts
+
+    def timed_term_counts(self: Any, text: str) -> Any:
+        t0 = time.perf_counter()
+        try:
+            return term_counts(self, text)
+        finally:
+            spent["analysis"] += time.perf_counter() - t0
+
+    analysis.Analyzer.term_counts = timed_term_counts  # type: ignore[method-assign]
+    db._store.conn = TimedConnection(db._store.conn)
+    out: dict[str, Any] = {}
+    ops = {"add": [(f"bench-split-{r}-{i}", base + 1 + i, sample[(i + 1) % len(sample)]) for i in range(UPDATE_OPS)],
+           "delete": [(doc_id, ordinal, None) for doc_id, ordinal in spec["victims"]]}
+    for op, args in ops.items():
+        rows = []
+        for doc_id, ordinal, text in args:
+            spent["sql"] = spent["analysis"] = 0.0
+            t0 = time.perf_counter()
+            if op == "add":
+                RagdbAdapter.add(db, doc_id, ordinal, text)
+            else:
+                RagdbAdapter.delete(db, doc_id, ordinal)
+            total = time.perf_counter() - t0
+            rows.append((total, spent["sql"], spent["analysis"], total - spent["sql"] - spent["analysis"]))
+        out[op] = {f"{k}_ms": median([x[i] * 1000.0 for x in rows])
+                   for i, k in enumerate(("total", "sql", "analysis", "other"))}
+    RagdbAdapter.close(db)
+    return out
 
 
 def _selected_sections(ctx: Context) -> set[str]:
