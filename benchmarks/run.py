@@ -1232,37 +1232,25 @@ def _stage_update_split(spec: dict) -> dict:
     RagdbAdapter.delete(db, f"bench-split-warmup-{r}", base)
     spent = {"sql": 0.0, "analysis": 0.0}
 
+    def timed(fn: Callable[..., Any], key: str) -> Callable[..., Any]:
+        def call(*a: Any) -> Any:
+            t0 = time.perf_counter()
+            try:
+                return fn(*a)
+            finally:
+                spent[key] += time.perf_counter() - t0
+        return call
+
     class TimedConnection:  # the Store's connection, with its statements timed
         def __init__(self, conn: Any) -> None:
             self._conn = conn
-
-        def execute(self, *a: Any) -> Any:
-            t0 = time.perf_counter()
-            try:
-                return self._conn.execute(*a)
-            finally:
-                spent["sql"] += time.perf_counter() - t0
-
-        def executemany(self, *a: Any) -> Any:
-            t0 = time.perf_counter()
-            try:
-                return self._conn.executemany(*a)
-            finally:
-                spent["sql"] += time.perf_counter() - t0
+            self.execute = timed(conn.execute, "sql")
+            self.executemany = timed(conn.executemany, "sql")
 
         def __getattr__(self, name: str) -> Any:
             return getattr(self._conn, name)
 
-    term_counts = analysis.Analyzer.term_counts
-
-    def timed_term_counts(self: Any, text: str) -> Any:
-        t0 = time.perf_counter()
-        try:
-            return term_counts(self, text)
-        finally:
-            spent["analysis"] += time.perf_counter() - t0
-
-    analysis.Analyzer.term_counts = timed_term_counts  # type: ignore[method-assign]
+    analysis.Analyzer.term_counts = timed(analysis.Analyzer.term_counts, "analysis")  # type: ignore[method-assign]
     db._store.conn = TimedConnection(db._store.conn)
     out: dict[str, Any] = {}
     ops = {"add": [(f"bench-split-{r}-{i}", base + 1 + i, sample[(i + 1) % len(sample)]) for i in range(UPDATE_OPS)],
