@@ -422,6 +422,13 @@ class Store:
             sql += " WHERE latest = 1"
         yield from self.conn.execute(sql + " ORDER BY id")
 
+    def iter_chunk_spans(self) -> Iterator[tuple[int, int, int, str]]:
+        """(doc id, start, end, chunk metadata json) of every chunk of the documents that have
+        a chunk with metadata of its own, by document id then start (for export)."""
+        yield from self.conn.execute(
+            'SELECT doc_id, start, "end", metadata FROM chunks WHERE doc_id IN '
+            "(SELECT doc_id FROM chunks WHERE metadata != '{}') ORDER BY doc_id, start, \"end\"")
+
     # -- chunks for the in-memory index ------------------------------------------
     def chunk_table(self) -> list[tuple[int, int, int, int, int]]:
         """(id, length, latest, doc id, whole) of every stored chunk; ``whole`` is 1 for a

@@ -26,6 +26,7 @@ Nothing here prints; both functions return a frozen report.
 
 from __future__ import annotations
 
+import itertools
 import os
 from dataclasses import dataclass
 from pathlib import Path
@@ -72,33 +73,34 @@ def _name(target: Any) -> str:
     return str(getattr(target, "name", "<stream>"))
 
 
-def _spans(store: Any, doc_id: int) -> list[dict[str, Any]] | None:
-    """Non-overlapping spans [start of chunk i, start of chunk i+1) carrying each chunk's metadata."""
-    ids = [r[0] for r in store.doc_chunks(doc_id)]
-    rows = store.hit_rows(ids)
-    chunks = sorted((r[5], r[6], loads(r[8])) for r in rows.values())  # start, end, chunk metadata
-    if not any(meta for _, _, meta in chunks):
-        return None
+def _spans(chunks: list[tuple[int, int, int, str]]) -> list[dict[str, Any]]:
+    """Non-overlapping spans [start of chunk i, start of chunk i+1) carrying each chunk's metadata,
+    from a document's ``Store.iter_chunk_spans`` rows (in start order)."""
     out = []
-    for i, (start, end, meta) in enumerate(chunks):
-        nxt = chunks[i + 1][0] if i + 1 < len(chunks) else None
+    for i, (_doc, start, end, meta) in enumerate(chunks):
+        nxt = chunks[i + 1][1] if i + 1 < len(chunks) else None
         stop = nxt if nxt is not None and nxt > start else max(end, start + 1)
-        out.append({"start": start, "end": stop, "metadata": meta})
+        out.append({"start": start, "end": stop, "metadata": loads(meta)})
     return out
 
 
 def _export_records(db: Any) -> Iterator[dict[str, Any]]:
     store = db._store  # full rows (text, title, chunker) have no public accessor
     with store.read():
+        # Both streams are in document id order: merged here, two queries in all.
+        spans = itertools.groupby(store.iter_chunk_spans(), key=lambda r: r[0])
+        pending = next(spans, None)
         for doc_id, source, version, timestamp, title, text, metadata, acl, chunker, latest in \
                 store.iter_documents():
             record: dict[str, Any] = {
                 "source": source, "version": version, "timestamp": timestamp, "title": title, "text": text,
                 "metadata": loads(metadata), "acl": loads(acl), "chunker": chunker, "latest": bool(latest),
             }
-            spans = _spans(store, doc_id)
-            if spans is not None:
-                record["spans"] = spans
+            while pending is not None and pending[0] < doc_id:
+                pending = next(spans, None)
+            if pending is not None and pending[0] == doc_id:
+                record["spans"] = _spans(list(pending[1]))
+                pending = next(spans, None)
             yield record
 
 
