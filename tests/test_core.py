@@ -578,7 +578,11 @@ def test_migration_from_schema_3_keeps_deleted_chunks_out_of_df(tmp_path):
     conn.execute("CREATE TABLE dead_chunks (id INTEGER PRIMARY KEY, terms BLOB NOT NULL)")
     conn.execute("INSERT INTO dead_chunks (id, terms) SELECT chunk_id, terms FROM chunk_log WHERE terms IS NOT NULL")
     assert conn.execute("SELECT count(*) FROM dead_chunks").fetchone()[0] == 3
-    conn.execute("ALTER TABLE chunk_log DROP COLUMN terms")
+    # chunk_log as schema 3 had it (rebuilt: DROP COLUMN needs SQLite 3.35)
+    conn.execute("CREATE TABLE old_log (seq INTEGER PRIMARY KEY, chunk_id INTEGER NOT NULL, state INTEGER NOT NULL)")
+    conn.execute("INSERT INTO old_log SELECT seq, chunk_id, state FROM chunk_log")
+    conn.execute("DROP TABLE chunk_log")
+    conn.execute("ALTER TABLE old_log RENAME TO chunk_log")
     conn.execute("DELETE FROM _sqlite_migrations WHERE name = '0004_dead_terms_in_log'")
     conn.commit()
     conn.close()
