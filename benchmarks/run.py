@@ -55,7 +55,8 @@ import time
 import types
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Iterator
+from typing import Any
+from collections.abc import Callable, Iterator
 
 import orjson
 
@@ -1218,7 +1219,6 @@ def _stage_update_split(spec: dict) -> dict:
     """ragdb's add and delete (as in the update stage) with every SQLite call and the
     analysis timed: the part of each operation spent in SQLite, in analysis, and in
     the rest of ragdb's Python."""
-    import ragdb
     from ragdb import analysis
 
     folder = Path(spec["index_dir"])

@@ -9,7 +9,8 @@
 
 from __future__ import annotations
 
-from typing import Any, Mapping
+from typing import Any
+from collections.abc import Mapping
 
 from .analysis import Analyzer
 from .database import Database, open_database

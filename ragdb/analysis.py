@@ -25,7 +25,8 @@ import sys
 import unicodedata
 from array import array
 from collections import Counter
-from typing import Any, Iterator, Mapping
+from typing import Any
+from collections.abc import Iterator, Mapping
 
 from .errors import InvalidInput, MissingDependency, RagdbError
 

@@ -22,7 +22,8 @@ from __future__ import annotations
 import functools
 import re
 from dataclasses import dataclass
-from typing import Protocol, Sequence
+from typing import Protocol
+from collections.abc import Sequence
 
 from .analysis import token_spans
 from .errors import InvalidInput

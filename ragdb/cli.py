@@ -21,7 +21,8 @@ import os
 import sys
 import unicodedata
 from pathlib import Path
-from typing import Any, Callable, Iterator, Mapping, Sequence
+from typing import Any
+from collections.abc import Callable, Iterator, Mapping, Sequence
 
 import click
 import orjson

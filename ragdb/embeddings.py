@@ -44,7 +44,6 @@ import math
 import os
 import random
 import re
-import socket
 import ssl
 import threading
 import time
@@ -53,7 +52,8 @@ import urllib.parse
 import urllib.request
 from functools import lru_cache
 from pathlib import Path
-from typing import Any, Mapping, Protocol, Sequence, runtime_checkable
+from typing import Any, Protocol, runtime_checkable
+from collections.abc import Mapping, Sequence
 
 import numpy as np
 
@@ -314,7 +314,7 @@ def _post_json(
             if exc.code not in _RETRY_STATUS:
                 raise error_cls(_redact(f"{what} failed at {shown}: {problem}", api_key)) from None
             retry_hint = _retry_after(exc.headers)
-        except (urllib.error.URLError, http.client.HTTPException, socket.timeout, OSError) as exc:
+        except (TimeoutError, urllib.error.URLError, http.client.HTTPException, OSError) as exc:
             reason = getattr(exc, "reason", exc)
             problem = f"{type(reason).__name__}: {reason}" if str(reason) else type(reason).__name__
             if isinstance(reason, ssl.SSLCertVerificationError):  # retrying will not help
@@ -890,9 +890,7 @@ class SentenceTransformerEmbedder:
             raise EmbeddingError(
                 f"cannot load sentence-transformers model {model_name_or_path!r}: {exc}"
             ) from exc
-        get_dim = getattr(self._model, "get_sentence_embedding_dimension", None) or getattr(
-            self._model, "get_embedding_dimension"
-        )
+        get_dim = getattr(self._model, "get_sentence_embedding_dimension", None) or self._model.get_embedding_dimension
         dims = get_dim()
         if not dims:
             raise EmbeddingError(f"model {model_name_or_path!r} does not report its dimension")

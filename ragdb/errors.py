@@ -46,9 +46,18 @@ class MissingDependency(RagdbError, ImportError):
     """An optional dependency is not installed; the message says which extra to install."""
 
 
-class LLMError(RagdbError):
+class RemoteError(RagdbError):
+    """A remote endpoint (chat, embeddings, rerank) failed: HTTP error, timeout,
+    refused redirect or malformed reply. Messages never contain API keys or URL passwords."""
+
+
+class LLMError(RemoteError):
     """The language model endpoint failed (HTTP error, timeout, malformed reply)."""
 
 
-class EmbeddingError(RagdbError):
+class EmbeddingError(RemoteError):
     """The embedding model or endpoint failed, or its vectors do not fit the database."""
+
+
+class RerankError(RemoteError):
+    """The re-ranking model or endpoint failed, or returned scores that do not fit the hits."""

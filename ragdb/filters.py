@@ -20,7 +20,8 @@ Permissions: ``principals`` keeps chunks whose labels intersect them.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Mapping, Sequence
+from typing import Any
+from collections.abc import Mapping, Sequence
 
 from .errors import InvalidInput
 

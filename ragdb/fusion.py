@@ -10,7 +10,8 @@ from __future__ import annotations
 
 import math
 from numbers import Real
-from typing import Hashable, Iterable, Mapping, Sequence, TypeVar
+from typing import TypeVar
+from collections.abc import Hashable, Iterable, Mapping, Sequence
 
 from ragdb.errors import InvalidInput
 
@@ -64,7 +65,7 @@ def _normalized(scores: Mapping[K, float], side: str) -> dict[K, float]:
         return {}
     low, high = min(values), max(values)
     if high == low:
-        return {key: 1.0 for key in scores}
+        return dict.fromkeys(scores, 1.0)
     span = high - low
     return {key: (float(value) - low) / span for key, value in scores.items()}
 

@@ -26,7 +26,8 @@ import urllib.error
 import urllib.parse
 import urllib.request
 from dataclasses import dataclass
-from typing import Any, Iterable, Iterator, Protocol, runtime_checkable
+from typing import Any, Protocol, runtime_checkable
+from collections.abc import Iterable, Iterator
 
 from ragdb.errors import InvalidInput, LLMError
 from ragdb.prompt import (

@@ -31,7 +31,8 @@ import tempfile
 import threading
 import unicodedata
 from dataclasses import dataclass, replace
-from typing import Any, Callable, Iterable, Sequence
+from typing import Any
+from collections.abc import Callable, Iterable, Sequence
 
 from ragdb.errors import InvalidInput
 from ragdb.types import Hit

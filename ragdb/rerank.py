@@ -17,7 +17,8 @@ from __future__ import annotations
 import math
 import os
 from dataclasses import replace
-from typing import Any, Protocol, Sequence, runtime_checkable
+from typing import Any, Protocol, runtime_checkable
+from collections.abc import Sequence
 
 from ragdb.embeddings import (
     _check_base_url,

@@ -13,7 +13,8 @@ import threading
 from datetime import datetime, timezone
 from importlib import resources
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Iterable, Iterator, Sequence
+from typing import TYPE_CHECKING, Any
+from collections.abc import Iterable, Iterator, Sequence
 
 import orjson
 

@@ -48,7 +48,8 @@ import os
 from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
-from typing import Any, Callable, Iterator, Mapping, Sequence
+from typing import Any
+from collections.abc import Callable, Iterator, Mapping, Sequence
 
 import orjson
 
@@ -304,9 +305,7 @@ def plan_sync(db: Any, root: str | os.PathLike[str], *, source_prefix: str = "",
             if meta is None:
                 added.append(source)
                 paths[source] = path
-            elif _same_stat(meta, os.stat(path)):
-                unchanged.append(source)
-            elif file_sha256(path) == meta.get("content_hash"):
+            elif _same_stat(meta, os.stat(path)) or file_sha256(path) == meta.get("content_hash"):
                 unchanged.append(source)
             else:
                 changed.append(source)

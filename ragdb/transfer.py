@@ -30,7 +30,8 @@ import itertools
 import os
 from dataclasses import dataclass
 from pathlib import Path
-from typing import IO, Any, Callable, Iterator
+from typing import IO, Any
+from collections.abc import Callable, Iterator
 
 import orjson
 

@@ -59,7 +59,8 @@ from __future__ import annotations
 
 import sqlite3
 import weakref
-from typing import Any, Callable, Iterable, Mapping, Sequence
+from typing import Any
+from collections.abc import Callable, Iterable, Mapping, Sequence
 
 import numpy as np
 

@@ -44,7 +44,8 @@ import time
 import traceback
 import uuid
 from pathlib import Path
-from typing import Any, Callable, Iterable
+from typing import Any
+from collections.abc import Callable, Iterable
 
 import ragdb
 from ragdb import loaders as rl
@@ -2145,7 +2146,7 @@ def render_section(kind: str, fig: dict[str, Any]) -> str:
                      f"{row.get('ok', 0)} | {row.get('error', 0)} | {row.get('crash', 0)} | {row.get('hang', 0)} |")
         L += ["", f"- After the torture: check() {'ok' if not t['check'] else t['check']}; the 30 documents stored "
                   f"before it unchanged: {_yn(t['baseline_unchanged'])}; worker restarts: {len(t['restarts'])}.",
-              f"- Slowest cases: " + "; ".join(f"{lbl} {s:.1f} s" for lbl, s in t["slowest"]) + "."]
+              "- Slowest cases: " + "; ".join(f"{lbl} {s:.1f} s" for lbl, s in t["slowest"]) + "."]
         for x in t["findings"][:10]:
             L.append(f"- finding: {_scrub(x)}")
         L.append("")

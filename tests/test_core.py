@@ -248,7 +248,7 @@ def test_bm25_agrees_with_rank_bm25_ordering():
             db.add(t, source=str(i), chunker="none")
         ours = [int(h.source) for h in db.search("quick fox", k=5)]
     ref = rank_bm25.BM25Okapi([t.split() for t in corpus], k1=BM25_K1, b=BM25_B)
-    scores = ref.get_scores("quick fox".split())
+    scores = ref.get_scores(["quick", "fox"])
     theirs = [i for i in sorted(range(len(corpus)), key=lambda i: -scores[i]) if scores[i] > 0]
     assert ours == theirs
 
