@@ -37,27 +37,22 @@ from __future__ import annotations
 
 import base64
 import hashlib
-import http.client
-import importlib.util
 import json
-import math
+import importlib.util
 import os
-import random
 import re
-import ssl
 import threading
-import time
-import urllib.error
-import urllib.parse
-import urllib.request
+from collections.abc import Sequence
 from functools import lru_cache
 from pathlib import Path
-from typing import Any, Protocol, runtime_checkable
-from collections.abc import Mapping, Sequence
+from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
 import numpy as np
 
-from ragdb.errors import EmbeddingError, InvalidInput, MissingDependency, RagdbError
+from ragdb.errors import EmbeddingError, InvalidInput, MissingDependency
+
+if TYPE_CHECKING:
+    import httpx
 
 __all__ = [
     "Embedder",
@@ -89,7 +84,11 @@ class Embedder(Protocol):
     """
 
     name: str
-    dimensions: int
+
+    @property
+    def dimensions(self) -> int:
+        """The vector size (an attribute or a read-only property)."""
+        ...
 
     def embed(self, texts: Sequence[str]) -> np.ndarray: ...
 
@@ -223,133 +222,8 @@ class HashEmbedder:
 
 
 # --------------------------------------------------------------------------
-# HTTP (OpenAI-compatible embeddings; also used by ragdb.rerank)
+# OpenAI-compatible embeddings endpoint (HTTP through ragdb.http)
 # --------------------------------------------------------------------------
-
-_RETRY_STATUS = frozenset({408, 429, 500, 502, 503, 504})
-_MAX_SLEEP = 30.0
-
-
-def _safe_url(url: str) -> str:
-    """The URL without any ``user:password@`` part, for messages."""
-    parts = urllib.parse.urlsplit(url)
-    if parts.username is None and parts.password is None:
-        return url
-    host = parts.hostname or ""
-    if parts.port:
-        host = f"{host}:{parts.port}"
-    return urllib.parse.urlunsplit((parts.scheme, host, parts.path, parts.query, parts.fragment))
-
-
-def _redact(text: str, secret: str | None) -> str:
-    if secret:
-        text = text.replace(secret, "***")
-    return text
-
-
-def _check_base_url(base_url: str) -> str:
-    base_url = str(base_url).strip().rstrip("/")
-    scheme = urllib.parse.urlsplit(base_url).scheme.lower()
-    if scheme not in ("http", "https"):
-        # urllib would also open file:// and ftp:// URLs; refuse them.
-        raise InvalidInput(f"base_url must be an http(s) URL, got {_safe_url(base_url)!r}")
-    return base_url
-
-
-def _retry_after(headers: Any) -> float | None:
-    value = headers.get("Retry-After") if headers is not None else None
-    if value is None:
-        return None
-    try:
-        seconds = float(value)
-    except (TypeError, ValueError):
-        return None
-    return seconds if math.isfinite(seconds) and seconds >= 0 else None
-
-
-def _post_json(
-    url: str,
-    payload: Mapping[str, Any],
-    *,
-    api_key: str | None,
-    timeout: float,
-    max_retries: int,
-    backoff: float,
-    what: str,
-    error_cls: type[RagdbError] = EmbeddingError,
-) -> Any:
-    """POST ``payload`` as JSON, return the decoded JSON reply.
-
-    Retries (up to ``max_retries`` times, exponential backoff from ``backoff``
-    seconds with jitter, honouring a numeric ``Retry-After`` up to 30 s) on
-    HTTP 408/429/5xx, timeouts and connection errors.  Every failure raises
-    ``error_cls`` with a message naming ``what``, the URL and the problem; the
-    API key never appears in it.
-
-    The standard library's urllib is used on purpose: one JSON POST does not
-    justify making requests/httpx a dependency of ragdb.
-    """
-    body = json.dumps(payload).encode("utf-8")
-    headers = {
-        "Content-Type": "application/json",
-        "Accept": "application/json",
-        "User-Agent": "ragdb",
-    }
-    if api_key:
-        headers["Authorization"] = f"Bearer {api_key}"
-    shown = _safe_url(url)
-    attempt = 0
-    while True:
-        request = urllib.request.Request(url, data=body, headers=headers, method="POST")
-        retry_hint: float | None = None
-        try:
-            with urllib.request.urlopen(request, timeout=timeout) as response:
-                raw = response.read()
-        except urllib.error.HTTPError as exc:
-            try:
-                detail = exc.read(500).decode("utf-8", "replace").strip()
-            except Exception:  # pragma: no cover - body unreadable
-                detail = ""
-            problem = f"HTTP {exc.code}" + (f": {detail[:300]}" if detail else "")
-            if exc.code not in _RETRY_STATUS:
-                raise error_cls(_redact(f"{what} failed at {shown}: {problem}", api_key)) from None
-            retry_hint = _retry_after(exc.headers)
-        except (TimeoutError, urllib.error.URLError, http.client.HTTPException, OSError) as exc:
-            reason = getattr(exc, "reason", exc)
-            problem = f"{type(reason).__name__}: {reason}" if str(reason) else type(reason).__name__
-            if isinstance(reason, ssl.SSLCertVerificationError):  # retrying will not help
-                raise error_cls(_redact(f"{what} failed at {shown}: {problem}", api_key)) from None
-        else:
-            try:
-                return json.loads(raw)
-            except ValueError:
-                snippet = raw[:200].decode("utf-8", "replace")
-                raise error_cls(
-                    _redact(f"{what} at {shown} returned invalid JSON: {snippet!r}", api_key)
-                ) from None
-        if attempt >= max_retries:
-            tries = attempt + 1
-            raise error_cls(
-                _redact(
-                    f"{what} failed at {shown} after {tries} attempt{'s' if tries > 1 else ''}: "
-                    f"{problem}",
-                    api_key,
-                )
-            ) from None
-        delay = backoff * (2**attempt) * (1.0 + 0.25 * random.random())
-        if retry_hint is not None:
-            delay = max(delay, retry_hint)
-        time.sleep(min(delay, _MAX_SLEEP))
-        attempt += 1
-
-
-def _check_http_params(timeout: float, max_retries: int, backoff: float) -> None:
-    if not isinstance(timeout, (int, float)) or not timeout > 0:
-        raise InvalidInput(f"timeout must be a positive number of seconds, got {timeout!r}")
-    if not isinstance(max_retries, int) or isinstance(max_retries, bool) or max_retries < 0:
-        raise InvalidInput(f"max_retries must be an integer >= 0, got {max_retries!r}")
-    if not isinstance(backoff, (int, float)) or not backoff >= 0:
-        raise InvalidInput(f"backoff must be a number >= 0, got {backoff!r}")
 
 
 class OpenAIEmbedder:
@@ -361,8 +235,9 @@ class OpenAIEmbedder:
     Arguments default to environment variables: ``base_url`` to
     ``RAGDB_EMBED_BASE_URL`` (else ``https://api.openai.com/v1``), ``model``
     to ``RAGDB_EMBED_MODEL`` (required one way or the other), ``api_key`` to
-    ``RAGDB_EMBED_API_KEY``, else ``OPENAI_API_KEY`` when the endpoint is OpenAI's
-    own API (never sent to another server unasked; local servers need none).
+    ``RAGDB_EMBED_API_KEY`` (if set, even to an empty string, it wins), else
+    ``OPENAI_API_KEY`` when the endpoint is OpenAI's own API (never sent to
+    another server unasked; local servers need none).
 
     ``dimensions``: the expected vector size.  If given, every reply is checked
     against it; with ``request_dimensions=True`` it is also sent as the
@@ -372,9 +247,11 @@ class OpenAIEmbedder:
     :attr:`dimensions` property before any ``embed`` call makes one small probe
     request.
 
-    Texts are sent ``batch_size`` at a time; 408/429/5xx replies, timeouts and
-    connection errors are retried ``max_retries`` times with exponential
-    backoff.  Replies are re-ordered by their ``index`` field, and count and
+    Texts are sent ``batch_size`` at a time, over one kept-alive connection per
+    ``embed`` call; 408/429/5xx replies, timeouts and connection errors are
+    retried ``max_retries`` times with exponential backoff (from ``backoff``
+    seconds, or the server's ``Retry-After``, at most 30 s), and redirects are
+    refused: see :mod:`ragdb.http`.  Replies are re-ordered by their ``index`` field, and count and
     dimensions are verified; vectors are L2-normalized.  Failures raise
     :class:`EmbeddingError`; the API key never appears in messages or ``repr``.
     """
@@ -392,8 +269,12 @@ class OpenAIEmbedder:
         request_dimensions: bool = False,
         backoff: float = 0.5,
     ) -> None:
+        # Imported here: httpx costs ~0.1 s to import, and only this embedder needs it.
+        from ragdb.http import Endpoint, check_base_url, display_url, resolve_api_key
+
         base_url = base_url or os.environ.get("RAGDB_EMBED_BASE_URL") or "https://api.openai.com/v1"
-        self.base_url = _check_base_url(base_url)
+        self.base_url = check_base_url(base_url)
+        self._shown_url = display_url(self.base_url)
         model = model or os.environ.get("RAGDB_EMBED_MODEL")
         if not model:
             raise InvalidInput(
@@ -401,10 +282,8 @@ class OpenAIEmbedder:
                 "(for example text-embedding-3-small)"
             )
         self.model = str(model)
-        from .llm import openai_key_for
-
         # OPENAI_API_KEY only for OpenAI's own API: never sent to another server unasked.
-        key = api_key or os.environ.get("RAGDB_EMBED_API_KEY") or openai_key_for(self.base_url)
+        key = resolve_api_key(api_key, "RAGDB_EMBED_API_KEY", self.base_url)
         self._api_key = key or None
         if dimensions is not None and (
             not isinstance(dimensions, int) or isinstance(dimensions, bool) or dimensions < 1
@@ -412,20 +291,28 @@ class OpenAIEmbedder:
             raise InvalidInput(f"dimensions must be a positive integer, got {dimensions!r}")
         if request_dimensions and dimensions is None:
             raise InvalidInput("request_dimensions=True needs dimensions=")
-        _check_http_params(timeout, max_retries, backoff)
         if not isinstance(batch_size, int) or isinstance(batch_size, bool) or batch_size < 1:
             raise InvalidInput(f"batch_size must be a positive integer, got {batch_size!r}")
+        self._http = Endpoint(
+            f"{self.base_url}/embeddings",
+            error=EmbeddingError,
+            what=f"embedding request (model {self.model!r})",
+            api_key=key,
+            timeout=timeout,
+            max_retries=max_retries,
+            backoff=backoff,
+        )
         self._dimensions = dimensions
         self.request_dimensions = bool(request_dimensions)
-        self.timeout = float(timeout)
+        self.timeout = self._http.timeout
         self.max_retries = max_retries
         self.batch_size = batch_size
-        self.backoff = float(backoff)
+        self.backoff = self._http.backoff
         self.name = f"openai:{self.model}"
 
     def __repr__(self) -> str:
         return (
-            f"OpenAIEmbedder(base_url={_safe_url(self.base_url)!r}, model={self.model!r}, "
+            f"OpenAIEmbedder(base_url={self._shown_url!r}, model={self.model!r}, "
             f"dimensions={self._dimensions!r}, api_key={'***' if self._api_key else None})"
         )
 
@@ -443,9 +330,10 @@ class OpenAIEmbedder:
         if not todo:
             return np.zeros((len(texts), self.dimensions), dtype=np.float32)
         parts = []
-        for start in range(0, len(todo), self.batch_size):
-            batch = [texts[i] for i in todo[start : start + self.batch_size]]
-            parts.append(self._request(batch))
+        with self._http.session() as client:  # one connection for all the batches
+            for start in range(0, len(todo), self.batch_size):
+                batch = [texts[i] for i in todo[start : start + self.batch_size]]
+                parts.append(self._request(batch, client))
         assert self._dimensions is not None
         out = np.zeros((len(texts), self._dimensions), dtype=np.float32)
         out[todo] = np.concatenate(parts, axis=0)
@@ -454,26 +342,12 @@ class OpenAIEmbedder:
     def embed_query(self, text: str) -> np.ndarray:
         return self.embed([text])[0]
 
-    def _request(self, batch: list[str]) -> np.ndarray:
+    def _request(self, batch: list[str], client: httpx.Client | None = None) -> np.ndarray:
         payload: dict[str, Any] = {"model": self.model, "input": batch}
         if self.request_dimensions:
             payload["dimensions"] = self._dimensions
-        url = f"{self.base_url}/embeddings"
-        what = f"embedding request (model {self.model!r})"
-        reply = _post_json(
-            url,
-            payload,
-            api_key=self._api_key,
-            timeout=self.timeout,
-            max_retries=self.max_retries,
-            backoff=self.backoff,
-            what=what,
-        )
-        shown = _safe_url(url)
-
-        def fail(problem: str) -> EmbeddingError:
-            return EmbeddingError(_redact(f"{what} at {shown}: {problem}", self._api_key))
-
+        reply = self._http.post_json(payload, client=client)
+        fail = self._http.error
         data = reply.get("data") if isinstance(reply, dict) else None
         if not isinstance(data, list):
             raise fail("reply has no 'data' list")
@@ -754,7 +628,8 @@ class WordLlamaEmbedder:
             encoded = self._tokenizer.encode_batch(texts, add_special_tokens=False)
             return [np.asarray(e.ids, dtype=np.intp) for e in encoded]
         out: list[Any] = [None] * len(texts)
-        fast, slow = [], []
+        fast: list[int] = []
+        slow: list[int] = []
         for i, t in enumerate(texts):
             (slow if any(s in t for s in self._specials) else fast).append(i)
         if fast:

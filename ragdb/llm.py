@@ -5,31 +5,23 @@ the llama.cpp server and Ollama (``/v1``) all serve. Any object with a
 ``complete(messages) -> str`` method (the :class:`LLM` protocol) can be given
 to :func:`ask` instead.
 
-The API key never appears in an exception message, a ``repr`` or a log
-record: it is redacted from any server text quoted in an error, and errors are
-raised ``from None`` so no chained exception carries the request.
+HTTP goes through :mod:`ragdb.http` (retries, no redirects, the API-key rule,
+redaction): the API key never appears in an exception message, a ``repr`` or a
+log record, and errors are raised ``from None`` so no chained exception carries
+the request.
 """
 
 from __future__ import annotations
 
-# Only the standard library (urllib.request + http.client): one JSON POST, or
-# one Server-Sent-Events stream, does not justify an HTTP client dependency,
-# and the core install stays small and works offline with local servers.
-import http.client
 import json
-import logging
 import math
 import os
-import re
-import time
-import urllib.error
-import urllib.parse
-import urllib.request
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from typing import Any, Protocol, runtime_checkable
-from collections.abc import Iterable, Iterator
 
 from ragdb.errors import InvalidInput, LLMError
+from ragdb.http import Endpoint, check_base_url, display_url, resolve_api_key
 from ragdb.prompt import (
     REFUSAL,
     CitationCheck,
@@ -42,12 +34,8 @@ from ragdb.types import Hit
 
 __all__ = ["LLM", "StreamingLLM", "ChatClient", "Answer", "ask"]
 
-log = logging.getLogger("ragdb.llm")
-
 DEFAULT_BASE_URL = "https://api.openai.com/v1"
 DEFAULT_MODEL = "gpt-4o-mini"
-_MAX_ERROR_BODY = 64 * 1024  # bytes of an error body read
-_MAX_QUOTE = 300  # characters of server text quoted in an error message
 
 
 @runtime_checkable
@@ -67,43 +55,6 @@ class StreamingLLM(LLM, Protocol):
     def stream(self, messages: list[dict[str, Any]]) -> Iterator[str]: ...
 
 
-class _NoRedirect(urllib.request.HTTPRedirectHandler):
-    """Refuse redirects: urllib would re-send the Authorization header to the new host."""
-
-    def redirect_request(self, req, fp, code, msg, headers, newurl):  # type: ignore[override]
-        return None
-
-
-def _number(name: str, value: Any, *, minimum: float, strict: bool = False) -> float:
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
-        raise InvalidInput(f"{name} must be a finite number, got {value!r}")
-    if value < minimum or (strict and value == minimum):
-        op = ">" if strict else ">="
-        raise InvalidInput(f"{name} must be {op} {minimum}, got {value!r}")
-    return float(value)
-
-
-def _display_url(url: str) -> str:
-    """The URL without any user:password part."""
-    try:
-        parts = urllib.parse.urlsplit(url)
-    except ValueError:
-        return "<invalid url>"
-    netloc = parts.netloc.rpartition("@")[2]
-    return urllib.parse.urlunsplit((parts.scheme, netloc, parts.path, "", ""))
-
-
-def _retry_after(headers: Any) -> float | None:
-    value = headers.get("Retry-After") if headers is not None else None
-    if value is None:
-        return None
-    try:
-        seconds = float(str(value).strip())
-    except ValueError:
-        return None  # an HTTP date: fall back to exponential backoff
-    return seconds if math.isfinite(seconds) and seconds >= 0 else None
-
-
 def _check_messages(messages: Any) -> list[dict[str, Any]]:
     if not isinstance(messages, list) or not messages:
         raise InvalidInput("messages must be a non-empty list of {'role': ..., 'content': ...} dicts")
@@ -113,24 +64,10 @@ def _check_messages(messages: Any) -> list[dict[str, Any]]:
     return messages
 
 
-class _ReadTimeout(Exception):
-    """The server accepted the request but did not answer in time (not retried)."""
-
-
-_KEYISH_RE = re.compile(r"[A-Za-z0-9_\-.+/=:]{8,}")
-
-
-OPENAI_HOST = "api.openai.com"
-
-
-def openai_key_for(base_url: str) -> str:
-    """``OPENAI_API_KEY`` when ``base_url`` is OpenAI's own API (https://api.openai.com),
-    else "": an OpenAI key is never sent to another server unless it is passed or
-    set in a ragdb variable (RAGDB_LLM_API_KEY, RAGDB_EMBED_API_KEY) explicitly."""
-    parts = urllib.parse.urlsplit(str(base_url).strip())
-    if parts.scheme.lower() == "https" and (parts.hostname or "").lower() == OPENAI_HOST:
-        return os.environ.get("OPENAI_API_KEY", "")
-    return ""
+def _error_text(err: Any) -> str:
+    if isinstance(err, dict):
+        err = err.get("message", err)
+    return str(err)
 
 
 class ChatClient:
@@ -149,13 +86,13 @@ class ChatClient:
     (llama.cpp), ``http://localhost:11434/v1`` (Ollama).
 
     ``timeout`` (seconds) applies to connecting and to each read. Requests are
-    retried ``max_retries`` times on HTTP 429, 5xx and connection failures
+    retried ``max_retries`` times on HTTP 408, 429, 5xx and connection failures
     (including connect timeouts), waiting ``backoff * 2**attempt`` seconds or
-    the server's numeric ``Retry-After``, either capped at ``max_backoff``.
+    the server's ``Retry-After``, either capped at ``max_backoff``.
     Other 4xx are not retried, nor is a server that accepted the request but
     did not answer within ``timeout`` (it may still be generating; retrying
-    would multiply the wait). Redirects are not followed. ``temperature``
-    None leaves it to the server.
+    would multiply the wait). Redirects are refused (:mod:`ragdb.http`).
+    ``temperature`` None leaves it to the server.
     """
 
     def __init__(
@@ -179,46 +116,41 @@ class ChatClient:
             base_url = base_url or DEFAULT_BASE_URL
         if model is None:
             model = env.get("RAGDB_LLM_MODEL") or DEFAULT_MODEL
-        if api_key is None:
-            if "RAGDB_LLM_API_KEY" in env:
-                api_key = env["RAGDB_LLM_API_KEY"]
-            elif openai_paired:
-                api_key = env.get("OPENAI_API_KEY", "")
-            else:
-                api_key = openai_key_for(str(base_url))
-        if not isinstance(api_key, str):
-            raise InvalidInput("api_key must be a string")
-        # Checked here because http.client would quote an invalid header value
-        # (the key) in its own error message.
-        if not re.fullmatch(r"[\x21-\x7e]*", api_key):
-            raise InvalidInput("api_key must be printable ASCII with no spaces")
-        if not isinstance(base_url, str):
-            raise InvalidInput("base_url must be a string")
-        parts = urllib.parse.urlsplit(base_url.strip())
-        if parts.scheme not in ("http", "https") or not parts.netloc:
-            raise InvalidInput(f"base_url must be an http(s) URL, got {_display_url(base_url)!r}")
+        self.base_url = check_base_url(base_url)
+        key = resolve_api_key(api_key, "RAGDB_LLM_API_KEY", self.base_url, openai_paired=openai_paired)
         if not isinstance(model, str) or not model.strip():
             raise InvalidInput("model must be a non-empty string")
-        if isinstance(max_retries, bool) or not isinstance(max_retries, int) or max_retries < 0:
-            raise InvalidInput(f"max_retries must be an integer >= 0, got {max_retries!r}")
-
-        self.base_url = base_url.strip().rstrip("/")
-        self.model = model
-        self.timeout = _number("timeout", timeout, minimum=0.0, strict=True)
-        self.max_retries = max_retries
-        self.backoff = _number("backoff", backoff, minimum=0.0)
-        self.max_backoff = _number("max_backoff", max_backoff, minimum=0.0)
-        self.temperature = (
-            None if temperature is None else _number("temperature", temperature, minimum=0.0)
+        if temperature is not None:
+            if (
+                isinstance(temperature, bool)
+                or not isinstance(temperature, (int, float))
+                or not math.isfinite(temperature)
+                or temperature < 0
+            ):
+                raise InvalidInput(f"temperature must be a finite number >= 0, got {temperature!r}")
+            temperature = float(temperature)
+        self._http = Endpoint(
+            self.base_url + "/chat/completions",
+            error=LLMError,
+            what="LLM request",
+            api_key=key,
+            timeout=timeout,
+            max_retries=max_retries,
+            backoff=backoff,
+            max_backoff=max_backoff,
+            retry_read_timeout=False,  # the model may still be generating
         )
-        self._api_key = api_key
-        self._endpoint = self.base_url + "/chat/completions"
-        self._where = _display_url(self._endpoint)
-        self._opener = urllib.request.build_opener(_NoRedirect)
+        self.model = model
+        self.timeout = self._http.timeout
+        self.max_retries = self._http.max_retries
+        self.backoff = self._http.backoff
+        self.max_backoff = self._http.max_backoff
+        self.temperature = temperature
+        self._api_key = key
 
     def __repr__(self) -> str:
         return (
-            f"ChatClient(base_url={_display_url(self.base_url)!r}, model={self.model!r}, "
+            f"ChatClient(base_url={display_url(self.base_url)!r}, model={self.model!r}, "
             f"api_key={'***' if self._api_key else ''!r}, timeout={self.timeout}, "
             f"max_retries={self.max_retries}, backoff={self.backoff}, "
             f"temperature={self.temperature})"
@@ -228,55 +160,20 @@ class ChatClient:
 
     def complete(self, messages: list[dict[str, Any]]) -> str:
         """Send ``messages`` and return the reply's text (``choices[0].message.content``)."""
-        body = self._payload(messages, stream=False)
-
-        def action(request: urllib.request.Request) -> bytes:
-            response = self._opener.open(request, timeout=self.timeout)
-            try:
-                return response.read()
-            except TimeoutError:
-                raise _ReadTimeout() from None
-            finally:
-                response.close()
-
-        raw = self._send(body, action, stream=False)
-        return self._parse_reply(raw)
+        return self._parse_reply(self._http.post_json(self._payload(messages, stream=False)))
 
     def stream(self, messages: list[dict[str, Any]]) -> Iterator[str]:
         """Send ``messages`` with ``stream: true`` and yield the reply's text pieces.
 
         The messages are checked now; the request is made when iteration
-        starts. Reads Server-Sent Events ``data: {...}`` lines and yields each
+        starts. Reads Server-Sent Events ``data: {...}`` and yields each
         ``choices[0].delta.content`` until ``data: [DONE]``. Failures before
-        the first event are retried like :meth:`complete`; a stream that breaks
-        midway raises :class:`LLMError`.
+        the answer starts are retried like :meth:`complete`; a stream that
+        breaks midway raises :class:`LLMError`.
         """
-        body = self._payload(messages, stream=True)
-        return self._events(body)
+        return self._events(self._payload(messages, stream=True))
 
     # ------------------------------------------------------------------ internals
-
-    def _redact(self, text: str) -> str:
-        key = self._api_key
-        if not key:
-            return text
-        text = text.replace(key, "***")
-        if len(key) >= 8:  # also mask words sharing 8+ characters with the key
-            grams = {key[i : i + 8] for i in range(len(key) - 7)}
-            text = _KEYISH_RE.sub(
-                lambda m: "***" if any(g in m.group(0) for g in grams) else m.group(0), text
-            )
-        return text
-
-    def _error(self, message: str) -> LLMError:
-        return LLMError(self._redact(message))
-
-    def _quote(self, raw: bytes | str) -> str:
-        text = raw.decode("utf-8", "replace") if isinstance(raw, bytes) else raw
-        text = " ".join(text.split())
-        if len(text) > _MAX_QUOTE:
-            text = text[:_MAX_QUOTE] + "..."
-        return self._redact(text)
 
     def _payload(self, messages: Any, *, stream: bool) -> bytes:
         payload: dict[str, Any] = {
@@ -291,154 +188,43 @@ class ChatClient:
         except (TypeError, ValueError) as exc:
             raise InvalidInput(f"messages are not JSON-serialisable: {exc}") from None
 
-    def _request(self, body: bytes, *, stream: bool) -> urllib.request.Request:
-        headers = {
-            "Content-Type": "application/json",
-            "Accept": "text/event-stream" if stream else "application/json",
-            "User-Agent": "ragdb",
-        }
-        if self._api_key:
-            headers["Authorization"] = "Bearer " + self._api_key
-        return urllib.request.Request(self._endpoint, data=body, headers=headers, method="POST")
-
-    def _http_error_detail(self, exc: urllib.error.HTTPError) -> str:
-        try:
-            raw = exc.read(_MAX_ERROR_BODY)
-        except Exception:
-            raw = b""
-        finally:
-            try:
-                exc.close()
-            except Exception:
-                pass
-        text = raw.decode("utf-8", "replace").strip()
-        try:
-            data = json.loads(text)
-        except ValueError:
-            data = None
-        if isinstance(data, dict):
-            err = data.get("error", data)
-            if isinstance(err, dict):
-                err = err.get("message") or err.get("detail") or err
-            elif isinstance(data.get("detail"), str):
-                err = data["detail"]
-            text = err if isinstance(err, str) else json.dumps(err, ensure_ascii=False)
-        return f": {self._quote(text)}" if text else ""
-
-    def _sleep(self, attempt: int, retry_after: float | None, problem: str) -> None:
-        delay = retry_after if retry_after is not None else self.backoff * (2**attempt)
-        delay = min(delay, self.max_backoff)
-        log.debug(
-            "LLM request to %s failed (%s); retry %d/%d in %.2fs",
-            self._where, problem, attempt + 1, self.max_retries, delay,
-        )
-        time.sleep(delay)
-
-    def _send(self, body: bytes, action: Any, *, stream: bool) -> Any:
-        """Run ``action(request)`` with retries; turn every failure into LLMError."""
-        attempt = 0
-        while True:
-            retry_after: float | None = None
-            try:
-                return action(self._request(body, stream=stream))
-            except urllib.error.HTTPError as exc:
-                status = exc.code
-                retry_after = _retry_after(exc.headers)
-                detail = self._http_error_detail(exc)
-                if not (status == 429 or 500 <= status <= 599):
-                    note = " (redirects are not followed)" if 300 <= status < 400 else ""
-                    raise self._error(
-                        f"LLM request to {self._where} returned HTTP {status}{note}{detail}"
-                    ) from None
-                problem = f"HTTP {status}{detail}"
-            except _ReadTimeout:
-                raise self._error(
-                    f"LLM request to {self._where} timed out after {self.timeout:g}s"
-                ) from None
-            except urllib.error.URLError as exc:
-                if isinstance(exc.reason, TimeoutError):
-                    problem = f"timed out after {self.timeout:g}s"
-                else:
-                    problem = f"connection failed: {exc.reason}"
-            except TimeoutError:  # raised by getresponse(): no answer within timeout
-                raise self._error(
-                    f"LLM request to {self._where} timed out after {self.timeout:g}s"
-                ) from None
-            except (http.client.HTTPException, OSError) as exc:
-                problem = f"connection failed: {type(exc).__name__}: {exc}"
-            if attempt >= self.max_retries:
-                tries = f" after {attempt + 1} attempts" if attempt else ""
-                raise self._error(f"LLM request to {self._where} failed{tries}: {problem}") from None
-            self._sleep(attempt, retry_after, self._redact(problem))
-            attempt += 1
-
-    def _parse_reply(self, raw: bytes) -> str:
-        try:
-            data = json.loads(raw)
-        except (ValueError, UnicodeDecodeError):
-            raise self._error(
-                f"LLM reply from {self._where} is not JSON: {self._quote(raw) or '(empty body)'}"
-            ) from None
+    def _parse_reply(self, data: Any) -> str:
+        fail, quote = self._http.error, self._http.quote
         if isinstance(data, dict) and data.get("error") and "choices" not in data:
-            err = data["error"]
-            if isinstance(err, dict):
-                err = err.get("message", err)
-            raise self._error(f"LLM reply from {self._where} is an error: {self._quote(str(err))}")
+            raise fail(f"the reply is an error: {quote(_error_text(data['error']))}")
         choices = data.get("choices") if isinstance(data, dict) else None
         if not isinstance(choices, list) or not choices or not isinstance(choices[0], dict):
-            raise self._error(
-                f"LLM reply from {self._where} is malformed: missing choices "
-                f"({self._quote(raw)})"
-            )
+            shown = quote(json.dumps(data, ensure_ascii=False))
+            raise fail(f"the reply is malformed: missing choices ({shown})")
         choice = choices[0]
         message = choice.get("message")
         content = message.get("content") if isinstance(message, dict) else None
         if content is None and isinstance(choice.get("text"), str):  # legacy completions shape
             content = choice["text"]
         if not isinstance(content, str):
-            raise self._error(
-                f"LLM reply from {self._where} is malformed: choices[0] has no message content"
-            )
+            raise fail("the reply is malformed: choices[0] has no message content")
         return content
 
     def _events(self, body: bytes) -> Iterator[str]:
-        response = self._send(
-            body, lambda request: self._opener.open(request, timeout=self.timeout), stream=True
-        )
+        fail, quote = self._http.error, self._http.quote
         done = finished = False
+        events = self._http.stream_events(body)
         try:
-            for raw_line in response:
-                line = raw_line.decode("utf-8", "replace").strip()
-                if not line.startswith("data:"):
-                    continue  # blank separators, ": comments", "event:" / "id:" fields
-                data = line[5:].strip()
-                if data == "[DONE]":
+            for data in events:
+                if data.strip() == "[DONE]":
                     done = True
                     break
                 try:
                     event = json.loads(data)
                 except ValueError:
-                    raise self._error(
-                        f"LLM stream from {self._where} sent a malformed event "
-                        f"(not JSON): {self._quote(data)}"
-                    ) from None
+                    raise fail(f"the stream sent a malformed event (not JSON): {quote(data)}") from None
                 if not isinstance(event, dict):
-                    raise self._error(
-                        f"LLM stream from {self._where} sent a malformed event: {self._quote(data)}"
-                    )
+                    raise fail(f"the stream sent a malformed event: {quote(data)}")
                 if event.get("error"):
-                    err = event["error"]
-                    if isinstance(err, dict):
-                        err = err.get("message", err)
-                    raise self._error(
-                        f"LLM stream from {self._where} sent an error: {self._quote(str(err))}"
-                    )
+                    raise fail(f"the stream sent an error: {quote(_error_text(event['error']))}")
                 choices = event.get("choices")
                 if not isinstance(choices, list):
-                    raise self._error(
-                        f"LLM stream from {self._where} sent a malformed event: missing choices "
-                        f"({self._quote(data)})"
-                    )
+                    raise fail(f"the stream sent a malformed event: missing choices ({quote(data)})")
                 if not choices or not isinstance(choices[0], dict):
                     continue  # e.g. a final usage-only event
                 choice = choices[0]
@@ -448,18 +234,10 @@ class ChatClient:
                 content = delta.get("content") if isinstance(delta, dict) else None
                 if isinstance(content, str) and content:
                     yield content
-        except TimeoutError:
-            raise self._error(
-                f"LLM stream from {self._where} timed out after {self.timeout:g}s"
-            ) from None
-        except (http.client.HTTPException, OSError) as exc:
-            raise self._error(
-                f"LLM stream from {self._where} broke: {type(exc).__name__}: {exc}"
-            ) from None
         finally:
-            response.close()
+            events.close()
         if not (done or finished):
-            raise self._error(f"LLM stream from {self._where} ended before data: [DONE]")
+            raise fail("the stream ended before data: [DONE]")
 
 
 @dataclass(frozen=True)
@@ -489,6 +267,7 @@ def ask(
     budget_tokens: int | None = None,
     min_score: float | None = None,
     relative: float | None = None,
+    on_text: Callable[[str], None] | None = None,
 ) -> Answer:
     """Answer ``query`` from ``search_hits`` with ``llm``, or refuse without calling it.
 
@@ -496,10 +275,21 @@ def ask(
     arguments). When no hit passes, returns the refusal sentence of the
     language and never calls the model. Otherwise calls
     ``llm.complete([system, user])`` and checks the answer's citations.
+
+    ``on_text``: called with the answer's text as it arrives. If ``llm`` has a
+    ``stream(messages)`` method (a :class:`StreamingLLM` such as
+    :class:`ChatClient`), the answer is streamed and each non-empty piece is
+    passed on as soon as it is read; otherwise (and for the refusal sentence)
+    ``on_text`` gets the whole text once. Either way the pieces join to
+    ``Answer.text`` and the same :class:`Answer` is returned as without
+    ``on_text`` (citations checked, ``refused`` set, ``hits``). An exception
+    raised by ``on_text`` stops the stream and propagates.
     """
     complete = getattr(llm, "complete", None)
     if not callable(complete):
         raise InvalidInput("llm must have a complete(messages) method")
+    if on_text is not None and not callable(on_text):
+        raise InvalidInput(f"on_text must be callable or None, got {type(on_text).__name__}")
     prompt = build_prompt(
         query,
         search_hits,
@@ -511,12 +301,20 @@ def ask(
     )
     if prompt.refused:
         text = REFUSAL[prompt.language]
+        if on_text is not None:
+            on_text(text)
         return Answer(
             text=text, citations=check_citations(text, 0), hits=(), prompt=prompt, refused=True
         )
-    text = complete(prompt.messages)
-    if not isinstance(text, str):
-        raise LLMError(f"llm.complete returned {type(text).__name__}, not a string")
+    stream = getattr(llm, "stream", None)
+    if on_text is not None and callable(stream):
+        text = _stream_text(stream(prompt.messages), on_text)
+    else:
+        text = complete(prompt.messages)
+        if not isinstance(text, str):
+            raise LLMError(f"llm.complete returned {type(text).__name__}, not a string")
+        if on_text is not None and text:
+            on_text(text)
     citations = check_citations(text, len(prompt.sources))
     return Answer(
         text=text,
@@ -525,3 +323,20 @@ def ask(
         prompt=prompt,
         refused=citations.refusal,
     )
+
+
+def _stream_text(pieces: Iterable[str], on_text: Callable[[str], None]) -> str:
+    """Pass each piece of a stream to ``on_text``; return them joined."""
+    seen: list[str] = []
+    try:
+        for piece in pieces:
+            if not isinstance(piece, str):
+                raise LLMError(f"llm.stream yielded {type(piece).__name__}, not a string")
+            if piece:
+                seen.append(piece)
+                on_text(piece)
+    finally:
+        close = getattr(pieces, "close", None)
+        if callable(close):
+            close()
+    return "".join(seen)

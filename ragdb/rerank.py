@@ -7,7 +7,7 @@ spans and ``explain``, which still describes the first-stage score, are kept).
 Ties keep the input order.
 
 * :class:`HTTPReranker`: a reranking endpoint (text-embeddings-inference,
-  Cohere, Jina, vLLM, ...), standard library HTTP only.
+  Cohere, Jina, vLLM, ...), through :mod:`ragdb.http`.
 * :class:`CrossEncoderReranker`: a local sentence-transformers cross-encoder
   (optional extra).
 """
@@ -20,15 +20,9 @@ from dataclasses import replace
 from typing import Any, Protocol, runtime_checkable
 from collections.abc import Sequence
 
-from ragdb.embeddings import (
-    _check_base_url,
-    _check_http_params,
-    _missing,
-    _post_json,
-    _redact,
-    _safe_url,
-)
-from ragdb.errors import EmbeddingError, InvalidInput
+from ragdb.embeddings import _missing
+from ragdb.errors import InvalidInput, RerankError
+from ragdb.http import Endpoint, check_base_url, display_url, resolve_api_key
 from ragdb.types import Hit
 
 __all__ = ["Reranker", "HTTPReranker", "CrossEncoderReranker"]
@@ -84,10 +78,12 @@ class HTTPReranker:
     cross-encoder scores each (query, document) pair alone.
 
     ``base_url``/``model``/``api_key`` default to ``RAGDB_RERANK_BASE_URL``,
-    ``RAGDB_RERANK_MODEL``, ``RAGDB_RERANK_API_KEY``.  Retries on 408/429/5xx,
-    timeouts and connection errors (``max_retries`` times, exponential
-    backoff).  Failures raise :class:`~ragdb.errors.EmbeddingError` naming the
-    problem; the API key never appears in messages or ``repr``.
+    ``RAGDB_RERANK_MODEL``, ``RAGDB_RERANK_API_KEY`` (the API-key rule of
+    :func:`ragdb.http.resolve_api_key`).  Retries on 408/429/5xx, timeouts and
+    connection errors (``max_retries`` times, exponential backoff from
+    ``backoff`` seconds or the server's ``Retry-After``); redirects are refused.
+    Failures (HTTP or a malformed reply) raise :class:`~ragdb.errors.RerankError`
+    naming the problem; the API key never appears in messages or ``repr``.
     """
 
     STYLES = ("auto", "tei", "cohere")
@@ -107,23 +103,32 @@ class HTTPReranker:
         base_url = base_url or os.environ.get("RAGDB_RERANK_BASE_URL")
         if not base_url:
             raise InvalidInput("no reranker URL: pass base_url= or set RAGDB_RERANK_BASE_URL")
-        self.base_url = _check_base_url(base_url)
+        self.base_url = check_base_url(base_url)
         self.model = model or os.environ.get("RAGDB_RERANK_MODEL") or None
-        self._api_key = api_key or os.environ.get("RAGDB_RERANK_API_KEY") or None
+        key = resolve_api_key(api_key, "RAGDB_RERANK_API_KEY", self.base_url)
+        self._api_key = key or None
         if style not in self.STYLES:
             raise InvalidInput(f"style must be one of {self.STYLES}, got {style!r}")
-        _check_http_params(timeout, max_retries, backoff)
         if not isinstance(batch_size, int) or isinstance(batch_size, bool) or batch_size < 1:
             raise InvalidInput(f"batch_size must be a positive integer, got {batch_size!r}")
+        self._http = Endpoint(
+            f"{self.base_url}/rerank",
+            error=RerankError,
+            what="rerank request" + (f" (model {self.model!r})" if self.model else ""),
+            api_key=key,
+            timeout=timeout,
+            max_retries=max_retries,
+            backoff=backoff,
+        )
         self.style = ("cohere" if self.model else "tei") if style == "auto" else style
-        self.timeout = float(timeout)
+        self.timeout = self._http.timeout
         self.max_retries = max_retries
         self.batch_size = batch_size
-        self.backoff = float(backoff)
+        self.backoff = self._http.backoff
 
     def __repr__(self) -> str:
         return (
-            f"HTTPReranker(base_url={_safe_url(self.base_url)!r}, model={self.model!r}, "
+            f"HTTPReranker(base_url={display_url(self.base_url)!r}, model={self.model!r}, "
             f"style={self.style!r}, api_key={'***' if self._api_key else None})"
         )
 
@@ -151,22 +156,8 @@ class HTTPReranker:
                 payload["model"] = self.model
             if top_n is not None:
                 payload["top_n"] = min(top_n, len(texts))
-        url = f"{self.base_url}/rerank"
-        what = "rerank request" + (f" (model {self.model!r})" if self.model else "")
-        reply = _post_json(
-            url,
-            payload,
-            api_key=self._api_key,
-            timeout=self.timeout,
-            max_retries=self.max_retries,
-            backoff=self.backoff,
-            what=what,
-        )
-        shown = _safe_url(url)
-
-        def fail(problem: str) -> EmbeddingError:
-            return EmbeddingError(_redact(f"{what} at {shown}: {problem}", self._api_key))
-
+        reply = self._http.post_json(payload)
+        fail = self._http.error
         if isinstance(reply, list):  # text-embeddings-inference
             items, key = reply, "score"
         elif isinstance(reply, dict) and isinstance(reply.get("results"), list):
@@ -216,7 +207,7 @@ class CrossEncoderReranker:
         try:
             self._model = CrossEncoder(model_name_or_path, device=device, max_length=max_length)
         except Exception as exc:
-            raise EmbeddingError(f"cannot load cross-encoder {model_name_or_path!r}: {exc}") from exc
+            raise RerankError(f"cannot load cross-encoder {model_name_or_path!r}: {exc}") from exc
         self.model_name_or_path = str(model_name_or_path)
         self.batch_size = batch_size
 
@@ -234,13 +225,13 @@ class CrossEncoderReranker:
                 show_progress_bar=False,
             )
         except Exception as exc:
-            raise EmbeddingError(f"cross-encoder failed to score: {exc}") from exc
+            raise RerankError(f"cross-encoder failed to score: {exc}") from exc
         try:
             values = [float(v) for v in list(raw)]
         except (TypeError, ValueError):
-            raise EmbeddingError(
+            raise RerankError(
                 "cross-encoder returned several scores per pair; use a single-output model"
             ) from None
         if len(values) != len(hits) or not all(math.isfinite(v) for v in values):
-            raise EmbeddingError("cross-encoder returned a wrong number of scores or non-finite ones")
+            raise RerankError("cross-encoder returned a wrong number of scores or non-finite ones")
         return _apply(hits, dict(enumerate(values)), top_n)

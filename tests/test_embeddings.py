@@ -223,7 +223,7 @@ def test_openai_embedder_wrong_count_and_bad_replies(httpserver):
     with pytest.raises(EmbeddingError, match="no 'data' list"):
         e.embed(["a"])
     httpserver.expect_oneshot_request("/v1/embeddings").respond_with_data("<html>oops</html>")
-    with pytest.raises(EmbeddingError, match="invalid JSON"):
+    with pytest.raises(EmbeddingError, match="not valid JSON"):
         e.embed(["a"])
     httpserver.expect_oneshot_request("/v1/embeddings").respond_with_json(
         {"data": [{"index": 0, "embedding": [1.0, 0.0]}, {"index": 0, "embedding": [0.0, 1.0]}]}

@@ -9,7 +9,7 @@ import sys
 import pytest
 from werkzeug import Request, Response
 
-from ragdb.errors import EmbeddingError, InvalidInput, MissingDependency
+from ragdb.errors import EmbeddingError, InvalidInput, MissingDependency, RemoteError, RerankError
 from ragdb.fusion import minmax_weighted, rrf
 from ragdb.rerank import CrossEncoderReranker, HTTPReranker, Reranker
 from ragdb.types import Hit
@@ -271,22 +271,23 @@ def test_http_reranker_errors(httpserver):
     httpserver.expect_oneshot_request("/rerank").respond_with_data(
         f"bad key {SECRET}", status=401
     )
-    with pytest.raises(EmbeddingError, match="HTTP 401") as info:
+    with pytest.raises(RerankError, match="HTTP 401") as info:
         rr.rerank("q", hits)
     assert SECRET not in str(info.value)
+    assert isinstance(info.value, RemoteError) and not isinstance(info.value, EmbeddingError)
     httpserver.expect_oneshot_request("/rerank").respond_with_json({"unexpected": True})
-    with pytest.raises(EmbeddingError, match="neither"):
+    with pytest.raises(RerankError, match="neither"):
         rr.rerank("q", hits)
     httpserver.expect_oneshot_request("/rerank").respond_with_json([{"index": 5, "score": 1.0}])
-    with pytest.raises(EmbeddingError, match="invalid index 5"):
+    with pytest.raises(RerankError, match="invalid index 5"):
         rr.rerank("q", hits)
     httpserver.expect_oneshot_request("/rerank").respond_with_json([{"index": 0, "score": 1.0}])
-    with pytest.raises(EmbeddingError, match="sent 2 documents but got 1"):
+    with pytest.raises(RerankError, match="sent 2 documents but got 1"):
         rr.rerank("q", hits)
     httpserver.expect_oneshot_request("/rerank").respond_with_json(
         [{"index": 0, "score": None}, {"index": 1, "score": 1.0}]
     )
-    with pytest.raises(EmbeddingError, match="finite"):
+    with pytest.raises(RerankError, match="finite"):
         rr.rerank("q", hits)
 
 
