@@ -23,7 +23,7 @@ import functools
 import re
 from dataclasses import dataclass
 from typing import Protocol
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 from .analysis import token_spans
 from .errors import InvalidInput
@@ -32,7 +32,9 @@ Span = tuple[int, int]
 
 
 class Chunker(Protocol):
-    name: str
+    # Read-only, so that frozen dataclasses (the built-in chunkers) satisfy it.
+    @property
+    def name(self) -> str: ...
 
     def spec(self) -> str: ...
 
@@ -201,7 +203,7 @@ def _check_size_overlap(name: str, size: int, overlap: int) -> None:
         raise InvalidInput(f"chunker {name}: overlap ({overlap}) must be smaller than size ({size})")
 
 
-_CHUNKERS = {
+_CHUNKERS: dict[str, Callable[..., Chunker]] = {
     "none": NoneChunker,
     "window": WindowChunker,
     "paragraph": ParagraphChunker,
@@ -241,4 +243,4 @@ def _parse_chunker(spec: str) -> Chunker:
                 kwargs[key] = int(value)
             except ValueError:
                 raise InvalidInput(f"chunker {spec!r}: {key} must be an integer, got {value.strip()!r}") from None
-    return cls(**kwargs)  # type: ignore[arg-type]
+    return cls(**kwargs)

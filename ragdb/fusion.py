@@ -56,7 +56,7 @@ def rrf(rankings: Sequence[Sequence[K]], k: float = 60) -> list[tuple[K, float]]
 
 
 def _normalized(scores: Mapping[K, float], side: str) -> dict[K, float]:
-    values = []
+    values: list[float] = []
     for key, value in scores.items():
         if isinstance(value, bool) or not isinstance(value, Real) or not math.isfinite(value):
             raise InvalidInput(f"{side} score of {key!r} must be a finite number, got {value!r}")

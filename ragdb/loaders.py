@@ -44,7 +44,7 @@ import stat
 import threading
 from collections.abc import Iterator, Mapping
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import orjson
 
@@ -206,9 +206,8 @@ def iter_files(root: str | os.PathLike[str], *, recursive: bool = True, glob: st
                 continue
             seen.add(real)
             stack.append((_sorted_entries(Path(entry.path)), rel + "/"))
-        elif is_file:
-            if glob is None or _glob_match(entry.name, rel, glob):
-                yield Path(entry.path)
+        elif is_file and (glob is None or _glob_match(entry.name, rel, glob)):
+            yield Path(entry.path)
 
 
 # ============================================================================ dispatch
@@ -660,7 +659,7 @@ def _nesting_estimate(html: str) -> int:
 def _html_selectolax(html: str) -> tuple[str, str | None] | None:
     """Text and title with selectolax/lexbor; None when selectolax is not installed."""
     try:
-        from selectolax.lexbor import LexborHTMLParser
+        from selectolax.lexbor import LexborHTMLParser, LexborNode
     except ImportError:
         return None
     tree = LexborHTMLParser(html)
@@ -674,7 +673,7 @@ def _html_selectolax(html: str) -> tuple[str, str | None] | None:
     if root is None:
         return "", title
 
-    def enter(node: Any) -> bool:
+    def enter(node: LexborNode) -> bool:
         tag = node.tag or ""
         if tag == "-text":
             builder.text(node.text_content or "")
@@ -696,7 +695,7 @@ def _html_selectolax(html: str) -> tuple[str, str | None] | None:
             depth += 1
             continue
         if entered:
-            builder.end(node.tag)
+            builder.end(node.tag or "")
         while True:
             if depth == 0:
                 return builder.result(), title
@@ -704,9 +703,10 @@ def _html_selectolax(html: str) -> tuple[str, str | None] | None:
             if nxt is not None:
                 node = nxt
                 break
-            node = node.parent
+            # depth > 0, so node is below root and has a parent
+            node = cast(LexborNode, node.parent)
             depth -= 1
-            builder.end(node.tag)
+            builder.end(node.tag or "")
 
 
 def _html_stdlib(html: str) -> tuple[str, str | None]:

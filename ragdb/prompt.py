@@ -31,7 +31,7 @@ import tempfile
 import threading
 import unicodedata
 from dataclasses import dataclass, replace
-from typing import Any
+from typing import Any, cast
 from collections.abc import Callable, Iterable, Sequence
 
 from ragdb.errors import InvalidInput
@@ -236,7 +236,8 @@ def dedupe_hits(hits: Iterable[Hit]) -> list[Hit]:
         if target is None:
             passages.append(hit)
             continue
-        passages[target] = _merge(passages[target], hit)  # type: ignore[assignment]
+        # not None: the search above only picks a passage that _merge accepts
+        passages[target] = cast(Hit, _merge(passages[target], hit))
         # The grown passage may now overlap other passages of the same document.
         changed = True
         while changed:

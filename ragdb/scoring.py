@@ -10,6 +10,7 @@ bit-identical scores however it was built.
 from __future__ import annotations
 
 import math
+from typing import overload
 
 import numpy as np
 
@@ -48,6 +49,14 @@ def bm25_term_scores(tf: np.ndarray, length_norm: np.ndarray, idf: float) -> np.
     tf *= idf  # in place: the same arithmetic as ``idf * tf / den``, one temporary fewer
     tf /= den
     return tf
+
+
+@overload
+def tfidf_idf(n: int, df: np.ndarray) -> np.ndarray: ...
+
+
+@overload
+def tfidf_idf(n: int, df: int) -> float: ...
 
 
 def tfidf_idf(n: int, df: np.ndarray | int) -> np.ndarray | float:
