@@ -1,78 +1,70 @@
-"""The long reliability run: concurrency, SIGKILL crashes, disk full / read-only, hostile input.
+"""The reliability runs that write RELIABILITY.md: concurrency, SIGKILL crashes, disk full / read-only,
+hostile input.
 
 One command, from the repository root:
 
     .venv/bin/python benchmarks/reliability.py            # the long run, ~10 min on 2 cores
-    .venv/bin/python benchmarks/reliability.py --quick    # the CI sizes (a trial; writes nothing)
+    .venv/bin/python benchmarks/reliability.py --ci       # the CI sizes, ~1 min: rewrites the CI run section
+    .venv/bin/python benchmarks/reliability.py --quick    # the CI sizes as a trial (= --ci --no-write)
 
 The long run uses 60 s of concurrent load with 6 reader processes and 6
 threads, 300 kills, and 3x the torture cases with 50 MB single-line files; it
-rewrites the *Long run* section of RELIABILITY.md (``--no-write``: only print).
-Exit status 1 when any expectation fails (the failures are printed). The
-scenarios are the ones ``tests/test_reliability.py`` runs at CI sizes; they
-live in ``tests/reliability_worker.py``.
+rewrites the *Long run* section of RELIABILITY.md. ``--ci`` runs the scenarios
+at the sizes ``tests/test_reliability.py`` uses (the test suite asserts them
+but writes nothing) and rewrites the *CI run* section. ``--no-write``: only
+print. Exit status 1 when any expectation fails (the failures are printed).
+The scenarios, their sizes (``SIZES``) and the expectations live in
+``tests/reliability_worker.py``; the writer of RELIABILITY.md is here.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 import tempfile
 import time
 from pathlib import Path
+from typing import Any
 
 ROOT = Path(__file__).resolve().parent.parent
+REPORT = ROOT / "RELIABILITY.md"
 sys.path.insert(0, str(ROOT / "tests"))
 
 import reliability_worker as rw  # noqa: E402
 
-LONG = {
-    "concurrency": {"seconds": 60.0, "readers": 6, "threads": 6, "seed": 101, "check_every": 3.0},
-    "crashes": {"kills": 300, "seed": 107, "max_delay": 1.0, "cli_checks": 10},
-    "torture": {"seed": 111, "scale": 3.0, "big_mb": 50, "token_mb": 1, "deep": 100_000,
-                "case_timeout": 60.0, "heavy_timeout": 900.0},
-}
-QUICK = {
-    "concurrency": {"seconds": 5.0, "readers": 3, "threads": 3, "seed": 1, "check_every": 2.0},
-    "crashes": {"kills": 22, "seed": 7, "max_delay": 0.4, "cli_checks": 2},
-    "torture": {"seed": 11, "scale": 1.0, "big_mb": 5, "token_mb": 1, "deep": 50_000,
-                "case_timeout": 30.0, "heavy_timeout": 120.0},
-}
-
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--quick", action="store_true", help="CI sizes (implies --no-write)")
+    size = ap.add_mutually_exclusive_group()
+    size.add_argument("--ci", action="store_true",
+                      help="the CI sizes of tests/test_reliability.py; rewrites the CI run section")
+    size.add_argument("--quick", action="store_true", help="the CI sizes as a trial (implies --no-write)")
     ap.add_argument("--no-write", action="store_true", help="print the figures, do not touch RELIABILITY.md")
     ap.add_argument("--only", choices=rw.SCENARIOS, action="append",
                     help="run only this scenario (repeatable; implies --no-write)")
-    ap.add_argument("--kills", type=int, help="override the number of kills")
-    ap.add_argument("--seconds", type=float, help="override the seconds of concurrent load")
+    ap.add_argument("--kills", type=int, help="override the number of kills (implies --no-write)")
+    ap.add_argument("--seconds", type=float,
+                    help="override the seconds of concurrent load (implies --no-write)")
     ap.add_argument("--workdir", help="keep the databases here (default: a temporary folder)")
     args = ap.parse_args(argv)
-    sizes = {k: dict(v) for k, v in (QUICK if args.quick else LONG).items()}
+    kind = "ci" if (args.ci or args.quick) else "long"
+    sizes = {k: dict(v) for k, v in rw.SIZES[kind].items()}
     if args.kills:
         sizes["crashes"]["kills"] = args.kills
     if args.seconds:
         sizes["concurrency"]["seconds"] = args.seconds
     only = args.only or list(rw.SCENARIOS)
     write = not (args.quick or args.no_write or args.only or args.kills or args.seconds)
-    figures: dict = {}
+    figures: dict[str, Any] = {}
     t0 = time.monotonic()
     with tempfile.TemporaryDirectory(prefix="ragdb-reliability-") as tmp:
         work = Path(args.workdir or tmp)
         for name in only:
             t = time.monotonic()
             print(f"== {name} ...", flush=True)
-            if name == "concurrency":
-                figures[name] = rw.run_concurrency(work / name, **sizes[name])
-            elif name == "crashes":
-                figures[name] = rw.run_crashes(work / name, **sizes[name])
-            elif name == "faults":
-                figures[name] = rw.run_faults(work / name)
-            else:
-                figures[name] = rw.run_torture(work / name, **sizes[name])
+            figures[name] = rw.run_scenario(name, work / name, sizes[name])
             print(f"   {time.monotonic() - t:.1f} s", flush=True)
     figures["machine"] = rw.machine()
     figures["total_s"] = round(time.monotonic() - t0, 1)
@@ -83,12 +75,202 @@ def main(argv: list[str] | None = None) -> int:
         print(json.dumps({k: t[k] for k in ("cases", "wall_s", "per_class", "findings", "check",
                                             "baseline_unchanged")}, indent=1, default=str))
     if write:
-        rw.write_report("long", figures)
-        print(f"wrote the Long run section of {rw.REPORT}")
+        write_report(kind, figures)
+        print(f"wrote the {SECTIONS[kind][0]} section of {REPORT}")
     for f in failed:
         print(f"FAILED: {f}")
     print("all expectations hold" if not failed else f"{len(failed)} expectations failed")
     return 1 if failed else 0
+
+
+# ============================================================================ RELIABILITY.md
+
+
+SECTIONS = {
+    "ci": ("CI run", "`.venv/bin/python benchmarks/reliability.py --ci` (the scenarios and sizes that "
+                     "`tests/test_reliability.py` runs and asserts in the test suite)"),
+    "long": ("Long run", "`.venv/bin/python benchmarks/reliability.py`"),
+}
+
+
+def _scrub(text: str) -> str:
+    """Drop the temporary folders from a message (they differ on every run)."""
+    import re
+    return re.sub(r"/(?:[^\s/`'\"]+/)+", "<tmp>/", text)
+
+
+def _yn(v: Any) -> str:
+    return "yes" if v is True else "no" if v is False else str(v)
+
+
+def render_section(kind: str, fig: dict[str, Any]) -> str:
+    title, command = SECTIONS[kind]
+    m = fig.get("machine", {})
+    L = [f"## {title}", "", f"Command: {command}", "",
+         f"- Date: {m.get('date')}; total {fig.get('total_s', '?')} s",
+         f"- Machine: {m.get('platform')}, {m.get('cpus')} CPUs; Python {m.get('python')}, SQLite {m.get('sqlite')}, "
+         f"ragdb {m.get('ragdb')}; running as root: {_yn(m.get('root'))}", ""]
+    c = fig.get("concurrency")
+    L += ["### Concurrency", ""]
+    if c:
+        b = c.get("busy", {})
+        L += ["| figure | value |", "|---|---|",
+              f"| processes at once (all opened the new file together) | {c['processes']} "
+              f"({c['reader_processes']} reader processes, {c['writer_processes']} writer processes, 1 process whose "
+              f"{c['thread_process_threads']} threads share one Database: {c['thread_process_threads'] - 1} searching, "
+              f"1 writing) |",
+              f"| duration | {c['seconds']} s of concurrent load ({c['wall_s']} s wall) |",
+              f"| searches checked for a whole snapshot | {c['searches']:,} ({c['whole_documents_seen']:,} saw a "
+              f"document, each wholly) |",
+              f"| stats/documents single-snapshot checks | {c['snapshot_checks']:,} |",
+              f"| check() runs during the writes | {c['check_calls_during_writes']} |",
+              f"| write operations committed (lock waits included in the slowest) | {c['write_ops_total']:,}: "
+              + ", ".join(f"writer {w} {v['ops']:,} (slowest {v['slowest_s']} s)"
+                          for w, v in sorted(c.get("writers", {}).items())) + " |",
+              f"| half-added documents / inconsistent snapshots seen | {c['n_violations']} |",
+              f"| errors escaping to callers ('database is locked' among them) | {c['n_errors']} ({c['locked_errors']}) |",
+              f"| final state = every writer's committed operations | {_yn(not c['final_mismatches'])} "
+              f"({c['final_documents']} documents) |",
+              f"| check() at the end | {'ok' if not c['final_check'] else c['final_check']} |",
+              f"| second writer, busy_timeout 0.2 s, lock held elsewhere | {b.get('tiny_timeout')} after "
+              f"{b.get('tiny_timeout_waited_s')} s, database unchanged: {_yn(b.get('unchanged_after_busy'))} |",
+              f"| second writer, default busy_timeout, lock held 0.6 s | waited {b.get('default_timeout_waited_s')} s "
+              f"and succeeded: {_yn(b.get('default_timeout_waited_and_succeeded'))} |",
+              f"| search while another connection holds the write lock | not blocked "
+              f"({b.get('search_while_locked_s')} s) |", ""]
+        if b.get("tiny_timeout_message"):
+            L += [f"The busy error reads: `{_scrub(b['tiny_timeout_message'])}`", ""]
+    else:
+        L += ["not run", ""]
+    k = fig.get("crashes")
+    L += ["### Crashes (SIGKILL at random moments)", ""]
+    if k:
+        inter = ", ".join(f"{op} {n}" for op, n in sorted(k["interrupted"].items())) or "none"
+        cli = "; ".join(f"after kill {x['round'] + 1}: exit {x['exit']}" for x in k["cli_checks"]) or "not run"
+        L += ["| figure | value |", "|---|---|",
+              f"| kills survived (database opened, check() passed, documents whole, committed work present) | "
+              f"{k['kills'] - len({p.split(':')[0] for p in k['problems']})} of {k['kills']} |",
+              f"| kills while the worker opened the database | {k['early_kills']} |",
+              f"| operations committed between kills | {k['operations_completed']:,} |",
+              f"| kills inside an operation (op: applied all / none) | {k['interrupted_total']} ({inter}) |",
+              f"| largest database during the run | {k['max_documents']} documents |",
+              f"| slowest open after a kill | {k['max_open_s']} s |",
+              f"| `ragdb check` (CLI subprocess) | {cli} |",
+              f"| problems | {len(k['problems'])} |",
+              f"| duration | {k['wall_s']} s (random delay 0-{k['max_delay_s']} s after the worker is ready) |", ""]
+        for p in k["problems"][:10]:
+            L.append(f"- problem: {_scrub(p)}")
+        if k["problems"]:
+            L.append("")
+    else:
+        L += ["not run", ""]
+    f = fig.get("faults")
+    L += ["### Disk full and read-only", ""]
+    if f:
+        L += ["| condition | operation | outcome | file unchanged | check() | same Database afterwards |",
+              "|---|---|---|---|---|---|"]
+        for r in f["cases"]:
+            later = r.get("later_writes_correct")
+            later_s = "-" if later is None else ("correct" if later else "WRONG (known bug)")
+            unchanged = "n/a (it succeeded)" if r["outcome"] == "no error" else _yn(r.get("file_unchanged"))
+            L.append(f"| {r['condition']} | {r['operation']} | {r['outcome']} | {unchanged} | "
+                     f"{'ok' if not r.get('file_check') else 'FAILED'} | {later_s} |")
+        L.append("")
+        msgs = {r["outcome"]: r.get("message") for r in f["cases"] if r.get("message") and "full" in r["message"]}
+        msgs.update({r["outcome"] + " (read-only)": r.get("message") for r in f["cases"]
+                     if r.get("message") and "read-only" in r["message"]})
+        for o, msg in sorted(msgs.items()):
+            L.append(f"- {o} message, e.g.: `{_scrub(msg)[:200]}`")
+        L.append("")
+    else:
+        L += ["not run", ""]
+    t = fig.get("torture")
+    L += ["### Hostile and broken input", ""]
+    if t:
+        L += [f"{t['cases']:,} generated cases (seed {t['seed']}; {t['cli_cases']} through the CLI), {t['wall_s']} s; "
+              f"sizes: {t['big_mb']} MB single-line files, {t['token_mb']} MB tokens, nesting up to {t['deep']:,}. "
+              f"Outcomes: *stored* (a document stored, its text read back equal), *ok* (a search or call returned), "
+              f"*error* (a RagdbError / CLI exit 1-2 with a one-line message), *crash* (anything else), *hang* (past the "
+              f"time limit).", "",
+              "| class | cases | library | CLI | stored | ok | clear error | crash | hang |",
+              "|---|---|---|---|---|---|---|---|---|"]
+        order = [c for c in rw.TORTURE_CLASSES + rw.TORTURE_EXTRA_CLASSES if c in t["per_class"]]
+        order += sorted(set(t["per_class"]) - set(order))
+        for cls in order:
+            row = t["per_class"][cls]
+            L.append(f"| {cls} | {row['cases']} | {row['lib']} | {row['cli']} | {row.get('stored', 0)} | "
+                     f"{row.get('ok', 0)} | {row.get('error', 0)} | {row.get('crash', 0)} | {row.get('hang', 0)} |")
+        L += ["", f"- After the torture: check() {'ok' if not t['check'] else t['check']}; the 30 documents stored "
+                  f"before it unchanged: {_yn(t['baseline_unchanged'])}; worker restarts: {len(t['restarts'])}.",
+              "- Slowest cases: " + "; ".join(f"{lbl} {s:.1f} s" for lbl, s in t["slowest"]) + "."]
+        for x in t["findings"][:10]:
+            L.append(f"- finding: {_scrub(x)}")
+        L.append("")
+    else:
+        L += ["not run", ""]
+    return "\n".join(L).rstrip() + "\n"
+
+
+HEADER = """# Reliability
+
+This file is written by `benchmarks/reliability.py`; do not edit it by hand.
+`.venv/bin/python benchmarks/reliability.py --ci` rewrites the *CI run* section: the
+scenarios at the sizes `tests/test_reliability.py` runs and asserts in the test suite
+(under ~90 s on 2 busy cores; the test suite itself writes nothing here).
+`.venv/bin/python benchmarks/reliability.py` (the long version, ~10 min) rewrites the
+*Long run* section. The scenarios and both sets of sizes live in `tests/reliability_worker.py`.
+
+What is tested:
+
+- **Concurrency**: reader processes and threads search while writer processes add,
+  replace, delete, bulk-add and optimize (flushes every 48 chunks). Every document
+  is several chunks that all hold a marker word unique to its source; each marker
+  search must show one whole version of one document, never a subset, and
+  `stats()`/`documents()` read in one transaction must agree. A second writer with
+  a tiny busy timeout must get `DatabaseBusy` with a clear message.
+- **Crashes**: a worker process loops add / replace / delete / `add_many` /
+  folder sync / optimize (+VACUUM) and is killed with SIGKILL at a random moment
+  (some while it opens the file). After each kill the database must open,
+  `check()` must pass (SQLite integrity_check, statistics, df = real postings, no
+  orphans), every document must be whole (chunk rows = chunks of its text, marker
+  search = those chunks), every operation the worker finished must be there, and
+  the interrupted one must be applied wholly or not at all. `ragdb check` runs as a
+  subprocess on the killed database too.
+- **Disk full and read-only**: disk full is SQLite's `SQLITE_FULL`, produced with
+  `PRAGMA max_page_count`; read-only is `open(readonly=True)`, a `file:...?mode=ro`
+  path, and a connection that cannot write (`PRAGMA query_only`, what a read-only
+  file does). Running as root bypasses file permissions (chmod 0444 changes
+  nothing for root), so the chmod case runs only as a normal user.
+- **Hostile input**: a seeded generator of bad inputs through the library and the
+  CLI (CliRunner), each under a time limit in a child process that is restarted if
+  it dies. The CI run uses 5 MB single-line files and 1 MB tokens; the long run
+  50 MB and 1 MB (and 3x the cases).
+
+Worker processes are forked from a `multiprocessing` forkserver that imported
+ragdb once (each is a separate process with its own SQLite connections).
+"""
+
+
+def write_report(kind: str, figures: dict[str, Any], path: Path = REPORT) -> None:
+    """Rewrite ``kind``'s section of RELIABILITY.md, keeping the other sections as they are."""
+    existing = path.read_text(encoding="utf-8") if path.exists() else ""
+    sections: dict[str, str] = {}
+    for key in SECTIONS:
+        start, end = f"<!-- section: {key} -->", f"<!-- end: {key} -->"
+        if start in existing and end in existing:
+            sections[key] = existing.split(start, 1)[1].split(end, 1)[0].strip("\n") + "\n"
+    sections[kind] = render_section(kind, figures)
+    out = [HEADER]
+    for key, (title, _cmd) in SECTIONS.items():
+        body = sections.get(key) or f"## {title}\n\nnot run yet\n"
+        out.append(f"<!-- section: {key} -->\n{body}<!-- end: {key} -->\n")
+    bugs = ["## Library bugs found by these tests", "",
+            "Each was fixed; its test in `tests/test_reliability.py` (once a strict xfail) now guards the fix:", ""]
+    bugs += [f"- **{k}** (fixed): {v}" for k, v in rw.KNOWN_BUGS.items()]
+    out.append("\n".join(bugs) + "\n")
+    tmp = path.with_suffix(".md.tmp")
+    tmp.write_text("\n".join(out), encoding="utf-8")
+    os.replace(tmp, path)
 
 
 if __name__ == "__main__":

@@ -1,6 +1,9 @@
-"""The reliability harness behind ``tests/test_reliability.py`` (CI sizes) and
-``benchmarks/reliability.py`` (the long run): the worker processes, the four
-scenarios, and the writer of ``RELIABILITY.md``.
+"""The reliability scenarios behind ``tests/test_reliability.py`` and
+``benchmarks/reliability.py``: the worker processes, the four scenarios, their
+sizes (:data:`SIZES`: ``"ci"`` for the test suite and ``reliability.py --ci``,
+``"long"`` for the long run) and the expectations (:func:`failures`).
+Nothing here writes outside the work folder it is given; the writer of
+``RELIABILITY.md`` lives in ``benchmarks/reliability.py``.
 
 Scenarios (each returns a dict of figures; nothing here asserts, the callers do):
 
@@ -54,9 +57,26 @@ from ragdb.errors import DatabaseBusy, RagdbError, StorageError
 
 CHUNKER = "window:size=6,overlap=0"   # every generated document: n chunks of exactly 6 tokens
 FLUSH_EVERY = 48                      # small flush threshold, so flushes and merges happen under load
-REPO = Path(__file__).resolve().parent.parent
-REPORT = REPO / "RELIABILITY.md"
 SCENARIOS = ("concurrency", "crashes", "faults", "torture")
+
+#: Scenario sizes. "ci": the test suite and ``benchmarks/reliability.py --ci`` (under ~90 s on 2 busy
+#: cores); "long": ``benchmarks/reliability.py`` (~10 min). ``faults`` takes no sizes.
+SIZES: dict[str, dict[str, dict[str, Any]]] = {
+    "ci": {
+        "concurrency": {"seconds": 5.0, "readers": 3, "threads": 3, "seed": 1, "check_every": 2.0},
+        "crashes": {"kills": 22, "seed": 7, "max_delay": 0.4, "cli_checks": 2},
+        "faults": {},
+        "torture": {"seed": 11, "scale": 1.0, "big_mb": 5, "token_mb": 1, "deep": 50_000,
+                    "case_timeout": 30.0, "heavy_timeout": 120.0},
+    },
+    "long": {
+        "concurrency": {"seconds": 60.0, "readers": 6, "threads": 6, "seed": 101, "check_every": 3.0},
+        "crashes": {"kills": 300, "seed": 107, "max_delay": 1.0, "cli_checks": 10},
+        "faults": {},
+        "torture": {"seed": 111, "scale": 3.0, "big_mb": 50, "token_mb": 1, "deep": 100_000,
+                    "case_timeout": 60.0, "heavy_timeout": 900.0},
+    },
+}
 
 #: Library bugs these tests found; all fixed, each guarded by a regression test in tests/test_reliability.py.
 KNOWN_BUGS = {
@@ -1173,6 +1193,12 @@ def _scratch_file(db: ragdb.Database, data: bytes) -> str:
     return path
 
 
+def _file_head(path: str, n: int) -> bytes:
+    """The first ``n`` bytes of a file."""
+    with open(path, "rb") as fh:
+        return fh.read(n)
+
+
 def _pdf_bytes(pages: int, *, user_password: str | None = None, encrypt: bool = False) -> bytes:
     import fpdf
     pdf = fpdf.FPDF()
@@ -1273,8 +1299,8 @@ def torture_cases(seed: int = 11, scale: float = 1.0, big_mb: int = 5, token_mb:
         _file(b"name\xff\xfd.txt", b"text in a file whose name is not UTF-8", "cli-plain"))
     add("invalid UTF-8", "cli", "file name that is not UTF-8 (ragdb add --json)",
         _file(b"name\xff\xfc.txt", b"text in a file whose name is not UTF-8", "cli-json"), known_bug="B1")
-    for i, (k, v) in enumerate([("k\udcff", "x"), ("k", "x\udcff"), ("source", "a\udcff"), ("version", "\udcff"),
-                                ("tags", "\udcff")]):
+    for k, v in [("k\udcff", "x"), ("k", "x\udcff"), ("source", "a\udcff"), ("version", "\udcff"),
+                 ("tags", "\udcff")]:
         add("invalid UTF-8", "lib", f"filter {{{k!r}: {v!r}}}", _search("alpha", filter={k: v}), known_bug="B1")
     add("invalid UTF-8", "lib", "principals=[lone surrogate]", _search("alpha", principals=["\udcff"]), known_bug="B1")
     add("invalid UTF-8", "cli", "ragdb search --filter k=<undecodable byte>",
@@ -1494,7 +1520,7 @@ def torture_cases(seed: int = 11, scale: float = 1.0, big_mb: int = 5, token_mb:
             return b"this is plain text pretending to be a PDF"
         ch = rng.choice(["loader", "loader", "cli"])
         add("truncated/encrypted PDF", ch, f"{kind} PDF",
-            (lambda make=make, ch=ch, i=i: (lambda t: _file(f"doc{i}.pdf", make(), ch)(t)))())
+            lambda t, make=make, ch=ch, i=i: _file(f"doc{i}.pdf", make(), ch)(t))
 
     # -- symlink loops -------------------------------------------------------------------------------
     def loop_folder(t: _TortureCtx, variant: int) -> Path:
@@ -1626,13 +1652,14 @@ def torture_cases(seed: int = 11, scale: float = 1.0, big_mb: int = 5, token_mb:
     for i in range(n(80)):
         label, make = rng.choice(meta_pool)
         ch = rng.choice(["add", "add", "add_many", "acl-ts"])
+        run: Callable[[_TortureCtx], tuple[str, str]]
         if ch == "add":
-            run = (lambda make=make, i=i: (lambda t: _lib_add(f"metadata case {i} text", source=f"meta/{i}",
-                                                              metadata=make())(t)))()
+            def run(t: _TortureCtx, make: Callable[[], Any] = make, i: int = i) -> tuple[str, str]:
+                return _lib_add(f"metadata case {i} text", source=f"meta/{i}", metadata=make())(t)
         elif ch == "add_many":
-            run = (lambda make=make, i=i: (lambda t: _lib_add_many(
-                [{"text": "ok record", "source": f"metaok/{i}"},
-                 {"text": f"metadata case {i}", "source": f"meta/{i}", "metadata": make()}])(t)))()
+            def run(t: _TortureCtx, make: Callable[[], Any] = make, i: int = i) -> tuple[str, str]:
+                return _lib_add_many([{"text": "ok record", "source": f"metaok/{i}"},
+                                      {"text": f"metadata case {i}", "source": f"meta/{i}", "metadata": make()}])(t)
         else:
             bad = rng.choice([("acl", "public"), ("acl", [1, 2]), ("acl", [""]), ("acl", [None]), ("timestamp", object()),
                               ("timestamp", "not a time"), ("timestamp", float("nan")), ("timestamp", 10 ** 20),
@@ -1658,7 +1685,7 @@ def torture_cases(seed: int = 11, scale: float = 1.0, big_mb: int = 5, token_mb:
         add("unserialisable metadata", "cli", "ragdb add " + " ".join(a[:20] for a in args), run)
 
     # -- queries full of SQL and FTS syntax ------------------------------------------------------------
-    for i in range(n(110)):
+    for _i in range(n(110)):
         parts = [rng.choice(_SQL + _FTS + _UNI + ["alpha", "beta", "retrieval"]) for _ in range(rng.randint(1, 6))]
         q = " ".join(parts)
         if rng.random() < 0.05:
@@ -1669,7 +1696,7 @@ def torture_cases(seed: int = 11, scale: float = 1.0, big_mb: int = 5, token_mb:
         if rng.random() < 0.2:
             kw["min_score"] = rng.choice([0.0, -1.0, 1e9, float("nan")])
         add("hostile queries", "lib", repr(q[:50]), _search(q, **kw))
-    for i in range(n(50)):
+    for _i in range(n(50)):
         q = " ".join(rng.choice(_SQL + _FTS + _UNI) for _ in range(rng.randint(1, 4)))
         q = q.replace("\x00", " ")  # argv cannot hold NUL (lone surrogates it can: undecodable bytes)
         args = ["search", "--json"] + (["--explain"] if rng.random() < 0.3 else []) + ["-k", str(rng.choice([1, 10])),
@@ -1684,7 +1711,7 @@ def torture_cases(seed: int = 11, scale: float = 1.0, big_mb: int = 5, token_mb:
                                       [], list(range(5000)), "", " ", 0, -1, 1.5, ["a", None], ("t", "u")]
     fkeys = ["source", "version", "tags", "k", "", " ", "a.b", "$.x", "key'; DROP TABLE doc_meta; --", "\x00",
              "\udcff", "k" * 10000, "id", "latest", "metadata", "acl", "title"]
-    for i in range(n(110)):
+    for _i in range(n(110)):
         r = rng.random()
         kw = {}
         if r < 0.6:
@@ -1698,10 +1725,10 @@ def torture_cases(seed: int = 11, scale: float = 1.0, big_mb: int = 5, token_mb:
             kw["versions"] = rng.choice(["all", "latest", "ALL", "", None, 1, "'; --"])
         else:
             kw["filter"] = rng.choice([[], "source=x", 5, {"source": ["a"] * 20000}, {"tags": "*"}, {}])
-        kwa = {k: v for k, v in kw.items()}
+        kwa = dict(kw)
         add("hostile filters", "lib", repr(kwa)[:70], _search("alpha retrieval", **kwa),
             known_bug="B1" if "\\udcff" in repr(kwa) else "B4" if "1180591620717411303424" in repr(kwa) else None)
-    for i in range(n(40)):
+    for _i in range(n(40)):
         args = ["search", "--json"]
         for _ in range(rng.randint(1, 3)):
             r = rng.random()
@@ -1748,9 +1775,9 @@ def torture_cases(seed: int = 11, scale: float = 1.0, big_mb: int = 5, token_mb:
         ("open a folder", lambda db: ragdb.open(os.path.dirname(db.path))),
         ("open a text file as a database", lambda db: ragdb.open(_scratch_file(db, b"not sqlite at all\n" * 100))),
         ("open an empty file as a database", lambda db: ragdb.open(_scratch_file(db, b""))),
-        ("open a truncated SQLite file", lambda db: ragdb.open(_scratch_file(db, open(db.path, "rb").read(3000)))),
+        ("open a truncated SQLite file", lambda db: ragdb.open(_scratch_file(db, _file_head(db.path, 3000)))),
     ]
-    for i in range(n(60)):
+    for _i in range(n(60)):
         label, fn = rng.choice(arg_pool)
         bug = ("B2" if label in ("search k1='x'", "search b='x'") else "B4" if "10**30" in label
                else "B5" if label == "add_many None" else None)
@@ -2022,195 +2049,19 @@ def failures(fig: dict[str, Any]) -> list[str]:
     return out
 
 
-# ============================================================================ RELIABILITY.md
+# ============================================================================ running
 
 
-SECTIONS = {
-    "ci": ("CI run", "`.venv/bin/python -m pytest tests/test_reliability.py` (also part of the whole test suite)"),
-    "long": ("Long run", "`.venv/bin/python benchmarks/reliability.py`"),
-}
+def run_scenario(name: str, workdir: str | os.PathLike[str], sizes: dict[str, Any] | None = None) -> dict[str, Any]:
+    """Run scenario ``name`` in ``workdir`` with ``sizes`` (default: the CI sizes); its figures."""
+    runner = {"concurrency": run_concurrency, "crashes": run_crashes, "faults": run_faults,
+              "torture": run_torture}[name]
+    kw = SIZES["ci"][name] if sizes is None else sizes
+    return runner(workdir, **kw)
 
 
 def machine() -> dict[str, Any]:
+    """The facts about this machine and run that a report shows next to the figures."""
     return {"date": _now(), "python": platform.python_version(), "sqlite": sqlite3.sqlite_version,
             "ragdb": ragdb.__version__, "platform": f"{platform.system()} {platform.machine()}",
             "cpus": os.cpu_count(), "root": os.geteuid() == 0}
-
-
-def _scrub(text: str) -> str:
-    """Drop the temporary folders from a message (they differ on every run)."""
-    import re
-    return re.sub(r"/(?:[^\s/`'\"]+/)+", "<tmp>/", text)
-
-
-def _yn(v: Any) -> str:
-    return "yes" if v is True else "no" if v is False else str(v)
-
-
-def render_section(kind: str, fig: dict[str, Any]) -> str:
-    title, command = SECTIONS[kind]
-    m = fig.get("machine", {})
-    L = [f"## {title}", "", f"Command: {command}", "",
-         f"- Date: {m.get('date')}; total {fig.get('total_s', '?')} s",
-         f"- Machine: {m.get('platform')}, {m.get('cpus')} CPUs; Python {m.get('python')}, SQLite {m.get('sqlite')}, "
-         f"ragdb {m.get('ragdb')}; running as root: {_yn(m.get('root'))}", ""]
-    c = fig.get("concurrency")
-    L += ["### Concurrency", ""]
-    if c:
-        b = c.get("busy", {})
-        L += ["| figure | value |", "|---|---|",
-              f"| processes at once (all opened the new file together) | {c['processes']} "
-              f"({c['reader_processes']} reader processes, {c['writer_processes']} writer processes, 1 process whose "
-              f"{c['thread_process_threads']} threads share one Database: {c['thread_process_threads'] - 1} searching, "
-              f"1 writing) |",
-              f"| duration | {c['seconds']} s of concurrent load ({c['wall_s']} s wall) |",
-              f"| searches checked for a whole snapshot | {c['searches']:,} ({c['whole_documents_seen']:,} saw a "
-              f"document, each wholly) |",
-              f"| stats/documents single-snapshot checks | {c['snapshot_checks']:,} |",
-              f"| check() runs during the writes | {c['check_calls_during_writes']} |",
-              f"| write operations committed (lock waits included in the slowest) | {c['write_ops_total']:,}: "
-              + ", ".join(f"writer {w} {v['ops']:,} (slowest {v['slowest_s']} s)"
-                          for w, v in sorted(c.get("writers", {}).items())) + " |",
-              f"| half-added documents / inconsistent snapshots seen | {c['n_violations']} |",
-              f"| errors escaping to callers ('database is locked' among them) | {c['n_errors']} ({c['locked_errors']}) |",
-              f"| final state = every writer's committed operations | {_yn(not c['final_mismatches'])} "
-              f"({c['final_documents']} documents) |",
-              f"| check() at the end | {'ok' if not c['final_check'] else c['final_check']} |",
-              f"| second writer, busy_timeout 0.2 s, lock held elsewhere | {b.get('tiny_timeout')} after "
-              f"{b.get('tiny_timeout_waited_s')} s, database unchanged: {_yn(b.get('unchanged_after_busy'))} |",
-              f"| second writer, default busy_timeout, lock held 0.6 s | waited {b.get('default_timeout_waited_s')} s "
-              f"and succeeded: {_yn(b.get('default_timeout_waited_and_succeeded'))} |",
-              f"| search while another connection holds the write lock | not blocked "
-              f"({b.get('search_while_locked_s')} s) |", ""]
-        if b.get("tiny_timeout_message"):
-            L += [f"The busy error reads: `{_scrub(b['tiny_timeout_message'])}`", ""]
-    else:
-        L += ["not run", ""]
-    k = fig.get("crashes")
-    L += ["### Crashes (SIGKILL at random moments)", ""]
-    if k:
-        inter = ", ".join(f"{op} {n}" for op, n in sorted(k["interrupted"].items())) or "none"
-        cli = "; ".join(f"after kill {x['round'] + 1}: exit {x['exit']}" for x in k["cli_checks"]) or "not run"
-        L += ["| figure | value |", "|---|---|",
-              f"| kills survived (database opened, check() passed, documents whole, committed work present) | "
-              f"{k['kills'] - len({p.split(':')[0] for p in k['problems']})} of {k['kills']} |",
-              f"| kills while the worker opened the database | {k['early_kills']} |",
-              f"| operations committed between kills | {k['operations_completed']:,} |",
-              f"| kills inside an operation (op: applied all / none) | {k['interrupted_total']} ({inter}) |",
-              f"| largest database during the run | {k['max_documents']} documents |",
-              f"| slowest open after a kill | {k['max_open_s']} s |",
-              f"| `ragdb check` (CLI subprocess) | {cli} |",
-              f"| problems | {len(k['problems'])} |",
-              f"| duration | {k['wall_s']} s (random delay 0-{k['max_delay_s']} s after the worker is ready) |", ""]
-        for p in k["problems"][:10]:
-            L.append(f"- problem: {_scrub(p)}")
-        if k["problems"]:
-            L.append("")
-    else:
-        L += ["not run", ""]
-    f = fig.get("faults")
-    L += ["### Disk full and read-only", ""]
-    if f:
-        L += ["| condition | operation | outcome | file unchanged | check() | same Database afterwards |",
-              "|---|---|---|---|---|---|"]
-        for r in f["cases"]:
-            later = r.get("later_writes_correct")
-            later_s = "-" if later is None else ("correct" if later else "WRONG (known bug)")
-            unchanged = "n/a (it succeeded)" if r["outcome"] == "no error" else _yn(r.get("file_unchanged"))
-            L.append(f"| {r['condition']} | {r['operation']} | {r['outcome']} | {unchanged} | "
-                     f"{'ok' if not r.get('file_check') else 'FAILED'} | {later_s} |")
-        L.append("")
-        msgs = {r["outcome"]: r.get("message") for r in f["cases"] if r.get("message") and "full" in r["message"]}
-        msgs.update({r["outcome"] + " (read-only)": r.get("message") for r in f["cases"]
-                     if r.get("message") and "read-only" in r["message"]})
-        for o, msg in sorted(msgs.items()):
-            L.append(f"- {o} message, e.g.: `{_scrub(msg)[:200]}`")
-        L.append("")
-    else:
-        L += ["not run", ""]
-    t = fig.get("torture")
-    L += ["### Hostile and broken input", ""]
-    if t:
-        L += [f"{t['cases']:,} generated cases (seed {t['seed']}; {t['cli_cases']} through the CLI), {t['wall_s']} s; "
-              f"sizes: {t['big_mb']} MB single-line files, {t['token_mb']} MB tokens, nesting up to {t['deep']:,}. "
-              f"Outcomes: *stored* (a document stored, its text read back equal), *ok* (a search or call returned), "
-              f"*error* (a RagdbError / CLI exit 1-2 with a one-line message), *crash* (anything else), *hang* (past the "
-              f"time limit).", "",
-              "| class | cases | library | CLI | stored | ok | clear error | crash | hang |",
-              "|---|---|---|---|---|---|---|---|---|"]
-        order = [c for c in TORTURE_CLASSES + TORTURE_EXTRA_CLASSES if c in t["per_class"]]
-        order += sorted(set(t["per_class"]) - set(order))
-        for cls in order:
-            row = t["per_class"][cls]
-            L.append(f"| {cls} | {row['cases']} | {row['lib']} | {row['cli']} | {row.get('stored', 0)} | "
-                     f"{row.get('ok', 0)} | {row.get('error', 0)} | {row.get('crash', 0)} | {row.get('hang', 0)} |")
-        L += ["", f"- After the torture: check() {'ok' if not t['check'] else t['check']}; the 30 documents stored "
-                  f"before it unchanged: {_yn(t['baseline_unchanged'])}; worker restarts: {len(t['restarts'])}.",
-              "- Slowest cases: " + "; ".join(f"{lbl} {s:.1f} s" for lbl, s in t["slowest"]) + "."]
-        for x in t["findings"][:10]:
-            L.append(f"- finding: {_scrub(x)}")
-        L.append("")
-    else:
-        L += ["not run", ""]
-    return "\n".join(L).rstrip() + "\n"
-
-
-HEADER = """# Reliability
-
-This file is written by the reliability scripts themselves; do not edit it by hand.
-`tests/test_reliability.py` (part of the test suite, sized for CI: under ~90 s on
-2 busy cores) rewrites the *CI run* section when all of its scenarios ran in one
-session; `.venv/bin/python benchmarks/reliability.py` (the long version, ~10 min)
-rewrites the *Long run* section. The scenarios live in `tests/reliability_worker.py`.
-
-What is tested:
-
-- **Concurrency**: reader processes and threads search while writer processes add,
-  replace, delete, bulk-add and optimize (flushes every 48 chunks). Every document
-  is several chunks that all hold a marker word unique to its source; each marker
-  search must show one whole version of one document, never a subset, and
-  `stats()`/`documents()` read in one transaction must agree. A second writer with
-  a tiny busy timeout must get `DatabaseBusy` with a clear message.
-- **Crashes**: a worker process loops add / replace / delete / `add_many` /
-  folder sync / optimize (+VACUUM) and is killed with SIGKILL at a random moment
-  (some while it opens the file). After each kill the database must open,
-  `check()` must pass (SQLite integrity_check, statistics, df = real postings, no
-  orphans), every document must be whole (chunk rows = chunks of its text, marker
-  search = those chunks), every operation the worker finished must be there, and
-  the interrupted one must be applied wholly or not at all. `ragdb check` runs as a
-  subprocess on the killed database too.
-- **Disk full and read-only**: disk full is SQLite's `SQLITE_FULL`, produced with
-  `PRAGMA max_page_count`; read-only is `open(readonly=True)`, a `file:...?mode=ro`
-  path, and a connection that cannot write (`PRAGMA query_only`, what a read-only
-  file does). Running as root bypasses file permissions (chmod 0444 changes
-  nothing for root), so the chmod case runs only as a normal user.
-- **Hostile input**: a seeded generator of bad inputs through the library and the
-  CLI (CliRunner), each under a time limit in a child process that is restarted if
-  it dies. The CI run uses 5 MB single-line files and 1 MB tokens; the long run
-  50 MB and 1 MB (and 3x the cases).
-
-Worker processes are forked from a `multiprocessing` forkserver that imported
-ragdb once (each is a separate process with its own SQLite connections).
-"""
-
-
-def write_report(kind: str, figures: dict[str, Any], path: Path = REPORT) -> None:
-    """Rewrite ``kind``'s section of RELIABILITY.md, keeping the other sections as they are."""
-    existing = path.read_text(encoding="utf-8") if path.exists() else ""
-    sections: dict[str, str] = {}
-    for key in SECTIONS:
-        start, end = f"<!-- section: {key} -->", f"<!-- end: {key} -->"
-        if start in existing and end in existing:
-            sections[key] = existing.split(start, 1)[1].split(end, 1)[0].strip("\n") + "\n"
-    sections[kind] = render_section(kind, figures)
-    out = [HEADER]
-    for key, (title, _cmd) in SECTIONS.items():
-        body = sections.get(key) or f"## {title}\n\nnot run yet\n"
-        out.append(f"<!-- section: {key} -->\n{body}<!-- end: {key} -->\n")
-    bugs = ["## Library bugs found by these tests", "",
-            "Each was fixed; its test in `tests/test_reliability.py` (once a strict xfail) now guards the fix:", ""]
-    bugs += [f"- **{k}** (fixed): {v}" for k, v in KNOWN_BUGS.items()]
-    out.append("\n".join(bugs) + "\n")
-    tmp = path.with_suffix(".md.tmp")
-    tmp.write_text("\n".join(out), encoding="utf-8")
-    os.replace(tmp, path)

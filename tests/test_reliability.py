@@ -1,8 +1,11 @@
 """Reliability, CI sizes: concurrency, SIGKILL crashes, disk full / read-only, hostile input.
 
-The scenarios live in ``tests/reliability_worker.py``; ``benchmarks/reliability.py``
-runs the same ones at the long sizes. When every scenario below ran in one
-session, the module writes its figures to the *CI run* section of RELIABILITY.md.
+The scenarios and their sizes live in ``tests/reliability_worker.py``; this module
+runs them at the CI sizes (``rw.SIZES["ci"]``) in pytest's ``tmp_path`` and asserts
+their expectations. It writes nothing into the repository: the *CI run* figures of
+RELIABILITY.md come from ``.venv/bin/python benchmarks/reliability.py --ci``, which
+runs the same scenarios at the same sizes (and the *Long run* ones from
+``benchmarks/reliability.py`` without options).
 
 The tests at the end are regression tests for the library bugs these
 scenarios found (``reliability_worker.KNOWN_BUGS``), all fixed.
@@ -14,9 +17,7 @@ import os
 import random
 import sqlite3
 import sys
-import time
 from pathlib import Path
-from typing import Any
 
 import pytest
 
@@ -28,32 +29,12 @@ import reliability_worker as rw  # noqa: E402
 
 pytestmark = pytest.mark.skipif(os.name != "posix", reason="SIGKILL, fork server, FIFOs: POSIX only")
 
-CI = {
-    "concurrency": {"seconds": 5.0, "readers": 3, "threads": 3, "seed": 1, "check_every": 2.0},
-    "crashes": {"kills": 22, "seed": 7, "max_delay": 0.4, "cli_checks": 2},
-    "torture": {"seed": 11, "scale": 1.0, "big_mb": 5, "token_mb": 1, "deep": 50_000,
-                "case_timeout": 30.0, "heavy_timeout": 120.0},
-}
-FIGURES: dict[str, Any] = {}
-
-
-@pytest.fixture(scope="module", autouse=True)
-def reliability_report():
-    """Collects each scenario's figures; at the end of the module writes RELIABILITY.md (CI section)."""
-    started = time.monotonic()
-    yield FIGURES
-    if all(k in FIGURES for k in rw.SCENARIOS):
-        FIGURES["machine"] = rw.machine()
-        FIGURES["total_s"] = round(time.monotonic() - started, 1)
-        rw.write_report("ci", FIGURES)
-
 
 # ----------------------------------------------------------------------------- concurrency
 
 
 def test_concurrent_readers_threads_and_two_writers(tmp_path: Path) -> None:
-    fig = rw.run_concurrency(tmp_path, **CI["concurrency"])
-    FIGURES["concurrency"] = fig
+    fig = rw.run_scenario("concurrency", tmp_path)
     assert rw.failures({"concurrency": fig}) == []
     assert fig["n_errors"] == 0, fig["errors"]            # no "database is locked" (or anything) escaped
     assert fig["n_violations"] == 0, fig["violations"]    # never a half-added document or a torn snapshot
@@ -78,8 +59,7 @@ def test_database_object_documents_thread_safety() -> None:
 
 
 def test_sigkill_during_writes(tmp_path: Path) -> None:
-    fig = rw.run_crashes(tmp_path, **CI["crashes"])
-    FIGURES["crashes"] = fig
+    fig = rw.run_scenario("crashes", tmp_path)
     assert rw.failures({"crashes": fig}) == []
     assert fig["problems"] == []
     assert fig["kills"] >= 20 and fig["exited_by_itself"] == []
@@ -92,8 +72,7 @@ def test_sigkill_during_writes(tmp_path: Path) -> None:
 
 
 def test_disk_full_and_read_only(tmp_path: Path) -> None:
-    fig = rw.run_faults(tmp_path)
-    FIGURES["faults"] = fig
+    fig = rw.run_scenario("faults", tmp_path)
     assert rw.failures({"faults": fig}) == []
     for case in fig["cases"]:
         name = f"{case['condition']} / {case['operation']}"
@@ -132,8 +111,7 @@ def test_readonly_open_cannot_write_and_says_so(tmp_path: Path) -> None:
 
 
 def test_torture_hostile_inputs(tmp_path: Path) -> None:
-    fig = rw.run_torture(tmp_path, **CI["torture"])
-    FIGURES["torture"] = fig
+    fig = rw.run_scenario("torture", tmp_path)
     assert rw.failures({"torture": fig}) == []
     assert fig["cases"] >= 1000
     assert fig["findings"] == [], "\n".join(fig["findings"])  # no crash, no hang, outside the known bugs
