@@ -12,13 +12,16 @@ from __future__ import annotations
 from typing import Any
 from collections.abc import Mapping
 
+from . import options
 from .analysis import Analyzer
 from .database import Database, open_database
 from .errors import RagdbError
-from .types import Document, Hit, Stats
+from .options import Restrictions, SearchOptions
+from .types import AddReport, Change, Document, Hit, Stats, VectorInfo
 
 __version__ = "0.1.0"
-__all__ = ["open", "Database", "Hit", "Document", "Stats", "Analyzer", "RagdbError", "__version__"]
+__all__ = ["open", "Database", "Hit", "Document", "Stats", "AddReport", "Change", "VectorInfo", "SearchOptions",
+           "Restrictions", "Analyzer", "RagdbError", "options", "__version__"]
 
 
 def open(path: str = ":memory:", *, analyzer: "str | Analyzer | Mapping[str, Any] | None" = None,

@@ -14,10 +14,10 @@ The logic lives in the library: :mod:`ragdb.sync` (add, sync),
 from __future__ import annotations
 
 import contextlib
-import errno
 import dataclasses
-import inspect
+import errno
 import os
+import re
 import sys
 import unicodedata
 from pathlib import Path
@@ -28,8 +28,10 @@ import click
 import orjson
 
 import ragdb
+import ragdb.llm
 
-from .errors import RagdbError
+from .errors import EmbeddingError, InvalidInput, RagdbError
+from .storage import migration_state
 
 # --------------------------------------------------------------------------- plumbing
 
@@ -251,7 +253,7 @@ def _filter_value(key: str, values: list[str]) -> Any:
 
 def _search_kwargs(filters: Sequence[str], since: str | None, until: str | None, principals: Sequence[str],
                    as_of: str | None, all_versions: bool) -> dict[str, Any]:
-    """Only the restrictions given, so the CLI also works with a search() that lacks some of them."""
+    """The restrictions given on the command line, as ``Database.search`` keywords."""
     kw: dict[str, Any] = {}
     if filters:
         kw["filter"] = {k: _filter_value(k, v) for k, v in _key_values(filters, "--filter").items()}
@@ -268,18 +270,10 @@ def _search_kwargs(filters: Sequence[str], since: str | None, until: str | None,
     return kw
 
 
-def _search(db: ragdb.Database, query: str, **kwargs: Any) -> list[ragdb.Hit]:
-    params = inspect.signature(db.search).parameters
-    missing = [k for k in kwargs if k not in params]
-    if missing:
-        raise click.ClickException(f"this ragdb's search does not support {', '.join(sorted(missing))} yet")
-    return db.search(query, **kwargs)
-
-
 # --------------------------------------------------------------------------- vectors: shared plumbing
 
-VECTOR_SCORERS = ("vector", "hybrid")
-SCORER_CHOICES = ("bm25", "tfidf") + VECTOR_SCORERS
+VECTOR_SCORERS = ragdb.options.VECTOR_SCORERS
+SCORER_CHOICES = ragdb.options.SCORERS
 SCORER_HELP = ("Ranking: bm25, tfidf (cosine of TF-IDF vectors), vector (cosine of embeddings; "
                "needs 'ragdb embed') or hybrid (BM25 and vector fused).")
 
@@ -289,19 +283,20 @@ def scorer_options(model_flags: Sequence[str] = ("--model", "--embed-model"),
     """``--scorer``, ``--fusion``, ``--alpha``, ``--rrf-k`` and the query-embedder option.
 
     ``ask`` has its own ``--model`` (the chat model), so it passes ``("--embed-model",)``.
-    The fusion options default to None so that giving one where it means nothing is an error.
+    The fusion options default to None ("not given"): the library refuses one that the
+    scorer does not use (see ``_options``).
     """
     def deco(f: Callable[..., Any]) -> Callable[..., Any]:
         opts = [
             click.option("--scorer", type=click.Choice(SCORER_CHOICES), default=default, show_default=True,
                          help=SCORER_HELP),
-            click.option("--fusion", type=click.Choice(["weighted", "rrf"]), default=None,
+            click.option("--fusion", type=click.Choice(list(ragdb.options.FUSIONS)), default=None,
                          help="Hybrid fusion: weighted (min-max weighted sum, the default) or rrf "
                               "(reciprocal rank fusion)."),
             click.option("--alpha", type=click.FloatRange(0.0, 1.0), default=None,
-                         help="Vector weight of weighted hybrid fusion (default 0.3)."),
+                         help=f"Vector weight of weighted hybrid fusion (default {ragdb.options.DEFAULT_ALPHA})."),
             click.option("--rrf-k", "rrf_k", type=click.IntRange(min=0), default=None,
-                         help="Constant of reciprocal rank fusion (default 60)."),
+                         help=f"Constant of reciprocal rank fusion (default {ragdb.options.DEFAULT_RRF_K})."),
             click.option(*model_flags, "embed_model", default=None, metavar="SPEC",
                          help="Query embedder for vector/hybrid (default: the model recorded in the database): "
                               "wordllama, e5, openai:MODEL, st:PATH, hash."),
@@ -312,35 +307,29 @@ def scorer_options(model_flags: Sequence[str] = ("--model", "--embed-model"),
     return deco
 
 
-def _scorer_kwargs(scorer: str, fusion: str | None, alpha: float | None, rrf_k: int | None,
-                   embed_model: str | None, model_flag: str = "--model") -> dict[str, Any]:
-    """``db.search`` keyword arguments for the scorer; the vector ones only for vector/hybrid."""
-    given = [name for name, value in (("--fusion", fusion), ("--alpha", alpha), ("--rrf-k", rrf_k))
-             if value is not None]
-    if scorer not in VECTOR_SCORERS and embed_model is not None:
-        raise click.UsageError(f"{model_flag} applies to --scorer vector or hybrid only")
-    if scorer != "hybrid" and given:
-        raise click.UsageError(f"{', '.join(given)} appl{'ies' if len(given) == 1 else 'y'} to --scorer hybrid only")
-    if fusion == "rrf" and alpha is not None:
-        raise click.UsageError("--alpha applies to --fusion weighted only")
-    if fusion != "rrf" and rrf_k is not None:
-        raise click.UsageError("--rrf-k applies to --fusion rrf only")
-    kw: dict[str, Any] = {"scorer": scorer}
-    if scorer in VECTOR_SCORERS:
-        from .vectors import DEFAULT_ALPHA, DEFAULT_FUSION, DEFAULT_RRF_K
-
-        if scorer == "hybrid":
-            kw["fusion"] = fusion or DEFAULT_FUSION
-            kw["alpha"] = DEFAULT_ALPHA if alpha is None else alpha
-            kw["rrf_k"] = DEFAULT_RRF_K if rrf_k is None else rrf_k
-        if embed_model is not None:
-            kw["embedder"] = _get_embedder(embed_model, model_flag)
-    return kw
+def _options(k: int, scorer: str, fusion: str | None, alpha: float | None, rrf_k: int | None,
+             embed_model: str | None, model_flag: str = "--model", **keywords: Any) -> ragdb.SearchOptions:
+    """The search's :class:`ragdb.SearchOptions`, validated by the library before any
+    database is opened; an option the scorer does not use is a usage error naming its flag."""
+    given = {"fusion": fusion, "alpha": alpha, "rrf_k": rrf_k,
+             "embedder": _get_embedder(embed_model, model_flag) if embed_model is not None else None}
+    try:
+        keywords.update({n: v for n, v in given.items() if v is not None})
+        return ragdb.SearchOptions.from_keywords(None, k=k, scorer=scorer, **keywords)
+    except InvalidInput as e:
+        flags = {"fusion": "--fusion", "alpha": "--alpha", "rrf_k": "--rrf-k", "embedder": model_flag,
+                 "min_score": "--min-score"}
+        message = _one_line(e)
+        name = message.split(" ", 1)[0]
+        if name in flags:
+            message = flags[name] + message[len(name):]
+        message = re.sub(r"\b(scorer|fusion) '(\w+)'", r"--\1 \2",
+                         message.replace("scorers 'vector' and 'hybrid'", "--scorer vector or hybrid"))
+        raise click.UsageError(message) from None
 
 
 def _get_embedder(spec: str, flag: str = "--model") -> Any:
     from .embeddings import get_embedder
-    from .errors import InvalidInput
 
     try:
         return get_embedder(spec)
@@ -348,47 +337,22 @@ def _get_embedder(spec: str, flag: str = "--model") -> Any:
         raise click.BadParameter(_one_line(e), param_hint=flag) from None
 
 
-def _vector_storage(db: ragdb.Database) -> Any:
-    from .vectors import VectorStorage
-
-    return VectorStorage(db._store.conn)
-
-
-def _vector_state(db: ragdb.Database) -> dict[str, Any]:
-    """Recorded model, stored vectors and chunks still waiting for one."""
-    with db._store.read():
-        st = _vector_storage(db)
-        info = st.model()
-        return {"model": info["model"] if info else None,
-                "dimensions": int(info["dimensions"]) if info else None,
-                "vectors": st.count(), "pending": st.pending_count()}
-
-
 def _check_model(db: ragdb.Database, embedder: Any, spec: str, flag: str = "--model") -> None:
-    """One-line error when the database holds vectors of another model than ``embedder``'s."""
-    with db._store.read():
-        st = _vector_storage(db)
-        info = st.model()
-        if info is None or not st.has_vectors():
-            return
-    dims = int(embedder.dimensions)
-    if (info["model"], int(info["dimensions"])) == (embedder.name, dims):
-        return
-    raise click.ClickException(
-        f"{db.path}: its vectors were made by {info['model']!r} ({info['dimensions']} dimensions), not "
-        f"{embedder.name!r} ({dims} dimensions) as {flag} {spec} asks; use the recorded model (leave out {flag}), "
-        f"or re-embed every chunk with the new one: ragdb embed --model {spec} --rebuild")
+    """One-line error, naming the flag, when the database holds vectors of another model than ``embedder``'s."""
+    try:
+        db.check_embedder(embedder)
+    except EmbeddingError:
+        info = db.vector_info()
+        raise click.ClickException(
+            f"{db.path}: its vectors were made by {info.model!r} ({info.dimensions} dimensions), not "
+            f"{embedder.name!r} ({embedder.dimensions} dimensions) as {flag} {spec} asks; use the recorded model "
+            f"(leave out {flag}), or re-embed every chunk with the new one: ragdb embed --model {spec} --rebuild"
+        ) from None
 
 
-def _embed_pending(db: ragdb.Database, embedder: Any, *, rebuild: bool = False, batch_size: int = 64) -> int:
-    """``vectors.embed_pending`` with a progress bar on a terminal; returns the chunks embedded."""
-    from .vectors import embed_pending
-
-    if rebuild:
-        total = db.stats().stored_chunks
-    else:
-        with db._store.read():
-            total = _vector_storage(db).pending_count()
+def _embed(db: ragdb.Database, embedder: Any, *, rebuild: bool = False, batch_size: int = 64) -> int:
+    """``Database.embed`` with a progress bar on a terminal; returns the chunks embedded."""
+    total = db.stats().stored_chunks if rebuild else db.vector_info().pending
     with _progress("embedding", total) as bar:
         shown = [0]
 
@@ -397,22 +361,19 @@ def _embed_pending(db: ragdb.Database, embedder: Any, *, rebuild: bool = False, 
             bar(done - shown[0])
             shown[0] = done
 
-        return embed_pending(db, embedder, batch_size, rebuild=rebuild,
-                             progress=progress if bar is not None else None)
+        return db.embed(embedder, batch_size=batch_size, rebuild=rebuild,
+                        progress=progress if bar is not None else None)
 
 
 def _embed_after_write(db: ragdb.Database, embedder: Any) -> tuple[int | None, str | None]:
     """Embed what the write left pending: (chunks embedded, None), or (None, the error) -
     the text is committed either way; failed chunks stay pending for 'ragdb embed'."""
-    from .errors import EmbeddingError
-
     try:
-        return _embed_pending(db, embedder), None
+        return _embed(db, embedder), None
     except EmbeddingError as e:
         message = _one_line(e)
         if "pending" not in message:  # failed before the first batch (e.g. probing the dimensions)
-            with db._store.read():
-                left = _vector_storage(db).pending_count()
+            left = db.vector_info().pending
             message += (f"; {left} chunk{'s stay' if left != 1 else ' stays'} pending (stored without vectors: "
                         f"lexical search finds them, vector search does not); run 'ragdb embed' to retry")
         return None, message
@@ -434,12 +395,10 @@ def _warn_pending(db: ragdb.Database, scorer: str) -> None:
     """Vector search does not see chunks without a vector: say so on stderr."""
     if scorer not in VECTOR_SCORERS:
         return
-    with db._store.read():
-        st = _vector_storage(db)
-        pending = st.pending_count() if st.model() is not None else 0
-    if pending:
-        _warn(f"note: {pending} chunk{'s have' if pending != 1 else ' has'} no vector yet, unseen by vector "
-              f"search; run 'ragdb embed'")
+    info = db.vector_info()
+    if info.model is not None and info.pending:
+        _warn(f"note: {info.pending} chunk{'s have' if info.pending != 1 else ' has'} no vector yet, unseen by "
+              f"vector search; run 'ragdb embed'")
 
 
 def _hit_json(h: ragdb.Hit, rank: int | None = None) -> dict[str, Any]:
@@ -786,17 +745,17 @@ def search(database: str | None, query: str, k: int, scorer: str, fusion: str | 
         kw["min_score"] = min_score
     if explain:
         kw["explain"] = True
-    kw.update(_scorer_kwargs(scorer, fusion, alpha, rrf_k, embed_model))
     if rerank_url is not None or rerank_model is not None:
         from .rerank import HTTPReranker
 
         kw["reranker"] = HTTPReranker(base_url=rerank_url, model=rerank_model)
         kw["rerank_top"] = rerank_top
+    opts = _options(k, scorer, fusion, alpha, rrf_k, embed_model, **kw)
     with _open(database) as db:
-        if "embedder" in kw:
-            _check_model(db, kw["embedder"], embed_model or "")
+        if opts.embedder is not None:
+            _check_model(db, opts.embedder, embed_model or "")
         _warn_pending(db, scorer)
-        hits = _search(db, query, k=k, **kw)
+        hits = db.search(query, options=opts)
     if as_json:
         _emit_json([_hit_json(h, i) for i, h in enumerate(hits, 1)])
         return
@@ -842,16 +801,15 @@ def embed(database: str | None, embed_model: str | None, rebuild: bool, batch_si
     embedder = _get_embedder(embed_model) if embed_model is not None else None
     with _open(database) as db:
         if embedder is None:
-            from .vectors import embedder_for
-
-            embedder = embedder_for(db)
+            embedder = db.recorded_embedder()
             if embedder is None:
                 raise click.UsageError(f"{db.path} records no embedding model: pass --model SPEC, e.g. "
                                        f"--model wordllama (the offline default)")
         elif not rebuild:
             _check_model(db, embedder, embed_model or "")
-        embedded = _embed_pending(db, embedder, rebuild=rebuild, batch_size=batch_size)
-        vec = _vector_state(db)
+        embedded = _embed(db, embedder, rebuild=rebuild, batch_size=batch_size)
+        info = db.vector_info()
+        vec = {"model": info.model, "dimensions": info.dimensions, "vectors": info.vectors, "pending": info.pending}
     if as_json:
         _emit_json({"database": db.path, "model": vec["model"], "dimensions": vec["dimensions"],
                     "embedded": embedded, "rebuild": rebuild, "vectors": vec["vectors"], "pending": vec["pending"]})
@@ -872,7 +830,8 @@ def stats(database: str | None, as_json: bool) -> None:
     with _open(database) as db:
         s = db.stats()
         settings = db.settings
-        vec = _vector_state(db)
+        info = db.vector_info()
+        vec = {"model": info.model, "dimensions": info.dimensions, "vectors": info.vectors, "pending": info.pending}
     data = {"database": db.path, "documents": s.documents, "chunks": s.chunks, "vocabulary": s.vocabulary,
             "postings": s.postings, "avg_chunk_length": s.avg_chunk_length, "stored_documents": s.stored_documents,
             "stored_chunks": s.stored_chunks, "pending_chunks": s.pending_chunks, "segments": s.segments,
@@ -944,12 +903,12 @@ def migrate(database: str | None, list_only: bool, as_json: bool) -> None:
     path = _db_path(database)
     if not Path(path).exists():
         raise click.ClickException(f"{path}: no such database")
-    applied, pending = _migration_state(path)
+    applied, pending = migration_state(path)
     if not list_only:
         with ragdb.open(path, create=False):
             pass
         done = pending
-        applied, pending = _migration_state(path)
+        applied, pending = migration_state(path)
         if as_json:
             _emit_json({"applied_now": done, "pending": pending})
         else:
@@ -961,36 +920,6 @@ def migrate(database: str | None, list_only: bool, as_json: bool) -> None:
         return
     rows = [(n, "applied", at) for n, at in applied] + [(n, "pending", "") for n in pending]
     _table(["migration", "state", "applied at"], rows)
-
-
-def _migration_state(path: str) -> tuple[list[tuple[str, str]], list[str]]:
-    """(applied (name, when), pending names), read without writing (a read-only connection)."""
-    import sqlite3
-
-    import sqlite_utils
-
-    from .errors import NotADatabase
-    from .storage import build_migrations
-
-    uri = Path(path).resolve().as_uri() + "?mode=ro"
-    try:
-        conn = sqlite3.connect(uri, uri=True)
-    except sqlite3.Error as e:
-        raise NotADatabase(f"{path}: cannot open: {e}") from None
-    try:
-        sdb = sqlite_utils.Database(conn)
-        migrations = build_migrations()
-        try:
-            applied = [(m.name, str(m.applied_at)) for m in migrations.applied(sdb)]
-            pending = [m.name for m in migrations.pending(sdb)]
-            tables = sdb.table_names()
-        except sqlite3.DatabaseError as e:
-            raise NotADatabase(f"{path}: not a ragdb database (SQLite says: {e})") from None
-        if tables and not applied:
-            raise NotADatabase(f"{path}: is a SQLite database but not a ragdb database")
-        return applied, pending
-    finally:
-        conn.close()
 
 
 # --------------------------------------------------------------------------- export / import
@@ -1091,8 +1020,8 @@ def eval_cmd(corpus: str, queries: str, qrels: str, k: int, scorer: str, fusion:
     if scorer in VECTOR_SCORERS and embed_model is None:
         raise click.UsageError(f"--scorer {scorer} needs --model SPEC to embed the corpus "
                                f"(e.g. --model wordllama, the offline default)")
-    kw = _scorer_kwargs(scorer, fusion, alpha, rrf_k, embed_model)
-    embedder = kw.pop("embedder", None)  # the temporary database embeds with it, and queries too
+    opts = _options(k, scorer, fusion, alpha, rrf_k, embed_model)
+    embedder = opts.embedder  # the temporary database embeds with it, and queries with it too
     docs, qs, judgements = load_beir((corpus, queries, qrels))
     records = [{"text": f"{title}\n\n{text}" if title else text, "source": doc_id}
                for doc_id, title, text in docs if (title + text).strip()]
@@ -1103,13 +1032,13 @@ def eval_cmd(corpus: str, queries: str, qrels: str, k: int, scorer: str, fusion:
                 db.add_many(records[i:i + step])
                 if progress is not None:
                     progress(len(records[i:i + step]))
-        result = evaluate_database(db, qs, judgements, k=k, **kw)
+        result = evaluate_database(db, qs, judgements, k=k, options=opts.replace(embedder=None))
     data = {"ndcg@10": result["ndcg@10"], f"recall@{k}": result[f"recall@{k}"], "mrr@10": result["mrr@10"],
             "queries": int(result["queries"]), "documents": len(records), "k": k, "scorer": scorer}
     if embedder is not None:
         data["model"] = embedder.name
     if scorer == "hybrid":
-        data.update(fusion=kw["fusion"], alpha=kw["alpha"], rrf_k=kw["rrf_k"])
+        data.update(fusion=opts.fusion_method, alpha=opts.fusion_alpha, rrf_k=opts.fusion_rrf_k)
     if as_json:
         _emit_json(data)
         return
@@ -1137,15 +1066,15 @@ def _generation_options(f: Callable[..., Any]) -> Callable[..., Any]:
     return f
 
 
-def _retrieve(database: str | None, question: str, k: int, kw: dict[str, Any], embed_model: str | None = None,
+def _retrieve(database: str | None, question: str, opts: ragdb.SearchOptions, embed_model: str | None = None,
               model_flag: str = "--model") -> list[ragdb.Hit]:
     if not question.strip():
         raise click.BadParameter("the question is empty", param_hint="QUESTION")
     with _open(database) as db:
-        if "embedder" in kw:
-            _check_model(db, kw["embedder"], embed_model or "", model_flag)
-        _warn_pending(db, kw.get("scorer", "bm25"))
-        return _search(db, question, k=k, **kw)
+        if opts.embedder is not None:
+            _check_model(db, opts.embedder, embed_model or "", model_flag)
+        _warn_pending(db, opts.scorer)
+        return db.search(question, options=opts)
 
 
 def _source_lines(sources: Sequence[ragdb.Hit], cited: Sequence[int] = ()) -> list[str]:
@@ -1171,9 +1100,9 @@ def prompt(database: str | None, question: str, k: int, min_score: float | None,
     """Print the grounded prompt that 'ask' would send for QUESTION; sends nothing."""
     from .prompt import build_prompt
 
-    kw = _search_kwargs(filters, since, until, principals, as_of, all_versions)
-    kw.update(_scorer_kwargs(scorer, fusion, alpha, rrf_k, embed_model))
-    hits = _retrieve(database, question, k, kw, embed_model)
+    opts = _options(k, scorer, fusion, alpha, rrf_k, embed_model,
+                    **_search_kwargs(filters, since, until, principals, as_of, all_versions))
+    hits = _retrieve(database, question, opts, embed_model)
     p = build_prompt(question, hits, language=language, budget_tokens=budget, min_score=min_score,
                      relative=relative)
     if as_json:
@@ -1215,40 +1144,28 @@ def ask(database: str | None, question: str, k: int, min_score: float | None, re
     query embedder of --scorer vector/hybrid is --embed-model.
     """
     from .llm import ChatClient
-    from .llm import ask as llm_ask
-    from .prompt import REFUSAL, build_prompt, check_citations
 
-    kw = _search_kwargs(filters, since, until, principals, as_of, all_versions)
-    kw.update(_scorer_kwargs(scorer, fusion, alpha, rrf_k, embed_model, "--embed-model"))
-    hits = _retrieve(database, question, k, kw, embed_model, "--embed-model")
-    opts = dict(language=language, budget_tokens=budget, min_score=min_score, relative=relative)
-    p = build_prompt(question, hits, **opts)
-    streamed = False
-    if p.refused:
-        text, sources, refused = REFUSAL[p.language], (), True
-        citations = check_citations(text, 0)
-    else:
-        client = ChatClient(base_url=base_url, model=model, timeout=timeout)
-        if _stream_to_terminal() and not as_json:
-            pieces = []
-            for piece in client.stream(p.messages):
-                pieces.append(piece)
-                click.echo(piece, nl=False)
-            click.echo("")
-            streamed = True
-            text = "".join(pieces)
-            citations = check_citations(text, len(p.sources))
-            sources, refused = p.sources, citations.refusal
-        else:
-            answer = llm_ask(hits, question, client, **opts)
-            text, sources, refused, citations = answer.text, answer.hits, answer.refused, answer.citations
+    opts = _options(k, scorer, fusion, alpha, rrf_k, embed_model, "--embed-model",
+                    **_search_kwargs(filters, since, until, principals, as_of, all_versions))
+    hits = _retrieve(database, question, opts, embed_model, "--embed-model")
+    client = ChatClient(base_url=base_url, model=model, timeout=timeout)
+    stream = _stream_to_terminal() and not as_json
+
+    def show(piece: str) -> None:
+        click.echo(piece, nl=False)
+
+    answer = ragdb.llm.ask(hits, question, client, language=language, budget_tokens=budget, min_score=min_score,
+                           relative=relative, on_text=show if stream else None)
+    if stream:
+        click.echo("")
+    p, text, sources, refused, citations = answer.prompt, answer.text, answer.hits, answer.refused, answer.citations
     if as_json:
         _emit_json({"answer": text, "refused": refused, "language": p.language,
                     "citations": {"cited": citations.cited, "invalid": citations.invalid,
                                   "uncited": citations.uncited},
                     "sources": [_hit_json(h, i) for i, h in enumerate(sources, 1)]})
         return
-    if not streamed:
+    if not stream:
         click.echo(text)
     if sources:
         click.echo("")

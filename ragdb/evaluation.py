@@ -23,7 +23,7 @@ import math
 import os
 from pathlib import Path
 from typing import Any
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 
 import orjson
 
@@ -50,7 +50,8 @@ Qrels = dict[str, dict[str, int]]
 
 def _read_jsonl(path: Path) -> Iterable[tuple[int, dict[str, Any]]]:
     try:
-        handle = open(path, "rb")
+        # Opened apart from the ``with`` below so that only a failed open is reported as "cannot read".
+        handle = open(path, "rb")  # noqa: SIM115 - closed by ``with handle:`` below
     except OSError as exc:
         raise InvalidInput(f"{path}: cannot read: {exc.strerror or exc}") from exc
     with handle:
@@ -106,7 +107,8 @@ def _load_queries(path: Path) -> Queries:
 def _load_qrels(path: Path) -> Qrels:
     qrels: Qrels = {}
     try:
-        handle = open(path, encoding="utf-8")
+        # Opened apart from the ``with`` below so that only a failed open is reported as "cannot read".
+        handle = open(path, encoding="utf-8")  # noqa: SIM115 - closed by ``with handle:`` below
     except OSError as exc:
         raise InvalidInput(f"{path}: cannot read: {exc.strerror or exc}") from exc
     except UnicodeDecodeError as exc:  # pragma: no cover - open() does not decode
@@ -254,6 +256,7 @@ def ndcg_at_k(
     query has no relevant document.  A document id repeated in
     ``ranked_ids`` counts once, at its first rank.
     """
+    g: Callable[[int], float]
     if gain == "linear":
         g = float
     elif gain == "exponential":
@@ -355,13 +358,16 @@ def evaluate_database(
     queries: Mapping[str, str],
     qrels: Mapping[str, Mapping[str, int]],
     k: int = 100,
-    scorer: str = "bm25",
+    scorer: str | None = None,
+    *,
+    options: Any = None,
     **search_kwargs: Any,
 ) -> dict[str, float]:
     """Search ``db`` with every judged query and :func:`evaluate` the run.
 
     Each query text is passed to ``db.search(text, k=k, scorer=scorer,
-    **search_kwargs)``; every hit is mapped to a collection document id
+    options=options, **search_kwargs)`` (``scorer`` default: the options',
+    else bm25); every hit is mapped to a collection document id
     through ``hit.source`` (so the documents must have been added with
     ``source=<corpus id>``), keeping the first occurrence of each source,
     since several chunks of one document may be hit.  Only queries that
@@ -371,10 +377,14 @@ def evaluate_database(
     """
     if k < 1:
         raise InvalidInput(f"k must be at least 1, got {k}")
+    if scorer is not None:
+        search_kwargs["scorer"] = scorer
+    if options is not None:
+        search_kwargs["options"] = options
     run: dict[str, list[str]] = {}
     for qid, judgements in qrels.items():
         if qid not in queries or not any(r > 0 for r in judgements.values()):
             continue
-        hits = db.search(queries[qid], k=k, scorer=scorer, **search_kwargs)
+        hits = db.search(queries[qid], k=k, **search_kwargs)
         run[qid] = _top_k((hit.source for hit in hits), k)
     return evaluate(run, qrels, k_values=(10, k))

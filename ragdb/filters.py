@@ -135,6 +135,6 @@ def build(filter: Mapping[str, Any] | None = None, *, since: Any = None, until: 
             raise InvalidInput("principals must be a list of labels, not one string")
         if not all(isinstance(p, str) for p in principals):
             raise InvalidInput(f"principals must be strings, got {principals!r}")
-        labels = tuple(sorted(set(check_text(p, "principal") for p in principals)))
+        labels = tuple(sorted({check_text(p, "principal") for p in principals}))
         conds.append(Condition("principals", None, labels))
     return Query(tuple(conds), versions, public_unlabeled)

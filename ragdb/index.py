@@ -24,14 +24,17 @@ from __future__ import annotations
 import sys
 from collections import Counter
 from dataclasses import dataclass, field
-from typing import Any
-from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any
+from collections.abc import Callable, Sequence
 
 import numpy as np
 import orjson
 
 from . import scoring
 from .storage import Store
+
+if TYPE_CHECKING:
+    from .filters import Query
 
 # chunk states in the in-memory table
 ABSENT, LATEST, OLD = 0, 1, 2
@@ -201,6 +204,8 @@ class Index:
         for blob in self.store.dead_terms():
             self.dead.update(unpack_ids(blob).tolist())
         self.log_seq = self.store.log_seq()
+        # the change log that told which chunks' fields changed is gone with the flush
+        self.forget_hits(None)
 
     def _catch_up(self) -> None:
         """Apply other connections' writes since this view was current."""
@@ -216,12 +221,25 @@ class Index:
             self.max_id = new[-1][0]
         log = self.store.log_since(self.log_seq)
         if log:
-            for _seq, cid, state, terms in log:
+            for _seq, cid, state, dead_terms in log:
                 if cid < len(self.state) and self.state[cid] != ABSENT:
-                    if terms is not None:  # a flushed latest chunk deleted: its terms leave df
-                        self.dead.update(unpack_ids(terms).tolist())
+                    if dead_terms is not None:  # a flushed latest chunk deleted: its terms leave df
+                        self.dead.update(unpack_ids(dead_terms).tolist())
                     self.set_state([cid], state)
+            # a logged chunk may have new fields (metadata or labels changed in place)
+            self.forget_hits([row[1] for row in log])
             self.log_seq = log[-1][0]
+
+    def forget_hits(self, chunk_ids: Sequence[int] | None) -> None:
+        """Drop cached hit fields of these chunks (``None``: of every chunk)."""
+        if chunk_ids is None:
+            self._rows = {}
+            self._rows_bytes = 0
+            return
+        for cid in chunk_ids:
+            entry = self._rows.pop(cid, None)
+            if entry is not None:
+                self._rows_bytes -= sys.getsizeof(entry[0]["text"]) + HIT_ENTRY_OVERHEAD
 
     def _invalidate(self) -> None:
         self.masks.clear()
@@ -365,8 +383,8 @@ class Index:
         store = self.store
         grouped: dict[int, list[tuple[np.ndarray, np.ndarray]]] = {t: [] for t in term_ids}
         for part in range(0, len(term_ids), 2000):
-            for tid, ids, tfs in store.postings(term_ids[part:part + 2000]):
-                grouped[tid].append((unpack_ids(ids), unpack_tfs(tfs)))
+            for tid, ids_blob, tfs_blob in store.postings(term_ids[part:part + 2000]):
+                grouped[tid].append((unpack_ids(ids_blob), unpack_tfs(tfs_blob)))
         rows = []
         for t in term_ids:
             extra = tail.get(t)
@@ -385,7 +403,7 @@ class Index:
         store.insert_segments(rows)
 
     # -- which chunks a search sees ---------------------------------------------
-    def allowed(self, query: Any) -> np.ndarray:
+    def allowed(self, query: Query) -> np.ndarray:
         """Boolean mask over chunk ids for a ``ragdb.filters.Query`` (call inside a read transaction)."""
         versions_all = query.versions == "all" or any(c.kind == "as_of" for c in query.conditions)
         base = self.state != ABSENT if versions_all else self.state == LATEST
@@ -410,9 +428,11 @@ class Index:
         explain; its metadata, the document's merged with the chunk's), for
         building hits, through a cache.
 
-        Everything here is immutable for a chunk id (replacing a document
-        creates new chunks; ids are never reused), so entries never go stale;
-        a deleted chunk's entry is simply never asked for again. The cache is
+        A chunk's text and position never change (replacing a document creates
+        new chunks; ids are never reused); its metadata can (``Database.update``),
+        which logs the chunk in chunk_log, and :meth:`sync` drops the entries
+        of logged chunks (all of them after a flush, which empties the log).
+        A deleted chunk's entry is simply never asked for again. The cache is
         bounded by size (``HIT_CACHE_BYTES``, mostly text) and is a plain dict
         emptied oldest-first (FIFO) down to 3/4 of it: an LRU's bookkeeping on
         every hit cost more than its better hit rate saved."""
@@ -525,8 +545,8 @@ class Index:
             buf = self._scratch[name] = np.empty(size, dtype)
         return buf[:size]
 
-    def _accumulate(self, term_ids: Sequence[int], weigh: Any, contributions: bool
-                    ) -> tuple[np.ndarray, list[np.ndarray]]:
+    def _accumulate(self, term_ids: Sequence[int], weigh: Callable[[int, np.ndarray, np.ndarray], np.ndarray],
+                    contributions: bool) -> tuple[np.ndarray, list[np.ndarray]]:
         """Sum ``weigh(i, chunk ids, tfs)`` over the query's terms, in query order,
         into a dense score array; optionally keep each term's contributions.
 

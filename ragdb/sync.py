@@ -48,7 +48,7 @@ import os
 from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 from collections.abc import Callable, Iterator, Mapping, Sequence
 
 import orjson
@@ -57,6 +57,9 @@ from . import loaders
 from .analysis import is_blank
 from .errors import InvalidInput, LoaderError, RagdbError
 from .types import LoadedDocument
+
+if TYPE_CHECKING:
+    from .database import Database
 
 __all__ = [
     "FileFailure",
@@ -141,7 +144,7 @@ class IngestReport:
 
 
 @contextlib.contextmanager
-def transaction(db: Any) -> Iterator[None]:
+def transaction(db: Database) -> Iterator[None]:
     """Make every write of ``db`` inside the block one transaction.
 
     Uses the store's re-entrant ``write()`` (each ``add_many`` batch and
@@ -271,7 +274,7 @@ def _glob_match(name: str, rel: str, pattern: str) -> bool:
     return pattern.startswith("**/") and _glob_match(name, rel, pattern[3:])
 
 
-def plan_sync(db: Any, root: str | os.PathLike[str], *, source_prefix: str = "", glob: str | None = None,
+def plan_sync(db: Database, root: str | os.PathLike[str], *, source_prefix: str = "", glob: str | None = None,
               recursive: bool = True, probe: bool = False, progress: Progress | None = None) -> SyncPlan:
     """Compare the folder ``root`` with the documents stored under ``source_prefix``.
 
@@ -336,7 +339,7 @@ def _failure_text(path: str, err: BaseException) -> str:
     return text if path in text else f"{path}: {text}"
 
 
-def apply_sync(db: Any, plan: SyncPlan, *, strict: bool = False, batch_size: int = 200,
+def apply_sync(db: Database, plan: SyncPlan, *, strict: bool = False, batch_size: int = 200,
                progress: Progress | None = None) -> SyncReport:
     """Carry out ``plan``: load and add the added and changed files, delete the vanished sources.
 
@@ -388,7 +391,7 @@ def apply_sync(db: Any, plan: SyncPlan, *, strict: bool = False, batch_size: int
                       documents=counts["documents"], removed=counts["removed"])
 
 
-def sync_folder(db: Any, root: str | os.PathLike[str], *, source_prefix: str = "", glob: str | None = None,
+def sync_folder(db: Database, root: str | os.PathLike[str], *, source_prefix: str = "", glob: str | None = None,
                 recursive: bool = True, dry_run: bool = False, strict: bool = False,
                 progress: Progress | None = None) -> SyncReport:
     """Make the documents under ``source_prefix`` mirror the folder ``root`` (see the module docs).
@@ -435,7 +438,7 @@ def expand_paths(inputs: Sequence[str], *, recursive: bool = True, glob: str | N
     return out
 
 
-def add_paths(db: Any, inputs: Sequence[str], *, recursive: bool = True, glob: str | None = None,
+def add_paths(db: Database, inputs: Sequence[str], *, recursive: bool = True, glob: str | None = None,
               source_prefix: str = "", source: str | None = None, version: str | None = None,
               metadata: Mapping[str, Any] | None = None, stdin: bytes | None = None,
               stdin_kind: str | None = None, strict: bool = False, batch_size: int = 200,
@@ -487,10 +490,7 @@ def add_paths(db: Any, inputs: Sequence[str], *, recursive: bool = True, glob: s
                 progress(1)
 
     with transaction(db):
-        # add_many returns the stored document for a record identical to it:
-        # ids below the next free id at the start are such unchanged documents.
-        first_new = db._store.next_ids()[0]
-        docs = db.add_many(records(), batch_size=batch_size)
-    added = tuple(d.source for d in docs if d.id >= first_new)
-    unchanged = tuple(d.source for d in docs if d.id < first_new)
+        report = db.add_many(records(), batch_size=batch_size)
+    added = tuple(c.document.source for c in report.changes if c.status != "unchanged")
+    unchanged = tuple(c.document.source for c in report.changes if c.status == "unchanged")
     return IngestReport(added=added, unchanged=unchanged, failed=tuple(failed), documents=len(added))

@@ -26,18 +26,19 @@ Nothing here prints; both functions return a frozen report.
 
 from __future__ import annotations
 
-import itertools
 import os
 from dataclasses import dataclass
 from pathlib import Path
-from typing import IO, Any
+from typing import IO, TYPE_CHECKING, Any
 from collections.abc import Callable, Iterator
 
 import orjson
 
 from .errors import InvalidInput
-from .storage import loads
 from .types import Span
+
+if TYPE_CHECKING:
+    from .database import Database
 
 __all__ = ["ExportReport", "ImportReport", "export_jsonl", "import_jsonl", "RECORD_KEYS"]
 
@@ -74,38 +75,7 @@ def _name(target: Any) -> str:
     return str(getattr(target, "name", "<stream>"))
 
 
-def _spans(chunks: list[tuple[int, int, int, str]]) -> list[dict[str, Any]]:
-    """Non-overlapping spans [start of chunk i, start of chunk i+1) carrying each chunk's metadata,
-    from a document's ``Store.iter_chunk_spans`` rows (in start order)."""
-    out = []
-    for i, (_doc, start, end, meta) in enumerate(chunks):
-        nxt = chunks[i + 1][1] if i + 1 < len(chunks) else None
-        stop = nxt if nxt is not None and nxt > start else max(end, start + 1)
-        out.append({"start": start, "end": stop, "metadata": loads(meta)})
-    return out
-
-
-def _export_records(db: Any) -> Iterator[dict[str, Any]]:
-    store = db._store  # full rows (text, title, chunker) have no public accessor
-    with store.read():
-        # Both streams are in document id order: merged here, two queries in all.
-        spans = itertools.groupby(store.iter_chunk_spans(), key=lambda r: r[0])
-        pending = next(spans, None)
-        for doc_id, source, version, timestamp, title, text, metadata, acl, chunker, latest in \
-                store.iter_documents():
-            record: dict[str, Any] = {
-                "source": source, "version": version, "timestamp": timestamp, "title": title, "text": text,
-                "metadata": loads(metadata), "acl": loads(acl), "chunker": chunker, "latest": bool(latest),
-            }
-            while pending is not None and pending[0] < doc_id:
-                pending = next(spans, None)
-            if pending is not None and pending[0] == doc_id:
-                record["spans"] = _spans(list(pending[1]))
-                pending = next(spans, None)
-            yield record
-
-
-def export_jsonl(db: Any, target: "str | os.PathLike[str] | IO[bytes]", *,
+def export_jsonl(db: Database, target: "str | os.PathLike[str] | IO[bytes]", *,
                  progress: Progress | None = None) -> ExportReport:
     """Write every stored document of ``db`` to ``target`` (a path or a binary file) as JSON Lines.
 
@@ -130,9 +100,9 @@ def export_jsonl(db: Any, target: "str | os.PathLike[str] | IO[bytes]", *,
     return _export_to(db, target, name, progress)
 
 
-def _export_to(db: Any, fh: IO[bytes], name: str, progress: Progress | None) -> ExportReport:
+def _export_to(db: Database, fh: IO[bytes], name: str, progress: Progress | None) -> ExportReport:
     n = latest = 0
-    for record in _export_records(db):
+    for record in db.records():
         fh.write(orjson.dumps(record) + b"\n")
         n += 1
         latest += record["latest"]
@@ -187,7 +157,7 @@ def _read_records(fh: IO[bytes], name: str, keep_old: bool, skipped: list[int],
         yield record
 
 
-def import_jsonl(db: Any, source: "str | os.PathLike[str] | IO[bytes]", *, batch_size: int = 500,
+def import_jsonl(db: Database, source: "str | os.PathLike[str] | IO[bytes]", *, batch_size: int = 500,
                  progress: Progress | None = None) -> ImportReport:
     """Add the documents of an :func:`export_jsonl` file to ``db``, in one transaction.
 
@@ -203,17 +173,14 @@ def import_jsonl(db: Any, source: "str | os.PathLike[str] | IO[bytes]", *, batch
 
     def run(fh: IO[bytes]) -> ImportReport:
         with transaction(db):
-            # add_many returns the already stored document for a record identical to it;
-            # ids below the next free id at the start are such unchanged records.
-            first_new = db._store.next_ids()[0]
             docs = db.add_many(_read_records(fh, name, keep_old, skipped, progress), batch_size=batch_size)
-        unchanged = sum(1 for d in docs if d.id < first_new)
+        unchanged = len(docs.unchanged)
         return ImportReport(path=name, documents=len(docs) - unchanged, skipped_versions=skipped[0],
                             unchanged=unchanged)
 
     if isinstance(source, (str, os.PathLike)):
         try:
-            fh = open(source, "rb")
+            fh = open(source, "rb")  # noqa: SIM115 - closed by the with below; only open() errors are "cannot read"
         except OSError as e:
             raise InvalidInput(f"{name}: cannot read: {e.strerror or e}") from None
         with fh:

@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping, Sequence
+from typing import Any, overload
 
 
 @dataclass(frozen=True)
@@ -82,3 +82,75 @@ class LoadedDocument:
     title: str | None = None
     metadata: Mapping[str, Any] = field(default_factory=dict)
     spans: tuple[Span, ...] = ()
+
+
+@dataclass(frozen=True)
+class Change:
+    """What adding one record did: ``status`` is ``"added"`` (a new source),
+    ``"replaced"`` (a new version of a source; ``previous`` is the id of the
+    version it replaced) or ``"unchanged"`` (identical to the stored latest
+    version, which ``document`` is; nothing was written)."""
+
+    status: str
+    document: Document
+    previous: int | None = None
+
+
+@dataclass(frozen=True)
+class AddReport(Sequence[Document]):
+    """What ``Database.add_many`` did, record by record.
+
+    A sequence of the resulting :class:`Document` objects in record order
+    (as ``add_many`` returned before it reported more), plus ``changes``:
+    one :class:`Change` per record; ``added``, ``replaced`` and
+    ``unchanged`` are the document ids of each kind."""
+
+    changes: tuple[Change, ...] = ()
+
+    @property
+    def documents(self) -> tuple[Document, ...]:
+        return tuple(c.document for c in self.changes)
+
+    def _ids(self, status: str) -> tuple[int, ...]:
+        return tuple(c.document.id for c in self.changes if c.status == status)
+
+    @property
+    def added(self) -> tuple[int, ...]:
+        return self._ids("added")
+
+    @property
+    def replaced(self) -> tuple[int, ...]:
+        return self._ids("replaced")
+
+    @property
+    def unchanged(self) -> tuple[int, ...]:
+        return self._ids("unchanged")
+
+    def __len__(self) -> int:
+        return len(self.changes)
+
+    @overload
+    def __getitem__(self, i: int) -> Document: ...
+
+    @overload
+    def __getitem__(self, i: slice) -> tuple[Document, ...]: ...
+
+    def __getitem__(self, i: int | slice) -> Document | tuple[Document, ...]:
+        if isinstance(i, slice):
+            return tuple(c.document for c in self.changes[i])
+        return self.changes[i].document
+
+    def __iter__(self) -> Iterator[Document]:
+        return (c.document for c in self.changes)
+
+
+@dataclass(frozen=True)
+class VectorInfo:
+    """The dense vectors of a database: the recorded model (None before the first
+    ``embed``), how many chunks have a vector, and how many wait for one."""
+
+    model: str | None
+    dimensions: int | None
+    dtype: str | None
+    vectors: int
+    pending: int

@@ -488,10 +488,10 @@ def _load(db, texts, **kw):
 
 @pytest.mark.parametrize("workers", [1, 2])
 def test_parallel_analysis_gives_the_same_database(tmp_path, monkeypatch, workers):
-    from ragdb import database
+    from ragdb import ingest
 
-    monkeypatch.setattr(database, "POOL_AFTER", 5)
-    monkeypatch.setattr(database, "ANALYSIS_PART", 3)
+    monkeypatch.setattr(ingest, "POOL_AFTER", 5)
+    monkeypatch.setattr(ingest, "ANALYSIS_PART", 3)
     texts = [f"{EN} number {i} {'retrieval ' * (i % 4)}" if i % 3 else f"{ZH} 第{i}段 检索" for i in range(60)]
     with ragdb.open(tmp_path / "par.db") as par, ragdb.open(tmp_path / "ser.db") as ser:
         a = _load(par, texts, workers=workers, batch_size=7, chunker="window:size=8,overlap=2")
@@ -504,10 +504,10 @@ def test_parallel_analysis_gives_the_same_database(tmp_path, monkeypatch, worker
 
 
 def test_parallel_load_with_a_bad_record_keeps_the_batches_before_it(tmp_path, monkeypatch):
-    from ragdb import database
+    from ragdb import ingest
 
-    monkeypatch.setattr(database, "POOL_AFTER", 5)
-    monkeypatch.setattr(database, "ANALYSIS_PART", 3)
+    monkeypatch.setattr(ingest, "POOL_AFTER", 5)
+    monkeypatch.setattr(ingest, "ANALYSIS_PART", 3)
 
     def records():
         for i in range(40):
@@ -525,12 +525,12 @@ def test_parallel_load_with_a_bad_record_keeps_the_batches_before_it(tmp_path, m
 
 
 def test_bulk_load_falls_back_to_one_process_when_workers_cannot_start(tmp_path, monkeypatch):
-    from ragdb import analysis, database
+    from ragdb import analysis, ingest
 
     def refuse(self, *a, **kw):
         raise OSError("no processes for you")
 
-    monkeypatch.setattr(database, "POOL_AFTER", 3)
+    monkeypatch.setattr(ingest, "POOL_AFTER", 3)
     monkeypatch.setattr(analysis.AnalysisPool, "__init__", refuse)
     with ragdb.open(tmp_path / "kb.db") as db:
         docs = _load(db, [f"document {i} about retrieval" for i in range(20)], workers=2, batch_size=4)
@@ -538,10 +538,10 @@ def test_bulk_load_falls_back_to_one_process_when_workers_cannot_start(tmp_path,
 
 
 def test_analysis_worker_that_dies_is_an_error_not_a_hang(tmp_path, monkeypatch):
-    from ragdb import analysis, database
+    from ragdb import analysis, ingest
 
-    monkeypatch.setattr(database, "POOL_AFTER", 3)
-    monkeypatch.setattr(database, "ANALYSIS_PART", 2)
+    monkeypatch.setattr(ingest, "POOL_AFTER", 3)
+    monkeypatch.setattr(ingest, "ANALYSIS_PART", 2)
     real_submit = analysis.AnalysisPool.submit
 
     def submit_then_kill(self, texts):

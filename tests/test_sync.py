@@ -418,10 +418,14 @@ def test_export_failure_leaves_no_partial_file(tmp_path, monkeypatch):
         db.add("one", source="a")
         db.add("two", source="b")
 
-        def broken(*a, **k):
+        real = type(db).records
+
+        def broken(self, **k):  # fails after the first record is written
+            it = real(self, **k)
+            yield next(it)
             raise RuntimeError("disk on fire")
 
-        monkeypatch.setattr(transfer, "loads", broken)  # fails while the records are written
+        monkeypatch.setattr(type(db), "records", broken)
         with pytest.raises(RuntimeError):
             transfer.export_jsonl(db, out)
     assert not out.exists() and list(tmp_path.iterdir()) == []

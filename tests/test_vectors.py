@@ -12,9 +12,19 @@ from hypothesis import strategies as st
 
 import ragdb
 from ragdb import vectors as V
+from ragdb.storage import vectors as storage_vectors
 from ragdb.embeddings import HashEmbedder, OpenAIEmbedder
 from ragdb.errors import EmbeddingError, InvalidInput
 from ragdb.fusion import minmax_weighted, rrf
+
+
+def vector_search(db, query, k=10, embedder=None, **kw):
+    """``Database.search`` with the vector scorer (the embedder positional, as the tests read best)."""
+    return db.search(query, k, scorer="vector", embedder=embedder, **kw)
+
+
+def hybrid_search(db, query, k=10, embedder=None, **kw):
+    return db.search(query, k, scorer="hybrid", embedder=embedder, **kw)
 
 DOCS = [
     ("a.md", "The cat sat on the mat near the door.", {"lang": "en", "team": "x"}),
@@ -39,7 +49,7 @@ def emb():
 def db(emb):
     with ragdb.open(":memory:") as d:
         fill(d)
-        assert V.embed_pending(d, emb) == len(DOCS)
+        assert d.embed(emb) == len(DOCS)
         yield d
 
 
@@ -58,7 +68,7 @@ def test_migration_tables_and_model_record(tmp_path, emb):
     path = tmp_path / "v.db"
     with ragdb.open(path) as d:
         fill(d)
-        V.embed_pending(d, emb)
+        d.embed(emb)
     conn = sqlite3.connect(path)
     names = {r[0] for r in conn.execute("SELECT name FROM sqlite_master")}
     assert {"vectors", "vector_log", "vector_stats", "chunks_delete_vectors"} <= names
@@ -73,19 +83,19 @@ def test_migration_tables_and_model_record(tmp_path, emb):
 def test_put_normalizes_and_search_is_exact_cosine(emb):
     with ragdb.open(":memory:") as d:
         fill(d)
-        st_ = V.VectorStorage(d._store.conn)
+        st_ = d._store
         with d._store.write():
-            st_.set_model("toy", 3)
+            st_.set_vector_model("toy", 3)
             ids = [1, 2, 3, 4, 5]
             vecs = [np.array(v, np.float32) for v in ([3, 0, 0], [1, 1, 0], [0, 2, 0], [-1, 0, 0], [0, 0, 0])]
-            assert st_.put(list(zip(ids, vecs))) == 5
-            assert st_.put([(999, np.ones(3))]) == 0  # no such chunk: skipped
+            assert st_.put_vectors(list(zip(ids, vecs))) == 5
+            assert st_.put_vectors([(999, np.ones(3))]) == 0  # no such chunk: skipped
         with d._store.read():
-            assert st_.count() == 5
+            assert st_.vector_count() == 5
             got_ids, mat = st_.all_vectors()
         assert got_ids.tolist() == ids
         assert np.allclose(np.linalg.norm(mat[:4], axis=1), 1) and not mat[4].any()
-        vi = V.VectorIndex(st_)
+        vi = V.VectorIndex(d._store)
         with d._store.read():
             vi.sync()
         res = vi.search(np.array([1.0, 0, 0]), 10)
@@ -103,20 +113,20 @@ def test_put_normalizes_and_search_is_exact_cosine(emb):
         with pytest.raises(EmbeddingError):
             vi.search(np.ones(4), 5)
         with d._store.write(), pytest.raises(EmbeddingError, match="2 dimensions"):
-            st_.put([(1, np.ones(2))])
+            st_.put_vectors([(1, np.ones(2))])
 
 
 def test_float16_vectors(emb):
     with ragdb.open(":memory:") as d:
         fill(d)
-        st_ = V.VectorStorage(d._store.conn)
+        st_ = d._store
         with d._store.write():
-            st_.set_model(emb.name, emb.dimensions, dtype="float16")
-            st_.put([(1, emb.embed([DOCS[0][1]])[0])])
+            st_.set_vector_model(emb.name, emb.dimensions, dtype="float16")
+            st_.put_vectors([(1, emb.embed([DOCS[0][1]])[0])])
             assert len(d._store.conn.execute("SELECT vector FROM vectors").fetchone()[0]) == 128
-        hits = V.vector_search(d, DOCS[0][1], 3, emb)
+        hits = vector_search(d, DOCS[0][1], 3, emb)
         assert hits[0].source == "a.md" and hits[0].score == pytest.approx(1.0, abs=1e-3)
-        assert V.check_vectors(d) == []
+        assert d.check() == []
 
 
 def test_exact_scores_do_not_depend_on_row_position(emb):
@@ -146,35 +156,35 @@ def test_exact_scores_do_not_depend_on_row_position(emb):
 def test_model_mismatch_is_a_clear_error_and_rebuild_switches(db, emb):
     other = HashEmbedder(32)
     with pytest.raises(EmbeddingError, match=r"hash-64.*hash-32.*--rebuild"):
-        V.embed_pending(db, other)
+        db.embed(other)
     with pytest.raises(EmbeddingError, match="hash-64"):
-        V.ensure_model(db, other)
+        db.check_embedder(other)
     with pytest.raises(EmbeddingError, match="hash-32"):
-        V.vector_search(db, "cat", 3, other)
+        vector_search(db, "cat", 3, other)
     with pytest.raises(EmbeddingError):
-        V.hybrid_search(db, "cat", 3, other)
-    V.ensure_model(db, emb)
-    assert V.embed_pending(db, other, rebuild=True) == len(DOCS)
+        hybrid_search(db, "cat", 3, other)
+    db.check_embedder(emb)
+    assert db.embed(other, rebuild=True) == len(DOCS)
     with db._store.read():
-        assert V.VectorStorage(db._store.conn).model() == {"model": "hash-32", "dimensions": 32,
+        assert db._store.vector_model() == {"model": "hash-32", "dimensions": 32,
                                                           "dtype": "float32"}
-    assert V.vector_search(db, "cat on the mat", 1, other)[0].source == "a.md"
+    assert vector_search(db, "cat on the mat", 1, other)[0].source == "a.md"
     with pytest.raises(EmbeddingError, match="hash-32"):
-        V.vector_search(db, "cat", 3, emb)
+        vector_search(db, "cat", 3, emb)
     # the recorded model is the default embedder
-    assert V.embedder_for(db).name == "hash-32"
-    assert V.vector_search(db, "cat on the mat", 1)[0].source == "a.md"
-    assert V.check_vectors(db) == []
+    assert db.recorded_embedder().name == "hash-32"
+    assert vector_search(db, "cat on the mat", 1)[0].source == "a.md"
+    assert db.check() == []
 
 
 def test_no_vectors_yet(emb):
     with ragdb.open(":memory:") as d:
-        assert V.vector_search(d, "anything", 3, emb) == []  # empty database
+        assert vector_search(d, "anything", 3, emb) == []  # empty database
         fill(d)
         with pytest.raises(EmbeddingError, match="ragdb embed"):
-            V.vector_search(d, "cat", 3, emb)
+            vector_search(d, "cat", 3, emb)
         with pytest.raises(EmbeddingError, match="ragdb embed"):
-            V.vector_search(d, "cat", 3)
+            vector_search(d, "cat", 3)
 
 
 # -- deletion and pending chunks ------------------------------------------------------------
@@ -190,17 +200,17 @@ def test_deleting_documents_deletes_their_vectors(db, emb):
     doc = db.documents("a.md")[0]
     db.delete(doc.id)
     assert len(vector_ids(db)) == len(DOCS) - 1
-    assert all(h.source != "a.md" for h in V.vector_search(db, "cat sat on the mat", 10, emb))
+    assert all(h.source != "a.md" for h in vector_search(db, "cat sat on the mat", 10, emb))
     # replacing a document deletes its old chunks' vectors; the new chunk is pending
     db.add("Dogs sleep all day.", source="b.md", chunker="none")
     assert len(vector_ids(db)) == len(DOCS) - 2
     with db._store.read():
-        assert V.VectorStorage(db._store.conn).pending_count() == 1
-    assert V.embed_pending(db, emb) == 1
-    assert V.vector_search(db, "dogs sleep all day", 1, emb)[0].source == "b.md"
+        assert db._store.unembedded_count() == 1
+    assert db.embed(emb) == 1
+    assert vector_search(db, "dogs sleep all day", 1, emb)[0].source == "b.md"
     db.delete(source="*.md", glob=True)
     assert vector_ids(db) == []
-    assert db.check() == [] and V.check_vectors(db) == []
+    assert db.check() == [] and db.check() == []
 
 
 def test_embed_pending_fills_pending_chunks_and_survives_failures(emb):
@@ -218,24 +228,24 @@ def test_embed_pending_fills_pending_chunks_and_survives_failures(emb):
 
     with ragdb.open(":memory:") as d:
         fill(d)
-        storage = V.VectorStorage(d._store.conn)
+        storage = d._store
         with d._store.read():
-            assert storage.pending_count() == len(DOCS)
+            assert storage.unembedded_count() == len(DOCS)
         flaky = Flaky()
         with pytest.raises(EmbeddingError, match="endpoint down.*3 chunks are pending.*ragdb embed"):
-            V.embed_pending(d, flaky, batch_size=2)
+            d.embed(flaky, batch_size=2)
         # the first batch landed, the rest is pending; the text is all there
         assert len(vector_ids(d)) == 2 and d.stats().documents == len(DOCS)
         assert {h.source for h in d.search("mat")} == {"a.md", "e.md"}
         with d._store.read():
-            assert storage.pending_count() == 3 and storage.embedded_upto() == 2
+            assert storage.unembedded_count() == 3 and storage.embedded_upto() == 2
         progress = []
-        assert V.embed_pending(d, flaky, batch_size=2, progress=lambda done, total: progress.append((done, total))) == 3
+        assert d.embed(flaky, batch_size=2, progress=lambda done, total: progress.append((done, total))) == 3
         assert progress == [(2, 3), (3, 3)]
         with d._store.read():
-            assert storage.pending_count() == 0 and storage.embedded_upto() == 5
-            assert storage.missing_chunks() == []
-        assert V.embed_pending(d, emb) == 0
+            assert storage.unembedded_count() == 0 and storage.embedded_upto() == 5
+            assert storage.unembedded_chunks() == []
+        assert d.embed(emb) == 0
         # an embedder returning garbage stores nothing
         class Bad:
             name, dimensions = emb.name, emb.dimensions
@@ -245,15 +255,15 @@ def test_embed_pending_fills_pending_chunks_and_survives_failures(emb):
 
         d.add("new text about mats", source="f.md")
         with pytest.raises(EmbeddingError, match="NaN"):
-            V.embed_pending(d, Bad())
+            d.embed(Bad())
         with d._store.read():
-            assert storage.pending_count() == 1
+            assert storage.unembedded_count() == 1
         # a hole below the watermark (made by hand) is found by a full scan
         d._store.conn.execute("DELETE FROM vectors WHERE chunk_id = 1")
-        assert V.check_vectors(d) != []
-        assert V.embed_pending(d, emb) == 1  # only f.md
-        assert V.embed_pending(d, emb, full_scan=True) == 1
-        assert V.check_vectors(d) == [] and d.check() == []
+        assert d.check() != []
+        assert d.embed(emb) == 1  # only f.md
+        assert d.embed(emb, full_scan=True) == 1
+        assert d.check() == [] and d.check() == []
 
 
 def test_missing_chunks_text_of_multi_chunk_documents(emb):
@@ -262,10 +272,10 @@ def test_missing_chunks_text_of_multi_chunk_documents(emb):
         d.add(text, source="p.md", chunker="paragraph")
         d.add("single whole document", source="s.md", chunker="none")
         with d._store.read():
-            rows = V.VectorStorage(d._store.conn).missing_chunks()
+            rows = d._store.unembedded_chunks()
         assert [t for _, t in rows] == [f"Paragraph {i} talks about topic {i}." for i in range(4)] + [
             "single whole document"]
-        assert [t for _, t in V.VectorStorage(d._store.conn).missing_chunks(limit=2, after=rows[1][0])] == [
+        assert [t for _, t in d._store.unembedded_chunks(limit=2, after=rows[1][0])] == [
             rows[2][1], rows[3][1]]
 
 
@@ -276,42 +286,42 @@ def test_cache_follows_writes_of_another_connection(tmp_path, emb):
     path = tmp_path / "shared.db"
     with ragdb.open(path) as one, ragdb.open(path) as two:
         fill(one, DOCS[:3])
-        V.embed_pending(one, emb)
-        assert [h.source for h in V.vector_search(two, "cat sat on the mat", 1, emb)] == ["a.md"]
+        one.embed(emb)
+        assert [h.source for h in vector_search(two, "cat sat on the mat", 1, emb)] == ["a.md"]
         # another connection adds and embeds
         fill(two, DOCS[3:])
-        V.embed_pending(two, emb)
-        assert V.vector_search(one, DOCS[4][1], 1, emb)[0].source == "e.md"
+        two.embed(emb)
+        assert vector_search(one, DOCS[4][1], 1, emb)[0].source == "e.md"
         # another connection deletes
         two.delete(source="a.md")
-        assert all(h.source != "a.md" for h in V.vector_search(one, "cat sat on the mat", 10, emb))
+        assert all(h.source != "a.md" for h in vector_search(one, "cat sat on the mat", 10, emb))
         # another connection replaces a document (old vector deleted, new one added)
         one.add("Particles and waves in quantum fields.", source="c.md", chunker="none")
-        V.embed_pending(one, emb)
-        assert V.vector_search(two, "particles and waves in quantum fields", 1, emb)[0].score == pytest.approx(1.0)
+        one.embed(emb)
+        assert vector_search(two, "particles and waves in quantum fields", 1, emb)[0].score == pytest.approx(1.0)
         # another connection rebuilds with another model
         other = HashEmbedder(16)
-        V.embed_pending(two, other, rebuild=True)
+        two.embed(other, rebuild=True)
         with pytest.raises(EmbeddingError, match="hash-16"):
-            V.vector_search(one, "cat", 3, emb)
-        assert V.vector_search(one, DOCS[1][1], 1, other)[0].source == "b.md"
+            vector_search(one, "cat", 3, emb)
+        assert vector_search(one, DOCS[1][1], 1, other)[0].source == "b.md"
         for d in (one, two):
-            assert V.check_vectors(d) == []
+            assert d.check() == []
 
 
 def test_cut_log_forces_full_reload(tmp_path, emb, monkeypatch):
-    monkeypatch.setattr(V, "LOG_KEEP", 3)
+    monkeypatch.setattr(storage_vectors, "LOG_KEEP", 3)
     path = tmp_path / "cut.db"
     with ragdb.open(path) as one, ragdb.open(path) as two:
         fill(one, DOCS[:2])
-        V.embed_pending(one, emb)
-        V.vector_search(two, "cat", 3, emb)
-        epoch = V.vector_index(two).version[0]
+        one.embed(emb)
+        vector_search(two, "cat", 3, emb)
+        epoch = two._vectors.version[0]
         fill(one, DOCS[2:])
-        V.embed_pending(one, emb, batch_size=1)  # several puts: the log is cut
-        assert V.vector_search(two, DOCS[3][1], 1, emb)[0].source == "d.md"
-        assert V.vector_index(two).version[0] > epoch
-        assert V.check_vectors(two) == [] and V.check_vectors(one) == []
+        one.embed(emb, batch_size=1)  # several puts: the log is cut
+        assert vector_search(two, DOCS[3][1], 1, emb)[0].source == "d.md"
+        assert two._vectors.version[0] > epoch
+        assert two.check() == [] and one.check() == []
 
 
 SOURCES = [f"s{i}" for i in range(6)]
@@ -338,21 +348,21 @@ def test_vector_search_after_adds_and_deletes_equals_a_rebuild(tmp_path_factory,
                 writer.delete(source=source)
                 del live[source]
             if n % embed_every == 0:
-                V.embed_pending(writer, emb)
-                V.vector_search(reader, query, 4, emb) if live else None  # the reader caches mid-way
-        V.embed_pending(writer, emb)
+                writer.embed(emb)
+                vector_search(reader, query, 4, emb) if live else None  # the reader caches mid-way
+        writer.embed(emb)
         with ragdb.open(":memory:") as fresh:
             for source in sorted(live):
                 fresh.add(live[source], source=source, chunker="none")
-            V.embed_pending(fresh, emb)
+            fresh.embed(emb)
             for k in (1, 3, 10):
-                want = fingerprint(V.vector_search(fresh, query, k, emb))
-                assert fingerprint(V.vector_search(writer, query, k, emb)) == want
-                assert fingerprint(V.vector_search(reader, query, k, emb)) == want
+                want = fingerprint(vector_search(fresh, query, k, emb))
+                assert fingerprint(vector_search(writer, query, k, emb)) == want
+                assert fingerprint(vector_search(reader, query, k, emb)) == want
                 for fusion in ("weighted", "rrf"):
-                    want_h = fingerprint(V.hybrid_search(fresh, query, k, emb, fusion=fusion))
-                    assert fingerprint(V.hybrid_search(reader, query, k, emb, fusion=fusion)) == want_h
-        assert V.check_vectors(writer) == [] and V.check_vectors(reader) == []
+                    want_h = fingerprint(hybrid_search(fresh, query, k, emb, fusion=fusion))
+                    assert fingerprint(hybrid_search(reader, query, k, emb, fusion=fusion)) == want_h
+        assert writer.check() == [] and reader.check() == []
 
 
 # -- hybrid ---------------------------------------------------------------------------------
@@ -368,9 +378,9 @@ def relevant(db, emb, query, hit):
 def test_hybrid_filters_apply_to_both_sides(db, emb, fusion):
     found = 0
     for query in ("cat on the mat", "the cat on the mat Katze", "dogs in the park"):
-        everything = {h.source for h in V.hybrid_search(db, query, 10, emb, fusion=fusion)}
+        everything = {h.source for h in hybrid_search(db, query, 10, emb, fusion=fusion)}
         for filt in ({"lang": "de"}, {"team": "x"}, {"source": "e.md"}, {"team": "y", "lang": "en"}):
-            hits = V.hybrid_search(db, query, 10, emb, fusion=fusion, filter=filt)
+            hits = hybrid_search(db, query, 10, emb, fusion=fusion, filter=filt)
             allowed = {d.source for d in db.documents()
                        if all(d.source == v if k == "source" else db.get(d.id).metadata.get(k) == v
                               for k, v in filt.items())}
@@ -379,38 +389,38 @@ def test_hybrid_filters_apply_to_both_sides(db, emb, fusion):
             assert {h.source for h in hits} == everything & allowed
             found += len(hits)
     assert found > 5
-    assert [h.source for h in V.vector_search(db, "cat on the mat Katze", 10, emb, filter={"lang": "de"})] == ["d.md"]
-    assert V.hybrid_search(db, "cat", 10, emb, fusion=fusion, filter={"lang": "fr"}) == []
-    assert V.hybrid_search(db, "cat", 10, emb, fusion=fusion, principals=["nobody"]) == []
+    assert [h.source for h in vector_search(db, "cat on the mat Katze", 10, emb, filter={"lang": "de"})] == ["d.md"]
+    assert hybrid_search(db, "cat", 10, emb, fusion=fusion, filter={"lang": "fr"}) == []
+    assert hybrid_search(db, "cat", 10, emb, fusion=fusion, principals=["nobody"]) == []
 
 
 @pytest.mark.parametrize("fusion", ["weighted", "rrf"])
 def test_hybrid_never_pads_with_zero_relevance(db, emb, fusion):
     for query in ("cat on the mat", "quantum", "Katze", "nothing matches zzz qqq", "door floor fabric"):
-        hits = V.hybrid_search(db, query, 10, emb, fusion=fusion)
+        hits = hybrid_search(db, query, 10, emb, fusion=fusion)
         assert len(hits) < len(DOCS) or query == "cat on the mat"
         for h in hits:
             assert relevant(db, emb, query, h), (query, h.source)
-        for h in V.vector_search(db, query, 10, emb):
+        for h in vector_search(db, query, 10, emb):
             assert h.score > 0 and h.score == pytest.approx(cosine(emb, query, h.text), abs=1e-6)
-    assert V.hybrid_search(db, "   ", 5, emb, fusion=fusion) == []
+    assert hybrid_search(db, "   ", 5, emb, fusion=fusion) == []
 
 
 def test_hybrid_scores_match_the_reference_fusion(db, emb):
     query = "the cat and the mat"
     lex = {h.chunk_id: h.score for h in db.search(query, k=100)}
-    dense = {h.chunk_id: h.score for h in V.vector_search(db, query, 100, emb)}
+    dense = {h.chunk_id: h.score for h in vector_search(db, query, 100, emb)}
     for alpha in (0.0, 0.3, 1.0):
         want = minmax_weighted(lex, dense, alpha)
-        got = V.hybrid_search(db, query, 100, emb, fusion="weighted", alpha=alpha)
+        got = hybrid_search(db, query, 100, emb, fusion="weighted", alpha=alpha)
         assert sorted((h.chunk_id, h.score) for h in got) == sorted(want)
     lex_rank = [h.chunk_id for h in db.search(query, k=100)]
-    dense_rank = [h.chunk_id for h in V.vector_search(db, query, 100, emb)]
+    dense_rank = [h.chunk_id for h in vector_search(db, query, 100, emb)]
     want = dict(rrf([lex_rank, dense_rank], k=60))
-    got = V.hybrid_search(db, query, 100, emb, fusion="rrf")
+    got = hybrid_search(db, query, 100, emb, fusion="rrf")
     assert {h.chunk_id: h.score for h in got} == want
     # explain shows both raw scores
-    top = V.hybrid_search(db, query, 1, emb, explain=True)[0]
+    top = hybrid_search(db, query, 1, emb, explain=True)[0]
     assert top.explain["lexical:bm25"] == lex[top.chunk_id]
     assert top.explain["vector:cosine"] == dense[top.chunk_id]
     assert top.explain["cat"] > 0
@@ -422,7 +432,7 @@ def test_hybrid_scores_match_the_reference_fusion(db, emb):
 @settings(max_examples=40, deadline=None)
 def test_numpy_minmax_weighted_equals_reference(lex, den, alpha):
     pools = [(np.array(list(d), np.int64), np.array(list(d.values()), np.float64)) for d in (lex, den)]
-    ids, fused = V._minmax_weighted(pools[0], pools[1], alpha)
+    ids, fused = V.minmax_weighted_pools(pools[0], pools[1], alpha)
     assert list(zip(ids.tolist(), fused.tolist())) == minmax_weighted(lex, den, alpha)
 
 
@@ -430,25 +440,25 @@ def test_hybrid_arguments_are_checked(db, emb):
     for kwargs in ({"fusion": "max"}, {"alpha": 1.5}, {"alpha": True}, {"rrf_k": -1}, {"pool": 0},
                    {"lexical": "hybrid"}, {"versions": "some"}, {"min_score": "x"}, {"filter": []}):
         with pytest.raises(InvalidInput):
-            V.hybrid_search(db, "cat", 5, emb, **kwargs)
+            hybrid_search(db, "cat", 5, emb, **kwargs)
     for k in (0, 10_001, True, 2.0):
         with pytest.raises(InvalidInput):
-            V.hybrid_search(db, "cat", k, emb)
+            hybrid_search(db, "cat", k, emb)
         with pytest.raises(InvalidInput):
-            V.vector_search(db, "cat", k, emb)
+            vector_search(db, "cat", k, emb)
     with pytest.raises(InvalidInput):
-        V.vector_search(db, 42, 5, emb)  # type: ignore[arg-type]
+        vector_search(db, 42, 5, emb)  # type: ignore[arg-type]
 
 
 def test_hybrid_versions_and_min_score(emb):
     with ragdb.open(":memory:", keep_versions=True) as d:
         d.add("old cat text about mats", source="v", version="1", timestamp="2020-01-01T00:00:00Z")
         d.add("new dog text about parks", source="v", version="2", timestamp="2021-01-01T00:00:00Z")
-        V.embed_pending(d, emb)
-        assert {h.version for h in V.hybrid_search(d, "cat mats", 5, emb)} <= {"2"}
-        assert {h.version for h in V.hybrid_search(d, "cat mats", 5, emb, versions="all")} >= {"1"}
-        assert [h.version for h in V.hybrid_search(d, "cat mats", 5, emb, as_of="2020-06-01T00:00:00Z")] == ["1"]
-        hits = V.hybrid_search(d, "cat mats", 5, emb, versions="all", min_score=0.5)
+        d.embed(emb)
+        assert {h.version for h in hybrid_search(d, "cat mats", 5, emb)} <= {"2"}
+        assert {h.version for h in hybrid_search(d, "cat mats", 5, emb, versions="all")} >= {"1"}
+        assert [h.version for h in hybrid_search(d, "cat mats", 5, emb, as_of="2020-06-01T00:00:00Z")] == ["1"]
+        hits = hybrid_search(d, "cat mats", 5, emb, versions="all", min_score=0.5)
         assert hits and all(h.score >= 0.5 for h in hits)
 
 
@@ -473,21 +483,21 @@ def test_hybrid_end_to_end_over_http(httpserver):
     remote = OpenAIEmbedder(base_url=httpserver.url_for("/v1"), model="tiny", dimensions=32, max_retries=0)
     with ragdb.open(":memory:") as d:
         fill(d)
-        assert V.embed_pending(d, remote, batch_size=2) == len(DOCS)
+        assert d.embed(remote, batch_size=2) == len(DOCS)
         assert seen[:3] == [2, 2, 1]
         with d._store.read():
-            assert V.VectorStorage(d._store.conn).model()["model"] == "openai:tiny"
+            assert d._store.vector_model()["model"] == "openai:tiny"
         for fusion in ("weighted", "rrf"):
-            hits = V.hybrid_search(d, "cat on the mat", 3, remote, fusion=fusion, filter={"lang": "en"})
+            hits = hybrid_search(d, "cat on the mat", 3, remote, fusion=fusion, filter={"lang": "en"})
             assert hits[0].source == "a.md" and all(h.metadata["lang"] == "en" for h in hits)
-        v = V.vector_search(d, DOCS[2][1], 1, remote)
+        v = vector_search(d, DOCS[2][1], 1, remote)
         assert v[0].source == "c.md" and v[0].score == pytest.approx(1.0)
         # the endpoint failing while adding leaves the chunk pending, not half-added
         httpserver.clear()
         httpserver.expect_request("/v1/embeddings").respond_with_data("overloaded", status=503)
         d.add("A new document about cats.", source="g.md")
         with pytest.raises(EmbeddingError, match="1 chunks are pending"):
-            V.embed_pending(d, remote)
+            d.embed(remote)
         assert d.search("new document")[0].source == "g.md"
         with pytest.raises(EmbeddingError, match="503"):
-            V.hybrid_search(d, "cats", 3, remote)
+            hybrid_search(d, "cats", 3, remote)

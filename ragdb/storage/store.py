@@ -1,7 +1,9 @@
-"""Storage: the SQLite schema, migrations, transactions and every SQL statement.
+"""The SQLite store: connection, migrations, transactions, and the statements of
+documents, chunks, vocabulary, postings, the change log and the filter index
+(vector statements are in :mod:`ragdb.storage.vectors`, mixed into :class:`Store`).
 
-Nothing outside this module writes SQL. Every value is a bound parameter;
-the only identifiers in statements are constants written here.
+Every value is a bound parameter; the only identifiers in statements are
+constants written here.
 """
 
 from __future__ import annotations
@@ -10,18 +12,17 @@ import contextlib
 import os
 import sqlite3
 import threading
-from datetime import datetime, timezone
 from importlib import resources
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 from collections.abc import Iterable, Iterator, Sequence
 
-import orjson
-
 if TYPE_CHECKING:
     import sqlite_utils
 
-from .errors import DatabaseBusy, NotADatabase, RagdbError, SchemaTooNew, StorageError
+from ..errors import DatabaseBusy, NotADatabase, RagdbError, SchemaTooNew, StorageError
+from .codec import dumps, loads
+from .vectors import VectorSQL
 
 MIGRATION_SET = "ragdb"
 _PARAM_CHUNK = 900  # stay under SQLITE_MAX_VARIABLE_NUMBER on old builds
@@ -36,7 +37,7 @@ def migrations_dir() -> Path:
     packaged = resources.files("ragdb").joinpath("_migrations")
     if packaged.is_dir():
         return Path(str(packaged))
-    here = Path(__file__).resolve().parent.parent / "migrations"
+    here = Path(__file__).resolve().parent.parent.parent / "migrations"
     if here.is_dir():
         return here
     raise StorageError("ragdb's migrations are missing from the installation")  # pragma: no cover
@@ -81,6 +82,32 @@ def build_migrations(stop_after: str | None = None) -> sqlite_utils.Migrations:
     return migrations
 
 
+def migration_state(path: str) -> tuple[list[tuple[str, str]], list[str]]:
+    """(applied (name, when), pending names) of the database file at ``path``,
+    read on a read-only connection (nothing is written, nothing migrated)."""
+    import sqlite_utils  # imported here: see Store.db
+
+    uri = Path(path).resolve().as_uri() + "?mode=ro"
+    try:
+        conn = sqlite3.connect(uri, uri=True)
+    except sqlite3.Error as e:
+        raise NotADatabase(f"{path}: cannot open: {e}") from None
+    try:
+        sdb = sqlite_utils.Database(conn)
+        migrations = build_migrations()
+        try:
+            applied = [(m.name, str(m.applied_at)) for m in migrations.applied(sdb)]
+            pending = [m.name for m in migrations.pending(sdb)]
+            tables = sdb.table_names()
+        except sqlite3.DatabaseError as e:
+            raise NotADatabase(f"{path}: not a ragdb database (SQLite says: {e})") from None
+        if tables and not applied:
+            raise NotADatabase(f"{path}: is a SQLite database but not a ragdb database")
+        return applied, pending
+    finally:
+        conn.close()
+
+
 # A chunk that is its whole document (no text copy, start 0) with no metadata of its own.
 _WHOLE = "(text IS NULL AND start = 0 AND ordinal = 0 AND metadata = '{}')"
 
@@ -99,20 +126,7 @@ def _translate(err: sqlite3.Error, path: str) -> RagdbError:
     return StorageError(f"{path}: {msg}")
 
 
-def utcnow_iso() -> str:
-    """Now as ISO-8601 UTC with microseconds (isoformat: several times faster than strftime)."""
-    return datetime.now(timezone.utc).isoformat(timespec="microseconds")[:-6] + "Z"
-
-
-def dumps(value: Any) -> str:
-    return orjson.dumps(value, option=orjson.OPT_SORT_KEYS).decode()
-
-
-def loads(text: str | bytes) -> Any:
-    return orjson.loads(text)
-
-
-class Store:
+class Store(VectorSQL):
     """One SQLite connection with ragdb's schema, plus the statements ragdb runs.
 
     The connection runs in autocommit mode; :meth:`read` and :meth:`write`
@@ -316,8 +330,9 @@ class Store:
         return int(row[0]), int(row[1])
 
     # -- documents -------------------------------------------------------------
-    _DOC_COLS = ("id, source, version, timestamp, content_hash, metadata, acl, latest, title, "
-                 "(SELECT count(*) FROM chunks c WHERE c.doc_id = documents.id)")
+    # the columns of a Document, on ``documents d``
+    _DOC_COLS = ("d.id, d.source, d.version, d.timestamp, d.content_hash, d.metadata, d.acl, d.latest, d.title, "
+                 "(SELECT count(*) FROM chunks c WHERE c.doc_id = d.id)")
 
     def latest_by_source(self, sources: Sequence[str]) -> dict[str, tuple[int, str, str | None, str, str, str]]:
         """source -> (id, content_hash, version, metadata json, acl json, timestamp) of latest versions."""
@@ -327,7 +342,7 @@ class Store:
             for row in self.conn.execute(
                     f"SELECT source, id, content_hash, version, metadata, acl, timestamp FROM documents "
                     f"WHERE latest = 1 AND source IN ({q})", part):
-                out[row[0]] = tuple(row[1:])  # type: ignore[assignment]
+                out[row[0]] = tuple(row[1:])
         return out
 
     def insert_documents(self, rows: Iterable[Sequence[Any]]) -> None:
@@ -382,11 +397,11 @@ class Store:
                 out.append((did, latest, bool(has_meta), bool(has_acl), []))
                 last = did
             if chunk[0] is not None:
-                out[-1][4].append(tuple(chunk))  # type: ignore[arg-type]
+                out[-1][4].append(tuple(chunk))
         return out
 
     def doc_row(self, doc_id: int) -> tuple[Any, ...] | None:
-        return self.conn.execute(f"SELECT {self._DOC_COLS}, text FROM documents WHERE id = ?",
+        return self.conn.execute(f"SELECT {self._DOC_COLS}, d.text FROM documents d WHERE d.id = ?",
                                  [doc_id]).fetchone()
 
     def doc_source(self, doc_id: int) -> tuple[str, int, bool, bool] | None:
@@ -394,24 +409,46 @@ class Store:
         return self.conn.execute("SELECT source, latest, metadata != '{}', acl != '[]' FROM documents WHERE id = ?",
                                  [doc_id]).fetchone()
 
-    def newest_older_version(self, source: str) -> int | None:
-        row = self.conn.execute("SELECT id FROM documents WHERE source = ? AND latest = 0 ORDER BY id DESC LIMIT 1",
-                                [source]).fetchone()
-        return row[0] if row else None
+    def newest_older_version(self, source: str, exclude: Iterable[int] = ()) -> int | None:
+        """The newest kept older version of ``source`` whose id is not in ``exclude``."""
+        skip = set(exclude)
+        for (doc_id,) in self.conn.execute("SELECT id FROM documents WHERE source = ? AND latest = 0 "
+                                           "ORDER BY id DESC", [source]):
+            if doc_id not in skip:
+                return int(doc_id)
+        return None
+
+    def update_document_fields(self, doc_id: int, *, metadata: tuple[str, list[tuple[str, Any]]] | None = None,
+                               acl: tuple[str, list[str]] | None = None) -> list[int]:
+        """Set a document's metadata (JSON text, filter-index rows) and/or access
+        labels (JSON text, labels) in place; returns the ids of its chunks."""
+        if metadata is not None:
+            self.conn.execute("UPDATE documents SET metadata = ? WHERE id = ?", [metadata[0], doc_id])
+            self.conn.execute("DELETE FROM doc_meta WHERE doc_id = ?", [doc_id])
+            self.conn.executemany("INSERT INTO doc_meta (doc_id, key, value) VALUES (?, ?, ?)",
+                                  [(doc_id, k, v) for k, v in metadata[1]])
+        if acl is not None:
+            self.conn.execute("UPDATE documents SET acl = ? WHERE id = ?", [acl[0], doc_id])
+            self.conn.execute("DELETE FROM doc_acl WHERE doc_id = ?", [doc_id])
+            self.conn.executemany("INSERT OR IGNORE INTO doc_acl (doc_id, label) VALUES (?, ?)",
+                                  [(doc_id, label) for label in acl[1]])
+        return [r[0] for r in self.conn.execute("SELECT id FROM chunks WHERE doc_id = ? ORDER BY id", [doc_id])]
 
     def list_documents(self, source: str | None = None, *, glob: bool = True, latest_only: bool = True,
-                       limit: int | None = None, offset: int = 0) -> list[tuple[Any, ...]]:
-        where = []
-        params: list[Any] = []
+                       limit: int | None = None, offset: int = 0, conditions: Sequence[Any] = ()
+                       ) -> list[tuple[Any, ...]]:
+        """Document rows (``_DOC_COLS``) by source (a pattern when ``glob``) and filter
+        ``conditions``, ordered by source then id."""
+        where, params = self._filter_sql(conditions, False)
         if source is not None:
-            where.append("source GLOB ?" if glob else "source = ?")
+            where.append("d.source GLOB ?" if glob else "d.source = ?")
             params.append(source)
         if latest_only:
-            where.append("latest = 1")
-        sql = f"SELECT {self._DOC_COLS} FROM documents"
+            where.append("d.latest = 1")
+        sql = f"SELECT {self._DOC_COLS} FROM documents d"
         if where:
             sql += " WHERE " + " AND ".join(where)
-        sql += " ORDER BY source, id LIMIT ? OFFSET ?"
+        sql += " ORDER BY d.source, d.id LIMIT ? OFFSET ?"
         params += [-1 if limit is None else limit, offset]
         return self.conn.execute(sql, params).fetchall()
 
@@ -445,8 +482,9 @@ class Store:
     def count_chunks_since(self, after_id: int) -> int:
         return int(self.conn.execute("SELECT count(*) FROM chunks WHERE id > ?", [after_id]).fetchone()[0])
 
-    def filtered_doc_ids(self, conditions: Sequence[Any], public_unlabeled: bool) -> list[int]:
-        """Ids of documents meeting every condition (see ragdb.filters.Condition).
+    @staticmethod
+    def _filter_sql(conditions: Sequence[Any], public_unlabeled: bool) -> tuple[list[str], list[Any]]:
+        """WHERE terms on ``documents d`` for filter conditions (see ragdb.filters.Condition).
 
         The SQL text is assembled from the constant fragments below; every
         key and value is a bound parameter."""
@@ -478,10 +516,28 @@ class Store:
             else:  # pragma: no cover - filters.build makes only the kinds above
                 raise ValueError(f"unknown condition {c.kind}")
             params.extend(vals)
+        return where, params
+
+    def filtered_doc_ids(self, conditions: Sequence[Any], public_unlabeled: bool) -> list[int]:
+        """Ids of documents meeting every condition (see ragdb.filters.Condition)."""
+        where, params = self._filter_sql(conditions, public_unlabeled)
         sql = "SELECT d.id FROM documents d"
         if where:
             sql += " WHERE " + " AND ".join(where)
         return [r[0] for r in self.conn.execute(sql, params)]
+
+    def doc_rows_matching(self, conditions: Sequence[Any], *, source: str | None = None, glob: bool = False
+                          ) -> list[tuple[int, str, int, int, int]]:
+        """(id, source, latest, has metadata, has acl) of the documents meeting every
+        condition (and ``source``, a pattern when ``glob``), newest first."""
+        where, params = self._filter_sql(conditions, False)
+        if source is not None:
+            where.append("d.source GLOB ?" if glob else "d.source = ?")
+            params.append(source)
+        sql = "SELECT d.id, d.source, d.latest, d.metadata != '{}', d.acl != '[]' FROM documents d"
+        if where:
+            sql += " WHERE " + " AND ".join(where)
+        return self.conn.execute(sql + " ORDER BY d.id DESC", params).fetchall()
 
     def forward_since(self, after_id: int) -> list[tuple[int, bytes, bytes]]:
         return self.conn.execute("SELECT id, terms, tfs FROM chunks WHERE id > ? ORDER BY id", [after_id]).fetchall()

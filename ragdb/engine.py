@@ -1,0 +1,100 @@
+"""The state one open database shares between its stages (ingest, write, search).
+
+:class:`Engine` holds the store, the analyzer and settings, the in-memory
+lexical index and vector index, and the configured embedder. ``Database`` is
+the public facade; :mod:`ragdb.ingest`, :mod:`ragdb.write` and
+:mod:`ragdb.search` each work on an ``Engine`` and touch nothing else.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Iterator
+from typing import TYPE_CHECKING, Any
+
+from . import filters
+from .errors import EmbeddingError
+from .index import Index
+from .options import Restrictions, to_epoch
+from .storage import Store, model_mismatch
+from .vectors import VectorIndex, dimensions_of
+
+if TYPE_CHECKING:
+    from .analysis import Analyzer
+    from .embeddings import Embedder
+
+
+class Engine:
+    """What the stages of one open database share (see the module docstring)."""
+
+    def __init__(self, store: Store, analyzer: Analyzer, settings: dict[str, Any]) -> None:
+        self.store = store
+        self.analyzer = analyzer
+        self.settings = settings
+        self.index = Index(store)
+        self.vectors = VectorIndex(store)
+        #: Embedder used on add (new chunks get vectors) and for vector/hybrid queries.
+        self.embedder: Embedder | None = None
+        self._recorded: tuple[str, Embedder] | None = None
+
+    @contextlib.contextmanager
+    def writing(self) -> Iterator[None]:
+        """A write transaction (nested ones are savepoints). Writes update the
+        in-memory index as they go; if anything fails, that view may hold
+        uncommitted changes, so it is dropped and reloaded from the file."""
+        try:
+            with self.store.write():
+                yield
+        except BaseException:
+            self.index = Index(self.store)
+            self.vectors = VectorIndex(self.store)
+            raise
+
+    def restrictions(self, r: Restrictions) -> filters.Query:
+        """The validated filter query of a :class:`Restrictions` value."""
+        return filters.build(r.filter, since=r.since, until=r.until, as_of=r.as_of, principals=r.principals,
+                             versions=r.versions, public_unlabeled=bool(self.settings.get("public_unlabeled")),
+                             to_epoch=to_epoch)
+
+    # -- embedders -----------------------------------------------------------------
+    def recorded_embedder(self) -> Embedder | None:
+        """An embedder for the model recorded in the database (None if none is),
+        made with :func:`ragdb.embeddings.get_embedder` and kept for reuse."""
+        with self.store.read():
+            info = self.store.vector_model()
+        if info is None:
+            return None
+        if self._recorded is not None and self._recorded[0] == info["model"]:
+            return self._recorded[1]
+        from .embeddings import get_embedder  # optional models load lazily
+
+        emb = get_embedder(info["model"])
+        self._recorded = (info["model"], emb)
+        return emb
+
+    def check_embedder(self, embedder: Embedder) -> None:
+        """:class:`EmbeddingError` if the database holds vectors of another model
+        than ``embedder``'s (read only; called before anything is written)."""
+        with self.store.read():
+            current = self.store.vector_model()
+            if current is None or not self.store.has_vectors():
+                return  # nothing to disagree with (and no need to probe a remote model's size)
+        name, dims = embedder.name, dimensions_of(embedder)
+        if (current["model"], int(current["dimensions"])) != (name, dims):
+            raise EmbeddingError(model_mismatch(current, name, dims))
+
+    def query_embedder(self, embedder: Embedder | str | None) -> Embedder:
+        """The embedder of a vector/hybrid query: the one given (object or spec),
+        else the database's, else the recorded model's."""
+        if isinstance(embedder, str):
+            from .embeddings import get_embedder
+
+            return get_embedder(embedder)
+        if embedder is not None:
+            return embedder
+        if self.embedder is not None:
+            return self.embedder
+        emb = self.recorded_embedder()
+        if emb is None:
+            raise EmbeddingError("the database has no vectors: embed it first (ragdb embed --model wordllama)")
+        return emb

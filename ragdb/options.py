@@ -1,0 +1,296 @@
+"""Search options as values, and the one place where shared parameters are validated.
+
+:class:`Restrictions` says which chunks a search may see (filter, time,
+versions, principals); :class:`SearchOptions` says how they are ranked (k,
+scorer and the parameters of that scorer, thresholds, explain, rerank).
+``Database.search``, ``build_prompt`` and ``ask`` take either a
+``SearchOptions`` (``options=``) or the same names as keywords
+(:meth:`SearchOptions.from_keywords`), and both forms are validated here:
+
+>>> SearchOptions.from_keywords(k=5, scorer="bm25", alpha=0.7)
+Traceback (most recent call last):
+...
+ragdb.errors.InvalidInput: alpha applies to scorer 'hybrid' only (the search uses scorer 'bm25')
+
+Options that do not apply to the chosen scorer are refused with an
+:class:`~ragdb.errors.InvalidInput` naming the option, never silently ignored.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from datetime import datetime, timezone
+from typing import Any
+
+from .errors import InvalidInput
+from .filters import check_text
+
+MAX_K = 10_000
+LEXICAL_SCORERS = ("bm25", "tfidf")
+VECTOR_SCORERS = ("vector", "hybrid")
+SCORERS = LEXICAL_SCORERS + VECTOR_SCORERS
+FUSIONS = ("weighted", "rrf")
+VERSIONS = ("latest", "all")
+# Chosen from SciFact measurements (see ragdb.vectors and BENCHMARKS.md): min-max
+# weighted sum with vector weight 0.3 beats BM25; RRF does not.
+DEFAULT_FUSION = "weighted"
+DEFAULT_ALPHA = 0.3
+DEFAULT_RRF_K = 60
+DEFAULT_POOL = 100
+DEFAULT_RERANK_TOP = 50
+
+TimeValue = str | datetime | int | float
+
+
+# -- shared parameter checks -----------------------------------------------------------
+def check_k(k: Any, name: str = "k") -> int:
+    if not isinstance(k, int) or isinstance(k, bool) or not 1 <= k <= MAX_K:
+        raise InvalidInput(f"{name} must be an integer between 1 and {MAX_K}, got {k!r}")
+    return k
+
+
+def check_id(value: Any, what: str = "doc_id") -> int:
+    """A document id: a positive 64-bit integer."""
+    if not isinstance(value, int) or isinstance(value, bool):
+        raise InvalidInput(f"{what} must be an integer, got {value!r}")
+    if not 0 < value < 2 ** 63:
+        raise InvalidInput(f"{what} {value} is out of range")
+    return value
+
+
+def check_positive_int(value: Any, name: str) -> int:
+    if not isinstance(value, int) or isinstance(value, bool) or value < 1:
+        raise InvalidInput(f"{name} must be a positive integer, got {value!r}")
+    return value
+
+
+def check_number(value: Any, name: str, *, low: float | None = None, high: float | None = None) -> float:
+    """A finite real number (not a bool) within [low, high]."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
+        raise InvalidInput(f"{name} must be a finite number, got {value!r}")
+    if (low is not None and value < low) or (high is not None and value > high):
+        bounds = f"in [{low}, {high}]" if low is not None and high is not None else \
+            f">= {low}" if low is not None else f"<= {high}"
+        raise InvalidInput(f"{name} must be a number {bounds}, got {value!r}")
+    return float(value)
+
+
+def check_threshold(value: Any, name: str = "min_score") -> float | None:
+    """A score threshold: None, or a finite number."""
+    return None if value is None else check_number(value, name)
+
+
+def check_principals(principals: Any) -> tuple[str, ...] | None:
+    """None, or the distinct labels (sorted)."""
+    if principals is None:
+        return None
+    if isinstance(principals, (str, bytes)):
+        raise InvalidInput("principals must be a list of labels, not one string")
+    try:
+        items = list(principals)
+    except TypeError:
+        raise InvalidInput(f"principals must be a list of labels, got {type(principals).__name__}") from None
+    if not all(isinstance(p, str) for p in items):
+        raise InvalidInput(f"principals must be strings, got {items!r}")
+    for p in items:
+        check_text(p, "principal")
+    return tuple(sorted(set(items)))
+
+
+def parse_timestamp(value: Any, label: str) -> tuple[str, float]:
+    """Canonical ISO-8601 UTC text and epoch seconds of ``value`` (ISO-8601 text, a
+    datetime or epoch seconds; ``None`` is now); naive times are taken as UTC."""
+    if value is None:
+        dt = datetime.now(timezone.utc)
+    elif isinstance(value, datetime):
+        dt = value
+    elif isinstance(value, str):
+        try:
+            dt = datetime.fromisoformat(value.strip().replace("Z", "+00:00").replace("z", "+00:00"))
+        except ValueError:
+            raise InvalidInput(f"{label}: timestamp {value!r} is not ISO-8601 (e.g. 2026-11-01T09:30:00Z)") from None
+    elif isinstance(value, (int, float)) and not isinstance(value, bool):
+        try:
+            dt = datetime.fromtimestamp(float(value), timezone.utc)
+        except (OverflowError, OSError, ValueError):
+            raise InvalidInput(f"{label}: timestamp {value!r} is out of range") from None
+    else:
+        raise InvalidInput(f"{label}: timestamp must be an ISO-8601 string, a datetime or epoch seconds")
+    if dt.tzinfo is None:
+        dt = dt.replace(tzinfo=timezone.utc)
+    dt = dt.astimezone(timezone.utc)
+    text = dt.strftime("%Y-%m-%dT%H:%M:%S") + (f".{dt.microsecond:06d}" if dt.microsecond else "") + "Z"
+    return text, dt.timestamp()
+
+
+def to_epoch(value: Any, label: str) -> float:
+    return parse_timestamp(value, label)[1]
+
+
+# -- the values -----------------------------------------------------------------------
+@dataclass(frozen=True)
+class Restrictions:
+    """Which chunks a search (or a listing, or a delete) may see.
+
+    ``filter``: see :mod:`ragdb.filters`; ``since``/``until``: bounds of the
+    document timestamp (inclusive); ``as_of``: the knowledge base as it stood
+    then; ``versions="all"``: every stored version; ``principals``: only
+    chunks whose access labels intersect these.
+    """
+
+    filter: Mapping[str, Any] | None = None
+    since: TimeValue | None = None
+    until: TimeValue | None = None
+    as_of: TimeValue | None = None
+    principals: tuple[str, ...] | None = None
+    versions: str = "latest"
+
+    def __post_init__(self) -> None:
+        if self.versions not in VERSIONS:
+            raise InvalidInput(f"versions must be 'latest' or 'all', got {self.versions!r}")
+        if self.filter is not None and not isinstance(self.filter, Mapping):
+            raise InvalidInput(f"filter must be a mapping of key to value(s), got {type(self.filter).__name__}")
+        if self.as_of is not None and self.versions != "latest":
+            raise InvalidInput("as_of and versions='all' cannot be combined: as_of picks the versions")
+        object.__setattr__(self, "principals", check_principals(self.principals))
+        for name in ("since", "until", "as_of"):
+            value = getattr(self, name)
+            if value is not None:
+                parse_timestamp(value, name)
+
+    @property
+    def history(self) -> bool:
+        """Whether the search may see versions other than the latest."""
+        return self.versions == "all" or self.as_of is not None
+
+
+_RESTRICTION_NAMES = tuple(f.name for f in dataclasses.fields(Restrictions))
+
+
+@dataclass(frozen=True)
+class SearchOptions:
+    """How a search ranks and cuts; see :meth:`ragdb.Database.search` for each option.
+
+    Scorer-specific options default to ``None`` ("not given"): giving one
+    that the scorer does not use is an error. :meth:`resolved` fills in the
+    defaults of the ones that apply.
+    """
+
+    k: int = 10
+    scorer: str = "bm25"
+    restrictions: Restrictions = field(default_factory=Restrictions)
+    min_score: float | None = None
+    explain: bool = False
+    k1: float | None = None            # bm25, and the lexical side of hybrid
+    b: float | None = None             # bm25, and the lexical side of hybrid
+    fusion: str | None = None          # hybrid
+    alpha: float | None = None         # hybrid, fusion "weighted"
+    rrf_k: float | None = None         # hybrid, fusion "rrf"
+    pool: int | None = None            # hybrid: candidates taken from each side
+    embedder: Any = None               # vector, hybrid: the query embedder (object or spec)
+    reranker: Any = None               # any scorer: re-orders the first rerank_top hits
+    rerank_top: int | None = None      # with reranker
+
+    def __post_init__(self) -> None:
+        check_k(self.k)
+        if self.scorer not in SCORERS:
+            raise InvalidInput(f"scorer {self.scorer!r} is unknown; choose one of {', '.join(SCORERS)}")
+        if not isinstance(self.restrictions, Restrictions):
+            raise InvalidInput(f"restrictions must be a ragdb.options.Restrictions, "
+                               f"got {type(self.restrictions).__name__}")
+        check_threshold(self.min_score)
+        if not isinstance(self.explain, bool):
+            raise InvalidInput(f"explain must be True or False, got {self.explain!r}")
+        scorer = self.scorer
+
+        def only(name: str, allowed: Sequence[str], what: str | None = None) -> bool:
+            if getattr(self, name) is None:
+                return False
+            if scorer not in allowed:
+                raise InvalidInput(f"{name} applies to {what or _scorers(allowed)} only "
+                                   f"(the search uses scorer {scorer!r})")
+            return True
+
+        for name in ("k1", "b"):
+            if only(name, ("bm25", "hybrid")):
+                check_number(getattr(self, name), name, low=0.0)
+        if only("fusion", ("hybrid",)) and self.fusion not in FUSIONS:
+            raise InvalidInput(f"fusion {self.fusion!r} is unknown; choose one of {', '.join(FUSIONS)}")
+        if only("alpha", ("hybrid",)):
+            if (self.fusion or DEFAULT_FUSION) != "weighted":
+                raise InvalidInput("alpha applies to fusion 'weighted' only (the search uses fusion 'rrf')")
+            check_number(self.alpha, "alpha", low=0.0, high=1.0)
+        if only("rrf_k", ("hybrid",)):
+            if self.fusion != "rrf":
+                raise InvalidInput(f"rrf_k applies to fusion 'rrf' only (the search uses fusion "
+                                   f"{self.fusion or DEFAULT_FUSION!r})")
+            check_number(self.rrf_k, "rrf_k", low=0.0)
+        if only("pool", ("hybrid",)):
+            check_positive_int(self.pool, "pool")
+        only("embedder", VECTOR_SCORERS)
+        if self.reranker is not None and not callable(getattr(self.reranker, "rerank", None)):
+            raise InvalidInput("reranker must have a rerank(query, hits, top_n) method")
+        if self.rerank_top is not None:
+            if self.reranker is None:
+                raise InvalidInput("rerank_top applies only with a reranker")
+            check_positive_int(self.rerank_top, "rerank_top")
+
+    # -- forms ------------------------------------------------------------------
+    @classmethod
+    def from_keywords(cls, base: SearchOptions | None = None, **keywords: Any) -> SearchOptions:
+        """Options from keyword arguments (the names of this class's fields and of
+        :class:`Restrictions`' fields), over ``base`` if given. An unknown name is an
+        :class:`~ragdb.errors.InvalidInput`."""
+        fields_ = {f.name for f in dataclasses.fields(cls)}
+        unknown = sorted(set(keywords) - fields_ - set(_RESTRICTION_NAMES))
+        if unknown:
+            raise InvalidInput(f"unknown search option{'s' * (len(unknown) > 1)} {', '.join(unknown)}; "
+                               f"known: {', '.join(sorted((fields_ - {'restrictions'}) | set(_RESTRICTION_NAMES)))}")
+        base = base or cls()
+        restrict = {n: keywords.pop(n) for n in _RESTRICTION_NAMES if n in keywords}
+        if "restrictions" in keywords and restrict:
+            raise InvalidInput(f"give restrictions= or {', '.join(sorted(restrict))}, not both")
+        if restrict:
+            keywords["restrictions"] = dataclasses.replace(base.restrictions, **restrict)
+        return dataclasses.replace(base, **keywords) if keywords else base
+
+    def replace(self, **keywords: Any) -> SearchOptions:
+        """A copy with these options (and restrictions) changed, validated again."""
+        return SearchOptions.from_keywords(self, **keywords)
+
+    # -- defaults of what applies -------------------------------------------------------
+    @property
+    def lexical(self) -> str:
+        """The lexical scorer of this search (hybrid fuses BM25)."""
+        return self.scorer if self.scorer in LEXICAL_SCORERS else "bm25"
+
+    @property
+    def fusion_method(self) -> str:
+        return self.fusion or DEFAULT_FUSION
+
+    @property
+    def fusion_alpha(self) -> float:
+        return DEFAULT_ALPHA if self.alpha is None else float(self.alpha)
+
+    @property
+    def fusion_rrf_k(self) -> float:
+        return DEFAULT_RRF_K if self.rrf_k is None else float(self.rrf_k)
+
+    @property
+    def pool_size(self) -> int:
+        return min(max(DEFAULT_POOL if self.pool is None else self.pool, self.k), MAX_K)
+
+    @property
+    def first_stage_k(self) -> int:
+        """Hits retrieved before a reranker cuts to ``k``."""
+        if self.reranker is None:
+            return self.k
+        return min(max(self.k, DEFAULT_RERANK_TOP if self.rerank_top is None else self.rerank_top), MAX_K)
+
+
+def _scorers(names: Sequence[str]) -> str:
+    quoted = [repr(n) for n in names]
+    return f"scorer {quoted[0]}" if len(quoted) == 1 else "scorers " + " and ".join(quoted)

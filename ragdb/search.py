@@ -1,0 +1,212 @@
+"""The search stage: restrictions, lexical / vector / hybrid scoring, rerank.
+
+:class:`Searcher` answers :class:`~ragdb.options.SearchOptions` on an
+:class:`~ragdb.engine.Engine`. Restrictions become one boolean mask over
+chunk ids (:meth:`ragdb.index.Index.allowed`) applied before any top-k cut,
+so ``k`` hits come back whenever ``k`` matching chunks exist. Lexical scores
+come from the inverted index (:mod:`ragdb.index`), dense ones from the
+vector index (:mod:`ragdb.vectors`); hits are built and ordered by
+:mod:`ragdb.hits` for every scorer alike.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from typing import TYPE_CHECKING
+
+import numpy as np
+
+from . import scoring
+from .errors import EmbeddingError, InvalidInput
+from .hits import content_order, cut_with_ties, hit_order, hits_from_scored, make_hits
+from .options import SearchOptions
+from .storage import model_mismatch
+from .types import Hit
+from .vectors import Pool, dimensions_of, empty_pool, minmax_weighted_pools, rrf_pools
+
+if TYPE_CHECKING:
+    from .embeddings import Embedder
+    from .engine import Engine
+
+
+def _clean_query(query: object) -> str:
+    if not isinstance(query, str):
+        raise InvalidInput(f"query must be a string, got {type(query).__name__}")
+    # a query never fails on encoding: lone surrogates become U+FFFD
+    return query.encode("utf-8", "replace").decode("utf-8") if not query.isascii() else query
+
+
+class Searcher:
+    """Runs searches on one engine."""
+
+    def __init__(self, engine: Engine) -> None:
+        self.engine = engine
+
+    def search(self, query: str, opts: SearchOptions) -> list[Hit]:
+        query = _clean_query(query)
+        if opts.reranker is not None:
+            first = self._first_stage(query, opts, opts.first_stage_k)
+            return list(opts.reranker.rerank(query, first, top_n=opts.k))[:opts.k]
+        return self._first_stage(query, opts, opts.k)
+
+    def _first_stage(self, query: str, opts: SearchOptions, k: int) -> list[Hit]:
+        if opts.scorer == "vector":
+            return self._vector(query, opts, k)
+        if opts.scorer == "hybrid":
+            return self._hybrid(query, opts, k)
+        return self._lexical_hits(query, opts, k)
+
+    # -- lexical --------------------------------------------------------------------
+    def _lexical_hits(self, query: str, opts: SearchOptions, k: int) -> list[Hit]:
+        eng = self.engine
+        restrict = eng.restrictions(opts.restrictions)
+        with eng.store.read():
+            index = eng.index
+            index.sync()
+            cand, sc, contributions = self.lexical(query, k, opts, index.allowed(restrict))
+            if len(cand) == 0:
+                return []
+            cids = cand.tolist()
+            protos = index.hit_protos(cids)
+        hits = make_hits(protos, cids, sc.tolist(), contributions if opts.explain else None)
+        if len(sc) > 1 and bool(np.any(sc[1:] == sc[:-1])):
+            # equal scores: order by source and position, which do not depend on history
+            hits.sort(key=hit_order)
+        return hits[:k]
+
+    def lexical(self, query: str, k: int, opts: SearchOptions, mask: np.ndarray
+                ) -> tuple[np.ndarray, np.ndarray, dict[int, dict[str, float]]]:
+        """Lexical scoring without building hits (inside a read transaction, after ``sync``).
+
+        Returns the ids and scores of the ``k`` best chunks that ``mask`` allows
+        (plus any tied with the k-th), best first, equal scores by chunk id, and
+        per-term contributions when ``opts.explain``. Shared by lexical and hybrid search.
+        """
+        eng = self.engine
+        none: tuple[np.ndarray, np.ndarray, dict[int, dict[str, float]]] = (np.zeros(0, np.int64), np.zeros(0), {})
+        k1 = float(eng.settings.get("bm25_k1", scoring.BM25_K1) if opts.k1 is None else opts.k1)
+        b = float(eng.settings.get("bm25_b", scoring.BM25_B) if opts.b is None else opts.b)
+        counts = Counter(eng.analyzer.terms(query))
+        if not counts:
+            return none
+        index = eng.index
+        known = index.lookup_terms(list(counts))
+        # Terms found only in kept older versions (df 0) cannot match a latest
+        # chunk; leaving them out keeps the TF-IDF query vector equal to a
+        # fresh database's.
+        history = opts.restrictions.history
+        order = [t for t in counts if t in known and (known[t][1] > 0 or history)]
+        if not order:
+            return none
+        explain = opts.explain
+        if opts.lexical == "bm25":
+            scores, per_term = index.bm25([known[t] for t in order], k1, b, explain)
+        else:
+            scores, per_term = index.tfidf([(*known[t], counts[t]) for t in order], explain)
+        n = min(len(mask), len(scores))
+        cand = np.flatnonzero(mask[:n] & (scores[:n] > 0))
+        if opts.min_score is not None and opts.scorer != "hybrid":  # hybrid thresholds the fused score
+            cand = cand[scores[cand] >= opts.min_score]
+        if len(cand) > k:
+            top = np.argpartition(-scores[cand], k - 1)[:k]
+            kth = scores[cand[top]].min()
+            cand = cand[scores[cand] >= kth]  # keep ties at the cut for the stable order
+        sc = scores[cand]
+        by_score = np.lexsort((cand, -sc))
+        cand, sc = cand[by_score], sc[by_score]
+        contributions: dict[int, dict[str, float]] = {}
+        if explain:
+            for cid in cand.tolist():
+                contributions[cid] = {t: float(c[cid]) for t, c in zip(order, per_term)
+                                      if len(c) and c[cid] != 0.0}
+        return cand, sc, contributions
+
+    # -- dense -----------------------------------------------------------------------
+    def _vector_pool(self, qvec: np.ndarray, embedder: Embedder, k: int, mask: np.ndarray) -> Pool:
+        """(chunk ids, cosines) of the ``k`` chunks (plus ties) with the highest
+        positive cosine among those ``mask`` allows, best first, equal cosines by
+        chunk id (inside a read transaction)."""
+        eng = self.engine
+        vi = eng.vectors
+        vi.sync()
+        info = vi.model  # the recorded model, re-read whenever the vectors changed
+        name, dims = embedder.name, dimensions_of(embedder)
+        if info is None:
+            if eng.store.has_chunks():
+                raise EmbeddingError("the database has no vectors: embed it first (ragdb embed --model wordllama)")
+            return empty_pool()
+        if (info["model"], int(info["dimensions"])) != (name, dims):
+            raise EmbeddingError(model_mismatch(info, name, dims))
+        return vi.search_arrays(qvec, k, mask, min_score=0.0, with_ties=True)
+
+    def _vector(self, query: str, opts: SearchOptions, k: int) -> list[Hit]:
+        """The ``k`` chunks most similar to ``query`` (exact cosine), best first;
+        only chunks with positive similarity (never padding)."""
+        from .embeddings import embed_query
+
+        eng = self.engine
+        restrict = eng.restrictions(opts.restrictions)
+        emb = eng.query_embedder(opts.embedder)
+        if not query.strip():
+            return []
+        qvec = embed_query(emb, query)  # outside the transaction: an endpoint may be slow
+        with eng.store.read():
+            eng.index.sync()
+            ids, sims = self._vector_pool(qvec, emb, k, eng.index.allowed(restrict))
+            if opts.min_score is not None:
+                keep = sims >= opts.min_score
+                ids, sims = ids[keep], sims[keep]
+            pool = list(zip(ids.tolist(), sims.tolist()))
+            protos = eng.index.hit_protos([c for c, _ in pool])
+        return hits_from_scored(protos, ((c, s, {"vector:cosine": s} if opts.explain else {})
+                                         for c, s in pool))[:k]
+
+    def _hybrid(self, query: str, opts: SearchOptions, k: int) -> list[Hit]:
+        """Lexical and vector candidates fused into one ranking, best first.
+
+        Candidate pools, both under the same restrictions (applied before the
+        cut) and read from one snapshot: the ``max(pool, k)`` best BM25 chunks
+        (positive scores only) and the ``max(pool, k)`` chunks with the highest
+        positive cosine (ties at either cut are kept). ``fusion="weighted"``:
+        ``alpha * minmax(cosine) + (1 - alpha) * minmax(lexical)``, each min-max
+        over its own pool, a side where a chunk is absent counting 0;
+        ``fusion="rrf"``: reciprocal rank fusion with constant ``rrf_k``.
+        ``min_score`` drops fused scores below it. Chunks in neither pool are
+        never returned."""
+        from .embeddings import embed_query
+
+        eng = self.engine
+        size = max(opts.pool_size, k)
+        restrict = eng.restrictions(opts.restrictions)
+        emb = eng.query_embedder(opts.embedder)
+        qvec = embed_query(emb, query) if query.strip() else None  # outside the transaction
+        store, index = eng.store, eng.index
+        with store.read():  # one snapshot for both sides
+            index.sync()
+            mask = index.allowed(restrict)
+            cand, scores, contrib = self.lexical(query, size, opts, mask)
+            lex: Pool = (cand.astype(np.int64), scores)
+            dense = self._vector_pool(qvec, emb, size, mask) if qvec is not None else empty_pool()
+            lex, dense = content_order(lex, store.chunk_sort_keys), content_order(dense, store.chunk_sort_keys)
+            if opts.fusion_method == "weighted":
+                ids, fused = minmax_weighted_pools(lex, dense, opts.fusion_alpha)
+            else:
+                ids, fused = rrf_pools(lex, dense, opts.fusion_rrf_k)
+            if opts.min_score is not None:
+                keep = fused >= opts.min_score
+                ids, fused = ids[keep], fused[keep]
+            ids, fused = cut_with_ties(ids, fused, k)
+            protos = index.hit_protos(ids.tolist())
+        lex_scores = dict(zip(lex[0].tolist(), lex[1].tolist())) if opts.explain else {}
+        dense_scores = dict(zip(dense[0].tolist(), dense[1].tolist())) if opts.explain else {}
+        scored = []
+        for cid, score in zip(ids.tolist(), fused.tolist()):
+            ex: dict[str, float] = {}
+            if opts.explain:
+                ex.update(contrib.get(cid, {}))
+                if cid in lex_scores:
+                    ex[f"lexical:{opts.lexical}"] = lex_scores[cid]
+                if cid in dense_scores:
+                    ex["vector:cosine"] = dense_scores[cid]
+            scored.append((cid, score, ex))
+        return hits_from_scored(protos, scored)[:k]

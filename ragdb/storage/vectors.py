@@ -1,0 +1,227 @@
+"""The SQL of dense vectors (tables of ``migrations/0003_vectors.sql``).
+
+A mixin of :class:`ragdb.storage.Store`: every method runs on the store's
+connection inside its transactions (``store.read()`` / ``store.write()``)
+and never opens one itself. Identifiers are constants; every value is a
+bound parameter.
+
+``vectors`` holds one row per chunk: the embedding as little-endian float32
+(or float16) bytes, L2-normalized when written. ``vector_log`` records every
+change, by any connection, so in-memory indexes apply only what changed;
+``vector_stats`` holds an epoch (bumped when the log is cut or the model
+changes: readers reload) and the ``embedded_upto`` watermark below which
+every chunk has a vector. The model is the ``"embedding"`` setting.
+"""
+
+from __future__ import annotations
+
+import sqlite3
+from collections.abc import Iterable, Mapping, Sequence
+from typing import Any
+
+import numpy as np
+
+from ..errors import EmbeddingError, InvalidInput, StorageError
+from .codec import dumps, loads
+
+DTYPES = {"float32": "<f4", "float16": "<f2"}
+MODEL_KEY = "embedding"
+LOG_KEEP = 50_000        # log entries kept before the log is cut (readers then reload everything)
+_PARAM_CHUNK = 900       # bound parameters per statement (old SQLite builds allow 999)
+
+
+def check_model_args(name: str, dimensions: int, dtype: str) -> None:
+    if not isinstance(name, str) or not name:
+        raise InvalidInput(f"embedding model name must be a non-empty string, got {name!r}")
+    if not isinstance(dimensions, (int, np.integer)) or isinstance(dimensions, bool) or dimensions < 1:
+        raise InvalidInput(f"embedding dimensions must be a positive integer, got {dimensions!r}")
+    if dtype not in DTYPES:
+        raise InvalidInput(f"vector dtype must be one of {', '.join(DTYPES)}, got {dtype!r}")
+
+
+def model_mismatch(current: Mapping[str, Any], name: str, dimensions: int) -> str:
+    """The message of a database holding vectors of another model than the embedder's."""
+    return (f"the database's vectors were made by {current['model']!r} ({current['dimensions']} dimensions); "
+            f"the embedder is {name!r} ({dimensions} dimensions). Use the recorded model, or re-embed "
+            f"everything with the new one: ragdb embed --model {name} --rebuild")
+
+
+class VectorSQL:
+    """Vector statements of :class:`ragdb.storage.Store` (see the module docstring)."""
+
+    conn: sqlite3.Connection
+
+    # -- model -------------------------------------------------------------
+    def vector_model(self) -> dict[str, Any] | None:
+        """The recorded ``{"model", "dimensions", "dtype"}``, or None."""
+        row = self.conn.execute("SELECT value FROM settings WHERE key = ?", [MODEL_KEY]).fetchone()
+        return loads(row[0]) if row else None
+
+    def set_vector_model(self, name: str, dimensions: int, dtype: str = "float32") -> dict[str, Any]:
+        """Record the model (in a write transaction). Recording the same model is
+        a no-op; a different one is an error while vectors of the recorded one exist."""
+        check_model_args(name, dimensions, dtype)
+        current = self.vector_model()
+        if current is not None:
+            if current["model"] == name and int(current["dimensions"]) == dimensions:
+                return current
+            if self.has_vectors():
+                raise EmbeddingError(model_mismatch(current, name, dimensions))
+        info = {"model": name, "dimensions": int(dimensions), "dtype": dtype}
+        self._write_vector_model(info)
+        self._bump_vector_epoch()  # in-memory indexes re-read the model
+        return info
+
+    def reset_vector_model(self, name: str, dimensions: int, dtype: str = "float32") -> dict[str, Any]:
+        """Delete every vector and record a new model (``ragdb embed --rebuild``)."""
+        check_model_args(name, dimensions, dtype)
+        self.conn.execute("DELETE FROM vectors")
+        self.conn.execute("DELETE FROM vector_log")
+        self.conn.execute("UPDATE vector_stats SET embedded_upto = 0 WHERE id = 1")
+        self._bump_vector_epoch()
+        info = {"model": name, "dimensions": int(dimensions), "dtype": dtype}
+        self._write_vector_model(info)
+        return info
+
+    def _write_vector_model(self, info: Mapping[str, Any]) -> None:
+        self.conn.execute("INSERT INTO settings (key, value) VALUES (?, ?) "
+                          "ON CONFLICT (key) DO UPDATE SET value = excluded.value", [MODEL_KEY, dumps(info)])
+
+    def _bump_vector_epoch(self) -> None:
+        self.conn.execute("UPDATE vector_stats SET epoch = epoch + 1 WHERE id = 1")
+
+    # -- vectors -------------------------------------------------------------
+    def put_vectors(self, rows: Sequence[tuple[int, np.ndarray]]) -> int:
+        """Store ``(chunk id, vector)`` rows (L2-normalized here) under the recorded
+        model; rows of chunks that no longer exist are skipped. Returns rows written."""
+        info = self.vector_model()
+        if info is None:
+            raise EmbeddingError("no embedding model is recorded; call set_vector_model first")
+        dims, dtype = int(info["dimensions"]), DTYPES[info["dtype"]]
+        if not rows:
+            return 0
+        ids = [int(cid) for cid, _ in rows]
+        mat = np.empty((len(rows), dims), np.float32)
+        for i, (cid, vec) in enumerate(rows):
+            v = np.asarray(vec, dtype=np.float32).reshape(-1)
+            if v.shape != (dims,):
+                raise EmbeddingError(f"vector for chunk {cid} has {v.size} dimensions; "
+                                     f"the database's model {info['model']!r} has {dims}")
+            mat[i] = v
+        if not np.all(np.isfinite(mat)):
+            raise EmbeddingError("vectors contain NaN or infinite values")
+        norms = np.linalg.norm(mat.astype(np.float64), axis=1, keepdims=True)
+        mat = np.divide(mat, norms, out=np.zeros_like(mat), where=norms > 0).astype(dtype)
+        written = 0
+        for part in range(0, len(ids), _PARAM_CHUNK):
+            chunk_ids = ids[part:part + _PARAM_CHUNK]
+            alive = self._existing_chunks(chunk_ids)
+            todo = [(cid, mat[part + j].tobytes()) for j, cid in enumerate(chunk_ids) if cid in alive]
+            self.conn.executemany("INSERT INTO vectors (chunk_id, vector) VALUES (?, ?) "
+                                  "ON CONFLICT (chunk_id) DO UPDATE SET vector = excluded.vector", todo)
+            self.conn.executemany("INSERT INTO vector_log (chunk_id) VALUES (?)", [(c,) for c, _ in todo])
+            written += len(todo)
+        self._maybe_cut_vector_log()
+        return written
+
+    def _existing_chunks(self, chunk_ids: Sequence[int]) -> set[int]:
+        q = ",".join("?" * len(chunk_ids))
+        return {r[0] for r in self.conn.execute(f"SELECT id FROM chunks WHERE id IN ({q})", list(chunk_ids))}
+
+    def _maybe_cut_vector_log(self) -> None:
+        lo, hi = self.conn.execute("SELECT coalesce(min(seq), 0), coalesce(max(seq), 0) FROM vector_log").fetchone()
+        if hi - lo >= LOG_KEEP:
+            self.conn.execute("DELETE FROM vector_log")
+            self._bump_vector_epoch()
+
+    def has_vectors(self) -> bool:
+        return bool(self.conn.execute("SELECT EXISTS (SELECT 1 FROM vectors)").fetchone()[0] == 1)
+
+    def vector_count(self) -> int:
+        """Number of stored vectors (reads the whole table; not for hot paths)."""
+        return int(self.conn.execute("SELECT count(*) FROM vectors").fetchone()[0])
+
+    def has_chunks(self) -> bool:
+        return bool(self.conn.execute("SELECT EXISTS (SELECT 1 FROM chunks)").fetchone()[0] == 1)
+
+    def vector_version(self) -> tuple[int, int]:
+        """(epoch, last log sequence number): changes whenever ``vectors`` changes."""
+        epoch, seq = self.conn.execute("SELECT (SELECT epoch FROM vector_stats WHERE id = 1), "
+                                       "(SELECT coalesce(max(seq), 0) FROM vector_log)").fetchone()
+        return int(epoch), int(seq)
+
+    def vectors_changed_since(self, seq: int) -> list[int]:
+        """Chunk ids whose vector was written or deleted after log entry ``seq``."""
+        return [r[0] for r in self.conn.execute(
+            "SELECT DISTINCT chunk_id FROM vector_log WHERE seq > ?", [seq])]
+
+    def vectors_for(self, chunk_ids: Sequence[int]) -> tuple[np.ndarray, np.ndarray]:
+        """(ids, matrix) of the stored vectors among ``chunk_ids``."""
+        rows: list[tuple[int, bytes]] = []
+        for part in range(0, len(chunk_ids), _PARAM_CHUNK):
+            ids = list(chunk_ids[part:part + _PARAM_CHUNK])
+            q = ",".join("?" * len(ids))
+            rows.extend(self.conn.execute(f"SELECT chunk_id, vector FROM vectors WHERE chunk_id IN ({q})", ids))
+        return self._decode_vectors(rows)
+
+    def all_vectors(self) -> tuple[np.ndarray, np.ndarray]:
+        """(chunk ids as int64, float32 matrix with one row per id), by chunk id."""
+        return self._decode_vectors(self.conn.execute("SELECT chunk_id, vector FROM vectors ORDER BY chunk_id"))
+
+    def _decode_vectors(self, rows: Iterable[tuple[int, bytes]]) -> tuple[np.ndarray, np.ndarray]:
+        info = self.vector_model()
+        rows = list(rows)
+        if info is None:
+            if rows:
+                raise StorageError("the database has vectors but no recorded embedding model")
+            return np.zeros(0, np.int64), np.zeros((0, 0), np.float32)
+        dims, dtype = int(info["dimensions"]), DTYPES[info["dtype"]]
+        width = dims * np.dtype(dtype).itemsize
+        ids = np.fromiter((r[0] for r in rows), np.int64, len(rows))
+        bad = [r[0] for r in rows if len(r[1]) != width]
+        if bad:
+            raise StorageError(f"{len(bad)} stored vectors (e.g. chunk {bad[0]}) are not {dims} {info['dtype']} "
+                               f"values; run `ragdb embed --rebuild`")
+        buf = b"".join(r[1] for r in rows)
+        mat = np.frombuffer(buf, dtype=dtype).reshape(len(rows), dims).astype(np.float32)
+        return ids, mat
+
+    # -- pending chunks -------------------------------------------------------------
+    def embedded_upto(self) -> int:
+        return int(self.conn.execute("SELECT embedded_upto FROM vector_stats WHERE id = 1").fetchone()[0])
+
+    def advance_embedded_upto(self, upto: int, seen_from: int) -> None:
+        """Raise the watermark to ``upto`` unless it was lowered below ``seen_from``
+        meanwhile (a rebuild by another process)."""
+        self.conn.execute("UPDATE vector_stats SET embedded_upto = max(embedded_upto, ?) "
+                          "WHERE id = 1 AND embedded_upto >= ?", [upto, seen_from])
+
+    def unembedded_chunks(self, limit: int | None = None, after: int | None = None) -> list[tuple[int, str]]:
+        """(chunk id, text) of chunks without a vector (pending), by id, with
+        id > ``after`` (default: the ``embedded_upto`` watermark)."""
+        if after is None:
+            after = self.embedded_upto()
+        return self.conn.execute(
+            "SELECT c.id, coalesce(c.text, d.text) FROM chunks c JOIN documents d ON d.id = c.doc_id "
+            "WHERE c.id > ? AND NOT EXISTS (SELECT 1 FROM vectors v WHERE v.chunk_id = c.id) "
+            "ORDER BY c.id LIMIT ?", [after, -1 if limit is None else int(limit)]).fetchall()
+
+    def unembedded_count(self) -> int:
+        """Chunks without a vector."""
+        return int(self.conn.execute(
+            "SELECT count(*) FROM chunks c WHERE c.id > ? "
+            "AND NOT EXISTS (SELECT 1 FROM vectors v WHERE v.chunk_id = c.id)", [self.embedded_upto()]).fetchone()[0])
+
+    # -- checks -----------------------------------------------------------------------
+    def orphan_vectors(self) -> int:
+        return int(self.conn.execute(
+            "SELECT count(*) FROM vectors v WHERE NOT EXISTS (SELECT 1 FROM chunks c WHERE c.id = v.chunk_id)"
+        ).fetchone()[0])
+
+    def wrong_length_vectors(self, width: int) -> int:
+        return int(self.conn.execute("SELECT count(*) FROM vectors WHERE length(vector) != ?", [width]).fetchone()[0])
+
+    def unembedded_below_watermark(self) -> int:
+        return int(self.conn.execute(
+            "SELECT count(*) FROM chunks c WHERE c.id <= ? "
+            "AND NOT EXISTS (SELECT 1 FROM vectors v WHERE v.chunk_id = c.id)", [self.embedded_upto()]).fetchone()[0])

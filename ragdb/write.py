@@ -1,0 +1,472 @@
+"""The write stage: insert, replace, delete, update and version documents.
+
+Every public method is one write transaction (``BEGIN IMMEDIATE``; nested in
+``Database.transaction()`` it is a savepoint) that keeps the statistics,
+document frequencies, the chunk change log and the in-memory index exact: after
+any sequence of writes, scores equal those of a fresh build of the same
+documents. A failure rolls the transaction back and the in-memory index is
+reloaded from the file (:meth:`ragdb.engine.Engine.writing`).
+"""
+
+from __future__ import annotations
+
+from array import array
+from collections import Counter
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from . import index as idx
+from .errors import DocumentNotFound, EmbeddingError, InvalidInput
+from .index import FLUSH_THRESHOLD
+from .ingest import Prepared, check_acl, check_metadata
+from .options import check_positive_int
+from .storage import dumps, loads, model_mismatch, utcnow_iso
+from .types import Change, Document
+from .vectors import dimensions_of
+
+if TYPE_CHECKING:
+    from .embeddings import Embedder
+    from .engine import Engine
+
+WRITER_TERM_CACHE = 300_000  # a writer keeps a vocabulary up to this size in memory
+ChunkRow = tuple[int, int, int, bytes, bytes]  # (chunk id, length, latest, terms, tfs)
+
+
+class Writer:
+    """The write path of one engine."""
+
+    def __init__(self, engine: Engine) -> None:
+        self.engine = engine
+
+    def maybe_flush(self, threshold: int | None = None, merge_terms: set[int] | frozenset[int] = frozenset()
+                     ) -> set[int]:
+        """Move the in-memory tail into packed segments once it is large (its own
+        transaction); ``merge_terms`` with more than one segment are merged into one.
+        Returns the ids of the terms flushed.
+
+        Done after a whole ``add_many`` rather than inside each batch, so bulk
+        loads write each term's postings once, in one segment."""
+        if threshold is None:
+            threshold = self.engine.settings.get("flush_threshold", FLUSH_THRESHOLD)
+        if len(self.engine.index.tail_entries) < max(threshold, 1) and not merge_terms:
+            return set()
+        with self.engine.writing():
+            index = self.engine.index
+            index.sync()
+            if len(index.tail_entries) < max(threshold, 1) and not merge_terms:
+                return set()
+            flushed = set(index.tail.term_ids.tolist())
+            index.flush(merge_terms=merge_terms)
+            index.note_write(self.engine.store.bump_stats(), index.n_chunks, index.total_length)
+        return flushed
+
+
+    def delete(self, doc_id: int | None = None, *, source: str | None = None, glob: bool = False,
+               conditions: Sequence[Any] | None = None) -> list[int]:
+        """Delete a document by id, every version of a source (``glob``: a pattern),
+        or the documents meeting filter ``conditions`` (with ``source``: both);
+        returns the ids deleted. Deleting a latest version by id or by filter
+        makes the newest kept older version not deleted with it the latest again."""
+        store = self.engine.store
+        with self.engine.writing():
+            index = self.engine.index
+            index.sync()
+            changes = _Changes()
+            deleted: list[int] = []
+            if doc_id is not None:
+                row = store.doc_source(doc_id)
+                if row is None:
+                    raise DocumentNotFound(f"no document with id {doc_id}")
+                self._remove(doc_id, bool(row[1]), changes, (bool(row[2]), bool(row[3])))
+                if row[1]:
+                    older = store.newest_older_version(row[0])
+                    if older is not None:
+                        self._promote(older, changes)
+                deleted = [doc_id]
+            elif conditions is None:
+                assert source is not None
+                docs = store.source_docs_with_chunks(source, glob=glob)
+                for did, latest, has_meta, has_acl, chunk_rows in docs:
+                    self._remove(did, bool(latest), changes, (has_meta, has_acl), chunk_rows)
+                deleted = [d[0] for d in docs]
+            else:
+                rows = store.doc_rows_matching(conditions, source=source, glob=glob)
+                gone = {r[0] for r in rows}
+                for did, src, is_latest, meta_flag, acl_flag in rows:  # newest first
+                    self._remove(did, bool(is_latest), changes, (bool(meta_flag), bool(acl_flag)))
+                    if is_latest:
+                        older = store.newest_older_version(src, exclude=gone)
+                        if older is not None:
+                            self._promote(older, changes)
+                deleted = [r[0] for r in rows]
+            if deleted:
+                self._commit_changes(changes)
+        return deleted
+
+    def update(self, doc_id: int, *, metadata: Mapping[str, Any] | None = None,
+               acl: Sequence[str] | None = None) -> Document:
+        """Change a document's metadata and/or access labels in place: same
+        document and chunk ids, same chunks, terms and vectors (nothing is
+        re-chunked, re-analyzed or re-embedded)."""
+        store = self.engine.store
+        label = f"document {doc_id}"
+        if metadata is None and acl is None:
+            raise InvalidInput(f"update {label}: give metadata=, acl= or both")
+        meta = check_metadata(metadata, label) if metadata is not None else None
+        labels = check_acl(acl, label) if acl is not None else None
+        with self.engine.writing():
+            index = self.engine.index
+            index.sync()
+            row = store.doc_source(doc_id)
+            if row is None:
+                raise DocumentNotFound(f"no document with id {doc_id}")
+            chunk_ids = store.update_document_fields(
+                doc_id, metadata=None if meta is None else (meta[1], list(scalar_items(meta[0]))),
+                acl=None if labels is None else (dumps(list(labels)), list(labels)))
+            # Hits cache each chunk's metadata: the change log tells every
+            # connection's index to read these chunks' fields again.
+            state = idx.LATEST if row[1] else idx.OLD
+            log_seq = store.log_states([(cid, state, None) for cid in chunk_ids]) if chunk_ids else None
+            index.forget_hits(chunk_ids)
+            index.note_write(store.bump_stats(), index.n_chunks, index.total_length, log_seq)
+            return self.document(doc_id)
+
+    def optimize(self) -> None:
+        """Flush pending postings, merge each term's segments into one (dropping
+        deleted chunks) and forget unused terms."""
+        store = self.engine.store
+        with self.engine.writing():
+            index = self.engine.index
+            index.sync()
+            index.flush(merge_all=True)
+            if store.delete_unused_terms():
+                store.bump_vocab_epoch()
+                index.term_cache.clear()
+                index.term_cache_upto = -1
+            index.note_write(store.bump_stats(), index.n_chunks, index.total_length)
+
+    def embed(self, embedder: Embedder, batch_size: int = 64, *, rebuild: bool = False, full_scan: bool = False,
+              progress: Callable[[int, int], None] | None = None) -> int:
+        """Embed every pending chunk (one without a vector; kept older versions
+        included, as ``versions="all"`` searches see them); returns how many were stored.
+
+        Texts are embedded ``batch_size`` at a time, outside any transaction (an
+        embedding endpoint may be slow); each batch's vectors are then written in
+        their own write transaction. ``rebuild=True`` first deletes every vector and
+        records ``embedder``'s model; otherwise a different recorded model raises
+        :class:`EmbeddingError`. ``full_scan`` looks for pending chunks below the
+        watermark too (repairs hand-made holes). ``progress(done, pending_total)``
+        is called after each batch. If the embedder fails, vectors written by
+        earlier batches stay, the rest stay pending, and ``EmbeddingError`` says
+        how many are pending.
+        """
+        check_positive_int(batch_size, "batch_size")
+        name, dims = embedder.name, dimensions_of(embedder)
+        store = self.engine.store
+        with self.engine.writing():
+            if rebuild:
+                store.reset_vector_model(name, dims)
+            else:
+                store.set_vector_model(name, dims)
+            start = 0 if full_scan else store.embedded_upto()
+            total = store.unembedded_count() if progress is not None else 0
+        done = 0
+        after = start
+        while True:
+            with store.read():
+                batch = store.unembedded_chunks(limit=batch_size, after=after)
+            if not batch:
+                break
+            try:
+                vecs = np.asarray(embedder.embed([text for _, text in batch]))
+                if vecs.shape != (len(batch), dims):
+                    raise EmbeddingError(f"embedder {name!r} returned shape {vecs.shape} for {len(batch)} texts, "
+                                         f"expected ({len(batch)}, {dims})")
+                if not np.all(np.isfinite(vecs)):
+                    raise EmbeddingError(f"embedder {name!r} returned NaN or infinite values")
+            except Exception as e:
+                with store.read():
+                    left = store.unembedded_count()
+                msg = (f"embedding with {name!r} failed ({e}); {left} chunks are pending (stored without vectors: "
+                       f"lexical search finds them, vector search does not). Run `ragdb embed` to retry")
+                raise EmbeddingError(msg) from e
+            last = batch[-1][0]
+            with self.engine.writing():
+                current = store.vector_model()
+                if current is None or (current["model"], int(current["dimensions"])) != (name, dims):
+                    raise EmbeddingError(model_mismatch(current or {"model": None, "dimensions": 0}, name, dims)
+                                         + " (the model was changed by another process while embedding)")
+                done += store.put_vectors([(cid, vecs[i]) for i, (cid, _t) in enumerate(batch)])
+                # Every chunk in (start, last] has a vector now (or was deleted):
+                # later searches for pending chunks start after it.
+                store.advance_embedded_upto(last, start)
+                self.engine.vectors.sync()
+            after = last
+            if progress is not None:
+                progress(done, total)
+        return done
+
+    def document(self, doc_id: int, with_text: bool = False) -> Document:
+        row = self.engine.store.doc_row(doc_id)
+        if row is None:
+            raise DocumentNotFound(f"no document with id {doc_id}")
+        return doc_from_row(row, with_text)
+
+    def write(self, batch: list[Prepared]) -> list[Change]:
+        """Write a batch of prepared documents (one transaction): each is added,
+        replaces the latest version of its source, or is identical to it (unchanged)."""
+        store, index = self.engine.store, self.engine.index
+        with self.engine.writing():
+            index.sync()
+            changes = _Changes()
+            existing = store.latest_by_source([p.source for p in batch])
+            next_doc, next_chunk = index.next_ids  # read by index.sync() just now
+            results: list[tuple[str, int, int | None]] = []  # (status, doc id, replaced id)
+            new_docs: list[tuple[int, Prepared]] = []
+            pending_ids: set[int] = set()
+            new_docs_all: list[tuple[int, Prepared]] = []
+            for p in batch:
+                ex = existing.get(p.source)
+                if ex is not None:
+                    ex_id, ex_hash, ex_version, ex_meta, ex_acl, ex_ts = ex
+                    if (ex_hash == p.content_hash and ex_version == p.version and ex_meta == p.metadata_json
+                            and tuple(loads(ex_acl)) == p.acl):
+                        results.append(("unchanged", ex_id, None))
+                        continue
+                    if ex_id in pending_ids:
+                        # replaced again within this batch: write what we have first
+                        self._insert(new_docs, changes, next_chunk)
+                        next_chunk = changes.next_chunk
+                        new_docs = []
+                        pending_ids = set()
+                    replaced = ex_id
+                    if self.engine.settings.get("keep_versions", False):
+                        self._demote(ex_id, p.ts, changes)
+                    else:
+                        self._remove(ex_id, True, changes, (ex_meta != "{}", ex_acl != "[]"))
+                else:
+                    replaced = None
+                doc_id = next_doc
+                next_doc += 1
+                new_docs.append((doc_id, p))
+                new_docs_all.append((doc_id, p))
+                pending_ids.add(doc_id)
+                existing[p.source] = (doc_id, p.content_hash, p.version, p.metadata_json, dumps(list(p.acl)),
+                                      p.timestamp)
+                results.append(("replaced" if replaced is not None else "added", doc_id, replaced))
+            if new_docs:
+                self._insert(new_docs, changes, next_chunk)
+            if new_docs_all:
+                changes.next_ids = (next_doc, changes.next_chunk)
+            if changes.any:
+                self._commit_changes(changes)
+            made = dict(new_docs_all)
+            return [Change(status, doc_from_prepared(d, made[d]) if d in made else self.document(d), replaced)
+                    for status, d, replaced in results]
+
+    def _insert(self, docs: list[tuple[int, Prepared]], changes: _Changes, next_chunk: int) -> None:
+        store, index = self.engine.store, self.engine.index
+        ids = index.term_cache
+        all_terms = set().union(*(counts for _, p in docs for *_, counts in p.chunks))  # unions in C
+        missing = [t for t in all_terms if t not in ids]
+        if missing:
+            if index.term_cache_upto >= 0:
+                if index.term_cache_stale:  # another connection wrote: read the terms it added
+                    for term, tid in store.term_ids_after(index.term_cache_upto):
+                        ids[term] = tid
+                        index.term_cache_upto = max(index.term_cache_upto, tid)
+                    index.term_cache_stale = False
+                    missing = [t for t in missing if t not in ids]
+            elif len(missing) > 2000 or store.next_term_id() <= WRITER_TERM_CACHE:
+                # One scan of the vocabulary, then every miss is a new term: it
+                # beats thousands of lookups in bulk loads, and saves single adds
+                # a lookup each. Vocabularies over WRITER_TERM_CACHE terms are
+                # looked up per write instead (memory), unless the write is large.
+                for term, tid in store.all_term_ids():
+                    ids[term] = tid
+                    index.term_cache_upto = max(index.term_cache_upto, tid)
+                index.term_cache_upto = max(index.term_cache_upto, 0)
+                index.term_cache_stale = False
+                missing = [t for t in missing if t not in ids]
+            else:
+                for term, (tid, _df) in store.term_ids(missing).items():
+                    ids[term] = tid
+                missing = [t for t in missing if t not in ids]
+        new_terms = sorted(missing)
+        if new_terms:
+            first = store.next_term_id()
+            for i, term in enumerate(new_terms):
+                ids[term] = first + i
+            if index.term_cache_upto >= 0:
+                index.term_cache_upto = max(index.term_cache_upto, first + len(new_terms) - 1)
+        now = utcnow_iso()
+        doc_rows = []
+        chunk_rows = []
+        for doc_id, p in docs:
+            doc_rows.append((doc_id, p.source, p.version, p.timestamp, p.ts, p.content_hash, p.title, p.text,
+                             p.metadata_json, dumps(list(p.acl)), p.chunker, now))
+            whole = len(p.text)
+            for ordinal, (start, end, cmeta, counts) in enumerate(p.chunks):
+                # The forward index keeps the analyzer's term order, which is the
+                # same for the same chunk text in any database, so the TF-IDF norm
+                # sums come out bit-identical however the database was built.
+                term_ids = list(map(ids.__getitem__, counts))
+                tfs = counts.values()
+                terms_blob = array("I", term_ids).tobytes()
+                tfs_blob = array("H", tfs if max(tfs, default=0) <= 65535 else [min(c, 65535) for c in tfs]).tobytes()
+                length = sum(tfs)
+                cid = next_chunk
+                next_chunk += 1
+                # A chunk that is the whole document stores no copy of the text.
+                ctext = None if start == 0 and end == whole else p.text[start:end]
+                chunk_rows.append((cid, doc_id, ordinal, start, end, length, ctext, dumps(cmeta),
+                                   terms_blob, tfs_blob))
+                changes.new_chunks.append((cid, doc_id, length, idx.unpack_ids(terms_blob),
+                                           idx.unpack_tfs(tfs_blob), ctext is None and ordinal == 0 and not cmeta))
+                changes.chunks += 1
+                changes.length += length
+            changes.docs += 1
+        if new_terms:
+            store.add_terms([(ids[t], t, 0) for t in new_terms])
+        store.insert_documents(doc_rows)
+        store.insert_chunks(chunk_rows)
+        meta_rows = [(doc_id, k, v) for doc_id, p in docs for k, v in scalar_items(p.metadata)]
+        acl_rows = [(doc_id, label) for doc_id, p in docs for label in p.acl]
+        if meta_rows or acl_rows:
+            store.insert_doc_index(meta_rows, acl_rows)
+        changes.next_chunk = next_chunk
+
+    def _remove(self, doc_id: int, latest: bool, changes: _Changes,
+                indexed: tuple[bool, bool] = (True, True),
+                rows: Sequence[tuple[int, int, int, bytes, bytes]] | None = None) -> None:
+        """Delete a document's rows; lower statistics if it was counted.
+
+        Document frequencies: an unflushed chunk stops counting by itself; a
+        flushed one's terms go with its chunk_log entry and are subtracted until
+        the next flush. ``rows``: the document's ``doc_chunks``, when the caller has read them."""
+        if rows is None:
+            rows = self.engine.store.doc_chunks(doc_id)
+        if latest:
+            upto = self.engine.index.flushed_upto
+            for cid, _l, _latest, terms, _tfs in rows:
+                if cid <= upto:
+                    changes.absent.append((cid, terms))
+                    changes.dead.append(idx.unpack_ids(terms).tolist())
+                else:
+                    changes.absent.append((cid, None))
+            self._uncount(rows, changes, -1, df=False)
+            changes.docs -= 1
+        else:
+            changes.absent.extend((r[0], None) for r in rows)
+        self.engine.store.delete_document(doc_id, indexed=indexed)
+
+    def _demote(self, doc_id: int, valid_to: float, changes: _Changes) -> None:
+        """Keep a replaced version for ``versions='all'``/``as_of`` searches, uncounted."""
+        rows = self.engine.store.doc_chunks(doc_id)
+        self._uncount(rows, changes, -1)
+        changes.docs -= 1
+        changes.old.extend(r[0] for r in rows)
+        self.engine.store.set_latest(doc_id, False, valid_to)
+
+    def _promote(self, doc_id: int, changes: _Changes) -> None:
+        rows = self.engine.store.doc_chunks(doc_id)
+        self._uncount(rows, changes, +1)
+        changes.docs += 1
+        changes.latest.extend(r[0] for r in rows)
+        self.engine.store.set_latest(doc_id, True, None)
+
+    def _uncount(self, rows: Sequence[tuple[int, int, int, bytes, bytes]], changes: _Changes, sign: int,
+                 df: bool = True) -> None:
+        """Adjust statistics for chunks entering (+1) or leaving (-1) the latest versions.
+        Unflushed chunks count in df through their state alone; flushed ones update ``vocabulary``."""
+        upto = self.engine.index.flushed_upto
+        for cid, length, _latest, terms, _tfs in rows:
+            if df and cid <= upto:
+                changes.df.update({int(t): sign for t in idx.unpack_ids(terms)})
+            changes.chunks += sign
+            changes.length += sign * length
+
+    def _commit_changes(self, changes: _Changes) -> None:
+        """Write statistics and document frequencies; bring the in-memory index along."""
+        store, index = self.engine.store, self.engine.index
+        deltas = [(d, t) for t, d in changes.df.items() if d]
+        if deltas:
+            store.add_df(deltas)
+        gen = store.bump_stats(docs=changes.docs, chunks=changes.chunks, length=changes.length,
+                               next_ids=changes.next_ids)
+        log = [(c, idx.ABSENT, terms) for c, terms in changes.absent] + \
+              [(c, idx.OLD, None) for c in changes.old] + [(c, idx.LATEST, None) for c in changes.latest]
+        log_seq = store.log_states(log) if log else None
+        index.add_chunks(changes.new_chunks)
+        for terms in changes.dead:  # a chunk's terms are distinct: count each once (in C)
+            index.dead.update(terms)
+        if changes.absent:
+            index.set_state([c for c, _ in changes.absent], idx.ABSENT)
+        if changes.old:
+            index.set_state(changes.old, idx.OLD)
+        if changes.latest:
+            index.set_state(changes.latest, idx.LATEST)
+        index.note_write(gen, index.n_chunks + changes.chunks, index.total_length + changes.length, log_seq)
+
+
+
+class _Changes:
+    """What one write transaction changed, to update statistics and the in-memory index."""
+
+    def __init__(self) -> None:
+        self.docs = 0
+        self.chunks = 0
+        self.length = 0
+        self.df: Counter[int] = Counter()
+        self.dead: list[list[int]] = []  # term ids of each deleted flushed chunk
+        self.new_chunks: list[tuple[int, int, int, np.ndarray, np.ndarray, bool]] = []
+        self.absent: list[tuple[int, bytes | None]] = []  # deleted chunks (and terms leaving df)
+        self.old: list[int] = []
+        self.latest: list[int] = []
+        self.next_chunk = 0
+        self.next_ids = (0, 0)  # next free (document id, chunk id) after this write
+
+    @property
+    def any(self) -> bool:
+        return bool(self.docs or self.chunks or self.new_chunks or self.absent or self.old or self.latest)
+
+
+
+
+def scalar_items(metadata: Mapping[str, Any]) -> Iterable[tuple[str, Any]]:
+    """(key, value) rows of the filter index: scalars, and scalar elements of lists
+    (the same rows migration 0002 derives with json_each)."""
+    for key, value in metadata.items():
+        if isinstance(value, list):
+            for v in value:
+                if isinstance(v, (str, int, float, bool)):
+                    yield key, int(v) if isinstance(v, bool) else v
+        elif isinstance(value, (str, int, float, bool)):
+            yield key, int(value) if isinstance(value, bool) else value
+
+
+
+
+def doc_from_prepared(doc_id: int, p: Prepared) -> Document:
+    meta = dict(p.metadata)
+    if p.title is not None:
+        meta.setdefault("title", p.title)
+    return Document(id=doc_id, source=p.source, version=p.version, timestamp=p.timestamp,
+                    content_hash=p.content_hash, metadata=meta, acl=p.acl, chunk_count=len(p.chunks),
+                    latest=True)
+
+
+
+
+def doc_from_row(row: Sequence[Any], with_text: bool) -> Document:
+    doc_id, source, version, timestamp, content_hash, metadata, acl, latest, _title, nchunks = row[:10]
+    meta = loads(metadata)
+    if _title is not None:
+        meta.setdefault("title", _title)
+    return Document(id=doc_id, source=source, version=version, timestamp=timestamp, content_hash=content_hash,
+                    metadata=meta, acl=tuple(loads(acl)), chunk_count=nchunks, latest=bool(latest),
+                    text=row[10] if with_text and len(row) > 10 else None)
+
+
