@@ -256,7 +256,7 @@ def _search_kwargs(filters: Sequence[str], since: str | None, until: str | None,
     """The restrictions given on the command line, as ``Database.search`` keywords."""
     kw: dict[str, Any] = {}
     if filters:
-        kw["filter"] = {k: _filter_value(k, v) for k, v in _key_values(filters, "--filter").items()}
+        kw["filter"] = _filter_mapping(filters)
     if since is not None:
         kw["since"] = since
     if until is not None:
@@ -629,21 +629,43 @@ def sync_cmd(database: str | None, folder: str, source_prefix: str, glob: str | 
 # --------------------------------------------------------------------------- delete / show / list
 
 
+def _filter_mapping(filters: Sequence[str]) -> dict[str, Any] | None:
+    """``--filter KEY=VALUE`` options as the library's filter mapping (None when none given)."""
+    if not filters:
+        return None
+    return {k: _filter_value(k, v) for k, v in _key_values(filters, "--filter").items()}
+
+
+def filter_only_option(f: Callable[..., Any]) -> Callable[..., Any]:
+    """``--filter KEY=VALUE`` on list and delete (the mapping search takes)."""
+    return click.option("--filter", "filters", multiple=True, metavar="KEY=VALUE",
+                        help="Only documents whose KEY equals VALUE (source/version/tags or a metadata key; "
+                             "source takes a glob). Repeat a key for 'any of'.")(f)
+
+
 @cli.command()
 @database_option
 @click.option("--id", "doc_id", type=int, default=None, help="Delete the document with this id.")
 @click.option("--source", default=None, metavar="PATTERN",
               help="Delete every version of the sources matching PATTERN (a glob such as 'docs/*.md').")
+@filter_only_option
 @json_option
-def delete(database: str | None, doc_id: int | None, source: str | None, as_json: bool) -> None:
-    """Delete a document by id, or every document whose source matches a pattern."""
-    if (doc_id is None) == (source is None):
-        raise click.UsageError("give exactly one of --id ID or --source PATTERN")
+def delete(database: str | None, doc_id: int | None, source: str | None, filters: tuple[str, ...],
+           as_json: bool) -> None:
+    """Delete a document by id, every document whose source matches a pattern, or those matching --filter.
+
+    --source and --filter together delete the documents matching both. One transaction.
+    """
+    if doc_id is None and source is None and not filters:
+        raise click.UsageError("give --id ID, or --source PATTERN and/or --filter KEY=VALUE")
+    if doc_id is not None and (source is not None or filters):
+        raise click.UsageError("--id deletes one document: give it alone")
+    where = _filter_mapping(filters)
     with _open(database) as db:
         if doc_id is not None:
             n = db.delete(doc_id)
         else:
-            n = db.delete(source=source, glob=True)
+            n = db.delete(source=source, glob=True, filter=where)
     if as_json:
         _emit_json({"deleted": n})
     else:
@@ -658,13 +680,7 @@ def delete(database: str | None, doc_id: int | None, source: str | None, as_json
 def show(database: str | None, document: str, full: bool, as_json: bool) -> None:
     """Show a document (by id, or the latest version of a source): metadata, chunk count, text."""
     with _open(database) as db:
-        if document.isdigit():
-            doc = db.get(int(document))
-        else:
-            found = db.documents(document, glob=False)
-            if not found:
-                raise click.ClickException(f"{document}: no document with this source")
-            doc = db.get(found[0].id)
+        doc = db.get(int(document)) if document.isdigit() else db.get(source=document)
     if as_json:
         _emit_json(_doc_json(doc))
         return
@@ -688,15 +704,17 @@ def show(database: str | None, document: str, full: bool, as_json: bool) -> None
 @cli.command("list")
 @database_option
 @click.option("--source", default=None, metavar="PATTERN", help="Only sources matching PATTERN (a glob).")
+@filter_only_option
 @click.option("--all-versions", is_flag=True, help="Also list kept older versions.")
 @click.option("--limit", type=click.IntRange(min=1), default=None, help="At most this many documents.")
 @click.option("--offset", type=click.IntRange(min=0), default=0, help="Skip this many documents first.")
 @json_option
-def list_cmd(database: str | None, source: str | None, all_versions: bool, limit: int | None, offset: int,
-             as_json: bool) -> None:
+def list_cmd(database: str | None, source: str | None, filters: tuple[str, ...], all_versions: bool,
+             limit: int | None, offset: int, as_json: bool) -> None:
     """List stored documents (id, source, version, chunks, timestamp)."""
     with _open(database) as db:
-        docs = db.documents(source, versions="all" if all_versions else "latest", limit=limit, offset=offset)
+        docs = db.documents(source, versions="all" if all_versions else "latest", limit=limit, offset=offset,
+                            filter=_filter_mapping(filters))
     if as_json:
         _emit_json([_doc_json(d) for d in docs])
         return

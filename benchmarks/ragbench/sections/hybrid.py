@@ -51,7 +51,6 @@ class _CachedQueryEmbedder:
 def _stage_vectors(spec: dict) -> dict:
     """Build, embed every chunk, then run every mode over the same queries (interleaved) at k=10 and k=100."""
     import ragdb
-    from ragdb import vectors
     from ragdb.embeddings import embed_query, get_embedder
 
     folder = Path(spec["index_dir"])
@@ -69,7 +68,7 @@ def _stage_vectors(spec: dict) -> dict:
     out["model"] = emb.name
     t0 = time.perf_counter()
     with ragdb.open(path) as db:
-        out["embedded"] = vectors.embed_pending(db, emb)
+        out["embedded"] = db.embed(emb)
     out["embed_s"] = time.perf_counter() - t0
     out["size_bytes"] = RagdbAdapter.size(folder)
     queries = read_pairs(Path(spec["queries"]))[: spec.get("max_queries") or None]
@@ -136,7 +135,7 @@ def _vector_table(title: str, r: dict, rows: dict[str, dict], cached: bool) -> l
     qe = r.get("query_embed", {})
     lines += [
         f"Model `{r.get('model')}`: loaded in {fmt(r.get('model_load_s'), '.2f')} s; embedding the "
-        f"{r.get('embedded', 0):,} chunks (`embed_pending`) took {fmt(r.get('embed_s'), '.1f')} s "
+        f"{r.get('embedded', 0):,} chunks (`Database.embed`) took {fmt(r.get('embed_s'), '.1f')} s "
         f"({fmt(docs_s, '.1f')} chunks/s) after a {fmt(r.get('build_s'), '.1f')} s lexical build "
         f"({xfmt(ratio(r.get('embed_s'), r.get('build_s')))} the build); database with vectors "
         f"{fmt((r.get('size_bytes') or 0) / 2**20, '.1f')} MiB. Query embedding alone: p50 "
@@ -181,7 +180,7 @@ def section_hybrid(ctx: Context) -> str:
     lines = head + [
         "Setup: per corpus, one worker builds a ragdb database (one chunk a document, as in the quality "
         "section), loads the offline default embedder `wordllama` (static token embeddings, no network), embeds "
-        "every chunk with `ragdb.vectors.embed_pending`, then opens the database with `ragdb.open(path, "
+        "every chunk with `Database.embed`, then opens the database with `ragdb.open(path, "
         f"embedder=...)` and runs every judged query under each mode in turn ({modes}), after {WARMUP_QUERIES} "
         "warm-up queries, at k=10 and again at k=100. nDCG@10 and MRR@10 come from the k=10 searches, "
         "Recall@100 from the k=100 searches; latencies include embedding the query. Hybrid search fuses a "
