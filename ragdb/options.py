@@ -168,6 +168,7 @@ class Restrictions:
 
 
 _RESTRICTION_NAMES = tuple(f.name for f in dataclasses.fields(Restrictions))
+_RESTRICTION_SET = frozenset(_RESTRICTION_NAMES)
 
 
 @dataclass(frozen=True)
@@ -244,18 +245,22 @@ class SearchOptions:
         """Options from keyword arguments (the names of this class's fields and of
         :class:`Restrictions`' fields), over ``base`` if given. An unknown name is an
         :class:`~ragdb.errors.InvalidInput`."""
-        fields_ = {f.name for f in dataclasses.fields(cls)}
-        unknown = sorted(set(keywords) - fields_ - set(_RESTRICTION_NAMES))
+        if base is None:
+            base = _DEFAULT_OPTIONS
+        if not keywords:
+            return base
+        unknown = keywords.keys() - _OPTION_NAMES - _RESTRICTION_SET
         if unknown:
-            raise InvalidInput(f"unknown search option{'s' * (len(unknown) > 1)} {', '.join(unknown)}; "
-                               f"known: {', '.join(sorted((fields_ - {'restrictions'}) | set(_RESTRICTION_NAMES)))}")
-        base = base or cls()
+            known = sorted((_OPTION_NAMES - {"restrictions"}) | _RESTRICTION_SET)
+            raise InvalidInput(f"unknown search option{'s' * (len(unknown) > 1)} {', '.join(sorted(unknown))}; "
+                               f"known: {', '.join(known)}")
+        if not keywords.keys() & _RESTRICTION_SET:
+            return dataclasses.replace(base, **keywords)
         restrict = {n: keywords.pop(n) for n in _RESTRICTION_NAMES if n in keywords}
-        if "restrictions" in keywords and restrict:
+        if "restrictions" in keywords:
             raise InvalidInput(f"give restrictions= or {', '.join(sorted(restrict))}, not both")
-        if restrict:
-            keywords["restrictions"] = dataclasses.replace(base.restrictions, **restrict)
-        return dataclasses.replace(base, **keywords) if keywords else base
+        keywords["restrictions"] = dataclasses.replace(base.restrictions, **restrict)
+        return dataclasses.replace(base, **keywords)
 
     def replace(self, **keywords: Any) -> SearchOptions:
         """A copy with these options (and restrictions) changed, validated again."""
@@ -289,6 +294,10 @@ class SearchOptions:
         if self.reranker is None:
             return self.k
         return min(max(self.k, DEFAULT_RERANK_TOP if self.rerank_top is None else self.rerank_top), MAX_K)
+
+
+_OPTION_NAMES = frozenset(f.name for f in dataclasses.fields(SearchOptions))
+_DEFAULT_OPTIONS = SearchOptions()
 
 
 def _scorers(names: Sequence[str]) -> str:

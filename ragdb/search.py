@@ -18,11 +18,11 @@ import numpy as np
 
 from . import scoring
 from .errors import EmbeddingError, InvalidInput
-from .hits import content_order, cut_with_ties, hit_order, hits_from_scored, make_hits
+from .hits import Pool, content_order, cut_with_ties, hit_order, hits_from_scored, make_hits
 from .options import SearchOptions
 from .storage import model_mismatch
 from .types import Hit
-from .vectors import Pool, dimensions_of, empty_pool, minmax_weighted_pools, rrf_pools
+from .vectors import dimensions_of, empty_pool, minmax_weighted_pools, rrf_pools
 
 if TYPE_CHECKING:
     from .embeddings import Embedder

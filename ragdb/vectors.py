@@ -63,6 +63,7 @@ import numpy as np
 
 from .errors import EmbeddingError
 from .fusion import rrf
+from .hits import Pool
 
 if TYPE_CHECKING:
     from .embeddings import Embedder
@@ -247,9 +248,6 @@ def dimensions_of(embedder: Embedder) -> int:
     except Exception as e:  # a custom embedder's property failing
         raise EmbeddingError(f"embedder {getattr(embedder, 'name', embedder)!r}: cannot read dimensions ({e})") from e
     return d
-
-
-Pool = tuple[np.ndarray, np.ndarray]  # (chunk ids, scores), best first
 
 
 def _minmax(v: np.ndarray) -> np.ndarray:
