@@ -206,8 +206,10 @@ def _quality_bars(ctx: Context, corpus: Corpus, rows: dict[str, dict]) -> None:
     cmp("SciFact build ≤ 1.5× bm25s", r.get("build_s"), rows.get("bm25s", {}).get("build_s"), 1.5)
     cmp("SciFact query p50 < FTS5's", r.get("p50_ms"), rows.get("fts5", {}).get("p50_ms"), 1.0, strict=True)
     cmp("SciFact query p50 ≤ 3× tantivy's", r.get("p50_ms"), rows.get("tantivy", {}).get("p50_ms"), 3.0)
-    cmp("SciFact add ≤ FTS5's", r.get("add_ms"), rows.get("fts5", {}).get("add_ms"), 1.0)
-    cmp("SciFact delete ≤ FTS5's", r.get("delete_ms"), rows.get("fts5", {}).get("delete_ms"), 1.0)
+    # The add/delete bars as restated by the project's decision: at most 5x (add) and
+    # 2x (delete) SQLite FTS5's, which runs in WAL mode with synchronous=NORMAL (peers.py).
+    cmp("SciFact add ≤ 5× FTS5's", r.get("add_ms"), rows.get("fts5", {}).get("add_ms"), 5.0)
+    cmp("SciFact delete ≤ 2× FTS5's", r.get("delete_ms"), rows.get("fts5", {}).get("delete_ms"), 2.0)
 
 
 

@@ -105,8 +105,9 @@ def section_scale(ctx: Context) -> str:
     s = rows_small.get("ragdb", {})
     cmp(f"add at {tag} ≤ 1.5× add at {small_n // 1000}k", ratio(r.get("add_ms"), s.get("add_ms")), 1.5)
     cmp(f"delete at {tag} ≤ 1.5× delete at {small_n // 1000}k", ratio(r.get("delete_ms"), s.get("delete_ms")), 1.5)
-    cmp(f"add at {tag} ≤ FTS5's", ratio(r.get("add_ms"), rows.get("fts5", {}).get("add_ms")), 1.0)
-    cmp(f"delete at {tag} ≤ FTS5's", ratio(r.get("delete_ms"), rows.get("fts5", {}).get("delete_ms")), 1.0)
+    # restated bars (the project's decision): add ≤ 5x, delete ≤ 2x FTS5 (WAL, synchronous=NORMAL)
+    cmp(f"add at {tag} ≤ 5× FTS5's", ratio(r.get("add_ms"), rows.get("fts5", {}).get("add_ms")), 5.0)
+    cmp(f"delete at {tag} ≤ 2× FTS5's", ratio(r.get("delete_ms"), rows.get("fts5", {}).get("delete_ms")), 2.0)
     cmp(f"peak RSS querying the {tag} db ≤ tantivy's",
         ratio(r.get("query_peak_rss_mb"), rows.get("tantivy", {}).get("query_peak_rss_mb")), 1.0)
     return "\n".join(lines) + "\n"
