@@ -36,6 +36,12 @@ SMALL_DOCS = (
 
 
 @pytest.fixture
+def small_docs():
+    """The (source, text, metadata, acl) tuples that ``filled_db`` holds."""
+    return SMALL_DOCS
+
+
+@pytest.fixture
 def filled_db(db):
     """``db`` holding ``SMALL_DOCS`` (one chunk each)."""
     for source, text, metadata, acl in SMALL_DOCS:
