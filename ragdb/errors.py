@@ -45,6 +45,14 @@ class LoaderError(RagdbError):
 class MissingDependency(RagdbError, ImportError):
     """An optional dependency is not installed; the message says which extra to install."""
 
+    @classmethod
+    def of(cls, package: str, extra: str, exc: BaseException | None = None) -> MissingDependency:
+        """``package`` is missing: install ``ragdb[extra]`` (``exc``: the ImportError, kept as the cause)."""
+        err = cls(f"{package} is not installed; install it with: pip install 'ragdb[{extra}]'")
+        if exc is not None:
+            err.__cause__ = exc
+        return err
+
 
 class RemoteError(RagdbError):
     """A remote endpoint (chat, embeddings, rerank) failed: HTTP error, timeout,

@@ -20,8 +20,7 @@ from dataclasses import replace
 from typing import Any, Protocol, runtime_checkable
 from collections.abc import Sequence
 
-from ragdb.embeddings import _missing
-from ragdb.errors import InvalidInput, RerankError
+from ragdb.errors import InvalidInput, MissingDependency, RerankError
 from ragdb.http import Endpoint, check_base_url, display_url, resolve_api_key
 from ragdb.types import Hit
 
@@ -203,7 +202,7 @@ class CrossEncoderReranker:
         try:
             from sentence_transformers import CrossEncoder
         except ImportError as exc:
-            raise _missing("sentence-transformers", "sentence-transformers", exc) from exc
+            raise MissingDependency.of("sentence-transformers", "sentence-transformers", exc) from exc
         try:
             self._model = CrossEncoder(model_name_or_path, device=device, max_length=max_length)
         except Exception as exc:
