@@ -51,6 +51,7 @@ if sys.byteorder != "little":  # pragma: no cover - the blobs are little-endian
 __all__ = ["Database", "open_database", "MAX_K", "SCORERS", "BULK_FLUSH_CHUNKS"]
 
 BULK_FLUSH_CHUNKS = 16384  # during add_many, flush once this many chunks are pending
+PROMPT_K = 5  # hits a prompt is built from, unless k or options say otherwise
 
 
 class Database:
@@ -222,6 +223,9 @@ class Database:
             if not isinstance(source, str):
                 raise InvalidInput(f"delete: source must be a string, got {source!r}")
             check_text(source, "delete: source")
+        if filter is not None and isinstance(filter, Mapping) and not filter:
+            raise InvalidInput("delete: filter={} matches every document; give a condition "
+                               "(to empty the database, delete(source='*', glob=True))")
         conditions = self._conditions(filter) if filter is not None else None
         return len(self._writer.delete(doc_id, source=source, glob=glob, conditions=conditions))
 
@@ -318,23 +322,25 @@ class Database:
 
     # -- grounded answers (the "G" of RAG) --------------------------------------------
     def build_prompt(self, query: str, hits: Sequence[Hit] | None = None, *, template: Any = None,
-                     language: str | None = None, k: int = 5, budget_tokens: int | None = None,
+                     language: str | None = None, k: int | None = None, budget_tokens: int | None = None,
                      min_score: float | None = None, relative: float | None = None,
                      options: SearchOptions | None = None, **search_keywords: Any) -> Prompt:
         """A grounded prompt: numbered, fenced sources and the rules to answer only
         from them (see :func:`ragdb.prompt.build_prompt`). Without ``hits`` the
-        database is searched for the top ``k`` (``options`` and ``search_keywords``
-        as in :meth:`search`). ``min_score`` / ``relative`` select evidence."""
+        database is searched for the top ``k`` (default 5; ``options`` and
+        ``search_keywords`` as in :meth:`search`). ``min_score`` / ``relative``
+        select evidence."""
         from .prompt import build_prompt
 
         if hits is None:
-            hits = self.search(query, options=self._options(k, options, search_keywords))
+            hits = self.search(query, options=self._options(_prompt_k(k, options), options, search_keywords))
         elif options is not None or search_keywords:
             raise InvalidInput("build_prompt: search options apply only when hits are not given")
         return build_prompt(query, hits, template=template, language=language, budget_tokens=budget_tokens,
                             min_score=min_score, relative=relative)
 
-    def ask(self, query: str, llm: Any = None, *, k: int = 5, template: Any = None, language: str | None = None,
+    def ask(self, query: str, llm: Any = None, *, k: int | None = None, template: Any = None,
+            language: str | None = None,
             budget_tokens: int | None = None, min_score: float | None = None, relative: float | None = None,
             on_text: Callable[[str], None] | None = None, options: SearchOptions | None = None,
             **search_keywords: Any) -> Answer:
@@ -342,10 +348,11 @@ class Database:
         :class:`ragdb.llm.ChatClient` configured from the environment), or
         refuse without calling the model when no hit passes ``min_score`` /
         ``relative``. The answer's citations are checked against the sources.
-        ``on_text``: called with each piece of the answer as it streams in."""
+        ``on_text``: called with each piece of the answer as it streams in. ``k``
+        (default 5), ``options`` and ``search_keywords`` are the search's."""
         from .llm import ChatClient, ask
 
-        hits = self.search(query, options=self._options(k, options, search_keywords))
+        hits = self.search(query, options=self._options(_prompt_k(k, options), options, search_keywords))
         return ask(hits, query, llm if llm is not None else ChatClient(), template=template, language=language,
                    budget_tokens=budget_tokens, min_score=min_score, relative=relative, on_text=on_text)
 
@@ -450,6 +457,11 @@ class Database:
         the vectors fit their model and the in-memory vector index (:mod:`ragdb.check`).
         """
         return _check.check(self._engine)
+
+
+def _prompt_k(k: int | None, options: SearchOptions | None) -> int | None:
+    """The search depth of build_prompt/ask: ``k``, else the options', else 5."""
+    return k if k is not None or options is not None else PROMPT_K
 
 
 def _spans(chunks: list[tuple[int, int, int, str]]) -> list[dict[str, Any]]:

@@ -73,7 +73,7 @@ def check_metadata(metadata: Any, label: str) -> tuple[dict[str, Any], str]:
 def check_acl(acl_in: Any, label: str) -> tuple[str, ...]:
     """Validated access labels, distinct and sorted."""
     acl_in = acl_in or ()
-    if isinstance(acl_in, (str, bytes)) or not all(isinstance(a, str) and a for a in acl_in):
+    if not isinstance(acl_in, (list, tuple, set, frozenset)) or not all(isinstance(a, str) and a for a in acl_in):
         raise InvalidInput(f"{label}: acl must be a list of non-empty strings, got {acl_in!r}")
     return tuple(sorted({check_text(a, f"{label}: acl label") for a in acl_in}))
 

@@ -133,11 +133,11 @@ class AddReport(Sequence[Document]):
     def __getitem__(self, i: int) -> Document: ...
 
     @overload
-    def __getitem__(self, i: slice) -> tuple[Document, ...]: ...
+    def __getitem__(self, i: slice) -> list[Document]: ...
 
-    def __getitem__(self, i: int | slice) -> Document | tuple[Document, ...]:
-        if isinstance(i, slice):
-            return tuple(c.document for c in self.changes[i])
+    def __getitem__(self, i: int | slice) -> Document | list[Document]:
+        if isinstance(i, slice):  # a list, as add_many returned before it returned a report
+            return [c.document for c in self.changes[i]]
         return self.changes[i].document
 
     def __iter__(self) -> Iterator[Document]:
