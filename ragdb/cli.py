@@ -590,9 +590,7 @@ def sync_cmd(database: str | None, folder: str, source_prefix: str, glob: str | 
         if dry_run:
             if strict and plan.failed:
                 raise click.ClickException(plan.failed[0].error)
-            report = sync.SyncReport(root=plan.root, prefix=plan.prefix, added=plan.added, changed=plan.changed,
-                                     deleted=plan.deleted, unchanged=plan.unchanged, failed=plan.failed,
-                                     documents=0, removed=0, dry_run=True)
+            report = plan.dry_run()
         else:
             work = len(plan.added) + len(plan.changed) + len(plan.deleted)
             with _progress("syncing", work) as progress:

@@ -30,10 +30,9 @@ from .chunking import Chunker, get_chunker
 from .engine import Engine
 from .errors import AnalyzerMismatch, DocumentNotFound, InvalidInput
 from .filters import build as build_filter
-from .filters import check_text
 from .index import Index
 from .ingest import check_add_arguments, ingest
-from .options import MAX_K, SCORERS, SearchOptions, check_id, to_epoch
+from .options import MAX_K, SCORERS, SearchOptions, check_id, check_text, to_epoch
 from .search import Searcher
 from .storage import Store, loads
 from .types import AddReport, Document, Hit, LoadedDocument, Span, Stats, VectorInfo

@@ -24,6 +24,7 @@ from typing import Any
 from collections.abc import Mapping, Sequence
 
 from .errors import InvalidInput
+from .options import VERSIONS, check_principals, check_text
 
 Scalar = str | int | float | bool
 
@@ -83,15 +84,6 @@ def check_finite(metadata: Any, what: str) -> None:
     walk(metadata, "")
 
 
-def check_text(value: str, what: str) -> str:
-    """Refuse strings SQLite cannot store (lone surrogates, e.g. from undecodable file names)."""
-    try:
-        value.encode("utf-8")
-    except UnicodeEncodeError as e:
-        raise InvalidInput(f"{what} {value!r} is not valid Unicode (lone surrogate at offset {e.start})") from None
-    return value
-
-
 def _is_glob(pattern: str) -> bool:
     return any(c in pattern for c in "*?[")
 
@@ -100,7 +92,7 @@ def build(filter: Mapping[str, Any] | None = None, *, since: Any = None, until: 
           as_of: Any = None, principals: Sequence[str] | None = None, versions: str = "latest",
           public_unlabeled: bool = False, to_epoch: Any) -> Query:
     """Validate the search restrictions; ``to_epoch(value, label)`` parses timestamps."""
-    if versions not in ("latest", "all"):
+    if versions not in VERSIONS:
         raise InvalidInput(f"versions must be 'latest' or 'all', got {versions!r}")
     conds: list[Condition] = []
     if filter is not None:
@@ -130,11 +122,7 @@ def build(filter: Mapping[str, Any] | None = None, *, since: Any = None, until: 
         if versions != "latest":
             raise InvalidInput("as_of and versions='all' cannot be combined: as_of picks the versions")
         conds.append(Condition("as_of", None, (to_epoch(as_of, "as_of"),)))
-    if principals is not None:
-        if isinstance(principals, str):
-            raise InvalidInput("principals must be a list of labels, not one string")
-        if not all(isinstance(p, str) for p in principals):
-            raise InvalidInput(f"principals must be strings, got {principals!r}")
-        labels = tuple(sorted({check_text(p, "principal") for p in principals}))
+    labels = check_principals(principals)
+    if labels is not None:
         conds.append(Condition("principals", None, labels))
     return Query(tuple(conds), versions, public_unlabeled)

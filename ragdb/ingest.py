@@ -23,8 +23,8 @@ import orjson
 from .analysis import AnalysisPool, Analyzer, PackedCounts, is_blank
 from .chunking import Chunker, get_chunker
 from .errors import InvalidInput
-from .filters import check_finite, check_text
-from .options import parse_timestamp
+from .filters import check_finite
+from .options import check_text, parse_timestamp
 from .storage import dumps
 from .types import LoadedDocument, Span
 

@@ -26,7 +26,6 @@ from datetime import datetime, timezone
 from typing import Any
 
 from .errors import InvalidInput
-from .filters import check_text
 
 MAX_K = 10_000
 LEXICAL_SCORERS = ("bm25", "tfidf")
@@ -98,6 +97,15 @@ def check_principals(principals: Any) -> tuple[str, ...] | None:
     for p in items:
         check_text(p, "principal")
     return tuple(sorted(set(items)))
+
+
+def check_text(value: str, what: str) -> str:
+    """Refuse strings SQLite cannot store (lone surrogates, e.g. from undecodable file names)."""
+    try:
+        value.encode("utf-8")
+    except UnicodeEncodeError as e:
+        raise InvalidInput(f"{what} {value!r} is not valid Unicode (lone surrogate at offset {e.start})") from None
+    return value
 
 
 def parse_timestamp(value: Any, label: str) -> tuple[str, float]:

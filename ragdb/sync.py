@@ -108,6 +108,12 @@ class SyncPlan:
     def has_changes(self) -> bool:
         return bool(self.added or self.changed or self.deleted)
 
+    def dry_run(self) -> SyncReport:
+        """The report of this plan as a dry run: what a sync would do, nothing written."""
+        return SyncReport(root=self.root, prefix=self.prefix, added=self.added, changed=self.changed,
+                          deleted=self.deleted, unchanged=self.unchanged, failed=self.failed,
+                          documents=0, removed=0, dry_run=True)
+
 
 @dataclass(frozen=True)
 class SyncReport:
