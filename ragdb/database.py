@@ -299,11 +299,12 @@ class Database:
         scoring, before the top-``k`` cut, so ``k`` hits come back whenever
         ``k`` matching chunks exist: ``filter`` (see :mod:`ragdb.filters`),
         ``since``/``until`` (document timestamp), ``as_of`` (the knowledge
-        base as it stood then: each version valid from its timestamp until a
-        newer version replaced it), ``versions="all"`` (every stored
-        version), ``principals`` (only chunks whose access labels intersect
-        these; unlabeled chunks only if the database's ``public_unlabeled``
-        setting is on).
+        base as it stood then: each stored version valid from its timestamp
+        until the next stored version's of its source, the latest without
+        end), ``versions="all"`` (every stored version), ``principals`` (only
+        chunks whose access labels intersect these, and for a kept older
+        version the latest version's labels too; unlabeled chunks only if the
+        database's ``public_unlabeled`` setting is on).
 
         Scores always use the statistics of the latest versions (N, df,
         average length), also for ``as_of`` and ``versions="all"``; they can

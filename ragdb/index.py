@@ -533,6 +533,18 @@ class Index:
                 self._postings_cached += size
         return {t: e for t in term_ids if (e := found[t] if t in found else cache[t]) is not None}
 
+    def stored_terms(self, term_ids: Sequence[int]) -> set[int]:
+        """The ids among ``term_ids`` that some stored chunk (latest or kept older
+        version) holds. A term whose chunks were all deleted keeps its vocabulary
+        row (df 0) until ``optimize``; to searches of history it does not exist,
+        as in a fresh database of the stored documents."""
+        state = self.state
+        out = set()
+        for t, (ids, _tfs) in self.term_postings(term_ids).items():
+            if len(ids) and bool(np.any(state[ids.astype(np.intp)] != ABSENT)):
+                out.add(t)
+        return out
+
     def scratch(self, name: str, size: int, dtype: Any = np.float64) -> np.ndarray:
         """A reusable array of ``size`` elements (contents undefined), valid until the
         next call with the same ``name``.

@@ -93,9 +93,14 @@ class Searcher:
         known = index.lookup_terms(list(counts))
         # Terms found only in kept older versions (df 0) cannot match a latest
         # chunk; leaving them out keeps the TF-IDF query vector equal to a
-        # fresh database's.
-        history = opts.restrictions.history
-        order = [t for t in counts if t in known and (known[t][1] > 0 or history)]
+        # fresh database's. Searches of history keep them, unless no stored
+        # chunk holds them any more (deleted documents' terms wait for
+        # ``optimize`` in the vocabulary; a fresh database has none of them).
+        order = [t for t in counts if t in known and known[t][1] > 0]
+        if opts.restrictions.history:
+            rare = [known[t][0] for t in counts if t in known and known[t][1] == 0]
+            stored = index.stored_terms(rare) if rare else set()
+            order = [t for t in counts if t in known and (known[t][1] > 0 or known[t][0] in stored)]
         if not order:
             return none
         explain = opts.explain

@@ -75,6 +75,7 @@ class Writer:
             index.sync()
             changes = _Changes()
             deleted: list[int] = []
+            touched: set[str] = set()  # sources whose other versions survive: their validity is redone
             if doc_id is not None:
                 row = store.doc_source(doc_id)
                 if row is None:
@@ -84,6 +85,7 @@ class Writer:
                     older = store.newest_older_version(row[0])
                     if older is not None:
                         self._promote(older, changes)
+                touched.add(row[0])
                 deleted = [doc_id]
             elif conditions is None:
                 assert source is not None
@@ -100,10 +102,25 @@ class Writer:
                         older = store.newest_older_version(src, exclude=gone)
                         if older is not None:
                             self._promote(older, changes)
+                    touched.add(src)
                 deleted = [r[0] for r in rows]
+            for src in sorted(touched):
+                self._redo_validity(src)
             if deleted:
                 self._commit_changes(changes)
         return deleted
+
+    def _redo_validity(self, source: str) -> None:
+        """Each surviving kept version of ``source`` is valid (for ``as_of``) from its
+        timestamp until the next surviving version's, by id, the latest without end:
+        what replacing the versions in order gives, so deleting a middle version
+        leaves no gap and a fresh build (or an import) of the survivors agrees."""
+        store = self.engine.store
+        versions = store.source_versions(source)
+        want = [versions[i + 1][1] for i in range(len(versions) - 1)] + [None]
+        fixes = [(end, vid) for (vid, _ts, valid_to), end in zip(versions, want) if valid_to != end]
+        if fixes:
+            store.set_valid_to(fixes)
 
     def update(self, doc_id: int, *, metadata: Mapping[str, Any] | None = None,
                acl: Sequence[str] | None = None) -> Document:

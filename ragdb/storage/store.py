@@ -418,6 +418,15 @@ class Store(VectorSQL):
                 return int(doc_id)
         return None
 
+    def source_versions(self, source: str) -> list[tuple[int, float, float | None]]:
+        """(id, ts, valid_to) of every stored version of ``source``, by id (oldest first)."""
+        return self.conn.execute("SELECT id, ts, valid_to FROM documents WHERE source = ? ORDER BY id",
+                                 [source]).fetchall()
+
+    def set_valid_to(self, rows: Iterable[tuple[float | None, int]]) -> None:
+        """Set (valid_to, document id): the end of a kept version's validity for ``as_of``."""
+        self.conn.executemany("UPDATE documents SET valid_to = ? WHERE id = ?", rows)
+
     def update_document_fields(self, doc_id: int, *, metadata: tuple[str, list[tuple[str, Any]]] | None = None,
                                acl: tuple[str, list[str]] | None = None) -> list[int]:
         """Set a document's metadata (JSON text, filter-index rows) and/or access
@@ -510,9 +519,16 @@ class Store(VectorSQL):
                 where.append("d.ts <= ? AND (d.valid_to IS NULL OR d.valid_to > ?)")
                 vals = vals * 2
             elif c.kind == "principals":
-                where.append(f"(d.id IN (SELECT doc_id FROM doc_acl WHERE label IN ({marks or 'NULL'})) "
-                             f"OR (? AND d.acl = '[]'))")
-                vals = vals + [int(public_unlabeled)]
+                # A version is visible when its own labels allow it and, for a kept
+                # older version, the latest version's labels allow it too: revoking
+                # access to a source revokes it for its history.
+                def allowed(t: str, marks: str = marks) -> str:  # t: a constant table alias
+                    return (f"({t}.id IN (SELECT doc_id FROM doc_acl WHERE label IN ({marks or 'NULL'})) "
+                            f"OR (? AND {t}.acl = '[]'))")
+
+                where.append(f"{allowed('d')} AND (d.latest = 1 OR EXISTS (SELECT 1 FROM documents l "
+                             f"WHERE l.source = d.source AND l.latest = 1 AND {allowed('l')}))")
+                vals = (vals + [int(public_unlabeled)]) * 2
             else:  # pragma: no cover - filters.build makes only the kinds above
                 raise ValueError(f"unknown condition {c.kind}")
             params.extend(vals)
