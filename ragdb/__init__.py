@@ -28,7 +28,7 @@ __all__ = ["open", "Database", "Hit", "Document", "Stats", "AddReport", "Change"
 def open(path: str | os.PathLike[str] = ":memory:", *, analyzer: "str | Analyzer | Mapping[str, Any] | None" = None,
          chunker: str | None = None, keep_versions: bool | None = None,
          public_unlabeled: bool | None = None, readonly: bool = False,
-         create: bool = True, busy_timeout: float = 30.0, embedder: Any = None) -> Database:
+         create: bool | None = None, busy_timeout: float = 30.0, embedder: Any = None) -> Database:
     """Open a ragdb database file, creating it and applying pending migrations.
 
     ``analyzer``: ``"default"`` (English stemming + CJK unigrams/bigrams),
@@ -39,9 +39,19 @@ def open(path: str | os.PathLike[str] = ":memory:", *, analyzer: "str | Analyzer
     ``keep_versions``: keep replaced versions of a source for
     ``versions="all"`` and ``as_of`` searches (default: replace).
     ``public_unlabeled``: whether chunks without access labels are visible to
-    searches made with ``principals=`` (default: no, deny).
+    searches made with ``principals=`` (default: no, deny). An access setting:
+    stored when the file is created; on an existing database a value other than
+    the stored one raises :class:`~ragdb.errors.InvalidInput` (opening never
+    changes it: :meth:`Database.set_public_unlabeled` or ``ragdb config`` does).
+    ``chunker`` and ``keep_versions`` given on an existing database do update
+    the stored settings.
     ``readonly``: open without writing anything (no migrations).
-    ``busy_timeout``: seconds to wait for another process's write lock.
+    ``create``: ``None`` (default) creates the file if it does not exist, and
+    an existing empty (zero-byte) file is :class:`~ragdb.errors.NotADatabase`;
+    ``True`` also makes an existing empty file a new database; ``False``
+    requires an existing database.
+    ``busy_timeout``: seconds (0 to about 24.8 days) to wait for another
+    process's write lock.
     ``embedder``: an :class:`ragdb.embeddings.Embedder` or a spec such as
     ``"wordllama"`` (offline), ``"e5"``, ``"openai:MODEL"``: new chunks get
     vectors on add, and ``scorer="vector"``/``"hybrid"`` searches use it. A

@@ -1,33 +1,56 @@
 """``Database.check``: every invariant of the file, verified from the rows.
 
 SQLite integrity; statistics equal to counts of the rows; no orphaned chunk;
-each document frequency equal to the number of latest chunks holding the
-term; packed postings listing exactly the (term, chunk, tf) triples of the
-chunks' forward indexes; and for vectors: no orphans, the recorded size, no
-holes below the watermark, the in-memory matrix equal to the table.
+every packed column well-formed (postings, forward indexes, the change log,
+vectors); each document frequency equal to the number of latest chunks
+holding the term; packed postings listing exactly the (term, chunk, tf)
+triples of the chunks' forward indexes; unless ``quick``, every document's
+text equal to its content hash and valid UTF-8, and every chunk's own text
+equal to its slice of the document; and for vectors: no orphans, the
+recorded size, no holes below the watermark, the in-memory matrix equal to
+the table.
+
+Nothing here raises on damage: each kind of problem is reported once, with a
+count and an example, and a row found malformed is left out of the checks
+that would need to decode it.
 """
 
 from __future__ import annotations
 
+import hashlib
 from collections import Counter
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from .index import Index, unpack_ids, unpack_tfs
+from .index import Index
 from .storage import DTYPES
 
 if TYPE_CHECKING:
+    from collections.abc import Iterable
+
     from .engine import Engine
+    from .storage import Store
+
+_PLURAL = {"entry": "entries"}
+_FIRST_ID, _LAST_ID = -(1 << 63), (1 << 63) - 1  # the range of SQLite integers
 
 
-def check(engine: Engine) -> list[str]:
+def check(engine: Engine, quick: bool = False) -> list[str]:
     """Verify every invariant; returns a list of problems (empty when healthy).
 
     Checks SQLite integrity, that statistics equal counts of the rows, that
-    no chunk is orphaned, that each document frequency equals the number of
-    latest chunks holding the term, and that the packed postings list
-    exactly the (term, chunk, tf) triples of the chunks' forward indexes.
+    no chunk is orphaned, that every packed column (postings.chunk_ids, .tfs
+    and .n, chunks.terms and .tfs, chunk_log.terms, vectors.vector) is a blob
+    of whole values whose lengths agree (segment ids strictly increasing),
+    that each document frequency equals the number of latest chunks holding
+    the term, and that the packed postings list exactly the (term, chunk, tf)
+    triples of the chunks' forward indexes. Unless ``quick``, it also reads
+    every text: each document's must be valid UTF-8 equal to its
+    ``content_hash``, each chunk's own copy valid UTF-8 equal to its
+    ``[start:end]`` slice of the (verified) document text. Malformed rows are
+    reported and left out of the later checks; the document-frequency check
+    is skipped when a forward index it needs cannot be read.
     """
     store = engine.store
     problems: list[str] = []
@@ -44,42 +67,63 @@ def check(engine: Engine) -> list[str]:
             problems.append(f"{m} chunks disagree with their document about being the latest version")
         if (d := store.duplicate_latest_sources()):
             problems.append(f"{d} sources have more than one latest version")
-        fwd = store.forward_all()
         table = {cid: latest for cid, _length, latest, _doc, _whole in store.chunk_table()}
+        tally = _Tally()
+        flushed = s["flushed_upto"]
+        bad_chunks: set[int] = set()
+        df_known = True  # False when a forward index the live df depends on is unreadable
         df_real: Counter[int] = Counter()
         triples = []
-        for cid, t, f in fwd:
-            terms = unpack_ids(t)
+        for cid, tkind, t, fkind, f in store.packed_forward_rows():
+            fwd = _forward(tally, cid, tkind, t, fkind, f)
+            if fwd is None:
+                bad_chunks.add(cid)
+                if table.get(cid) == 1 or cid > flushed:
+                    df_known = False
+                continue
+            terms, tfs = fwd
             if table.get(cid) == 1:
                 df_real.update(terms.tolist())
-            if cid <= s["flushed_upto"]:
+            if cid <= flushed:
                 triples.append(np.stack([terms.astype(np.int64), np.full(len(terms), cid, np.int64),
-                                         unpack_tfs(f).astype(np.int64)], axis=1))
-        index = Index(store)  # a fresh view, independent of this connection's cache
-        index.sync()
-        bad_df = [(tid, df, df_real.get(tid, 0)) for tid, df in index.live_dfs().items()
-                  if df != df_real.get(tid, 0)]
-        if bad_df:
-            tid, df, real = bad_df[0]
-            problems.append(f"{len(bad_df)} terms have a wrong document frequency "
-                            f"(e.g. term id {tid}: df {df}, real {real})")
+                                         tfs.astype(np.int64)], axis=1))
+        for seq, cid, kind, blob in store.packed_log_rows():
+            if _packed(tally, "chunk_log.terms", "entry", f"seq {seq}, chunk {cid}", kind, blob, "<u4") is None:
+                df_known = False
         posted = []
-        for tid, ids, tfs in store.all_postings():
-            ids_a = unpack_ids(ids).astype(np.int64)
-            live = np.array([c in table for c in ids_a.tolist()], dtype=bool)
-            posted.append(np.stack([np.full(int(live.sum()), tid, np.int64), ids_a[live],
-                                    unpack_tfs(tfs).astype(np.int64)[live]], axis=1))
-        a = _sorted_rows(triples)
-        b_ = _sorted_rows(posted)
+        bad_terms: set[int] = set()
+        for tid, seg, count, ikind, ids, fkind, tfs_b in store.packed_postings_rows():
+            segment = _segment(tally, tid, seg, count, ikind, ids, fkind, tfs_b)
+            if segment is None:
+                bad_terms.add(tid)
+                continue
+            ids_a, tfs_a = segment
+            live = np.array([c in table and c not in bad_chunks for c in ids_a.tolist()], dtype=bool)
+            posted.append(np.stack([np.full(int(live.sum()), tid, np.int64), ids_a[live], tfs_a[live]], axis=1))
+        problems += tally.problems()
+        if df_known:
+            index = Index(store)  # a fresh view, independent of this connection's cache
+            index.sync()
+            bad_df = [(tid, df, df_real.get(tid, 0)) for tid, df in index.live_dfs().items()
+                      if df != df_real.get(tid, 0)]
+            if bad_df:
+                tid, df, real = bad_df[0]
+                problems.append(f"{len(bad_df)} terms have a wrong document frequency "
+                                f"(e.g. term id {tid}: df {df}, real {real})")
+        a = _sorted_rows(triples, bad_terms)
+        b_ = _sorted_rows(posted, bad_terms)
         if a.shape != b_.shape or not np.array_equal(a, b_):
             problems.append(f"postings disagree with the chunks' forward indexes "
                             f"({len(b_)} live postings, {len(a)} expected)")
+        if not quick:
+            problems += _text_problems(store)
     return problems + check_vectors(engine)
 
 
 def check_vectors(engine: Engine) -> list[str]:
-    """Vector problems (empty when healthy): orphans, wrong sizes, holes below the
-    watermark, and the in-memory matrix disagreeing with the table."""
+    """Vector problems (empty when healthy): orphans, a malformed model record, vectors
+    that are not a blob of the recorded size, holes below the watermark, and the
+    in-memory matrix disagreeing with the table."""
     problems: list[str] = []
     st = engine.store
     with st.read():
@@ -90,9 +134,16 @@ def check_vectors(engine: Engine) -> list[str]:
             if st.has_vectors():
                 problems.append("vectors are stored but no embedding model is recorded")
             return problems
-        width = int(info["dimensions"]) * np.dtype(DTYPES[info["dtype"]]).itemsize
-        if (w := st.wrong_length_vectors(width)):
-            problems.append(f"{w} vectors are not {info['dimensions']} {info['dtype']} values")
+        try:
+            dims, dtype = int(info["dimensions"]), str(info["dtype"])
+            itemsize = np.dtype(DTYPES[dtype]).itemsize
+        except (KeyError, TypeError, ValueError):
+            problems.append(f"the recorded embedding model is malformed: {info!r}")
+            return problems
+        n, cid, kind, size = st.malformed_vectors(dims * itemsize)
+        if n:
+            problems.append(f"vectors.vector is not {dims} {dtype} values in {_count(n, 'vector')} "
+                            f"(e.g. chunk {cid}: {kind} of {_count(size, 'byte')})")
             return problems
         if (h := st.unembedded_below_watermark()):
             problems.append(f"{h} chunks below the embedded watermark have no vector")
@@ -106,10 +157,129 @@ def check_vectors(engine: Engine) -> list[str]:
     return problems
 
 
-def _sorted_rows(parts: list[np.ndarray]) -> np.ndarray:
+class _Tally:
+    """Problems by kind: how many rows have each, and the first one's description."""
+
+    def __init__(self) -> None:
+        self.kinds: dict[tuple[str, str], list[Any]] = {}
+
+    def add(self, what: str, noun: str, example: str) -> None:
+        entry = self.kinds.setdefault((what, noun), [0, example])
+        entry[0] += 1
+
+    def problems(self) -> list[str]:
+        return [f"{what} in {_count(n, noun)} (e.g. {example})" for (what, noun), (n, example) in self.kinds.items()]
+
+
+def _count(n: Any, noun: str) -> str:
+    return f"{n} {noun if n == 1 else _PLURAL.get(noun, noun + 's')}"
+
+
+def _packed(tally: _Tally, column: str, noun: str, where: str, kind: str, blob: bytes | None,
+            dtype: str) -> np.ndarray | None:
+    """The values of one packed column (little-endian ``dtype``), or None (reported) when it
+    is not a blob of whole values."""
+    if kind != "blob" or blob is None:
+        tally.add(f"{column} is not a blob", noun, f"{where}: {kind}")
+        return None
+    itemsize = np.dtype(dtype).itemsize
+    if len(blob) % itemsize:
+        tally.add(f"{column} is not a whole number of {'uint32' if itemsize == 4 else 'uint16'} values",
+                  noun, f"{where}: {_count(len(blob), 'byte')}")
+        return None
+    return np.frombuffer(blob, dtype=dtype)
+
+
+def _forward(tally: _Tally, cid: int, tkind: str, t: bytes | None, fkind: str, f: bytes | None
+             ) -> tuple[np.ndarray, np.ndarray] | None:
+    """A chunk's (term ids, tfs), or None (reported) when malformed."""
+    where = f"chunk {cid}"
+    terms = _packed(tally, "chunks.terms", "chunk", where, tkind, t, "<u4")
+    tfs = _packed(tally, "chunks.tfs", "chunk", where, fkind, f, "<u2")
+    if terms is None or tfs is None:
+        return None
+    if len(terms) != len(tfs):
+        tally.add("chunks.terms and chunks.tfs differ in length", "chunk",
+                  f"{where}: {len(terms)} term ids, {len(tfs)} tfs")
+        return None
+    return terms, tfs
+
+
+def _segment(tally: _Tally, tid: int, seg: int, n: Any, ikind: str, ids: bytes | None, fkind: str,
+             tfs: bytes | None) -> tuple[np.ndarray, np.ndarray] | None:
+    """A postings segment's (chunk ids, tfs) as int64, or None (reported) when malformed."""
+    where = f"term id {tid}, segment {seg}"
+    ids_a = _packed(tally, "postings.chunk_ids", "segment", where, ikind, ids, "<u4")
+    tfs_a = _packed(tally, "postings.tfs", "segment", where, fkind, tfs, "<u2")
+    if ids_a is None or tfs_a is None:
+        return None
+    if not (type(n) is int and n == len(ids_a) == len(tfs_a)):
+        tally.add("postings.n disagrees with the lengths of postings.chunk_ids and postings.tfs", "segment",
+                  f"{where}: n {n!r}, {len(ids_a)} chunk ids, {len(tfs_a)} tfs")
+        return None
+    ids_64 = ids_a.astype(np.int64)
+    if len(ids_64) > 1 and not bool(np.all(ids_64[1:] > ids_64[:-1])):
+        tally.add("postings.chunk_ids is not strictly increasing", "segment", where)
+        return None
+    return ids_64, tfs_a.astype(np.int64)
+
+
+def _text_problems(store: Store) -> list[str]:
+    """Text problems: every document's text read as bytes, in blocks, with its chunks' own texts."""
+    tally = _Tally()
+    after = _FIRST_ID
+    for block in store.document_text_blocks():
+        verified: dict[int, str] = {}  # document id -> text, when it matches its content hash
+        for doc_id, digest, kind, raw in block:
+            text = _decode(tally, "documents.text", "document", f"document {doc_id}", kind, raw)
+            if text is None:
+                continue
+            if raw is None or hashlib.sha256(raw).hexdigest().encode() != digest:
+                tally.add("documents.text does not match its content_hash", "document", f"document {doc_id}")
+                continue
+            verified[doc_id] = text
+        upto = block[-1][0]
+        _chunk_text_problems(tally, store.chunk_texts(after, upto), verified)
+        after = upto
+    _chunk_text_problems(tally, store.chunk_texts(after, _LAST_ID), {})  # chunks of no document
+    return tally.problems()
+
+
+def _chunk_text_problems(tally: _Tally, rows: Iterable[tuple[int, int, Any, Any, str, bytes | None]],
+                         texts: dict[int, str]) -> None:
+    for cid, doc_id, start, end, kind, raw in rows:
+        doc = texts.get(doc_id)
+        where = f"chunk {cid} of document {doc_id}"
+        if raw is None:  # no copy: the chunk is its whole document
+            if doc is not None and (start != 0 or end != len(doc)):
+                tally.add("chunks.text is NULL (the whole document) but the chunk is not its whole document",
+                          "chunk", f"{where}: [{start}:{end}] of {len(doc)} characters")
+            continue
+        text = _decode(tally, "chunks.text", "chunk", where, kind, raw)
+        if text is None or doc is None:
+            continue
+        if not (type(start) is int and type(end) is int) or text != doc[start:end]:
+            tally.add("chunks.text differs from its document's text[start:end]", "chunk", f"{where}: [{start}:{end}]")
+
+
+def _decode(tally: _Tally, column: str, noun: str, where: str, kind: str, raw: bytes | None) -> str | None:
+    """A stored text, or None (reported) when it is not TEXT or not valid UTF-8."""
+    if kind != "text" or raw is None:
+        tally.add(f"{column} is not stored as text", noun, f"{where}: {kind}")
+        return None
+    try:
+        return raw.decode("utf-8")
+    except UnicodeDecodeError as e:
+        tally.add(f"{column} is not valid UTF-8", noun, f"{where}: byte {e.start}")
+        return None
+
+
+def _sorted_rows(parts: list[np.ndarray], skip_terms: set[int] | None = None) -> np.ndarray:
     if not parts:
         return np.zeros((0, 3), np.int64)
     a = np.concatenate(parts)
+    if skip_terms:
+        a = a[~np.isin(a[:, 0], np.fromiter(skip_terms, np.int64, len(skip_terms)))]
     if len(a) == 0:
         return np.zeros((0, 3), np.int64)
     return a[np.lexsort((a[:, 1], a[:, 0]))]

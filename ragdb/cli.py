@@ -119,7 +119,8 @@ def _open(database: str | None, *, create: bool = False, **kwargs: Any) -> ragdb
     path = _db_path(database)
     if not create and path != ":memory:" and not Path(path).exists():
         raise click.ClickException(f"{path}: no such database (create it with 'ragdb init' or 'ragdb add')")
-    return ragdb.open(path, create=create, **kwargs)
+    # create: a missing file is created, an existing empty one refused (only 'ragdb init' takes it)
+    return ragdb.open(path, create=None if create else False, **kwargs)
 
 
 def _emit_json(obj: Any) -> None:
@@ -452,26 +453,35 @@ def cli(database: str | None) -> None:
               help="Default chunker: recursive, paragraph, none, window:size=200,overlap=40 ...")
 @click.option("--keep-versions/--no-keep-versions", default=None,
               help="Keep replaced versions of a source for --all-versions/--as-of searches.")
+@click.option("--public-unlabeled/--no-public-unlabeled", default=None,
+              help="Whether documents without access labels are visible to --principal searches (default: "
+                   "no). Set at creation; on an existing database change it with 'ragdb config'.")
 @json_option
 def init(database: str | None, analyzer: str | None, chunker: str | None, keep_versions: bool | None,
-         as_json: bool) -> None:
+         public_unlabeled: bool | None, as_json: bool) -> None:
     """Create a database with the chosen analyzer and chunker settings.
 
     On an existing database, checks the analyzer and updates the chunker and
-    keep-versions settings given.
+    keep-versions settings given; --public-unlabeled must agree with the stored
+    access setting ('ragdb config public_unlabeled' changes it). An existing
+    empty file becomes a new database.
     """
     path = _db_path(database)
-    existed = path != ":memory:" and Path(path).exists()
-    with ragdb.open(path, analyzer=analyzer, chunker=chunker, keep_versions=keep_versions) as db:
+    existed = path != ":memory:" and Path(path).exists() and not (Path(path).is_file()
+                                                                  and Path(path).stat().st_size == 0)
+    with ragdb.open(path, analyzer=analyzer, chunker=chunker, keep_versions=keep_versions,
+                    public_unlabeled=public_unlabeled, create=True) as db:
         settings = db.settings
     out = {"database": path, "created": not existed, "analyzer": settings.get("analyzer"),
-           "chunker": settings.get("chunker"), "keep_versions": bool(settings.get("keep_versions"))}
+           "chunker": settings.get("chunker"), "keep_versions": bool(settings.get("keep_versions")),
+           "public_unlabeled": bool(settings.get("public_unlabeled"))}
     if as_json:
         _emit_json(out)
         return
     click.echo(f"{'created' if not existed else 'opened existing'} {path}")
     _pairs([("analyzer", _analyzer_name(settings.get("analyzer"))), ("chunker", out["chunker"]),
-            ("keep versions", "yes" if out["keep_versions"] else "no")])
+            ("keep versions", "yes" if out["keep_versions"] else "no"),
+            ("public unlabeled", "yes" if out["public_unlabeled"] else "no")])
 
 
 def _analyzer_name(config: Any) -> str:
@@ -835,6 +845,77 @@ def embed(database: str | None, embed_model: str | None, rebuild: bool, batch_si
                f"{vec['pending']:,} pending")
 
 
+# --------------------------------------------------------------------------- config
+
+#: The settings 'ragdb config KEY VALUE' changes, and what VALUE is.
+CONFIG_KEYS = {"public_unlabeled": "true|false", "keep_versions": "true|false", "chunker": "SPEC"}
+_FLAG_WORDS = {"true": True, "yes": True, "on": True, "1": True, "false": False, "no": False, "off": False, "0": False}
+_SETTING_DEFAULTS = {"keep_versions": False, "public_unlabeled": False}  # what a missing row means
+
+
+def _setting_text(key: str, value: Any) -> str:
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if key == "analyzer":
+        return _analyzer_name(value)
+    if isinstance(value, (Mapping, list)):
+        return orjson.dumps(value, option=orjson.OPT_SORT_KEYS).decode()
+    return str(value)
+
+
+@cli.command("config")
+@database_option
+@click.argument("key", required=False)
+@click.argument("value", required=False)
+@json_option
+def config_cmd(database: str | None, key: str | None, value: str | None, as_json: bool) -> None:
+    """List the database's settings; show one (KEY); or change one (KEY VALUE).
+
+    \b
+    Settable:
+      public_unlabeled true|false  documents without access labels visible to --principal searches
+      keep_versions true|false     keep replaced versions for --all-versions/--as-of searches
+      chunker SPEC                 default chunker of adds (recursive, paragraph, none, window:size=200 ...)
+
+    The analyzer is fixed at creation. A change is one transaction; databases
+    already open elsewhere see it when they are next opened. Opening never
+    changes public_unlabeled: this command (or Database.set_public_unlabeled) does.
+    """
+    if key is not None and key not in CONFIG_KEYS:
+        fixed = " (the analyzer is fixed when the database is created)" if key == "analyzer" else ""
+        raise click.UsageError(f"cannot set {key!r}{fixed}; settable: {', '.join(sorted(CONFIG_KEYS))}")
+    new: Any = value
+    if key is not None and value is not None and CONFIG_KEYS[key] == "true|false":
+        if value.strip().lower() not in _FLAG_WORDS:
+            raise click.UsageError(f"{key} takes true or false, got {value!r}")
+        new = _FLAG_WORDS[value.strip().lower()]
+    with _open(database) as db:
+        settings = dict(sorted({**_SETTING_DEFAULTS, **db.settings}.items()))
+        if key == "public_unlabeled" and value is not None:
+            db.set_public_unlabeled(new)
+    if key is None:
+        if as_json:
+            _emit_json(settings)
+        else:
+            _pairs([(k, _setting_text(k, v)) for k, v in settings.items()])
+        return
+    old = settings.get(key)
+    if value is None:
+        if as_json:
+            _emit_json({"setting": key, "value": old})
+        else:
+            click.echo(_setting_text(key, old))
+        return
+    if key != "public_unlabeled":  # opening with chunker=/keep_versions= stores them
+        with _open(database, **{key: new}) as db:
+            new = db.settings.get(key)  # the chunker spec as stored (canonical form)
+    if as_json:
+        _emit_json({"setting": key, "old": old, "value": new, "changed": old != new})
+    else:
+        click.echo(f"{key}: {_setting_text(key, old)} -> {_setting_text(key, new)}"
+                   + ("" if old != new else " (unchanged)"))
+
+
 # --------------------------------------------------------------------------- stats / check / optimize / migrate
 
 
@@ -875,14 +956,18 @@ def stats(database: str | None, as_json: bool) -> None:
 
 @cli.command()
 @database_option
+@click.option("--quick", is_flag=True,
+              help="Skip reading every text (document texts against their content hash, chunk texts "
+                   "against their slice); the index and vector checks still run.")
 @json_option
-def check(database: str | None, as_json: bool) -> None:
-    """Verify every invariant (df = real postings, statistics, no orphans, SQLite integrity).
+def check(database: str | None, quick: bool, as_json: bool) -> None:
+    """Verify every invariant (df = real postings, statistics, no orphans, SQLite integrity,
+    well-formed packed columns, texts matching their hashes).
 
     Exits 1 when a problem is found.
     """
     with _open(database) as db:
-        problems = db.check()
+        problems = db.check(quick=True) if quick else db.check()
     if as_json:
         _emit_json({"ok": not problems, "problems": problems})
     elif problems:

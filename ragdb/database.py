@@ -20,6 +20,7 @@ import contextlib
 import itertools
 import os
 import sys
+import time
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
@@ -28,11 +29,12 @@ from . import check as _check
 from .analysis import Analyzer
 from .chunking import Chunker, get_chunker
 from .engine import Engine
-from .errors import AnalyzerMismatch, DocumentNotFound, InvalidInput
+from .errors import AnalyzerMismatch, DocumentNotFound, InvalidInput, NotADatabase
 from .filters import build as build_filter
 from .index import Index
 from .ingest import check_add_arguments, ingest
-from .options import MAX_K, SCORERS, SearchOptions, check_id, check_text, to_epoch
+from .options import (MAX_K, SCORERS, SearchOptions, check_busy_timeout, check_count, check_embedder, check_flag,
+                      check_id, check_optional_flag, check_path, check_text, to_epoch)
 from .search import Searcher
 from .storage import Store, loads
 from .types import AddReport, Document, Hit, LoadedDocument, Span, Stats, VectorInfo
@@ -246,6 +248,9 @@ class Database:
         """
         if embedder is None and rebuild:
             raise InvalidInput("embed: rebuild=True needs the embedder to re-embed every chunk with")
+        check_embedder(embedder)
+        if progress is not None and not callable(progress):
+            raise InvalidInput(f"embed: progress must be callable, got {type(progress).__name__}")
         emb = self._engine.query_embedder(embedder)
         return self._writer.embed(emb, batch_size, rebuild=rebuild, full_scan=full_scan, progress=progress)
 
@@ -385,16 +390,32 @@ class Database:
             if not isinstance(source, str):
                 raise InvalidInput(f"documents: source must be a string, got {source!r}")
             check_text(source, "documents: source")
-        if limit is not None and (not isinstance(limit, int) or isinstance(limit, bool) or limit < 0):
-            raise InvalidInput(f"limit must be a non-negative integer, got {limit!r}")
-        if not isinstance(offset, int) or isinstance(offset, bool) or offset < 0:
-            raise InvalidInput(f"offset must be a non-negative integer, got {offset!r}")
+        check_flag(glob, "documents: glob")
+        if limit is not None:
+            check_count(limit, "limit")  # below 2**63: SQLite's LIMIT is a 64-bit integer
+        check_count(offset, "offset")
         conditions = self._conditions(filter) if filter is not None else ()
         store = self._engine.store
         with store.read():
             rows = store.list_documents(source, glob=glob, latest_only=versions == "latest",
                                         limit=limit, offset=offset, conditions=conditions)
         return [doc_from_row(r, False) for r in rows]
+
+    def set_public_unlabeled(self, value: bool) -> None:
+        """Turn the ``public_unlabeled`` access setting on or off, in the file (one transaction).
+
+        On, chunks without access labels are visible to searches made with
+        ``principals=``; off (the default), they are not. This is the one way to
+        change it: :func:`ragdb.open` stores ``public_unlabeled=`` when it creates
+        the file and refuses a different value on an existing one (``ragdb config
+        public_unlabeled true|false`` calls this). Searches of this ``Database``
+        see the new value at once; other open ``Database`` objects, in this
+        process or another, read settings when they open, so they see it when
+        next opened. Refused inside :meth:`transaction` (a rollback would undo it).
+        """
+        value = check_flag(value, "public_unlabeled")
+        self._engine.store.commit_setting("public_unlabeled", value)
+        self._engine.settings["public_unlabeled"] = value
 
     def stats(self) -> Stats:
         """Collection statistics."""
@@ -447,16 +468,22 @@ class Database:
         if vacuum:
             self._engine.store.vacuum_analyze()
 
-    def check(self) -> list[str]:
+    def check(self, quick: bool = False) -> list[str]:
         """Verify every invariant; returns a list of problems (empty when healthy).
 
         Checks SQLite integrity, that statistics equal counts of the rows, that
-        no chunk is orphaned, that each document frequency equals the number of
-        latest chunks holding the term, that the packed postings list exactly
-        the (term, chunk, tf) triples of the chunks' forward indexes, and that
-        the vectors fit their model and the in-memory vector index (:mod:`ragdb.check`).
+        no chunk is orphaned, that every packed column (postings, the chunks'
+        forward indexes, the change log, vectors) is well-formed, that each
+        document frequency equals the number of latest chunks holding the term,
+        that the packed postings list exactly the (term, chunk, tf) triples of
+        the chunks' forward indexes, and that the vectors fit their model and
+        the in-memory vector index (:mod:`ragdb.check`). Unless ``quick``, it
+        also reads every text: each document's must be valid UTF-8 matching its
+        ``content_hash``, and each chunk's own copy its ``[start:end]`` slice of
+        the document. ``quick=True`` skips that pass (the bulk of the time on a
+        large database). Damage is reported, never raised.
         """
-        return _check.check(self._engine)
+        return _check.check(self._engine, quick=quick)
 
 
 def _prompt_k(k: int | None, options: SearchOptions | None) -> int | None:
@@ -478,42 +505,62 @@ def _spans(chunks: list[tuple[int, int, int, str]]) -> list[dict[str, Any]]:
 def open_database(path: str | os.PathLike[str] = ":memory:", *, analyzer: "str | Analyzer | Mapping[str, Any] | None" = None,
                   chunker: str | None = None, keep_versions: bool | None = None,
                   public_unlabeled: bool | None = None, readonly: bool = False,
-                  create: bool = True, busy_timeout: float = 30.0, embedder: Any = None) -> Database:
-    """Open (creating if needed) a ragdb database; see :func:`ragdb.open`."""
-    path = os.fspath(path)
-    store = Store(path, busy_timeout=busy_timeout, readonly=readonly, create=create)
-    try:
-        with store.read():
-            settings = store.settings()
-        wanted = Analyzer.from_spec(analyzer) if analyzer is not None else None
-        if "analyzer" in settings:
-            stored = Analyzer.from_config(settings["analyzer"])
-            if wanted is not None and wanted.config() != stored.config():
-                raise AnalyzerMismatch(
-                    f"{path}: built with analyzer {stored.config()}, opened with {wanted.config()}; "
-                    f"open it without analyzer= (or with the stored one), or rebuild into a new database")
-            an = stored
-        else:
+                  create: bool | None = None, busy_timeout: float = 30.0, embedder: Any = None) -> Database:
+    """Open (creating if needed) a ragdb database; see :func:`ragdb.open` (``create``,
+    ``public_unlabeled``: the rules there). Arguments are checked before the file is touched."""
+    path = check_path(path)
+    readonly = check_flag(readonly, "readonly")
+    create = check_optional_flag(create, "create")
+    keep_versions = check_optional_flag(keep_versions, "keep_versions")
+    public_unlabeled = check_optional_flag(public_unlabeled, "public_unlabeled")
+    busy_timeout = check_busy_timeout(busy_timeout)
+    embedder = check_embedder(embedder)
+    wanted = Analyzer.from_spec(analyzer) if analyzer is not None else None
+    chunker_spec = get_chunker(chunker).spec() if chunker is not None else None
+    if path != ":memory:" and (create is not True or readonly) and _empty_file(path):
+        raise NotADatabase(f"{path}: not a ragdb database (empty file); ragdb.open(path, create=True) or "
+                           f"'ragdb init' makes it a new one")
+    store = Store(path, busy_timeout=busy_timeout, readonly=readonly, create=create is not False)
+
+    def plan(settings: Mapping[str, Any]) -> tuple[Analyzer, dict[str, Any]]:
+        """The analyzer, and the settings this open writes, given the stored ``settings``."""
+        if "analyzer" not in settings:  # a new database: every setting is stored now
             if readonly:
                 raise InvalidInput(f"{path}: the database has no analyzer settings and is opened read-only")
             an = wanted or Analyzer()
-        new_settings: dict[str, Any] = {}
-        if "analyzer" not in settings:
-            new_settings["analyzer"] = an.config()
-            new_settings["chunker"] = get_chunker(chunker).spec()
-            new_settings["keep_versions"] = bool(keep_versions)
-            new_settings["public_unlabeled"] = bool(public_unlabeled)
-        else:
-            if chunker is not None:
-                new_settings["chunker"] = get_chunker(chunker).spec()
-            if keep_versions is not None and keep_versions != settings.get("keep_versions"):
-                new_settings["keep_versions"] = bool(keep_versions)
-            if public_unlabeled is not None and public_unlabeled != settings.get("public_unlabeled"):
-                new_settings["public_unlabeled"] = bool(public_unlabeled)
+            return an, {"analyzer": an.config(), "chunker": chunker_spec or get_chunker(None).spec(),
+                        "keep_versions": bool(keep_versions), "public_unlabeled": bool(public_unlabeled)}
+        stored = Analyzer.from_config(settings["analyzer"])
+        if wanted is not None and wanted.config() != stored.config():
+            raise AnalyzerMismatch(
+                f"{path}: built with analyzer {stored.config()}, opened with {wanted.config()}; "
+                f"open it without analyzer= (or with the stored one), or rebuild into a new database")
+        # An access setting never changes as a side effect of opening (any process may
+        # open the file); chunker and keep_versions given here do update the stored ones.
+        public = bool(settings.get("public_unlabeled", False))
+        if public_unlabeled is not None and public_unlabeled != public:
+            raise InvalidInput(
+                f"{path}: public_unlabeled is {public} in this database and opening does not change it; "
+                f"open without public_unlabeled=, or change it with db.set_public_unlabeled({public_unlabeled}) "
+                f"or 'ragdb config public_unlabeled {str(public_unlabeled).lower()}'")
+        new: dict[str, Any] = {}
+        if chunker_spec is not None and chunker_spec != settings.get("chunker"):
+            new["chunker"] = chunker_spec
+        if keep_versions is not None and keep_versions != settings.get("keep_versions"):
+            new["keep_versions"] = keep_versions
+        return stored, new
+
+    try:
+        with store.read():
+            settings = store.settings()
+        an, new_settings = plan(settings)
         if new_settings:
             if readonly:
                 raise InvalidInput(f"{path}: cannot change settings of a database opened read-only")
             with store.write():
+                # again under the write lock: another process may have created the database meanwhile
+                settings = store.settings()
+                an, new_settings = plan(settings)
                 for key, value in new_settings.items():
                     store.set_setting(key, value)
             settings.update(new_settings)
@@ -526,3 +573,26 @@ def open_database(path: str | os.PathLike[str] = ":memory:", *, analyzer: "str |
     except BaseException:
         store.close()
         raise
+
+
+#: How long an empty database file may stay empty while another process creates it
+#: (SQLite makes the file, then writes its first page, milliseconds later).
+EMPTY_FILE_GRACE_S = 1.0
+
+
+def _empty_file(path: str) -> bool:
+    """Whether ``path`` is an existing zero-byte file that is not being created right now:
+    a file modified less than :data:`EMPTY_FILE_GRACE_S` ago is watched until it gets
+    content or the grace passes. (A zero-byte main file is an empty database: SQLite
+    then deletes a stale ``-wal``, never reads it.)"""
+    deadline = time.monotonic() + EMPTY_FILE_GRACE_S
+    while True:
+        try:
+            if not os.path.isfile(path) or os.path.getsize(path) > 0:
+                return False
+            age = time.time() - os.path.getmtime(path)
+        except OSError:
+            return False
+        if age >= EMPTY_FILE_GRACE_S or time.monotonic() >= deadline:
+            return True
+        time.sleep(0.005)

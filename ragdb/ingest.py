@@ -67,6 +67,10 @@ def check_metadata(metadata: Any, label: str) -> tuple[dict[str, Any], str]:
         raise InvalidInput(f"{label}: metadata is not JSON-serialisable ({e})") from None
     if "null" in metadata_json:  # NaN and infinity come out as null: look for them only then
         check_finite(metadata, label)
+    for key, value in metadata.items():  # scalars (and list elements) go into the filter index
+        for v in value if isinstance(value, list) else (value,):
+            if isinstance(v, int) and not isinstance(v, bool) and not -2 ** 63 <= v < 2 ** 63:
+                raise InvalidInput(f"{label}: metadata {key!r} holds {v}, outside the 64-bit integer range")
     return metadata, metadata_json
 
 
@@ -91,7 +95,7 @@ def prepare(record: Mapping[str, Any] | LoadedDocument, chunker: Chunker, analyz
         raise InvalidInput(f"record {n}: expected a mapping with 'text', got {type(record).__name__}")
     unknown = set(record) - RECORD_KEYS
     if unknown:
-        raise InvalidInput(f"record {n}: unknown keys {sorted(unknown)}")
+        raise InvalidInput(f"record {n}: unknown keys {sorted(unknown, key=repr)}")
     text = record.get("text")
     source = record.get("source")
     label = f"document {source!r}" if source is not None else f"record {n}"
@@ -129,7 +133,7 @@ def prepare(record: Mapping[str, Any] | LoadedDocument, chunker: Chunker, analyz
     acl = check_acl(record.get("acl"), label)
     rec_chunker = get_chunker(record["chunker"]) if record.get("chunker") else chunker
     spans: Sequence[Span] = record.get("spans") or ()
-    if isinstance(spans, (str, bytes)) or not all(isinstance(sp, Span) for sp in spans):
+    if not isinstance(spans, (list, tuple)) or not all(isinstance(sp, Span) for sp in spans):
         raise InvalidInput(f"{label}: spans must be a sequence of ragdb.types.Span")
     chunks: list[tuple[int, int, dict[str, Any], Counts]] = []
     for start, end in rec_chunker.split(text):

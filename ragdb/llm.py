@@ -14,7 +14,6 @@ the request.
 from __future__ import annotations
 
 import json
-import math
 import os
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
@@ -22,6 +21,7 @@ from typing import Any, Protocol, runtime_checkable
 
 from ragdb.errors import InvalidInput, LLMError
 from ragdb.http import Endpoint, check_base_url, display_url, resolve_api_key
+from ragdb.options import check_number
 from ragdb.prompt import (
     REFUSAL,
     CitationCheck,
@@ -121,14 +121,7 @@ class ChatClient:
         if not isinstance(model, str) or not model.strip():
             raise InvalidInput("model must be a non-empty string")
         if temperature is not None:
-            if (
-                isinstance(temperature, bool)
-                or not isinstance(temperature, (int, float))
-                or not math.isfinite(temperature)
-                or temperature < 0
-            ):
-                raise InvalidInput(f"temperature must be a finite number >= 0, got {temperature!r}")
-            temperature = float(temperature)
+            temperature = check_number(temperature, "temperature", low=0.0)
         self._http = Endpoint(
             self.base_url + "/chat/completions",
             error=LLMError,

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import os
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
@@ -63,12 +64,14 @@ def check_id(value: Any, what: str = "doc_id") -> int:
 def check_positive_int(value: Any, name: str) -> int:
     if not isinstance(value, int) or isinstance(value, bool) or value < 1:
         raise InvalidInput(f"{name} must be a positive integer, got {value!r}")
+    if value >= 2 ** 63:  # beyond SQLite's 64-bit INTEGER (a LIMIT, a batch size)
+        raise InvalidInput(f"{name} {value} is out of range (at most 2**63 - 1)")
     return value
 
 
 def check_number(value: Any, name: str, *, low: float | None = None, high: float | None = None) -> float:
     """A finite real number (not a bool) within [low, high]."""
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not _finite(value):
         raise InvalidInput(f"{name} must be a finite number, got {value!r}")
     if (low is not None and value < low) or (high is not None and value > high):
         bounds = f"in [{low}, {high}]" if low is not None and high is not None else \
@@ -129,13 +132,87 @@ def parse_timestamp(value: Any, label: str) -> tuple[str, float]:
         raise InvalidInput(f"{label}: timestamp must be an ISO-8601 string, a datetime or epoch seconds")
     if dt.tzinfo is None:
         dt = dt.replace(tzinfo=timezone.utc)
-    dt = dt.astimezone(timezone.utc)
-    text = dt.strftime("%Y-%m-%dT%H:%M:%S") + (f".{dt.microsecond:06d}" if dt.microsecond else "") + "Z"
+    try:
+        dt = dt.astimezone(timezone.utc)  # 9999-12-31T23:00-05:00 is past year 9999 in UTC
+    except (OverflowError, ValueError):
+        raise InvalidInput(f"{label}: timestamp {value!r} is out of range (years 1 to 9999, in UTC)") from None
+    # the year zero-padded: strftime's %Y gives "999", not "0999", which fromisoformat refuses
+    text = f"{dt.year:04d}" + dt.strftime("-%m-%dT%H:%M:%S") + (f".{dt.microsecond:06d}" if dt.microsecond else "") + "Z"
     return text, dt.timestamp()
 
 
 def to_epoch(value: Any, label: str) -> float:
     return parse_timestamp(value, label)[1]
+
+
+def _finite(value: int | float) -> bool:
+    """math.isfinite, False for an int past the float range (10**400) where it raises OverflowError."""
+    try:
+        return math.isfinite(value)
+    except OverflowError:
+        return False
+
+
+#: SQLite's busy timeout is a 32-bit count of milliseconds: about 24.8 days.
+MAX_BUSY_TIMEOUT = (2 ** 31 - 1) // 1000
+#: The largest BM25 k1 a search takes (typical values are 0.5 to 2).
+MAX_K1 = 1e6
+
+
+def check_count(value: Any, name: str) -> int:
+    """A non-negative integer SQLite can bind (a limit, an offset): 0 to 2**63 - 1."""
+    if not isinstance(value, int) or isinstance(value, bool) or value < 0:
+        raise InvalidInput(f"{name} must be a non-negative integer, got {value!r}")
+    if value >= 2 ** 63:
+        raise InvalidInput(f"{name} {value} is out of range (at most 2**63 - 1)")
+    return value
+
+
+def check_flag(value: Any, name: str) -> bool:
+    """True or False: not 0/1, not a string (``"false"`` is truthy)."""
+    if not isinstance(value, bool):
+        raise InvalidInput(f"{name} must be True or False, got {value!r}")
+    return value
+
+
+def check_optional_flag(value: Any, name: str) -> bool | None:
+    """None ("not given"), True or False."""
+    return None if value is None else check_flag(value, name)
+
+
+def check_busy_timeout(value: Any) -> float:
+    """Seconds to wait for another process's write lock: 0 to :data:`MAX_BUSY_TIMEOUT`."""
+    return check_number(value, "busy_timeout", low=0.0, high=float(MAX_BUSY_TIMEOUT))
+
+
+def check_path(value: Any) -> str:
+    """A database path (text or an ``os.PathLike`` of text; ``":memory:"``), one SQLite can open."""
+    try:
+        path = os.fspath(value)
+    except TypeError:
+        raise InvalidInput(f"path must be a string or a path-like object, got {type(value).__name__}") from None
+    if not isinstance(path, str):
+        raise InvalidInput(f"path must be text, not {type(path).__name__} (decode it with os.fsdecode)")
+    if not path:
+        raise InvalidInput("path must not be empty (':memory:' opens an in-memory database)")
+    if "\x00" in path:
+        raise InvalidInput(f"path {path!r} contains a NUL character")
+    return check_text(path, "path")
+
+
+def check_embedder(value: Any, name: str = "embedder") -> Any:
+    """None, a model spec (``"wordllama"``, ``"openai:MODEL"``...), or an object with a
+    ``name`` and an ``embed(texts)`` method (see :class:`ragdb.embeddings.Embedder`)."""
+    if value is None:
+        return None
+    if isinstance(value, str):
+        if not value:
+            raise InvalidInput(f"{name} must not be an empty model spec")
+        return check_text(value, name)
+    if not isinstance(getattr(value, "name", None), str) or not callable(getattr(value, "embed", None)):
+        raise InvalidInput(f"{name} must be a model spec (e.g. 'wordllama') or an object with a name and "
+                           f"an embed(texts) method, got {type(value).__name__}")
+    return value
 
 
 # -- the values -----------------------------------------------------------------------
@@ -223,9 +300,11 @@ class SearchOptions:
                                    f"(the search uses scorer {scorer!r})")
             return True
 
-        for name in ("k1", "b"):
+        # b past 1 makes BM25's length norm negative (a zero denominator: inf/NaN scores);
+        # a k1 near the float range overflows it.
+        for name, high in (("k1", MAX_K1), ("b", 1.0)):
             if only(name, ("bm25", "hybrid")):
-                check_number(getattr(self, name), name, low=0.0)
+                check_number(getattr(self, name), name, low=0.0, high=high)
         if only("fusion", ("hybrid",)) and self.fusion not in FUSIONS:
             raise InvalidInput(f"fusion {self.fusion!r} is unknown; choose one of {', '.join(FUSIONS)}")
         if only("alpha", ("hybrid",)):
@@ -239,7 +318,8 @@ class SearchOptions:
             check_number(self.rrf_k, "rrf_k", low=0.0)
         if only("pool", ("hybrid",)):
             check_positive_int(self.pool, "pool")
-        only("embedder", VECTOR_SCORERS)
+        if only("embedder", VECTOR_SCORERS):
+            check_embedder(self.embedder)
         if self.reranker is not None and not callable(getattr(self.reranker, "rerank", None)):
             raise InvalidInput("reranker must have a rerank(query, hits, top_n) method")
         if self.rerank_top is not None:

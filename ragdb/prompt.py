@@ -35,6 +35,7 @@ from typing import Any, cast
 from collections.abc import Callable, Iterable, Sequence
 
 from ragdb.errors import InvalidInput
+from ragdb.options import check_number
 from ragdb.types import Hit
 
 __all__ = [
@@ -77,12 +78,7 @@ def _check_str(name: str, value: Any) -> str:
 
 
 def _real(name: str, value: Any) -> float:
-    if isinstance(value, bool) or not isinstance(value, (int, float)):
-        raise InvalidInput(f"{name} must be a number, got {value!r}")
-    value = float(value)
-    if not math.isfinite(value):
-        raise InvalidInput(f"{name} must be a finite number, got {value!r}")
-    return value
+    return check_number(value, name)  # the one check of numbers (ragdb.options)
 
 
 def _as_hits(hits: Any) -> list[Hit]:

@@ -20,7 +20,7 @@ from collections.abc import Iterable, Iterator, Sequence
 if TYPE_CHECKING:
     import sqlite_utils
 
-from ..errors import DatabaseBusy, NotADatabase, RagdbError, SchemaTooNew, StorageError
+from ..errors import DatabaseBusy, InvalidInput, NotADatabase, RagdbError, SchemaTooNew, StorageError
 from .codec import dumps, loads
 from .vectors import VectorSQL
 
@@ -296,11 +296,34 @@ class Store(VectorSQL):
 
     # -- settings and statistics ---------------------------------------------
     def settings(self) -> dict[str, Any]:
-        return {k: loads(v) for k, v in self.conn.execute("SELECT key, value FROM settings")}
+        """Every setting, decoded; a value that is not JSON (or a flag that is not
+        true/false) is a :class:`StorageError` naming the file and the key."""
+        out: dict[str, Any] = {}
+        for key, value in self.conn.execute("SELECT key, value FROM settings"):
+            try:
+                out[key] = loads(value)
+            except (ValueError, TypeError) as e:  # orjson.JSONDecodeError is a ValueError
+                raise StorageError(f"{self.path}: the database is damaged: setting {key!r} is not valid JSON "
+                                   f"({e}); restore the file from a backup") from None
+            if key in ("keep_versions", "public_unlabeled") and not isinstance(out[key], bool):
+                # never guess an access setting: "false" would read as true
+                raise StorageError(f"{self.path}: the database is damaged: setting {key!r} is {out[key]!r}, "
+                                   f"not true or false; restore the file from a backup")
+        return out
 
     def set_setting(self, key: str, value: Any) -> None:
         self.conn.execute("INSERT INTO settings (key, value) VALUES (?, ?) "
                           "ON CONFLICT (key) DO UPDATE SET value = excluded.value", [key, dumps(value)])
+
+    def commit_setting(self, key: str, value: Any) -> None:
+        """Set one setting in a write transaction of its own, committed on return. Refused
+        inside another transaction, whose rollback would undo it after the caller took it as done."""
+        with self.lock:
+            if self.conn.in_transaction:
+                raise InvalidInput(f"{self.path}: setting {key!r} changes in a transaction of its own; "
+                                   f"change it outside db.transaction()")
+            with self.write():
+                self.set_setting(key, value)
 
     def stats_row(self) -> dict[str, int]:
         row = self.conn.execute("SELECT generation, n_docs, n_chunks, total_length, flushed_upto, vocab_epoch, "
@@ -661,9 +684,6 @@ class Store(VectorSQL):
                 part).fetchall())
         return out
 
-    def all_postings(self) -> Iterator[tuple[int, bytes, bytes]]:
-        yield from self.conn.execute("SELECT term_id, chunk_ids, tfs FROM postings ORDER BY term_id, segment")
-
     def segment_counts(self, term_ids: Sequence[int]) -> dict[int, tuple[int, int]]:
         """term id -> (number of segments, highest segment number)."""
         out: dict[int, tuple[int, int]] = {}
@@ -783,6 +803,51 @@ class Store(VectorSQL):
             except OSError:
                 pass
         return total
+
+    # Reads for check(): every packed or text column comes with its storage class
+    # (typeof) and as a blob (CAST ... AS BLOB), so a value of the wrong kind, or
+    # text that is not UTF-8, is read without raising and reported by the caller.
+    def packed_forward_rows(self) -> Iterator[tuple[int, str, bytes | None, str, bytes | None]]:
+        """(id, typeof terms, terms, typeof tfs, tfs) of every chunk by id (streamed)."""
+        yield from self.conn.execute(
+            "SELECT id, typeof(terms), CAST(terms AS BLOB), typeof(tfs), CAST(tfs AS BLOB) FROM chunks ORDER BY id")
+
+    def packed_postings_rows(self) -> Iterator[tuple[int, int, Any, str, bytes | None, str, bytes | None]]:
+        """(term id, segment, n, typeof chunk_ids, chunk_ids, typeof tfs, tfs) of every segment,
+        by term id then segment (streamed)."""
+        yield from self.conn.execute(
+            "SELECT term_id, segment, n, typeof(chunk_ids), CAST(chunk_ids AS BLOB), typeof(tfs), "
+            "CAST(tfs AS BLOB) FROM postings ORDER BY term_id, segment")
+
+    def packed_log_rows(self) -> Iterator[tuple[int, int, str, bytes | None]]:
+        """(seq, chunk id, typeof terms, terms) of the chunk_log entries with terms, by seq."""
+        yield from self.conn.execute(
+            "SELECT seq, chunk_id, typeof(terms), CAST(terms AS BLOB) FROM chunk_log "
+            "WHERE terms IS NOT NULL ORDER BY seq")
+
+    def document_text_blocks(self, rows: int = 256, max_bytes: int = 16 << 20
+                             ) -> Iterator[list[tuple[int, bytes | None, str, bytes | None]]]:
+        """(id, content_hash, typeof text, text) of every document by id, the hash and text as
+        bytes (never decoded), in blocks of at most ``rows`` rows or about ``max_bytes`` of text."""
+        cur = self.conn.execute(
+            "SELECT id, CAST(content_hash AS BLOB), typeof(text), CAST(text AS BLOB) FROM documents ORDER BY id")
+        block: list[tuple[int, bytes | None, str, bytes | None]] = []
+        held = 0
+        for row in cur:
+            block.append(row)
+            held += len(row[3] or b"")
+            if len(block) >= rows or held >= max_bytes:
+                yield block
+                block, held = [], 0
+        if block:
+            yield block
+
+    def chunk_texts(self, after_doc: int, upto_doc: int) -> list[tuple[int, int, Any, Any, str, bytes | None]]:
+        """(id, doc id, start, end, typeof text, text as bytes or None) of the chunks of the
+        documents with after_doc < id <= upto_doc, by document then chunk id."""
+        return self.conn.execute(
+            'SELECT id, doc_id, start, "end", typeof(text), CAST(text AS BLOB) FROM chunks '
+            "WHERE doc_id > ? AND doc_id <= ? ORDER BY doc_id, id", [after_doc, upto_doc]).fetchall()
 
 
 def _chunks(items: list[Any], size: int = _PARAM_CHUNK) -> Iterator[list[Any]]:

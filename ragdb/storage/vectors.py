@@ -218,10 +218,19 @@ class VectorSQL:
             "SELECT count(*) FROM vectors v WHERE NOT EXISTS (SELECT 1 FROM chunks c WHERE c.id = v.chunk_id)"
         ).fetchone()[0])
 
-    def wrong_length_vectors(self, width: int) -> int:
-        return int(self.conn.execute("SELECT count(*) FROM vectors WHERE length(vector) != ?", [width]).fetchone()[0])
-
     def unembedded_below_watermark(self) -> int:
         return int(self.conn.execute(
             "SELECT count(*) FROM chunks c WHERE c.id <= ? "
             "AND NOT EXISTS (SELECT 1 FROM vectors v WHERE v.chunk_id = c.id)", [self.embedded_upto()]).fetchone()[0])
+
+    def malformed_vectors(self, width: int) -> tuple[int, int | None, str | None, int | None]:
+        """(number, and of the one with the smallest chunk id: chunk id, typeof, length in bytes)
+        of the vectors that are not a blob of ``width`` bytes."""
+        n, cid = self.conn.execute(
+            "SELECT count(*), min(chunk_id) FROM vectors WHERE typeof(vector) != 'blob' OR length(vector) != ?",
+            [width]).fetchone()
+        if not n:
+            return 0, None, None, None
+        kind, size = self.conn.execute(
+            "SELECT typeof(vector), length(CAST(vector AS BLOB)) FROM vectors WHERE chunk_id = ?", [cid]).fetchone()
+        return int(n), int(cid), kind, size
