@@ -356,16 +356,21 @@ class OpenAIEmbedder:
             rows[index] = item["embedding"]
         vectors = []
         for index, emb in enumerate(rows):
+            # errors raised outside the handlers: numpy's messages quote the server's text
+            # and must not ride along as __context__
+            bad = None
             if isinstance(emb, str):  # encoding_format="base64" servers
                 try:
                     vec = np.frombuffer(base64.b64decode(emb), dtype="<f4")
                 except (ValueError, TypeError):
-                    raise fail(f"embedding {index} is not valid base64 float32") from None
+                    bad = f"embedding {index} is not valid base64 float32"
             else:
                 try:
                     vec = np.asarray(emb, dtype=np.float32)
                 except (ValueError, TypeError):
-                    raise fail(f"embedding {index} is not a list of numbers") from None
+                    bad = f"embedding {index} is not a list of numbers"
+            if bad is not None:
+                raise fail(bad)
             if vec.ndim != 1 or vec.size == 0:
                 raise fail(f"embedding {index} is not a non-empty list of numbers")
             vectors.append(vec)

@@ -27,10 +27,14 @@ nothing else in ragdb does HTTP. The policy, the same for every endpoint:
   A URL's ``user:password@`` is never part of the URL sent or shown; it is sent
   as HTTP Basic authentication when no API key is set.
 * **Redaction** (:func:`redact`): every error message and log line is passed
-  through one function that removes the API key in use (and words sharing 8
-  characters with it), ``Bearer``/``Basic`` credentials, ``sk-...`` style keys
-  and URL userinfo. Errors are raised ``from None``, so no chained exception
-  carries the request or its headers.
+  through one function that masks every run of 4 or more characters of the API
+  key in use and of the URL password (after a prefix such as ``sk-`` or
+  ``Bearer``, which is not secret), as sent or JSON-escaped, %-encoded or
+  HTML-escaped; also ``Bearer``/``Basic`` credentials, ``sk-...`` style keys and
+  URL userinfo. Server text is redacted in full before it is cut to 300
+  characters. Errors are raised outside ``except`` blocks, so no chained
+  exception (``__cause__`` or ``__context__``) carries the request, its headers
+  or the body.
 
 Failures raise the error class the endpoint was built with
 (:class:`~ragdb.errors.LLMError`, :class:`~ragdb.errors.EmbeddingError`,
@@ -42,7 +46,9 @@ retries are logged at DEBUG level on the ``ragdb.http`` logger.
 
 from __future__ import annotations
 
+import base64
 import email.utils
+import html
 import json
 import logging
 import math
@@ -52,7 +58,7 @@ import re
 import ssl
 import time
 import urllib.parse
-from collections.abc import Callable, Generator
+from collections.abc import Callable, Generator, Iterable, Sequence
 from typing import Any, TypeVar
 
 import httpx
@@ -69,6 +75,7 @@ __all__ = [
     "parse_retry_after",
     "redact",
     "resolve_api_key",
+    "secret_part",
 ]
 
 log = logging.getLogger("ragdb.http")
@@ -81,42 +88,288 @@ OPENAI_HOST = "api.openai.com"
 
 _MAX_ERROR_BODY = 64 * 1024  # bytes of an error body read
 _MAX_QUOTE = 300  # characters of server text quoted in an error message
-_MIN_SECRET = 4  # shorter secrets are not searched for (they would mangle messages)
+_GRAM = 4  # every run of this many characters of a secret's secret part is masked
+_MASK = "***"
+_MASK_CHARS = "*#~\u2022"  # the mask is 3 of the first of these that no secret holds
+_MAX_ROUNDS = 8  # masking rounds at most (one is enough unless a secret holds all of those)
 
-_KEYISH_RE = re.compile(r"[A-Za-z0-9_\-.+/=:~]{8,}")
-_AUTH_RE = re.compile(r"(?i)\b(bearer|basic)(\s+|%20)[A-Za-z0-9_\-.+/=~]+")
+# Conventional key prefixes: not secret themselves, everything after them is.
+_KEY_PREFIX_RE = re.compile(
+    r"(?:(?i:bearer|basic|token)(?:\s+|%20))?"
+    r"(?:sk-(?:proj-|svcacct-|admin-|ant-(?:api\d+-|admin\d+-)?|or-v1-)?"
+    r"|[sprk]k_(?:live|test)_"
+    r"|gh[pousr]_|github_pat_|glpat-|hf_|xox[abposr]-|gsk_|nvapi-|pplx-|r8_|AIza)?"
+)
+# "Bearer <token>" / "Basic <token>", where the token looks like one (a digit, one of
+# + / = _ ~ % \, or a capital after its first letter): "Basic authentication" stays.
+_AUTH_RE = re.compile(
+    r"\b((?i:bearer|basic))(\s+|%20)"
+    r"(?=[A-Za-z0-9_\-.+/=~%\\]*[0-9+/=_~%\\]|[A-Za-z][a-z]*[A-Z])[A-Za-z0-9_\-.+/=~%\\]+"
+)
 _SK_RE = re.compile(r"\bsk-[A-Za-z0-9_\-]{8,}")
-_USERINFO_RE = re.compile(r"(?i)\b([a-z][a-z0-9+.\-]*://)[^\s/?#@]*@")
+# scheme://user:password@ (also with JSON-escaped slashes) and its URL-quoted form
+_USERINFO_RE = re.compile(r"(?i)\b([a-z][a-z0-9+.\-]*:(?://|\\/\\/))[^\s/?#@]*@")
+_QUOTED_USERINFO_RE = re.compile(
+    r"(?i)\b([a-z][a-z0-9+.\-]*%3A%2F%2F)(?:[^\s/?#@%]|%(?!2F|3F|23|40)[0-9A-F]{2})*%40"
+)
 _KEY_CHARS_RE = re.compile(r"[\x21-\x7e]*")
+# Decodings under which an echoed secret is looked for (see redact): backslash
+# escapes (JSON's \/ \" \\ \uXXXX with surrogate pairs, Python's \xXX \UXXXXXXXX;
+# any other \c as c), runs of %XX (UTF-8 where valid), HTML character references.
+_BACKSLASH_RE = re.compile(
+    r"\\(?:u([dD][89abAB][0-9a-fA-F]{2})\\u([dD][c-fC-F][0-9a-fA-F]{2})"
+    r"|u([0-9a-fA-F]{4})|U([0-9a-fA-F]{8})|x([0-9a-fA-F]{2})|(.))",
+    re.S,
+)
+# The same hex escapes wherever they start, even after a backslash: "\\\u0041" reads
+# as a backslash and "u0041" above, but as "\\A" to someone who reads it otherwise.
+_HEX_ESCAPE_RE = re.compile(
+    r"\\(?:u([dD][89abAB][0-9a-fA-F]{2})\\u([dD][c-fC-F][0-9a-fA-F]{2})"
+    r"|u([0-9a-fA-F]{4})|U([0-9a-fA-F]{8})|x([0-9a-fA-F]{2}))()"
+)
+_PERCENT_RE = re.compile(r"(?:%[0-9a-fA-F]{2})+")
+# The same, only those that are printable ASCII: "%%a0%2F" reads as "%", byte A0 and
+# "/" above, but as "%a0/" to someone who does not take %a0 for a byte.
+_ASCII_PERCENT_RE = re.compile(r"%(?:2[0-9a-fA-F]|[3-6][0-9a-fA-F]|7[0-9a-eA-E])")
+_ENTITY_RE = re.compile(r"&(?:#[0-9]{1,7}|#[xX][0-9a-fA-F]{1,6}|[A-Za-z][A-Za-z0-9]{1,31});")
+_SHORT_BOUND = "A-Za-z0-9"  # a secret under 4 characters is masked only as a whole word
 
 
 # --------------------------------------------------------------------------- redaction and URLs
 
+# How redact() finds a secret (the key in use, a URL password), efficiently:
+#
+# * Its *secret part* is the secret without a conventional prefix (``sk-``,
+#   ``sk-proj-``, ``Bearer ``..., see _KEY_PREFIX_RE); if fewer than 4 characters
+#   are left, its last 4. Every 4-character window of the secret part goes into
+#   one set of "grams" (a few hundred strings at most). The whole secret is
+#   replaced first, prefix and all.
+# * The text is read in *views*: as it is, and as decoded by each of the decoders
+#   (backslash escapes; hex ones alone; %XX; printable ones alone; HTML references),
+#   applied again to a decoded view (so \\u002F and %252F are seen too), only where
+#   the view holds the decoder's trigger character. Each character of a view
+#   remembers the span of the text it came from. If a secret part holds a backslash or a quote, views of the text
+#   as repr() and json.dumps() write it are added too (so repr(error) is covered).
+# * Every window of 4 view characters that is a gram marks its span of the text.
+#   The union of the windows is exactly the union of the occurrences of the secret
+#   part's substrings of 4+ characters (each such occurrence is a chain of
+#   overlapping grams, and each gram is one), so no "extend the match" step is
+#   needed. The marked spans are merged and each is replaced by "***" (or "###",
+#   ... if a secret holds "*": a mask that no piece of a secret can overlap, so
+#   one round is enough; rounds are repeated, up to 8, only in case a secret holds
+#   every mask character). One round costs a set look-up per character and view:
+#   linear in the text, whatever the length of the key.
+#
+# Matching is case-sensitive (the key as sent): masking "test" because a key holds
+# "TEST" would blank ordinary words. No secret, no masking of words: then only the
+# generic rules (Bearer/Basic credentials, sk-... keys, URL userinfo) apply.
+
+# A view: its text; where in the text each of its characters starts and ends; the
+# positions of its decoded characters (None for the text itself).
+_View = tuple[str, Sequence[int], Sequence[int], "list[int] | None"]
+
 
 def redact(text: str, *secrets: str | None) -> str:
-    """``text`` with credentials removed: each of ``secrets`` (the key in use, a URL
-    password; with 8+ characters, also any word sharing 8 characters with it),
-    ``Bearer``/``Basic`` credentials, ``sk-...`` keys and URL ``user:password@`` parts."""
-    for secret in secrets:
-        if not secret or len(secret) < _MIN_SECRET:
+    """``text`` with credentials removed: every run of 4+ characters of each of
+    ``secrets``' secret part (the key in use, a URL password; without a prefix such
+    as ``sk-`` or ``Bearer``), also where it is JSON-escaped, %-encoded or HTML-escaped;
+    a secret under 4 characters where it is a whole word; ``Bearer``/``Basic``
+    credentials, ``sk-...`` keys and URL ``user:password@`` parts.
+
+    Redact the whole text and cut it after, never the other way round (a cut can
+    leave a piece of the key that no longer matches the whole key)."""
+    found = [s for s in secrets if s]
+    # A mask made of a character no secret holds can never be part of a piece of one.
+    mask = next((c * 3 for c in _MASK_CHARS if not any(c in s for s in found)), _MASK)
+    grams: set[str] = set()
+    escaped = False
+    for secret in found:
+        if len(secret) < _GRAM:  # so short a secret is masked only where it is a whole word
+            if secret.strip(mask[0]):
+                bounded = f"(?<![{_SHORT_BOUND}]){re.escape(secret)}(?![{_SHORT_BOUND}])"
+                text = re.sub(bounded, mask, text)
             continue
-        text = text.replace(secret, "***")
-        if len(secret) >= 8:
-            text = _KEYISH_RE.sub(_mask_sharing(secret), text)
-    text = _AUTH_RE.sub(lambda m: f"{m.group(1)}{m.group(2)}***", text)
-    text = _SK_RE.sub("sk-***", text)
-    return _USERINFO_RE.sub(r"\1", text)
+        text = text.replace(secret, mask)  # whole, prefix and all; then the pieces
+        part = secret_part(secret)
+        grams.update(part[i : i + _GRAM] for i in range(len(part) - _GRAM + 1))
+        escaped = escaped or any(c in part for c in "\\'\"")
+    text = _AUTH_RE.sub(lambda m: f"{m.group(1)}{m.group(2)}{mask}", text)
+    text = _SK_RE.sub("sk-" + mask, text)
+    text = _USERINFO_RE.sub(r"\1", text)
+    text = _QUOTED_USERINFO_RE.sub(r"\1", text)
+    for _ in range(_MAX_ROUNDS if grams else 0):
+        spans = sorted(span for view in _views(text, escaped) for span in _windows(view, grams))
+        if not spans:
+            break
+        pieces, pos = [], -1  # pos: the end of the mask written last
+        for start, end in spans:
+            if start > pos:  # a new mask; one touching or overlapping the last extends it
+                pieces += [text[max(pos, 0) : start], mask]
+            pos = max(pos, end)
+        pieces.append(text[pos:])
+        text = "".join(pieces)
+    return text
 
 
-def _mask_sharing(secret: str) -> Callable[[re.Match[str]], str]:
-    """A substitution masking words that share 8 characters with ``secret``."""
-    grams = {secret[i : i + 8] for i in range(len(secret) - 7)}
+def secret_part(secret: str) -> str:
+    """The part of ``secret`` that :func:`redact` masks every 4-character run of:
+    ``secret`` without a conventional prefix (``sk-``, ``sk-proj-``, ``Bearer ``,
+    ``ghp_``, ...), or its last 4 characters (all of it if shorter) if fewer
+    would be left."""
+    match = _KEY_PREFIX_RE.match(secret)
+    rest = secret[match.end() :] if match else secret
+    return rest if len(rest) >= _GRAM else secret[-_GRAM:]
 
-    def mask(m: re.Match[str]) -> str:
-        word = m.group(0)
-        return "***" if any(g in word for g in grams) else word
 
-    return mask
+def _windows(view: _View, grams: set[str]) -> Generator[tuple[int, int], None, None]:
+    """The spans of the text under each window of ``view`` that is one of ``grams``.
+
+    Only the windows of a decoded view that hold a decoded character are looked at:
+    any other window is one of the view it was decoded from, looked at already."""
+    s, starts, ends, changed = view
+    last = len(s) - _GRAM
+    if changed is None:
+        places: Iterable[int] = range(last + 1)
+    else:
+        places = sorted({k for c in changed for k in range(max(c - _GRAM + 1, 0), min(c, last) + 1)})
+    for k in places:
+        if s[k : k + _GRAM] in grams:
+            yield starts[k], ends[k + _GRAM - 1]
+
+
+def _views(text: str, escaped: bool) -> list[_View]:
+    """``text`` itself and its decodings, up to two levels deep (see the comment above)."""
+    first: _View = (text, range(len(text)), range(1, len(text) + 1), None)
+    views, level, seen = [first], [first], {text}
+    for _ in range(2):
+        deeper = []
+        for view in level:
+            for trigger, pattern, convert in _DECODERS:
+                if trigger in view[0]:
+                    decoded = _decode(view, pattern, convert)
+                    if decoded[0] not in seen:
+                        seen.add(decoded[0])
+                        deeper.append(decoded)
+        views += deeper
+        level = deeper
+    if escaped and text:
+        # As repr() or json.dumps() show the text: \\, \n, \x00, \u00e9, \' or \" escapes,
+        # between the quotes they add (shown as parts of the first and last character).
+        for escape, enclose, ascii_only in _ESCAPINGS:
+            s, starts, ends, changed = _decode(first, _ESCAPED_RE, _escaper(escape, ascii_only))
+            assert changed is not None
+            views.append((
+                enclose + s + enclose,
+                [0, *starts, len(text) - 1],
+                [1, *ends, len(text)],
+                [0, *(c + 1 for c in changed), len(s) + 1],
+            ))
+    return views
+
+
+_Pieces = list[tuple[str, int, int]]  # decoded characters with their span in the match
+
+
+def _decode(view: _View, pattern: re.Pattern[str], convert: Callable[[re.Match[str]], _Pieces]) -> _View:
+    """``view`` with each match of ``pattern`` replaced by what ``convert`` makes of it."""
+    s, starts, ends, _ = view
+    out: list[str] = []
+    new_starts: list[int] = []
+    new_ends: list[int] = []
+    changed: list[int] = []
+    pos = 0
+    for m in pattern.finditer(s):
+        pieces = convert(m)
+        if not pieces:
+            continue  # left as it is
+        a = m.start()
+        out.append(s[pos:a])
+        new_starts.extend(starts[pos:a])
+        new_ends.extend(ends[pos:a])
+        for char, i, j in pieces:
+            changed.append(len(new_starts))
+            out.append(char)
+            new_starts.append(starts[a + i])
+            new_ends.append(ends[a + j - 1])
+        pos = m.end()
+    out.append(s[pos:])
+    new_starts.extend(starts[pos:])
+    new_ends.extend(ends[pos:])
+    return "".join(out), new_starts, new_ends, changed
+
+
+def _code_point(hex_digits: str) -> str | None:
+    value = int(hex_digits, 16)
+    return chr(value) if value <= 0x10FFFF else None
+
+
+def _backslash(m: re.Match[str]) -> _Pieces:
+    high, low, u4, u8, x2, other = m.groups()
+    n = len(m.group(0))
+    if high:
+        value = 0x10000 + ((int(high, 16) - 0xD800) << 10) + (int(low, 16) - 0xDC00)
+        return [(chr(value), 0, n)]
+    # "\n" reads as "n", not as a newline: a key holds no newline, and a backslash
+    # in front of an echoed key ("\" "bb") must not hide its first character.
+    char = _code_point(u4 or u8 or x2) if (u4 or u8 or x2) else other
+    return [(char, 0, n)] if char is not None else []
+
+
+def _percent(m: re.Match[str]) -> _Pieces:
+    data = bytes.fromhex(m.group(0).replace("%", ""))
+    pieces: _Pieces = []
+    i = 0
+    while i < len(data):
+        lead = data[i]
+        size = 1 if lead < 0xC0 else 2 if lead < 0xE0 else 3 if lead < 0xF0 else 4
+        try:
+            char = data[i : i + size].decode("utf-8")
+        except UnicodeDecodeError:
+            char, size = chr(lead), 1  # not UTF-8: the byte as Latin-1
+        pieces.append((char, 3 * i, 3 * (i + size)))
+        i += size
+    return pieces
+
+
+def _ascii_percent(m: re.Match[str]) -> _Pieces:
+    return [(chr(int(m.group(0)[1:], 16)), 0, 3)]
+
+
+def _entity(m: re.Match[str]) -> _Pieces:
+    char = html.unescape(m.group(0))
+    return [(char, 0, len(m.group(0)))] if len(char) == 1 else []
+
+
+_ESCAPED_RE = re.compile(r"[^\x20-\x7e]|[\\'\"]")
+# (quotes escaped, quotes around, \uXXXX for all non-ASCII): repr() of a text
+# without ' or without ", repr() of one with both, json.dumps (ensure_ascii or not)
+_ESCAPINGS = (("", "'", False), ("", '"', False), ("'", "'", False), ('"', '"', False), ('"', '"', True))
+
+
+def _escaper(quotes: str, ascii_only: bool) -> Callable[[re.Match[str]], _Pieces]:
+    """A converter writing a character as repr() does (backslash escapes, and
+    ``quotes`` escaped), or as json.dumps() does by default (``ascii_only``)."""
+
+    def escape(m: re.Match[str]) -> _Pieces:
+        char = m.group(0)
+        if char in "'\"":
+            shown = "\\" + char if char in quotes else char
+        elif ascii_only:
+            shown = json.dumps(char)[1:-1]
+        else:
+            shown = "\\\\" if char == "\\" else repr(char)[1:-1]
+        return [(c, 0, 1) for c in shown]
+
+    return escape
+
+
+_DECODERS: tuple[tuple[str, re.Pattern[str], Callable[[re.Match[str]], _Pieces]], ...] = (
+    ("\\", _BACKSLASH_RE, _backslash),
+    ("\\", _HEX_ESCAPE_RE, _backslash),
+    ("%", _PERCENT_RE, _percent),
+    ("%", _ASCII_PERCENT_RE, _ascii_percent),
+    ("&", _ENTITY_RE, _entity),
+)
 
 
 def display_url(url: str) -> str:
@@ -277,12 +530,14 @@ class Endpoint:
         self.shown = display_url(url)
         self._api_key = api_key
         password = urllib.parse.unquote(parts.password) if parts.password else None
-        self._secrets = tuple(s for s in (api_key, password) if s)
         self._auth: httpx.BasicAuth | None = None
+        basic = None
         if not api_key and (parts.username or parts.password):
-            self._auth = httpx.BasicAuth(
-                urllib.parse.unquote(parts.username or ""), password or ""
-            )
+            user = urllib.parse.unquote(parts.username or "")
+            self._auth = httpx.BasicAuth(user, password or "")
+            basic = base64.b64encode(f"{user}:{password or ''}".encode()).decode("ascii")
+        # What redact() masks: the key, the URL password and the Basic credential sent.
+        self._secrets = tuple(s for s in (api_key, password, basic if password else None) if s)
 
     def __repr__(self) -> str:
         return (
@@ -298,15 +553,20 @@ class Endpoint:
         return redact(text, *self._secrets)
 
     def quote(self, raw: bytes | str) -> str:
-        """Server text for a message: one line, at most 300 characters, redacted."""
+        """Server text for a message: one line, at most 300 characters, redacted.
+
+        The whole text is redacted before it is cut (a key echoed across the cut
+        would otherwise be cut into a piece that no longer matches), and the cut
+        text is redacted again (cutting, or joining lines, can change how it reads)."""
         text = raw.decode("utf-8", "replace") if isinstance(raw, bytes) else raw
-        text = " ".join(text.split())
+        text = " ".join(self.redact(text).split())
         if len(text) > _MAX_QUOTE:
             text = text[:_MAX_QUOTE] + "..."
         return self.redact(text)
 
     def error(self, problem: str) -> RemoteError:
-        """The error to raise: ``"<what> to <url>: <problem>"``, redacted."""
+        """The error to raise: ``"<what> to <url>: <problem>"``, redacted. Raise it
+        outside any ``except`` block (or ``from None``) so it carries no other error."""
         return self.error_class(self.redact(f"{self.what} to {self.shown}: {problem}"))
 
     # ------------------------------------------------------------------ requests
@@ -331,9 +591,8 @@ class Endpoint:
         try:
             return json.loads(raw)
         except (ValueError, UnicodeDecodeError):
-            raise self.error(
-                f"the reply is not valid JSON: {self.quote(raw) or '(empty body)'}"
-            ) from None
+            pass  # raised below, so that the error has no __context__ holding the body
+        raise self.error(f"the reply is not valid JSON: {self.quote(raw) or '(empty body)'}") from None
 
     def stream_events(self, payload: Any) -> Generator[str, None, None]:
         """POST ``payload`` asking for ``text/event-stream`` and yield the ``data`` of
@@ -341,6 +600,7 @@ class Endpoint:
         newlines) as it arrives. Retried as the policy says until the answer
         starts; a stream that breaks or stalls for ``timeout`` midway raises."""
         body = self._encode(payload)
+        failure = None
         with self.session() as http:
             response = self._send_stream(http, body)
             try:
@@ -358,11 +618,13 @@ class Endpoint:
                 if data:  # a last event without its blank line
                     yield "\n".join(data)
             except httpx.TimeoutException:
-                raise self.error(f"the stream stalled: timed out after {self.timeout:g}s waiting for more") from None
+                failure = f"the stream stalled: timed out after {self.timeout:g}s waiting for more"
             except httpx.HTTPError as exc:
-                raise self.error(f"the stream broke: {self._describe(exc)}") from None
+                failure = f"the stream broke: {self._describe(exc)}"
             finally:
                 response.close()
+        if failure is not None:  # raised here, so that the error has no __context__
+            raise self.error(failure) from None
 
     # ------------------------------------------------------------------ internals
 
@@ -414,23 +676,27 @@ class Endpoint:
         while True:
             try:
                 return attempt()
-            except _Give as give:
-                if not give.retry or n >= self.max_retries:
-                    tries = f" after {n + 1} attempts" if n else ""
-                    raise self.error_class(
-                        self.redact(f"{self.what} to {self.shown} failed{tries}: {give.problem}")
-                    ) from None
-                if give.wait is not None:
-                    delay = give.wait
-                else:
-                    delay = self.backoff * (2**n) * (1.0 + 0.25 * random.random())
-                delay = min(delay, self.max_backoff)
-                log.debug(
-                    "%s to %s failed (%s); retry %d/%d in %.2fs",
-                    self.what, self.shown, self.redact(give.problem), n + 1, self.max_retries, delay,
-                )
-                time.sleep(delay)
-                n += 1
+            except _Give as caught:
+                give = caught
+            # Raised outside the except block, the error has no __context__ (the
+            # _Give, and the httpx error under it); from None, no __cause__ either.
+            if not give.retry or n >= self.max_retries:
+                tries = f" after {n + 1} attempts" if n else ""
+                raise self.error_class(
+                    self.redact(f"{self.what} to {self.shown} failed{tries}: {give.problem}")
+                ) from None
+            if give.wait is not None:
+                delay = give.wait
+            else:
+                delay = self.backoff * (2**n) * (1.0 + 0.25 * random.random())
+            delay = min(delay, self.max_backoff)
+            if log.isEnabledFor(logging.DEBUG):  # the whole line redacted, like an error
+                log.debug("%s", self.redact(
+                    f"{self.what} to {self.shown} failed ({give.problem}); "
+                    f"retry {n + 1}/{self.max_retries} in {delay:.2f}s"
+                ))
+            time.sleep(delay)
+            n += 1
 
     def _attempt(self, http: httpx.Client, body: bytes, stream: bool) -> httpx.Response:
         try:

@@ -38,6 +38,9 @@ DEFAULT_BASE_URL = "https://api.openai.com/v1"
 DEFAULT_MODEL = "gpt-4o-mini"
 
 
+_NOT_JSON = object()  # marks a stream event that did not decode
+
+
 @runtime_checkable
 class LLM(Protocol):
     """Anything that answers chat messages: ``complete(messages) -> str``.
@@ -210,7 +213,10 @@ class ChatClient:
                 try:
                     event = json.loads(data)
                 except ValueError:
-                    raise fail(f"the stream sent a malformed event (not JSON): {quote(data)}") from None
+                    event = _NOT_JSON  # raised below, outside the handler: the decoder's error
+                    # (whose .doc holds the raw event) must not ride along as __context__
+                if event is _NOT_JSON:
+                    raise fail(f"the stream sent a malformed event (not JSON): {quote(data)}")
                 if not isinstance(event, dict):
                     raise fail(f"the stream sent a malformed event: {quote(data)}")
                 if event.get("error"):

@@ -10,15 +10,19 @@ from __future__ import annotations
 
 import base64
 import email.utils
+import html
 import json
 import logging
 import socket
 import threading
 import time
-from collections.abc import Iterator
+import urllib.parse
+from collections.abc import Callable, Iterator
 
 import numpy as np
 import pytest
+from hypothesis import HealthCheck, assume, example, given, settings
+from hypothesis import strategies as st
 from pytest_httpserver import HTTPServer
 from werkzeug import Request, Response
 
@@ -32,12 +36,14 @@ from ragdb.http import (
     parse_retry_after,
     redact,
     resolve_api_key,
+    secret_part,
 )
 from ragdb.llm import ChatClient
 from ragdb.rerank import HTTPReranker
 from ragdb.types import Hit
 
-KEY = "sk-test-TOPSECRET-0123456789abcdef"
+# No run of digits in the key: a port number in a message must not look like a piece of it.
+KEY = "sk-test-TOPSECRET-Qz7xW3vK9mLp2Rb8"
 PASSWORD = "pa55-w0rd-hidden"
 MESSAGES = [{"role": "user", "content": "Hi"}]
 ERRORS = (LLMError, EmbeddingError, RerankError)
@@ -401,14 +407,238 @@ def test_url_userinfo_is_sent_as_basic_auth_without_a_key(origin, monkeypatch):
 
 def test_redact():
     assert redact(f"key {KEY} here", KEY) == "key *** here"
-    assert "TOPSECRET" not in redact(f"partial {KEY[4:24]}...", KEY)  # 8+ characters shared with the key
+    assert "TOPSECRET" not in redact(f"partial {KEY[4:24]}...", KEY)  # a piece of the key
     assert redact("Authorization: Bearer abc.def-123", None) == "Authorization: Bearer ***"
     assert redact("header basic dXNlcjpwYXNz", None) == "header basic ***"
     assert redact("leaked sk-proj-AbCdEf0123456789 and sk-short", None) == "leaked sk-*** and sk-short"
     assert redact(f"see https://bob:{PASSWORD}@host.example/x", None) == "see https://host.example/x"
     assert redact(f"password is {PASSWORD}", None, PASSWORD) == "password is ***"
     assert redact("nothing secret in here about a task-force", KEY) == "nothing secret in here about a task-force"
-    assert redact("a b c", "a") == "a b c"  # a secret that short is not searched for
+    assert redact("a b c, banana", "a") == "*** b c, banana"  # so short a secret: as a whole word only
+    assert redact("key=sk-ab; sk-abc", "sk-ab") == "key=***; ***c"  # short: whole, and its last 4
+
+
+# ------------------------------------------------------------------ no piece of the key, in any form
+
+
+def _grams(key: str) -> set[str]:
+    """The 4-character runs of ``key``'s secret part: a text holding none of them
+    holds no substring of 4+ characters of it."""
+    part = secret_part(key)
+    return {part[i : i + 4] for i in range(len(part) - 3)}
+
+
+def _leaks(text: str, key: str = KEY) -> list[str]:
+    return sorted(g for g in _grams(key) if g in text)
+
+
+def _chain(exc: BaseException) -> list[BaseException]:
+    """``exc`` and every exception chained to it (``__cause__``, ``__context__``)."""
+    seen: list[BaseException] = []
+    todo: list[BaseException | None] = [exc]
+    while todo:
+        cur = todo.pop()
+        if cur is not None and all(cur is not s for s in seen):
+            seen.append(cur)
+            todo += [cur.__cause__, cur.__context__]
+    return seen
+
+
+def _assert_clean(exc: BaseException, caplog: pytest.LogCaptureFixture, key: str = KEY, *, alone: bool = True) -> None:
+    """No piece of ``key`` in ``exc``, the errors chained to it, or the log records;
+    ``alone``: ``exc`` carries no chained error at all (ragdb.http raises it so)."""
+    for e in _chain(exc):
+        for text in (str(e), repr(e), repr(e.args)):
+            assert not _leaks(text, key), (text, _leaks(text, key))
+    assert exc.__cause__ is None
+    assert exc.__context__ is None or not alone
+    for record in caplog.records:
+        assert not _leaks(record.getMessage(), key), record.getMessage()
+    assert not _leaks(caplog.text, key)
+
+
+def _json_escaped(s: str) -> str:
+    """``s`` as a JSON string's inside, with ``/`` escaped too (PHP's json_encode)."""
+    return json.dumps(s)[1:-1].replace("/", "\\/")
+
+
+def _u_escaped(s: str) -> str:
+    return "".join(f"\\u{ord(c):04x}" for c in s)
+
+
+def _percent(s: str) -> str:
+    return "".join(f"%{b:02X}" for b in s.encode())
+
+
+OLD_CUT = 300  # where the server text used to be cut before it was redacted
+SECRET = secret_part(KEY)  # "TOPSECRET-Qz7xW3vK9mLp2Rb8"
+# The key's pieces a server may echo, in the forms it may echo them.
+ECHOES = {
+    "whole": KEY,
+    "bearer": f"Bearer {KEY}",
+    "first 10 after sk-": KEY[3:13],
+    "last 6": KEY[-6:],
+    "secret part": SECRET,
+    "json-escaped": _json_escaped(KEY.replace("-", "/")),
+    "u-escaped": _u_escaped(KEY[8:20]),
+    "mixed escapes": KEY[8:12] + _u_escaped(KEY[12:14]) + "\\/" + KEY[14:18],
+    "double-escaped": _u_escaped(KEY[9:16]).replace("\\", "\\\\"),
+    "percent-encoded": urllib.parse.quote(f"Bearer {KEY}", safe=""),
+    "all percent": _percent(KEY[10:22]),
+    "html": html.escape(f'"{KEY[5:17]}"') + "".join(f"&#{ord(c)};" for c in KEY[-5:]),
+}
+
+
+def _at_the_cut(echo: str, inside: int) -> str:
+    """A message with ``echo`` placed so that a cut at 300 characters would keep
+    ``inside`` characters of it (and split it)."""
+    return "denied: " + "x" * (OLD_CUT - len("denied: ") - inside) + echo + " (end)"
+
+
+MESSAGES_ECHOING = {
+    **{name: f"denied: you sent {echo}." for name, echo in ECHOES.items()},
+    "all at once": "denied: " + " | ".join(ECHOES.values()),
+    **{f"{name} at the cut ({n})": _at_the_cut(ECHOES[name], n)
+       for name in ("whole", "secret part", "json-escaped", "percent-encoded") for n in (4, 7, 12)},
+}
+# How the server wraps the message: in OpenAI's error JSON, as plain text, or in a
+# JSON error object without "message" (ragdb shows it re-encoded as JSON).
+BODIES: dict[str, Callable[[str], tuple[str, str]]] = {
+    "json": lambda m: (json.dumps({"error": {"message": m, "type": "invalid_request_error"}}), "application/json"),
+    "text": lambda m: (m, "text/plain"),
+    "json-object": lambda m: (json.dumps({"error": {"code": "denied", "echo": m}}), "application/json"),
+}
+
+
+@pytest.mark.parametrize("body", list(BODIES))
+@pytest.mark.parametrize("message", list(MESSAGES_ECHOING))
+@pytest.mark.parametrize("kind", list(KINDS))
+def test_no_piece_of_the_key_in_any_error(kind, message, body, origin, caplog):
+    """The server's error (HTTP 500, retried once, so a retry is logged) echoes the
+    key whole, in pieces, escaped or encoded, or right where a cut used to split it."""
+    path, make, call, error = KINDS[kind]
+    data, content_type = BODIES[body](MESSAGES_ECHOING[message])
+    origin.expect_request(path).respond_with_data(data, status=500, content_type=content_type)
+    caplog.set_level(logging.DEBUG)
+    with pytest.raises(error) as info:
+        call(make(origin.url_for("").rstrip("/"), max_retries=1, backoff=0.001))
+    assert "after 2 attempts: HTTP 500: " in str(info.value) and "denied" in str(info.value)
+    assert len([r for r in caplog.records if r.name == "ragdb.http"]) == 1  # the retry line
+    _assert_clean(info.value, caplog)
+    assert origin.log[0][0].headers["Authorization"] == f"Bearer {KEY}"
+
+
+@pytest.mark.parametrize("message", ["whole", "all at once", "json-escaped at the cut (7)", "percent-encoded"])
+def test_no_piece_of_the_key_in_chat_replies_that_are_errors(message, origin, caplog):
+    """A 200 answer that is an error (plain and streamed) echoing the key."""
+    text = MESSAGES_ECHOING[message]
+    path = KINDS["chat"][0]
+    origin.expect_oneshot_request(path).respond_with_json({"error": {"message": text}})
+    sse = f"data: {json.dumps({'error': {'message': text}})}\n\n"
+    origin.expect_oneshot_request(path).respond_with_data(sse, content_type="text/event-stream")
+    origin.expect_oneshot_request(path).respond_with_data(f"data: {text}\n\n", content_type="text/event-stream")
+    caplog.set_level(logging.DEBUG)
+    client = _chat(origin.url_for("").rstrip("/"))
+    for call, shown in ((client.complete, "the reply is an error"), (client.stream, "the stream sent an error"),
+                        (client.stream, "malformed event")):
+        with pytest.raises(LLMError) as info:
+            result = call(MESSAGES)
+            if not isinstance(result, str):
+                list(result)
+        assert shown in str(info.value)
+        _assert_clean(info.value, caplog, alone=False)  # ragdb.llm raises "not JSON" in its except block
+
+
+def test_no_piece_of_the_key_in_malformed_replies(origin, caplog):
+    """200 answers whose bad fields echo the key (ragdb quotes them with repr)."""
+    echo = f"{KEY[3:20]}\\/{_u_escaped(KEY[20:26])}"
+    origin.expect_oneshot_request("/v1/embeddings").respond_with_json({"data": [{"index": echo, "embedding": [1.0]}]})
+    origin.expect_oneshot_request("/v1/rerank").respond_with_json([{"index": KEY, "score": 1.0}, {"index": 0}])
+    origin.expect_oneshot_request("/v1/embeddings").respond_with_data(f"not json: {KEY} " + "y" * 400)
+    caplog.set_level(logging.DEBUG)
+    base = origin.url_for("").rstrip("/")
+    for call, error in ((KINDS["embeddings"][2], EmbeddingError), (KINDS["rerank"][2], RerankError),
+                        (KINDS["embeddings"][2], EmbeddingError)):
+        kind = "rerank" if error is RerankError else "embeddings"
+        with pytest.raises(error) as info:
+            call(KINDS[kind][1](base))
+        _assert_clean(info.value, caplog)
+
+
+def test_the_url_password_and_basic_credential_are_never_shown(origin, caplog, monkeypatch):
+    monkeypatch.delenv("RAGDB_RERANK_API_KEY", raising=False)
+    basic = base64.b64encode(f"user:{PASSWORD}".encode()).decode()
+    text = (f"denied {PASSWORD[2:9]} {urllib.parse.quote(PASSWORD)} {_json_escaped(PASSWORD)} "
+            f"{basic[4:12]} Basic {basic} http://user:{PASSWORD}@h/x http:\\/\\/user:pw@h")
+    origin.expect_request("/rerank").respond_with_json({"error": {"message": text}}, status=401)
+    caplog.set_level(logging.DEBUG)
+    with pytest.raises(RerankError) as info:
+        HTTPReranker(base_url=f"http://user:{PASSWORD}@127.0.0.1:{origin.port}").rerank("q", hits("a", "b"))
+    assert "HTTP 401: denied" in str(info.value) and "user:pw" not in str(info.value)
+    for secret in (PASSWORD, basic):
+        _assert_clean(info.value, caplog, key=secret)
+
+
+@pytest.mark.parametrize("offset", range(OLD_CUT - 30, OLD_CUT + 5))
+def test_quote_redacts_before_it_cuts(offset):
+    ep = Endpoint("http://127.0.0.1:9/x", error=RerankError, what="test", api_key=KEY)
+    for echo in (KEY, SECRET, ECHOES["json-escaped"], ECHOES["u-escaped"], ECHOES["all percent"]):
+        shown = ep.quote("z" * offset + echo + " tail " + "w" * 50)
+        assert not _leaks(shown), shown
+        assert len(shown) <= OLD_CUT + 3 and shown.startswith("z" * min(offset, 20))
+
+
+# Keys of printable ASCII (as resolve_api_key allows), some with a conventional prefix.
+_PRINTABLE = st.characters(min_codepoint=0x21, max_codepoint=0x7E)
+_KEYS = st.builds(lambda prefix, body: prefix + body,
+                  st.sampled_from(["", "", "sk-", "sk-proj-", "ghp_", "hf_"]),
+                  st.text(_PRINTABLE, min_size=4, max_size=64))
+# Per-character encodings: the encoded form of a piece is the encoded pieces joined,
+# so a surviving 4-character piece of the key would show as its encoded form.
+_ENCODINGS: dict[str, Callable[[str], str]] = {
+    "as sent": lambda c: c,
+    "json": _json_escaped,
+    "\\u": _u_escaped,
+    "double json": lambda c: _json_escaped(_json_escaped(c)),
+    "percent": lambda c: urllib.parse.quote(c, safe=""),
+    "all percent": _percent,
+    "html": lambda c: html.escape(c),
+    "html numeric": lambda c: f"&#{ord(c)};",
+}
+
+
+@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(key=_KEYS, before=st.text(max_size=40), after=st.text(max_size=40),
+       encoding=st.sampled_from(list(_ENCODINGS)), data=st.data())
+@example(key=KEY, before="you sent: Bearer ", after="", encoding="as sent", data=None)
+def test_redact_leaves_no_piece_of_the_key(key, before, after, encoding, data):
+    part = secret_part(key)
+    if data is None:
+        piece = key
+    else:
+        start = data.draw(st.integers(0, len(part) - 4), label="start")
+        end = data.draw(st.integers(start + 4, len(part)), label="end")
+        piece = data.draw(st.sampled_from([key, part, part[start:end]]), label="piece")
+    encode = _ENCODINGS[encoding]
+    out = redact(before + "".join(map(encode, piece)) + after, key)
+    assert not _leaks(out, key), out
+    for gram in _grams(key):
+        assert "".join(map(encode, gram)) not in out, (gram, out)
+
+
+@settings(max_examples=300, deadline=None)
+@given(key=_KEYS, text=st.text(st.characters(blacklist_characters="\\%&"), max_size=80))
+def test_redact_leaves_text_without_a_piece_of_the_key_alone(key, text):
+    assume(not _leaks(text, key) and redact(text) == text)
+    assert redact(text, key) == text
+
+
+def test_redact_without_a_key_blanks_no_ordinary_words():
+    text = ("HTTP 401: Incorrect API key provided; check https://platform.example/account/api-keys, "
+            "a token-budget of 4096 tokens, model 'text-embedding-3-small', sk-short, "
+            "Basic authentication required; Bearer token missing, 100% of \\n &amp; all")
+    assert redact(text) == text
+    assert redact(text, None, "") == text
 
 
 def test_display_url_and_check_base_url():
@@ -496,3 +726,20 @@ def test_endpoint_invalid_json_and_sse_events(origin):
     ep = Endpoint(origin.url_for("/sse"), error=LLMError, what="test stream")
     assert list(ep.stream_events({})) == ["one", "two\n lines", "last, no blank line"]
     assert origin.log[-1][0].headers["Accept"] == "text/event-stream"
+
+
+def test_malformed_replies_carry_no_decoder_error_holding_the_raw_text(origin, caplog):
+    """A decoder's exception keeps the raw reply (``JSONDecodeError.doc``, numpy's message):
+    the clients raise their own error outside the handler, so none is chained to it."""
+    origin.expect_request("/v1/chat/completions").respond_with_data(
+        f"data: {{not json {KEY}\n\n", content_type="text/event-stream")
+    with pytest.raises(LLMError, match="malformed event") as info:
+        list(_chat(origin.url_for("").rstrip("/")).stream(MESSAGES))
+    _assert_clean(info.value, caplog)
+    origin.clear()
+    for embedding in ([KEY, 1.0, 2.0], KEY + "!"):
+        origin.expect_ordered_request("/v1/embeddings").respond_with_json(
+            {"data": [{"index": 0, "embedding": embedding}]})
+        with pytest.raises(EmbeddingError, match="embedding 0 is not") as info:
+            _embedder(origin.url_for("").rstrip("/")).embed(["a text"])
+        _assert_clean(info.value, caplog)
