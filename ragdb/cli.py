@@ -878,8 +878,8 @@ def config_cmd(database: str | None, key: str | None, value: str | None, as_json
       chunker SPEC                 default chunker of adds (recursive, paragraph, none, window:size=200 ...)
 
     The analyzer is fixed at creation. A change is one transaction; databases
-    already open elsewhere see it when they are next opened. Opening never
-    changes public_unlabeled: this command (or Database.set_public_unlabeled) does.
+    already open elsewhere see it from their next search or write on. Opening
+    never changes public_unlabeled: this command (or Database.set_public_unlabeled) does.
     """
     if key is not None and key not in CONFIG_KEYS:
         fixed = " (the analyzer is fixed when the database is created)" if key == "analyzer" else ""

@@ -408,14 +408,13 @@ class Database:
         ``principals=``; off (the default), they are not. This is the one way to
         change it: :func:`ragdb.open` stores ``public_unlabeled=`` when it creates
         the file and refuses a different value on an existing one (``ragdb config
-        public_unlabeled true|false`` calls this). Searches of this ``Database``
-        see the new value at once; other open ``Database`` objects, in this
-        process or another, read settings when they open, so they see it when
-        next opened. Refused inside :meth:`transaction` (a rollback would undo it).
+        public_unlabeled true|false`` calls this). Every open ``Database``, in
+        this process or another, sees the new value from its next search on (the
+        change advances the generation, as a write does). Refused inside
+        :meth:`transaction` (a rollback would undo it).
         """
         value = check_flag(value, "public_unlabeled")
-        self._engine.store.commit_setting("public_unlabeled", value)
-        self._engine.settings["public_unlabeled"] = value
+        self._engine.set_setting("public_unlabeled", value)
 
     def stats(self) -> Stats:
         """Collection statistics."""
@@ -563,6 +562,8 @@ def open_database(path: str | os.PathLike[str] = ":memory:", *, analyzer: "str |
                 an, new_settings = plan(settings)
                 for key, value in new_settings.items():
                     store.set_setting(key, value)
+                if new_settings:
+                    store.bump_stats()  # open connections re-read the settings (Engine.sync)
             settings.update(new_settings)
         db = Database(store, an, settings)
         if embedder is not None:

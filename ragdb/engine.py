@@ -13,7 +13,7 @@ from collections.abc import Iterator
 from typing import TYPE_CHECKING, Any
 
 from . import filters
-from .errors import EmbeddingError
+from .errors import EmbeddingError, InvalidInput
 from .index import Index
 from .options import Restrictions, to_epoch
 from .storage import Store, model_mismatch
@@ -49,6 +49,32 @@ class Engine:
             self.index = Index(self.store)
             self.vectors = VectorIndex(self.store)
             raise
+
+    def sync(self) -> None:
+        """Bring the in-memory index up to date (inside a transaction). After another
+        connection wrote, the stored settings are read again too, so a setting it
+        changed (``Database.set_public_unlabeled``, ``ragdb config``) holds here at
+        once: every settings change advances the generation, as every write does."""
+        index = self.index
+        before = index.generation
+        index.sync()
+        if index.generation != before:
+            self.settings.update(self.store.settings())
+
+    def set_setting(self, key: str, value: Any) -> None:
+        """Store one setting in a write transaction of its own, visible to every open
+        connection from its next search or write on (refused inside another transaction,
+        whose rollback would undo it after the caller took it as done)."""
+        store = self.store
+        if store.in_transaction():
+            raise InvalidInput(f"{store.path}: setting {key!r} changes in a transaction of its own; "
+                               f"change it outside db.transaction()")
+        with self.writing():
+            index = self.index
+            index.sync()
+            store.set_setting(key, value)
+            index.note_write(store.bump_stats(), index.n_chunks, index.total_length)
+        self.settings[key] = value
 
     def restrictions(self, r: Restrictions) -> filters.Query:
         """The validated filter query of a :class:`Restrictions` value."""

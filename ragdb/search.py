@@ -59,11 +59,10 @@ class Searcher:
     # -- lexical --------------------------------------------------------------------
     def _lexical_hits(self, query: str, opts: SearchOptions, k: int) -> list[Hit]:
         eng = self.engine
-        restrict = eng.restrictions(opts.restrictions)
         with eng.store.read():
+            eng.sync()  # first: the restrictions read the access setting, which another connection may change
             index = eng.index
-            index.sync()
-            cand, sc, contributions = self.lexical(query, k, opts, index.allowed(restrict))
+            cand, sc, contributions = self.lexical(query, k, opts, index.allowed(eng.restrictions(opts.restrictions)))
             if len(cand) == 0:
                 return []
             cids = cand.tolist()
@@ -150,14 +149,14 @@ class Searcher:
         from .embeddings import embed_query
 
         eng = self.engine
-        restrict = eng.restrictions(opts.restrictions)
+        eng.restrictions(opts.restrictions)  # refuse bad restrictions before embedding the query
         emb = eng.query_embedder(opts.embedder)
         if not query.strip():
             return []
         qvec = embed_query(emb, query)  # outside the transaction: an endpoint may be slow
         with eng.store.read():
-            eng.index.sync()
-            ids, sims = self._vector_pool(qvec, emb, k, eng.index.allowed(restrict))
+            eng.sync()
+            ids, sims = self._vector_pool(qvec, emb, k, eng.index.allowed(eng.restrictions(opts.restrictions)))
             if opts.min_score is not None:
                 keep = sims >= opts.min_score
                 ids, sims = ids[keep], sims[keep]
@@ -182,13 +181,14 @@ class Searcher:
 
         eng = self.engine
         size = max(opts.pool_size, k)
-        restrict = eng.restrictions(opts.restrictions)
+        eng.restrictions(opts.restrictions)  # refuse bad restrictions before embedding the query
         emb = eng.query_embedder(opts.embedder)
         qvec = embed_query(emb, query) if query.strip() else None  # outside the transaction
-        store, index = eng.store, eng.index
+        store = eng.store
         with store.read():  # one snapshot for both sides
-            index.sync()
-            mask = index.allowed(restrict)
+            eng.sync()
+            index = eng.index
+            mask = index.allowed(eng.restrictions(opts.restrictions))
             cand, scores, contrib = self.lexical(query, size, opts, mask)
             lex: Pool = (cand.astype(np.int64), scores)
             dense = self._vector_pool(qvec, emb, size, mask) if qvec is not None else empty_pool()

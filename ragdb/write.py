@@ -54,7 +54,7 @@ class Writer:
             return set()
         with self.engine.writing():
             index = self.engine.index
-            index.sync()
+            self.engine.sync()
             if len(index.tail_entries) < max(threshold, 1) and not merge_terms:
                 return set()
             flushed = set(index.tail.term_ids.tolist())
@@ -71,8 +71,7 @@ class Writer:
         makes the newest kept older version not deleted with it the latest again."""
         store = self.engine.store
         with self.engine.writing():
-            index = self.engine.index
-            index.sync()
+            self.engine.sync()
             changes = _Changes()
             deleted: list[int] = []
             touched: set[str] = set()  # sources whose other versions survive: their validity is redone
@@ -135,7 +134,7 @@ class Writer:
         labels = check_acl(acl, label) if acl is not None else None
         with self.engine.writing():
             index = self.engine.index
-            index.sync()
+            self.engine.sync()
             row = store.doc_source(doc_id)
             if row is None:
                 raise DocumentNotFound(f"no document with id {doc_id}")
@@ -156,7 +155,7 @@ class Writer:
         store = self.engine.store
         with self.engine.writing():
             index = self.engine.index
-            index.sync()
+            self.engine.sync()
             index.flush(merge_all=True)
             if store.delete_unused_terms():
                 store.bump_vocab_epoch()
@@ -236,7 +235,7 @@ class Writer:
         replaces the latest version of its source, or is identical to it (unchanged)."""
         store, index = self.engine.store, self.engine.index
         with self.engine.writing():
-            index.sync()
+            self.engine.sync()
             changes = _Changes()
             existing = store.latest_by_source([p.source for p in batch])
             next_doc, next_chunk = index.next_ids  # read by index.sync() just now

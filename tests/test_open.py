@@ -278,19 +278,35 @@ def test_set_public_unlabeled_changes_the_file_and_this_connection_at_once(tmp_p
         assert visible(db) == []
 
 
-def test_other_open_connections_see_a_change_when_they_reopen(tmp_path):
-    """The documented rule: settings are read at open."""
+def test_other_open_connections_see_a_change_at_their_next_search(tmp_path):
+    """A settings change advances the generation: every open connection, in this
+    process or another, reads the settings again before its next search."""
     path = make_db(tmp_path / "kb.db")
     with ragdb.open(path) as other, ragdb.open(path) as db:
+        assert visible(other) == []  # searched once: its view is current
         db.set_public_unlabeled(True)
         assert visible(db) == ["open"]
-        assert visible(other) == []  # read at its open
-    code = "import sys, ragdb\nragdb.open(sys.argv[1]).set_public_unlabeled(False)\n"
-    with ragdb.open(path) as db:
-        assert visible(db) == ["open"]
-        subprocess.run([sys.executable, "-c", code, str(path)], check=True, timeout=120)
+        assert visible(other) == ["open"]
+        other.set_public_unlabeled(False)
+        assert visible(db) == [] and visible(other) == []
+    code = "import sys, ragdb\nragdb.open(sys.argv[1]).set_public_unlabeled(True)\n"
     with ragdb.open(path) as db:
         assert visible(db) == []
+        subprocess.run([sys.executable, "-c", code, str(path)], check=True, timeout=120)
+        assert visible(db) == ["open"]  # revoked or granted for open connections too
+        code = code.replace("True", "False")
+        subprocess.run([sys.executable, "-c", code, str(path)], check=True, timeout=120)
+        assert visible(db) == []
+
+
+def test_keep_versions_set_elsewhere_applies_to_the_next_write(tmp_path):
+    path = make_db(tmp_path / "kb.db")
+    with ragdb.open(path) as db:
+        db.add("first text", source="v.md")
+        with ragdb.open(path, keep_versions=True):
+            pass
+        db.add("second text", source="v.md")
+        assert len(db.documents(source="v.md", versions="all")) == 2
 
 
 @pytest.mark.parametrize("value", [1, 0, "true", None, [], 1.0])

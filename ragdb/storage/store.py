@@ -20,7 +20,7 @@ from collections.abc import Iterable, Iterator, Sequence
 if TYPE_CHECKING:
     import sqlite_utils
 
-from ..errors import DatabaseBusy, InvalidInput, NotADatabase, RagdbError, SchemaTooNew, StorageError
+from ..errors import DatabaseBusy, NotADatabase, RagdbError, SchemaTooNew, StorageError
 from .codec import dumps, loads
 from .vectors import VectorSQL
 
@@ -315,15 +315,9 @@ class Store(VectorSQL):
         self.conn.execute("INSERT INTO settings (key, value) VALUES (?, ?) "
                           "ON CONFLICT (key) DO UPDATE SET value = excluded.value", [key, dumps(value)])
 
-    def commit_setting(self, key: str, value: Any) -> None:
-        """Set one setting in a write transaction of its own, committed on return. Refused
-        inside another transaction, whose rollback would undo it after the caller took it as done."""
-        with self.lock:
-            if self.conn.in_transaction:
-                raise InvalidInput(f"{self.path}: setting {key!r} changes in a transaction of its own; "
-                                   f"change it outside db.transaction()")
-            with self.write():
-                self.set_setting(key, value)
+    def in_transaction(self) -> bool:
+        """Whether a transaction of this connection is open (then writes nest as savepoints)."""
+        return bool(self.conn.in_transaction)
 
     def stats_row(self) -> dict[str, int]:
         row = self.conn.execute("SELECT generation, n_docs, n_chunks, total_length, flushed_upto, vocab_epoch, "
