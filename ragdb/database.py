@@ -143,7 +143,8 @@ class Database:
 
         Adding identical content (text, version, metadata, labels) again changes
         nothing and returns the stored document. Without ``source`` the source
-        is derived from the text's hash. One transaction. (``add_many`` reports
+        is derived from the text's hash. The text is one transaction (vectors of
+        an embedding database follow in their own). (``add_many`` reports
         whether each record was added, replaced or unchanged.)
         """
         record = {"text": text, "source": source, "version": version, "timestamp": timestamp,
@@ -249,6 +250,9 @@ class Database:
         if embedder is None and rebuild:
             raise InvalidInput("embed: rebuild=True needs the embedder to re-embed every chunk with")
         check_embedder(embedder)
+        if embedder is None and self._engine.embedder is None and self.recorded_embedder() is None:
+            raise InvalidInput("embed: give an embedder (e.g. 'wordllama'): the database has none and records "
+                               "no embedding model yet")
         if progress is not None and not callable(progress):
             raise InvalidInput(f"embed: progress must be callable, got {type(progress).__name__}")
         emb = self._engine.query_embedder(embedder)
@@ -370,13 +374,15 @@ class Database:
             if not isinstance(source, str) or not source:
                 raise InvalidInput(f"get: source must be a non-empty string, got {source!r}")
             check_text(source, "get: source")
-            with store.read():
+        else:
+            doc_id = check_id(doc_id)
+        with store.read():  # one snapshot: a concurrent replace cannot slip between the two reads
+            if source is not None:
                 rows = store.list_documents(source, glob=False, latest_only=True, limit=1)
-            if not rows:
-                raise DocumentNotFound(f"no document with source {source!r}")
-            doc_id = int(rows[0][0])
-        doc_id = check_id(doc_id)
-        with store.read():
+                if not rows:
+                    raise DocumentNotFound(f"no document with source {source!r}")
+                doc_id = int(rows[0][0])
+            assert doc_id is not None
             return self._writer.document(doc_id, with_text)
 
     def documents(self, source: str | None = None, *, glob: bool = True, versions: str = "latest",
@@ -422,8 +428,8 @@ class Database:
         with store.read():
             s = store.stats_row()
             stored_docs, stored_chunks = store.stored_counts()
+            self._engine.sync()
             index = self._engine.index
-            index.sync()
             dfs = index.live_dfs()
             vocab = sum(1 for df in dfs.values() if df > 0)
             postings = int(sum(dfs.values()))

@@ -50,6 +50,7 @@ from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 import numpy as np
 
 from ragdb.errors import EmbeddingError, InvalidInput, MissingDependency
+from ragdb.vectors import dimensions_of
 
 if TYPE_CHECKING:
     import httpx
@@ -105,7 +106,7 @@ def embed_query(embedder: Embedder, text: str) -> np.ndarray:
                 f"embedder {embedder.name!r} returned shape {vec.shape} for one query"
             )
         vec = vec[0]
-    dims = int(embedder.dimensions)
+    dims = dimensions_of(embedder)
     if vec.shape != (dims,):
         raise EmbeddingError(
             f"embedder {embedder.name!r} returned a query vector of shape {vec.shape}, "
@@ -126,7 +127,7 @@ def embed_batched(embedder: Embedder, texts: Sequence[str], batch_size: int = 25
     if not isinstance(batch_size, int) or isinstance(batch_size, bool) or batch_size < 1:
         raise InvalidInput(f"batch_size must be a positive integer, got {batch_size!r}")
     texts = list(texts)
-    dims = int(embedder.dimensions)
+    dims = dimensions_of(embedder)
     out = np.empty((len(texts), dims), dtype=np.float32)
     for start in range(0, len(texts), batch_size):
         batch = texts[start : start + batch_size]

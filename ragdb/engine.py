@@ -2,8 +2,9 @@
 
 :class:`Engine` holds the store, the analyzer and settings, the in-memory
 lexical index and vector index, and the configured embedder. ``Database`` is
-the public facade; :mod:`ragdb.ingest`, :mod:`ragdb.write` and
-:mod:`ragdb.search` each work on an ``Engine`` and touch nothing else.
+the public facade; :mod:`ragdb.write`, :mod:`ragdb.search` and
+:mod:`ragdb.check` each work on an ``Engine`` and touch nothing else
+(:mod:`ragdb.ingest` needs only the analyzer, a chunker and a write callback).
 """
 
 from __future__ import annotations
@@ -42,13 +43,14 @@ class Engine:
         """A write transaction (nested ones are savepoints). Writes update the
         in-memory index as they go; if anything fails, that view may hold
         uncommitted changes, so it is dropped and reloaded from the file."""
-        try:
-            with self.store.write():
-                yield
-        except BaseException:
-            self.index = Index(self.store)
-            self.vectors = VectorIndex(self.store)
-            raise
+        with self.store.lock:  # no other thread reads the dropped view in between
+            try:
+                with self.store.write():
+                    yield
+            except BaseException:
+                self.index = Index(self.store)
+                self.vectors = VectorIndex(self.store)
+                raise
 
     def sync(self) -> None:
         """Bring the in-memory index up to date (inside a transaction). After another
@@ -70,8 +72,8 @@ class Engine:
             raise InvalidInput(f"{store.path}: setting {key!r} changes in a transaction of its own; "
                                f"change it outside db.transaction()")
         with self.writing():
+            self.sync()
             index = self.index
-            index.sync()
             store.set_setting(key, value)
             index.note_write(store.bump_stats(), index.n_chunks, index.total_length)
         self.settings[key] = value

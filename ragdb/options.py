@@ -261,8 +261,9 @@ class SearchOptions:
     """How a search ranks and cuts; see :meth:`ragdb.Database.search` for each option.
 
     Scorer-specific options default to ``None`` ("not given"): giving one
-    that the scorer does not use is an error. :meth:`resolved` fills in the
-    defaults of the ones that apply.
+    that the scorer does not use is an error. The properties ``lexical``,
+    ``fusion_method``, ``fusion_alpha``, ``fusion_rrf_k``, ``pool_size`` and
+    ``first_stage_k`` give the values in force, defaults filled in.
     """
 
     k: int = 10

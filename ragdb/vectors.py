@@ -76,7 +76,8 @@ _BLOCK = 32_768          # rows scored per block (bounds the float64 temporary)
 
 class VectorIndex:
     """The vectors of one database as a numpy matrix, kept equal to the table
-    (``Database`` owns one, as it owns its lexical :class:`ragdb.index.Index`).
+    (each open database's :class:`ragdb.engine.Engine` holds one, as it holds
+    its lexical :class:`ragdb.index.Index`).
 
     :meth:`sync` (inside a transaction) applies the changes logged since the
     last call, by any connection; a cut log or a rebuild means a full reload.
@@ -177,14 +178,14 @@ class VectorIndex:
         (:meth:`exact_scores`)."""
         q = np.asarray(qvec, np.float64).reshape(-1)
         if self.n - self.dead == 0 or k < 1:
-            return _empty()
+            return empty_pool()
         if q.shape != (self.dims,):
             raise EmbeddingError(f"query vector has {q.size} dimensions; the stored vectors have {self.dims}")
         norm = float(np.linalg.norm(q))
         if not np.isfinite(norm):
             raise EmbeddingError("query vector has NaN or infinite values")
         if norm == 0:
-            return _empty()  # cosine 0 with everything
+            return empty_pool()  # cosine 0 with everything
         q = q / norm
         ids = self.ids[:self.n]
         if mask is None:
@@ -209,7 +210,7 @@ class VectorIndex:
             kth = float(np.partition(a, len(a) - k)[len(a) - k])
             rows = rows[a >= kth - 2.0 * eps]
         if len(rows) == 0:
-            return _empty()
+            return empty_pool()
         s = self.exact_scores(q, rows)
         cand_ids = ids[rows]
         if min_score is not None:
@@ -225,7 +226,8 @@ class VectorIndex:
         return cand_ids[order], s[order]
 
 
-def _empty() -> tuple[np.ndarray, np.ndarray]:
+def empty_pool() -> Pool:
+    """No candidates."""
     return np.zeros(0, np.int64), np.zeros(0, np.float64)
 
 
@@ -286,7 +288,3 @@ def rrf_pools(lexical: Pool, dense: Pool, k: float) -> Pool:
     fused = rrf([lexical[0].tolist(), dense[0].tolist()], k=k)
     return (np.fromiter((c for c, _ in fused), np.int64, len(fused)),
             np.fromiter((v for _, v in fused), np.float64, len(fused)))
-
-
-def empty_pool() -> Pool:
-    return _empty()

@@ -1,6 +1,6 @@
 """The write stage: insert, replace, delete, update and version documents.
 
-Every public method is one write transaction (``BEGIN IMMEDIATE``; nested in
+Every public write method but ``embed`` (one transaction per batch) is one write transaction (``BEGIN IMMEDIATE``; nested in
 ``Database.transaction()`` it is a savepoint) that keeps the statistics,
 document frequencies, the chunk change log and the in-memory index exact: after
 any sequence of writes, scores equal those of a fresh build of the same
@@ -31,7 +31,6 @@ if TYPE_CHECKING:
     from .engine import Engine
 
 WRITER_TERM_CACHE = 300_000  # a writer keeps a vocabulary up to this size in memory
-ChunkRow = tuple[int, int, int, bytes, bytes]  # (chunk id, length, latest, terms, tfs)
 
 
 class Writer:

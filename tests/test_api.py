@@ -1181,3 +1181,20 @@ def test_acl_must_be_a_list_of_labels(filled_db, acl):
     with pytest.raises(InvalidInput, match="acl must be a list"):
         filled_db.add("some text", source="new.md", acl=acl)
     assert filled_db.get(doc.id).acl == doc.acl
+
+
+def test_writing_while_iterating_records_is_refused(filled_db):
+    before = filled_db.documents(versions="all")
+    with pytest.raises(InvalidInput, match="cannot write while a read"):
+        for _record in filled_db.records():
+            filled_db.add("written during the read", source="during.md")
+    assert filled_db.documents(versions="all") == before
+    filled_db.add("written after the read", source="after.md")  # the connection is usable again
+    assert filled_db.get(source="after.md").text == "written after the read"
+    assert filled_db.check() == []
+
+
+def test_embed_without_any_embedder_names_what_to_give(db):
+    db.add("some text", source="a.md")
+    with pytest.raises(InvalidInput, match="give an embedder"):
+        db.embed()

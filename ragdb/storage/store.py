@@ -20,7 +20,7 @@ from collections.abc import Iterable, Iterator, Sequence
 if TYPE_CHECKING:
     import sqlite_utils
 
-from ..errors import DatabaseBusy, NotADatabase, RagdbError, SchemaTooNew, StorageError
+from ..errors import DatabaseBusy, InvalidInput, NotADatabase, RagdbError, SchemaTooNew, StorageError
 from .codec import dumps, loads
 from .vectors import VectorSQL
 
@@ -160,6 +160,7 @@ class Store(VectorSQL):
             raise _translate(e, path) from e
         self.conn = conn
         self._db: sqlite_utils.Database | None = None
+        self._reading = False  # a read transaction (``read``) is open: writes must not nest in it
         try:
             self._open(readonly=readonly, memory=memory, busy_timeout=busy_timeout)
         except BaseException:
@@ -249,6 +250,10 @@ class Store(VectorSQL):
         """One write transaction (``BEGIN IMMEDIATE``); rolled back on any error."""
         with self.lock:
             if self.conn.in_transaction:
+                if self._reading:
+                    # its savepoint would be undone when the read ends (a read always rolls back)
+                    raise InvalidInput(f"{self.path}: cannot write while a read of this connection is open "
+                                       f"(e.g. inside a loop over db.records()); finish the read first")
                 # Nested: a savepoint inside the caller's transaction.
                 with self.db.atomic():
                     yield self.conn
@@ -276,10 +281,12 @@ class Store(VectorSQL):
                 return
             try:
                 self.conn.execute("BEGIN")
+                self._reading = True
                 yield self.conn
             except sqlite3.Error as e:
                 raise _translate(e, self.path) from e
             finally:
+                self._reading = False
                 self._rollback()
 
     def _rollback(self) -> None:
@@ -340,11 +347,6 @@ class Store(VectorSQL):
             "next_chunk_id = max(next_chunk_id, ?) WHERE id = 1",
             [docs, chunks, length, *next_ids])
         return self.generation()
-
-    def next_ids(self) -> tuple[int, int]:
-        """Next free (document id, chunk id). Ids are never reused."""
-        row = self.conn.execute("SELECT next_doc_id, next_chunk_id FROM stats WHERE id = 1").fetchone()
-        return int(row[0]), int(row[1])
 
     # -- documents -------------------------------------------------------------
     # the columns of a Document, on ``documents d``
@@ -651,13 +653,6 @@ class Store(VectorSQL):
     def add_df(self, deltas: Iterable[tuple[int, int]]) -> None:
         """Apply (delta, term id) document-frequency changes."""
         self.conn.executemany("UPDATE vocabulary SET df = df + ? WHERE id = ?", deltas)
-
-    def dfs(self, term_ids: Sequence[int]) -> dict[int, int]:
-        out: dict[int, int] = {}
-        for part in _chunks(list(term_ids)):
-            q = ",".join("?" * len(part))
-            out.update(self.conn.execute(f"SELECT id, df FROM vocabulary WHERE id IN ({q})", part).fetchall())
-        return out
 
     def all_dfs(self) -> list[tuple[int, int]]:
         return self.conn.execute("SELECT id, df FROM vocabulary").fetchall()
