@@ -24,7 +24,7 @@ from .analysis import AnalysisPool, Analyzer, PackedCounts, is_blank
 from .chunking import Chunker, get_chunker
 from .errors import InvalidInput
 from .filters import check_finite
-from .options import check_text, parse_timestamp
+from .options import check_count, check_positive_int, check_text, parse_timestamp
 from .storage import dumps
 from .types import LoadedDocument, Span
 
@@ -147,10 +147,9 @@ def prepare(record: Mapping[str, Any] | LoadedDocument, chunker: Chunker, analyz
 
 
 def check_add_arguments(records: Any, batch_size: Any, workers: Any) -> None:
-    if not isinstance(batch_size, int) or isinstance(batch_size, bool) or batch_size < 1:
-        raise InvalidInput(f"batch_size must be a positive integer, got {batch_size!r}")
-    if workers is not None and (not isinstance(workers, int) or isinstance(workers, bool) or workers < 0):
-        raise InvalidInput(f"workers must be a non-negative integer, got {workers!r}")
+    check_positive_int(batch_size, "batch_size")
+    if workers is not None:
+        check_count(workers, "workers")
     if isinstance(records, (str, bytes, Mapping)) or not hasattr(records, "__iter__"):
         raise InvalidInput(f"records must be an iterable of mappings or LoadedDocument, "
                            f"got {type(records).__name__}")

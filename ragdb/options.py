@@ -61,12 +61,19 @@ def check_id(value: Any, what: str = "doc_id") -> int:
     return value
 
 
-def check_positive_int(value: Any, name: str) -> int:
-    if not isinstance(value, int) or isinstance(value, bool) or value < 1:
-        raise InvalidInput(f"{name} must be a positive integer, got {value!r}")
-    if value >= 2 ** 63:  # beyond SQLite's 64-bit INTEGER (a LIMIT, a batch size)
+def check_int(value: Any, name: str, low: int) -> int:
+    """An integer (not a bool) from ``low`` (0 or 1) to 2**63 - 1, SQLite's 64-bit INTEGER."""
+    if not isinstance(value, int) or isinstance(value, bool) or value < low:
+        kind = "positive" if low >= 1 else "non-negative"
+        raise InvalidInput(f"{name} must be a {kind} integer, got {value!r}")
+    if value >= 2 ** 63:
         raise InvalidInput(f"{name} {value} is out of range (at most 2**63 - 1)")
     return value
+
+
+def check_positive_int(value: Any, name: str) -> int:
+    """A positive integer SQLite can bind (a batch size, a pool)."""
+    return check_int(value, name, 1)
 
 
 def check_number(value: Any, name: str, *, low: float | None = None, high: float | None = None) -> float:
@@ -161,11 +168,7 @@ MAX_K1 = 1e6
 
 def check_count(value: Any, name: str) -> int:
     """A non-negative integer SQLite can bind (a limit, an offset): 0 to 2**63 - 1."""
-    if not isinstance(value, int) or isinstance(value, bool) or value < 0:
-        raise InvalidInput(f"{name} must be a non-negative integer, got {value!r}")
-    if value >= 2 ** 63:
-        raise InvalidInput(f"{name} {value} is out of range (at most 2**63 - 1)")
-    return value
+    return check_int(value, name, 0)
 
 
 def check_flag(value: Any, name: str) -> bool:
