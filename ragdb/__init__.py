@@ -17,12 +17,12 @@ from . import options
 from .analysis import Analyzer
 from .database import Database, open_database
 from .errors import RagdbError
-from .options import Restrictions, SearchOptions
+from .options import ALL, PUBLIC, Restrictions, SearchOptions
 from .types import AddReport, Change, Document, Hit, Stats, VectorInfo
 
 __version__ = "0.1.0"
 __all__ = ["open", "Database", "Hit", "Document", "Stats", "AddReport", "Change", "VectorInfo", "SearchOptions",
-           "Restrictions", "Analyzer", "RagdbError", "options", "__version__"]
+           "Restrictions", "ALL", "PUBLIC", "Analyzer", "RagdbError", "options", "__version__"]
 
 
 def open(path: str | os.PathLike[str] = ":memory:", *, analyzer: "str | Analyzer | Mapping[str, Any] | None" = None,

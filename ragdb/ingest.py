@@ -90,7 +90,7 @@ def prepare(record: Mapping[str, Any] | LoadedDocument, chunker: Chunker, analyz
         meta = dict(record.metadata)
         record = {"text": record.text, "source": record.source, "title": record.title,
                   "version": meta.pop("version", None), "timestamp": meta.pop("timestamp", None),
-                  "metadata": meta, "spans": record.spans}
+                  "metadata": meta, "spans": record.spans, "acl": record.acl}
     if not isinstance(record, Mapping):
         raise InvalidInput(f"record {n}: expected a mapping with 'text', got {type(record).__name__}")
     unknown = set(record) - RECORD_KEYS

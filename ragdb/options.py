@@ -34,6 +34,37 @@ VECTOR_SCORERS = ("vector", "hybrid")
 SCORERS = LEXICAL_SCORERS + VECTOR_SCORERS
 FUSIONS = ("weighted", "rrf")
 VERSIONS = ("latest", "all")
+
+
+class AllPrincipals:
+    """The type of :data:`ALL`: ``principals=ragdb.ALL`` asks for the full view,
+    every chunk whatever its access labels (an administrator's or a batch job's)."""
+
+    _instance: AllPrincipals | None = None
+
+    def __new__(cls) -> AllPrincipals:
+        if cls._instance is None:
+            cls._instance = super().__new__(cls)
+        return cls._instance
+
+    def __repr__(self) -> str:
+        return "ragdb.ALL"
+
+    def __reduce__(self) -> str:
+        return "ALL"
+
+
+#: ``principals=ALL``: see every chunk, whatever its labels. Omitting ``principals``
+#: (or ``None``, or ``()``) is an anonymous caller, who sees public chunks only.
+ALL = AllPrincipals()
+
+#: The access label that makes a document visible to every caller, anonymous ones
+#: included, whatever the database's ``public_unlabeled`` setting (``ragdb add --public``).
+#: It is not a principal: ``principals=["*"]`` is refused.
+PUBLIC = "*"
+
+#: What principals become once checked: the caller's labels (``()``: anonymous) or ALL.
+Principals = tuple[str, ...] | AllPrincipals
 # Chosen from SciFact measurements (see ragdb.vectors and BENCHMARKS.md): min-max
 # weighted sum with vector weight 0.3 beats BM25; RRF does not.
 DEFAULT_FUSION = "weighted"
@@ -92,10 +123,12 @@ def check_threshold(value: Any, name: str = "min_score") -> float | None:
     return None if value is None else check_number(value, name)
 
 
-def check_principals(principals: Any) -> tuple[str, ...] | None:
-    """None, or the distinct labels (sorted)."""
+def check_principals(principals: Any) -> Principals:
+    """:data:`ALL`, or the caller's distinct labels, sorted (``None``: anonymous, ``()``)."""
     if principals is None:
-        return None
+        return ()
+    if principals is ALL:
+        return ALL
     if isinstance(principals, (str, bytes)):
         raise InvalidInput("principals must be a list of labels, not one string")
     try:
@@ -106,6 +139,11 @@ def check_principals(principals: Any) -> tuple[str, ...] | None:
         raise InvalidInput(f"principals must be strings, got {items!r}")
     for p in items:
         check_text(p, "principal")
+        if not p:
+            raise InvalidInput("principals must be non-empty labels, got ''")
+        if p == PUBLIC:
+            raise InvalidInput(f"{PUBLIC!r} is the public label, not a principal: leave principals out for the "
+                               f"public view, or pass principals=ragdb.ALL for everything")
     return tuple(sorted(set(items)))
 
 
@@ -233,7 +271,7 @@ class Restrictions:
     since: TimeValue | None = None
     until: TimeValue | None = None
     as_of: TimeValue | None = None
-    principals: tuple[str, ...] | None = None
+    principals: Principals | None = None
     versions: str = "latest"
 
     def __post_init__(self) -> None:

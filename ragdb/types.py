@@ -82,6 +82,8 @@ class LoadedDocument:
     title: str | None = None
     metadata: Mapping[str, Any] = field(default_factory=dict)
     spans: tuple[Span, ...] = ()
+    #: access labels (front matter ``acl:``/``labels:``, or set by the caller); None: none given
+    acl: tuple[str, ...] | None = None
 
 
 @dataclass(frozen=True)
