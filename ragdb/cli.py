@@ -3,8 +3,10 @@
 Every command takes ``-d/--database`` (before or after the command name; also
 read from ``RAGDB_DATABASE``) and prints a readable table, or JSON with
 ``--json``. Exit status: 0 success, 1 error (one line on stderr naming the
-input and the problem), 2 usage error. Long work (add, sync, import, embed, eval)
-shows a progress bar when stderr is a terminal.
+input and the problem), 2 usage error, 3 refused (``prompt`` and ``ask``: no
+evidence passed selection, or the model answered with the refusal sentence;
+the output is still printed, and stderr says why). Long work (add, sync,
+import, embed, eval) shows a progress bar when stderr is a terminal.
 
 The logic lives in the library: :mod:`ragdb.sync` (add, sync),
 :mod:`ragdb.transfer` (export, import), :mod:`ragdb.evaluation`,
@@ -28,6 +30,7 @@ import click
 import orjson
 
 import ragdb
+import ragdb.confidence
 import ragdb.llm
 
 from .errors import EmbeddingError, InvalidInput, RagdbError
@@ -408,6 +411,8 @@ def _hit_json(h: ragdb.Hit, rank: int | None = None) -> dict[str, Any]:
         "version": h.version, "timestamp": h.timestamp, "start": h.start, "end": h.end,
         "ordinal": h.ordinal, "metadata": dict(h.metadata), "text": h.text,
     }
+    if h.confidence is not None:
+        out["confidence"] = h.confidence
     if rank is not None:
         out = {"rank": rank, **out}
     if h.explain:
@@ -848,12 +853,16 @@ def embed(database: str | None, embed_model: str | None, rebuild: bool, batch_si
 # --------------------------------------------------------------------------- config
 
 #: The settings 'ragdb config KEY VALUE' changes, and what VALUE is.
-CONFIG_KEYS = {"public_unlabeled": "true|false", "keep_versions": "true|false", "chunker": "SPEC"}
+CONFIG_KEYS = {"public_unlabeled": "true|false", "keep_versions": "true|false", "chunker": "SPEC",
+               "min_confidence": "0..1|default"}
 _FLAG_WORDS = {"true": True, "yes": True, "on": True, "1": True, "false": False, "no": False, "off": False, "0": False}
-_SETTING_DEFAULTS = {"keep_versions": False, "public_unlabeled": False}  # what a missing row means
+_SETTING_DEFAULTS = {"keep_versions": False, "public_unlabeled": False,  # what a missing row means
+                     "min_confidence": None}
 
 
 def _setting_text(key: str, value: Any) -> str:
+    if key == "min_confidence" and value is None:
+        return f"default ({ragdb.confidence.DEFAULT_MIN_CONFIDENCE})"
     if isinstance(value, bool):
         return "true" if value else "false"
     if key == "analyzer":
@@ -876,6 +885,8 @@ def config_cmd(database: str | None, key: str | None, value: str | None, as_json
       public_unlabeled true|false  documents without access labels visible to --principal searches
       keep_versions true|false     keep replaced versions for --all-versions/--as-of searches
       chunker SPEC                 default chunker of adds (recursive, paragraph, none, window:size=200 ...)
+      min_confidence 0..1|default  confidence floor of prompt/ask (0: never refuse by confidence;
+                                   'ragdb eval --calibrate' chooses one)
 
     The analyzer is fixed at creation. A change is one transaction; databases
     already open elsewhere see it from their next search or write on. Opening
@@ -889,10 +900,14 @@ def config_cmd(database: str | None, key: str | None, value: str | None, as_json
         if value.strip().lower() not in _FLAG_WORDS:
             raise click.UsageError(f"{key} takes true or false, got {value!r}")
         new = _FLAG_WORDS[value.strip().lower()]
+    if key == "min_confidence" and value is not None:
+        new = _min_confidence_value(value)
     with _open(database) as db:
         settings = dict(sorted({**_SETTING_DEFAULTS, **db.settings}.items()))
         if key == "public_unlabeled" and value is not None:
             db.set_public_unlabeled(new)
+        if key == "min_confidence" and value is not None:
+            db.set_min_confidence(new)
     if key is None:
         if as_json:
             _emit_json(settings)
@@ -906,7 +921,7 @@ def config_cmd(database: str | None, key: str | None, value: str | None, as_json
         else:
             click.echo(_setting_text(key, old))
         return
-    if key != "public_unlabeled":  # opening with chunker=/keep_versions= stores them
+    if key not in ("public_unlabeled", "min_confidence"):  # opening with chunker=/keep_versions= stores them
         with _open(database, **{key: new}) as db:
             new = db.settings.get(key)  # the chunker spec as stored (canonical form)
     if as_json:
@@ -914,6 +929,20 @@ def config_cmd(database: str | None, key: str | None, value: str | None, as_json
     else:
         click.echo(f"{key}: {_setting_text(key, old)} -> {_setting_text(key, new)}"
                    + ("" if old != new else " (unchanged)"))
+
+
+def _min_confidence_value(value: str) -> float | None:
+    """``ragdb config min_confidence VALUE``: a number in [0, 1], or 'default' (None)."""
+    if value.strip().lower() in ("default", "none"):
+        return None
+    try:
+        number = float(value)
+    except ValueError:
+        number = float("nan")
+    if not 0.0 <= number <= 1.0:  # also NaN
+        raise click.UsageError(f"min_confidence takes a number between 0 and 1 (0: never refuse by "
+                               f"confidence) or 'default', got {value!r}")
+    return number
 
 
 # --------------------------------------------------------------------------- stats / check / optimize / migrate
@@ -1104,29 +1133,56 @@ def import_cmd(database: str | None, file: str, embed_model: str | None, as_json
 @click.option("-k", "k", type=click.IntRange(1, 10_000), default=10, show_default=True,
               help="Depth of the run (Recall@k).")
 @scorer_options(("--model",))
-@click.option("--analyzer", type=click.Choice(["default", "jieba", "simple"]), default="default",
-              show_default=True, help="Analyzer of the temporary index.")
+@click.option("--analyzer", type=click.Choice(["default", "jieba", "simple"]), default=None,
+              help="Analyzer of the temporary index (default: 'default'; with --calibrate, the database's).")
+@click.option("--calibrate", is_flag=True,
+              help="Choose the database's min_confidence (the refusal floor of prompt/ask) from these judged "
+                   "queries and --off-topic questions, and store it in -d/--database.")
+@click.option("--off-topic", "off_topic", multiple=True, type=click.Path(dir_okay=False), metavar="FILE",
+              help="With --calibrate: questions the knowledge base cannot answer, to be refused (queries.jsonl "
+                   "or one question a line; repeatable).")
+@database_option
 @json_option
 def eval_cmd(corpus: str, queries: str, qrels: str, k: int, scorer: str, fusion: str | None, alpha: float | None,
-             rrf_k: int | None, embed_model: str | None, analyzer: str, as_json: bool) -> None:
+             rrf_k: int | None, embed_model: str | None, analyzer: str | None, calibrate: bool,
+             off_topic: tuple[str, ...], database: str | None, as_json: bool) -> None:
     """Evaluate retrieval on a BEIR-layout collection: nDCG@10, Recall@k, MRR@10.
 
     The corpus is indexed into a temporary in-memory database (one chunk per
     document: title, blank line, text; source = corpus id), as the benchmark
     does; no database file is read or written. --scorer vector or hybrid
     needs --model SPEC: the corpus is embedded with it while indexing.
+
+    --calibrate also chooses a refusal floor (min_confidence) with
+    ragdb.prompt.choose_threshold: the best hit confidence of each judged
+    query (to be answered) and of each --off-topic question (to be refused),
+    the threshold with the best F1 of answer decisions; and stores it in the
+    database named by -d/--database, where prompt and ask use it by default.
+    Without --off-topic it refuses none of the judged queries (their lowest
+    confidence) and says so.
     """
-    from .evaluation import evaluate_database, load_beir
+    from .evaluation import calibrate_refusal, evaluate_database, load_beir, load_questions
 
     if scorer in VECTOR_SCORERS and embed_model is None:
         raise click.UsageError(f"--scorer {scorer} needs --model SPEC to embed the corpus "
                                f"(e.g. --model wordllama, the offline default)")
+    if off_topic and not calibrate:
+        raise click.UsageError("--off-topic applies with --calibrate only")
+    target = _db_path(database) if calibrate else None  # the database the floor is stored in
+    if target is not None and target != ":memory:" and not Path(target).exists():
+        raise click.ClickException(f"{target}: no such database (create it with 'ragdb init' or 'ragdb add')")
+    if calibrate and analyzer is None:
+        with _open(target, readonly=True) as kb:
+            analyzer = _analyzer_name(kb.settings.get("analyzer"))
     opts = _options(k, scorer, fusion, alpha, rrf_k, embed_model)
     embedder = opts.embedder  # the temporary database embeds with it, and queries with it too
     docs, qs, judgements = load_beir((corpus, queries, qrels))
+    negatives = [q for path in off_topic for q in load_questions(path)]
     records = [{"text": f"{title}\n\n{text}" if title else text, "source": doc_id}
                for doc_id, title, text in docs if (title + text).strip()]
-    with ragdb.open(":memory:", analyzer=analyzer, chunker="none", embedder=embedder) as db:
+    # the temporary index sees every document (public_unlabeled: the corpus carries no labels)
+    with ragdb.open(":memory:", analyzer=analyzer or "default", chunker="none", embedder=embedder,
+                    public_unlabeled=True) as db:
         with _progress("indexing", len(records)) as progress:
             step = 1000
             for i in range(0, len(records), step):
@@ -1134,17 +1190,41 @@ def eval_cmd(corpus: str, queries: str, qrels: str, k: int, scorer: str, fusion:
                 if progress is not None:
                     progress(len(records[i:i + step]))
         result = evaluate_database(db, qs, judgements, k=k, options=opts.replace(embedder=None))
-    data = {"ndcg@10": result["ndcg@10"], f"recall@{k}": result[f"recall@{k}"], "mrr@10": result["mrr@10"],
-            "queries": int(result["queries"]), "documents": len(records), "k": k, "scorer": scorer}
+        report = (calibrate_refusal(db, qs, judgements, negatives, k=k, options=opts.replace(embedder=None))
+                  if calibrate else None)
+    data: dict[str, Any] = {"ndcg@10": result["ndcg@10"], f"recall@{k}": result[f"recall@{k}"],
+                            "mrr@10": result["mrr@10"], "queries": int(result["queries"]),
+                            "documents": len(records), "k": k, "scorer": scorer}
     if embedder is not None:
         data["model"] = embedder.name
     if scorer == "hybrid":
         data.update(fusion=opts.fusion_method, alpha=opts.fusion_alpha, rrf_k=opts.fusion_rrf_k)
+    rows: list[tuple[str, Any]] = [("nDCG@10", f"{data['ndcg@10']:.4f}"), (f"Recall@{k}", f"{data[f'recall@{k}']:.4f}"),
+                                   ("MRR@10", f"{data['mrr@10']:.4f}"), ("queries", data["queries"]),
+                                   ("documents", data["documents"])]
+    if report is not None and target is not None:
+        with _open(target) as kb:
+            old = kb.settings.get(ragdb.confidence.SETTING)
+            kb.set_min_confidence(report.threshold)
+        answerable = report.true_positives + report.false_negatives
+        unanswerable = report.false_positives + report.true_negatives
+        data["calibration"] = {
+            "min_confidence": report.threshold, "previous": old, "database": target,
+            "judged_queries": answerable, "judged_refused": report.false_negatives,
+            "off_topic_questions": unanswerable, "off_topic_refused": report.true_negatives,
+            "precision": report.precision, "recall": report.recall, "f1": report.f1}
+        rows += [("min_confidence", f"{report.threshold:.4f} (stored in {target}; was "
+                                    f"{_setting_text('min_confidence', old)})"),
+                 ("judged refused", f"{report.false_negatives} of {answerable}"),
+                 ("off-topic refused", f"{report.true_negatives} of {unanswerable}" if unanswerable else "none given"),
+                 ("F1 of answering", f"{report.f1:.4f}")]
+        if not unanswerable:
+            _warn("note: no --off-topic questions: the floor refuses none of the judged queries but was not "
+                  "tried on questions to refuse")
     if as_json:
         _emit_json(data)
         return
-    _pairs([("nDCG@10", f"{data['ndcg@10']:.4f}"), (f"Recall@{k}", f"{data[f'recall@{k}']:.4f}"),
-            ("MRR@10", f"{data['mrr@10']:.4f}"), ("queries", data["queries"]), ("documents", data["documents"])])
+    _pairs(rows)
 
 
 # --------------------------------------------------------------------------- prompt / ask
@@ -1154,7 +1234,12 @@ def _generation_options(f: Callable[..., Any]) -> Callable[..., Any]:
     opts = [
         click.option("-k", "k", type=click.IntRange(1, 10_000), default=8, show_default=True,
                      help="Hits retrieved before evidence selection."),
-        click.option("--min-score", type=float, default=None, help="Drop evidence scoring below this."),
+        click.option("--min-confidence", type=click.FloatRange(0.0, 1.0), default=None,
+                     help="Drop evidence whose confidence (0-1) is below this; 0: never refuse by confidence "
+                          "(default: the database's, 'ragdb config min_confidence', else "
+                          f"{ragdb.confidence.DEFAULT_MIN_CONFIDENCE}; none with --min-score)."),
+        click.option("--min-score", type=float, default=None,
+                     help="Drop evidence scoring below this raw score (replaces the confidence floor)."),
         click.option("--relative", type=click.FloatRange(0.0, 1.0), default=None,
                      help="Drop evidence scoring below this share of the best score."),
         click.option("--budget", type=click.IntRange(min=1), default=None, metavar="TOKENS",
@@ -1168,14 +1253,29 @@ def _generation_options(f: Callable[..., Any]) -> Callable[..., Any]:
 
 
 def _retrieve(database: str | None, question: str, opts: ragdb.SearchOptions, embed_model: str | None = None,
-              model_flag: str = "--model") -> list[ragdb.Hit]:
+              model_flag: str = "--model") -> tuple[list[ragdb.Hit], float]:
+    """The hits for ``question`` and the database's confidence floor (``Database.min_confidence``)."""
     if not question.strip():
         raise click.BadParameter("the question is empty", param_hint="QUESTION")
     with _open(database) as db:
         if opts.embedder is not None:
             _check_model(db, opts.embedder, embed_model or "", model_flag)
         _warn_pending(db, opts.scorer)
-        return db.search(question, options=opts)
+        return db.search(question, options=opts), db.min_confidence
+
+
+#: Exit status of prompt/ask when the question is refused (see the module docstring).
+EXIT_REFUSED = 3
+
+
+def _refusal_reason(p: Any, hits: Sequence[ragdb.Hit]) -> str:
+    """Why a prompt has no sources, for the refusal line on stderr."""
+    if not hits:
+        return "no chunk matches the question"
+    if p.min_confidence and p.confidence is not None and p.confidence < p.min_confidence:
+        return (f"the best evidence has confidence {p.confidence:.3f}, below min_confidence "
+                f"{p.min_confidence:.3f} (--min-confidence, 'ragdb config min_confidence')")
+    return "no evidence passed --min-score/--relative/--budget"
 
 
 def _source_lines(sources: Sequence[ragdb.Hit], cited: Sequence[int] = ()) -> list[str]:
@@ -1193,26 +1293,36 @@ def _source_lines(sources: Sequence[ragdb.Hit], cited: Sequence[int] = ()) -> li
 @scorer_options()
 @filter_options
 @json_option
-def prompt(database: str | None, question: str, k: int, min_score: float | None, relative: float | None,
-           budget: int | None, language: str | None, scorer: str, fusion: str | None, alpha: float | None,
-           rrf_k: int | None, embed_model: str | None, filters: tuple[str, ...], since: str | None,
-           until: str | None, principals: tuple[str, ...], as_of: str | None, all_versions: bool,
-           as_json: bool) -> None:
-    """Print the grounded prompt that 'ask' would send for QUESTION; sends nothing."""
-    from .prompt import build_prompt
+def prompt(database: str | None, question: str, k: int, min_confidence: float | None, min_score: float | None,
+           relative: float | None, budget: int | None, language: str | None, scorer: str, fusion: str | None,
+           alpha: float | None, rrf_k: int | None, embed_model: str | None, filters: tuple[str, ...],
+           since: str | None, until: str | None, principals: tuple[str, ...], as_of: str | None,
+           all_versions: bool, as_json: bool) -> None:
+    """Print the grounded prompt that 'ask' would send for QUESTION; sends nothing.
+
+    Exit status 3 when no evidence passed selection (the prompt, without
+    sources, is still printed; stderr says why): 'ask' would refuse without
+    calling the model.
+    """
+    from .confidence import effective_min_confidence
+    from .prompt import REFUSAL, build_prompt
 
     opts = _options(k, scorer, fusion, alpha, rrf_k, embed_model,
                     **_search_kwargs(filters, since, until, principals, as_of, all_versions))
-    hits = _retrieve(database, question, opts, embed_model)
+    hits, stored = _retrieve(database, question, opts, embed_model)
     p = build_prompt(question, hits, language=language, budget_tokens=budget, min_score=min_score,
-                     relative=relative)
+                     relative=relative,
+                     min_confidence=effective_min_confidence(min_confidence, min_score=min_score, stored=stored))
     if as_json:
         _emit_json({"system": p.system, "user": p.user, "messages": p.messages, "language": p.language,
-                    "refused": p.refused, "sources": [_hit_json(h, i) for i, h in enumerate(p.sources, 1)]})
-        return
-    click.echo(p.text)
+                    "refused": p.refused, "confidence": p.confidence, "min_confidence": p.min_confidence,
+                    "sources": [_hit_json(h, i) for i, h in enumerate(p.sources, 1)]})
+    else:
+        click.echo(p.text)
     if p.refused:
-        _warn("no evidence passed selection: 'ask' would refuse without calling the model")
+        _warn(f"refused: {_refusal_reason(p, hits)}; 'ask' would answer "
+              f"\"{REFUSAL[p.language]}\" without calling the model")
+        click.get_current_context().exit(EXIT_REFUSED)
 
 
 def _stream_to_terminal() -> bool:
@@ -1231,40 +1341,49 @@ def _stream_to_terminal() -> bool:
 @scorer_options(("--embed-model",))
 @filter_options
 @json_option
-def ask(database: str | None, question: str, k: int, min_score: float | None, relative: float | None,
-        budget: int | None, language: str | None, model: str | None, base_url: str | None, timeout: float,
-        scorer: str, fusion: str | None, alpha: float | None, rrf_k: int | None, embed_model: str | None,
-        filters: tuple[str, ...], since: str | None, until: str | None, principals: tuple[str, ...],
-        as_of: str | None, all_versions: bool, as_json: bool) -> None:
+def ask(database: str | None, question: str, k: int, min_confidence: float | None, min_score: float | None,
+        relative: float | None, budget: int | None, language: str | None, model: str | None,
+        base_url: str | None, timeout: float, scorer: str, fusion: str | None, alpha: float | None,
+        rrf_k: int | None, embed_model: str | None, filters: tuple[str, ...], since: str | None,
+        until: str | None, principals: tuple[str, ...], as_of: str | None, all_versions: bool,
+        as_json: bool) -> None:
     """Answer QUESTION from the knowledge base with a language model, listing the sources under it.
 
     The API key is read only from RAGDB_LLM_API_KEY (OPENAI_API_KEY only for
-    OpenAI's own API, or with OPENAI_BASE_URL).
-    Streams the answer on a terminal. Without evidence the answer is a
-    refusal and the model is not called. --model names the chat model; the
-    query embedder of --scorer vector/hybrid is --embed-model.
+    OpenAI's own API, or with OPENAI_BASE_URL). With no endpoint
+    (--base-url, RAGDB_LLM_BASE_URL, OPENAI_BASE_URL) and no key it fails at
+    once, before searching. Streams the answer on a terminal. Without
+    evidence (see prompt) the answer is the refusal sentence and the model is
+    not called; exit status 3 for a refusal, either way. --model names the
+    chat model; the query embedder of --scorer vector/hybrid is --embed-model.
     """
+    from .confidence import effective_min_confidence
     from .llm import ChatClient
 
     opts = _options(k, scorer, fusion, alpha, rrf_k, embed_model, "--embed-model",
                     **_search_kwargs(filters, since, until, principals, as_of, all_versions))
-    hits = _retrieve(database, question, opts, embed_model, "--embed-model")
-    client = ChatClient(base_url=base_url, model=model, timeout=timeout)
+    client = ChatClient(base_url=base_url, model=model, timeout=timeout)  # first: no endpoint fails at once
+    hits, stored = _retrieve(database, question, opts, embed_model, "--embed-model")
     stream = _stream_to_terminal() and not as_json
 
     def show(piece: str) -> None:
         click.echo(piece, nl=False)
 
     answer = ragdb.llm.ask(hits, question, client, language=language, budget_tokens=budget, min_score=min_score,
-                           relative=relative, on_text=show if stream else None)
+                           relative=relative, on_text=show if stream else None,
+                           min_confidence=effective_min_confidence(min_confidence, min_score=min_score,
+                                                                   stored=stored))
     if stream:
         click.echo("")
     p, text, sources, refused, citations = answer.prompt, answer.text, answer.hits, answer.refused, answer.citations
+    without_model = refused and p.refused  # refused before any request
     if as_json:
-        _emit_json({"answer": text, "refused": refused, "language": p.language,
+        _emit_json({"answer": text, "refused": refused, "model_called": not without_model, "language": p.language,
+                    "confidence": p.confidence, "min_confidence": p.min_confidence,
                     "citations": {"cited": citations.cited, "invalid": citations.invalid,
                                   "uncited": citations.uncited},
                     "sources": [_hit_json(h, i) for i, h in enumerate(sources, 1)]})
+        _ask_exit(p, hits, refused, without_model)
         return
     if not stream:
         click.echo(text)
@@ -1277,6 +1396,18 @@ def ask(database: str | None, question: str, k: int, min_score: float | None, re
         _warn(f"warning: the answer cites sources that do not exist: {', '.join(map(str, citations.invalid))}")
     elif citations.uncited and not refused:
         _warn("warning: the answer cites no source")
+    _ask_exit(p, hits, refused, without_model)
+
+
+def _ask_exit(p: Any, hits: Sequence[ragdb.Hit], refused: bool, without_model: bool) -> None:
+    """Say why an answer is a refusal, and exit with :data:`EXIT_REFUSED`."""
+    if not refused:
+        return
+    if without_model:
+        _warn(f"refused without calling the model: {_refusal_reason(p, hits)}")
+    else:
+        _warn("refused: the model answered that the sources do not suffice")
+    click.get_current_context().exit(EXIT_REFUSED)
 
 
 # --------------------------------------------------------------------------- entry point

@@ -333,37 +333,74 @@ class Database:
     def build_prompt(self, query: str, hits: Sequence[Hit] | None = None, *, template: Any = None,
                      language: str | None = None, k: int | None = None, budget_tokens: int | None = None,
                      min_score: float | None = None, relative: float | None = None,
+                     min_confidence: float | None = None,
                      options: SearchOptions | None = None, **search_keywords: Any) -> Prompt:
         """A grounded prompt: numbered, fenced sources and the rules to answer only
         from them (see :func:`ragdb.prompt.build_prompt`). Without ``hits`` the
         database is searched for the top ``k`` (default 5; ``options`` and
-        ``search_keywords`` as in :meth:`search`). ``min_score`` / ``relative``
-        select evidence."""
+        ``search_keywords`` as in :meth:`search`). ``min_confidence`` /
+        ``min_score`` / ``relative`` select evidence; without ``min_confidence``
+        the database's floor applies (:attr:`min_confidence`) unless ``min_score``
+        is given; ``min_confidence=0`` turns refusal by confidence off."""
         from .prompt import build_prompt
 
+        floor = self._confidence_floor(min_confidence, min_score)
         if hits is None:
             hits = self.search(query, options=self._options(_prompt_k(k, options), options, search_keywords))
         elif options is not None or search_keywords:
             raise InvalidInput("build_prompt: search options apply only when hits are not given")
         return build_prompt(query, hits, template=template, language=language, budget_tokens=budget_tokens,
-                            min_score=min_score, relative=relative)
+                            min_score=min_score, relative=relative, min_confidence=floor)
 
     def ask(self, query: str, llm: Any = None, *, k: int | None = None, template: Any = None,
             language: str | None = None,
             budget_tokens: int | None = None, min_score: float | None = None, relative: float | None = None,
+            min_confidence: float | None = None,
             on_text: Callable[[str], None] | None = None, options: SearchOptions | None = None,
             **search_keywords: Any) -> Answer:
         """Search, then answer from the evidence with ``llm`` (default: a
-        :class:`ragdb.llm.ChatClient` configured from the environment), or
-        refuse without calling the model when no hit passes ``min_score`` /
-        ``relative``. The answer's citations are checked against the sources.
-        ``on_text``: called with each piece of the answer as it streams in. ``k``
-        (default 5), ``options`` and ``search_keywords`` are the search's."""
+        :class:`ragdb.llm.ChatClient` configured from the environment, made
+        first, so a missing endpoint fails before anything else), or refuse
+        without calling the model when no hit passes selection (as in
+        :meth:`build_prompt`: by default the database's ``min_confidence``).
+        The answer's citations are checked against the sources. ``on_text``:
+        called with each piece of the answer as it streams in. ``k`` (default
+        5), ``options`` and ``search_keywords`` are the search's."""
         from .llm import ChatClient, ask
 
+        model = llm if llm is not None else ChatClient()
+        floor = self._confidence_floor(min_confidence, min_score)
         hits = self.search(query, options=self._options(_prompt_k(k, options), options, search_keywords))
-        return ask(hits, query, llm if llm is not None else ChatClient(), template=template, language=language,
-                   budget_tokens=budget_tokens, min_score=min_score, relative=relative, on_text=on_text)
+        return ask(hits, query, model, template=template, language=language, budget_tokens=budget_tokens,
+                   min_score=min_score, relative=relative, on_text=on_text, min_confidence=floor)
+
+    @property
+    def min_confidence(self) -> float:
+        """The confidence floor of :meth:`build_prompt` / :meth:`ask` when the caller
+        gives neither ``min_confidence`` nor ``min_score``: the stored one
+        (:meth:`set_min_confidence`, ``ragdb eval --calibrate``), else
+        :data:`ragdb.confidence.DEFAULT_MIN_CONFIDENCE`."""
+        return self._confidence_floor(None, None)
+
+    def _confidence_floor(self, min_confidence: float | None, min_score: float | None) -> float:
+        from .confidence import effective_min_confidence, stored_min_confidence
+
+        eng = self._engine
+        with eng.store.read():
+            eng.sync()  # another connection may have calibrated it
+            stored = stored_min_confidence(eng.settings, str(self.path))
+        return effective_min_confidence(min_confidence, min_score=min_score, stored=stored)
+
+    def set_min_confidence(self, value: float | None) -> None:
+        """Store the confidence floor of prompts and answers (one transaction): a
+        number between 0 and 1 (0: never refuse by confidence), or None to go back
+        to :data:`ragdb.confidence.DEFAULT_MIN_CONFIDENCE`. ``ragdb eval
+        --calibrate`` chooses one from judged queries; ``ragdb config
+        min_confidence X`` calls this. Every open ``Database`` sees it from its
+        next prompt on. Refused inside :meth:`transaction`."""
+        from .confidence import SETTING, check_min_confidence
+
+        self._engine.set_setting(SETTING, check_min_confidence(value))
 
     def get(self, doc_id: int | None = None, *, source: str | None = None, with_text: bool = True) -> Document:
         """The stored document with this id, or the latest version of ``source``."""
