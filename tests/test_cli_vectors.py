@@ -196,10 +196,13 @@ def test_prompt_and_ask_take_the_scorer_options(runner, embedded):
                         "--filter", "team=ops", "--json"))
     assert [s["metadata"]["team"] for s in data["sources"]] == ["ops"]
     # ask: --model is the chat model, the query embedder is --embed-model; cosines are <= 1, so with
-    # --min-score 1.5 nothing passes and ask refuses without calling any chat model
-    data = out_json(run(runner, "-d", embedded, "ask", "pump valve", "--scorer", "vector", "--embed-model", "hash",
-                        "--min-score", "1.5", "--json"))
-    assert data["refused"] and data["sources"] == []
+    # --min-score 1.5 nothing passes and ask refuses (exit status 3) without calling the chat model
+    # (a port nothing listens on: an attempt would fail with exit status 1)
+    result = run(runner, "-d", embedded, "ask", "pump valve", "--scorer", "vector", "--embed-model", "hash",
+                 "--min-score", "1.5", "--base-url", "http://127.0.0.1:9/v1", "--json", ok=False)
+    assert result.exit_code == 3, result.output
+    data = out_json(result)
+    assert data["refused"] and data["sources"] == [] and data["model_called"] is False
 
 
 def test_eval_with_vector_scorers(runner, tmp_path):
