@@ -94,11 +94,13 @@ def query_bound(n: int, dfs: Iterable[int]) -> float:
     return float(sum(scoring.bm25_idf(n, df) for df in dfs))
 
 
-def from_scores(scores: np.ndarray, bound: float) -> np.ndarray:
-    """Confidences of BM25 ``scores`` of one query whose :func:`query_bound` is ``bound``."""
+def from_scores(scores: Sequence[float], bound: float) -> list[float]:
+    """Confidences of BM25 ``scores`` of one query whose :func:`query_bound` is ``bound``,
+    clipped to [0, 1]. (Plain Python: a search has a few hits, and numpy's per-call
+    overhead cost more than the arithmetic.)"""
     if bound <= 0:
-        return np.zeros(len(scores))
-    return np.clip(np.asarray(scores, dtype=np.float64) / bound, 0.0, 1.0)
+        return [0.0] * len(scores)
+    return [min(1.0, max(0.0, s / bound)) for s in scores]
 
 
 def chunk_bm25(index: Index, terms: Sequence[tuple[int, int]], chunk_ids: Sequence[int] | np.ndarray,
@@ -106,34 +108,33 @@ def chunk_bm25(index: Index, terms: Sequence[tuple[int, int]], chunk_ids: Sequen
     """BM25 scores of just ``chunk_ids`` for ``terms`` = [(term id, live df)], from
     the postings of those terms (inside a read transaction, after ``sync``).
 
-    The same arithmetic as :meth:`ragdb.index.Index.bm25`, for a few chunks: for
-    each term, the chunks' term frequencies are picked out of its postings with
-    a slot table over chunk ids (one gather over the postings), rather than
-    scoring every chunk that holds the term."""
+    The arithmetic of :meth:`ragdb.index.Index.bm25` (:func:`ragdb.scoring.bm25_term_scores`),
+    for a few chunks: the chunks' term frequencies are picked out of the terms'
+    postings at once (one gather through a slot table over chunk ids) into a
+    chunks x terms matrix, rather than scoring every chunk that holds a term;
+    a constant number of numpy calls whatever the number of terms."""
     cids = np.asarray(chunk_ids, dtype=np.intp)
-    out = np.zeros(len(cids))
     n = index.n_chunks
     if not len(cids) or not terms or n == 0:
-        return out
+        return np.zeros(len(cids))
+    postings = index.term_postings([t for t, _ in terms])
+    found = [(j, postings[t]) for j, (t, _) in enumerate(terms) if t in postings]
+    if not found:
+        return np.zeros(len(cids))
     slot = index.scratch("confidence_slot", len(index.lengths), np.int32)
     slot.fill(-1)
     slot[cids] = np.arange(len(cids), dtype=np.int32)
+    ids = np.concatenate([p[0] for _, p in found])
+    tfs = np.concatenate([p[1] for _, p in found])
+    col = np.repeat(np.fromiter((j for j, _ in found), np.intp, len(found)),
+                    np.fromiter((len(p[0]) for _, p in found), np.intp, len(found)))
+    row = slot[ids]
+    hit = row >= 0
+    tf = np.zeros((len(cids), len(terms)))
+    tf[row[hit], col[hit]] = tfs[hit]
+    idf = np.fromiter((scoring.bm25_idf(n, df) for _, df in terms), np.float64, len(terms))
     norm = scoring.bm25_length_norm(index.lengths[cids], index.total_length / n, k1, b)
-    postings = index.term_postings([t for t, _ in terms])
-    tf = np.zeros(len(cids))
-    for tid, df in terms:
-        p = postings.get(tid)
-        if p is None:
-            continue
-        ids, tfs = p
-        s = slot[ids]
-        found = s >= 0
-        if not found.any():
-            continue
-        tf.fill(0.0)
-        tf[s[found]] = tfs[found]
-        out += scoring.bm25_term_scores(tf, norm, scoring.bm25_idf(n, df))
-    return out
+    return (idf * tf / (tf + norm[:, None])).sum(axis=1)
 
 
 def check_min_confidence(value: Any, name: str = "min_confidence") -> float | None:

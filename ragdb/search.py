@@ -12,8 +12,7 @@ vector index (:mod:`ragdb.vectors`); hits are built and ordered by
 from __future__ import annotations
 
 from collections import Counter
-from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, NamedTuple
 
 import numpy as np
 
@@ -37,8 +36,7 @@ def _clean_query(query: object) -> str:
     return query.encode("utf-8", "replace").decode("utf-8") if not query.isascii() else query
 
 
-@dataclass(frozen=True)
-class QueryTerms:
+class QueryTerms(NamedTuple):
     """A query's terms as scoring sees them: ``counts`` (every analyzed term),
     ``known`` (term -> (id, live df) for those in the vocabulary), ``order`` (the
     terms scored, in query order) and ``bound``, the highest BM25 score a chunk
@@ -80,13 +78,13 @@ class Searcher:
                                                           index.allowed(eng.restrictions(opts.restrictions)))
             if len(cand) == 0:
                 return []
-            cids = cand.tolist()
+            cids, scores = cand.tolist(), sc.tolist()
             if opts.lexical == "bm25":  # the score over the query's maximum: no extra work
-                conf = confidence.from_scores(sc, terms.bound)
+                conf = confidence.from_scores(scores, terms.bound)
             else:
                 conf = self._confidences(terms, cand, opts)
             protos = index.hit_protos(cids)
-        hits = make_hits(protos, cids, sc.tolist(), contributions if opts.explain else None, conf.tolist())
+        hits = make_hits(protos, cids, scores, contributions if opts.explain else None, conf)
         if len(sc) > 1 and bool(np.any(sc[1:] == sc[:-1])):
             # equal scores: order by source and position, which do not depend on history
             hits.sort(key=hit_order)
@@ -121,14 +119,14 @@ class Searcher:
         bound = confidence.query_bound(index.n_chunks, [known[t][1] if t in known else 0 for t in counts])
         return QueryTerms(counts, known, order, bound)
 
-    def _confidences(self, terms: QueryTerms, chunk_ids: np.ndarray, opts: SearchOptions) -> np.ndarray:
+    def _confidences(self, terms: QueryTerms, chunk_ids: np.ndarray, opts: SearchOptions) -> list[float]:
         """:attr:`Hit.confidence` of these chunks for a query (BM25 of just them over the
         query's maximum; see :mod:`ragdb.confidence`)."""
         if not terms.order or terms.bound <= 0:
-            return np.zeros(len(chunk_ids))
+            return [0.0] * len(chunk_ids)
         k1, b = self._bm25_params(opts)
         scores = confidence.chunk_bm25(self.engine.index, [terms.known[t] for t in terms.order], chunk_ids, k1, b)
-        return confidence.from_scores(scores, terms.bound)
+        return confidence.from_scores(scores.tolist(), terms.bound)
 
     def lexical(self, query: str, k: int, opts: SearchOptions, mask: np.ndarray
                 ) -> tuple[np.ndarray, np.ndarray, dict[int, dict[str, float]], QueryTerms]:
@@ -207,7 +205,7 @@ class Searcher:
                 ids, sims = ids[keep], sims[keep]
             pool = list(zip(ids.tolist(), sims.tolist()))
             # a vector hit's confidence is the lexical support of its chunk (ragdb.confidence)
-            conf = dict(zip(ids.tolist(), self._confidences(self.query_terms(query, opts), ids, opts).tolist()))
+            conf = dict(zip(ids.tolist(), self._confidences(self.query_terms(query, opts), ids, opts)))
             protos = eng.index.hit_protos([c for c, _ in pool])
         return hits_from_scored(protos, ((c, s, {"vector:cosine": s} if opts.explain else {})
                                          for c, s in pool), conf)[:k]
@@ -248,7 +246,7 @@ class Searcher:
                 keep = fused >= opts.min_score
                 ids, fused = ids[keep], fused[keep]
             ids, fused = cut_with_ties(ids, fused, k)
-            conf = dict(zip(ids.tolist(), self._confidences(terms, ids, opts).tolist()))
+            conf = dict(zip(ids.tolist(), self._confidences(terms, ids, opts)))
             protos = index.hit_protos(ids.tolist())
         lex_scores = dict(zip(lex[0].tolist(), lex[1].tolist())) if opts.explain else {}
         dense_scores = dict(zip(dense[0].tolist(), dense[1].tolist())) if opts.explain else {}
