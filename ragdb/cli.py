@@ -1209,16 +1209,17 @@ def eval_cmd(corpus: str, queries: str, qrels: str, k: int, scorer: str, fusion:
     target = _db_path(database) if calibrate else None  # the database the floor is stored in
     if target is not None and target != ":memory:" and not Path(target).exists():
         raise click.ClickException(f"{target}: no such database (create it with 'ragdb init' or 'ragdb add')")
-    if calibrate and analyzer is None:
+    index_analyzer: Any = analyzer or "default"
+    if calibrate and analyzer is None:  # confidences as the database's own analyzer makes them
         with _open(target, readonly=True) as kb:
-            analyzer = _analyzer_name(kb.settings.get("analyzer"))
+            index_analyzer = kb.analyzer
     opts = _options(k, scorer, fusion, alpha, rrf_k, embed_model)
     embedder = opts.embedder  # the temporary database embeds with it, and queries with it too
     docs, qs, judgements = load_beir((corpus, queries, qrels))
     negatives = [q for path in off_topic for q in load_questions(path)]
     records = [{"text": f"{title}\n\n{text}" if title else text, "source": doc_id}
                for doc_id, title, text in docs if (title + text).strip()]
-    with ragdb.open(":memory:", analyzer=analyzer or "default", chunker="none", embedder=embedder) as db:
+    with ragdb.open(":memory:", analyzer=index_analyzer, chunker="none", embedder=embedder) as db:
         with _progress("indexing", len(records)) as progress:
             step = 1000
             for i in range(0, len(records), step):
