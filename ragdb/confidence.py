@@ -25,11 +25,13 @@ sense of Montague & Aslam ("Relevance Score Normalization for Metasearch",
 CIKM 2001), with the query's theoretical maximum in place of the best score
 observed, so the best hit of a bad query is not stretched to 1.
 
-Measured against the plain share of the query's IDF mass a chunk matches
-(the same formula with ``tf`` part 1 for any match): on the SciFact train and
-CMRC 2018 trial queries against off-topic questions of benchmarks/data/, the
-normalised BM25 separated them better (ROC AUC 0.907 and 0.991, against
-0.889 and 0.979), and a weighted sum of the two was no better than it alone.
+Measured while designing it, against the plain share of the query's IDF
+mass a chunk matches (the same formula with the tf part 1 for any match): on
+the SciFact train and CMRC 2018 trial queries against the off-topic
+questions of benchmarks/data/ (best hit of the top 8), the normalised BM25
+separated them better (ROC AUC 0.907 and 0.991, against 0.889 and 0.979),
+and a weighted sum of the two was no better than it alone. The benchmark's
+refusal section reports the AUC of this score on every run.
 
 Every scorer's hits get the same score, computed from the query's terms and
 the chunk's term frequencies, whatever ranked the chunk: for a BM25 search it
@@ -70,16 +72,19 @@ __all__ = ["DEFAULT_MIN_CONFIDENCE", "SETTING", "query_bound", "from_scores", "c
 #: The confidence below which ``prompt``/``ask`` drop a hit (and refuse when none is left),
 #: unless the caller or the database (setting :data:`SETTING`) says otherwise.
 #:
-#: Chosen with :func:`ragdb.prompt.choose_threshold` (the F1 of "answer" decisions)
-#: on the best hit's confidence of every judged query of the SciFact train split
-#: (809, English) and of the CMRC 2018 trial set (1,002, Chinese), which should
-#: be answered, and of the 60 English and 60 Chinese off-topic questions of
-#: benchmarks/data/offtopic-{en,zh}.jsonl asked of the corpus of their language,
-#: which should be refused (ragdb's default analyzer, BM25 k1=1.2, b=0.6, one
-#: chunk per document, k=8). Pooled, it picked 0.208 (F1 0.978); with it
-#: SciFact refused 3.0% of its judged queries and 48% of the off-topic ones,
-#: CMRC 1.7% and 88%. Rounded to 0.2 (SciFact 2.8% / 47%, CMRC 1.7% / 88%).
-#: ``benchmarks/run.py --sections refusal`` measures it again (BENCHMARKS.md).
+#: Chosen with :func:`ragdb.prompt.choose_threshold` (the best F1 of "answer"
+#: decisions) on the best hit confidence (top 8, as ``ragdb prompt``) of every
+#: judged query of the SciFact train split (809, English) and of the CMRC 2018
+#: trial set (1,002, Chinese), which should be answered, and of the 60 English
+#: and 60 Chinese off-topic questions of benchmarks/data/offtopic-{en,zh}.jsonl
+#: asked of the corpus of their language, which should be refused (default
+#: analyzer, BM25 k1=1.2 b=0.6, one chunk per document). Pooled it picked 0.190
+#: (F1 0.981), rounded to 0.2. At 0.2, SciFact refuses 2.8% of its judged
+#: queries (23) and 46.7% of the off-topic ones, CMRC 1.7% (17) and 88.3%;
+#: held out (2-fold), 1.7% / 36.7% and 1.2% / 83.3%. Collections much smaller
+#: than these (tens of chunks) have coarser IDFs and refuse more real questions
+#: (9% of SciFact's at 200 documents): ``ragdb eval --calibrate`` fits one's own.
+#: ``benchmarks/run.py --sections refusal --merge`` measures it again (BENCHMARKS.md).
 DEFAULT_MIN_CONFIDENCE = 0.2
 
 #: The database setting holding a calibrated floor (``ragdb eval --calibrate``,

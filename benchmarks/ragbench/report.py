@@ -62,6 +62,23 @@ def _version(dist: str) -> str:
         return "not installed"
 
 
+def _commit() -> str:
+    """The repository's short commit, noting uncommitted changes to ragdb's sources."""
+    try:
+        commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True,
+                                cwd=str(REPO), timeout=10).stdout.strip() or "?"
+    except (OSError, subprocess.SubprocessError):
+        commit = "?"
+    try:
+        dirty = subprocess.run(["git", "status", "--porcelain", "--", "ragdb", "migrations"], capture_output=True,
+                               text=True, cwd=str(REPO), timeout=10).stdout.strip()
+    except (OSError, subprocess.SubprocessError):
+        dirty = ""
+    if dirty:
+        commit += " plus uncommitted changes in ragdb/"
+    return commit
+
+
 def machine_facts() -> list[str]:
     cpu = platform.processor() or "?"
     try:
@@ -79,18 +96,7 @@ def machine_facts() -> list[str]:
             mem = f"{kb / 2**20:.1f} GiB"
     except (OSError, ValueError, IndexError):
         pass
-    try:
-        commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True,
-                                cwd=str(REPO), timeout=10).stdout.strip() or "?"
-    except (OSError, subprocess.SubprocessError):
-        commit = "?"
-    try:
-        dirty = subprocess.run(["git", "status", "--porcelain", "--", "ragdb", "migrations"], capture_output=True,
-                               text=True, cwd=str(REPO), timeout=10).stdout.strip()
-    except (OSError, subprocess.SubprocessError):
-        dirty = ""
-    if dirty:
-        commit += " plus uncommitted changes in ragdb/"
+    commit = _commit()
     pkgs = ", ".join(f"{d} {_version(d)}" for d in (*PEER_PACKAGES, "PyStemmer", "numpy", "orjson"))
     return [
         f"- Machine: {os.cpu_count()} logical cores ({cpu}), {mem} RAM, {platform.system()} {platform.release()}",
@@ -188,7 +194,8 @@ def merge_report(ctx: Context, bodies: list[str], started: float, command: str) 
         return write_report(ctx, bodies, started, command)
     lines = path.read_text(encoding="utf-8").split("\n")
     now = _dt.datetime.now().astimezone()
-    stamp = f"_This section: `{command}` on {now:%Y-%m-%d %H:%M %Z}, merged into the full run's report._"
+    stamp = (f"_This section: `{command}` on {now:%Y-%m-%d %H:%M %Z}, ragdb at commit {_commit()}, merged into "
+             "the report of the run named at the top._")
 
     def section_span(heading: str) -> tuple[int, int] | None:
         if heading not in lines:

@@ -93,6 +93,14 @@ def _share_below(values: list[float], floor: float) -> float | None:
     return sum(1 for v in values if v < floor) / len(values) if values else None
 
 
+def _auc(pos: list[float], neg: list[float]) -> float | None:
+    """ROC AUC: the chance that a real question outscores an off-topic one (ties count half)."""
+    if not pos or not neg:
+        return None
+    wins = sum((p > n) + 0.5 * (p == n) for p in pos for n in neg)
+    return wins / (len(pos) * len(neg))
+
+
 def _pct(x: float | None) -> str:
     return f"{100 * x:.1f}%" if x is not None else "–"
 
@@ -159,8 +167,8 @@ def section_refusal(ctx: Context) -> str:
         "",
         f"| corpus | scorer | judged queries | refused at {floor} (false refusals) | off-topic, own language "
         f"| refused at {floor} | off-topic, other language | refused at {floor} | judged confidence p5 / p50 "
-        "| off-topic confidence p50 / p95 |",
-        "|" + "---|" * 10,
+        "| off-topic confidence p50 / p95 | ROC AUC (judged vs off-topic, own language) |",
+        "|" + "---|" * 11,
     ]
     rates: dict[str, tuple[float | None, float | None]] = {}
     for k, r in measured.items():
@@ -175,7 +183,7 @@ def section_refusal(ctx: Context) -> str:
                 f"| {corpus.title}, {r['chunks']:,} chunks | {scorer} | {len(pos)} | {_pct(fr)} "
                 f"({sum(1 for v in pos if v < floor)}) | {len(neg)} | {_pct(rr)} | {len(negx)} | {_pct(rrx)} "
                 f"| {fmt(percentile(pos, 5))} / {fmt(percentile(pos, 50))} "
-                f"| {fmt(percentile(neg, 50))} / {fmt(percentile(neg, 95))} |")
+                f"| {fmt(percentile(neg, 50))} / {fmt(percentile(neg, 95))} | {fmt(_auc(pos, neg))} |")
     lines += [
         "",
         f"- How the default was chosen: `choose_threshold` over both corpora pooled (BM25; {len(pairs)} questions) "
