@@ -61,6 +61,7 @@ import numpy as np
 
 from . import scoring
 from .errors import InvalidInput, StorageError
+from .options import check_number
 
 if TYPE_CHECKING:
     from .index import Index
@@ -143,14 +144,9 @@ def chunk_bm25(index: Index, terms: Sequence[tuple[int, int]], chunk_ids: Sequen
 
 
 def check_min_confidence(value: Any, name: str = "min_confidence") -> float | None:
-    """None, or a number in [0, 1] (0 turns the floor off)."""
-    if value is None:
-        return None
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
-        raise InvalidInput(f"{name} must be a number between 0 and 1 (0: no floor), got {value!r}")
-    if not 0.0 <= value <= 1.0:
-        raise InvalidInput(f"{name} must be between 0 and 1 (0: no floor), got {value!r}")
-    return float(value)
+    """None, or a number in [0, 1] (0 turns the floor off); the check of
+    :func:`ragdb.options.check_number`, the one check of numbers."""
+    return None if value is None else check_number(value, name, low=0.0, high=1.0)
 
 
 def stored_min_confidence(settings: Any, path: str = "the database") -> float | None:

@@ -557,3 +557,36 @@ def test_off_topic_question_files(lang):
     has_cjk = [any("\u4e00" <= ch <= "\u9fff" for ch in q) for q in questions]
     assert all(has_cjk) if lang == "zh" else not any(has_cjk)
     assert all(q and q.strip() == q for q in questions)
+
+
+# --------------------------------------------------------------------------- arbitrary values
+
+
+ANY_VALUE = st.one_of(
+    st.none(), st.booleans(), st.integers(), st.just(10 ** 400), st.just(-(10 ** 400)), st.floats(),
+    st.text(max_size=5), st.binary(max_size=5), st.lists(st.floats(0, 1), max_size=2),
+    st.dictionaries(st.text(max_size=2), st.integers(), max_size=2), st.builds(object),
+)
+
+
+class _Echo:
+    def complete(self, messages):
+        return "Answer [1]."
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(value=ANY_VALUE)
+def test_any_min_confidence_gives_a_result_or_a_ragdb_error(en_db, value):
+    calls = (lambda: en_db.build_prompt(EN_ON[0][0], min_confidence=value),
+             lambda: en_db.ask(EN_ON[0][0], llm=_Echo(), min_confidence=value),
+             lambda: build_prompt("q?", en_db.search(EN_ON[0][0]), min_confidence=value),
+             lambda: select_evidence(en_db.search(EN_ON[0][0]), min_confidence=value),
+             lambda: en_db.set_min_confidence(value))
+    for call in calls:
+        try:
+            call()
+        except ragdb.RagdbError:
+            pass
+    stored = en_db.settings.get("min_confidence")
+    assert stored is None or 0.0 <= stored <= 1.0  # only a valid floor is ever stored
+    en_db.set_min_confidence(None)
