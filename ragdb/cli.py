@@ -1188,7 +1188,7 @@ def eval_cmd(corpus: str, queries: str, qrels: str, k: int, scorer: str, fusion:
 
     The corpus is indexed into a temporary in-memory database (one chunk per
     document: title, blank line, text; source = corpus id), as the benchmark
-    does; no database file is read or written. --scorer vector or hybrid
+    does; without --calibrate no database file is read or written. --scorer vector or hybrid
     needs --model SPEC: the corpus is embedded with it while indexing.
 
     --calibrate also chooses a refusal floor (min_confidence) with
