@@ -424,7 +424,7 @@ def _report_embedding(embedder: Any, embedded: int | None, error: str | None, as
         _warn(f"error: {error}")
         return {"model": embedder.name, "embedded": 0, **extra, "embedding_error": error}
     if not as_json:
-        kept = f"; {reused} unchanged kept their vector{'s' * (reused != 1)}" if reused else ""
+        kept = f"; {reused} reused a stored vector (same text)" if reused else ""
         click.echo(f"embedded {embedded} chunk{'s' * (embedded != 1)} with {embedder.name}{kept}")
     return {"model": embedder.name, "embedded": embedded, **extra}
 

@@ -296,14 +296,14 @@ def test_embed_flag_uses_the_recorded_model_and_unchanged_chunks_keep_their_vect
     s = stats(runner, db)
     assert (s["vectors"], s["vectors_pending"]) == (14, 1)
     result = run(runner, "-d", db, "add", root, "--embed")  # unchanged file: embeds what was pending
-    assert "embedded 1 chunk with hash-64" in result.stdout and "kept" not in result.stdout
+    assert "embedded 1 chunk with hash-64" in result.stdout and "reused" not in result.stdout
 
     synced = tmp_path / "synced.db"
     run(runner, "-d", synced, "sync", root, "--model", "hash")
     paras[9] = paras[9].replace("word9x3 ", "word9x3 edited ")
     _long_note(root, paras)
     result = run(runner, "-d", synced, "sync", root, "--embed")
-    assert "embedded 1 chunk with hash-64; 14 unchanged kept their vectors" in result.stdout
+    assert "embedded 1 chunk with hash-64; 14 reused a stored vector (same text)" in result.stdout
     assert run(runner, "-d", synced, "sync", root, "--embed", "--dry-run").stdout.count("embedded") == 0
 
     dump = tmp_path / "dump.jsonl"
