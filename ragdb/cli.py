@@ -122,10 +122,24 @@ def _principals(principals: Sequence[str], all_principals: bool) -> Any:
 
 
 def write_model_option(f: Callable[..., Any]) -> Callable[..., Any]:
-    """``--model SPEC`` on add, sync and import: embed the new chunks after writing them."""
-    return click.option("--model", "embed_model", default=None, metavar="SPEC",
-                        help="Also embed the new chunks with this model (wordllama, e5, openai:MODEL, st:PATH, "
-                             "hash). Without it chunks stay pending; 'ragdb embed' fills them.")(f)
+    """``--embed`` and ``--model SPEC`` on add, sync and import: embed the new chunks after writing them."""
+    f = click.option("--model", "embed_model", default=None, metavar="SPEC",
+                     help="Embed with this model (implies --embed): wordllama, e5, openai:MODEL, st:PATH, hash.")(f)
+    return click.option("--embed", is_flag=True,
+                        help="Also embed the new chunks, with the model the database records (or --model). "
+                             "Without it they stay pending until 'ragdb embed' (chunks whose text already has "
+                             "a vector get it either way).")(f)
+
+
+def _write_embedder(db: ragdb.Database, embedder: Any, embed: bool) -> Any:
+    """The embedder of an add, sync or import: --model's, else with --embed the recorded model's, else None."""
+    if embedder is not None or not embed:
+        return embedder
+    recorded = db.recorded_embedder()
+    if recorded is None:
+        raise click.UsageError(f"--embed: {db.path} records no embedding model yet; give --model SPEC "
+                               f"(e.g. --model wordllama)")
+    return recorded
 
 
 def _db_path(database: str | None) -> str:
@@ -402,16 +416,20 @@ def _embed_after_write(db: ragdb.Database, embedder: Any) -> tuple[int | None, s
         return None, message
 
 
-def _report_embedding(embedder: Any, embedded: int | None, error: str | None, as_json: bool) -> dict[str, Any]:
-    """JSON fields for add/sync/import --model; prints the line in table mode."""
+def _report_embedding(embedder: Any, embedded: int | None, error: str | None, as_json: bool,
+                      reused: int | None = None) -> dict[str, Any]:
+    """JSON fields for add/sync/import --embed; prints the line in table mode. ``reused``:
+    new chunks that took over the stored vector of an equal text in the write."""
     if embedder is None:
         return {}
+    extra = {"reused": reused} if reused is not None else {}
     if error is not None:
         _warn(f"error: {error}")
-        return {"model": embedder.name, "embedded": 0, "embedding_error": error}
+        return {"model": embedder.name, "embedded": 0, **extra, "embedding_error": error}
     if not as_json:
-        click.echo(f"embedded {embedded} chunk{'s' * (embedded != 1)} with {embedder.name}")
-    return {"model": embedder.name, "embedded": embedded}
+        kept = f"; {reused} reused a stored vector (same text)" if reused else ""
+        click.echo(f"embedded {embedded} chunk{'s' * (embedded != 1)} with {embedder.name}{kept}")
+    return {"model": embedder.name, "embedded": embedded, **extra}
 
 
 def _warn_pending(db: ragdb.Database, scorer: str) -> None:
@@ -532,7 +550,7 @@ def _analyzer_name(config: Any) -> str:
 @json_option
 def add(database: str | None, paths: tuple[str, ...], recursive: bool, glob: str | None, source_prefix: str,
         source: str | None, doc_version: str | None, metadata: tuple[str, ...], kind: str | None,
-        strict: bool, embed_model: str | None, as_json: bool) -> None:
+        strict: bool, embed: bool, embed_model: str | None, as_json: bool) -> None:
     """Add files, folders, or - (standard input) to the database.
 
     A file's source is its path as given (prefixed by --source-prefix); a
@@ -541,10 +559,11 @@ def add(database: str | None, paths: tuple[str, ...], recursive: bool, glob: str
     and skipped; the rest lands, in one transaction. Exits 1 when nothing
     could be read, or on any unreadable file with --strict (nothing written).
 
-    With --model SPEC the new chunks are embedded after the text is stored
-    (if embedding fails the text stays, its chunks pending; exit 1). Without
-    it nothing is embedded, even if the database records a model: the new
-    chunks stay pending (lexical search finds them) until 'ragdb embed'.
+    With --embed (the recorded model) or --model SPEC the new chunks are
+    embedded after the text is stored (if embedding fails the text stays, its
+    chunks pending; exit 1). Without them nothing is embedded, even if the
+    database records a model: new chunks whose text already has a vector get
+    it, the rest stay pending (lexical search finds them) until 'ragdb embed'.
     """
     from . import sync
 
@@ -559,6 +578,7 @@ def add(database: str | None, paths: tuple[str, ...], recursive: bool, glob: str
     with _open(database, create=True) as db:
         if embedder is not None:
             _check_model(db, embedder, embed_model or "")  # refused before anything is written
+        embedder = _write_embedder(db, embedder, embed)
         with _progress("adding", len(items)) as progress:
             report = sync.add_paths(db, paths, recursive=recursive, glob=glob, source_prefix=source_prefix,
                                     source=source, version=doc_version, metadata=meta, stdin=stdin,
@@ -568,13 +588,14 @@ def add(database: str | None, paths: tuple[str, ...], recursive: bool, glob: str
     if as_json:
         _emit_json({"added": report.added, "unchanged": report.unchanged,
                     "failed": [{"source": f.source, "path": f.path, "error": f.error} for f in report.failed],
-                    "documents": report.documents, **_report_embedding(embedder, embedded, embed_error, True)})
+                    "documents": report.documents,
+                    **_report_embedding(embedder, embedded, embed_error, True, report.reused)})
     else:
         for f in report.failed:
             _warn(f"skipped {f.error}")
         click.echo(f"added {len(report.added)} document{'s' * (len(report.added) != 1)}, "
                    f"{len(report.unchanged)} unchanged, {len(report.failed)} failed")
-        _report_embedding(embedder, embedded, embed_error, False)
+        _report_embedding(embedder, embedded, embed_error, False, report.reused)
     if (report.failed and not report.added and not report.unchanged) or embed_error is not None:
         raise click.exceptions.Exit(1)
 
@@ -595,7 +616,8 @@ def add(database: str | None, paths: tuple[str, ...], recursive: bool, glob: str
 @write_model_option
 @json_option
 def sync_cmd(database: str | None, folder: str, source_prefix: str, glob: str | None, recursive: bool,
-             dry_run: bool, strict: bool, verbose: bool, embed_model: str | None, as_json: bool) -> None:
+             dry_run: bool, strict: bool, verbose: bool, embed: bool, embed_model: str | None,
+             as_json: bool) -> None:
     """Make the knowledge base mirror FOLDER: add new files, replace changed ones, delete vanished ones.
 
     Files whose size and modification time are unchanged are not read;
@@ -604,8 +626,9 @@ def sync_cmd(database: str | None, folder: str, source_prefix: str, glob: str | 
     deleted); with it, only sources under the prefix are touched. One
     transaction: an error leaves the database as it was.
 
-    With --model SPEC the new chunks are embedded after the sync commits;
-    without it they stay pending until 'ragdb embed'.
+    With --embed (the recorded model) or --model SPEC the new chunks are
+    embedded after the sync commits; without them they stay pending until
+    'ragdb embed' (chunks whose text already has a vector get it either way).
     """
     from . import sync
 
@@ -618,6 +641,8 @@ def sync_cmd(database: str | None, folder: str, source_prefix: str, glob: str | 
     with ragdb.open(path) as db:
         if embedder is not None:
             _check_model(db, embedder, embed_model or "")
+        if not dry_run:
+            embedder = _write_embedder(db, embedder, embed)
         plan = sync.plan_sync(db, folder, source_prefix=source_prefix, glob=glob, recursive=recursive,
                               probe=dry_run)
         if dry_run:
@@ -638,7 +663,7 @@ def sync_cmd(database: str | None, folder: str, source_prefix: str, glob: str | 
                     "unchanged": len(report.unchanged),
                     "failed": [{"source": f.source, "path": f.path, "error": f.error} for f in report.failed],
                     "documents": report.documents, "removed": report.removed,
-                    **_report_embedding(embedder, embedded, embed_error, True)})
+                    **_report_embedding(embedder, embedded, embed_error, True, report.reused)})
         if embed_error is not None:
             raise click.exceptions.Exit(1)
         return
@@ -652,7 +677,7 @@ def sync_cmd(database: str | None, folder: str, source_prefix: str, glob: str | 
     click.echo(f"{verb}add {len(report.added)}, {verb}replace {len(report.changed)}, "
                f"{verb}delete {len(report.deleted)}, unchanged {len(report.unchanged)}, "
                f"failed {len(report.failed)}")
-    _report_embedding(embedder, embedded, embed_error, False)
+    _report_embedding(embedder, embedded, embed_error, False, report.reused)
     if embed_error is not None:
         raise click.exceptions.Exit(1)
 
@@ -1117,13 +1142,13 @@ def export_cmd(database: str | None, file: str, principals: tuple[str, ...], all
 @click.argument("file", metavar="FILE.jsonl")
 @write_model_option
 @json_option
-def import_cmd(database: str | None, file: str, embed_model: str | None, as_json: bool) -> None:
+def import_cmd(database: str | None, file: str, embed: bool, embed_model: str | None, as_json: bool) -> None:
     """Add the documents of an exported JSON Lines file (- for stdin), in one transaction.
 
     Into an empty database made with the same analyzer, searches give the
-    same results as in the exported one. With --model SPEC the imported
-    chunks are embedded afterwards; without it they stay pending until
-    'ragdb embed'.
+    same results as in the exported one. With --embed (the recorded model)
+    or --model SPEC the imported chunks are embedded afterwards; without them
+    they stay pending until 'ragdb embed'.
     """
     from . import transfer
 
@@ -1140,6 +1165,7 @@ def import_cmd(database: str | None, file: str, embed_model: str | None, as_json
     with _open(database, create=True) as db:
         if embedder is not None:
             _check_model(db, embedder, embed_model or "")
+        embedder = _write_embedder(db, embedder, embed)
         with _progress("importing", total) as progress:
             report = transfer.import_jsonl(db, sys.stdin.buffer if file == "-" else file, progress=progress)
         if embedder is not None:

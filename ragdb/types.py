@@ -111,9 +111,16 @@ class AddReport(Sequence[Document]):
     A sequence of the resulting :class:`Document` objects in record order
     (as ``add_many`` returned before it reported more), plus ``changes``:
     one :class:`Change` per record; ``added``, ``replaced`` and
-    ``unchanged`` are the document ids of each kind."""
+    ``unchanged`` are the document ids of each kind.
+
+    ``embedded``: chunks the embedder gave a vector during the call (an
+    embedding add: chunks left pending before it included); ``reused``: new
+    chunks that took over the stored vector of an equal text (an unchanged
+    chunk of the replaced version, or any stored chunk) instead."""
 
     changes: tuple[Change, ...] = ()
+    embedded: int = 0
+    reused: int = 0
 
     @property
     def documents(self) -> tuple[Document, ...]:
