@@ -116,7 +116,9 @@ def check(engine: Engine, quick: bool = False) -> list[str]:
             problems.append(f"postings disagree with the chunks' forward indexes "
                             f"({len(b_)} live postings, {len(a)} expected)")
         if not quick:
-            problems += _text_problems(store)
+            text = _text_problems(store)
+            # damaged text would also fail its vectors' hashes: that is reported once, above
+            problems += text or _vector_hash_problems(store)
     return problems + check_vectors(engine)
 
 
@@ -242,6 +244,17 @@ def _text_problems(store: Store) -> list[str]:
         _chunk_text_problems(tally, store.chunk_texts(after, upto), verified)
         after = upto
     _chunk_text_problems(tally, store.chunk_texts(after, _LAST_ID), {})  # chunks of no document
+    return tally.problems()
+
+
+def _vector_hash_problems(store: Store) -> list[str]:
+    """A vector whose text hash is not its chunk's text would be copied to other chunks
+    of that text (vector reuse), so every recorded hash is verified."""
+    tally = _Tally()
+    for block in store.hashed_vector_texts():
+        for cid, digest, raw in block:  # text_hash is SHA-256 of the UTF-8 text
+            if raw is None or hashlib.sha256(raw).digest() != digest:
+                tally.add("vectors.text_hash does not match its chunk's text", "vector", f"chunk {cid}")
     return tally.problems()
 
 

@@ -395,3 +395,19 @@ def test_reuse_equals_a_fresh_build(tmp_path_factory, ops):
         want_vectors, want_hits = fresh_vectors(tmp, docs)
         assert stored_vectors(db) == want_vectors
         assert fresh_hits(db) == want_hits
+
+
+def test_check_finds_a_text_hash_that_is_not_its_chunks_text(tmp_path, emb):
+    path = tmp_path / "kb.db"
+    with ragdb.open(path, embedder=emb) as db:
+        db.add(doc(PARAS), source="a.md")
+        assert db.check() == []
+    conn = sqlite3.connect(path)
+    with conn:
+        conn.execute("UPDATE vectors SET text_hash = ? WHERE chunk_id = (SELECT min(chunk_id) FROM vectors)",
+                     [text_hash("some other text")])
+    conn.close()
+    with ragdb.open(path) as db:
+        problems = db.check()
+        assert any("vectors.text_hash does not match its chunk's text" in p for p in problems), problems
+        assert db.check(quick=True) == []  # the text pass is what reads it

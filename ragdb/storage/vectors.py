@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import hashlib
 import sqlite3
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from typing import Any
 
 import numpy as np
@@ -202,6 +202,21 @@ class VectorSQL:
                 f"SELECT c.id, coalesce(c.text, d.text) FROM chunks c JOIN documents d ON d.id = c.doc_id "
                 f"WHERE c.id IN ({q})", ids))
         return out
+
+    def hashed_vector_texts(self, size: int = 2048) -> Iterator[list[tuple[int, bytes, bytes | None]]]:
+        """(chunk id, text hash, chunk text as bytes) of every vector with a text hash, in
+        blocks of ``size`` by chunk id (for ``check``)."""
+        after = 0
+        while True:
+            rows = self.conn.execute(
+                "SELECT v.chunk_id, v.text_hash, CAST(coalesce(c.text, d.text) AS BLOB) FROM vectors v "
+                "JOIN chunks c ON c.id = v.chunk_id JOIN documents d ON d.id = c.doc_id "
+                "WHERE v.chunk_id > ? AND v.text_hash IS NOT NULL ORDER BY v.chunk_id LIMIT ?",
+                [after, size]).fetchall()
+            if not rows:
+                return
+            yield rows
+            after = rows[-1][0]
 
     def unhashed_vectors(self, limit: int) -> list[tuple[int, str]]:
         """(chunk id, text) of up to ``limit`` vectors without a text hash (stored before
