@@ -25,11 +25,14 @@ def write(path, text, *, mtime=None):
 
 
 @pytest.fixture
-def folder(tmp_path):
+def folder(tmp_path, monkeypatch):
+    """A folder of three files, and the working folder (sources are named relative to it, see
+    sync.source_name: syncing the working folder itself names files by their path in it)."""
     root = tmp_path / "kb"
     write(root / "alpha.md", "# Alpha\n\nAlpha particles are helium nuclei emitted in radioactive decay.\n")
     write(root / "beta.txt", "Beta decay turns a neutron into a proton, an electron and an antineutrino.\n")
     write(root / "sub" / "gamma.txt", "Gamma rays are high-energy photons from excited nuclei.\n")
+    monkeypatch.chdir(root)
     return root
 
 
