@@ -38,8 +38,10 @@ def open(path: str | os.PathLike[str] = ":memory:", *, analyzer: "str | Analyzer
     ``"window:size=200,overlap=40"``, ``"paragraph"``, ``"none"``).
     ``keep_versions``: keep replaced versions of a source for
     ``versions="all"`` and ``as_of`` searches (default: replace).
-    ``public_unlabeled``: whether chunks without access labels are visible to
-    searches made with ``principals=`` (default: no, deny). An access setting:
+    ``public_unlabeled``: whether chunks without access labels are public,
+    visible to every caller (default for a new database: yes; off, a
+    caller sees only chunks labelled for one of its ``principals`` or
+    :data:`PUBLIC`, and ``principals=ALL`` everything). An access setting:
     stored when the file is created; on an existing database a value other than
     the stored one raises :class:`~ragdb.errors.InvalidInput` (opening never
     changes it: :meth:`Database.set_public_unlabeled` or ``ragdb config`` does).

@@ -87,6 +87,21 @@ def is_cjk(text: str) -> bool:
     return _CJK_CHAR.search(text) is not None
 
 
+def describe_config(config: Any) -> str:
+    """A stored analyzer configuration in words (see :meth:`Analyzer.describe`)."""
+    if not isinstance(config, Mapping) or config.get("name") != "ragdb":
+        return f"an unknown analyzer ({config!r})"
+    stem, stop, cjk = config.get("stem"), config.get("stopwords"), config.get("cjk", "bigram")
+    parts = ["English stemming" if stem == "english" else "no stemming",
+             f"{stop.replace('+', ' and ')} stopwords".replace("english", "English").replace("chinese", "Chinese")
+             if stop else "no stopwords",
+             "CJK bigrams" if cjk == "bigram" else "jieba word segmentation"]
+    names = {("english", "english+chinese", "bigram"): "default", ("english", "english+chinese", "jieba"): "jieba",
+             (None, None, "bigram"): "simple"}
+    name = names.get((stem, stop, cjk), "custom")
+    return f"{name} ({', '.join(parts)})"
+
+
 class Analyzer:
     """Turns text into index terms.
 
@@ -134,6 +149,11 @@ class Analyzer:
         """The configuration stored in the database."""
         return {"name": "ragdb", "version": 1, "stem": self.stem,
                 "stopwords": self.stopwords, "cjk": self.cjk}
+
+    def describe(self) -> str:
+        """The configuration in words: its spec name when it has one, then what it does
+        (``"simple (no stemming, no stopwords, CJK bigrams)"``)."""
+        return describe_config(self.config())
 
     @classmethod
     def from_config(cls, config: Mapping[str, Any]) -> "Analyzer":

@@ -30,6 +30,7 @@ import orjson
 import ragdb
 import ragdb.llm
 
+from .analysis import describe_config
 from .errors import EmbeddingError, InvalidInput, RagdbError
 from .storage import migration_state
 
@@ -89,15 +90,32 @@ def filter_options(f: Callable[..., Any]) -> Callable[..., Any]:
                           "source takes a glob). Repeat a key for 'any of'."),
         click.option("--since", default=None, metavar="TIME", help="Only documents timestamped at or after TIME."),
         click.option("--until", default=None, metavar="TIME", help="Only documents timestamped at or before TIME."),
-        click.option("--principal", "principals", multiple=True, metavar="LABEL",
-                     help="Only documents whose access labels include LABEL (repeatable)."),
         click.option("--as-of", "as_of", default=None, metavar="TIME",
                      help="Search the knowledge base as it stood at TIME."),
         click.option("--all-versions", is_flag=True, help="Also search kept older versions."),
     ]
     for opt in reversed(opts):
         f = opt(f)
-    return f
+    return access_options(f)
+
+
+def access_options(f: Callable[..., Any]) -> Callable[..., Any]:
+    """``--principal LABEL`` (repeatable) and ``--all-principals``: who is reading. Without
+    either the caller is anonymous and sees public documents only (see README, Access)."""
+    f = click.option("--all-principals", is_flag=True,
+                     help="The full view: every document, whatever its access labels.")(f)
+    return click.option("--principal", "principals", multiple=True, metavar="LABEL",
+                        help="Read as a caller holding LABEL (repeatable): documents labelled LABEL become "
+                             "visible. Without it (or --all-principals) only public documents are.")(f)
+
+
+def _principals(principals: Sequence[str], all_principals: bool) -> Any:
+    """The ``principals=`` of the library call: ALL, the labels given, or None (anonymous)."""
+    if all_principals:
+        if principals:
+            raise click.UsageError("--all-principals already sees everything: drop --principal")
+        return ragdb.ALL
+    return list(principals) if principals else None
 
 
 def write_model_option(f: Callable[..., Any]) -> Callable[..., Any]:
@@ -253,7 +271,7 @@ def _filter_value(key: str, values: list[str]) -> Any:
 
 
 def _search_kwargs(filters: Sequence[str], since: str | None, until: str | None, principals: Sequence[str],
-                   as_of: str | None, all_versions: bool) -> dict[str, Any]:
+                   as_of: str | None, all_versions: bool, all_principals: bool = False) -> dict[str, Any]:
     """The restrictions given on the command line, as ``Database.search`` keywords."""
     kw: dict[str, Any] = {}
     if filters:
@@ -262,8 +280,9 @@ def _search_kwargs(filters: Sequence[str], since: str | None, until: str | None,
         kw["since"] = since
     if until is not None:
         kw["until"] = until
-    if principals:
-        kw["principals"] = list(principals)
+    who = _principals(principals, all_principals)
+    if who is not None:
+        kw["principals"] = who
     if as_of is not None:
         kw["as_of"] = as_of
     if all_versions:
@@ -454,8 +473,9 @@ def cli(database: str | None) -> None:
 @click.option("--keep-versions/--no-keep-versions", default=None,
               help="Keep replaced versions of a source for --all-versions/--as-of searches.")
 @click.option("--public-unlabeled/--no-public-unlabeled", default=None,
-              help="Whether documents without access labels are visible to --principal searches (default: "
-                   "no). Set at creation; on an existing database change it with 'ragdb config'.")
+              help="Whether documents without access labels are public, visible to every caller (default: "
+                   "yes). Off, only --principal callers holding a document's label (or --all-principals) see "
+                   "it. Set at creation; on an existing database change it with 'ragdb config'.")
 @json_option
 def init(database: str | None, analyzer: str | None, chunker: str | None, keep_versions: bool | None,
          public_unlabeled: bool | None, as_json: bool) -> None:
@@ -485,9 +505,7 @@ def init(database: str | None, analyzer: str | None, chunker: str | None, keep_v
 
 
 def _analyzer_name(config: Any) -> str:
-    if not isinstance(config, Mapping):
-        return str(config)
-    return ", ".join(f"{k}={v}" for k, v in sorted(config.items()))
+    return describe_config(config)
 
 
 # --------------------------------------------------------------------------- add
@@ -684,11 +702,15 @@ def delete(database: str | None, doc_id: int | None, source: str | None, filters
 @database_option
 @click.argument("document", metavar="ID|SOURCE")
 @click.option("--full", is_flag=True, help="Print the whole text, not an excerpt.")
+@access_options
 @json_option
-def show(database: str | None, document: str, full: bool, as_json: bool) -> None:
+def show(database: str | None, document: str, full: bool, principals: tuple[str, ...], all_principals: bool,
+         as_json: bool) -> None:
     """Show a document (by id, or the latest version of a source): metadata, chunk count, text."""
+    who = _principals(principals, all_principals)
     with _open(database) as db:
-        doc = db.get(int(document)) if document.isdigit() else db.get(source=document)
+        doc = db.get(int(document), principals=who) if document.isdigit() else \
+            db.get(source=document, principals=who)
     if as_json:
         _emit_json(_doc_json(doc))
         return
@@ -716,13 +738,16 @@ def show(database: str | None, document: str, full: bool, as_json: bool) -> None
 @click.option("--all-versions", is_flag=True, help="Also list kept older versions.")
 @click.option("--limit", type=click.IntRange(min=1), default=None, help="At most this many documents.")
 @click.option("--offset", type=click.IntRange(min=0), default=0, help="Skip this many documents first.")
+@access_options
 @json_option
 def list_cmd(database: str | None, source: str | None, filters: tuple[str, ...], all_versions: bool,
-             limit: int | None, offset: int, as_json: bool) -> None:
-    """List stored documents (id, source, version, chunks, timestamp)."""
+             limit: int | None, offset: int, principals: tuple[str, ...], all_principals: bool,
+             as_json: bool) -> None:
+    """List stored documents (id, source, version, chunks, timestamp) the caller may see."""
+    who = _principals(principals, all_principals)
     with _open(database) as db:
         docs = db.documents(source, versions="all" if all_versions else "latest", limit=limit, offset=offset,
-                            filter=_filter_mapping(filters))
+                            filter=_filter_mapping(filters), principals=who)
     if as_json:
         _emit_json([_doc_json(d) for d in docs])
         return
@@ -756,7 +781,7 @@ def list_cmd(database: str | None, source: str | None, filters: tuple[str, ...],
 @json_option
 def search(database: str | None, query: str, k: int, scorer: str, fusion: str | None, alpha: float | None,
            rrf_k: int | None, embed_model: str | None, min_score: float | None,
-           filters: tuple[str, ...], since: str | None, until: str | None, principals: tuple[str, ...],
+           filters: tuple[str, ...], since: str | None, until: str | None, principals: tuple[str, ...], all_principals: bool,
            as_of: str | None, all_versions: bool, explain: bool, rerank_url: str | None,
            rerank_model: str | None, rerank_top: int, as_json: bool) -> None:
     """Search the knowledge base; the best chunks first.
@@ -766,7 +791,7 @@ def search(database: str | None, query: str, k: int, scorer: str, fusion: str | 
     database's recorded model (or --model). Chunks still pending (no vector)
     are not seen by the vector side; a note on stderr says how many.
     """
-    kw = _search_kwargs(filters, since, until, principals, as_of, all_versions)
+    kw = _search_kwargs(filters, since, until, principals, as_of, all_versions, all_principals)
     if min_score is not None:
         kw["min_score"] = min_score
     if explain:
@@ -873,7 +898,7 @@ def config_cmd(database: str | None, key: str | None, value: str | None, as_json
 
     \b
     Settable:
-      public_unlabeled true|false  documents without access labels visible to --principal searches
+      public_unlabeled true|false  documents without access labels are public (every caller sees them)
       keep_versions true|false     keep replaced versions for --all-versions/--as-of searches
       chunker SPEC                 default chunker of adds (recursive, paragraph, none, window:size=200 ...)
 
@@ -1029,18 +1054,31 @@ def migrate(database: str | None, list_only: bool, as_json: bool) -> None:
 @cli.command("export")
 @database_option
 @click.argument("file", metavar="FILE.jsonl")
+@access_options
 @json_option
-def export_cmd(database: str | None, file: str, as_json: bool) -> None:
-    """Write every stored document (text, metadata, labels, chunker, versions) to a JSON Lines file (- for stdout)."""
+def export_cmd(database: str | None, file: str, principals: tuple[str, ...], all_principals: bool,
+               as_json: bool) -> None:
+    """Write the stored documents (text, metadata, labels, chunker, versions) to a JSON Lines file (- for stdout).
+
+    Like every read, export shows only what the caller may see: a full backup of a
+    database with access labels needs --all-principals (a note says how many were left out).
+    """
     from . import transfer
 
+    who = _principals(principals, all_principals)
     with _open(database) as db:
         if file == "-":
-            report = transfer.export_jsonl(db, sys.stdout.buffer)
-            return
-        report = transfer.export_jsonl(db, file)
+            report = transfer.export_jsonl(db, sys.stdout.buffer, principals=who)
+        else:
+            report = transfer.export_jsonl(db, file, principals=who)
+    if report.hidden:
+        _warn(f"{report.hidden} stored document{'s' * (report.hidden != 1)} not exported: hidden from this "
+              f"caller by access labels (--all-principals exports everything)")
+    if file == "-":
+        return
     if as_json:
-        _emit_json({"file": report.path, "documents": report.documents, "latest": report.latest})
+        _emit_json({"file": report.path, "documents": report.documents, "latest": report.latest,
+                    "hidden": report.hidden})
     else:
         click.echo(f"exported {report.documents} document{'s' * (report.documents != 1)} to {report.path}")
 
@@ -1196,13 +1234,13 @@ def _source_lines(sources: Sequence[ragdb.Hit], cited: Sequence[int] = ()) -> li
 def prompt(database: str | None, question: str, k: int, min_score: float | None, relative: float | None,
            budget: int | None, language: str | None, scorer: str, fusion: str | None, alpha: float | None,
            rrf_k: int | None, embed_model: str | None, filters: tuple[str, ...], since: str | None,
-           until: str | None, principals: tuple[str, ...], as_of: str | None, all_versions: bool,
+           until: str | None, principals: tuple[str, ...], all_principals: bool, as_of: str | None, all_versions: bool,
            as_json: bool) -> None:
     """Print the grounded prompt that 'ask' would send for QUESTION; sends nothing."""
     from .prompt import build_prompt
 
     opts = _options(k, scorer, fusion, alpha, rrf_k, embed_model,
-                    **_search_kwargs(filters, since, until, principals, as_of, all_versions))
+                    **_search_kwargs(filters, since, until, principals, as_of, all_versions, all_principals))
     hits = _retrieve(database, question, opts, embed_model)
     p = build_prompt(question, hits, language=language, budget_tokens=budget, min_score=min_score,
                      relative=relative)
@@ -1234,7 +1272,7 @@ def _stream_to_terminal() -> bool:
 def ask(database: str | None, question: str, k: int, min_score: float | None, relative: float | None,
         budget: int | None, language: str | None, model: str | None, base_url: str | None, timeout: float,
         scorer: str, fusion: str | None, alpha: float | None, rrf_k: int | None, embed_model: str | None,
-        filters: tuple[str, ...], since: str | None, until: str | None, principals: tuple[str, ...],
+        filters: tuple[str, ...], since: str | None, until: str | None, principals: tuple[str, ...], all_principals: bool,
         as_of: str | None, all_versions: bool, as_json: bool) -> None:
     """Answer QUESTION from the knowledge base with a language model, listing the sources under it.
 
@@ -1247,7 +1285,7 @@ def ask(database: str | None, question: str, k: int, min_score: float | None, re
     from .llm import ChatClient
 
     opts = _options(k, scorer, fusion, alpha, rrf_k, embed_model, "--embed-model",
-                    **_search_kwargs(filters, since, until, principals, as_of, all_versions))
+                    **_search_kwargs(filters, since, until, principals, as_of, all_versions, all_principals))
     hits = _retrieve(database, question, opts, embed_model, "--embed-model")
     client = ChatClient(base_url=base_url, model=model, timeout=timeout)
     stream = _stream_to_terminal() and not as_json

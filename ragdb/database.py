@@ -30,11 +30,11 @@ from .analysis import Analyzer
 from .chunking import Chunker, get_chunker
 from .engine import Engine
 from .errors import AnalyzerMismatch, DocumentNotFound, InvalidInput, NotADatabase
-from .filters import build as build_filter
+from .filters import Query, build as build_filter
 from .index import Index
 from .ingest import check_add_arguments, ingest
-from .options import (MAX_K, SCORERS, SearchOptions, check_busy_timeout, check_count, check_embedder, check_flag,
-                      check_id, check_optional_flag, check_path, check_text, to_epoch)
+from .options import (ALL, MAX_K, SCORERS, Principals, Restrictions, SearchOptions, check_busy_timeout, check_count,
+                      check_embedder, check_flag, check_id, check_optional_flag, check_path, check_text, to_epoch)
 from .search import Searcher
 from .storage import Store, loads
 from .types import AddReport, Document, Hit, LoadedDocument, Span, Stats, VectorInfo
@@ -232,7 +232,15 @@ class Database:
         return len(self._writer.delete(doc_id, source=source, glob=glob, conditions=conditions))
 
     def _conditions(self, filter: Mapping[str, Any]) -> Sequence[Any]:
-        return build_filter(filter, public_unlabeled=False, to_epoch=to_epoch).conditions
+        """The conditions of a delete's filter: deleting is an administrator's act, on every document."""
+        return build_filter(filter, principals=ALL, to_epoch=to_epoch).conditions
+
+    def _view(self, principals: Any, filter: Mapping[str, Any] | None = None,
+              versions: str = "latest") -> Query:
+        """What a read by ``principals`` (see :class:`Restrictions`) may see; call inside a read."""
+        r = Restrictions(filter=filter, principals=principals, versions=versions)
+        self._engine.sync()
+        return self._engine.restrictions(r)
 
     # -- dense vectors ---------------------------------------------------------------
     def embed(self, embedder: Embedder | str | None = None, *, batch_size: int = 64, rebuild: bool = False,
@@ -310,10 +318,16 @@ class Database:
         ``since``/``until`` (document timestamp), ``as_of`` (the knowledge
         base as it stood then: each stored version valid from its timestamp
         until the next stored version's of its source, the latest without
-        end), ``versions="all"`` (every stored version), ``principals`` (only
-        chunks whose access labels intersect these, and for a kept older
-        version the latest version's labels too; unlabeled chunks only if the
-        database's ``public_unlabeled`` setting is on).
+        end), ``versions="all"`` (every stored version), ``principals`` (the
+        caller's access labels: a chunk with labels is seen only by a caller
+        holding one of them, or by everyone when one is :data:`ragdb.PUBLIC`;
+        for a kept older version the latest version's labels must allow it
+        too; a chunk without labels is public when the database's
+        ``public_unlabeled`` setting is on, the default for new databases).
+        Omitting ``principals`` is an anonymous caller, who sees public chunks
+        only; ``principals=ragdb.ALL`` is the full view. The same rule holds
+        for :meth:`build_prompt`, :meth:`ask`, :meth:`get`, :meth:`documents`
+        and :meth:`records` (export).
 
         Scores always use the statistics of the latest versions (N, df,
         average length), also for ``as_of`` and ``versions="all"``; they can
@@ -365,8 +379,12 @@ class Database:
         return ask(hits, query, llm if llm is not None else ChatClient(), template=template, language=language,
                    budget_tokens=budget_tokens, min_score=min_score, relative=relative, on_text=on_text)
 
-    def get(self, doc_id: int | None = None, *, source: str | None = None, with_text: bool = True) -> Document:
-        """The stored document with this id, or the latest version of ``source``."""
+    def get(self, doc_id: int | None = None, *, source: str | None = None, with_text: bool = True,
+            principals: Principals | Sequence[str] | None = None) -> Document:
+        """The stored document with this id, or the latest version of ``source``, if the
+        caller (``principals``, as in :meth:`search`: omitted is an anonymous caller,
+        :data:`ragdb.ALL` sees everything) may see it; a document they may not see is
+        :class:`~ragdb.errors.DocumentNotFound`, exactly as one that does not exist."""
         if (doc_id is None) == (source is None):
             raise InvalidInput("get: give exactly one of doc_id or source")
         store = self._engine.store
@@ -377,19 +395,25 @@ class Database:
         else:
             doc_id = check_id(doc_id)
         with store.read():  # one snapshot: a concurrent replace cannot slip between the two reads
+            view = self._view(principals, versions="all")
             if source is not None:
-                rows = store.list_documents(source, glob=False, latest_only=True, limit=1)
+                rows = store.list_documents(source, glob=False, latest_only=True, limit=1, conditions=view.conditions,
+                                            public_unlabeled=view.public_unlabeled)
                 if not rows:
                     raise DocumentNotFound(f"no document with source {source!r}")
                 doc_id = int(rows[0][0])
+            elif view.conditions and not store.filtered_doc_ids(view.conditions, view.public_unlabeled, doc_id):
+                raise DocumentNotFound(f"no document with id {doc_id}")
             assert doc_id is not None
             return self._writer.document(doc_id, with_text)
 
     def documents(self, source: str | None = None, *, glob: bool = True, versions: str = "latest",
-                  limit: int | None = None, offset: int = 0, filter: Mapping[str, Any] | None = None
-                  ) -> list[Document]:
+                  limit: int | None = None, offset: int = 0, filter: Mapping[str, Any] | None = None,
+                  principals: Principals | Sequence[str] | None = None) -> list[Document]:
         """Stored documents ordered by source, by ``source`` (a glob pattern unless
-        ``glob=False``) and ``filter`` (the mapping :meth:`search` takes)."""
+        ``glob=False``) and ``filter`` (the mapping :meth:`search` takes), those the
+        caller may see (``principals`` as in :meth:`search`: omitted is an anonymous
+        caller, :data:`ragdb.ALL` lists everything)."""
         if versions not in ("latest", "all"):
             raise InvalidInput(f"versions must be 'latest' or 'all', got {versions!r}")
         if source is not None:
@@ -400,18 +424,20 @@ class Database:
         if limit is not None:
             check_count(limit, "limit")  # below 2**63: SQLite's LIMIT is a 64-bit integer
         check_count(offset, "offset")
-        conditions = self._conditions(filter) if filter is not None else ()
         store = self._engine.store
         with store.read():
+            view = self._view(principals, filter, versions)
             rows = store.list_documents(source, glob=glob, latest_only=versions == "latest",
-                                        limit=limit, offset=offset, conditions=conditions)
+                                        limit=limit, offset=offset, conditions=view.conditions,
+                                        public_unlabeled=view.public_unlabeled)
         return [doc_from_row(r, False) for r in rows]
 
     def set_public_unlabeled(self, value: bool) -> None:
         """Turn the ``public_unlabeled`` access setting on or off, in the file (one transaction).
 
-        On, chunks without access labels are visible to searches made with
-        ``principals=``; off (the default), they are not. This is the one way to
+        On (the default for new databases), chunks without access labels are
+        public: every caller sees them, anonymous ones included; off, they are
+        seen only with ``principals=ragdb.ALL``. This is the one way to
         change it: :func:`ragdb.open` stores ``public_unlabeled=`` when it creates
         the file and refuses a different value on an existing one (``ragdb config
         public_unlabeled true|false`` calls this). Every open ``Database``, in
@@ -440,20 +466,23 @@ class Database:
                      avg_chunk_length=avg, stored_documents=stored_docs, stored_chunks=stored_chunks,
                      pending_chunks=pending, segments=segments, file_size=store.file_size())
 
-    def records(self, *, versions: str = "all") -> Iterator[dict[str, Any]]:
-        """Every stored document as an export record (text, title, metadata,
-        labels, chunker, version, timestamp, ``latest``, and the chunks' own
-        metadata as ``spans``), in id order, from one snapshot; what
-        :func:`ragdb.transfer.export_jsonl` writes and ``add_many`` takes back."""
+    def records(self, *, versions: str = "all", principals: Principals | Sequence[str] | None = None
+                ) -> Iterator[dict[str, Any]]:
+        """Every stored document the caller may see (``principals`` as in :meth:`search`;
+        omitted: an anonymous caller, so a full backup needs :data:`ragdb.ALL`) as an
+        export record (text, title, metadata, labels, chunker, version, timestamp,
+        ``latest``, and the chunks' own metadata as ``spans``), in id order, from one
+        snapshot; what :func:`ragdb.transfer.export_jsonl` writes and ``add_many`` takes back."""
         if versions not in ("latest", "all"):
             raise InvalidInput(f"versions must be 'latest' or 'all', got {versions!r}")
         store = self._engine.store
         with store.read():
+            view = self._view(principals, versions="all")
             # Both streams are in document id order: merged here, two queries in all.
             spans = itertools.groupby(store.iter_chunk_spans(), key=lambda r: r[0])
             pending = next(spans, None)
             for doc_id, source, version, timestamp, title, text, metadata, acl, chunker, latest in \
-                    store.iter_documents(latest_only=versions == "latest"):
+                    store.iter_documents(versions == "latest", view.conditions, view.public_unlabeled):
                 record: dict[str, Any] = {
                     "source": source, "version": version, "timestamp": timestamp, "title": title, "text": text,
                     "metadata": loads(metadata), "acl": loads(acl), "chunker": chunker, "latest": bool(latest),
@@ -534,12 +563,14 @@ def open_database(path: str | os.PathLike[str] = ":memory:", *, analyzer: "str |
                 raise InvalidInput(f"{path}: the database has no analyzer settings and is opened read-only")
             an = wanted or Analyzer()
             return an, {"analyzer": an.config(), "chunker": chunker_spec or get_chunker(None).spec(),
-                        "keep_versions": bool(keep_versions), "public_unlabeled": bool(public_unlabeled)}
+                        "keep_versions": bool(keep_versions),
+                        "public_unlabeled": True if public_unlabeled is None else public_unlabeled}
         stored = Analyzer.from_config(settings["analyzer"])
         if wanted is not None and wanted.config() != stored.config():
             raise AnalyzerMismatch(
-                f"{path}: built with analyzer {stored.config()}, opened with {wanted.config()}; "
-                f"open it without analyzer= (or with the stored one), or rebuild into a new database")
+                f"{path}: was built with the {stored.describe()} analyzer and cannot be opened with the "
+                f"{wanted.describe()} one (the index terms would not match); open it without analyzer= "
+                f"(or with the stored one), or rebuild it into a new database")
         # An access setting never changes as a side effect of opening (any process may
         # open the file); chunker and keep_versions given here do update the stored ones.
         public = bool(settings.get("public_unlabeled", False))

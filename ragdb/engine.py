@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Any
 from . import filters
 from .errors import EmbeddingError, InvalidInput
 from .index import Index
-from .options import Restrictions, to_epoch
+from .options import ALL, Restrictions, to_epoch
 from .storage import Store, model_mismatch
 from .vectors import VectorIndex, dimensions_of
 
@@ -37,6 +37,7 @@ class Engine:
         #: Embedder used on add (new chunks get vectors) and for vector/hybrid queries.
         self.embedder: Embedder | None = None
         self._recorded: tuple[str, Embedder] | None = None
+        self._private: tuple[Index, int, bool] | None = None  # (index, generation, has private labels)
 
     @contextlib.contextmanager
     def writing(self) -> Iterator[None]:
@@ -79,10 +80,24 @@ class Engine:
         self.settings[key] = value
 
     def restrictions(self, r: Restrictions) -> filters.Query:
-        """The validated filter query of a :class:`Restrictions` value."""
-        return filters.build(r.filter, since=r.since, until=r.until, as_of=r.as_of, principals=r.principals,
-                             versions=r.versions, public_unlabeled=bool(self.settings.get("public_unlabeled")),
-                             to_epoch=to_epoch)
+        """The validated filter query of a :class:`Restrictions` value (call after :meth:`sync`,
+        inside a read). Where every chunk is visible to everyone (``public_unlabeled`` on
+        and no document labelled for anyone in particular), the access condition would
+        keep every chunk, so it is left out and such a search costs what it did before
+        access labels."""
+        public = bool(self.settings.get("public_unlabeled"))
+        principals = r.principals
+        if principals is not ALL and public and not self._has_private_labels():
+            principals = ALL
+        return filters.build(r.filter, since=r.since, until=r.until, as_of=r.as_of, principals=principals,
+                             versions=r.versions, public_unlabeled=public, to_epoch=to_epoch)
+
+    def _has_private_labels(self) -> bool:
+        index = self.index
+        cached = self._private
+        if cached is None or cached[0] is not index or cached[1] != index.generation:
+            cached = self._private = (index, index.generation, self.store.has_private_labels())
+        return cached[2]
 
     # -- embedders -----------------------------------------------------------------
     def recorded_embedder(self) -> Embedder | None:

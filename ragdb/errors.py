@@ -15,6 +15,11 @@ class NotADatabase(RagdbError):
     """The file is not a ragdb database (or not SQLite at all)."""
 
 
+class DatabaseCorrupt(NotADatabase):
+    """The file is not a database or is corrupt: SQLite cannot read it (damaged pages,
+    a header that is not SQLite's, an encrypted file)."""
+
+
 class SchemaTooNew(RagdbError):
     """The database was written by a newer ragdb schema than this one knows."""
 

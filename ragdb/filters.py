@@ -14,7 +14,12 @@ into SQL. A key that no document has simply matches nothing.
 
 Time: ``since``/``until`` bound the document timestamp (inclusive);
 ``as_of`` answers as the knowledge base stood at that instant.
-Permissions: ``principals`` keeps chunks whose labels intersect them.
+Permissions (the rule every read path follows): a chunk with access labels is
+visible only to callers holding one of its labels, or to everyone when one of
+them is :data:`ragdb.options.PUBLIC` (``"*"``); a chunk without labels is
+public when the database's ``public_unlabeled`` setting is on. ``principals``
+omitted (``None``/``()``) is an anonymous caller with no labels, who sees
+public chunks only; :data:`ragdb.options.ALL` is the full view.
 """
 
 from __future__ import annotations
@@ -24,7 +29,7 @@ from typing import Any
 from collections.abc import Mapping, Sequence
 
 from .errors import InvalidInput
-from .options import VERSIONS, check_principals, check_text
+from .options import ALL, PUBLIC, VERSIONS, Principals, check_principals, check_text
 
 Scalar = str | int | float | bool
 
@@ -89,7 +94,7 @@ def _is_glob(pattern: str) -> bool:
 
 
 def build(filter: Mapping[str, Any] | None = None, *, since: Any = None, until: Any = None,
-          as_of: Any = None, principals: Sequence[str] | None = None, versions: str = "latest",
+          as_of: Any = None, principals: Principals | Sequence[str] | None = None, versions: str = "latest",
           public_unlabeled: bool = False, to_epoch: Any) -> Query:
     """Validate the search restrictions; ``to_epoch(value, label)`` parses timestamps."""
     if versions not in VERSIONS:
@@ -123,6 +128,7 @@ def build(filter: Mapping[str, Any] | None = None, *, since: Any = None, until: 
             raise InvalidInput("as_of and versions='all' cannot be combined: as_of picks the versions")
         conds.append(Condition("as_of", None, (to_epoch(as_of, "as_of"),)))
     labels = check_principals(principals)
-    if labels is not None:
-        conds.append(Condition("principals", None, labels))
+    if labels is not ALL:
+        assert isinstance(labels, tuple)
+        conds.append(Condition("principals", None, (*labels, PUBLIC)))
     return Query(tuple(conds), versions, public_unlabeled)

@@ -79,6 +79,7 @@ import orjson
 from . import loaders, walk
 from .analysis import is_blank
 from .errors import InvalidInput, LoaderError, RagdbError
+from .options import ALL
 from .types import LoadedDocument
 from .walk import Patterns, Skipped
 
@@ -427,7 +428,7 @@ def plan_sync(db: Database, root: str | os.PathLike[str], *, source_prefix: str 
     pattern = escape_glob(scope) + "*" if scope else None
     stored: dict[str, Mapping[str, Any]] = {}  # file source -> metadata of one of its documents
     groups: dict[str, list[str]] = {}  # file source -> its stored document sources
-    for doc in db.documents(pattern):
+    for doc in db.documents(pattern, principals=ALL):  # sync mirrors every document, whoever may read it
         key = doc.metadata.get(SYNC_FILE)
         key = key if isinstance(key, str) and key else doc.source
         if _in_scope(key, scope, inc, exc, recursive):

@@ -35,6 +35,7 @@ from collections.abc import Callable, Iterator
 import orjson
 
 from .errors import InvalidInput
+from .options import ALL
 from .types import Span
 
 if TYPE_CHECKING:
@@ -50,11 +51,13 @@ Progress = Callable[[int], None]
 
 @dataclass(frozen=True)
 class ExportReport:
-    """``documents``: records written (``latest`` of them latest versions)."""
+    """``documents``: records written (``latest`` of them latest versions);
+    ``hidden``: stored documents the caller's principals could not see, left out."""
 
     path: str
     documents: int
     latest: int
+    hidden: int = 0
 
 
 @dataclass(frozen=True)
@@ -76,8 +79,11 @@ def _name(target: Any) -> str:
 
 
 def export_jsonl(db: Database, target: "str | os.PathLike[str] | IO[bytes]", *,
-                 progress: Progress | None = None) -> ExportReport:
-    """Write every stored document of ``db`` to ``target`` (a path or a binary file) as JSON Lines.
+                 progress: Progress | None = None, principals: Any = None) -> ExportReport:
+    """Write the stored documents of ``db`` that ``principals`` may see (as in
+    :meth:`Database.search`: omitted is an anonymous caller, so a full backup
+    needs ``principals=ragdb.ALL``) to ``target`` (a path or a binary file) as
+    JSON Lines; ``hidden`` in the report counts the stored documents left out.
 
     A path is written to a temporary file next to it and renamed into place
     when complete, so a failed export never leaves a truncated file.
@@ -88,7 +94,7 @@ def export_jsonl(db: Database, target: "str | os.PathLike[str] | IO[bytes]", *,
         tmp = path.with_name(f".{path.name}.tmp{os.getpid()}")
         try:
             with open(tmp, "wb") as fh:
-                report = _export_to(db, fh, name, progress)
+                report = _export_to(db, fh, name, progress, principals)
             os.replace(tmp, path)
         except BaseException:
             try:
@@ -97,19 +103,21 @@ def export_jsonl(db: Database, target: "str | os.PathLike[str] | IO[bytes]", *,
                 pass
             raise
         return report
-    return _export_to(db, target, name, progress)
+    return _export_to(db, target, name, progress, principals)
 
 
-def _export_to(db: Database, fh: IO[bytes], name: str, progress: Progress | None) -> ExportReport:
+def _export_to(db: Database, fh: IO[bytes], name: str, progress: Progress | None, principals: Any
+               ) -> ExportReport:
     n = latest = 0
-    for record in db.records():
+    for record in db.records(principals=principals):
         fh.write(orjson.dumps(record) + b"\n")
         n += 1
         latest += record["latest"]
         if progress is not None:
             progress(1)
     fh.flush()
-    return ExportReport(path=name, documents=n, latest=latest)
+    hidden = 0 if principals is ALL else len(db.documents(versions="all", principals=ALL)) - n
+    return ExportReport(path=name, documents=n, latest=latest, hidden=max(hidden, 0))
 
 
 def _parse(name: str, lineno: int, obj: Any) -> dict[str, Any]:

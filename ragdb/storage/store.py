@@ -20,7 +20,7 @@ from collections.abc import Iterable, Iterator, Sequence
 if TYPE_CHECKING:
     import sqlite_utils
 
-from ..errors import DatabaseBusy, InvalidInput, NotADatabase, RagdbError, SchemaTooNew, StorageError
+from ..errors import DatabaseBusy, DatabaseCorrupt, InvalidInput, NotADatabase, RagdbError, SchemaTooNew, StorageError
 from .codec import dumps, loads
 from .vectors import VectorSQL
 
@@ -100,7 +100,7 @@ def migration_state(path: str) -> tuple[list[tuple[str, str]], list[str]]:
             pending = [m.name for m in migrations.pending(sdb)]
             tables = sdb.table_names()
         except sqlite3.DatabaseError as e:
-            raise NotADatabase(f"{path}: not a ragdb database (SQLite says: {e})") from None
+            raise _translate(e, path) from None
         if tables and not applied:
             raise NotADatabase(f"{path}: is a SQLite database but not a ragdb database")
         return applied, pending
@@ -119,10 +119,14 @@ def _translate(err: sqlite3.Error, path: str) -> RagdbError:
         return DatabaseBusy(f"{path}: database is locked by another writer (waited for the busy timeout): {msg}")
     if "readonly" in low or "read-only" in low:
         return StorageError(f"{path}: the database is read-only: {msg}")
+    if "unable to open" in low:
+        return StorageError(f"{path}: cannot open the database file (no permission to read or create it "
+                            f"and its -wal/-shm files, or a folder on the path is missing): {msg}")
     if "full" in low:
         return StorageError(f"{path}: the disk is full; nothing was written: {msg}")
     if "not a database" in low or "malformed" in low or "encrypted" in low:
-        return NotADatabase(f"{path}: not a ragdb database (SQLite says: {msg})")
+        return DatabaseCorrupt(f"{path}: the file is not a database or is corrupt (SQLite says: {msg}). "
+                               f"If it was a ragdb database, restore it from a backup or an export")
     return StorageError(f"{path}: {msg}")
 
 
@@ -148,11 +152,14 @@ class Store(VectorSQL):
                 raise NotADatabase(f"{path}: no such database file")
             if p.exists() and p.is_dir():
                 raise NotADatabase(f"{path}: is a directory, not a database file")
+            if not p.exists() and not p.parent.is_dir():
+                raise StorageError(f"{path}: cannot create the database: the folder {os.fspath(p.parent)!r} "
+                                   f"does not exist")
+        #: opened with SQLite's ``immutable=1`` (read-only medium: see :meth:`_connect_readonly`)
+        self.immutable = False
         try:
             if readonly and not memory:
-                uri = Path(path).resolve().as_uri() + "?mode=ro"
-                conn = sqlite3.connect(uri, uri=True, check_same_thread=False, isolation_level=None,
-                                       timeout=busy_timeout)
+                conn = self._connect_readonly(path, busy_timeout)
             else:
                 conn = sqlite3.connect(path, check_same_thread=False, isolation_level=None,
                                        timeout=busy_timeout)
@@ -163,9 +170,42 @@ class Store(VectorSQL):
         self._reading = False  # a read transaction (``read``) is open: writes must not nest in it
         try:
             self._open(readonly=readonly, memory=memory, busy_timeout=busy_timeout)
+        except sqlite3.Error as e:  # e.g. a damaged page met while reading the schema
+            conn.close()
+            raise _translate(e, path) from e
         except BaseException:
             conn.close()
             raise
+
+    def _connect_readonly(self, path: str, busy_timeout: float) -> sqlite3.Connection:
+        """A read-only connection (``mode=ro``). A WAL database needs its ``-shm`` file even
+        to read; on a read-only filesystem or medium where it cannot be made, and where no
+        ``-wal`` file holds commits not yet in the database file, the file is opened with
+        ``immutable=1``: SQLite then takes no locks and assumes that nobody changes the
+        file while it is open (so it must not be used on a file another process writes)."""
+        base = Path(path).resolve().as_uri()
+        conn = sqlite3.connect(base + "?mode=ro", uri=True, check_same_thread=False, isolation_level=None,
+                               timeout=busy_timeout)
+        try:
+            conn.execute("SELECT count(*) FROM sqlite_master").fetchone()
+            return conn
+        except sqlite3.OperationalError as e:
+            low = str(e).lower()
+            conn.close()
+            if "readonly" not in low and "read-only" not in low and "unable to open" not in low:
+                raise
+        wal = Path(path + "-wal")
+        try:
+            pending = wal.stat().st_size > 0
+        except OSError:
+            pending = False
+        if pending:
+            raise StorageError(f"{path}: cannot be read here: its folder is read-only and {wal.name} holds "
+                               f"commits not yet in the database file; open it once read-write (or copy the "
+                               f"database, its -wal and -shm files somewhere writable)")
+        self.immutable = True
+        return sqlite3.connect(base + "?immutable=1", uri=True, check_same_thread=False, isolation_level=None,
+                               timeout=busy_timeout)
 
     @property
     def db(self) -> sqlite_utils.Database:
@@ -463,11 +503,11 @@ class Store(VectorSQL):
         return [r[0] for r in self.conn.execute("SELECT id FROM chunks WHERE doc_id = ? ORDER BY id", [doc_id])]
 
     def list_documents(self, source: str | None = None, *, glob: bool = True, latest_only: bool = True,
-                       limit: int | None = None, offset: int = 0, conditions: Sequence[Any] = ()
-                       ) -> list[tuple[Any, ...]]:
+                       limit: int | None = None, offset: int = 0, conditions: Sequence[Any] = (),
+                       public_unlabeled: bool = False) -> list[tuple[Any, ...]]:
         """Document rows (``_DOC_COLS``) by source (a pattern when ``glob``) and filter
         ``conditions``, ordered by source then id."""
-        where, params = self._filter_sql(conditions, False)
+        where, params = self._filter_sql(conditions, public_unlabeled)
         if source is not None:
             where.append("d.source GLOB ?" if glob else "d.source = ?")
             params.append(source)
@@ -480,13 +520,18 @@ class Store(VectorSQL):
         params += [-1 if limit is None else limit, offset]
         return self.conn.execute(sql, params).fetchall()
 
-    def iter_documents(self, latest_only: bool = False) -> Iterator[tuple[Any, ...]]:
-        """Full rows for export: id, source, version, timestamp, title, text, metadata, acl, chunker, latest."""
-        sql = ("SELECT id, source, version, timestamp, title, text, metadata, acl, chunker, latest "
-               "FROM documents")
+    def iter_documents(self, latest_only: bool = False, conditions: Sequence[Any] = (),
+                       public_unlabeled: bool = False) -> Iterator[tuple[Any, ...]]:
+        """Full rows for export: id, source, version, timestamp, title, text, metadata, acl, chunker,
+        latest, of the documents meeting the filter ``conditions``."""
+        where, params = self._filter_sql(conditions, public_unlabeled)
         if latest_only:
-            sql += " WHERE latest = 1"
-        yield from self.conn.execute(sql + " ORDER BY id")
+            where.append("d.latest = 1")
+        sql = ("SELECT d.id, d.source, d.version, d.timestamp, d.title, d.text, d.metadata, d.acl, d.chunker, "
+               "d.latest FROM documents d")
+        if where:
+            sql += " WHERE " + " AND ".join(where)
+        yield from self.conn.execute(sql + " ORDER BY d.id", params)
 
     def iter_chunk_spans(self) -> Iterator[tuple[int, int, int, str]]:
         """(doc id, start, end, chunk metadata json) of every chunk of the documents that have
@@ -553,9 +598,18 @@ class Store(VectorSQL):
             params.extend(vals)
         return where, params
 
-    def filtered_doc_ids(self, conditions: Sequence[Any], public_unlabeled: bool) -> list[int]:
-        """Ids of documents meeting every condition (see ragdb.filters.Condition)."""
+    def has_private_labels(self) -> bool:
+        """Whether any stored document carries an access label other than the public ``*``."""
+        return bool(self.conn.execute("SELECT EXISTS (SELECT 1 FROM doc_acl WHERE label != '*')").fetchone()[0])
+
+    def filtered_doc_ids(self, conditions: Sequence[Any], public_unlabeled: bool,
+                         doc_id: int | None = None) -> list[int]:
+        """Ids of documents meeting every condition (see ragdb.filters.Condition), of
+        ``doc_id`` alone when given."""
         where, params = self._filter_sql(conditions, public_unlabeled)
+        if doc_id is not None:
+            where.append("d.id = ?")
+            params.append(doc_id)
         sql = "SELECT d.id FROM documents d"
         if where:
             sql += " WHERE " + " AND ".join(where)

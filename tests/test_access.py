@@ -1,0 +1,220 @@
+"""Access labels fail closed on every read path (property test against a brute-force oracle).
+
+The rule (README, "Access labels"): a document with labels is visible only to a
+caller holding one of them, or to everyone when one is ``ragdb.PUBLIC``; a
+document without labels is public when ``public_unlabeled`` is on; a kept older
+version also needs its latest version to be visible. Omitted ``principals`` is an
+anonymous caller; ``ragdb.ALL`` sees everything.
+"""
+
+from __future__ import annotations
+
+import io
+import subprocess
+import sys
+
+import orjson
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+import ragdb
+from ragdb import transfer
+from ragdb.errors import DocumentNotFound, InvalidInput
+
+
+
+def run_cli(args, check=True):
+    """``ragdb ARGS`` in a real subprocess."""
+    p = subprocess.run([sys.executable, "-m", "ragdb.cli", *args], capture_output=True, text=True, timeout=120)
+    if check:
+        assert p.returncode == 0, p.stderr
+    return p
+
+LABELS = ["a", "b", "c", ragdb.PUBLIC]
+WORDS = ["apple", "banana", "cherry", "delta", "echo", "fox"]
+
+
+def visible(acl: tuple[str, ...], principals, public_unlabeled: bool) -> bool:
+    if principals is ragdb.ALL:
+        return True
+    held = set(principals or ())
+    if not acl:
+        return public_unlabeled
+    return ragdb.PUBLIC in acl or bool(held & set(acl))
+
+
+class EchoLLM:
+    """An LLM that answers with every source it was given (so ask's sources are what it saw)."""
+
+    name = "echo"
+
+    def __init__(self) -> None:
+        self.seen: list[str] = []
+
+    def complete(self, messages, **_):
+        self.seen.append(messages[-1]["content"] if isinstance(messages[-1], dict) else str(messages[-1]))
+        return "The sources say so [1]."
+
+
+docs_strategy = st.lists(
+    st.tuples(st.sampled_from(["s0", "s1", "s2", "s3", "s4", "s5"]),
+              st.lists(st.sampled_from(WORDS), min_size=1, max_size=4),
+              st.lists(st.sampled_from(LABELS), max_size=2)),
+    min_size=1, max_size=10)
+principals_strategy = st.one_of(st.none(), st.just(ragdb.ALL), st.lists(st.sampled_from(["a", "b", "c", "z"]),
+                                                                        max_size=3))
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(docs=docs_strategy, principals=principals_strategy, public_unlabeled=st.booleans(),
+       keep_versions=st.booleans())
+def test_no_read_path_leaks(tmp_path_factory, docs, principals, public_unlabeled, keep_versions):
+    path = tmp_path_factory.mktemp("acl") / "kb.db"
+    with ragdb.open(path, public_unlabeled=public_unlabeled, keep_versions=keep_versions,
+                    embedder="hash:16") as db:
+        for source, words, acl in docs:
+            db.add(" ".join(words), source=source, acl=acl)
+        every = db.documents(versions="all", principals=ragdb.ALL)
+        latest_acl = {d.source: d.acl for d in every if d.latest}
+
+        def ok(doc_id: int) -> bool:
+            d = next(x for x in every if x.id == doc_id)
+            return visible(d.acl, principals, public_unlabeled) and (
+                d.latest or visible(latest_acl[d.source], principals, public_unlabeled))
+
+        allowed = {d.id for d in every if ok(d.id)}
+        kw = {} if principals is None else {"principals": principals}
+        query = " ".join(WORDS)
+        for scorer in ("bm25", "tfidf", "vector", "hybrid"):
+            for versions in ("latest", "all"):
+                hits = db.search(query, k=50, scorer=scorer, versions=versions, **kw)
+                assert {h.doc_id for h in hits} <= allowed, (scorer, versions)
+                expected = {d.id for d in every if d.id in allowed and (versions == "all" or d.latest)}
+                if scorer in ("bm25", "tfidf"):  # every document matches the query
+                    assert {h.doc_id for h in hits} == expected, (scorer, versions)
+        prompt = db.build_prompt(query, k=50, **kw)
+        assert {h.doc_id for h in prompt.sources} <= allowed
+        assert prompt.refused == (not any(d.latest and d.id in allowed for d in every))
+        llm = EchoLLM()
+        answer = db.ask(query, llm, k=50, **kw)
+        assert {h.doc_id for h in answer.hits} <= allowed
+        if not answer.hits:
+            assert llm.seen == []  # refused without calling the model
+        for versions in ("latest", "all"):
+            listed = {d.id for d in db.documents(versions=versions, **kw)}
+            assert listed == {d.id for d in every if d.id in allowed and (versions == "all" or d.latest)}
+        exported = list(db.records(**kw))
+        assert len(exported) == len(allowed)
+        buf = io.BytesIO()
+        report = transfer.export_jsonl(db, buf, **kw)
+        assert report.documents == len(allowed) and report.hidden == len(every) - len(allowed)
+        assert {orjson.loads(line)["source"] for line in buf.getvalue().splitlines()} == \
+            {d.source for d in every if d.id in allowed}
+        for d in every:
+            if d.id in allowed:
+                assert db.get(d.id, **kw).id == d.id
+            else:
+                with pytest.raises(DocumentNotFound, match=f"no document with id {d.id}$"):
+                    db.get(d.id, **kw)
+            if d.latest:
+                if d.id in allowed:
+                    assert db.get(source=d.source, **kw).id == d.id
+                else:
+                    with pytest.raises(DocumentNotFound):
+                        db.get(source=d.source, **kw)
+
+
+def test_anonymous_default_on_a_database_without_labels_sees_everything(tmp_path):
+    with ragdb.open(tmp_path / "kb.db") as db:
+        assert db.settings["public_unlabeled"] is True
+        db.add("apples are red", source="a")
+        db.add("apples are green", source="b")
+        assert {h.source for h in db.search("apples")} == {"a", "b"}
+        assert len(db.documents()) == 2
+
+
+def test_labelled_chunks_never_reach_an_anonymous_prompt(tmp_path):
+    with ragdb.open(tmp_path / "kb.db") as db:
+        db.add("The salary table for 2026 lists every salary.", source="hr/salaries.md", acl=["hr"])
+        db.add("The cafeteria opens at nine.", source="pub/cafe.md")
+        db.add("Salary questions go to the HR office.", source="pub/hr.md", acl=[ragdb.PUBLIC])
+        assert {h.source for h in db.search("salary")} == {"pub/hr.md"}
+        assert {h.source for h in db.search("salary", principals=["hr"])} == {"hr/salaries.md", "pub/hr.md"}
+        assert {h.source for h in db.search("salary", principals=ragdb.ALL)} == {"hr/salaries.md", "pub/hr.md"}
+        prompt = db.build_prompt("salary table")
+        assert "salary table for 2026" not in prompt.text
+        with pytest.raises(DocumentNotFound):
+            db.get(source="hr/salaries.md")
+        assert db.get(source="hr/salaries.md", principals=["hr"]).acl == ("hr",)
+
+
+def test_public_unlabeled_off_hides_unlabeled_from_anonymous_but_not_public_label(tmp_path):
+    with ragdb.open(tmp_path / "kb.db", public_unlabeled=False) as db:
+        db.add("apples one", source="plain")
+        db.add("apples two", source="open", acl=[ragdb.PUBLIC])
+        db.add("apples three", source="team", acl=["t"])
+        assert [h.source for h in db.search("apples")] == ["open"]
+        assert {h.source for h in db.search("apples", principals=["t"])} == {"open", "team"}
+        assert {h.source for h in db.search("apples", principals=ragdb.ALL)} == {"plain", "open", "team"}
+        db.set_public_unlabeled(True)
+        assert {h.source for h in db.search("apples")} == {"plain", "open"}
+
+
+def test_the_public_label_is_not_a_principal(db):
+    with pytest.raises(InvalidInput, match="public label"):
+        db.search("x", principals=["*"])
+    with pytest.raises(InvalidInput, match="one string"):
+        db.search("x", principals="a")
+
+
+def test_old_database_keeps_its_setting(tmp_path):
+    path = tmp_path / "old.db"
+    with ragdb.open(path, public_unlabeled=False) as db:
+        db.add("apples", source="a")
+    with ragdb.open(path) as db:  # reopening never changes the access setting
+        assert db.settings["public_unlabeled"] is False
+        assert db.search("apples") == []
+        assert [h.source for h in db.search("apples", principals=ragdb.ALL)] == ["a"]
+
+
+def test_labels_added_later_take_effect_for_open_readers(tmp_path):
+    path = tmp_path / "kb.db"
+    with ragdb.open(path) as writer, ragdb.open(path) as reader:
+        writer.add("apples", source="a")
+        assert [h.source for h in reader.search("apples")] == ["a"]  # no labels: the fast path
+        writer.add("apples and pears", source="b", acl=["x"])
+        assert [h.source for h in reader.search("apples")] == ["a"]
+        doc = writer.get(source="a")
+        writer.update(doc.id, acl=["x"])
+        assert reader.search("apples") == []
+        assert len(reader.search("apples", principals=["x"])) == 2
+
+
+def test_cli_reads_are_anonymous_unless_told(tmp_path):
+    path = str(tmp_path / "kb.db")
+    with ragdb.open(path) as db:
+        db.add("secret apples", source="secret.md", acl=["staff"])
+        db.add("public apples", source="public.md")
+    out = run_cli(["-d", path, "search", "apples", "--json"])
+    assert [h["source"] for h in orjson.loads(out.stdout)] == ["public.md"]
+    out = run_cli(["-d", path, "search", "apples", "--json", "--principal", "staff"])
+    assert {h["source"] for h in orjson.loads(out.stdout)} == {"public.md", "secret.md"}
+    out = run_cli(["-d", path, "search", "apples", "--json", "--all-principals"])
+    assert {h["source"] for h in orjson.loads(out.stdout)} == {"public.md", "secret.md"}
+    out = run_cli(["-d", path, "search", "apples", "--principal", "staff", "--all-principals"], check=False)
+    assert out.returncode == 2 and "--all-principals" in out.stderr
+    out = run_cli(["-d", path, "list", "--json"])
+    assert [d["source"] for d in orjson.loads(out.stdout)] == ["public.md"]
+    out = run_cli(["-d", path, "show", "secret.md"], check=False)
+    assert out.returncode == 1 and "no document with source 'secret.md'" in out.stderr
+    out = run_cli(["-d", path, "show", "secret.md", "--all-principals", "--json"])
+    assert orjson.loads(out.stdout)["acl"] == ["staff"]
+    out = run_cli(["-d", path, "prompt", "apples"])
+    assert "secret apples" not in out.stdout and "public apples" in out.stdout
+    dump = tmp_path / "dump.jsonl"
+    out = run_cli(["-d", path, "export", str(dump)])
+    assert "1 stored document not exported" in out.stderr
+    assert [orjson.loads(x)["source"] for x in dump.read_bytes().splitlines()] == ["public.md"]
+    out = run_cli(["-d", path, "export", str(dump), "--all-principals"])
+    assert "not exported" not in out.stderr and len(dump.read_bytes().splitlines()) == 2
