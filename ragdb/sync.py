@@ -689,7 +689,7 @@ def add_paths(db: Database, inputs: Sequence[str | os.PathLike[str]] | Selection
     with transaction(db):
         report = db.add_many(records(), batch_size=batch_size)
         for src, new in groups.items():  # records gone from a JSON Lines file go with it
-            for doc in db.documents(escape_glob(src) + "#*"):
+            for doc in db.documents(escape_glob(src) + "#*", principals=ALL):
                 if doc.metadata.get(SYNC_FILE) == src and doc.source not in new:
                     removed += db.delete(source=doc.source)
     added = tuple(c.document.source for c in report.changes if c.status != "unchanged")
