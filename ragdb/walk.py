@@ -297,14 +297,18 @@ def _read_ignore(path: Path, base: str, label: str) -> _IgnoreFile | None:
 def _folder_rules(folder: Path, base: str, display: str) -> list[_IgnoreFile]:
     out = []
     for name in _IGNORE_FILES:
-        f = _read_ignore(folder / name, base, os.path.join(display, name) if display else name)
+        f = _read_ignore(folder / name, base, os.path.normpath(os.path.join(display, name)))
         if f is not None:
             out.append(f)
     return out
 
 
 def _state(rules: Sequence[_IgnoreFile], full: str) -> tuple[bool | None, str]:
-    """(True: ignored, False: re-included by a negation, None: no rule matched; the rule)."""
+    """(True: ignored, False: re-included by a negation, None: no rule matched; the rule).
+
+    Only a ``.ragdbignore`` negation gives False: one in a ``.gitignore``
+    is about git's own ignores and says nothing about ragdb's default
+    rules (so it gives None once it has undone an earlier match)."""
     state: bool | None = None
     detail = ""
     for r in rules:
@@ -312,7 +316,7 @@ def _state(rules: Sequence[_IgnoreFile], full: str) -> tuple[bool | None, str]:
             continue
         res = r.spec.check_file(full[len(r.base):])
         if res.include is not None:
-            state = res.include
+            state = True if res.include else (False if r.label.endswith(".ragdbignore") else None)
             assert res.index is not None
             pattern = r.spec.patterns[res.index].pattern
             detail = f"{r.label}: {pattern if isinstance(pattern, str) else ''}"
@@ -331,7 +335,7 @@ def _git_top(root: Path) -> Path | None:
     return None
 
 
-def _outer_rules(root: Path) -> tuple[list[_IgnoreFile], str]:
+def _outer_rules(root: Path, display: str) -> tuple[list[_IgnoreFile], str]:
     """The ignore rules above ``root`` within its git work tree, and the root's path from the top."""
     top = _git_top(root)
     if top is None:
@@ -340,16 +344,19 @@ def _outer_rules(root: Path) -> tuple[list[_IgnoreFile], str]:
     rel = here.relative_to(top).as_posix()
     prefix = "" if rel == "." else rel + "/"
     rules: list[_IgnoreFile] = []
+    ups = len([p for p in prefix.split("/") if p])
+    shown = os.path.join(display, *([os.pardir] * ups))
     info = top / ".git" / "info" / "exclude"
     if info.is_file():
-        f = _read_ignore(info, "", os.fspath(info))
+        f = _read_ignore(info, "", os.path.normpath(os.path.join(shown, ".git", "info", "exclude")))
         if f is not None:
             rules.append(f)
     folder, base = top, ""
     parts = [p for p in prefix.split("/") if p]
     for part in parts:
-        rules.extend(_folder_rules(folder, base, os.fspath(folder)))
+        rules.extend(_folder_rules(folder, base, shown))
         folder, base = folder / part, f"{base}{part}/"
+        shown = os.path.join(shown, part)
     return rules, prefix
 
 
@@ -492,7 +499,8 @@ def walk(root: str | os.PathLike[str], *, recursive: bool = True, include: Patte
         return Walk(where, ((where, name),), (), inc.unmatched() + exc.unmatched())
     if not stat.S_ISDIR(st.st_mode):
         return Walk(where, (), (Skipped(where, "not a file"),))
-    outer, top_rel = _outer_rules(Path(where))
+    outer, top_rel = _outer_rules(Path(where), where)
+    lead = "" if os.path.normpath(where) == os.curdir else where  # "./x" is shown as "x"
     files: list[tuple[str, str]] = []
     skipped: list[Skipped] = []
     seen: set[str] = {os.path.realpath(where)}
@@ -505,7 +513,7 @@ def walk(root: str | os.PathLike[str], *, recursive: bool = True, include: Patte
             continue
         name = entry.name
         rel = frame.rel + name
-        shown = os.path.join(where, rel)
+        shown = os.path.join(lead, rel) if lead else rel
         try:
             is_dir = entry.is_dir()  # follows links; False for broken links
             is_file = not is_dir and entry.is_file()
