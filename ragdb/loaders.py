@@ -596,10 +596,11 @@ def _clean_markdown(body: str, where: str) -> str:
     if len(blocks) > 1:
         head = run(blocks)
         tail = run(blocks[::-1])
-        if tail and len(tail) < len(blocks):
-            before = blocks[len(blocks) - len(tail) - 1]
-            if before[2] == "heading_open":
-                tail = []
+        if tail and len(tail) < len(blocks) and blocks[len(blocks) - len(tail) - 1][2] == "heading_open":
+            # the links right after a heading are that section's content ("See also"); only what
+            # follows a rule below them is the page's navigation
+            rules = [k for k, blk in enumerate(tail) if blk[2] == "hr"]
+            tail = tail[:rules[-1] + 1] if rules else []
         if len(head) + len(tail) < len(blocks):
             for a, b, _kind in head + tail:
                 for k in range(a, b):
