@@ -42,11 +42,11 @@ def fingerprint(hits):
 
 
 def snapshot(db: ragdb.Database):
-    """Everything a failed call must leave as it was."""
+    """Everything a failed call must leave as it was (the full view: every document, whatever its labels)."""
     st_ = db.stats()
-    return (generation(db), [dataclasses.astuple(d) for d in db.documents(versions="all")],
+    return (generation(db), [dataclasses.astuple(d) for d in db.documents(versions="all", principals=ragdb.ALL)],
             (st_.documents, st_.chunks, st_.vocabulary, st_.postings, st_.stored_documents, st_.stored_chunks),
-            fingerprint(db.search("cat mat", k=50)))
+            fingerprint(db.search("cat mat", k=50, principals=ragdb.ALL)))
 
 
 class Reverser:
@@ -89,7 +89,11 @@ def vdb(filled_db):
 
 
 def src_of(db, source):
-    return db.get(source=source)
+    return db.get(source=source, principals=ragdb.ALL)
+
+
+#: The full view (every chunk, whatever its access labels): what the option tests below compare.
+FULL = Restrictions(principals=ragdb.ALL)
 
 
 # ======================================================================================
@@ -181,6 +185,8 @@ def test_applicable_options_accepted(vdb, kw):
     assert opts == SearchOptions.from_keywords(**kw)
     assert isinstance(vdb.search("cat mat", options=opts), list)
     assert vdb.search("cat mat", **kw) == vdb.search("cat mat", options=opts)
+    full = SearchOptions(**kw, restrictions=FULL)  # and over every document, whatever its labels
+    assert vdb.search("cat mat", **kw, principals=ragdb.ALL) == vdb.search("cat mat", options=full)
 
 
 @pytest.mark.parametrize("kw,name", [
@@ -223,6 +229,7 @@ QUERY = "cat mat floor Katze"
 
 @pytest.mark.parametrize("kw", EQUIVALENT, ids=lambda kw: "-".join(f"{k}" for k in kw))
 def test_options_value_gives_exactly_the_keyword_hits(vdb, kw):
+    kw = {"principals": ragdb.ALL, **kw}  # the full view, unless the case names its principals
     by_keywords = vdb.search(QUERY, **kw)
     opts = SearchOptions.from_keywords(**kw)
     assert vdb.search(QUERY, options=opts) == by_keywords
@@ -233,34 +240,38 @@ def test_options_value_gives_exactly_the_keyword_hits(vdb, kw):
     assert vdb.search(QUERY, options=built) == by_keywords
     # the options made a difference (so the comparison above is not between two defaults)
     assert by_keywords
-    assert fingerprint(by_keywords) != fingerprint(vdb.search(QUERY))
+    assert fingerprint(by_keywords) != fingerprint(vdb.search(QUERY, principals=ragdb.ALL))
 
 
 def test_options_effects(vdb):
-    assert len(vdb.search(QUERY, options=SearchOptions(k=2))) == 2
+    assert len(vdb.search(QUERY, options=SearchOptions(k=2, restrictions=FULL))) == 2
     hits = vdb.search(QUERY, options=SearchOptions(restrictions=Restrictions(filter={"lang": "en"},
                                                                            principals=("staff",))))
-    assert hits and {h.source for h in hits} <= {"docs/cats.md", "docs/dogs.md"}
-    explained = vdb.search(QUERY, options=SearchOptions(explain=True))
-    assert all(h.explain for h in explained)
-    reranked = vdb.search(QUERY, options=SearchOptions(k=3, reranker=Reverser(), rerank_top=4))
-    first = vdb.search(QUERY, k=4)
+    # staff's documents and the public ones (unlabeled: public_unlabeled is on by default)
+    assert hits and {h.source for h in hits} <= {"docs/cats.md", "docs/dogs.md", "notes/mats.txt"}
+    assert "docs/cats.md" in {h.source for h in hits}
+    explained = vdb.search(QUERY, options=SearchOptions(explain=True, restrictions=FULL))
+    assert explained and all(h.explain for h in explained)
+    reranked = vdb.search(QUERY, options=SearchOptions(k=3, reranker=Reverser(), rerank_top=4, restrictions=FULL))
+    first = vdb.search(QUERY, k=4, principals=ragdb.ALL)
     assert [h.chunk_id for h in reranked] == [h.chunk_id for h in first][::-1][:3]
 
 
 def test_keywords_override_options(vdb):
-    base = SearchOptions(k=1, scorer="tfidf")
+    base = SearchOptions(k=1, scorer="tfidf", restrictions=FULL)
+    full = ragdb.ALL
     hits = vdb.search(QUERY, options=base, k=3)
-    assert len(hits) == 3 and hits == vdb.search(QUERY, k=3, scorer="tfidf")
-    assert vdb.search(QUERY, 2, options=base) == vdb.search(QUERY, k=2, scorer="tfidf")  # positional k
-    assert vdb.search(QUERY, None, options=base) == vdb.search(QUERY, k=1, scorer="tfidf")  # k=None: the options'
-    assert vdb.search(QUERY, options=base, scorer="bm25", k=3) == vdb.search(QUERY, k=3)
+    assert len(hits) == 3 and hits == vdb.search(QUERY, k=3, scorer="tfidf", principals=full)
+    assert vdb.search(QUERY, 2, options=base) == vdb.search(QUERY, k=2, scorer="tfidf", principals=full)  # positional k
+    # k=None: the options'
+    assert vdb.search(QUERY, None, options=base) == vdb.search(QUERY, k=1, scorer="tfidf", principals=full)
+    assert vdb.search(QUERY, options=base, scorer="bm25", k=3) == vdb.search(QUERY, k=3, principals=full)
     # a restriction keyword replaces that restriction only; the others stay
     opts = SearchOptions(k=10, restrictions=Restrictions(filter={"lang": "de"}, principals=("public",)))
     assert [h.source for h in vdb.search(QUERY, options=opts)] == ["notes/katze.txt"]
     overridden = vdb.search(QUERY, options=opts, filter={"lang": "en"})
     assert overridden == vdb.search(QUERY, filter={"lang": "en"}, principals=["public"])
-    assert [h.source for h in overridden] == ["docs/dogs.md"]
+    assert [h.source for h in overridden] == ["notes/mats.txt", "docs/dogs.md"]  # mats: unlabeled, public
     # the value given is not changed by the call
     assert opts.restrictions.filter == {"lang": "de"} and opts.k == 10
     # an override that makes a given option inapplicable is refused, naming it
@@ -273,15 +284,17 @@ def test_keywords_override_options(vdb):
 
 
 def test_build_prompt_uses_options(vdb):
-    opts = SearchOptions(restrictions=Restrictions(filter={"lang": "de"}))
+    opts = SearchOptions(restrictions=Restrictions(filter={"lang": "de"}, principals=ragdb.ALL))
     prompt = vdb.build_prompt(QUERY, options=opts)
     assert [h.source for h in prompt.sources] == ["notes/katze.txt"]
-    assert prompt.sources == vdb.build_prompt(QUERY, filter={"lang": "de"}).sources
-    tfidf = vdb.build_prompt(QUERY, options=SearchOptions(scorer="tfidf"))
-    assert [h.score for h in tfidf.sources] == [h.score for h in vdb.search(QUERY, k=5, scorer="tfidf")]
-    assert [h.score for h in tfidf.sources] != [h.score for h in vdb.build_prompt(QUERY).sources]
+    assert prompt.sources == vdb.build_prompt(QUERY, filter={"lang": "de"}, principals=ragdb.ALL).sources
+    tfidf = vdb.build_prompt(QUERY, options=SearchOptions(scorer="tfidf", restrictions=FULL))
+    assert [h.score for h in tfidf.sources] == \
+        [h.score for h in vdb.search(QUERY, k=5, scorer="tfidf", principals=ragdb.ALL)]
+    assert [h.score for h in tfidf.sources] != \
+        [h.score for h in vdb.build_prompt(QUERY, principals=ragdb.ALL).sources]
     # keyword k overrides the options' k
-    assert len(vdb.build_prompt(QUERY, k=2, options=SearchOptions(k=4)).sources) == 2
+    assert len(vdb.build_prompt(QUERY, k=2, options=SearchOptions(k=4, restrictions=FULL)).sources) == 2
     hits = vdb.search(QUERY)
     with pytest.raises(InvalidInput, match="hits"):
         vdb.build_prompt(QUERY, hits, options=opts)
@@ -300,20 +313,22 @@ class EchoLLM:
 
 def test_ask_uses_options(vdb):
     llm = EchoLLM()
-    answer = vdb.ask(QUERY, llm, options=SearchOptions(restrictions=Restrictions(filter={"lang": "de"})))
+    answer = vdb.ask(QUERY, llm, options=SearchOptions(restrictions=Restrictions(filter={"lang": "de"},
+                                                                             principals=ragdb.ALL)))
     assert [h.source for h in answer.hits] == ["notes/katze.txt"] and len(llm.messages) == 1
-    answer = vdb.ask(QUERY, llm, k=2, options=SearchOptions(scorer="tfidf"))
-    assert [h.score for h in answer.hits] == [h.score for h in vdb.search(QUERY, k=2, scorer="tfidf")]
+    answer = vdb.ask(QUERY, llm, k=2, options=SearchOptions(scorer="tfidf", restrictions=FULL))
+    assert [h.score for h in answer.hits] == \
+        [h.score for h in vdb.search(QUERY, k=2, scorer="tfidf", principals=ragdb.ALL)]
 
 
 def test_build_prompt_honours_options_k(vdb):
-    assert len(vdb.search(QUERY)) >= 3
-    assert len(vdb.build_prompt(QUERY, options=SearchOptions(k=2)).sources) == 2
+    assert len(vdb.search(QUERY, principals=ragdb.ALL)) >= 3
+    assert len(vdb.build_prompt(QUERY, options=SearchOptions(k=2, restrictions=FULL)).sources) == 2
 
 
 def test_ask_honours_options_k(vdb):
-    assert len(vdb.search(QUERY)) >= 3
-    assert len(vdb.ask(QUERY, EchoLLM(), options=SearchOptions(k=2)).hits) == 2
+    assert len(vdb.search(QUERY, principals=ragdb.ALL)) >= 3
+    assert len(vdb.ask(QUERY, EchoLLM(), options=SearchOptions(k=2, restrictions=FULL)).hits) == 2
 
 
 def test_search_options_frozen_and_replace_validates():
@@ -327,7 +342,8 @@ def test_search_options_frozen_and_replace_validates():
     changed = opts.replace(scorer="tfidf", principals=["b", "a", "a"])
     assert changed.scorer == "tfidf" and changed.k == 3
     assert changed.restrictions.filter == {"lang": "en"} and changed.restrictions.principals == ("a", "b")
-    assert opts.scorer == "bm25" and opts.restrictions.principals is None  # the original is untouched
+    # the original is untouched (principals omitted: the anonymous caller, normalised to ())
+    assert opts.scorer == "bm25" and opts.restrictions.principals == ()
     assert opts.replace() == opts
     for kw, name in [({"alpha": 0.5}, "alpha"), ({"k": 0}, "k"), ({"k": 10_001}, "k"), ({"k": True}, "k"),
                      ({"scorer": "bogus"}, "scorer"), ({"versions": "some"}, "versions"),
@@ -362,14 +378,14 @@ def test_add_report_statuses(db):
     assert r1.added == (r1[0].id, r1[1].id) and r1.replaced == () and r1.unchanged == ()
     assert [d.source for d in r1] == ["s1", "s2"] and r1[0].acl == ("x", "y")
 
-    gen, docs, stats = generation(db), db.documents(versions="all"), db.stats()
+    gen, docs, stats = generation(db), db.documents(versions="all", principals=ragdb.ALL), db.stats()
     # identical again (metadata keys and labels in another order): unchanged, nothing written
     r2 = db.add_many([{"text": "alpha one", "source": "s1", "metadata": {"b": 2, "a": 1}, "acl": ["x", "y"]}])
     assert [c.status for c in r2.changes] == ["unchanged"]
     assert r2[0].id == r1[0].id and r2.unchanged == (r1[0].id,) and r2.changes[0].previous is None
     assert r2.added == () and r2.replaced == ()
     assert r2[0].metadata == {"a": 1, "b": 2}
-    assert generation(db) == gen and db.documents(versions="all") == docs
+    assert generation(db) == gen and db.documents(versions="all", principals=ragdb.ALL) == docs
     assert (db.stats().documents, db.stats().stored_chunks) == (stats.documents, stats.stored_chunks)
     # a newer timestamp alone is not a change either
     r2b = db.add_many([{"text": "beta two", "source": "s2", "timestamp": "2030-01-01T00:00:00Z"}])
@@ -381,9 +397,10 @@ def test_add_report_statuses(db):
     assert change.status == "replaced" and change.previous == r1[0].id and change.document.id != r1[0].id
     assert r3.replaced == (change.document.id,) and r3.added == () and r3.unchanged == ()
     assert generation(db) > gen
-    assert db.get(source="s1").id == change.document.id and db.get(source="s1").text == "alpha one, changed"
+    s1 = db.get(source="s1", principals=ragdb.ALL)
+    assert s1.id == change.document.id and s1.text == "alpha one, changed"
     with pytest.raises(DocumentNotFound):  # not kept: keep_versions is off
-        db.get(r1[0].id)
+        db.get(r1[0].id, principals=ragdb.ALL)
     assert db.stats().documents == 2 and db.stats().stored_documents == 2
     assert db.check() == []
 
@@ -398,8 +415,8 @@ def test_add_report_replaced_for_each_kind_of_change(db, change):
     report = db.add_many([{**first, **change}])
     assert [c.status for c in report.changes] == ["replaced"]
     assert report.changes[0].previous == old.id and report[0].id > old.id
-    assert db.get(source="s").id == report[0].id
-    assert [d.id for d in db.documents(versions="all")] == [report[0].id]
+    assert db.get(source="s", principals=ragdb.ALL).id == report[0].id
+    assert [d.id for d in db.documents(versions="all", principals=ragdb.ALL)] == [report[0].id]
 
 
 def test_add_report_source_repeated_in_one_batch(db):
@@ -478,15 +495,17 @@ def test_update_replaces_metadata_and_acl_whole(filled_db):
 
     doc = db.update(cats.id, metadata={"team": "z"})
     assert doc.id == cats.id and doc.metadata == {"team": "z"} and doc.acl == ("staff",)
-    assert db.get(cats.id).metadata == {"team": "z"} and db.get(cats.id).text == cats.text
+    got = db.get(cats.id, principals=ragdb.ALL)
+    assert got.metadata == {"team": "z"} and got.text == cats.text
     assert (doc.content_hash, doc.chunk_count, doc.source, doc.timestamp, doc.latest) == \
         (cats.content_hash, cats.chunk_count, cats.source, cats.timestamp, cats.latest)
-    assert "docs/cats.md" not in [h.source for h in db.search("cat", filter={"lang": "en"})]
-    assert "docs/cats.md" not in [h.source for h in db.search("cat", filter={"tags": "pets"})]
-    assert [h.source for h in db.search("cat", filter={"team": "z"})] == ["docs/cats.md"]
-    assert [d.source for d in db.documents(filter={"team": "z"})] == ["docs/cats.md"]
-    assert [d.source for d in db.documents(filter={"tags": "pets"})] == ["notes/katze.txt"]
-    assert [h.metadata for h in db.search("cat", filter={"team": "z"})] == [{"team": "z"}]
+    full = ragdb.ALL
+    assert "docs/cats.md" not in [h.source for h in db.search("cat", filter={"lang": "en"}, principals=full)]
+    assert "docs/cats.md" not in [h.source for h in db.search("cat", filter={"tags": "pets"}, principals=full)]
+    assert [h.source for h in db.search("cat", filter={"team": "z"}, principals=full)] == ["docs/cats.md"]
+    assert [d.source for d in db.documents(filter={"team": "z"}, principals=full)] == ["docs/cats.md"]
+    assert [d.source for d in db.documents(filter={"tags": "pets"}, principals=full)] == ["notes/katze.txt"]
+    assert [h.metadata for h in db.search("cat", filter={"team": "z"}, principals=full)] == [{"team": "z"}]
 
     doc = db.update(cats.id, acl=["board", "audit", "board"])
     assert doc.acl == ("audit", "board") and doc.metadata == {"team": "z"}
@@ -496,12 +515,14 @@ def test_update_replaces_metadata_and_acl_whole(filled_db):
 
     doc = db.update(cats.id, metadata={"lang": "fr", "n": [1, 2]}, acl=["x"])
     assert (doc.metadata, doc.acl) == ({"lang": "fr", "n": [1, 2]}, ("x",))
-    assert [h.source for h in db.search("cat", filter={"n": 2})] == ["docs/cats.md"]
+    assert [h.source for h in db.search("cat", filter={"n": 2}, principals=full)] == ["docs/cats.md"]
     assert db.search("cat", principals=["board"]) == []
 
     doc = db.update(cats.id, metadata={}, acl=[])
     assert (doc.metadata, doc.acl) == ({}, ())
-    assert db.search("cat", filter={"lang": "fr"}) == [] and db.search("cat", principals=["x"]) == []
+    assert db.search("cat", filter={"lang": "fr"}, principals=full) == []
+    # without labels it is public (public_unlabeled, the default): every caller sees it, anonymous too
+    assert [h.source for h in db.search("cat", principals=["x"])] == ["docs/cats.md"]
     assert [h.metadata for h in db.search("cat sat door") if h.source == "docs/cats.md"] == [{}]
     assert db.check() == []
 
@@ -516,19 +537,22 @@ def test_update_keeps_ids_chunks_and_scores():
 
         def state():
             lex = [(h.chunk_id, h.doc_id, h.score, h.start, h.end, h.text, dict(h.explain))
-                   for h in db.search("cat mat sleep", k=20, explain=True)]
-            tfidf = [(h.chunk_id, h.score) for h in db.search("cat mat sleep", k=20, scorer="tfidf")]
-            docs = [(d.id, d.source, d.content_hash, d.chunk_count, d.timestamp) for d in db.documents()]
+                   for h in db.search("cat mat sleep", k=20, explain=True, principals=ragdb.ALL)]
+            tfidf = [(h.chunk_id, h.score)
+                     for h in db.search("cat mat sleep", k=20, scorer="tfidf", principals=ragdb.ALL)]
+            docs = [(d.id, d.source, d.content_hash, d.chunk_count, d.timestamp)
+                    for d in db.documents(principals=ragdb.ALL)]
             s = db.stats()
             return lex, tfidf, docs, (s.documents, s.chunks, s.vocabulary, s.postings, s.avg_chunk_length)
 
         before = state()
-        chunk_ids = sorted(h.chunk_id for h in db.search("cat mat sleep dog bark", k=20) if h.doc_id == target.id)
+        chunk_ids = sorted(h.chunk_id for h in db.search("cat mat sleep dog bark", k=20, principals=ragdb.ALL)
+                           if h.doc_id == target.id)
         assert len(chunk_ids) == 3
         db.update(target.id, metadata={"new": True, "tags": ["q"]}, acl=["b"])
         db.update(target.id, metadata={"new": True, "tags": ["q", "r"]})
         assert state() == before
-        hits = db.search("cat mat sleep dog bark", k=20, filter={"tags": "r"})
+        hits = db.search("cat mat sleep dog bark", k=20, filter={"tags": "r"}, principals=ragdb.ALL)
         assert sorted(h.chunk_id for h in hits) == chunk_ids
         assert all(h.metadata == {"new": True, "tags": ["q", "r"]} for h in hits)
         others = {h.source: h.metadata for h in db.search("cat mat", k=20) if h.doc_id != target.id}
@@ -557,32 +581,36 @@ def test_update_seen_by_another_connection_with_cached_hits(tmp_path, flush_firs
         writer.add("gamma epsilon", source="h.md", metadata={"v": 1}, acl=["a"])
         if flush_first:
             writer.optimize(vacuum=False)
-        # the reader searches first: hits (and filter masks) are cached there
-        assert {h.source: h.metadata for h in reader.search("gamma")} == {"g.md": {"v": 1}, "h.md": {"v": 1}}
-        assert len(reader.search("gamma", filter={"v": 1})) == 2
+        # the reader searches first: hits (and filter masks) are cached there (the full view: every
+        # document is labelled)
+        full = ragdb.ALL
+        assert {h.source: h.metadata for h in reader.search("gamma", principals=full)} == \
+            {"g.md": {"v": 1}, "h.md": {"v": 1}}
+        assert len(reader.search("gamma", filter={"v": 1}, principals=full)) == 2
         assert len(reader.search("gamma", principals=["a"])) == 2
-        scores = [(h.source, h.score) for h in reader.search("gamma")]
+        scores = [(h.source, h.score) for h in reader.search("gamma", principals=full)]
 
         writer.update(doc.id, metadata={"v": 2, "w": "x"}, acl=["b"])
-        hits = reader.search("gamma")
+        hits = reader.search("gamma", principals=full)
         assert {h.source: h.metadata for h in hits} == {"g.md": {"v": 2, "w": "x"}, "h.md": {"v": 1}}
         assert [(h.source, h.score) for h in hits] == scores
-        assert [h.source for h in reader.search("gamma", filter={"v": 2})] == ["g.md"]
-        assert [h.source for h in reader.search("gamma", filter={"v": 1})] == ["h.md"]
+        assert [h.source for h in reader.search("gamma", filter={"v": 2}, principals=full)] == ["g.md"]
+        assert [h.source for h in reader.search("gamma", filter={"v": 1}, principals=full)] == ["h.md"]
         assert [h.source for h in reader.search("gamma", principals=["a"])] == ["h.md"]
         assert [h.source for h in reader.search("gamma", principals=["b"])] == ["g.md"]
-        assert reader.get(doc.id).metadata == {"v": 2, "w": "x"} and reader.get(doc.id).acl == ("b",)
-        assert [d.source for d in reader.documents(filter={"w": "x"})] == ["g.md"]
+        assert reader.get(doc.id, principals=full).metadata == {"v": 2, "w": "x"}
+        assert reader.get(doc.id, principals=full).acl == ("b",)
+        assert [d.source for d in reader.documents(filter={"w": "x"}, principals=full)] == ["g.md"]
 
         # twice in a row before the reader looks again, then the other way round
         writer.update(doc.id, metadata={"v": 3})
         writer.update(doc.id, metadata={"v": 4})
-        assert [h.metadata for h in reader.search("gamma delta", k=1)] == [{"v": 4}]
+        assert [h.metadata for h in reader.search("gamma delta", k=1, principals=full)] == [{"v": 4}]
         reader.update(doc.id, metadata={"v": 5})
-        assert [h.metadata for h in writer.search("gamma delta", k=1)] == [{"v": 5}]
-        assert [h.source for h in writer.search("gamma", filter={"v": 5})] == ["g.md"]
+        assert [h.metadata for h in writer.search("gamma delta", k=1, principals=full)] == [{"v": 5}]
+        assert [h.source for h in writer.search("gamma", filter={"v": 5}, principals=full)] == ["g.md"]
         with ragdb.open(path) as third:
-            assert [h.metadata for h in third.search("gamma delta", k=1)] == [{"v": 5}]
+            assert [h.metadata for h in third.search("gamma delta", k=1, principals=full)] == [{"v": 5}]
         assert writer.check() == [] and reader.check() == []
 
 
@@ -609,17 +637,20 @@ def test_update_does_not_embed():
         assert emb.calls > 0 and emb.texts == 4
         info = db.vector_info()
         assert (info.model, info.dimensions, info.vectors, info.pending) == ("hash-32", 32, 4, 0)
-        before = [(h.chunk_id, h.score) for h in db.search("cats mats", scorer="vector")]
-        hybrid_before = [(h.chunk_id, h.score) for h in db.search("cats mats", scorer="hybrid")]
+        full = ragdb.ALL
+        before = [(h.chunk_id, h.score) for h in db.search("cats mats", scorer="vector", principals=full)]
+        hybrid_before = [(h.chunk_id, h.score) for h in db.search("cats mats", scorer="hybrid", principals=full)]
         calls = emb.calls
         db.update(docs[0].id, metadata={"x": 1})
         db.update(docs[0].id, acl=["p"])
         db.update(docs[2].id, metadata={"x": 2}, acl=["p", "q"])
         assert emb.calls == calls and emb.texts == 4
         assert db.vector_info() == info
-        assert [(h.chunk_id, h.score) for h in db.search("cats mats", scorer="vector")] == before
-        assert [(h.chunk_id, h.score) for h in db.search("cats mats", scorer="hybrid")] == hybrid_before
-        assert {h.source for h in db.search("cats mats", scorer="vector", filter={"x": 1})} == {"a.md"}
+        assert [(h.chunk_id, h.score) for h in db.search("cats mats", scorer="vector", principals=full)] == before
+        assert [(h.chunk_id, h.score) for h in db.search("cats mats", scorer="hybrid", principals=full)] == \
+            hybrid_before
+        assert {h.source for h in db.search("cats mats", scorer="vector", filter={"x": 1}, principals=full)} == \
+            {"a.md"}
         assert {h.source for h in db.search("cats mats", scorer="hybrid", principals=["q"])} == {"c.md"}
         assert db.embed() == 0 and emb.calls == calls
         assert db.check() == []
@@ -632,11 +663,15 @@ def test_check_after_updates_deletes_and_versions(tmp_path):
         other = db.add("apple tree care", source="t.md", metadata={"kind": "garden"})
         db.update(old.id, metadata={"kind": "archived"}, acl=["b"])  # an older version
         assert db.check() == []
-        assert db.get(old.id).latest is False and db.get(old.id).metadata == {"kind": "archived"}
-        assert [h.doc_id for h in db.search("apple", versions="all", filter={"kind": "archived"})] == [old.id]
-        assert db.search("apple", filter={"kind": "archived"}) == []
+        full = ragdb.ALL
+        assert db.get(old.id, principals=full).latest is False
+        assert db.get(old.id, principals=full).metadata == {"kind": "archived"}
+        assert [h.doc_id for h in db.search("apple", versions="all", filter={"kind": "archived"}, principals=full)] \
+            == [old.id]
+        assert db.search("apple", filter={"kind": "archived"}, principals=full) == []
         # an old version is visible only where both its own labels and the latest version's allow it
-        assert db.search("apple", versions="all", principals=["b"]) == []
+        # (t.md, unlabeled, is public: public_unlabeled is on by default)
+        assert [h.doc_id for h in db.search("apple", versions="all", principals=["b"])] == [other.id]
         assert old.id in [h.doc_id for h in db.search("apple", versions="all", principals=["a", "b"])]
         assert old.id not in [h.doc_id for h in db.search("apple", versions="all", principals=["a"])]
         db.update(new.id, metadata={"kind": "dessert"})
@@ -644,15 +679,15 @@ def test_check_after_updates_deletes_and_versions(tmp_path):
         assert db.check() == []
         # deleting the latest brings the updated older version back, with its new fields
         assert db.delete(new.id) == 1
-        back = db.get(source="r.md")
+        back = db.get(source="r.md", principals=full)
         assert back.id == old.id and back.latest and back.metadata == {"kind": "archived"}
-        assert [h.metadata for h in db.search("pie")] == [{"kind": "archived"}]
+        assert [h.metadata for h in db.search("pie", principals=full)] == [{"kind": "archived"}]
         assert [h.source for h in db.search("apple", principals=["b"])] == ["r.md"]
         assert db.check() == []
         db.optimize()
         db.update(other.id, metadata={"kind": "tree"})
         assert db.delete(filter={"kind": "tree"}) == 1
-        assert [d.id for d in db.documents(versions="all")] == [old.id]
+        assert [d.id for d in db.documents(versions="all", principals=full)] == [old.id]
         assert db.check() == []
 
 
@@ -660,16 +695,17 @@ def test_update_rolled_back_with_its_transaction(filled_db):
     db = filled_db
     cats = src_of(db, "docs/cats.md")
     before = snapshot(db)
-    assert [h.metadata for h in db.search("cat sat door", k=1)] == [dict(cats.metadata)]  # cached
+    assert [h.metadata for h in db.search("cat sat door", k=1, principals=ragdb.ALL)] == [dict(cats.metadata)]  # cached
     with pytest.raises(RuntimeError), db.transaction():
         db.update(cats.id, metadata={"team": "inside"}, acl=["inside"])
-        assert [h.metadata for h in db.search("cat sat door", k=1)] == [{"team": "inside"}]
+        assert [h.metadata for h in db.search("cat sat door", k=1, principals=ragdb.ALL)] == [{"team": "inside"}]
         assert [h.source for h in db.search("cat", principals=["inside"])] == ["docs/cats.md"]
         raise RuntimeError("roll back")
     assert snapshot(db) == before
-    assert [h.metadata for h in db.search("cat sat door", k=1)] == [dict(cats.metadata)]
-    assert db.search("cat", principals=["inside"]) == [] and db.search("cat", filter={"team": "inside"}) == []
-    assert db.get(cats.id).acl == ("staff",) and db.check() == []
+    assert [h.metadata for h in db.search("cat sat door", k=1, principals=ragdb.ALL)] == [dict(cats.metadata)]
+    assert db.search("cat", principals=["inside"]) == []
+    assert db.search("cat", filter={"team": "inside"}, principals=ragdb.ALL) == []
+    assert db.get(cats.id, principals=ragdb.ALL).acl == ("staff",) and db.check() == []
 
 
 BAD_METADATA = [
@@ -771,7 +807,7 @@ operations = st.lists(st.one_of(
     st.tuples(st.just("optimize")),
 ), min_size=1, max_size=12)
 
-COMPARED = [{}, {"filter": {"k": "u"}}, {"filter": {"tags": ["v", 1]}}, {"filter": {"m": True}},
+COMPARED = [{}, {"principals": ragdb.ALL}, {"filter": {"k": "u"}}, {"filter": {"tags": ["v", 1]}}, {"filter": {"m": True}},
             {"principals": ["p"]}, {"principals": ["q", "r"], "filter": {"k": ["u", "w"]}}, {"scorer": "tfidf"},
             {"scorer": "tfidf", "filter": {"m": "v"}}]
 QUERIES = ["apple", "berry cherry", "fig date apple elder"]
@@ -859,7 +895,8 @@ def test_writes_then_search_equal_a_fresh_build(ops, keep):
 
             assert db.check() == []
             final = {s: v[-1] for s, v in stacks.items() if v}
-            assert [(d.source, d.id) for d in db.documents()] == sorted((s, v["id"]) for s, v in final.items())
+            assert [(d.source, d.id) for d in db.documents(principals=ragdb.ALL)] == \
+                sorted((s, v["id"]) for s, v in final.items())
             with ragdb.open(":memory:", chunker="paragraph") as fresh:
                 for source in sorted(final):
                     v = final[source]
@@ -1062,27 +1099,28 @@ def test_delete_by_filter_with_source(filled_db):
     db = filled_db
     assert db.delete(source="docs/*", filter={"team": "y"}) == 0  # glob=False: a literal source
     assert db.delete(source="docs/*", glob=True, filter={"team": "y"}) == 1
-    assert [d.source for d in db.documents()] == ["docs/cats.md", "docs/physics.md", "notes/katze.txt",
-                                                  "notes/mats.txt"]
+    assert [d.source for d in db.documents(principals=ragdb.ALL)] == ["docs/cats.md", "docs/physics.md",
+                                                                       "notes/katze.txt", "notes/mats.txt"]
     assert db.delete(source="notes/mats.txt", filter={"rank": [1, 2]}) == 1
     assert db.delete(filter={"tags": "pets", "lang": "de"}) == 1
-    assert [d.source for d in db.documents()] == ["docs/cats.md", "docs/physics.md"]
+    assert [d.source for d in db.documents(principals=ragdb.ALL)] == ["docs/cats.md", "docs/physics.md"]
     assert db.delete(filter={"source": "docs/c*"}) == 1
-    assert [h.source for h in db.search("cat mat quantum")] == ["docs/physics.md"]
+    assert [h.source for h in db.search("cat mat quantum", principals=ragdb.ALL)] == ["docs/physics.md"]
     assert db.check() == []
 
 
 def test_documents_filter_order_and_paging(filled_db):
     db = filled_db
-    en = db.documents(filter={"lang": "en"})
+    en = db.documents(filter={"lang": "en"}, principals=ragdb.ALL)
     assert [d.source for d in en] == ["docs/cats.md", "docs/dogs.md", "docs/physics.md", "notes/mats.txt"]
-    assert db.documents(filter={"lang": "en"}, limit=2, offset=1) == en[1:3]
-    assert [d.source for d in db.documents("notes/*", filter={"lang": "en"})] == ["notes/mats.txt"]
-    assert db.documents("notes/*", glob=False, filter={"lang": "en"}) == []
-    assert [d.source for d in db.documents(filter={"team": "x", "lang": ["en", "de"]})] == \
+    assert db.documents(filter={"lang": "en"}, limit=2, offset=1, principals=ragdb.ALL) == en[1:3]
+    assert [d.source for d in db.documents("notes/*", filter={"lang": "en"}, principals=ragdb.ALL)] == \
+        ["notes/mats.txt"]
+    assert db.documents("notes/*", glob=False, filter={"lang": "en"}, principals=ragdb.ALL) == []
+    assert [d.source for d in db.documents(filter={"team": "x", "lang": ["en", "de"]}, principals=ragdb.ALL)] == \
         ["docs/cats.md", "docs/physics.md"]
-    assert db.documents(filter={"nothing": "here"}) == []
-    assert db.documents(filter={}) == db.documents()
+    assert db.documents(filter={"nothing": "here"}, principals=ragdb.ALL) == []
+    assert db.documents(filter={}, principals=ragdb.ALL) == db.documents(principals=ragdb.ALL)
 
 
 BAD_FILTERS = [
@@ -1167,28 +1205,28 @@ def test_get_arguments(filled_db):
 
 
 def test_delete_with_an_empty_filter_is_refused(filled_db):
-    before = filled_db.documents(versions="all")
+    before = filled_db.documents(versions="all", principals=ragdb.ALL)
     with pytest.raises(InvalidInput, match="matches every document"):
         filled_db.delete(filter={})
-    assert filled_db.documents(versions="all") == before
+    assert filled_db.documents(versions="all", principals=ragdb.ALL) == before
 
 
 @pytest.mark.parametrize("acl", [{"team:a": 1}, 5, "team:a", b"team:a"])
 def test_acl_must_be_a_list_of_labels(filled_db, acl):
-    doc = filled_db.documents()[0]
+    doc = filled_db.documents(principals=ragdb.ALL)[0]
     with pytest.raises(InvalidInput, match="acl must be a list"):
         filled_db.update(doc.id, acl=acl)
     with pytest.raises(InvalidInput, match="acl must be a list"):
         filled_db.add("some text", source="new.md", acl=acl)
-    assert filled_db.get(doc.id).acl == doc.acl
+    assert filled_db.get(doc.id, principals=ragdb.ALL).acl == doc.acl
 
 
 def test_writing_while_iterating_records_is_refused(filled_db):
-    before = filled_db.documents(versions="all")
+    before = filled_db.documents(versions="all", principals=ragdb.ALL)
     with pytest.raises(InvalidInput, match="cannot write while a read"):
-        for _record in filled_db.records():
+        for _record in filled_db.records(principals=ragdb.ALL):
             filled_db.add("written during the read", source="during.md")
-    assert filled_db.documents(versions="all") == before
+    assert filled_db.documents(versions="all", principals=ragdb.ALL) == before
     filled_db.add("written after the read", source="after.md")  # the connection is usable again
     assert filled_db.get(source="after.md").text == "written after the read"
     assert filled_db.check() == []

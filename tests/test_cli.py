@@ -22,7 +22,9 @@ ROOT = Path(__file__).resolve().parent.parent
 BINARY = bytes(range(256)) * 8 + b"\x00\xff" * 100
 GBK_TEXT = ("检索增强生成是一种先检索再生成的方法。知识库需要定期更新，删除过期的文档，"
             "并且保证每一次回答都有可靠的出处。这份说明用中文写成，文件的编码是国标扩展码。") * 3
-SEARCH_HAS_FILTERS = "filter" in inspect.signature(ragdb.Database.search).parameters
+# filter= is a search keyword (a SearchOptions restriction) since search takes **keywords
+SEARCH_HAS_FILTERS = "filter" in inspect.signature(ragdb.Database.search).parameters or \
+    "filter" in inspect.signature(ragdb.Restrictions).parameters
 needs_filters = pytest.mark.skipif(not SEARCH_HAS_FILTERS, reason="Database.search has no filter parameter yet")
 
 
@@ -327,13 +329,17 @@ def test_search_filters(tmp_path, runner):
         d.add("Pump maintenance for the red line, revised.", source="a/red.md", version="2",
               metadata={"year": 2024, "tags": ["ops"]}, timestamp="2024-06-01T00:00:00Z")
 
-    def sources(*args):
+    def sources(*args, who=("--all-principals",)):  # the full view unless who= says otherwise
         return [h["source"] for h in out_json(run(runner, "-d", db, "search", "pump maintenance", "--json",
-                                                  *args))]
+                                                  *who, *args))]
 
-    assert sorted(sources()) == ["a/red.md", "b/blue.md"]  # no principal: no access restriction
-    assert sources("--principal", "team-b") == ["b/blue.md"]  # labelled documents of team-b only
-    assert sources("--principal", "team-x") == []
+    assert sorted(sources()) == ["a/red.md", "b/blue.md"]  # --all-principals: every document
+    assert sources(who=()) == ["a/red.md"]  # no principal: the anonymous caller sees public documents only
+    # team-b's labelled documents and the public ones (unlabeled: public_unlabeled is on by default)
+    assert sorted(sources("--principal", "team-b", who=())) == ["a/red.md", "b/blue.md"]
+    assert sources("--principal", "team-x", who=()) == ["a/red.md"]
+    both = run(runner, "-d", db, "search", "pump", "--principal", "team-b", "--all-principals", ok=False)
+    assert both.exit_code == 2  # a usage error
     assert sources("--filter", "source=b/*") == ["b/blue.md"]
     assert sources("--filter", "year=2023") == []  # the 2023 version of red is not the latest
     assert sorted(sources("--filter", "year=2024")) == ["a/red.md", "b/blue.md"]  # typed metadata
@@ -343,11 +349,11 @@ def test_search_filters(tmp_path, runner):
     assert sources("--until", "2024-04-01") == ["b/blue.md"]
     assert sources("--all-versions", "--filter", "version=1") == ["a/red.md"]
     assert [h["version"] for h in out_json(run(runner, "-d", db, "search", "pump", "--json", "--as-of",
-                                               "2023-06-01"))] == ["1"]
+                                               "2023-06-01", "--all-principals"))] == ["1"]
     bad = run(runner, "-d", db, "search", "pump", "--filter", "year", ok=False)
     assert bad.exit_code == 2
     bad = run(runner, "-d", db, "search", "pump", "--since", "yesterday", ok=False)
-    assert bad.exit_code == 1 and "yesterday" in bad.stderr
+    assert bad.exit_code == 2 and "yesterday" in bad.stderr  # checked before the database is opened: usage
 
 
 # ----------------------------------------------------------------------------- maintenance

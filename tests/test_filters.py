@@ -17,50 +17,68 @@ def srcs(hits):
     return [(h.source, h.version) for h in hits]
 
 
+def _fill(d):
+    d.add("alpha beta", source="a", version="1", timestamp="2026-01-01T00:00:00Z",
+          metadata={"lang": "en", "tags": ["x", "y"]}, acl=["team:a"])
+    d.add("alpha gamma", source="a", version="2", timestamp="2026-02-01T00:00:00Z",
+          metadata={"lang": "en", "tags": ["y"]}, acl=["team:a"])
+    d.add("alpha delta", source="docs/b.md", timestamp="2026-01-15T00:00:00Z",
+          metadata={"lang": "zh", "n": 3, "draft": True}, acl=["user:bob"])
+    d.add("alpha epsilon", source="docs/c.md", timestamp="2026-03-01T00:00:00Z")
+    return d
+
+
 @pytest.fixture
 def db():
     with ragdb.open(":memory:", keep_versions=True) as d:
-        d.add("alpha beta", source="a", version="1", timestamp="2026-01-01T00:00:00Z",
-              metadata={"lang": "en", "tags": ["x", "y"]}, acl=["team:a"])
-        d.add("alpha gamma", source="a", version="2", timestamp="2026-02-01T00:00:00Z",
-              metadata={"lang": "en", "tags": ["y"]}, acl=["team:a"])
-        d.add("alpha delta", source="docs/b.md", timestamp="2026-01-15T00:00:00Z",
-              metadata={"lang": "zh", "n": 3, "draft": True}, acl=["user:bob"])
-        d.add("alpha epsilon", source="docs/c.md", timestamp="2026-03-01T00:00:00Z")
-        yield d
+        yield _fill(d)
+
+
+@pytest.fixture
+def closed_db():
+    """``db`` with ``public_unlabeled`` off: a document without labels is seen by principals=ALL only."""
+    with ragdb.open(":memory:", keep_versions=True, public_unlabeled=False) as d:
+        yield _fill(d)
+
+
+ALL = ragdb.ALL  # the full view: these tests are about filters, not access labels
 
 
 def test_default_sees_latest_versions_only(db):
-    assert sorted(srcs(db.search("alpha"))) == [("a", "2"), ("docs/b.md", None), ("docs/c.md", None)]
+    assert sorted(srcs(db.search("alpha", principals=ALL))) == [("a", "2"), ("docs/b.md", None), ("docs/c.md", None)]
 
 
 def test_versions_all_and_as_of(db):
-    assert ("a", "1") in srcs(db.search("alpha", versions="all"))
-    assert sorted(srcs(db.search("alpha", as_of="2026-01-20T00:00:00Z"))) == [("a", "1"), ("docs/b.md", None)]
-    assert sorted(srcs(db.search("alpha", as_of="2026-02-01T00:00:00Z"))) == [("a", "2"), ("docs/b.md", None)]
-    assert db.search("alpha", as_of="2025-12-31T00:00:00Z") == []
+    assert ("a", "1") in srcs(db.search("alpha", versions="all", principals=ALL))
+    assert sorted(srcs(db.search("alpha", as_of="2026-01-20T00:00:00Z", principals=ALL))) == \
+        [("a", "1"), ("docs/b.md", None)]
+    assert sorted(srcs(db.search("alpha", as_of="2026-02-01T00:00:00Z", principals=ALL))) == \
+        [("a", "2"), ("docs/b.md", None)]
+    assert db.search("alpha", as_of="2025-12-31T00:00:00Z", principals=ALL) == []
 
 
 def test_metadata_source_version_tag_filters(db):
-    assert srcs(db.search("alpha", filter={"lang": "zh"})) == [("docs/b.md", None)]
-    assert srcs(db.search("alpha", filter={"n": 3})) == [("docs/b.md", None)]
-    assert srcs(db.search("alpha", filter={"draft": True})) == [("docs/b.md", None)]
-    assert sorted(srcs(db.search("alpha", filter={"source": "docs/*"}))) == [("docs/b.md", None), ("docs/c.md", None)]
-    assert srcs(db.search("alpha", filter={"source": ["a", "docs/c.md"], "lang": "en"})) == [("a", "2")]
-    assert srcs(db.search("alpha", filter={"version": "1"}, versions="all")) == [("a", "1")]
-    assert srcs(db.search("alpha", filter={"tags": "x"})) == []  # only the old version had x
-    assert srcs(db.search("alpha", filter={"tags": ["x", "y"]})) == [("a", "2")]
+    assert srcs(db.search("alpha", filter={"lang": "zh"}, principals=ALL)) == [("docs/b.md", None)]
+    assert srcs(db.search("alpha", filter={"n": 3}, principals=ALL)) == [("docs/b.md", None)]
+    assert srcs(db.search("alpha", filter={"draft": True}, principals=ALL)) == [("docs/b.md", None)]
+    assert sorted(srcs(db.search("alpha", filter={"source": "docs/*"}, principals=ALL))) == \
+        [("docs/b.md", None), ("docs/c.md", None)]
+    assert srcs(db.search("alpha", filter={"source": ["a", "docs/c.md"], "lang": "en"}, principals=ALL)) == \
+        [("a", "2")]
+    assert srcs(db.search("alpha", filter={"version": "1"}, versions="all", principals=ALL)) == [("a", "1")]
+    assert srcs(db.search("alpha", filter={"tags": "x"}, principals=ALL)) == []  # only the old version had x
+    assert srcs(db.search("alpha", filter={"tags": ["x", "y"]}, principals=ALL)) == [("a", "2")]
     assert srcs(db.search("alpha", filter={"lang": ["zh", "en"]}, since="2026-01-10T00:00:00Z",
-                          until="2026-01-31T00:00:00Z")) == [("docs/b.md", None)]
+                          until="2026-01-31T00:00:00Z", principals=ALL)) == [("docs/b.md", None)]
 
 
 def test_hostile_filter_keys_and_values_are_data(db):
     evil = 'x"; DROP TABLE chunks; --'
-    assert db.search("alpha", filter={evil: "1"}) == []
-    assert db.search("alpha", filter={"lang": evil}) == []
-    assert db.search("alpha", filter={"source": "' OR 1=1 --"}) == []
+    assert db.search("alpha", filter={evil: "1"}, principals=ALL) == []
+    assert db.search("alpha", filter={"lang": evil}, principals=ALL) == []
+    assert db.search("alpha", filter={"source": "' OR 1=1 --"}, principals=ALL) == []
     assert db.check() == []
-    assert len(db.search("alpha")) == 3
+    assert len(db.search("alpha", principals=ALL)) == 3
     with pytest.raises(InvalidInput):
         db.search("alpha", filter={"lang": {"$ne": "x"}})
     with pytest.raises(InvalidInput):
@@ -71,12 +89,24 @@ def test_hostile_filter_keys_and_values_are_data(db):
         db.search("alpha", since="last tuesday")
 
 
-def test_principals_default_deny_for_unlabeled(db):
+def test_principals_deny_unlabeled_when_public_unlabeled_off(closed_db):
+    db = closed_db
     assert srcs(db.search("alpha", principals=["user:bob"])) == [("docs/b.md", None)]
     assert srcs(db.search("alpha", principals=["team:a", "user:bob"])) in (
         [("a", "2"), ("docs/b.md", None)], [("docs/b.md", None), ("a", "2")])
     assert db.search("alpha", principals=[]) == []
     assert db.search("alpha", principals=["nobody"]) == []
+    assert db.search("alpha") == []  # the anonymous caller: nothing is public
+    assert len(db.search("alpha", principals=ALL)) == 3
+
+
+def test_principals_see_unlabeled_by_default(db):
+    """A new database has public_unlabeled on: a document without labels is seen by every caller."""
+    assert srcs(db.search("alpha", principals=["user:bob"])) in (
+        [("docs/b.md", None), ("docs/c.md", None)], [("docs/c.md", None), ("docs/b.md", None)])
+    assert srcs(db.search("alpha", principals=[])) == [("docs/c.md", None)]
+    assert srcs(db.search("alpha", principals=["nobody"])) == [("docs/c.md", None)]
+    assert srcs(db.search("alpha")) == [("docs/c.md", None)]  # anonymous: the public documents only
 
 
 def test_public_unlabeled_setting(tmp_path):
@@ -144,8 +174,10 @@ def test_migration_from_schema_1_backfills_filter_index(tmp_path):
     conn.close()
     with ragdb.open(path) as d:
         assert srcs(d.search("alpha", filter={"lang": "zh"})) == [("b", None)]
-        assert srcs(d.search("alpha", filter={"tags": "t1"})) == [("a", None)]
-        assert srcs(d.search("alpha", principals=["g1"])) == [("a", None)]
+        assert srcs(d.search("alpha", filter={"tags": "t1"}, principals=ALL)) == [("a", None)]
+        # a's label came back: g1 sees it (and b, unlabeled: public), the anonymous caller only b
+        assert sorted(srcs(d.search("alpha", principals=["g1"]))) == [("a", None), ("b", None)]
+        assert srcs(d.search("alpha")) == [("b", None)]
         assert d.check() == []
     names = [p.stem for p in migration_files()]
     conn = sqlite3.connect(path)

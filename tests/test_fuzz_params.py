@@ -246,7 +246,7 @@ CASES: dict[str, Call] = {
     # get, documents
     "get.doc_id": lambda f, ids, v: f.db.get(v),
     "get.source": lambda f, ids, v: f.db.get(source=v),
-    "get.with_text": lambda f, ids, v: f.db.get(ids["docs/cat.md"], with_text=v),
+    "get.with_text": lambda f, ids, v: f.db.get(ids["docs/cat.md"], with_text=v, principals=ragdb.ALL),
     "documents.source": lambda f, ids, v: f.db.documents(v),
     "documents.glob": lambda f, ids, v: f.db.documents("docs/*", glob=v),
     "documents.versions": lambda f, ids, v: f.db.documents(versions=v),

@@ -49,7 +49,7 @@ def fresh_copy(records):
 
 def exported_copy(db):
     buf = io.BytesIO()
-    transfer.export_jsonl(db, buf)
+    transfer.export_jsonl(db, buf, principals=ragdb.ALL)  # a full copy, whatever the labels
     buf.seek(0)
     copy = ragdb.open(":memory:", keep_versions=True, chunker="none")
     transfer.import_jsonl(copy, buf)
@@ -120,7 +120,7 @@ def test_revoking_access_revokes_it_for_the_history():
         assert sorted(h.text for h in db.search("merger plan", principals=["team:deal", "team:board"],
                                                 versions="all")) == ["merger plan draft", "merger plan final"]
         # relabel the latest in place: the history follows
-        latest = db.get(source="plan.md")
+        latest = db.get(source="plan.md", principals=ragdb.ALL)
         db.update(latest.id, acl=["team:deal", "team:board"])
         assert [h.text for h in db.search("merger plan", principals=["team:deal"], as_of=DAYS[1])] == [
             "merger plan draft"]

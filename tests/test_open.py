@@ -225,14 +225,20 @@ def test_public_unlabeled_is_stored_at_creation(tmp_path):
         assert db.settings["public_unlabeled"] is True and visible(db) == ["open"]
     with ragdb.open(path, public_unlabeled=True) as db:  # the stored value: fine
         assert visible(db) == ["open"]
-    default = make_db(tmp_path / "default.db")
-    with ragdb.open(default) as db:
+    closed = make_db(tmp_path / "closed.db", public_unlabeled=False)
+    with ragdb.open(closed) as db:
         assert db.settings["public_unlabeled"] is False and visible(db) == []
+    with ragdb.open(closed, public_unlabeled=False) as db:  # the stored value: fine
+        assert visible(db) == []
+    default = make_db(tmp_path / "default.db")  # a new database: on
+    with ragdb.open(default) as db:
+        assert db.settings["public_unlabeled"] is True and visible(db) == ["open"]
+    assert stored_settings(default)["public_unlabeled"] == "true"
 
 
 @pytest.mark.parametrize("readonly", [False, True])
 def test_opening_with_another_public_unlabeled_is_refused_and_changes_nothing(tmp_path, readonly):
-    path = make_db(tmp_path / "kb.db")
+    path = make_db(tmp_path / "kb.db", public_unlabeled=False)
     before = stored_settings(path)
     with pytest.raises(InvalidInput) as e:
         ragdb.open(path, public_unlabeled=True, readonly=readonly)
@@ -245,7 +251,7 @@ def test_opening_with_another_public_unlabeled_is_refused_and_changes_nothing(tm
 
 
 def test_another_process_opening_with_public_unlabeled_does_not_change_what_searches_see(tmp_path):
-    path = make_db(tmp_path / "kb.db")
+    path = make_db(tmp_path / "kb.db", public_unlabeled=False)
     with ragdb.open(path) as db:
         assert visible(db) == []
         code = ("import sys, ragdb\n"
@@ -263,7 +269,7 @@ def test_another_process_opening_with_public_unlabeled_does_not_change_what_sear
 
 
 def test_set_public_unlabeled_changes_the_file_and_this_connection_at_once(tmp_path):
-    path = make_db(tmp_path / "kb.db")
+    path = make_db(tmp_path / "kb.db", public_unlabeled=False)
     with ragdb.open(path) as db:
         db.set_public_unlabeled(True)
         assert db.settings["public_unlabeled"] is True and visible(db) == ["open"]
@@ -281,7 +287,7 @@ def test_set_public_unlabeled_changes_the_file_and_this_connection_at_once(tmp_p
 def test_other_open_connections_see_a_change_at_their_next_search(tmp_path):
     """A settings change advances the generation: every open connection, in this
     process or another, reads the settings again before its next search."""
-    path = make_db(tmp_path / "kb.db")
+    path = make_db(tmp_path / "kb.db", public_unlabeled=False)
     with ragdb.open(path) as other, ragdb.open(path) as db:
         assert visible(other) == []  # searched once: its view is current
         db.set_public_unlabeled(True)
@@ -311,7 +317,7 @@ def test_keep_versions_set_elsewhere_applies_to_the_next_write(tmp_path):
 
 @pytest.mark.parametrize("value", [1, 0, "true", None, [], 1.0])
 def test_set_public_unlabeled_takes_a_bool(tmp_path, value):
-    path = make_db(tmp_path / "kb.db")
+    path = make_db(tmp_path / "kb.db", public_unlabeled=False)
     with ragdb.open(path) as db:
         with pytest.raises(InvalidInput, match="public_unlabeled"):
             db.set_public_unlabeled(value)
@@ -320,7 +326,7 @@ def test_set_public_unlabeled_takes_a_bool(tmp_path, value):
 
 
 def test_set_public_unlabeled_is_refused_inside_a_transaction(tmp_path):
-    path = make_db(tmp_path / "kb.db")
+    path = make_db(tmp_path / "kb.db", public_unlabeled=False)
     with ragdb.open(path) as db:
         with pytest.raises(InvalidInput, match="transaction"), db.transaction():
             db.add("alpha inside", source="inside")
@@ -331,7 +337,7 @@ def test_set_public_unlabeled_is_refused_inside_a_transaction(tmp_path):
 
 
 def test_set_public_unlabeled_on_a_read_only_database(tmp_path):
-    path = make_db(tmp_path / "kb.db")
+    path = make_db(tmp_path / "kb.db", public_unlabeled=False)
     with ragdb.open(path, readonly=True) as db:
         with pytest.raises(RagdbError):
             db.set_public_unlabeled(True)
@@ -367,18 +373,19 @@ def test_keep_versions_and_chunker_given_on_open_still_update_the_stored_setting
 
 
 def test_config_lists_the_settings(tmp_path, runner):
-    path = make_db(tmp_path / "kb.db")
+    path = make_db(tmp_path / "kb.db")  # the defaults of a new database: public_unlabeled on
     data = out_json(run(runner, "-d", path, "config", "--json"))
-    assert data["public_unlabeled"] is False and data["keep_versions"] is False
+    assert data["public_unlabeled"] is True and data["keep_versions"] is False
     assert data["chunker"].startswith("recursive") and data["analyzer"]["name"] == "ragdb"
     text = run(runner, "-d", path, "config").output
-    assert "public_unlabeled" in text and "false" in text and "chunker" in text
-    assert run(runner, "-d", path, "config", "public_unlabeled").output.strip() == "false"
+    assert "public_unlabeled" in text and "true" in text and "false" in text and "chunker" in text
+    assert run(runner, "-d", path, "config", "public_unlabeled").output.strip() == "true"
+    assert run(runner, "-d", path, "config", "keep_versions").output.strip() == "false"
     assert out_json(run(runner, "-d", path, "config", "chunker", "--json"))["value"].startswith("recursive")
 
 
 def test_config_public_unlabeled(tmp_path, runner):
-    path = make_db(tmp_path / "kb.db")
+    path = make_db(tmp_path / "kb.db", public_unlabeled=False)
     search = ["search", PUBLIC_QUERY, "--principal", "outsider", "--json"]
     assert out_json(run(runner, "-d", path, *search)) == []
     data = out_json(run(runner, "-d", path, "config", "public_unlabeled", "true", "--json"))
@@ -437,3 +444,9 @@ def test_init_public_unlabeled(tmp_path, runner):
     with ragdb.open(path) as db:
         assert db.settings["public_unlabeled"] is True
     assert "public unlabeled" in run(runner, "-d", path, "init").output
+    # no flag on a new database: on, the default; --no-public-unlabeled turns it off at creation
+    fresh = out_json(run(runner, "-d", tmp_path / "fresh.db", "init", "--json"))
+    assert fresh["created"] is True and fresh["public_unlabeled"] is True
+    closed = out_json(run(runner, "-d", tmp_path / "closed.db", "init", "--no-public-unlabeled", "--json"))
+    assert closed["created"] is True and closed["public_unlabeled"] is False
+    assert stored_settings(tmp_path / "closed.db")["public_unlabeled"] == "false"

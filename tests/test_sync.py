@@ -380,9 +380,11 @@ def test_export_import_roundtrip_gives_identical_search(tmp_path, folder):
     out = tmp_path / "kb.jsonl"
     with ragdb.open(tmp_path / "a.db", chunker="window:size=40,overlap=10") as a:
         _populate(a, folder)
-        report = transfer.export_jsonl(a, out, principals=ragdb.ALL)
-        assert report.documents == 5 and report.latest == 5
-        expected = {q: fingerprint(a.search(q, k=20)) for q in QUERIES}
+        report = transfer.export_jsonl(a, out, principals=ragdb.ALL)  # a full backup
+        assert report.documents == 5 and report.latest == 5 and report.hidden == 0
+        anonymous = transfer.export_jsonl(a, io.BytesIO())  # an anonymous export leaves the labelled note out
+        assert (anonymous.documents, anonymous.hidden) == (4, 1)
+        expected = {q: fingerprint(a.search(q, k=20, principals=ragdb.ALL)) for q in QUERIES}
         expected_p = fingerprint(a.search("protons", principals=["team-a"]))
     lines = [orjson.loads(line) for line in out.read_bytes().splitlines()]
     assert set(lines[0]) >= {"source", "version", "timestamp", "title", "text", "metadata", "acl", "chunker",
@@ -391,7 +393,7 @@ def test_export_import_roundtrip_gives_identical_search(tmp_path, folder):
     with ragdb.open(tmp_path / "b.db") as b:
         rep = transfer.import_jsonl(b, out)
         assert rep.documents == 5 and rep.unchanged == 0
-        assert {q: fingerprint(b.search(q, k=20)) for q in QUERIES} == expected
+        assert {q: fingerprint(b.search(q, k=20, principals=ragdb.ALL)) for q in QUERIES} == expected
         assert fingerprint(b.search("protons", principals=["team-a"])) == expected_p
         assert b.check() == []
         again = transfer.import_jsonl(b, out)

@@ -391,7 +391,14 @@ def test_hybrid_filters_apply_to_both_sides(db, emb, fusion):
     assert found > 5
     assert [h.source for h in vector_search(db, "cat on the mat Katze", 10, emb, filter={"lang": "de"})] == ["d.md"]
     assert hybrid_search(db, "cat", 10, emb, fusion=fusion, filter={"lang": "fr"}) == []
+    # unlabeled documents are public (public_unlabeled, the default): "nobody" sees what everyone sees;
+    # with the setting off, a caller without a matching label sees nothing, on either side
+    public = hybrid_search(db, "cat", 10, emb, fusion=fusion)
+    assert public and hybrid_search(db, "cat", 10, emb, fusion=fusion, principals=["nobody"]) == public
+    db.set_public_unlabeled(False)
     assert hybrid_search(db, "cat", 10, emb, fusion=fusion, principals=["nobody"]) == []
+    assert hybrid_search(db, "cat", 10, emb, fusion=fusion) == []
+    assert hybrid_search(db, "cat", 10, emb, fusion=fusion, principals=ragdb.ALL) == public
 
 
 @pytest.mark.parametrize("fusion", ["weighted", "rrf"])
