@@ -705,6 +705,7 @@ def sync_cmd(database: str | None, folder: str, source_prefix: str, recursive: b
         plan = sync.plan_sync(db, folder, source_prefix=source_prefix, include=[*include, *globs],
                               exclude=exclude, recursive=recursive, probe=dry_run, relative_to=relative_to,
                               acl=labels)
+        legacy = _legacy_names(db, plan, source_prefix, folder)
         if dry_run:
             if strict and plan.failed:
                 raise click.ClickException(plan.failed[0].error)
@@ -739,9 +740,26 @@ def sync_cmd(database: str | None, folder: str, source_prefix: str, recursive: b
                f"{verb}delete {len(report.deleted)}, unchanged {len(report.unchanged)}, "
                f"failed {len(report.failed)}")
     _report_skips(report.skipped, report.unmatched, verbose)
+    if legacy:
+        _warn(legacy)
     _report_embedding(embedder, embedded, embed_error, False)
     if embed_error is not None:
         raise click.exceptions.Exit(1)
+
+
+def _legacy_names(db: ragdb.Database, plan: Any, source_prefix: str, folder: str) -> str | None:
+    """A warning when the sync finds nothing stored under its sources but documents under
+    the bare prefix: most likely stored by a sync from before sources were named like
+    'ragdb add' names them (PREFIX + path relative to FOLDER)."""
+    from . import sync
+
+    if not source_prefix or plan.prefix == source_prefix or plan.changed or plan.unchanged or plan.deleted:
+        return None
+    if not plan.added or not db.documents(sync.escape_glob(source_prefix) + "*", limit=1, principals=ragdb.ALL):
+        return None
+    return (f"warning: nothing is stored under {plan.prefix!r} yet, but there are documents under "
+            f"{source_prefix!r}: sync names files as 'ragdb add' does (PREFIX + the path from the working "
+            f"folder); to keep names relative to the folder, pass --relative-to {folder}")
 
 
 # --------------------------------------------------------------------------- delete / show / list

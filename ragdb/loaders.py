@@ -47,6 +47,7 @@ import codecs
 import contextlib
 import datetime as _dt
 import hashlib
+import importlib
 import io
 import logging
 import math
@@ -363,8 +364,44 @@ def _markdown_parsers(where: str) -> tuple[Any, Any]:
     return _md_block, _md_inline
 
 
+def _toml_front_matter(text: str, where: str) -> tuple[dict[str, Any], str] | None:
+    """(front matter, body) for TOML between a leading ``+++`` line and the next one (Hugo's
+    form), or None when the text does not start so."""
+    lines = text.split("\n")
+    if lines[0].rstrip() != "+++":
+        return None
+    end = next((i for i in range(1, len(lines)) if lines[i].rstrip() == "+++"), None)
+    if end is None:
+        return None
+    toml: Any = None
+    for name in ("tomllib", "tomli"):  # the standard library's from Python 3.11; tomli before
+        try:
+            toml = importlib.import_module(name)
+            break
+        except ImportError:  # pragma: no cover - Python 3.10 without tomli
+            continue
+    if toml is None:  # pragma: no cover
+        raise LoaderError(f"{where}: has TOML front matter, which needs Python 3.11 or the tomli package")
+    try:
+        loaded = toml.loads("\n".join(lines[1:end]))
+    except (toml.TOMLDecodeError, ValueError) as e:
+        raise LoaderError(f"{where}: invalid TOML front matter: {e}") from None
+    budget = [_MAX_FRONT_MATTER_NODES]
+    out: dict[str, Any] = {}
+    for key, value in loaded.items():
+        conv = _jsonable(value, budget, 0, set(), where)
+        if conv is not _DROP:
+            out[str(key)] = conv
+    return out, "\n".join(lines[end + 1:])
+
+
 def _split_front_matter(text: str, where: str) -> tuple[dict[str, Any], str]:
-    """(front matter, body): YAML between a leading ``---`` line and the next ``---``/``...`` line."""
+    """(front matter, body): YAML between a leading ``---`` line and the next ``---``/``...``
+    line, or TOML between two ``+++`` lines."""
+    if text.startswith("+++"):
+        toml_found = _toml_front_matter(text, where)
+        if toml_found is not None:
+            return toml_found
     if not text.startswith("---"):
         return {}, text
     lines = text.split("\n")

@@ -466,3 +466,15 @@ def test_skip_counts_and_reasons():
                                                       ("x.min.css", "minified"), ("README", None),
                                                       ("Dockerfile", None), ("x.weird", "unsupported"),
                                                       (".bashrc", "hidden"), ("x.py", None)])
+
+
+def test_cli_sync_warns_about_names_from_before(tmp_path, runner, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    write(tmp_path / "docs" / "a.md", "Alpha valves.\n")
+    with ragdb.open(tmp_path / "kb.db") as db:  # what 'ragdb sync docs --source-prefix kb/' stored before
+        sync.sync_folder(db, "docs", source_prefix="kb/", relative_to="docs")
+        assert sources(db) == ["kb/a.md"]
+    dry = run(runner, "-d", "kb.db", "sync", "docs", "--source-prefix", "kb/", "--dry-run")
+    assert "A kb/docs/a.md" in dry.stdout and "--relative-to docs" in dry.stderr
+    kept = run(runner, "-d", "kb.db", "sync", "docs", "--source-prefix", "kb/", "--relative-to", "docs")
+    assert "unchanged 1" in kept.stdout and "warning" not in kept.stderr

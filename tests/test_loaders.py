@@ -898,3 +898,12 @@ def test_html_sections_reach_search_hits(tmp_path: Path) -> None:
         db.add_many([doc])
         hit = db.search("grease bearings", principals=ragdb.ALL)[0]
         assert hit.metadata["section"] == "Pump manual > Maintenance"
+
+
+def test_toml_front_matter_is_metadata_not_text() -> None:
+    doc = only(load_bytes(b'+++\ntitle = "Hugo page"\ndate = 2024-05-01\nlabels = ["ops"]\n+++\n\nBody.\n',
+                          source="h.md", kind="md"))
+    assert doc.text == "Body." and doc.title == "Hugo page" and doc.acl == ("ops",)
+    assert doc.metadata["date"] == "2024-05-01"
+    with pytest.raises(LoaderError, match="invalid TOML front matter"):
+        load_bytes(b"+++\ntitle = \n+++\nBody.\n", source="bad.md", kind="md")
