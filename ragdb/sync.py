@@ -337,7 +337,8 @@ def _with_extra(doc: LoadedDocument, extra: Mapping[str, Any]) -> LoadedDocument
 def _check_acl(acl: Sequence[str] | None) -> tuple[str, ...] | None:
     if acl is None:
         return None
-    if isinstance(acl, str) or not all(isinstance(a, str) and a.strip() for a in acl):
+    if (isinstance(acl, (str, bytes)) or not isinstance(acl, (list, tuple, set, frozenset))
+            or not all(isinstance(a, str) and a.strip() for a in acl)):
         raise InvalidInput(f"acl must be a list of labels (non-empty strings), got {acl!r}")
     return tuple(sorted({a.strip() for a in acl}))
 
@@ -346,10 +347,9 @@ def _patterns(include: Sequence[str] | None, exclude: Sequence[str] | None,
               glob: str | None) -> tuple[Patterns, Patterns]:
     if glob is not None and not isinstance(glob, str):
         raise InvalidInput(f"glob must be a pattern string, got {glob!r}")
-    if isinstance(include, str):
-        include = [include]
-    if isinstance(exclude, str):
-        exclude = [exclude]
+    for value, what in ((include, "include"), (exclude, "exclude")):
+        if value is not None and (isinstance(value, (str, bytes)) or not isinstance(value, (list, tuple))):
+            raise InvalidInput(f"{what} must be a list of patterns, got {value!r}")
     inc = [*(include or ()), *([glob] if glob is not None else [])]
     return Patterns(inc, "include"), Patterns(exclude, "exclude")
 
@@ -367,6 +367,9 @@ def source_name(path: str | os.PathLike[str], *, relative_to: str | os.PathLike[
     normalised path. Symbolic links are not resolved: a link is named by
     where it is, not by what it points to.
     """
+    for value, what in ((path, "path"), (relative_to, "relative_to")):
+        if value is not None and not isinstance(value, (str, os.PathLike)):
+            raise InvalidInput(f"{what} must be a path, got {value!r}")
     base = os.path.abspath(relative_to if relative_to is not None else os.curdir)
     full = os.path.abspath(path)
     if full == base:
@@ -575,11 +578,15 @@ def select_paths(inputs: Sequence[str | os.PathLike[str]], *, recursive: bool = 
     """
     if isinstance(inputs, (str, os.PathLike)):
         inputs = [inputs]
+    if not isinstance(source_prefix, str):
+        raise InvalidInput("source_prefix must be a string")
     inc, exc = _patterns(include, exclude, glob)
     items: list[tuple[str, str, bool]] = []
     skipped: list[Skipped] = []
     seen: set[str] = set()
     for item in inputs:
+        if not isinstance(item, (str, os.PathLike)):
+            raise InvalidInput(f"inputs must be paths, got {item!r}")
         where = os.fspath(item)
         if where == STDIN:
             items.append((STDIN, source_prefix + "stdin", True))

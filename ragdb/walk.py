@@ -230,8 +230,8 @@ class Patterns:
         self._owner: list[int] = []  # line -> index of the given pattern it came from
         if patterns is None:
             patterns = ()
-        if isinstance(patterns, str):
-            raise InvalidInput(f"{option} must be a list of patterns, not a string: {patterns!r}")
+        if isinstance(patterns, (str, bytes)) or not isinstance(patterns, Iterable):
+            raise InvalidInput(f"{option} must be a list of patterns, got {patterns!r}")
         given = []
         for p in patterns:
             if not isinstance(p, str) or not p.strip() or p.lstrip().startswith("#"):

@@ -478,3 +478,17 @@ def test_cli_sync_warns_about_names_from_before(tmp_path, runner, monkeypatch):
     assert "A kb/docs/a.md" in dry.stdout and "--relative-to docs" in dry.stderr
     kept = run(runner, "-d", "kb.db", "sync", "docs", "--source-prefix", "kb/", "--relative-to", "docs")
     assert "unchanged 1" in kept.stdout and "warning" not in kept.stderr
+
+
+@pytest.mark.parametrize("kwargs", [{"include": 5}, {"include": [None]}, {"exclude": "x"}, {"acl": "hr"},
+                                    {"acl": [1]}, {"acl": 3}, {"relative_to": 7}, {"glob": 3},
+                                    {"source_prefix": None}])
+def test_bad_arguments_are_invalid_input(tmp_path, kwargs):
+    write(tmp_path / "a.md", "text")
+    with ragdb.open(":memory:") as db:
+        with pytest.raises(InvalidInput):
+            sync.add_paths(db, [str(tmp_path)], **kwargs)
+        with pytest.raises(InvalidInput):
+            sync.sync_folder(db, tmp_path, **kwargs)
+        with pytest.raises(InvalidInput):
+            sync.add_paths(db, [3])
