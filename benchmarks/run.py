@@ -27,7 +27,11 @@ one edited / deleted / added / touched file: time and files loaded or
 hashed), ``hybrid`` (BM25, vector-only and hybrid modes with the offline
 ``wordllama`` embedder on both corpora; ``--e5`` adds e5 on CMRC) and
 ``tfidf`` (the TF-IDF norm recomputation after a write, at 5k and at the
-scale size). Every bar is listed with PASS/FAIL at the top of the report.
+scale size) and ``refusal`` (how often the default confidence floor of
+prompt/ask refuses judged queries and off-topic questions). Every bar is
+listed with PASS/FAIL at the top of the report. ``--sections NAME --merge``
+runs some sections alone and splices them (and their bars) into the
+existing report.
 
 ``--quick`` runs a reduced version for development (at most 300 queries per
 corpus, scale 20,000).
@@ -56,7 +60,7 @@ from ragbench import harness
 from ragbench.common import DEFAULT_DATA, REPO, log
 from ragbench.corpora import CORPORA, Corpus, prepare_corpus
 from ragbench.harness import QUERY_ROUNDS, SECTIONS, SYSTEMS, Context, load_evaluation
-from ragbench.report import source_fingerprint, write_report
+from ragbench.report import merge_report, source_fingerprint, write_report
 
 harness.load_plugins()  # the systems and sections register themselves
 
@@ -87,6 +91,9 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--systems", default=",".join(SYSTEMS), help="comma-separated subset (development)")
     p.add_argument("--sections", default=",".join(n for n, _ in SECTIONS), help="comma-separated subset")
     p.add_argument("--keep", action="store_true", help="keep the work folder (benchmarks/.cache/)")
+    p.add_argument("--merge", action="store_true",
+                   help="replace only the sections run (and their bars) in the existing report at --out, "
+                        "keeping the rest (to run one section alone, e.g. --sections refusal --merge)")
     p.add_argument("--rounds", type=int, default=None,
                    help="rounds of the timed build, query and update stages, medians reported (default 3; "
                         "--quick 1); query stages run at least QUERY_ROUNDS times in a full run")
@@ -132,7 +139,7 @@ def main(argv: list[str] | None = None) -> int:
             ctx.notes.append("ragdb's sources in the repository changed during the run; the figures are of "
                              "the snapshot taken at its start.")
             log("note: ragdb sources in the repository changed during the run (the snapshot was used)")
-        path = write_report(ctx, bodies, started, command)
+        path = (merge_report if args.merge else write_report)(ctx, bodies, started, command)
         (cache / "last-results.json").write_bytes(
             orjson.dumps({"results": ctx.results, "bars": ctx.bars}, option=orjson.OPT_INDENT_2,
                          default=str))

@@ -28,7 +28,8 @@ __all__ = ["open", "Database", "Hit", "Document", "Stats", "AddReport", "Change"
 def open(path: str | os.PathLike[str] = ":memory:", *, analyzer: "str | Analyzer | Mapping[str, Any] | None" = None,
          chunker: str | None = None, keep_versions: bool | None = None,
          public_unlabeled: bool | None = None, readonly: bool = False,
-         create: bool | None = None, busy_timeout: float = 30.0, embedder: Any = None) -> Database:
+         create: bool | None = None, busy_timeout: float = 30.0, embedder: Any = None,
+         embed_on_add: bool = True) -> Database:
     """Open a ragdb database file, creating it and applying pending migrations.
 
     ``analyzer``: ``"default"`` (English stemming + CJK unigrams/bigrams),
@@ -58,8 +59,12 @@ def open(path: str | os.PathLike[str] = ":memory:", *, analyzer: "str | Analyzer
     ``"wordllama"`` (offline), ``"e5"``, ``"openai:MODEL"``: new chunks get
     vectors on add, and ``scorer="vector"``/``"hybrid"`` searches use it. A
     database holding vectors of another model refuses it.
+    ``embed_on_add=False``: adds do not embed (the embedder serves queries and
+    :meth:`Database.embed`); new chunks stay pending until ``db.embed()``. Either
+    way, a new chunk whose text already has a stored vector (an unchanged chunk of
+    a replaced document) gets that vector in the write, without embedding.
     ``":memory:"`` opens a private in-memory database.
     """
     return open_database(path, analyzer=analyzer, chunker=chunker, keep_versions=keep_versions,
                          public_unlabeled=public_unlabeled, readonly=readonly, create=create,
-                         busy_timeout=busy_timeout, embedder=embedder)
+                         busy_timeout=busy_timeout, embedder=embedder, embed_on_add=embed_on_add)

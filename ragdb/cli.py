@@ -3,8 +3,10 @@
 Every command takes ``-d/--database`` (before or after the command name; also
 read from ``RAGDB_DATABASE``) and prints a readable table, or JSON with
 ``--json``. Exit status: 0 success, 1 error (one line on stderr naming the
-input and the problem), 2 usage error. Long work (add, sync, import, embed, eval)
-shows a progress bar when stderr is a terminal.
+input and the problem), 2 usage error, 3 refused (``prompt`` and ``ask``: no
+evidence passed selection, or the model answered with the refusal sentence;
+the output is still printed, and stderr says why). Long work (add, sync,
+import, embed, eval) shows a progress bar when stderr is a terminal.
 
 The logic lives in the library: :mod:`ragdb.sync` (add, sync),
 :mod:`ragdb.transfer` (export, import), :mod:`ragdb.evaluation`,
@@ -28,6 +30,7 @@ import click
 import orjson
 
 import ragdb
+import ragdb.confidence
 import ragdb.llm
 
 from .analysis import describe_config
@@ -119,10 +122,24 @@ def _principals(principals: Sequence[str], all_principals: bool) -> Any:
 
 
 def write_model_option(f: Callable[..., Any]) -> Callable[..., Any]:
-    """``--model SPEC`` on add, sync and import: embed the new chunks after writing them."""
-    return click.option("--model", "embed_model", default=None, metavar="SPEC",
-                        help="Also embed the new chunks with this model (wordllama, e5, openai:MODEL, st:PATH, "
-                             "hash). Without it chunks stay pending; 'ragdb embed' fills them.")(f)
+    """``--embed`` and ``--model SPEC`` on add, sync and import: embed the new chunks after writing them."""
+    f = click.option("--model", "embed_model", default=None, metavar="SPEC",
+                     help="Embed with this model (implies --embed): wordllama, e5, openai:MODEL, st:PATH, hash.")(f)
+    return click.option("--embed", is_flag=True,
+                        help="Also embed the new chunks, with the model the database records (or --model). "
+                             "Without it they stay pending until 'ragdb embed' (chunks whose text already has "
+                             "a vector get it either way).")(f)
+
+
+def _write_embedder(db: ragdb.Database, embedder: Any, embed: bool) -> Any:
+    """The embedder of an add, sync or import: --model's, else with --embed the recorded model's, else None."""
+    if embedder is not None or not embed:
+        return embedder
+    recorded = db.recorded_embedder()
+    if recorded is None:
+        raise click.UsageError(f"--embed: {db.path} records no embedding model yet; give --model SPEC "
+                               f"(e.g. --model wordllama)")
+    return recorded
 
 
 def _db_path(database: str | None) -> str:
@@ -399,16 +416,20 @@ def _embed_after_write(db: ragdb.Database, embedder: Any) -> tuple[int | None, s
         return None, message
 
 
-def _report_embedding(embedder: Any, embedded: int | None, error: str | None, as_json: bool) -> dict[str, Any]:
-    """JSON fields for add/sync/import --model; prints the line in table mode."""
+def _report_embedding(embedder: Any, embedded: int | None, error: str | None, as_json: bool,
+                      reused: int | None = None) -> dict[str, Any]:
+    """JSON fields for add/sync/import --embed; prints the line in table mode. ``reused``:
+    new chunks that took over the stored vector of an equal text in the write."""
     if embedder is None:
         return {}
+    extra = {"reused": reused} if reused is not None else {}
     if error is not None:
         _warn(f"error: {error}")
-        return {"model": embedder.name, "embedded": 0, "embedding_error": error}
+        return {"model": embedder.name, "embedded": 0, **extra, "embedding_error": error}
     if not as_json:
-        click.echo(f"embedded {embedded} chunk{'s' * (embedded != 1)} with {embedder.name}")
-    return {"model": embedder.name, "embedded": embedded}
+        kept = f"; {reused} reused a stored vector (same text)" if reused else ""
+        click.echo(f"embedded {embedded} chunk{'s' * (embedded != 1)} with {embedder.name}{kept}")
+    return {"model": embedder.name, "embedded": embedded, **extra}
 
 
 def _warn_pending(db: ragdb.Database, scorer: str) -> None:
@@ -427,6 +448,8 @@ def _hit_json(h: ragdb.Hit, rank: int | None = None) -> dict[str, Any]:
         "version": h.version, "timestamp": h.timestamp, "start": h.start, "end": h.end,
         "ordinal": h.ordinal, "metadata": dict(h.metadata), "text": h.text,
     }
+    if h.confidence is not None:
+        out["confidence"] = h.confidence
     if rank is not None:
         out = {"rank": rank, **out}
     if h.explain:
@@ -592,7 +615,7 @@ def add(database: str | None, paths: tuple[str, ...], recursive: bool, source_pr
         source: str | None, doc_version: str | None, metadata: tuple[str, ...], kind: str | None,
         strict: bool, include: tuple[str, ...], exclude: tuple[str, ...], globs: tuple[str, ...],
         relative_to: str | None, acl: tuple[str, ...], public: bool, verbose: bool,
-        embed_model: str | None, as_json: bool) -> None:
+        embed: bool, embed_model: str | None, as_json: bool) -> None:
     """Add files, folders, or - (standard input) to the database.
 
     A file's source is its path relative to the working folder (absolute
@@ -608,10 +631,11 @@ def add(database: str | None, paths: tuple[str, ...], recursive: bool, source_pr
     when nothing was added or found unchanged, or on any unreadable file
     with --strict (nothing written).
 
-    With --model SPEC the new chunks are embedded after the text is stored
-    (if embedding fails the text stays, its chunks pending; exit 1). Without
-    it nothing is embedded, even if the database records a model: the new
-    chunks stay pending (lexical search finds them) until 'ragdb embed'.
+    With --embed (the recorded model) or --model SPEC the new chunks are
+    embedded after the text is stored (if embedding fails the text stays, its
+    chunks pending; exit 1). Without them nothing is embedded, even if the
+    database records a model: new chunks whose text already has a vector get
+    it, the rest stay pending (lexical search finds them) until 'ragdb embed'.
     """
     from . import sync
 
@@ -628,6 +652,7 @@ def add(database: str | None, paths: tuple[str, ...], recursive: bool, source_pr
     with _open(database, create=True) as db:
         if embedder is not None:
             _check_model(db, embedder, embed_model or "")  # refused before anything is written
+        embedder = _write_embedder(db, embedder, embed)
         with _progress("adding", len(selection.items)) as progress:
             report = sync.add_paths(db, selection, source=source, version=doc_version, metadata=meta,
                                     acl=labels, stdin=stdin, stdin_kind=kind, strict=strict, progress=progress,
@@ -640,7 +665,7 @@ def add(database: str | None, paths: tuple[str, ...], recursive: bool, source_pr
                     "failed": [{"source": f.source, "path": f.path, "error": f.error} for f in report.failed],
                     "documents": report.documents, "removed": report.removed,
                     **_skip_json(report.skipped, report.unmatched),
-                    **_report_embedding(embedder, embedded, embed_error, True)})
+                    **_report_embedding(embedder, embedded, embed_error, True, report.reused)})
     else:
         for f in report.failed:
             _warn(f"failed {f.error}")
@@ -649,7 +674,7 @@ def add(database: str | None, paths: tuple[str, ...], recursive: bool, source_pr
                    + (f", {report.removed} stale record{'s' * (report.removed != 1)} removed"
                       if report.removed else ""))
         _report_skips(report.skipped, report.unmatched, verbose)
-        _report_embedding(embedder, embedded, embed_error, False)
+        _report_embedding(embedder, embedded, embed_error, False, report.reused)
         if nothing and not report.failed:
             _warn("Error: nothing to add: no file was selected" + (" (all were skipped)" if report.skipped else ""))
     if nothing or embed_error is not None:
@@ -672,7 +697,8 @@ def add(database: str | None, paths: tuple[str, ...], recursive: bool, source_pr
 @json_option
 def sync_cmd(database: str | None, folder: str, source_prefix: str, recursive: bool, dry_run: bool, strict: bool,
              include: tuple[str, ...], exclude: tuple[str, ...], globs: tuple[str, ...], relative_to: str | None,
-             acl: tuple[str, ...], public: bool, verbose: bool, embed_model: str | None, as_json: bool) -> None:
+             acl: tuple[str, ...], public: bool, verbose: bool, embed: bool, embed_model: str | None,
+             as_json: bool) -> None:
     """Make the knowledge base mirror FOLDER: add new files, replace changed ones, delete vanished ones.
 
     Sources are named as 'ragdb add' names them (the path relative to the
@@ -687,8 +713,9 @@ def sync_cmd(database: str | None, folder: str, source_prefix: str, recursive: b
     One transaction: an error leaves the database as it was. -v lists
     every added, changed, deleted and skipped path.
 
-    With --model SPEC the new chunks are embedded after the sync commits;
-    without it they stay pending until 'ragdb embed'.
+    With --embed (the recorded model) or --model SPEC the new chunks are
+    embedded after the sync commits; without them they stay pending until
+    'ragdb embed' (chunks whose text already has a vector get it either way).
     """
     from . import sync
 
@@ -702,6 +729,8 @@ def sync_cmd(database: str | None, folder: str, source_prefix: str, recursive: b
     with ragdb.open(path) as db:
         if embedder is not None:
             _check_model(db, embedder, embed_model or "")
+        if not dry_run:
+            embedder = _write_embedder(db, embedder, embed)
         plan = sync.plan_sync(db, folder, source_prefix=source_prefix, include=[*include, *globs],
                               exclude=exclude, recursive=recursive, probe=dry_run, relative_to=relative_to,
                               acl=labels)
@@ -725,7 +754,7 @@ def sync_cmd(database: str | None, folder: str, source_prefix: str, recursive: b
                     "failed": [{"source": f.source, "path": f.path, "error": f.error} for f in report.failed],
                     "documents": report.documents, "removed": report.removed,
                     **_skip_json(report.skipped, report.unmatched),
-                    **_report_embedding(embedder, embedded, embed_error, True)})
+                    **_report_embedding(embedder, embedded, embed_error, True, report.reused)})
         if embed_error is not None:
             raise click.exceptions.Exit(1)
         return
@@ -742,7 +771,7 @@ def sync_cmd(database: str | None, folder: str, source_prefix: str, recursive: b
     _report_skips(report.skipped, report.unmatched, verbose)
     if legacy:
         _warn(legacy)
-    _report_embedding(embedder, embedded, embed_error, False)
+    _report_embedding(embedder, embedded, embed_error, False, report.reused)
     if embed_error is not None:
         raise click.exceptions.Exit(1)
 
@@ -983,12 +1012,16 @@ def embed(database: str | None, embed_model: str | None, rebuild: bool, batch_si
 # --------------------------------------------------------------------------- config
 
 #: The settings 'ragdb config KEY VALUE' changes, and what VALUE is.
-CONFIG_KEYS = {"public_unlabeled": "true|false", "keep_versions": "true|false", "chunker": "SPEC"}
+CONFIG_KEYS = {"public_unlabeled": "true|false", "keep_versions": "true|false", "chunker": "SPEC",
+               "min_confidence": "0..1|default"}
 _FLAG_WORDS = {"true": True, "yes": True, "on": True, "1": True, "false": False, "no": False, "off": False, "0": False}
-_SETTING_DEFAULTS = {"keep_versions": False, "public_unlabeled": False}  # what a missing row means
+_SETTING_DEFAULTS = {"keep_versions": False, "public_unlabeled": False,  # what a missing row means
+                     "min_confidence": None}
 
 
 def _setting_text(key: str, value: Any) -> str:
+    if key == "min_confidence" and value is None:
+        return f"default ({ragdb.confidence.DEFAULT_MIN_CONFIDENCE})"
     if isinstance(value, bool):
         return "true" if value else "false"
     if key == "analyzer":
@@ -1011,6 +1044,8 @@ def config_cmd(database: str | None, key: str | None, value: str | None, as_json
       public_unlabeled true|false  documents without access labels are public (every caller sees them)
       keep_versions true|false     keep replaced versions for --all-versions/--as-of searches
       chunker SPEC                 default chunker of adds (recursive, paragraph, none, window:size=200 ...)
+      min_confidence 0..1|default  confidence floor of prompt/ask (0: never refuse by confidence;
+                                   'ragdb eval --calibrate' chooses one)
 
     The analyzer is fixed at creation. A change is one transaction; databases
     already open elsewhere see it from their next search or write on. Opening
@@ -1024,10 +1059,14 @@ def config_cmd(database: str | None, key: str | None, value: str | None, as_json
         if value.strip().lower() not in _FLAG_WORDS:
             raise click.UsageError(f"{key} takes true or false, got {value!r}")
         new = _FLAG_WORDS[value.strip().lower()]
+    if key == "min_confidence" and value is not None:
+        new = _min_confidence_value(value)
     with _open(database) as db:
         settings = dict(sorted({**_SETTING_DEFAULTS, **db.settings}.items()))
         if key == "public_unlabeled" and value is not None:
             db.set_public_unlabeled(new)
+        if key == "min_confidence" and value is not None:
+            db.set_min_confidence(new)
     if key is None:
         if as_json:
             _emit_json(settings)
@@ -1041,7 +1080,7 @@ def config_cmd(database: str | None, key: str | None, value: str | None, as_json
         else:
             click.echo(_setting_text(key, old))
         return
-    if key != "public_unlabeled":  # opening with chunker=/keep_versions= stores them
+    if key not in ("public_unlabeled", "min_confidence"):  # opening with chunker=/keep_versions= stores them
         with _open(database, **{key: new}) as db:
             new = db.settings.get(key)  # the chunker spec as stored (canonical form)
     if as_json:
@@ -1049,6 +1088,20 @@ def config_cmd(database: str | None, key: str | None, value: str | None, as_json
     else:
         click.echo(f"{key}: {_setting_text(key, old)} -> {_setting_text(key, new)}"
                    + ("" if old != new else " (unchanged)"))
+
+
+def _min_confidence_value(value: str) -> float | None:
+    """``ragdb config min_confidence VALUE``: a number in [0, 1], or 'default' (None)."""
+    if value.strip().lower() in ("default", "none"):
+        return None
+    try:
+        number = float(value)
+    except ValueError:
+        number = float("nan")
+    if not 0.0 <= number <= 1.0:  # also NaN
+        raise click.UsageError(f"min_confidence takes a number between 0 and 1 (0: never refuse by "
+                               f"confidence) or 'default', got {value!r}")
+    return number
 
 
 # --------------------------------------------------------------------------- stats / check / optimize / migrate
@@ -1198,13 +1251,13 @@ def export_cmd(database: str | None, file: str, principals: tuple[str, ...], all
 @click.argument("file", metavar="FILE.jsonl")
 @write_model_option
 @json_option
-def import_cmd(database: str | None, file: str, embed_model: str | None, as_json: bool) -> None:
+def import_cmd(database: str | None, file: str, embed: bool, embed_model: str | None, as_json: bool) -> None:
     """Add the documents of an exported JSON Lines file (- for stdin), in one transaction.
 
     Into an empty database made with the same analyzer, searches give the
-    same results as in the exported one. With --model SPEC the imported
-    chunks are embedded afterwards; without it they stay pending until
-    'ragdb embed'.
+    same results as in the exported one. With --embed (the recorded model)
+    or --model SPEC the imported chunks are embedded afterwards; without them
+    they stay pending until 'ragdb embed'.
     """
     from . import transfer
 
@@ -1221,6 +1274,7 @@ def import_cmd(database: str | None, file: str, embed_model: str | None, as_json
     with _open(database, create=True) as db:
         if embedder is not None:
             _check_model(db, embedder, embed_model or "")
+        embedder = _write_embedder(db, embedder, embed)
         with _progress("importing", total) as progress:
             report = transfer.import_jsonl(db, sys.stdin.buffer if file == "-" else file, progress=progress)
         if embedder is not None:
@@ -1252,29 +1306,55 @@ def import_cmd(database: str | None, file: str, embed_model: str | None, as_json
 @click.option("-k", "k", type=click.IntRange(1, 10_000), default=10, show_default=True,
               help="Depth of the run (Recall@k).")
 @scorer_options(("--model",))
-@click.option("--analyzer", type=click.Choice(["default", "jieba", "simple"]), default="default",
-              show_default=True, help="Analyzer of the temporary index.")
+@click.option("--analyzer", type=click.Choice(["default", "jieba", "simple"]), default=None,
+              help="Analyzer of the temporary index (default: 'default'; with --calibrate, the database's).")
+@click.option("--calibrate", is_flag=True,
+              help="Choose the database's min_confidence (the refusal floor of prompt/ask) from these judged "
+                   "queries and --off-topic questions, and store it in -d/--database.")
+@click.option("--off-topic", "off_topic", multiple=True, type=click.Path(dir_okay=False), metavar="FILE",
+              help="With --calibrate: questions the knowledge base cannot answer, to be refused (queries.jsonl "
+                   "or one question a line; repeatable).")
+@database_option
 @json_option
 def eval_cmd(corpus: str, queries: str, qrels: str, k: int, scorer: str, fusion: str | None, alpha: float | None,
-             rrf_k: int | None, embed_model: str | None, analyzer: str, as_json: bool) -> None:
+             rrf_k: int | None, embed_model: str | None, analyzer: str | None, calibrate: bool,
+             off_topic: tuple[str, ...], database: str | None, as_json: bool) -> None:
     """Evaluate retrieval on a BEIR-layout collection: nDCG@10, Recall@k, MRR@10.
 
     The corpus is indexed into a temporary in-memory database (one chunk per
     document: title, blank line, text; source = corpus id), as the benchmark
-    does; no database file is read or written. --scorer vector or hybrid
+    does; without --calibrate no database file is read or written. --scorer vector or hybrid
     needs --model SPEC: the corpus is embedded with it while indexing.
+
+    --calibrate also chooses a refusal floor (min_confidence) with
+    ragdb.prompt.choose_threshold: the best hit confidence of each judged
+    query (to be answered) and of each --off-topic question (to be refused),
+    the threshold with the best F1 of answer decisions; and stores it in the
+    database named by -d/--database, where prompt and ask use it by default.
+    Without --off-topic it refuses none of the judged queries (their lowest
+    confidence) and says so.
     """
-    from .evaluation import evaluate_database, load_beir
+    from .evaluation import calibrate_refusal, evaluate_database, load_beir, load_questions
 
     if scorer in VECTOR_SCORERS and embed_model is None:
         raise click.UsageError(f"--scorer {scorer} needs --model SPEC to embed the corpus "
                                f"(e.g. --model wordllama, the offline default)")
+    if off_topic and not calibrate:
+        raise click.UsageError("--off-topic applies with --calibrate only")
+    target = _db_path(database) if calibrate else None  # the database the floor is stored in
+    if target is not None and target != ":memory:" and not Path(target).exists():
+        raise click.ClickException(f"{target}: no such database (create it with 'ragdb init' or 'ragdb add')")
+    index_analyzer: Any = analyzer or "default"
+    if calibrate and analyzer is None:  # confidences as the database's own analyzer makes them
+        with _open(target, readonly=True) as kb:
+            index_analyzer = kb.analyzer
     opts = _options(k, scorer, fusion, alpha, rrf_k, embed_model)
     embedder = opts.embedder  # the temporary database embeds with it, and queries with it too
     docs, qs, judgements = load_beir((corpus, queries, qrels))
+    negatives = [q for path in off_topic for q in load_questions(path)]
     records = [{"text": f"{title}\n\n{text}" if title else text, "source": doc_id}
                for doc_id, title, text in docs if (title + text).strip()]
-    with ragdb.open(":memory:", analyzer=analyzer, chunker="none", embedder=embedder) as db:
+    with ragdb.open(":memory:", analyzer=index_analyzer, chunker="none", embedder=embedder) as db:
         with _progress("indexing", len(records)) as progress:
             step = 1000
             for i in range(0, len(records), step):
@@ -1282,17 +1362,41 @@ def eval_cmd(corpus: str, queries: str, qrels: str, k: int, scorer: str, fusion:
                 if progress is not None:
                     progress(len(records[i:i + step]))
         result = evaluate_database(db, qs, judgements, k=k, options=opts.replace(embedder=None))
-    data = {"ndcg@10": result["ndcg@10"], f"recall@{k}": result[f"recall@{k}"], "mrr@10": result["mrr@10"],
-            "queries": int(result["queries"]), "documents": len(records), "k": k, "scorer": scorer}
+        report = (calibrate_refusal(db, qs, judgements, negatives, k=k, options=opts.replace(embedder=None))
+                  if calibrate else None)
+    data: dict[str, Any] = {"ndcg@10": result["ndcg@10"], f"recall@{k}": result[f"recall@{k}"],
+                            "mrr@10": result["mrr@10"], "queries": int(result["queries"]),
+                            "documents": len(records), "k": k, "scorer": scorer}
     if embedder is not None:
         data["model"] = embedder.name
     if scorer == "hybrid":
         data.update(fusion=opts.fusion_method, alpha=opts.fusion_alpha, rrf_k=opts.fusion_rrf_k)
+    rows: list[tuple[str, Any]] = [("nDCG@10", f"{data['ndcg@10']:.4f}"), (f"Recall@{k}", f"{data[f'recall@{k}']:.4f}"),
+                                   ("MRR@10", f"{data['mrr@10']:.4f}"), ("queries", data["queries"]),
+                                   ("documents", data["documents"])]
+    if report is not None and target is not None:
+        with _open(target) as kb:
+            old = kb.settings.get(ragdb.confidence.SETTING)
+            kb.set_min_confidence(report.threshold)
+        answerable = report.true_positives + report.false_negatives
+        unanswerable = report.false_positives + report.true_negatives
+        data["calibration"] = {
+            "min_confidence": report.threshold, "previous": old, "database": target,
+            "judged_queries": answerable, "judged_refused": report.false_negatives,
+            "off_topic_questions": unanswerable, "off_topic_refused": report.true_negatives,
+            "precision": report.precision, "recall": report.recall, "f1": report.f1}
+        rows += [("min_confidence", f"{report.threshold:.4f} (stored in {target}; was "
+                                    f"{_setting_text('min_confidence', old)})"),
+                 ("judged refused", f"{report.false_negatives} of {answerable}"),
+                 ("off-topic refused", f"{report.true_negatives} of {unanswerable}" if unanswerable else "none given"),
+                 ("F1 of answering", f"{report.f1:.4f}")]
+        if not unanswerable:
+            _warn("note: no --off-topic questions: the floor refuses none of the judged queries but was not "
+                  "tried on questions to refuse")
     if as_json:
         _emit_json(data)
         return
-    _pairs([("nDCG@10", f"{data['ndcg@10']:.4f}"), (f"Recall@{k}", f"{data[f'recall@{k}']:.4f}"),
-            ("MRR@10", f"{data['mrr@10']:.4f}"), ("queries", data["queries"]), ("documents", data["documents"])])
+    _pairs(rows)
 
 
 # --------------------------------------------------------------------------- prompt / ask
@@ -1302,7 +1406,12 @@ def _generation_options(f: Callable[..., Any]) -> Callable[..., Any]:
     opts = [
         click.option("-k", "k", type=click.IntRange(1, 10_000), default=8, show_default=True,
                      help="Hits retrieved before evidence selection."),
-        click.option("--min-score", type=float, default=None, help="Drop evidence scoring below this."),
+        click.option("--min-confidence", type=click.FloatRange(0.0, 1.0), default=None,
+                     help="Drop evidence whose confidence (0-1) is below this; 0: never refuse by confidence "
+                          "(default: the database's, 'ragdb config min_confidence', else "
+                          f"{ragdb.confidence.DEFAULT_MIN_CONFIDENCE}; none with --min-score)."),
+        click.option("--min-score", type=float, default=None,
+                     help="Drop evidence scoring below this raw score (replaces the confidence floor)."),
         click.option("--relative", type=click.FloatRange(0.0, 1.0), default=None,
                      help="Drop evidence scoring below this share of the best score."),
         click.option("--budget", type=click.IntRange(min=1), default=None, metavar="TOKENS",
@@ -1316,14 +1425,29 @@ def _generation_options(f: Callable[..., Any]) -> Callable[..., Any]:
 
 
 def _retrieve(database: str | None, question: str, opts: ragdb.SearchOptions, embed_model: str | None = None,
-              model_flag: str = "--model") -> list[ragdb.Hit]:
+              model_flag: str = "--model") -> tuple[list[ragdb.Hit], float]:
+    """The hits for ``question`` and the database's confidence floor (``Database.min_confidence``)."""
     if not question.strip():
         raise click.BadParameter("the question is empty", param_hint="QUESTION")
     with _open(database) as db:
         if opts.embedder is not None:
             _check_model(db, opts.embedder, embed_model or "", model_flag)
         _warn_pending(db, opts.scorer)
-        return db.search(question, options=opts)
+        return db.search(question, options=opts), db.min_confidence
+
+
+#: Exit status of prompt/ask when the question is refused (see the module docstring).
+EXIT_REFUSED = 3
+
+
+def _refusal_reason(p: Any, hits: Sequence[ragdb.Hit]) -> str:
+    """Why a prompt has no sources, for the refusal line on stderr."""
+    if not hits:
+        return "no chunk matches the question"
+    if p.min_confidence and p.confidence is not None and p.confidence < p.min_confidence:
+        return (f"the best evidence has confidence {p.confidence:.3f}, below min_confidence "
+                f"{p.min_confidence:.3f} (--min-confidence, 'ragdb config min_confidence')")
+    return "no evidence passed --min-score/--relative/--budget"
 
 
 def _source_lines(sources: Sequence[ragdb.Hit], cited: Sequence[int] = ()) -> list[str]:
@@ -1341,26 +1465,36 @@ def _source_lines(sources: Sequence[ragdb.Hit], cited: Sequence[int] = ()) -> li
 @scorer_options()
 @filter_options
 @json_option
-def prompt(database: str | None, question: str, k: int, min_score: float | None, relative: float | None,
-           budget: int | None, language: str | None, scorer: str, fusion: str | None, alpha: float | None,
-           rrf_k: int | None, embed_model: str | None, filters: tuple[str, ...], since: str | None,
-           until: str | None, principals: tuple[str, ...], all_principals: bool, as_of: str | None, all_versions: bool,
-           as_json: bool) -> None:
-    """Print the grounded prompt that 'ask' would send for QUESTION; sends nothing."""
-    from .prompt import build_prompt
+def prompt(database: str | None, question: str, k: int, min_confidence: float | None, min_score: float | None,
+           relative: float | None, budget: int | None, language: str | None, scorer: str, fusion: str | None,
+           alpha: float | None, rrf_k: int | None, embed_model: str | None, filters: tuple[str, ...],
+           since: str | None, until: str | None, principals: tuple[str, ...], all_principals: bool,
+           as_of: str | None, all_versions: bool, as_json: bool) -> None:
+    """Print the grounded prompt that 'ask' would send for QUESTION; sends nothing.
+
+    Exit status 3 when no evidence passed selection (the prompt, without
+    sources, is still printed; stderr says why): 'ask' would refuse without
+    calling the model.
+    """
+    from .confidence import effective_min_confidence
+    from .prompt import REFUSAL, build_prompt
 
     opts = _options(k, scorer, fusion, alpha, rrf_k, embed_model,
                     **_search_kwargs(filters, since, until, principals, as_of, all_versions, all_principals))
-    hits = _retrieve(database, question, opts, embed_model)
+    hits, stored = _retrieve(database, question, opts, embed_model)
     p = build_prompt(question, hits, language=language, budget_tokens=budget, min_score=min_score,
-                     relative=relative)
+                     relative=relative,
+                     min_confidence=effective_min_confidence(min_confidence, min_score=min_score, stored=stored))
     if as_json:
         _emit_json({"system": p.system, "user": p.user, "messages": p.messages, "language": p.language,
-                    "refused": p.refused, "sources": [_hit_json(h, i) for i, h in enumerate(p.sources, 1)]})
-        return
-    click.echo(p.text)
+                    "refused": p.refused, "confidence": p.confidence, "min_confidence": p.min_confidence,
+                    "sources": [_hit_json(h, i) for i, h in enumerate(p.sources, 1)]})
+    else:
+        click.echo(p.text)
     if p.refused:
-        _warn("no evidence passed selection: 'ask' would refuse without calling the model")
+        _warn(f"refused: {_refusal_reason(p, hits)}; 'ask' would answer "
+              f"\"{REFUSAL[p.language]}\" without calling the model")
+        click.get_current_context().exit(EXIT_REFUSED)
 
 
 def _stream_to_terminal() -> bool:
@@ -1379,40 +1513,49 @@ def _stream_to_terminal() -> bool:
 @scorer_options(("--embed-model",))
 @filter_options
 @json_option
-def ask(database: str | None, question: str, k: int, min_score: float | None, relative: float | None,
-        budget: int | None, language: str | None, model: str | None, base_url: str | None, timeout: float,
-        scorer: str, fusion: str | None, alpha: float | None, rrf_k: int | None, embed_model: str | None,
-        filters: tuple[str, ...], since: str | None, until: str | None, principals: tuple[str, ...], all_principals: bool,
-        as_of: str | None, all_versions: bool, as_json: bool) -> None:
+def ask(database: str | None, question: str, k: int, min_confidence: float | None, min_score: float | None,
+        relative: float | None, budget: int | None, language: str | None, model: str | None,
+        base_url: str | None, timeout: float, scorer: str, fusion: str | None, alpha: float | None,
+        rrf_k: int | None, embed_model: str | None, filters: tuple[str, ...], since: str | None,
+        until: str | None, principals: tuple[str, ...], all_principals: bool, as_of: str | None,
+        all_versions: bool, as_json: bool) -> None:
     """Answer QUESTION from the knowledge base with a language model, listing the sources under it.
 
     The API key is read only from RAGDB_LLM_API_KEY (OPENAI_API_KEY only for
-    OpenAI's own API, or with OPENAI_BASE_URL).
-    Streams the answer on a terminal. Without evidence the answer is a
-    refusal and the model is not called. --model names the chat model; the
-    query embedder of --scorer vector/hybrid is --embed-model.
+    OpenAI's own API, or with OPENAI_BASE_URL). With no endpoint
+    (--base-url, RAGDB_LLM_BASE_URL, OPENAI_BASE_URL) and no key it fails at
+    once, before searching. Streams the answer on a terminal. Without
+    evidence (see prompt) the answer is the refusal sentence and the model is
+    not called; exit status 3 for a refusal, either way. --model names the
+    chat model; the query embedder of --scorer vector/hybrid is --embed-model.
     """
+    from .confidence import effective_min_confidence
     from .llm import ChatClient
 
     opts = _options(k, scorer, fusion, alpha, rrf_k, embed_model, "--embed-model",
                     **_search_kwargs(filters, since, until, principals, as_of, all_versions, all_principals))
-    hits = _retrieve(database, question, opts, embed_model, "--embed-model")
-    client = ChatClient(base_url=base_url, model=model, timeout=timeout)
+    client = ChatClient(base_url=base_url, model=model, timeout=timeout)  # first: no endpoint fails at once
+    hits, stored = _retrieve(database, question, opts, embed_model, "--embed-model")
     stream = _stream_to_terminal() and not as_json
 
     def show(piece: str) -> None:
         click.echo(piece, nl=False)
 
     answer = ragdb.llm.ask(hits, question, client, language=language, budget_tokens=budget, min_score=min_score,
-                           relative=relative, on_text=show if stream else None)
+                           relative=relative, on_text=show if stream else None,
+                           min_confidence=effective_min_confidence(min_confidence, min_score=min_score,
+                                                                   stored=stored))
     if stream:
         click.echo("")
     p, text, sources, refused, citations = answer.prompt, answer.text, answer.hits, answer.refused, answer.citations
+    without_model = refused and p.refused  # refused before any request
     if as_json:
-        _emit_json({"answer": text, "refused": refused, "language": p.language,
+        _emit_json({"answer": text, "refused": refused, "model_called": not without_model, "language": p.language,
+                    "confidence": p.confidence, "min_confidence": p.min_confidence,
                     "citations": {"cited": citations.cited, "invalid": citations.invalid,
                                   "uncited": citations.uncited},
                     "sources": [_hit_json(h, i) for i, h in enumerate(sources, 1)]})
+        _ask_exit(p, hits, refused, without_model)
         return
     if not stream:
         click.echo(text)
@@ -1425,6 +1568,18 @@ def ask(database: str | None, question: str, k: int, min_score: float | None, re
         _warn(f"warning: the answer cites sources that do not exist: {', '.join(map(str, citations.invalid))}")
     elif citations.uncited and not refused:
         _warn("warning: the answer cites no source")
+    _ask_exit(p, hits, refused, without_model)
+
+
+def _ask_exit(p: Any, hits: Sequence[ragdb.Hit], refused: bool, without_model: bool) -> None:
+    """Say why an answer is a refusal, and exit with :data:`EXIT_REFUSED`."""
+    if not refused:
+        return
+    if without_model:
+        _warn(f"refused without calling the model: {_refusal_reason(p, hits)}")
+    else:
+        _warn("refused: the model answered that the sources do not suffice")
+    click.get_current_context().exit(EXIT_REFUSED)
 
 
 # --------------------------------------------------------------------------- entry point

@@ -32,14 +32,14 @@ from .engine import Engine
 from .errors import AnalyzerMismatch, DocumentNotFound, InvalidInput, NotADatabase
 from .filters import Query, build as build_filter
 from .index import Index
-from .ingest import check_add_arguments, ingest
+from .ingest import Prepared, check_add_arguments, ingest
 from .options import (ALL, MAX_K, SCORERS, Principals, Restrictions, SearchOptions, check_busy_timeout, check_count,
                       check_embedder, check_flag, check_id, check_optional_flag, check_path, check_text, to_epoch)
 from .search import Searcher
 from .storage import Store, loads
-from .types import AddReport, Document, Hit, LoadedDocument, Span, Stats, VectorInfo
+from .types import AddReport, Change, Document, Hit, LoadedDocument, Span, Stats, VectorInfo
 from .vectors import VectorIndex
-from .write import Writer, doc_from_row
+from .write import VectorTally, Writer, doc_from_row
 
 if TYPE_CHECKING:
     from .embeddings import Embedder
@@ -68,6 +68,7 @@ class Database:
         self._engine = Engine(store, analyzer, dict(settings))
         self._writer = Writer(self._engine)
         self._searcher = Searcher(self._engine)
+        self._embed_on_add = True
         self.path = store.path
 
     # -- lifecycle -------------------------------------------------------------
@@ -96,7 +97,8 @@ class Database:
 
     @property
     def embedder(self) -> Embedder | None:
-        """Embedder used on add (new chunks get vectors) and for vector/hybrid queries."""
+        """Embedder used on add (new chunks get vectors, unless :attr:`embed_on_add`
+        is off) and for vector/hybrid queries."""
         return self._engine.embedder
 
     @embedder.setter
@@ -104,6 +106,17 @@ class Database:
         if embedder is not None:
             self._engine.check_embedder(embedder)
         self._engine.embedder = embedder
+
+    @property
+    def embed_on_add(self) -> bool:
+        """Whether adds embed their new chunks with :attr:`embedder` (default True;
+        ``ragdb.open(..., embed_on_add=False)``). Off, new chunks whose text already has
+        a stored vector still get it at once, and the rest stay pending until :meth:`embed`."""
+        return self._embed_on_add
+
+    @embed_on_add.setter
+    def embed_on_add(self, on: bool) -> None:
+        self._embed_on_add = check_flag(on, "embed_on_add")
 
     # The engine's parts, for ragdb's own tests and the benchmark's instruments
     # (which time SQL on the connection); not API.
@@ -144,8 +157,10 @@ class Database:
         Adding identical content (text, version, metadata, labels) again changes
         nothing and returns the stored document. Without ``source`` the source
         is derived from the text's hash. The text is one transaction (vectors of
-        an embedding database follow in their own). (``add_many`` reports
-        whether each record was added, replaced or unchanged.)
+        an embedding database follow in their own). Replacing a document keeps
+        the vectors of its unchanged chunks: only chunks with new text are
+        embedded. (``add_many`` reports whether each record was added, replaced
+        or unchanged, and what was embedded.)
         """
         record = {"text": text, "source": source, "version": version, "timestamp": timestamp,
                   "metadata": metadata, "title": title, "acl": acl, "spans": spans}
@@ -168,29 +183,41 @@ class Database:
         default (``None``) a load of more than 256 records uses one per spare
         CPU core, up to 3, on Linux (workers are forked); ``0`` analyzes in
         this process. Results do not depend on it.
+
+        Vectors: once the database holds vectors, a new chunk whose text already
+        has one (an unchanged chunk of the version it replaces, or any stored
+        chunk) gets a copy of it in the write, embedder or not. With
+        :attr:`embedder` set and :attr:`embed_on_add` on (the default), the
+        remaining pending chunks are then embedded (:meth:`embed`).
+        ``AddReport.embedded`` and ``.reused`` count both.
         """
         check_add_arguments(records, batch_size, workers)
         eng = self._engine
         ch = get_chunker(chunker if chunker is not None else eng.settings.get("chunker"))
-        if eng.embedder is not None:
-            eng.check_embedder(eng.embedder)  # a different model is refused before writing
+        embedder = eng.embedder if self._embed_on_add else None
+        if embedder is not None:
+            eng.check_embedder(embedder)  # a different model is refused before writing
         bulk_terms: set[int] = set()  # terms flushed by this call in mid-load
+        tally = VectorTally()
+
+        def write(batch: list[Prepared]) -> list[Change]:
+            return self._writer.write(batch, tally)
 
         def after_batch() -> None:  # bound the memory of a bulk load: flush large tails between batches
             bulk_terms.update(self._writer.maybe_flush(BULK_FLUSH_CHUNKS))
 
         changes = ingest(records, analyzer=eng.analyzer, chunker=ch, batch_size=batch_size, workers=workers,
-                         write=self._writer.write, after_batch=after_batch)
+                         write=write, after_batch=after_batch)
         # After a bulk load that flushed in mid-load, flush the rest and merge the
         # segments it wrote, so each term it touched is one segment again
         # (queries then read one row per term, not one per mid-load flush).
         self._writer.maybe_flush(0 if bulk_terms else None, merge_terms=bulk_terms)
-        if eng.embedder is not None and changes:
+        if embedder is not None and changes:
             # Text is committed first; vectors follow in their own transactions.
             # If the embedder fails, the new chunks stay pending (lexical search
             # finds them, vector search does not) until `ragdb embed` fills them.
-            self._writer.embed(eng.embedder)
-        return AddReport(tuple(changes))
+            self._writer.embed(embedder, tally=tally)
+        return AddReport(tuple(changes), embedded=tally.embedded, reused=tally.reused)
 
     def update(self, doc_id: int, *, metadata: Mapping[str, Any] | None = None,
                acl: Sequence[str] | None = None) -> Document:
@@ -254,6 +281,9 @@ class Database:
         vector and re-embeds all chunks with it. Each batch of ``batch_size``
         is its own transaction, so a failed run keeps its progress (see
         :mod:`ragdb.vectors`). ``progress(done, total)`` follows the batches.
+        A pending chunk whose text already has a stored vector gets a copy of
+        it, and each distinct text of a batch is embedded once: the count
+        returned is of vectors stored, embedded or copied.
         """
         if embedder is None and rebuild:
             raise InvalidInput("embed: rebuild=True needs the embedder to re-embed every chunk with")
@@ -347,37 +377,74 @@ class Database:
     def build_prompt(self, query: str, hits: Sequence[Hit] | None = None, *, template: Any = None,
                      language: str | None = None, k: int | None = None, budget_tokens: int | None = None,
                      min_score: float | None = None, relative: float | None = None,
+                     min_confidence: float | None = None,
                      options: SearchOptions | None = None, **search_keywords: Any) -> Prompt:
         """A grounded prompt: numbered, fenced sources and the rules to answer only
         from them (see :func:`ragdb.prompt.build_prompt`). Without ``hits`` the
         database is searched for the top ``k`` (default 5; ``options`` and
-        ``search_keywords`` as in :meth:`search`). ``min_score`` / ``relative``
-        select evidence."""
+        ``search_keywords`` as in :meth:`search`). ``min_confidence`` /
+        ``min_score`` / ``relative`` select evidence; without ``min_confidence``
+        the database's floor applies (:attr:`min_confidence`) unless ``min_score``
+        is given; ``min_confidence=0`` turns refusal by confidence off."""
         from .prompt import build_prompt
 
+        floor = self._confidence_floor(min_confidence, min_score)
         if hits is None:
             hits = self.search(query, options=self._options(_prompt_k(k, options), options, search_keywords))
         elif options is not None or search_keywords:
             raise InvalidInput("build_prompt: search options apply only when hits are not given")
         return build_prompt(query, hits, template=template, language=language, budget_tokens=budget_tokens,
-                            min_score=min_score, relative=relative)
+                            min_score=min_score, relative=relative, min_confidence=floor)
 
     def ask(self, query: str, llm: Any = None, *, k: int | None = None, template: Any = None,
             language: str | None = None,
             budget_tokens: int | None = None, min_score: float | None = None, relative: float | None = None,
+            min_confidence: float | None = None,
             on_text: Callable[[str], None] | None = None, options: SearchOptions | None = None,
             **search_keywords: Any) -> Answer:
         """Search, then answer from the evidence with ``llm`` (default: a
-        :class:`ragdb.llm.ChatClient` configured from the environment), or
-        refuse without calling the model when no hit passes ``min_score`` /
-        ``relative``. The answer's citations are checked against the sources.
-        ``on_text``: called with each piece of the answer as it streams in. ``k``
-        (default 5), ``options`` and ``search_keywords`` are the search's."""
+        :class:`ragdb.llm.ChatClient` configured from the environment, made
+        first, so a missing endpoint fails before anything else), or refuse
+        without calling the model when no hit passes selection (as in
+        :meth:`build_prompt`: by default the database's ``min_confidence``).
+        The answer's citations are checked against the sources. ``on_text``:
+        called with each piece of the answer as it streams in. ``k`` (default
+        5), ``options`` and ``search_keywords`` are the search's."""
         from .llm import ChatClient, ask
 
+        model = llm if llm is not None else ChatClient()
+        floor = self._confidence_floor(min_confidence, min_score)
         hits = self.search(query, options=self._options(_prompt_k(k, options), options, search_keywords))
-        return ask(hits, query, llm if llm is not None else ChatClient(), template=template, language=language,
-                   budget_tokens=budget_tokens, min_score=min_score, relative=relative, on_text=on_text)
+        return ask(hits, query, model, template=template, language=language, budget_tokens=budget_tokens,
+                   min_score=min_score, relative=relative, on_text=on_text, min_confidence=floor)
+
+    @property
+    def min_confidence(self) -> float:
+        """The confidence floor of :meth:`build_prompt` / :meth:`ask` when the caller
+        gives neither ``min_confidence`` nor ``min_score``: the stored one
+        (:meth:`set_min_confidence`, ``ragdb eval --calibrate``), else
+        :data:`ragdb.confidence.DEFAULT_MIN_CONFIDENCE`."""
+        return self._confidence_floor(None, None)
+
+    def _confidence_floor(self, min_confidence: float | None, min_score: float | None) -> float:
+        from .confidence import effective_min_confidence, stored_min_confidence
+
+        eng = self._engine
+        with eng.store.read():
+            eng.sync()  # another connection may have calibrated it
+            stored = stored_min_confidence(eng.settings, str(self.path))
+        return effective_min_confidence(min_confidence, min_score=min_score, stored=stored)
+
+    def set_min_confidence(self, value: float | None) -> None:
+        """Store the confidence floor of prompts and answers (one transaction): a
+        number between 0 and 1 (0: never refuse by confidence), or None to go back
+        to :data:`ragdb.confidence.DEFAULT_MIN_CONFIDENCE`. ``ragdb eval
+        --calibrate`` chooses one from judged queries; ``ragdb config
+        min_confidence X`` calls this. Every open ``Database`` sees it from its
+        next prompt on. Refused inside :meth:`transaction`."""
+        from .confidence import SETTING, check_min_confidence
+
+        self._engine.set_setting(SETTING, check_min_confidence(value))
 
     def get(self, doc_id: int | None = None, *, source: str | None = None, with_text: bool = True,
             principals: Principals | Sequence[str] | None = None) -> Document:
@@ -539,11 +606,13 @@ def _spans(chunks: list[tuple[int, int, int, str]]) -> list[dict[str, Any]]:
 def open_database(path: str | os.PathLike[str] = ":memory:", *, analyzer: "str | Analyzer | Mapping[str, Any] | None" = None,
                   chunker: str | None = None, keep_versions: bool | None = None,
                   public_unlabeled: bool | None = None, readonly: bool = False,
-                  create: bool | None = None, busy_timeout: float = 30.0, embedder: Any = None) -> Database:
+                  create: bool | None = None, busy_timeout: float = 30.0, embedder: Any = None,
+                  embed_on_add: bool = True) -> Database:
     """Open (creating if needed) a ragdb database; see :func:`ragdb.open` (``create``,
     ``public_unlabeled``: the rules there). Arguments are checked before the file is touched."""
     path = check_path(path)
     readonly = check_flag(readonly, "readonly")
+    embed_on_add = check_flag(embed_on_add, "embed_on_add")
     create = check_optional_flag(create, "create")
     keep_versions = check_optional_flag(keep_versions, "keep_versions")
     public_unlabeled = check_optional_flag(public_unlabeled, "public_unlabeled")
@@ -603,6 +672,7 @@ def open_database(path: str | os.PathLike[str] = ":memory:", *, analyzer: "str |
                     store.bump_stats()  # open connections re-read the settings (Engine.sync)
             settings.update(new_settings)
         db = Database(store, an, settings)
+        db.embed_on_add = embed_on_add
         if embedder is not None:
             from .embeddings import get_embedder
 

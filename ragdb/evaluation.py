@@ -9,7 +9,9 @@ relevance judgements ("qrels") of one query:
 * :func:`mrr_at_k` -- reciprocal rank of the first relevant document.
 
 :func:`evaluate` averages them over a whole run and :func:`evaluate_database`
-runs a query set against a ragdb database first.  Nothing here prints.
+runs a query set against a ragdb database first.  :func:`calibrate_refusal`
+chooses a database's refusal floor (``min_confidence``) from judged queries
+and off-topic questions.  Nothing here prints.
 
 A BEIR folder (Thakur et al., 2021) holds ``corpus.jsonl`` (``{"_id", "title",
 "text"}`` a line), ``queries*.jsonl`` (``{"_id", "text"}``) and ``qrels*.tsv``
@@ -22,15 +24,21 @@ from __future__ import annotations
 import math
 import os
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 from collections.abc import Callable, Iterable, Mapping, Sequence
 
 import orjson
 
 from ragdb.errors import InvalidInput
 
+if TYPE_CHECKING:
+    from ragdb.prompt import ThresholdReport
+
 __all__ = [
     "load_beir",
+    "load_questions",
+    "best_confidences",
+    "calibrate_refusal",
     "ndcg_at_k",
     "recall_at_k",
     "mrr_at_k",
@@ -216,6 +224,22 @@ def load_beir(
     return _load_corpus(paths[0]), _load_queries(paths[1]), _load_qrels(paths[2])
 
 
+def load_questions(path: str | os.PathLike[str]) -> list[str]:
+    """Questions from a file: a ``.jsonl`` file of ``{"text": ...}`` objects (a BEIR
+    ``queries.jsonl``; other keys are ignored), else plain text with one question
+    a line (blank lines and lines starting with ``#`` skipped)."""
+    path = Path(path)
+    if path.suffix.lower() == ".jsonl":
+        return [_field(obj, "text", path, lineno, required=True) for lineno, obj in _read_jsonl(path)]
+    try:
+        text = path.read_text(encoding="utf-8")
+    except OSError as exc:
+        raise InvalidInput(f"{path}: cannot read: {exc.strerror or exc}") from exc
+    except UnicodeDecodeError as exc:
+        raise InvalidInput(f"{path}: not UTF-8 text ({exc.reason})") from exc
+    return [line.strip() for line in text.splitlines() if line.strip() and not line.lstrip().startswith("#")]
+
+
 # --------------------------------------------------------------------------
 # Metrics
 # --------------------------------------------------------------------------
@@ -388,3 +412,55 @@ def evaluate_database(
         hits = db.search(queries[qid], k=k, **search_kwargs)
         run[qid] = _top_k((hit.source for hit in hits), k)
     return evaluate(run, qrels, k_values=(10, k))
+
+
+# --------------------------------------------------------------------------
+# Refusal
+# --------------------------------------------------------------------------
+
+
+def best_confidences(db: Any, questions: Iterable[str], k: int = 10, **search_kwargs: Any) -> list[float]:
+    """The best :attr:`~ragdb.types.Hit.confidence` of each question's top ``k`` hits
+    (``db.search(text, k=k, **search_kwargs)``), 0.0 for a question with no hit:
+    the number a prompt's confidence floor is compared with."""
+    from ragdb.confidence import best_confidence
+
+    if k < 1:
+        raise InvalidInput(f"k must be at least 1, got {k}")
+    out = []
+    for text in questions:
+        best = best_confidence(db.search(text, k=k, **search_kwargs)) if text.strip() else None
+        out.append(best if best is not None else 0.0)
+    return out
+
+
+def calibrate_refusal(
+    db: Any,
+    queries: Mapping[str, str],
+    qrels: Mapping[str, Mapping[str, int]],
+    off_topic: Sequence[str] = (),
+    k: int = 10,
+    **search_kwargs: Any,
+) -> ThresholdReport:
+    """Choose a refusal floor (``min_confidence``) for ``db`` with
+    :func:`ragdb.prompt.choose_threshold`.
+
+    Each judged query (one with a relevant judgement, as :func:`evaluate`
+    counts them) should be answered, each ``off_topic`` question (one the
+    knowledge base cannot answer) refused; a question's score is its
+    :func:`best_confidences` value. The returned report's ``threshold`` is the
+    floor with the best F1 of answer decisions; ``false_negatives`` are the
+    judged queries it refuses, ``true_negatives`` the off-topic questions it
+    refuses. Store it with ``db.set_min_confidence(report.threshold)``
+    (``ragdb eval --calibrate`` does). Without ``off_topic`` the floor is the
+    lowest best confidence of the judged queries: it refuses none of them.
+    """
+    from ragdb.prompt import choose_threshold
+
+    judged = [queries[qid] for qid, judgements in qrels.items()
+              if qid in queries and any(r > 0 for r in judgements.values())]
+    if not judged:
+        raise InvalidInput("calibrate_refusal: no judged query (a query with a relevant judgement) to answer")
+    positives = best_confidences(db, judged, k, **search_kwargs)
+    negatives = best_confidences(db, list(off_topic), k, **search_kwargs)
+    return choose_threshold([(c, True) for c in positives] + [(c, False) for c in negatives])

@@ -21,21 +21,25 @@ Protos = Mapping[int, tuple[dict[str, Any], dict[str, Any]]]
 
 
 def make_hits(protos: Protos, chunk_ids: Sequence[int], scores: Sequence[float],
-              explain: Mapping[int, Mapping[str, float]] | None = None) -> list[Hit]:
-    """:class:`Hit` objects from :meth:`ragdb.index.Index.hit_protos` entries, in the given order.
+              explain: Mapping[int, Mapping[str, float]] | None = None,
+              confidences: Sequence[float | None] | None = None) -> list[Hit]:
+    """:class:`Hit` objects from :meth:`ragdb.index.Index.hit_protos` entries, in the given order
+    (``confidences``: each hit's :attr:`Hit.confidence`, in the same order; None: none).
 
-    Built without the frozen dataclass ``__init__`` (which sets each of its 12
+    Built without the frozen dataclass ``__init__`` (which sets each of its 13
     fields through ``object.__setattr__``): the instance dict is one copy of
     the cached fields, several times faster, and search builds up to ``k``
     hits. Each hit gets its own metadata and explain dicts."""
     new, setattr_ = object.__new__, object.__setattr__
     hits = []
-    for cid, score in zip(chunk_ids, scores):
+    confs: Sequence[float | None] = confidences if confidences is not None else [None] * len(chunk_ids)
+    for cid, score, conf in zip(chunk_ids, scores, confs):
         fields, meta = protos[cid]
         d = fields.copy()
         d["score"] = score
         d["metadata"] = meta.copy() if meta else {}
         d["explain"] = dict(explain.get(cid, ())) if explain is not None else {}
+        d["confidence"] = conf
         hit = new(Hit)
         setattr_(hit, "__dict__", d)
         hits.append(hit)
@@ -47,11 +51,15 @@ def hit_order(h: Hit) -> tuple[float, str, int, int]:
     return (-h.score, h.source, h.start, h.chunk_id)
 
 
-def hits_from_scored(protos: Protos, scored: Iterable[tuple[int, float, Mapping[str, float]]]) -> list[Hit]:
+def hits_from_scored(protos: Protos, scored: Iterable[tuple[int, float, Mapping[str, float]]],
+                     confidences: Mapping[int, float] | None = None) -> list[Hit]:
     """Hits for ``(chunk id, score, explain)`` triples, in :func:`hit_order`; chunks
-    missing from ``protos`` (deleted meanwhile) are left out."""
+    missing from ``protos`` (deleted meanwhile) are left out. ``confidences``: chunk id
+    -> :attr:`Hit.confidence`."""
     rows = [s for s in scored if s[0] in protos]
-    hits = make_hits(protos, [c for c, _, _ in rows], [float(v) for _, v, _ in rows], {c: e for c, _, e in rows})
+    confs = [confidences.get(c) for c, _, _ in rows] if confidences is not None else None
+    hits = make_hits(protos, [c for c, _, _ in rows], [float(v) for _, v, _ in rows], {c: e for c, _, e in rows},
+                     confs)
     hits.sort(key=hit_order)
     return hits
 

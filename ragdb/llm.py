@@ -15,12 +15,13 @@ from __future__ import annotations
 
 import json
 import os
+import urllib.parse
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from typing import Any, Protocol, runtime_checkable
 
 from ragdb.errors import InvalidInput, LLMError
-from ragdb.http import Endpoint, check_base_url, display_url, resolve_api_key
+from ragdb.http import OPENAI_HOST, Endpoint, check_base_url, display_url, resolve_api_key
 from ragdb.options import check_number
 from ragdb.prompt import (
     REFUSAL,
@@ -67,6 +68,21 @@ def _check_messages(messages: Any) -> list[dict[str, Any]]:
     return messages
 
 
+def _is_openai(base_url: str) -> bool:
+    """Whether ``base_url`` is OpenAI's own API (which needs a key)."""
+    parts = urllib.parse.urlsplit(base_url)
+    return parts.scheme.lower() == "https" and (parts.hostname or "").lower() == OPENAI_HOST
+
+
+def _no_endpoint_message(defaulted: bool) -> str:
+    where = ("no chat endpoint is configured and no API key is set" if defaulted
+             else "OpenAI's API needs an API key and none is set")
+    return (f"{where}: set RAGDB_LLM_BASE_URL (or pass base_url / --base-url) to an OpenAI-compatible "
+            f"endpoint such as http://localhost:11434/v1 (Ollama), http://localhost:8000/v1 (vLLM) or "
+            f"http://localhost:8080/v1 (llama.cpp); or, for OpenAI's API, set RAGDB_LLM_API_KEY or "
+            f"OPENAI_API_KEY (RAGDB_LLM_MODEL names the model)")
+
+
 def _error_text(err: Any) -> str:
     if isinstance(err, dict):
         err = err.get("message", err)
@@ -87,6 +103,11 @@ class ChatClient:
     Authorization header is sent. Examples of ``base_url``:
     ``http://localhost:8000/v1`` (vLLM), ``http://localhost:8080/v1``
     (llama.cpp), ``http://localhost:11434/v1`` (Ollama).
+
+    With neither an endpoint nor a key (the base URL falls back to OpenAI's API,
+    which refuses every request without a key) the constructor raises
+    :class:`~ragdb.errors.LLMError` at once, naming the settings to set, before
+    any request is attempted; so does OpenAI's API named explicitly without a key.
 
     ``timeout`` (seconds) applies to connecting and to each read. Requests are
     retried ``max_retries`` times on HTTP 408, 429, 5xx and connection failures
@@ -112,15 +133,19 @@ class ChatClient:
     ) -> None:
         env = os.environ
         openai_paired = False  # base URL from OPENAI_BASE_URL: OPENAI_API_KEY goes with it
+        defaulted = False  # no base URL anywhere: OpenAI's API by default
         if base_url is None:
             base_url = env.get("RAGDB_LLM_BASE_URL")
             if not base_url and env.get("OPENAI_BASE_URL"):
                 base_url, openai_paired = env["OPENAI_BASE_URL"], True
+            defaulted = not base_url
             base_url = base_url or DEFAULT_BASE_URL
         if model is None:
             model = env.get("RAGDB_LLM_MODEL") or DEFAULT_MODEL
         self.base_url = check_base_url(base_url)
         key = resolve_api_key(api_key, "RAGDB_LLM_API_KEY", self.base_url, openai_paired=openai_paired)
+        if not key and _is_openai(self.base_url):
+            raise LLMError(_no_endpoint_message(defaulted))
         if not isinstance(model, str) or not model.strip():
             raise InvalidInput("model must be a non-empty string")
         if temperature is not None:
@@ -267,12 +292,15 @@ def ask(
     min_score: float | None = None,
     relative: float | None = None,
     on_text: Callable[[str], None] | None = None,
+    min_confidence: float | None = None,
 ) -> Answer:
     """Answer ``query`` from ``search_hits`` with ``llm``, or refuse without calling it.
 
     Builds the prompt with :func:`ragdb.prompt.build_prompt` (same keyword
-    arguments). When no hit passes, returns the refusal sentence of the
-    language and never calls the model. Otherwise calls
+    arguments; so by default hits below
+    :data:`ragdb.confidence.DEFAULT_MIN_CONFIDENCE` are dropped, unless
+    ``min_score`` or ``min_confidence`` is given). When no hit passes, returns
+    the refusal sentence of the language and never calls the model. Otherwise calls
     ``llm.complete([system, user])`` and checks the answer's citations.
 
     ``on_text``: called with the answer's text as it arrives. If ``llm`` has a
@@ -297,6 +325,7 @@ def ask(
         budget_tokens=budget_tokens,
         min_score=min_score,
         relative=relative,
+        min_confidence=min_confidence,
     )
     if prompt.refused:
         text = REFUSAL[prompt.language]

@@ -7,7 +7,7 @@ and only when that file is already in tiktoken's local cache.
 
 The pipeline of :func:`build_prompt`::
 
-    hits -> select_evidence (min_score / relative)   refuse when nothing passes
+    hits -> select_evidence (min_confidence / min_score / relative)   refuse when nothing passes
          -> dedupe_hits    (merge overlapping windows, drop identical text)
          -> budget         (whole passages only, never cut mid-sentence)
          -> template       (numbered, fenced sources + rules + question)
@@ -34,6 +34,7 @@ from dataclasses import dataclass, replace
 from typing import Any, cast
 from collections.abc import Callable, Iterable, Sequence
 
+from ragdb.confidence import best_confidence, check_min_confidence, effective_min_confidence
 from ragdb.errors import InvalidInput
 from ragdb.options import check_number
 from ragdb.types import Hit
@@ -132,17 +133,27 @@ def detect_language(text: str) -> str:
 
 
 def select_evidence(
-    hits: Iterable[Hit], *, min_score: float | None = None, relative: float | None = None
+    hits: Iterable[Hit],
+    *,
+    min_score: float | None = None,
+    relative: float | None = None,
+    min_confidence: float | None = None,
 ) -> list[Hit]:
     """Keep the hits good enough to ground an answer, in their given order.
 
-    ``min_score`` drops hits scoring below that absolute value. ``relative``
+    ``min_confidence`` (between 0 and 1) drops hits whose
+    :attr:`~ragdb.types.Hit.confidence` is below it (hits without a confidence,
+    made by hand or by another retriever, are not judged by it; 0 or None: no
+    floor). ``min_score`` drops hits scoring below that absolute value. ``relative``
     (between 0 and 1) drops hits scoring below ``relative * best_score``, the
     best score among ``hits``; it applies only when the best score is positive
     (for a zero or negative best the product is not a meaningful floor). An
     empty result means the question should be refused without calling a model.
     """
     out = _as_hits(hits)
+    conf_floor = check_min_confidence(min_confidence)
+    if conf_floor:
+        out = [h for h in out if h.confidence is None or h.confidence >= conf_floor]
     if min_score is not None:
         floor = _real("min_score", min_score)
         out = [h for h in out if h.score >= floor]
@@ -172,7 +183,8 @@ def _merge(best: Hit, other: Hit) -> Hit | None:
     """Union of two overlapping passages of one document, or None if their texts disagree.
 
     ``best`` provides score, chunk id and metadata; the text is rebuilt from
-    the two texts and their spans (``left.text + right.text[overlap:]``).
+    the two texts and their spans (``left.text + right.text[overlap:]``); the
+    confidence is the higher of the two.
     """
     if not (_spans_consistent(best) and _spans_consistent(other)):
         return None
@@ -187,9 +199,11 @@ def _merge(best: Hit, other: Hit) -> Hit | None:
         if left.text[offset:] != right.text[:overlap]:
             return None
         text = left.text + right.text[overlap:]
+    confs = [c for c in (best.confidence, other.confidence) if c is not None]
     return replace(
         best,
         score=max(best.score, other.score),
+        confidence=max(confs) if confs else None,
         text=text,
         start=left.start,
         end=max(left.end, right.end),
@@ -499,7 +513,10 @@ class Prompt:
     APIs. Source number ``i`` in the prompt is ``sources[i - 1]``.
     ``refused`` is True when no hit survived selection and budget: the prompt
     is still built (with no sources) but callers should not call the model and
-    answer ``REFUSAL[language]`` instead.
+    answer ``REFUSAL[language]`` instead. ``confidence`` is the best
+    :attr:`~ragdb.types.Hit.confidence` among the hits given (None: no hit had
+    one, or there were none) and ``min_confidence`` the floor applied (0.0:
+    none), so a refusal can say why.
     """
 
     text: str
@@ -508,6 +525,8 @@ class Prompt:
     sources: tuple[Hit, ...]
     language: str
     refused: bool
+    confidence: float | None = None
+    min_confidence: float = 0.0
 
     @property
     def messages(self) -> list[dict[str, str]]:
@@ -526,10 +545,12 @@ def build_prompt(
     budget_tokens: int | None = None,
     min_score: float | None = None,
     relative: float | None = None,
+    min_confidence: float | None = None,
 ) -> Prompt:
     """Build a grounded prompt from retrieved hits.
 
-    Steps: :func:`select_evidence` (``min_score``, ``relative``), then
+    Steps: :func:`select_evidence` (``min_confidence``, ``min_score``,
+    ``relative``), then
     :func:`dedupe_hits` (sources end up best score first), then, if
     ``budget_tokens`` is given, whole sources are kept while the rendered
     source blocks (header line, fences and text, counted with
@@ -540,6 +561,13 @@ def build_prompt(
     :class:`PromptTemplate`, or a string used as the user message with the
     default system message (rules) of the language. ``language`` None detects
     it from the query.
+
+    Refusal by default: ``min_confidence`` None applies
+    :data:`ragdb.confidence.DEFAULT_MIN_CONFIDENCE`, unless ``min_score`` is
+    given (then the raw score floor is the rule and no confidence floor is
+    added); a number (0 to 1) is the floor, 0 turns it off. Hits without a
+    confidence are never dropped by it. (``Database.build_prompt`` passes the
+    database's calibrated floor, ``ragdb eval --calibrate``, when it has one.)
     """
     _check_str("query", query)
     if not query.strip():
@@ -547,8 +575,10 @@ def build_prompt(
     lang = detect_language(query) if language is None else _check_language(language)
     tmpl = _resolve_template(template, lang)
     budget = None if budget_tokens is None else _check_budget(budget_tokens)
+    given = _as_hits(hits)
+    floor = effective_min_confidence(min_confidence, min_score=min_score)
 
-    passages = dedupe_hits(select_evidence(hits, min_score=min_score, relative=relative))
+    passages = dedupe_hits(select_evidence(given, min_score=min_score, relative=relative, min_confidence=floor))
     if budget is not None:
         passages = _greedy_fit(
             passages, budget, lambda h, n: count_tokens(_render_source(n, h, lang) + "\n\n")
@@ -559,7 +589,8 @@ def build_prompt(
     system, user = tmpl.render(context=context, question=_neutralize(query.strip()))
     text = f"{system}\n\n{user}" if system else user
     return Prompt(
-        text=text, system=system, user=user, sources=sources, language=lang, refused=not sources
+        text=text, system=system, user=user, sources=sources, language=lang, refused=not sources,
+        confidence=best_confidence(given), min_confidence=floor,
     )
 
 
@@ -654,7 +685,8 @@ def check_citations(answer_text: str, n_sources: int) -> CitationCheck:
 
 @dataclass(frozen=True)
 class ThresholdReport:
-    """The ``min_score`` that maximises the F1 of "answer" decisions on an evaluation set.
+    """The threshold (a ``min_confidence``, or a ``min_score``) that maximises the F1 of
+    "answer" decisions on an evaluation set.
 
     A query is answered iff its best score >= ``threshold``. Positives are the
     queries that should be answered. ``threshold`` is the midpoint between the
@@ -674,11 +706,22 @@ class ThresholdReport:
 
 
 def choose_threshold(scored: Iterable[tuple[float, bool]]) -> ThresholdReport:
-    """Choose ``min_score`` from ``(best_hit_score, should_answer)`` pairs.
+    """Choose a refusal threshold from ``(best score, should_answer)`` pairs, one per question.
+
+    Give each question's best :attr:`~ragdb.types.Hit.confidence` (the highest
+    among its hits, :func:`ragdb.confidence.best_confidence`) to get a
+    ``min_confidence``, the threshold that means the same for every query and
+    corpus and that ``Database.set_min_confidence`` stores; ``ragdb eval
+    --calibrate`` does this with the judged queries (should be answered) and
+    off-topic questions (should be refused). Raw best hit scores give a
+    ``min_score`` for that one corpus instead.
 
     Every distinct score is tried as a threshold; the one with the highest F1
     wins, ties going to higher precision, then to the higher threshold (fewer
     unsupported answers). At least one pair must have ``should_answer`` true.
+    With no question that should be refused, every threshold up to the lowest
+    score of the others is perfect and that lowest score is chosen (it refuses
+    none of them).
     """
     if scored is None or isinstance(scored, (str, bytes)):
         raise InvalidInput("scored must be a list of (score, should_answer) pairs")

@@ -12,11 +12,11 @@ vector index (:mod:`ragdb.vectors`); hits are built and ordered by
 from __future__ import annotations
 
 from collections import Counter
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, NamedTuple
 
 import numpy as np
 
-from . import scoring
+from . import confidence, scoring
 from .errors import EmbeddingError, InvalidInput
 from .hits import Pool, content_order, cut_with_ties, hit_order, hits_from_scored, make_hits
 from .options import SearchOptions
@@ -34,6 +34,18 @@ def _clean_query(query: object) -> str:
         raise InvalidInput(f"query must be a string, got {type(query).__name__}")
     # a query never fails on encoding: lone surrogates become U+FFFD
     return query.encode("utf-8", "replace").decode("utf-8") if not query.isascii() else query
+
+
+class QueryTerms(NamedTuple):
+    """A query's terms as scoring sees them: ``counts`` (every analyzed term),
+    ``known`` (term -> (id, live df) for those in the vocabulary), ``order`` (the
+    terms scored, in query order) and ``bound``, the highest BM25 score a chunk
+    could reach for the query (:func:`ragdb.confidence.query_bound`)."""
+
+    counts: Counter[str]
+    known: dict[str, tuple[int, int]]
+    order: list[str]
+    bound: float
 
 
 class Searcher:
@@ -62,32 +74,35 @@ class Searcher:
         with eng.store.read():
             eng.sync()  # first: the restrictions read the access setting, which another connection may change
             index = eng.index
-            cand, sc, contributions = self.lexical(query, k, opts, index.allowed(eng.restrictions(opts.restrictions)))
+            cand, sc, contributions, terms = self.lexical(query, k, opts,
+                                                          index.allowed(eng.restrictions(opts.restrictions)))
             if len(cand) == 0:
                 return []
-            cids = cand.tolist()
+            cids, scores = cand.tolist(), sc.tolist()
+            if opts.lexical == "bm25":  # the score over the query's maximum: no extra work
+                conf = confidence.from_scores(scores, terms.bound)
+            else:
+                conf = self._confidences(terms, cand, opts)
             protos = index.hit_protos(cids)
-        hits = make_hits(protos, cids, sc.tolist(), contributions if opts.explain else None)
+        hits = make_hits(protos, cids, scores, contributions if opts.explain else None, conf)
         if len(sc) > 1 and bool(np.any(sc[1:] == sc[:-1])):
             # equal scores: order by source and position, which do not depend on history
             hits.sort(key=hit_order)
         return hits[:k]
 
-    def lexical(self, query: str, k: int, opts: SearchOptions, mask: np.ndarray
-                ) -> tuple[np.ndarray, np.ndarray, dict[int, dict[str, float]]]:
-        """Lexical scoring without building hits (inside a read transaction, after ``sync``).
+    def _bm25_params(self, opts: SearchOptions) -> tuple[float, float]:
+        """(k1, b) of a search: its options, else the database's settings, else the defaults."""
+        settings = self.engine.settings
+        k1 = float(settings.get("bm25_k1", scoring.BM25_K1) if opts.k1 is None else opts.k1)
+        b = float(settings.get("bm25_b", scoring.BM25_B) if opts.b is None else opts.b)
+        return k1, b
 
-        Returns the ids and scores of the ``k`` best chunks that ``mask`` allows
-        (plus any tied with the k-th), best first, equal scores by chunk id, and
-        per-term contributions when ``opts.explain``. Shared by lexical and hybrid search.
-        """
+    def query_terms(self, query: str, opts: SearchOptions) -> QueryTerms:
+        """The query's analyzed terms as scoring sees them (inside a read transaction, after ``sync``)."""
         eng = self.engine
-        none: tuple[np.ndarray, np.ndarray, dict[int, dict[str, float]]] = (np.zeros(0, np.int64), np.zeros(0), {})
-        k1 = float(eng.settings.get("bm25_k1", scoring.BM25_K1) if opts.k1 is None else opts.k1)
-        b = float(eng.settings.get("bm25_b", scoring.BM25_B) if opts.b is None else opts.b)
         counts = Counter(eng.analyzer.terms(query))
         if not counts:
-            return none
+            return QueryTerms(counts, {}, [], 0.0)
         index = eng.index
         known = index.lookup_terms(list(counts))
         # Terms found only in kept older versions (df 0) cannot match a latest
@@ -100,8 +115,36 @@ class Searcher:
             rare = [known[t][0] for t in counts if t in known and known[t][1] == 0]
             stored = index.stored_terms(rare) if rare else set()
             order = [t for t in counts if t in known and (known[t][1] > 0 or known[t][0] in stored)]
+        # every distinct query term counts in the maximum, one no chunk holds with df 0
+        bound = confidence.query_bound(index.n_chunks, [known[t][1] if t in known else 0 for t in counts])
+        return QueryTerms(counts, known, order, bound)
+
+    def _confidences(self, terms: QueryTerms, chunk_ids: np.ndarray, opts: SearchOptions) -> list[float]:
+        """:attr:`Hit.confidence` of these chunks for a query (BM25 of just them over the
+        query's maximum; see :mod:`ragdb.confidence`)."""
+        if not terms.order or terms.bound <= 0:
+            return [0.0] * len(chunk_ids)
+        k1, b = self._bm25_params(opts)
+        scores = confidence.chunk_bm25(self.engine.index, [terms.known[t] for t in terms.order], chunk_ids, k1, b)
+        return confidence.from_scores(scores.tolist(), terms.bound)
+
+    def lexical(self, query: str, k: int, opts: SearchOptions, mask: np.ndarray
+                ) -> tuple[np.ndarray, np.ndarray, dict[int, dict[str, float]], QueryTerms]:
+        """Lexical scoring without building hits (inside a read transaction, after ``sync``).
+
+        Returns the ids and scores of the ``k`` best chunks that ``mask`` allows
+        (plus any tied with the k-th), best first, equal scores by chunk id,
+        per-term contributions when ``opts.explain``, and the query's terms (with
+        the maximum score for confidences). Shared by lexical and hybrid search.
+        """
+        k1, b = self._bm25_params(opts)
+        terms = self.query_terms(query, opts)
+        none: tuple[np.ndarray, np.ndarray, dict[int, dict[str, float]], QueryTerms] = (
+            np.zeros(0, np.int64), np.zeros(0), {}, terms)
+        counts, known, order = terms.counts, terms.known, terms.order
         if not order:
             return none
+        index = self.engine.index
         explain = opts.explain
         if opts.lexical == "bm25":
             scores, per_term = index.bm25([known[t] for t in order], k1, b, explain)
@@ -123,7 +166,7 @@ class Searcher:
             for cid in cand.tolist():
                 contributions[cid] = {t: float(c[cid]) for t, c in zip(order, per_term)
                                       if len(c) and c[cid] != 0.0}
-        return cand, sc, contributions
+        return cand, sc, contributions, terms
 
     # -- dense -----------------------------------------------------------------------
     def _vector_pool(self, qvec: np.ndarray, embedder: Embedder, k: int, mask: np.ndarray) -> Pool:
@@ -161,9 +204,11 @@ class Searcher:
                 keep = sims >= opts.min_score
                 ids, sims = ids[keep], sims[keep]
             pool = list(zip(ids.tolist(), sims.tolist()))
+            # a vector hit's confidence is the lexical support of its chunk (ragdb.confidence)
+            conf = dict(zip(ids.tolist(), self._confidences(self.query_terms(query, opts), ids, opts)))
             protos = eng.index.hit_protos([c for c, _ in pool])
         return hits_from_scored(protos, ((c, s, {"vector:cosine": s} if opts.explain else {})
-                                         for c, s in pool))[:k]
+                                         for c, s in pool), conf)[:k]
 
     def _hybrid(self, query: str, opts: SearchOptions, k: int) -> list[Hit]:
         """Lexical and vector candidates fused into one ranking, best first.
@@ -189,7 +234,7 @@ class Searcher:
             eng.sync()
             index = eng.index
             mask = index.allowed(eng.restrictions(opts.restrictions))
-            cand, scores, contrib = self.lexical(query, size, opts, mask)
+            cand, scores, contrib, terms = self.lexical(query, size, opts, mask)
             lex: Pool = (cand.astype(np.int64), scores)
             dense = self._vector_pool(qvec, emb, size, mask) if qvec is not None else empty_pool()
             lex, dense = content_order(lex, store.chunk_sort_keys), content_order(dense, store.chunk_sort_keys)
@@ -201,6 +246,7 @@ class Searcher:
                 keep = fused >= opts.min_score
                 ids, fused = ids[keep], fused[keep]
             ids, fused = cut_with_ties(ids, fused, k)
+            conf = dict(zip(ids.tolist(), self._confidences(terms, ids, opts)))
             protos = index.hit_protos(ids.tolist())
         lex_scores = dict(zip(lex[0].tolist(), lex[1].tolist())) if opts.explain else {}
         dense_scores = dict(zip(dense[0].tolist(), dense[1].tolist())) if opts.explain else {}
@@ -214,4 +260,4 @@ class Searcher:
                 if cid in dense_scores:
                     ex["vector:cosine"] = dense_scores[cid]
             scored.append((cid, score, ex))
-        return hits_from_scored(protos, scored)[:k]
+        return hits_from_scored(protos, scored, conf)[:k]

@@ -181,6 +181,8 @@ class SyncReport:
     documents: int
     removed: int
     dry_run: bool = False
+    #: new chunks that took over the stored vector of an equal text (:attr:`ragdb.AddReport.reused`)
+    reused: int = 0
     skipped: tuple[Skipped, ...] = ()
     unmatched: tuple[tuple[str, str], ...] = ()
 
@@ -199,6 +201,8 @@ class IngestReport:
     unchanged: tuple[str, ...]
     failed: tuple[FileFailure, ...]
     documents: int
+    #: new chunks that took over the stored vector of an equal text (:attr:`ragdb.AddReport.reused`)
+    reused: int = 0
     skipped: tuple[Skipped, ...] = ()
     unmatched: tuple[tuple[str, str], ...] = ()
     removed: int = 0
@@ -500,7 +504,7 @@ def apply_sync(db: Database, plan: SyncPlan, *, strict: bool = False, batch_size
     skipped: list[Skipped] = list(plan.skipped)
     written: set[str] = set()
     stale: list[str] = []  # stored documents of a changed file that its new content no longer holds
-    counts = {"documents": 0, "removed": 0}
+    counts = {"documents": 0, "removed": 0, "reused": 0}
 
     def records() -> Iterator[LoadedDocument]:
         for source in plan.added + plan.changed:
@@ -523,7 +527,8 @@ def apply_sync(db: Database, plan: SyncPlan, *, strict: bool = False, batch_size
 
     with transaction(db):
         if plan.added or plan.changed:
-            counts["documents"] = len(db.add_many(records(), batch_size=batch_size))
+            added = db.add_many(records(), batch_size=batch_size)
+            counts["documents"], counts["reused"] = len(added), added.reused
         for source in stale:
             counts["removed"] += db.delete(source=source)
         for source in plan.deleted:
@@ -536,7 +541,7 @@ def apply_sync(db: Database, plan: SyncPlan, *, strict: bool = False, batch_size
                       changed=tuple(s for s in plan.changed if s in written),
                       deleted=plan.deleted, unchanged=plan.unchanged,
                       failed=tuple(sorted(failed, key=lambda f: f.source)),
-                      documents=counts["documents"], removed=counts["removed"],
+                      documents=counts["documents"], removed=counts["removed"], reused=counts["reused"],
                       skipped=tuple(skipped), unmatched=plan.unmatched)
 
 
@@ -702,4 +707,4 @@ def add_paths(db: Database, inputs: Sequence[str | os.PathLike[str]] | Selection
     added = tuple(c.document.source for c in report.changes if c.status != "unchanged")
     unchanged = tuple(c.document.source for c in report.changes if c.status == "unchanged")
     return IngestReport(added=added, unchanged=unchanged, failed=tuple(failed), documents=len(added),
-                        skipped=tuple(skipped), unmatched=sel.unmatched, removed=removed)
+                        skipped=tuple(skipped), unmatched=sel.unmatched, removed=removed, reused=report.reused)

@@ -16,6 +16,11 @@ class Hit:
     (for example ``section`` from Markdown headings or ``page`` from PDFs).
     ``explain`` maps each query term to its contribution to ``score`` when the
     search was made with ``explain=True``; otherwise it is empty.
+    ``confidence`` (in [0, 1]) is how much of the query the chunk supports,
+    the same measure for every query, corpus and scorer: its BM25 score over
+    the highest one any chunk could reach for the query (:mod:`ragdb.confidence`).
+    Prompts refuse when no hit reaches the floor (``min_confidence``). None on
+    a hit not made by a search.
     """
 
     score: float
@@ -30,6 +35,7 @@ class Hit:
     ordinal: int
     metadata: Mapping[str, Any] = field(default_factory=dict)
     explain: Mapping[str, float] = field(default_factory=dict)
+    confidence: float | None = None
 
 
 @dataclass(frozen=True)
@@ -105,9 +111,16 @@ class AddReport(Sequence[Document]):
     A sequence of the resulting :class:`Document` objects in record order
     (as ``add_many`` returned before it reported more), plus ``changes``:
     one :class:`Change` per record; ``added``, ``replaced`` and
-    ``unchanged`` are the document ids of each kind."""
+    ``unchanged`` are the document ids of each kind.
+
+    ``embedded``: chunks the embedder gave a vector during the call (an
+    embedding add: chunks left pending before it included); ``reused``: new
+    chunks that took over the stored vector of an equal text (an unchanged
+    chunk of the replaced version, or any stored chunk) instead."""
 
     changes: tuple[Change, ...] = ()
+    embedded: int = 0
+    reused: int = 0
 
     @property
     def documents(self) -> tuple[Document, ...]:

@@ -25,6 +25,21 @@ Pending chunks (what happens when the embedder fails)
     each of its chunks either has its vector or is visibly pending
     (:attr:`ragdb.types.VectorInfo.pending`).
 
+Reuse (unchanged text is never embedded again)
+    Each vector records the SHA-256 of its chunk text (``vectors.text_hash``,
+    migration 0005). Every stored vector is of the recorded model, so in the
+    transaction that writes a document, each new chunk whose text hash is
+    stored - an unchanged chunk of the version it replaces (read before that
+    version is deleted), or any stored chunk - gets a copy of that vector,
+    with or without an embedder: editing one paragraph of a 15-chunk document
+    embeds one chunk. A copy, never a move: deleting the old version (or
+    keeping it, ``keep_versions``) leaves the new one's vectors alone.
+    :meth:`ragdb.Database.embed` looks pending chunks up the same way and
+    embeds each distinct text of a batch once. A database without vectors
+    hashes nothing. (A re-chunked document reuses only chunks whose text
+    came out the same: with the default ``recursive`` chunker an edit that
+    changes a chunk's length can move the boundaries of the chunks after it.)
+
 Search
     :class:`VectorIndex` keeps the vectors of one database in a numpy matrix.
     Every change to ``vectors`` is logged (``vector_log``), by this process or

@@ -6,6 +6,14 @@ document frequencies, the chunk change log and the in-memory index exact: after
 any sequence of writes, scores equal those of a fresh build of the same
 documents. A failure rolls the transaction back and the in-memory index is
 reloaded from the file (:meth:`ragdb.engine.Engine.writing`).
+
+Vectors of unchanged text are reused, never re-embedded: once a database holds
+vectors, every chunk a write stores looks its text hash up (the replaced
+version's chunks first, then every stored vector, :func:`ragdb.storage.vectors.text_hash`)
+and takes over an equal text's vector, in the same transaction; only the
+rest are left pending for :meth:`Writer.embed`, which also looks each pending
+chunk up before embedding and embeds each distinct text of a batch once.
+A database without vectors skips the hashing.
 """
 
 from __future__ import annotations
@@ -13,6 +21,7 @@ from __future__ import annotations
 from array import array
 from collections import Counter
 from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -23,6 +32,7 @@ from .index import FLUSH_THRESHOLD
 from .ingest import Prepared, check_acl, check_metadata
 from .options import check_positive_int
 from .storage import dumps, loads, model_mismatch, utcnow_iso
+from .storage.vectors import text_hash
 from .types import Change, Document
 from .vectors import dimensions_of
 
@@ -31,6 +41,16 @@ if TYPE_CHECKING:
     from .engine import Engine
 
 WRITER_TERM_CACHE = 300_000  # a writer keeps a vocabulary up to this size in memory
+HASH_FILL_BATCH = 4096  # vectors given their text hash per transaction (those stored before migration 0005)
+
+
+@dataclass
+class VectorTally:
+    """Vectors one call gave to chunks: ``embedded`` by the embedder, ``reused``
+    (copied from a stored vector of the same text instead). Counted as the call goes."""
+
+    embedded: int = 0
+    reused: int = 0
 
 
 class Writer:
@@ -163,17 +183,20 @@ class Writer:
             index.note_write(store.bump_stats(), index.n_chunks, index.total_length)
 
     def embed(self, embedder: Embedder, batch_size: int = 64, *, rebuild: bool = False, full_scan: bool = False,
-              progress: Callable[[int, int], None] | None = None) -> int:
-        """Embed every pending chunk (one without a vector; kept older versions
-        included, as ``versions="all"`` searches see them); returns how many were stored.
+              progress: Callable[[int, int], None] | None = None, tally: VectorTally | None = None) -> int:
+        """Give every pending chunk (one without a vector; kept older versions
+        included, as ``versions="all"`` searches see them) a vector; returns how many were stored.
 
-        Texts are embedded ``batch_size`` at a time, outside any transaction (an
+        Pending chunks are read ``batch_size`` at a time. A chunk whose text
+        already has a stored vector gets a copy of it; the other distinct texts
+        of the batch are embedded once each, outside any transaction (an
         embedding endpoint may be slow); each batch's vectors are then written in
         their own write transaction. ``rebuild=True`` first deletes every vector and
         records ``embedder``'s model; otherwise a different recorded model raises
         :class:`EmbeddingError`. ``full_scan`` looks for pending chunks below the
         watermark too (repairs hand-made holes). ``progress(done, pending_total)``
-        is called after each batch. If the embedder fails, vectors written by
+        is called after each batch; ``tally`` counts what was embedded and reused.
+        If the embedder fails, vectors written by
         earlier batches stay, the rest stay pending, and ``EmbeddingError`` says
         how many are pending.
         """
@@ -185,43 +208,89 @@ class Writer:
                 store.reset_vector_model(name, dims)
             else:
                 store.set_vector_model(name, dims)
+            model = store.vector_model()
             start = 0 if full_scan else store.embedded_upto()
             total = store.unembedded_count() if progress is not None else 0
+        self._hash_old_vectors()
+        tally = tally if tally is not None else VectorTally()
         done = 0
         after = start
         while True:
             with store.read():
                 batch = store.unembedded_chunks(limit=batch_size, after=after)
+                hashes = [text_hash(text) for _, text in batch]
+                stored = store.vectors_by_hash(hashes)
             if not batch:
                 break
-            try:
-                vecs = np.asarray(embedder.embed([text for _, text in batch]))
-                if vecs.shape != (len(batch), dims):
-                    raise EmbeddingError(f"embedder {name!r} returned shape {vecs.shape} for {len(batch)} texts, "
-                                         f"expected ({len(batch)}, {dims})")
-                if not np.all(np.isfinite(vecs)):
-                    raise EmbeddingError(f"embedder {name!r} returned NaN or infinite values")
-            except Exception as e:
-                with store.read():
-                    left = store.unembedded_count()
-                msg = (f"embedding with {name!r} failed ({e}); {left} chunks are pending (stored without vectors: "
-                       f"lexical search finds them, vector search does not). Run `ragdb embed` to retry")
-                raise EmbeddingError(msg) from e
+            todo: dict[bytes, str] = {}  # each distinct text without a stored vector, once
+            for (_cid, text), h in zip(batch, hashes):
+                if h not in stored and h not in todo:
+                    todo[h] = text
+            made: dict[bytes, np.ndarray] = {}
+            if todo:
+                try:
+                    vecs = np.asarray(embedder.embed(list(todo.values())))
+                    if vecs.shape != (len(todo), dims):
+                        raise EmbeddingError(f"embedder {name!r} returned shape {vecs.shape} for {len(todo)} "
+                                             f"texts, expected ({len(todo)}, {dims})")
+                    if not np.all(np.isfinite(vecs)):
+                        raise EmbeddingError(f"embedder {name!r} returned NaN or infinite values")
+                except Exception as e:
+                    with store.read():
+                        left = store.unembedded_count()
+                    msg = (f"embedding with {name!r} failed ({e}); {left} chunks are pending (stored without "
+                           f"vectors: lexical search finds them, vector search does not). Run `ragdb embed` to "
+                           f"retry")
+                    raise EmbeddingError(msg) from e
+                made = dict(zip(todo, vecs))
+            first: list[tuple[int, np.ndarray]] = []  # a text's first chunk: embedded
+            first_hashes: list[bytes] = []
+            again: list[tuple[int, np.ndarray]] = []  # the same text again in this batch
+            again_hashes: list[bytes] = []
+            copies: list[tuple[int, bytes, bytes]] = []  # a stored vector's text
+            seen: set[bytes] = set()
+            for (cid, _t), h in zip(batch, hashes):
+                if h in stored:
+                    copies.append((cid, stored[h], h))
+                elif h in seen:
+                    again.append((cid, made[h]))
+                    again_hashes.append(h)
+                else:
+                    seen.add(h)
+                    first.append((cid, made[h]))
+                    first_hashes.append(h)
             last = batch[-1][0]
             with self.engine.writing():
                 current = store.vector_model()
-                if current is None or (current["model"], int(current["dimensions"])) != (name, dims):
+                if current is None or current != model:  # (the copied bytes are of this model and dtype)
                     raise EmbeddingError(model_mismatch(current or {"model": None, "dimensions": 0}, name, dims)
                                          + " (the model was changed by another process while embedding)")
-                done += store.put_vectors([(cid, vecs[i]) for i, (cid, _t) in enumerate(batch)])
+                embedded = store.put_vectors(first, first_hashes)
+                reused = store.put_vectors(again, again_hashes)
+                reused += store.copy_vectors(copies, existing_only=True)
                 # Every chunk in (start, last] has a vector now (or was deleted):
                 # later searches for pending chunks start after it.
                 store.advance_embedded_upto(last, start)
                 self.engine.vectors.sync()
+            tally.embedded += embedded
+            tally.reused += reused
+            done += embedded + reused
             after = last
             if progress is not None:
                 progress(done, total)
         return done
+
+    def _hash_old_vectors(self) -> None:
+        """Give vectors stored before migration 0005 their text hash (a few thousand
+        per transaction), so later writes find and reuse them; a no-op once done."""
+        store = self.engine.store
+        while True:
+            with store.read():
+                rows = store.unhashed_vectors(HASH_FILL_BATCH)
+            if not rows:
+                return
+            with self.engine.writing():
+                store.set_text_hashes([(text_hash(text), cid) for cid, text in rows])
 
     def document(self, doc_id: int, with_text: bool = False) -> Document:
         row = self.engine.store.doc_row(doc_id)
@@ -229,13 +298,20 @@ class Writer:
             raise DocumentNotFound(f"no document with id {doc_id}")
         return doc_from_row(row, with_text)
 
-    def write(self, batch: list[Prepared]) -> list[Change]:
+    def write(self, batch: list[Prepared], tally: VectorTally | None = None) -> list[Change]:
         """Write a batch of prepared documents (one transaction): each is added,
-        replaces the latest version of its source, or is identical to it (unchanged)."""
+        replaces the latest version of its source, or is identical to it (unchanged).
+
+        Once the database holds vectors, each new chunk whose text has one (a
+        chunk of the version it replaces, or any stored chunk) gets a copy of it
+        in this transaction; ``tally.reused`` counts them."""
         store, index = self.engine.store, self.engine.index
         with self.engine.writing():
             self.engine.sync()
             changes = _Changes()
+            # text hash -> vector bytes of the versions this batch replaces (read before
+            # they are deleted); None: no vectors stored, nothing to reuse, nothing hashed.
+            changes.reusable = {} if store.has_vectors() else None
             existing = store.latest_by_source([p.source for p in batch])
             next_doc, next_chunk = index.next_ids  # read by index.sync() just now
             results: list[tuple[str, int, int | None]] = []  # (status, doc id, replaced id)
@@ -257,6 +333,8 @@ class Writer:
                         new_docs = []
                         pending_ids = set()
                     replaced = ex_id
+                    if changes.reusable is not None:
+                        changes.reusable.update(store.doc_vectors(ex_id))
                     if self.engine.settings.get("keep_versions", False):
                         self._demote(ex_id, p.ts, changes)
                     else:
@@ -277,6 +355,8 @@ class Writer:
                 changes.next_ids = (next_doc, changes.next_chunk)
             if changes.any:
                 self._commit_changes(changes)
+            if tally is not None:
+                tally.reused += changes.reused
             made = dict(new_docs_all)
             return [Change(status, doc_from_prepared(d, made[d]) if d in made else self.document(d), replaced)
                     for status, d, replaced in results]
@@ -319,6 +399,8 @@ class Writer:
         now = utcnow_iso()
         doc_rows = []
         chunk_rows = []
+        reusable = changes.reusable
+        hashed: list[tuple[int, bytes]] = []  # (chunk id, text hash) when vectors may be reused
         for doc_id, p in docs:
             doc_rows.append((doc_id, p.source, p.version, p.timestamp, p.ts, p.content_hash, p.title, p.text,
                              p.metadata_json, dumps(list(p.acl)), p.chunker, now))
@@ -336,6 +418,8 @@ class Writer:
                 next_chunk += 1
                 # A chunk that is the whole document stores no copy of the text.
                 ctext = None if start == 0 and end == whole else p.text[start:end]
+                if reusable is not None:
+                    hashed.append((cid, text_hash(p.text if ctext is None else ctext)))
                 chunk_rows.append((cid, doc_id, ordinal, start, end, length, ctext, dumps(cmeta),
                                    terms_blob, tfs_blob))
                 changes.new_chunks.append((cid, doc_id, length, idx.unpack_ids(terms_blob),
@@ -351,6 +435,12 @@ class Writer:
         acl_rows = [(doc_id, label) for doc_id, p in docs for label in p.acl]
         if meta_rows or acl_rows:
             store.insert_doc_index(meta_rows, acl_rows)
+        if hashed:
+            assert reusable is not None
+            found = {h: reusable[h] for _, h in hashed if h in reusable}
+            found.update(store.vectors_by_hash(h for _, h in hashed if h not in found))
+            if found:
+                changes.reused += store.copy_vectors([(cid, found[h], h) for cid, h in hashed if h in found])
         changes.next_chunk = next_chunk
 
     def _remove(self, doc_id: int, latest: bool, changes: _Changes,
@@ -442,6 +532,8 @@ class _Changes:
         self.latest: list[int] = []
         self.next_chunk = 0
         self.next_ids = (0, 0)  # next free (document id, chunk id) after this write
+        self.reusable: dict[bytes, bytes] | None = None  # see Writer.write
+        self.reused = 0  # new chunks that took over a stored vector
 
     @property
     def any(self) -> bool:

@@ -93,11 +93,13 @@ def test_no_read_path_leaks(tmp_path_factory, docs, principals, public_unlabeled
                 expected = {d.id for d in every if d.id in allowed and (versions == "all" or d.latest)}
                 if scorer in ("bm25", "tfidf"):  # every document matches the query
                     assert {h.doc_id for h in hits} == expected, (scorer, versions)
-        prompt = db.build_prompt(query, k=50, **kw)
+        # min_confidence=0: every visible document is evidence here (the refusal floor,
+        # tested in test_refusal.py, would drop one-word documents against this long query)
+        prompt = db.build_prompt(query, k=50, min_confidence=0, **kw)
         assert {h.doc_id for h in prompt.sources} <= allowed
         assert prompt.refused == (not any(d.latest and d.id in allowed for d in every))
         llm = EchoLLM()
-        answer = db.ask(query, llm, k=50, **kw)
+        answer = db.ask(query, llm, k=50, min_confidence=0, **kw)
         assert {h.doc_id for h in answer.hits} <= allowed
         if not answer.hits:
             assert llm.seen == []  # refused without calling the model

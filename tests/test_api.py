@@ -283,18 +283,22 @@ def test_keywords_override_options(vdb):
     assert_names(e, "alpha")
 
 
+# The prompt tests below compare prompts with searches: min_confidence=0 keeps the refusal
+# floor (tests/test_refusal.py) from dropping the weaker of these five small documents' hits.
 def test_build_prompt_uses_options(vdb):
     opts = SearchOptions(restrictions=Restrictions(filter={"lang": "de"}, principals=ragdb.ALL))
-    prompt = vdb.build_prompt(QUERY, options=opts)
+    prompt = vdb.build_prompt(QUERY, options=opts, min_confidence=0)
     assert [h.source for h in prompt.sources] == ["notes/katze.txt"]
-    assert prompt.sources == vdb.build_prompt(QUERY, filter={"lang": "de"}, principals=ragdb.ALL).sources
-    tfidf = vdb.build_prompt(QUERY, options=SearchOptions(scorer="tfidf", restrictions=FULL))
+    assert prompt.sources == vdb.build_prompt(QUERY, filter={"lang": "de"}, principals=ragdb.ALL,
+                                              min_confidence=0).sources
+    tfidf = vdb.build_prompt(QUERY, options=SearchOptions(scorer="tfidf", restrictions=FULL), min_confidence=0)
     assert [h.score for h in tfidf.sources] == \
         [h.score for h in vdb.search(QUERY, k=5, scorer="tfidf", principals=ragdb.ALL)]
     assert [h.score for h in tfidf.sources] != \
-        [h.score for h in vdb.build_prompt(QUERY, principals=ragdb.ALL).sources]
+        [h.score for h in vdb.build_prompt(QUERY, principals=ragdb.ALL, min_confidence=0).sources]
     # keyword k overrides the options' k
-    assert len(vdb.build_prompt(QUERY, k=2, options=SearchOptions(k=4, restrictions=FULL)).sources) == 2
+    assert len(vdb.build_prompt(QUERY, k=2, options=SearchOptions(k=4, restrictions=FULL),
+                                min_confidence=0).sources) == 2
     hits = vdb.search(QUERY)
     with pytest.raises(InvalidInput, match="hits"):
         vdb.build_prompt(QUERY, hits, options=opts)
@@ -314,21 +318,22 @@ class EchoLLM:
 def test_ask_uses_options(vdb):
     llm = EchoLLM()
     answer = vdb.ask(QUERY, llm, options=SearchOptions(restrictions=Restrictions(filter={"lang": "de"},
-                                                                             principals=ragdb.ALL)))
+                                                                             principals=ragdb.ALL)),
+                     min_confidence=0)
     assert [h.source for h in answer.hits] == ["notes/katze.txt"] and len(llm.messages) == 1
-    answer = vdb.ask(QUERY, llm, k=2, options=SearchOptions(scorer="tfidf", restrictions=FULL))
+    answer = vdb.ask(QUERY, llm, k=2, options=SearchOptions(scorer="tfidf", restrictions=FULL), min_confidence=0)
     assert [h.score for h in answer.hits] == \
         [h.score for h in vdb.search(QUERY, k=2, scorer="tfidf", principals=ragdb.ALL)]
 
 
 def test_build_prompt_honours_options_k(vdb):
     assert len(vdb.search(QUERY, principals=ragdb.ALL)) >= 3
-    assert len(vdb.build_prompt(QUERY, options=SearchOptions(k=2, restrictions=FULL)).sources) == 2
+    assert len(vdb.build_prompt(QUERY, options=SearchOptions(k=2, restrictions=FULL), min_confidence=0).sources) == 2
 
 
 def test_ask_honours_options_k(vdb):
     assert len(vdb.search(QUERY, principals=ragdb.ALL)) >= 3
-    assert len(vdb.ask(QUERY, EchoLLM(), options=SearchOptions(k=2, restrictions=FULL)).hits) == 2
+    assert len(vdb.ask(QUERY, EchoLLM(), options=SearchOptions(k=2, restrictions=FULL), min_confidence=0).hits) == 2
 
 
 def test_search_options_frozen_and_replace_validates():

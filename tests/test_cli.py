@@ -484,8 +484,8 @@ def test_prompt(runner, kb):
     data = out_json(run(runner, "-d", kb, "prompt", "How do I start the pump?", "--json"))
     assert not data["refused"] and data["messages"][-1]["role"] == "user"
     assert data["sources"][0]["source"].endswith("guide.md")
-    refused = run(runner, "-d", kb, "prompt", "zyzzyva quux?")
-    assert "refuse" in refused.stderr
+    refused = run(runner, "-d", kb, "prompt", "zyzzyva quux?", ok=False)
+    assert refused.exit_code == 3 and "refused: no chunk matches the question" in refused.stderr
     zh = out_json(run(runner, "-d", kb, "prompt", "知识库多久更新？", "--json"))
     assert zh["language"] == "zh"
 
@@ -530,11 +530,13 @@ def test_ask_streams_on_a_terminal(runner, kb, httpserver, llm_env, monkeypatch)
 
 
 def test_ask_refuses_without_calling_the_model(runner, kb, httpserver, llm_env):
-    result = run(runner, "-d", kb, "ask", "zyzzyva quux?", "--base-url", httpserver.url_for("/v1"))
-    assert result.stdout.strip() == "I don't know based on the provided context."
+    result = run(runner, "-d", kb, "ask", "zyzzyva quux?", "--base-url", httpserver.url_for("/v1"), ok=False)
+    assert result.exit_code == 3 and result.stdout.strip() == "I don't know based on the provided context."
+    assert "refused without calling the model" in result.stderr
     assert httpserver.log == []
     result = run(runner, "-d", kb, "ask", "How do I start the pump?", "--min-score", "1000",
-                 "--base-url", httpserver.url_for("/v1"), "--json")
+                 "--base-url", httpserver.url_for("/v1"), "--json", ok=False)
+    assert result.exit_code == 3
     assert out_json(result)["refused"] is True and httpserver.log == []
 
 

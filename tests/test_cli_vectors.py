@@ -196,10 +196,13 @@ def test_prompt_and_ask_take_the_scorer_options(runner, embedded):
                         "--filter", "team=ops", "--json"))
     assert [s["metadata"]["team"] for s in data["sources"]] == ["ops"]
     # ask: --model is the chat model, the query embedder is --embed-model; cosines are <= 1, so with
-    # --min-score 1.5 nothing passes and ask refuses without calling any chat model
-    data = out_json(run(runner, "-d", embedded, "ask", "pump valve", "--scorer", "vector", "--embed-model", "hash",
-                        "--min-score", "1.5", "--json"))
-    assert data["refused"] and data["sources"] == []
+    # --min-score 1.5 nothing passes and ask refuses (exit status 3) without calling the chat model
+    # (a port nothing listens on: an attempt would fail with exit status 1)
+    result = run(runner, "-d", embedded, "ask", "pump valve", "--scorer", "vector", "--embed-model", "hash",
+                 "--min-score", "1.5", "--base-url", "http://127.0.0.1:9/v1", "--json", ok=False)
+    assert result.exit_code == 3, result.output
+    data = out_json(result)
+    assert data["refused"] and data["sources"] == [] and data["model_called"] is False
 
 
 def test_eval_with_vector_scorers(runner, tmp_path):
@@ -263,6 +266,53 @@ def test_sync_and_import_with_model(runner, tmp_path, folder):
     other = tmp_path / "other.db"
     run(runner, "-d", other, "import", dump)
     assert stats(runner, other)["vectors"] == 0
+
+
+def _long_note(root, paras):
+    (root / "long.md").write_text("\n\n".join(paras), encoding="utf-8")
+
+
+def test_embed_flag_uses_the_recorded_model_and_unchanged_chunks_keep_their_vectors(runner, tmp_path):
+    root = tmp_path / "notes"
+    root.mkdir()
+    # ~500-character paragraphs: one chunk each with the default chunker
+    paras = [f"Paragraph {i} " + " ".join(f"word{i}x{j}" for j in range(60)) for i in range(15)]
+    _long_note(root, paras)
+    db = tmp_path / "kb.db"
+    result = run(runner, "-d", db, "add", root, "--embed", ok=False)
+    assert result.exit_code == 2 and "records no embedding model yet" in result.output
+    assert "--model" in result.output and stats(runner, db)["documents"] == 0
+    data = out_json(run(runner, "-d", db, "add", root, "--embed", "--model", "hash", "--json"))
+    assert (data["model"], data["embedded"], data["reused"]) == ("hash-64", 15, 0)
+
+    paras[7] = paras[7].replace("word7x3 ", "word7x3 edited ")
+    _long_note(root, paras)
+    data = out_json(run(runner, "-d", db, "add", root, "--embed", "--json"))  # the recorded model
+    assert (data["model"], data["embedded"], data["reused"]) == ("hash-64", 1, 14)
+    assert stats(runner, db)["vectors"] == 15
+
+    # without --embed the unchanged chunks still keep their vectors; the edited one waits
+    paras[3] = paras[3].replace("word3x3 ", "word3x3 edited ")
+    _long_note(root, paras)
+    result = run(runner, "-d", db, "add", root)
+    assert "embed" not in result.output
+    s = stats(runner, db)
+    assert (s["vectors"], s["vectors_pending"]) == (14, 1)
+    result = run(runner, "-d", db, "add", root, "--embed")  # unchanged file: embeds what was pending
+    assert "embedded 1 chunk with hash-64" in result.stdout and "reused" not in result.stdout
+
+    synced = tmp_path / "synced.db"
+    run(runner, "-d", synced, "sync", root, "--model", "hash")
+    paras[9] = paras[9].replace("word9x3 ", "word9x3 edited ")
+    _long_note(root, paras)
+    result = run(runner, "-d", synced, "sync", root, "--embed")
+    assert "embedded 1 chunk with hash-64; 14 reused a stored vector (same text)" in result.stdout
+    assert run(runner, "-d", synced, "sync", root, "--embed", "--dry-run").stdout.count("embedded") == 0
+
+    dump = tmp_path / "dump.jsonl"
+    run(runner, "-d", db, "export", dump)
+    result = run(runner, "-d", tmp_path / "copy.db", "import", dump, "--embed", ok=False)
+    assert result.exit_code == 2 and "records no embedding model yet" in result.output
 
 
 # ----------------------------------------------------------------------------- an OpenAI-compatible endpoint

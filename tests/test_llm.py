@@ -116,9 +116,9 @@ def test_openai_key_goes_only_to_openai(httpserver, monkeypatch):
 def test_env_fallbacks(monkeypatch):
     for name in ("RAGDB_LLM_BASE_URL", "OPENAI_BASE_URL", "RAGDB_LLM_MODEL", "RAGDB_LLM_API_KEY", "OPENAI_API_KEY"):
         monkeypatch.delenv(name, raising=False)
-    c = ChatClient()
+    c = ChatClient(api_key=KEY)
     assert (c.base_url, c.model) == ("https://api.openai.com/v1", "gpt-4o-mini")
-    assert "api_key=''" in repr(c)
+    assert "api_key='***'" in repr(c)
     monkeypatch.setenv("OPENAI_BASE_URL", "http://localhost:11434/v1")
     monkeypatch.setenv("OPENAI_API_KEY", KEY)
     c = ChatClient()

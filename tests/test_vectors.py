@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hashlib
 import json
 import sqlite3
 
@@ -114,6 +115,28 @@ def test_put_normalizes_and_search_is_exact_cosine(emb):
             vi.search(np.ones(4), 5)
         with d._store.write(), pytest.raises(EmbeddingError, match="2 dimensions"):
             st_.put_vectors([(1, np.ones(2))])
+
+
+def test_stored_vectors_record_their_text_hash(emb):
+    """put_vectors records the SHA-256 of each chunk's text (from the stored text unless
+    given); vectors_by_hash finds them; copy_vectors with existing_only skips deleted chunks."""
+    with ragdb.open(":memory:") as d:
+        fill(d)
+        st_ = d._store
+        with st_.write():
+            st_.set_vector_model(emb.name, emb.dimensions)
+            assert st_.put_vectors([(1, emb.embed([DOCS[0][1]])[0]), (99, np.ones(64))]) == 1
+            assert st_.put_vectors([(2, emb.embed([DOCS[1][1]])[0])], [b"given"]) == 1
+            with pytest.raises(InvalidInput, match="2 hashes for 1 vectors"):
+                st_.put_vectors([(3, np.ones(64))], [b"a", b"b"])
+            hashes = dict(st_.conn.execute("SELECT chunk_id, text_hash FROM vectors"))
+            assert hashes == {1: storage_vectors.text_hash(DOCS[0][1]), 2: b"given"}
+            found = st_.vectors_by_hash([storage_vectors.text_hash(DOCS[0][1]), b"given", b"absent"])
+            assert set(found) == {storage_vectors.text_hash(DOCS[0][1]), b"given"}
+            assert st_.copy_vectors([(3, found[b"given"], b"given"), (98, found[b"given"], b"given")],
+                                    existing_only=True) == 1
+            assert st_.vectors_for([3])[1].tolist() == st_.vectors_for([2])[1].tolist()
+        assert storage_vectors.text_hash("é") == hashlib.sha256("é".encode()).digest()
 
 
 def test_float16_vectors(emb):

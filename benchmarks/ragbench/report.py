@@ -62,6 +62,23 @@ def _version(dist: str) -> str:
         return "not installed"
 
 
+def _commit() -> str:
+    """The repository's short commit, noting uncommitted changes to ragdb's sources."""
+    try:
+        commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True,
+                                cwd=str(REPO), timeout=10).stdout.strip() or "?"
+    except (OSError, subprocess.SubprocessError):
+        commit = "?"
+    try:
+        dirty = subprocess.run(["git", "status", "--porcelain", "--", "ragdb", "migrations"], capture_output=True,
+                               text=True, cwd=str(REPO), timeout=10).stdout.strip()
+    except (OSError, subprocess.SubprocessError):
+        dirty = ""
+    if dirty:
+        commit += " plus uncommitted changes in ragdb/"
+    return commit
+
+
 def machine_facts() -> list[str]:
     cpu = platform.processor() or "?"
     try:
@@ -79,18 +96,7 @@ def machine_facts() -> list[str]:
             mem = f"{kb / 2**20:.1f} GiB"
     except (OSError, ValueError, IndexError):
         pass
-    try:
-        commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True,
-                                cwd=str(REPO), timeout=10).stdout.strip() or "?"
-    except (OSError, subprocess.SubprocessError):
-        commit = "?"
-    try:
-        dirty = subprocess.run(["git", "status", "--porcelain", "--", "ragdb", "migrations"], capture_output=True,
-                               text=True, cwd=str(REPO), timeout=10).stdout.strip()
-    except (OSError, subprocess.SubprocessError):
-        dirty = ""
-    if dirty:
-        commit += " plus uncommitted changes in ragdb/"
+    commit = _commit()
     pkgs = ", ".join(f"{d} {_version(d)}" for d in (*PEER_PACKAGES, "PyStemmer", "numpy", "orjson"))
     return [
         f"- Machine: {os.cpu_count()} logical cores ({cpu}), {mem} RAM, {platform.system()} {platform.release()}",
@@ -171,4 +177,64 @@ def write_report(ctx: Context, bodies: list[str], started: float, command: str) 
     ]
     path = ctx.args.out
     path.write_text("\n".join(out), encoding="utf-8")
+    return path
+
+
+def merge_report(ctx: Context, bodies: list[str], started: float, command: str) -> Path:
+    """Splice the sections just run, and their bars, into the existing report at ``--out``.
+
+    For running one section alone (``--sections refusal --merge``) without losing the full run's
+    figures: each body replaces the section of the same ``## `` heading (or goes in before
+    ``## Method``), each bar the row of the same name in the bars table (or is appended), and the
+    tally is recounted. Each merged section says which command and date produced it. Without a
+    report at ``--out`` this is :func:`write_report`.
+    """
+    path = ctx.args.out
+    if not path.exists():
+        return write_report(ctx, bodies, started, command)
+    lines = path.read_text(encoding="utf-8").split("\n")
+    now = _dt.datetime.now().astimezone()
+    stamp = (f"_This section: `{command}` on {now:%Y-%m-%d %H:%M %Z}, ragdb at commit {_commit()}, merged into "
+             "the report of the run named at the top._")
+
+    def section_span(heading: str) -> tuple[int, int] | None:
+        if heading not in lines:
+            return None
+        start = lines.index(heading)
+        end = next((i for i in range(start + 1, len(lines)) if lines[i].startswith("## ")), len(lines))
+        return start, end
+
+    for body in bodies:
+        body_lines = body.rstrip("\n").split("\n")
+        heading = next((ln for ln in body_lines if ln.startswith("## ")), None)
+        if heading is None:
+            continue
+        new = body_lines + ["", stamp, ""]
+        span = section_span(heading)
+        if span is None:
+            method = section_span("## Method")
+            at = method[0] if method else len(lines)
+            lines[at:at] = new
+        else:
+            lines[span[0]:span[1]] = new
+    bars = section_span("## Bars")
+    if bars is not None and ctx.bars:
+        rows = [i for i in range(*bars) if lines[i].startswith("| ") and not lines[i].startswith("| bar |")]
+        for name, ok, detail in ctx.bars:
+            row = f"| {name} | {'PASS' if ok else 'FAIL' if ok is False else 'n/a'} | {detail} |"
+            same = [i for i in rows if lines[i].startswith(f"| {name} |")]
+            if same:
+                lines[same[0]] = row
+            else:
+                at = (rows[-1] + 1) if rows else bars[1]
+                lines.insert(at, row)
+                rows.append(at)
+        results = [ln.split(" | ")[1] for i, ln in enumerate(lines) if i in set(rows)]
+        tally = [results.count(v) for v in ("PASS", "FAIL", "n/a")]
+        for i in range(*bars):
+            if lines[i].endswith("(not measured in this run)."):
+                lines[i] = (f"{len(results)} bars: {tally[0]} PASS, {tally[1]} FAIL, {tally[2]} n/a "
+                            "(not measured in this run).")
+                break
+    path.write_text("\n".join(lines), encoding="utf-8")
     return path
