@@ -534,30 +534,102 @@ def _analyzer_name(config: Any) -> str:
 # --------------------------------------------------------------------------- add
 
 
+def selection_options(f: Callable[..., Any]) -> Callable[..., Any]:
+    """What add and sync take from a folder, how they name sources, and which labels they set."""
+    opts = [
+        click.option("--include", "include", multiple=True, metavar="PATTERN",
+                     help="Only files matching PATTERN (gitignore syntax, relative to the folder; repeatable; "
+                          "braces expand: '*.{md,rst}')."),
+        click.option("--exclude", "exclude", multiple=True, metavar="PATTERN",
+                     help="Leave out files and folders matching PATTERN (gitignore syntax; repeatable)."),
+        click.option("--glob", "globs", multiple=True, metavar="PATTERN",
+                     help="Deprecated: the same as --include."),
+        click.option("--relative-to", "relative_to", default=None, metavar="DIR",
+                     type=click.Path(file_okay=False, dir_okay=True, exists=True),
+                     help="Name sources by their path relative to DIR (default: the working folder; paths "
+                          "outside it keep their absolute path)."),
+        click.option("--acl", "acl", multiple=True, metavar="LABEL",
+                     help="Access label of every document written (repeatable); overrides front matter."),
+        click.option("--public", is_flag=True,
+                     help=f"Label every document written {ragdb.PUBLIC!r}: visible to every caller."),
+        click.option("-v", "--verbose", is_flag=True, help="Also list every skipped path and why."),
+    ]
+    for opt in reversed(opts):
+        f = opt(f)
+    return f
+
+
+def _labels(acl: Sequence[str], public: bool) -> list[str] | None:
+    if public and acl:
+        raise click.UsageError("--public and --acl exclude each other (--public is the label "
+                               f"{ragdb.PUBLIC!r}, which every caller sees)")
+    if public:
+        return [ragdb.PUBLIC]
+    return list(acl) if acl else None
+
+
+def _plural(n: int, word: str) -> str:
+    return f"{n:,} {word}{'s' * (n != 1)}" if n else ""
+
+
+def _skip_json(skipped: Sequence[Any], unmatched: Sequence[tuple[str, str]]) -> dict[str, Any]:
+    from . import walk
+
+    return {"skipped": [{"path": k.path, "reason": k.reason, "detail": k.detail} for k in skipped],
+            "skip_counts": walk.skip_counts(skipped),
+            "unmatched": [{"option": o, "pattern": p} for o, p in unmatched]}
+
+
+def _report_skips(skipped: Sequence[Any], unmatched: Sequence[tuple[str, str]], verbose: bool) -> None:
+    """``-v``: one line per skipped path; always: the one-line summary by reason, and a
+    warning for each pattern that matched nothing."""
+    from . import walk
+
+    if verbose:
+        for k in skipped:
+            click.echo(f"skip {k.path} ({k.reason}{': ' + k.detail if k.detail else ''})")
+    if skipped:
+        folders = sum(1 for k in skipped if k.path.endswith("/"))
+        what = " and ".join(x for x in (_plural(folders, "folder"), _plural(len(skipped) - folders, "file")) if x)
+        click.echo(f"skipped {what}: {walk.reason_summary(walk.skip_counts(skipped))}"
+                   + ("" if verbose else " (-v lists them)"))
+    for option, pattern in unmatched:
+        _warn(f"warning: --{option} {pattern!r} matched no file")
+
+
 @cli.command()
 @database_option
 @click.argument("paths", nargs=-1, required=True, metavar="PATH...")
 @click.option("--recursive/--no-recursive", default=True, show_default=True, help="Descend into sub-folders.")
-@click.option("--glob", default=None, metavar="PATTERN", help="Only files of folders matching PATTERN (e.g. '*.md').")
 @click.option("--source-prefix", default="", metavar="PREFIX", help="Prepend PREFIX to every source.")
 @click.option("--source", default=None, metavar="NAME", help="Source of the document (one input only).")
 @click.option("--version", "doc_version", default=None, help="Version label of the documents.")
 @click.option("--metadata", "metadata", multiple=True, metavar="KEY=VALUE",
               help="Metadata set on every document (repeatable; values are strings).")
-@click.option("--kind", default=None, metavar="KIND", help="Format of standard input (md, html, txt, pdf ...).")
+@click.option("--kind", default=None, metavar="KIND", help="Format of standard input (md, rst, html, txt, pdf ...).")
 @click.option("--strict", is_flag=True, help="Fail on the first unreadable file, writing nothing.")
+@selection_options
 @write_model_option
 @json_option
-def add(database: str | None, paths: tuple[str, ...], recursive: bool, glob: str | None, source_prefix: str,
+def add(database: str | None, paths: tuple[str, ...], recursive: bool, source_prefix: str,
         source: str | None, doc_version: str | None, metadata: tuple[str, ...], kind: str | None,
-        strict: bool, embed: bool, embed_model: str | None, as_json: bool) -> None:
+        strict: bool, include: tuple[str, ...], exclude: tuple[str, ...], globs: tuple[str, ...],
+        relative_to: str | None, acl: tuple[str, ...], public: bool, verbose: bool,
+        embed: bool, embed_model: str | None, as_json: bool) -> None:
     """Add files, folders, or - (standard input) to the database.
 
-    A file's source is its path as given (prefixed by --source-prefix); a
+    A file's source is its path relative to the working folder (absolute
+    outside it), after --source-prefix: docs/a.md, ./docs/a.md and its
+    absolute path are one document, the one 'ragdb sync docs' keeps. A
     source already stored is replaced, identical content is left alone.
-    Unreadable files (binary, encrypted or broken PDF, empty) are reported
-    and skipped; the rest lands, in one transaction. Exits 1 when nothing
-    could be read, or on any unreadable file with --strict (nothing written).
+    Folders: .gitignore/.ragdbignore, --include/--exclude and the default
+    skips (VCS folders, virtualenvs, node_modules, build output, lockfiles,
+    binaries, hidden files ...) choose the files; a summary says what was
+    skipped and why (-v lists it). A file named on the command line is
+    always read. Unreadable files (encrypted or broken PDF, empty, binary
+    when named) are reported; the rest lands, in one transaction. Exits 1
+    when nothing was added or found unchanged, or on any unreadable file
+    with --strict (nothing written).
 
     With --embed (the recorded model) or --model SPEC the new chunks are
     embedded after the text is stored (if embedding fails the text stays, its
@@ -570,33 +642,42 @@ def add(database: str | None, paths: tuple[str, ...], recursive: bool, glob: str
     meta: dict[str, Any] = {}
     for k, v in _key_values(metadata, "--metadata").items():
         meta[k] = v[0] if len(v) == 1 else v
+    labels = _labels(acl, public)
     embedder = _get_embedder(embed_model) if embed_model is not None else None
+    selection = sync.select_paths(paths, recursive=recursive, include=[*include, *globs], exclude=exclude,
+                                  source_prefix=source_prefix, relative_to=relative_to)
     stdin = sys.stdin.buffer.read() if "-" in paths else None
-    items = sync.expand_paths(paths, recursive=recursive, glob=glob, source_prefix=source_prefix)
     embedded: int | None = None
     embed_error: str | None = None
     with _open(database, create=True) as db:
         if embedder is not None:
             _check_model(db, embedder, embed_model or "")  # refused before anything is written
         embedder = _write_embedder(db, embedder, embed)
-        with _progress("adding", len(items)) as progress:
-            report = sync.add_paths(db, paths, recursive=recursive, glob=glob, source_prefix=source_prefix,
-                                    source=source, version=doc_version, metadata=meta, stdin=stdin,
-                                    stdin_kind=kind, strict=strict, progress=progress)
+        with _progress("adding", len(selection.items)) as progress:
+            report = sync.add_paths(db, selection, source=source, version=doc_version, metadata=meta,
+                                    acl=labels, stdin=stdin, stdin_kind=kind, strict=strict, progress=progress,
+                                    source_prefix=source_prefix)
         if embedder is not None:
             embedded, embed_error = _embed_after_write(db, embedder)
+    nothing = not report.added and not report.unchanged
     if as_json:
         _emit_json({"added": report.added, "unchanged": report.unchanged,
                     "failed": [{"source": f.source, "path": f.path, "error": f.error} for f in report.failed],
-                    "documents": report.documents,
+                    "documents": report.documents, "removed": report.removed,
+                    **_skip_json(report.skipped, report.unmatched),
                     **_report_embedding(embedder, embedded, embed_error, True, report.reused)})
     else:
         for f in report.failed:
-            _warn(f"skipped {f.error}")
+            _warn(f"failed {f.error}")
         click.echo(f"added {len(report.added)} document{'s' * (len(report.added) != 1)}, "
-                   f"{len(report.unchanged)} unchanged, {len(report.failed)} failed")
+                   f"{len(report.unchanged)} unchanged, {len(report.failed)} failed"
+                   + (f", {report.removed} stale record{'s' * (report.removed != 1)} removed"
+                      if report.removed else ""))
+        _report_skips(report.skipped, report.unmatched, verbose)
         _report_embedding(embedder, embedded, embed_error, False, report.reused)
-    if (report.failed and not report.added and not report.unchanged) or embed_error is not None:
+        if nothing and not report.failed:
+            _warn("Error: nothing to add: no file was selected" + (" (all were skipped)" if report.skipped else ""))
+    if nothing or embed_error is not None:
         raise click.exceptions.Exit(1)
 
 
@@ -607,24 +688,30 @@ def add(database: str | None, paths: tuple[str, ...], recursive: bool, glob: str
 @database_option
 @click.argument("folder", type=click.Path(file_okay=False, dir_okay=True))
 @click.option("--source-prefix", default="", metavar="PREFIX",
-              help="Sources are PREFIX + path relative to FOLDER; only sources under PREFIX are synced.")
-@click.option("--glob", default=None, metavar="PATTERN", help="Only files matching PATTERN (e.g. '*.md').")
+              help="Prepend PREFIX to every source; only sources under PREFIX + the folder's name are synced.")
 @click.option("--recursive/--no-recursive", default=True, show_default=True, help="Descend into sub-folders.")
 @click.option("--dry-run", is_flag=True, help="List what would change; write nothing.")
 @click.option("--strict", is_flag=True, help="Fail on the first unreadable file, writing nothing.")
-@click.option("-v", "--verbose", is_flag=True, help="List every added, changed and deleted source.")
+@selection_options
 @write_model_option
 @json_option
-def sync_cmd(database: str | None, folder: str, source_prefix: str, glob: str | None, recursive: bool,
-             dry_run: bool, strict: bool, verbose: bool, embed: bool, embed_model: str | None,
+def sync_cmd(database: str | None, folder: str, source_prefix: str, recursive: bool, dry_run: bool, strict: bool,
+             include: tuple[str, ...], exclude: tuple[str, ...], globs: tuple[str, ...], relative_to: str | None,
+             acl: tuple[str, ...], public: bool, verbose: bool, embed: bool, embed_model: str | None,
              as_json: bool) -> None:
     """Make the knowledge base mirror FOLDER: add new files, replace changed ones, delete vanished ones.
 
-    Files whose size and modification time are unchanged are not read;
-    others are compared by SHA-256 of their bytes. Without --source-prefix
-    the whole database mirrors FOLDER (documents from elsewhere are
-    deleted); with it, only sources under the prefix are touched. One
-    transaction: an error leaves the database as it was.
+    Sources are named as 'ragdb add' names them (the path relative to the
+    working folder, after --source-prefix), so a sync of docs/ keeps what
+    'ragdb add docs/' stored; the sync manages the sources under the
+    folder's name and leaves the rest alone (a sync of the working folder
+    itself, without a prefix, mirrors the whole database). Files are
+    chosen as by 'ragdb add' (ignore files, --include/--exclude, default
+    skips, with a summary); --include/--exclude also narrow which stored
+    documents are in scope. Files whose size and modification time are
+    unchanged are not read; others are compared by SHA-256 of their bytes.
+    One transaction: an error leaves the database as it was. -v lists
+    every added, changed, deleted and skipped path.
 
     With --embed (the recorded model) or --model SPEC the new chunks are
     embedded after the sync commits; without them they stay pending until
@@ -632,6 +719,7 @@ def sync_cmd(database: str | None, folder: str, source_prefix: str, glob: str | 
     """
     from . import sync
 
+    labels = _labels(acl, public)
     embedder = _get_embedder(embed_model) if embed_model is not None else None
     embedded: int | None = None
     embed_error: str | None = None
@@ -643,8 +731,10 @@ def sync_cmd(database: str | None, folder: str, source_prefix: str, glob: str | 
             _check_model(db, embedder, embed_model or "")
         if not dry_run:
             embedder = _write_embedder(db, embedder, embed)
-        plan = sync.plan_sync(db, folder, source_prefix=source_prefix, glob=glob, recursive=recursive,
-                              probe=dry_run)
+        plan = sync.plan_sync(db, folder, source_prefix=source_prefix, include=[*include, *globs],
+                              exclude=exclude, recursive=recursive, probe=dry_run, relative_to=relative_to,
+                              acl=labels)
+        legacy = _legacy_names(db, plan, source_prefix, folder)
         if dry_run:
             if strict and plan.failed:
                 raise click.ClickException(plan.failed[0].error)
@@ -663,12 +753,13 @@ def sync_cmd(database: str | None, folder: str, source_prefix: str, glob: str | 
                     "unchanged": len(report.unchanged),
                     "failed": [{"source": f.source, "path": f.path, "error": f.error} for f in report.failed],
                     "documents": report.documents, "removed": report.removed,
+                    **_skip_json(report.skipped, report.unmatched),
                     **_report_embedding(embedder, embedded, embed_error, True, report.reused)})
         if embed_error is not None:
             raise click.exceptions.Exit(1)
         return
     for f in report.failed:
-        _warn(f"skipped {f.error}")
+        _warn(f"failed {f.error}")
     if dry_run or verbose:
         for mark, sources in (("A", report.added), ("M", report.changed), ("D", report.deleted)):
             for s in sources:
@@ -677,9 +768,27 @@ def sync_cmd(database: str | None, folder: str, source_prefix: str, glob: str | 
     click.echo(f"{verb}add {len(report.added)}, {verb}replace {len(report.changed)}, "
                f"{verb}delete {len(report.deleted)}, unchanged {len(report.unchanged)}, "
                f"failed {len(report.failed)}")
+    _report_skips(report.skipped, report.unmatched, verbose)
+    if legacy:
+        _warn(legacy)
     _report_embedding(embedder, embedded, embed_error, False, report.reused)
     if embed_error is not None:
         raise click.exceptions.Exit(1)
+
+
+def _legacy_names(db: ragdb.Database, plan: Any, source_prefix: str, folder: str) -> str | None:
+    """A warning when the sync finds nothing stored under its sources but documents under
+    the bare prefix: most likely stored by a sync from before sources were named like
+    'ragdb add' names them (PREFIX + path relative to FOLDER)."""
+    from . import sync
+
+    if not source_prefix or plan.prefix == source_prefix or plan.changed or plan.unchanged or plan.deleted:
+        return None
+    if not plan.added or not db.documents(sync.escape_glob(source_prefix) + "*", limit=1, principals=ragdb.ALL):
+        return None
+    return (f"warning: nothing is stored under {plan.prefix!r} yet, but there are documents under "
+            f"{source_prefix!r}: sync names files as 'ragdb add' does (PREFIX + the path from the working "
+            f"folder); to keep names relative to the folder, pass --relative-to {folder}")
 
 
 # --------------------------------------------------------------------------- delete / show / list

@@ -11,13 +11,26 @@ Loaders and what they add to ``metadata`` (every document also gets
 
 * ``text`` -- any text encoding (UTF-8 first, then detection). ``encoding``.
 * ``markdown`` -- markdown-it-py; the body is kept as Markdown source,
-  YAML front matter becomes metadata, headings become ``section`` spans.
-  ``encoding`` plus the front-matter keys.
-* ``html`` -- visible text only; ``<title>`` becomes the title. ``encoding``.
+  YAML front matter becomes metadata (its ``acl``/``labels`` key becomes
+  the document's access labels), headings become ``section`` spans. What
+  is not content is left out: the front matter, HTML comments, link
+  reference definitions (``[id]: http://...``) and navigation link lists
+  at the very top or bottom (see :func:`_clean_markdown`). ``encoding``
+  plus the front-matter keys.
+* ``rst`` -- reStructuredText source; section titles (underline and
+  overline adornments) become ``section`` spans and the first one the
+  title; comments, hyperlink targets and ``toctree``/``contents``
+  directives are left out. ``encoding``.
+* ``html`` -- visible text only; ``<title>`` (else the first ``<h1>``)
+  becomes the title, ``<h1>``-``<h6>`` become ``section`` spans, page
+  chrome (``<nav>``, page-level ``<header>``/``<footer>``, ARIA
+  navigation/banner/contentinfo roles, breadcrumbs, "skip to content"
+  links) is left out. ``encoding``.
 * ``pdf`` -- pypdf; pages joined by a blank line, ``page`` spans. ``pages``
   (and ``author`` when the PDF names one).
 * ``jsonl`` -- one document per line (ragdb layout or BEIR layout).
-  ``line`` plus the record's ``metadata``, ``id``, ``version``, ``timestamp``.
+  ``line`` plus the record's ``metadata``, ``id``, ``version``, ``timestamp``;
+  an ``acl`` field (a label or a list of labels) becomes its access labels.
 
 Keys the loader sets itself (``path``, ``content_hash``, ``size``, ``mtime``,
 ``loader``, ``encoding``, ``pages``, ``line``) win over user keys of the same
@@ -33,8 +46,8 @@ from __future__ import annotations
 import codecs
 import contextlib
 import datetime as _dt
-import fnmatch
 import hashlib
+import importlib
 import io
 import logging
 import math
@@ -42,12 +55,14 @@ import os
 import re
 import stat
 import threading
-from collections.abc import Iterator, Mapping
+import unicodedata
+from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any, cast
 
 import orjson
 
+from . import walk
 from .analysis import is_blank
 from .errors import InvalidInput, LoaderError, MissingDependency
 from .types import LoadedDocument, Span
@@ -60,6 +75,10 @@ _SUFFIX_KIND: dict[str, str] = {
     ".text": "text",
     ".md": "markdown",
     ".markdown": "markdown",
+    ".mdown": "markdown",
+    ".mkd": "markdown",
+    ".rst": "rst",
+    ".rest": "rst",
     ".html": "html",
     ".htm": "html",
     ".pdf": "pdf",
@@ -71,13 +90,15 @@ _SUFFIX_KIND: dict[str, str] = {
 SUPPORTED_SUFFIXES: frozenset[str] = frozenset(_SUFFIX_KIND)
 
 #: The loader kinds accepted by :func:`load_bytes`.
-KINDS: tuple[str, ...] = ("text", "markdown", "html", "pdf", "jsonl")
+KINDS: tuple[str, ...] = ("text", "markdown", "rst", "html", "pdf", "jsonl")
 
 _KIND_ALIASES: dict[str, str] = {
     **{k: k for k in KINDS},
     "txt": "text",
     "plain": "text",
     "md": "markdown",
+    "rest": "rst",
+    "restructuredtext": "rst",
     "htm": "html",
     "ndjson": "jsonl",
 }
@@ -156,58 +177,24 @@ def load_bytes(data: bytes, *, source: str, kind: str | None = None) -> list[Loa
     return _dispatch(data, resolved, where=source, source=source, base=base)
 
 
-def iter_files(root: str | os.PathLike[str], *, recursive: bool = True, glob: str | None = None) -> Iterator[Path]:
-    """Yield the regular files under ``root`` in a deterministic (name-sorted, depth-first) order.
+def iter_files(root: str | os.PathLike[str], *, recursive: bool = True, glob: str | None = None,
+               include: Sequence[str] | None = None, exclude: Sequence[str] | None = None) -> Iterator[Path]:
+    """Yield the files under ``root`` that ragdb indexes, in a deterministic (name-sorted, depth-first) order.
 
-    Hidden files and folders (names starting with ``.``) below ``root`` are
-    skipped, and so are broken links, sockets, FIFOs and devices. Symbolic
-    links to folders are followed, but a folder is entered at most once (by
-    its real path), so link loops end. Unreadable folders are skipped.
-    ``glob`` (``fnmatch`` syntax) keeps files whose name or path relative to
-    ``root`` matches it (``"*.md"``, ``"docs/*.md"``, ``"**/*.md"``). A
-    ``root`` that is a file is yielded itself (if it matches). Raises
+    The rules of :func:`ragdb.walk.walk` apply: version-control folders,
+    virtualenvs, ``node_modules``, caches, build output, lockfiles,
+    minified assets, binary types, hidden files and ``.gitignore``/
+    ``.ragdbignore`` matches are left out (:func:`ragdb.walk.walk` says
+    which and why). ``include``/``exclude`` are gitignore-style patterns
+    relative to ``root``; ``glob`` (deprecated) is one more include pattern.
+    Symbolic links to folders are followed, each real folder entered once.
+    A ``root`` that is a file is yielded itself (if it matches). Raises
     :class:`~ragdb.errors.LoaderError` when ``root`` does not exist.
     """
-    rootp = Path(root)
-    try:
-        st = rootp.stat()
-    except OSError as e:
-        raise LoaderError(f"{os.fspath(root)}: no such file or folder ({e.strerror or e})") from None
-    if stat.S_ISREG(st.st_mode):
-        if glob is None or _glob_match(rootp.name, rootp.name, glob):
-            yield rootp
-        return
-    if not stat.S_ISDIR(st.st_mode):
-        return
-    seen: set[str] = {os.path.realpath(rootp)}
-    stack: list[tuple[Iterator[os.DirEntry[str]], str]] = [(_sorted_entries(rootp), "")]
-    while stack:
-        entries, rel_dir = stack[-1]
-        entry = next(entries, None)
-        if entry is None:
-            stack.pop()
-            continue
-        if entry.name.startswith("."):
-            continue
-        rel = f"{rel_dir}{entry.name}"
-        try:
-            is_dir = entry.is_dir()  # follows links; False for broken links
-            is_file = not is_dir and entry.is_file()
-        except OSError:  # ELOOP on a self-referencing link, permission problems
-            continue
-        if is_dir:
-            if not recursive:
-                continue
-            try:
-                real = os.path.realpath(entry.path)
-            except (OSError, RuntimeError):
-                continue
-            if real in seen:
-                continue
-            seen.add(real)
-            stack.append((_sorted_entries(Path(entry.path)), rel + "/"))
-        elif is_file and (glob is None or _glob_match(entry.name, rel, glob)):
-            yield Path(entry.path)
+    patterns = [*(include or ()), *([glob] if glob is not None else [])]
+    found = walk.walk(root, recursive=recursive, include=patterns or None, exclude=exclude)
+    for path, _rel in found.files:
+        yield Path(path)
 
 
 # ============================================================================ dispatch
@@ -218,6 +205,8 @@ def _dispatch(data: bytes, kind: str, *, where: str, source: str, base: dict[str
         return [_load_text(data, where, source, base)]
     if kind == "markdown":
         return [_load_markdown(data, where, source, base)]
+    if kind == "rst":
+        return [_load_rst(data, where, source, base)]
     if kind == "html":
         return [_load_html(data, where, source, base)]
     if kind == "pdf":
@@ -274,21 +263,7 @@ _BOMS: tuple[tuple[bytes, str], ...] = (
     (codecs.BOM_UTF16_LE, "utf-16-le"),
     (codecs.BOM_UTF16_BE, "utf-16-be"),
 )
-# C0 controls that never appear in text (tab, LF, VT, FF, CR and ESC are allowed), and DEL.
-_CONTROL_BYTES = frozenset(set(range(0x00, 0x09)) | set(range(0x0E, 0x1B)) | set(range(0x1C, 0x20)) | {0x7F})
-_CONTROL_DELETE = bytes(sorted(_CONTROL_BYTES))
-_CONTROL_RATIO = 0.05
 _NEWLINES = re.compile(r"\r\n?")
-
-
-def _looks_binary(data: bytes) -> bool:
-    sample = data[:_SNIFF_BYTES]
-    if not sample:
-        return False
-    if b"\x00" in sample:
-        return True
-    controls = len(sample) - len(sample.translate(None, _CONTROL_DELETE))
-    return controls / len(sample) > _CONTROL_RATIO
 
 
 def _normalize(text: str) -> str:
@@ -307,7 +282,7 @@ def _decode(data: bytes, where: str, declared: str | None = None) -> tuple[str, 
     for bom, enc in _BOMS:
         if data.startswith(bom):
             return _normalize(data[len(bom):].decode(enc, errors="replace")), enc.replace("-le", "").replace("-be", "")
-    if _looks_binary(data):
+    if walk.looks_binary(data):
         raise LoaderError(f"{where}: looks binary (NUL or control bytes), not text")
     try:
         return _normalize(data.decode("utf-8")), "utf-8"
@@ -389,8 +364,44 @@ def _markdown_parsers(where: str) -> tuple[Any, Any]:
     return _md_block, _md_inline
 
 
+def _toml_front_matter(text: str, where: str) -> tuple[dict[str, Any], str] | None:
+    """(front matter, body) for TOML between a leading ``+++`` line and the next one (Hugo's
+    form), or None when the text does not start so."""
+    lines = text.split("\n")
+    if lines[0].rstrip() != "+++":
+        return None
+    end = next((i for i in range(1, len(lines)) if lines[i].rstrip() == "+++"), None)
+    if end is None:
+        return None
+    toml: Any = None
+    for name in ("tomllib", "tomli"):  # the standard library's from Python 3.11; tomli before
+        try:
+            toml = importlib.import_module(name)
+            break
+        except ImportError:  # pragma: no cover - Python 3.10 without tomli
+            continue
+    if toml is None:  # pragma: no cover
+        raise LoaderError(f"{where}: has TOML front matter, which needs Python 3.11 or the tomli package")
+    try:
+        loaded = toml.loads("\n".join(lines[1:end]))
+    except (toml.TOMLDecodeError, ValueError) as e:
+        raise LoaderError(f"{where}: invalid TOML front matter: {e}") from None
+    budget = [_MAX_FRONT_MATTER_NODES]
+    out: dict[str, Any] = {}
+    for key, value in loaded.items():
+        conv = _jsonable(value, budget, 0, set(), where)
+        if conv is not _DROP:
+            out[str(key)] = conv
+    return out, "\n".join(lines[end + 1:])
+
+
 def _split_front_matter(text: str, where: str) -> tuple[dict[str, Any], str]:
-    """(front matter, body): YAML between a leading ``---`` line and the next ``---``/``...`` line."""
+    """(front matter, body): YAML between a leading ``---`` line and the next ``---``/``...``
+    line, or TOML between two ``+++`` lines."""
+    if text.startswith("+++"):
+        toml_found = _toml_front_matter(text, where)
+        if toml_found is not None:
+            return toml_found
     if not text.startswith("---"):
         return {}, text
     lines = text.split("\n")
@@ -524,12 +535,148 @@ def _markdown_sections(text: str, where: str) -> tuple[list[Span], str | None]:
     return spans, first_h1
 
 
+#: Front-matter keys (and JSON Lines fields) that hold access labels instead of metadata.
+ACL_KEYS: tuple[str, ...] = ("acl", "labels")
+
+
+def _labels(value: Any, where: str, key: str) -> tuple[str, ...]:
+    """Access labels from a front-matter value or JSON field: a label or a list of labels."""
+    items = [value] if isinstance(value, str) else value
+    if not isinstance(items, list) or not all(isinstance(v, str) and v.strip() for v in items):
+        raise LoaderError(f"{where}: {key!r} must be a label or a list of labels (non-empty strings), "
+                          f"got {value!r}")
+    return tuple(sorted({v.strip() for v in items}))
+
+
+def _take_acl(front: dict[str, Any], where: str) -> tuple[str, ...] | None:
+    """Pop the access-label keys off front matter (they are not metadata)."""
+    found: set[str] | None = None
+    for key in ACL_KEYS:
+        if key in front:
+            value = front.pop(key)
+            found = (found or set()) | set(_labels(value, where, key))
+    return None if found is None else tuple(sorted(found))
+
+
+_MD_COMMENT = re.compile(r"(`+)[\s\S]*?\1|[ \t]*<!--[\s\S]*?-->")
+_MD_LINK = re.compile(r"!?\[(?:[^\[\]\n]|\[[^\[\]\n]*\])*\](?:\([^()\n]*(?:\([^()\n]*\)[^()\n]*)*\)|\[[^\]\n]*\])?"
+                      r"|<(?:https?|mailto):[^>\s]+>|https?://\S+")
+_MD_MARKER = re.compile(r"^\s*(?:[-*+]|\d{1,9}[.)])\s+", re.M)
+#: Words a navigation line may hold besides its links ("← Previous | Next →", "Back to top").
+_NAV_WORDS = frozenset("previous prev next back up home top index contents table of to go edit this page on github"
+                       " source view raw main menu docs documentation".split())
+
+
+def _link_only(block: str) -> bool:
+    """A paragraph or list of nothing but links (and separators or navigation words)."""
+    links = _MD_LINK.findall(block)
+    if not links:
+        return False
+    rest = _MD_MARKER.sub(" ", _MD_LINK.sub(" ", block))
+    words = [w.lower() for w in re.findall(r"\w+", rest)]
+    if any(w not in _NAV_WORDS for w in words):
+        return False
+    if len(links) >= 2:
+        return True
+    text = re.sub(r"\]\(.*", "", links[0]).strip("![")  # one link: only a navigation one ("Back to top")
+    return bool(re.findall(r"\w+", text)) and all(w.lower() in _NAV_WORDS for w in re.findall(r"\w+", text))
+
+
+def _clean_markdown(body: str, where: str) -> str:
+    """The Markdown ``body`` without what is not content.
+
+    Removed: HTML comments (not inside code), link reference definitions
+    (the lines the block parser consumes without making a block of them),
+    and navigation link lists: a run of paragraphs or lists made only of
+    links (plus separators, arrows and words such as "Previous", "Next",
+    "Home", "Back to top") at the very start of the document or at its very
+    end (not when it is a section's only content, after a heading, and never
+    the whole document). Code blocks are kept byte for byte.
+    """
+    block_md, _ = _markdown_parsers(where)
+    try:
+        tokens = block_md.parse(body)
+    except RecursionError:
+        raise LoaderError(f"{where}: Markdown nested too deeply to parse") from None
+    lines = body.split("\n")
+    n = len(lines)
+    covered = [False] * n
+    protected = [False] * n
+    blocks: list[tuple[int, int, str]] = []  # top-level blocks: first line, end line, token type
+    for tok in tokens:
+        if not tok.map:
+            continue
+        a, b = tok.map[0], min(tok.map[1], n)
+        if tok.type in ("fence", "code_block"):
+            for k in range(a, b):
+                protected[k] = True
+        if tok.level == 0 and tok.nesting >= 0:
+            for k in range(a, b):
+                covered[k] = True
+            blocks.append((a, b, tok.type))
+    drop = [not covered[k] and bool(lines[k].strip()) for k in range(n)]  # link reference definitions
+
+    def nav(block: tuple[int, int, str]) -> bool:
+        a, b, kind = block
+        return kind in ("paragraph_open", "bullet_list_open", "ordered_list_open") and _link_only(
+            "\n".join(lines[a:b]))
+
+    def run(order: list[tuple[int, int, str]]) -> list[tuple[int, int, str]]:
+        out: list[tuple[int, int, str]] = []
+        for blk in order:
+            if blk[2] == "hr" or nav(blk):
+                out.append(blk)
+            else:
+                break
+        return out if any(blk[2] != "hr" for blk in out) else []
+
+    if len(blocks) > 1:
+        head = run(blocks)
+        tail = run(blocks[::-1])
+        if tail and len(tail) < len(blocks) and blocks[len(blocks) - len(tail) - 1][2] == "heading_open":
+            # the links right after a heading are that section's content ("See also"); only what
+            # follows a rule below them is the page's navigation
+            rules = [k for k, blk in enumerate(tail) if blk[2] == "hr"]
+            tail = tail[:rules[-1] + 1] if rules else []
+        if len(head) + len(tail) < len(blocks):
+            for a, b, _kind in head + tail:
+                for k in range(a, b):
+                    drop[k] = True
+    if "<!--" not in body and not any(drop):
+        return body
+    kept: list[tuple[str, bool]] = []  # (line, protected)
+    segment: list[str] = []
+
+    def flush() -> None:  # comments out of a stretch of lines outside code
+        if segment:
+            text = _MD_COMMENT.sub(lambda m: m.group(0) if m.group(1) else "", "\n".join(segment))
+            kept.extend((line, False) for line in text.split("\n"))
+            segment.clear()
+
+    for k in range(n):
+        if drop[k]:
+            continue
+        if protected[k]:
+            flush()
+            kept.append((lines[k], True))
+        else:
+            segment.append(lines[k])
+    flush()
+    out: list[str] = []
+    for line, code in kept:  # what was removed leaves no run of blank lines behind (code keeps its own)
+        if not code and not line.strip() and (not out or not out[-1].strip()):
+            continue
+        out.append(line)
+    return "\n".join(out)
+
+
 def _load_markdown(data: bytes, where: str, source: str, base: Mapping[str, Any]) -> LoadedDocument:
     text, encoding = _decode(data, where)
     _require_text(text, where)
     _markdown_parsers(where)  # fail early with MissingDependency
     front, body = _split_front_matter(text, where)
-    body = body.lstrip("\n").rstrip()
+    acl = _take_acl(front, where)
+    body = _clean_markdown(body.lstrip("\n").rstrip(), where).strip("\n").rstrip()
     if is_blank(body):
         raise LoaderError(f"{where}: empty (no text after the front matter)")
     spans, first_h1 = _markdown_sections(body, where)
@@ -540,7 +687,123 @@ def _load_markdown(data: bytes, where: str, source: str, base: Mapping[str, Any]
     elif first_h1:
         title = first_h1
     meta = _meta(base, "markdown", {"encoding": encoding}, user=front)
-    return LoadedDocument(text=body, source=source, title=title, metadata=meta, spans=tuple(spans))
+    return LoadedDocument(text=body, source=source, title=title, metadata=meta, spans=tuple(spans), acl=acl)
+
+
+# ============================================================================ reStructuredText
+
+# Section titles are found by the adornment rules below, by hand: docutils
+# (not a dependency; a full parse builds a node tree and reports system
+# messages for every construct it dislikes) would only be used for the
+# titles, and the text is kept as RST source anyway, like Markdown's.
+_RST_PUNCT = "!\"#$%&'()*+,-./:;<=>?@[\\]^_`{|}~"
+_RST_DIRECTIVE = re.compile(r"^\.\.\s+(?:\|[^|]+\|\s+)?([\w][\w:+.-]*)::")
+_RST_DROP_DIRECTIVES = frozenset({"toctree", "contents"})  # navigation the builder generates
+
+
+def _rst_adornment(line: str) -> bool:
+    """A line of one punctuation character repeated (at least twice), from column 1."""
+    body = line.rstrip()
+    return len(body) >= 2 and body[0] in _RST_PUNCT and body == body[0] * len(body)
+
+
+def _rst_width(text: str) -> int:
+    return sum(2 if unicodedata.east_asian_width(c) in ("W", "F") else 1 for c in text)
+
+
+def _clean_rst(text: str) -> str:
+    """RST without comments, hyperlink targets and ``toctree``/``contents`` directives.
+
+    An explicit markup block (``..`` at column 1, with its indented
+    continuation lines) is dropped when it is a comment (neither a
+    directive, nor a footnote, citation or substitution definition), a
+    hyperlink target (``.. _name: URL``, ``__ URL``) or one of those
+    navigation directives.
+    """
+    lines = text.split("\n")
+    out: list[str] = []
+    i = 0
+    dropped = False
+    while i < len(lines):
+        line = lines[i]
+        drop = False
+        if line.startswith("..") and (len(line) == 2 or line[2] in " \t"):
+            rest = line[2:].strip()
+            m = _RST_DIRECTIVE.match(line)
+            if m is not None:
+                drop = m.group(1).lower() in _RST_DROP_DIRECTIVES
+            elif not rest.startswith(("[", "|")):
+                drop = True  # a comment or a hyperlink target ("_name: url")
+        elif line.startswith("__ "):
+            drop = True  # an anonymous hyperlink target
+        if not drop:
+            if dropped and not line.strip() and (not out or not out[-1].strip()):
+                i += 1
+                continue
+            dropped = False
+            out.append(line)
+            i += 1
+            continue
+        j = i + 1
+        while j < len(lines) and (not lines[j].strip() or lines[j][0] in " \t"):
+            j += 1
+        while j > i + 1 and not lines[j - 1].strip():  # the blank lines after the block stay
+            j -= 1
+        i = j
+        dropped = True
+    return "\n".join(out)
+
+
+def _rst_sections(text: str) -> tuple[list[Span], str | None]:
+    """Section spans from RST titles (underlined, or over- and underlined, with one
+    punctuation character; the order styles first appear in gives the levels) and the first title."""
+    lines = text.split("\n")
+    starts = [0]
+    for line in lines:
+        starts.append(starts[-1] + len(line) + 1)
+    styles: list[tuple[str, bool]] = []
+    titles: list[tuple[int, int, str]] = []  # offset, level, title
+    i = 0
+    n = len(lines)
+    while i < n:
+        line = lines[i]
+        after_blank = i == 0 or not lines[i - 1].strip()
+        if (after_blank and _rst_adornment(line) and i + 2 < n and lines[i + 1].strip()
+                and not _rst_adornment(lines[i + 1]) and lines[i + 2].rstrip() == line.rstrip()
+                and _rst_width(lines[i + 1].strip()) <= len(line.rstrip())):
+            style, title, nxt = (line[0], True), lines[i + 1].strip(), i + 3
+        elif (after_blank and line.strip() and line[0] not in " \t" and not _rst_adornment(line) and i + 1 < n
+              and _rst_adornment(lines[i + 1]) and len(lines[i + 1].rstrip()) >= _rst_width(line.rstrip())
+              and (i + 2 >= n or not lines[i + 2].strip() or not _rst_adornment(lines[i + 2]))):
+            style, title, nxt = (lines[i + 1][0], False), line.strip(), i + 2
+        else:
+            i += 1
+            continue
+        if style not in styles:
+            styles.append(style)
+        titles.append((starts[i], styles.index(style), " ".join(title.split())[:_MAX_HEADING_CHARS]))
+        i = nxt
+    spans: list[Span] = []
+    path: list[tuple[int, str]] = []
+    for k, (offset, level, title) in enumerate(titles):
+        while path and path[-1][0] >= level:
+            path.pop()
+        path.append((level, title))
+        end = titles[k + 1][0] if k + 1 < len(titles) else len(text)
+        if end > offset:
+            spans.append(Span(offset, min(end, len(text)), {"section": " > ".join(t for _, t in path)}))
+    return spans, (titles[0][2] if titles else None)
+
+
+def _load_rst(data: bytes, where: str, source: str, base: Mapping[str, Any]) -> LoadedDocument:
+    text, encoding = _decode(data, where)
+    _require_text(text, where)
+    body = _clean_rst(text).strip("\n").rstrip()
+    if is_blank(body):
+        raise LoaderError(f"{where}: empty (no text besides comments and targets)")
+    spans, title = _rst_sections(body)
+    return LoadedDocument(text=body, source=source, title=title, metadata=_meta(base, "rst", {"encoding": encoding}),
+                          spans=tuple(spans))
 
 
 # ============================================================================ HTML
@@ -574,24 +837,81 @@ def _hidden(attrs: Mapping[str, Any]) -> bool:
     return False
 
 
+_CONTENT_TAGS = frozenset({"article", "main", "section"})
+_CHROME_ROLES = frozenset({"navigation", "banner", "contentinfo"})
+_SKIP_LINK = re.compile(r"\s*(?:skip|jump)\s+(?:to|navigation)\b", re.I)
+_HEADING_TAGS = {f"h{k}": k for k in range(1, 7)}
+# Private-use characters marking where headings start (one per level) and end in the
+# extracted text; removed (with any the page itself held) before the text is stored.
+_MARK_START = "\ue000"
+_MARK_END = "\ue00f"
+_MARKS = re.compile("[\ue000-\ue00f]")
+
+
+def _chrome(tag: str, attrs: Mapping[str, Any], in_content: bool) -> bool:
+    """Page chrome, not content: navigation, the page's own header and footer, breadcrumbs.
+
+    ``<header>``/``<footer>`` inside ``<article>``, ``<main>`` or
+    ``<section>`` belong to that content and stay.
+    """
+    if tag == "nav":
+        return True
+    if tag in ("header", "footer") and not in_content:
+        return True
+    role = attrs.get("role")
+    if isinstance(role, str) and role.strip().lower() in _CHROME_ROLES:
+        return True
+    for key in ("class", "id", "aria-label"):
+        value = attrs.get(key)
+        if isinstance(value, str) and "breadcrumb" in value.lower():
+            return True
+    return False
+
+
+def _skip_link(attrs: Mapping[str, Any], text: str) -> bool:
+    """A "Skip to content" link (to an anchor of the same page)."""
+    href = attrs.get("href")
+    return isinstance(href, str) and href.strip().startswith("#") and _SKIP_LINK.match(text) is not None
+
+
 class _TextBuilder:
-    """Collects visible text: collapses whitespace, separates blocks with line breaks."""
+    """Collects visible text: collapses whitespace, separates blocks with line breaks.
+
+    Headings (``h1``-``h6``) are bracketed with private-use marks that
+    :func:`_html_headings` turns into offsets once the text is final.
+    """
 
     def __init__(self) -> None:
         self.parts: list[str] = []
         self.pending_break = 0  # 1: newline, 2: blank line
         self.pending_space = False
         self.pre = 0
+        self.marks: list[str] = []  # heading starts not yet followed by text
 
     def start(self, tag: str) -> None:
         self._block(tag)
         if tag == "pre":
             self.pre += 1
+        level = _HEADING_TAGS.get(tag)
+        if level is not None:
+            self.marks.append(chr(ord(_MARK_START) + level))
 
     def end(self, tag: str) -> None:
+        if tag in _HEADING_TAGS:
+            if self.marks:
+                self.marks.pop()  # a heading without text
+            else:
+                self.parts.append(_MARK_END)
         self._block(tag)
         if tag == "pre" and self.pre:
             self.pre -= 1
+
+    def snapshot(self) -> tuple[int, int, bool, int, list[str]]:
+        return len(self.parts), self.pending_break, self.pending_space, self.pre, list(self.marks)
+
+    def restore(self, state: tuple[int, int, bool, int, list[str]]) -> None:
+        n, self.pending_break, self.pending_space, self.pre, self.marks = state
+        del self.parts[n:]
 
     def _block(self, tag: str) -> None:
         if tag in _PARAGRAPH_TAGS:
@@ -631,11 +951,56 @@ class _TextBuilder:
                 self.parts.append(" ")
         self.pending_break = 0
         self.pending_space = False
+        if self.marks:
+            self.parts.extend(self.marks)
+            self.marks.clear()
 
     def result(self) -> str:
         text = "".join(self.parts)
         text = "\n".join(line.rstrip() for line in text.split("\n"))
         return re.sub(r"\n{3,}", "\n\n", text).strip("\n")
+
+
+def _html_headings(marked: str) -> tuple[str, list[tuple[int, int, int]]]:
+    """The text without heading marks, and (start, end, level) of each heading in it."""
+    out: list[str] = []
+    headings: list[tuple[int, int, int]] = []
+    pos = 0
+    open_at: tuple[int, int] | None = None
+    last = 0
+    for m in _MARKS.finditer(marked):
+        piece = marked[last:m.start()]
+        out.append(piece)
+        pos += len(piece)
+        last = m.end()
+        ch = m.group(0)
+        if ch == _MARK_END:
+            if open_at is not None:
+                headings.append((open_at[0], pos, open_at[1]))
+                open_at = None
+        elif open_at is None:
+            open_at = (pos, ord(ch) - ord(_MARK_START))
+    out.append(marked[last:])
+    return "".join(out), headings
+
+
+def _html_sections(text: str, headings: list[tuple[int, int, int]]) -> tuple[list[Span], str | None]:
+    """Section spans like Markdown's: from each heading to the next, titled by the heading path."""
+    spans: list[Span] = []
+    path: list[tuple[int, str]] = []
+    first_h1: str | None = None
+    titled = [(a, level, " ".join(text[a:b].split())[:_MAX_HEADING_CHARS]) for a, b, level in headings]
+    titled = [t for t in titled if t[2]]
+    for n, (offset, level, title) in enumerate(titled):
+        if level == 1 and first_h1 is None:
+            first_h1 = title
+        while path and path[-1][0] >= level:
+            path.pop()
+        path.append((level, title))
+        end = titled[n + 1][0] if n + 1 < len(titled) else len(text)
+        if end > offset:
+            spans.append(Span(offset, end, {"section": " > ".join(t for _, t in path)}))
+    return spans, first_h1
 
 
 def _nesting_estimate(html: str) -> int:
@@ -672,6 +1037,7 @@ def _html_selectolax(html: str) -> tuple[str, str | None] | None:
     builder = _TextBuilder()
     if root is None:
         return "", title
+    content = [0]  # depth of <article>/<main>/<section> elements around the node
 
     def enter(node: LexborNode) -> bool:
         tag = node.tag or ""
@@ -680,10 +1046,20 @@ def _html_selectolax(html: str) -> tuple[str, str | None] | None:
             return False
         if tag.startswith(("-", "_", "!")) or tag in _SKIP_TAGS:
             return False
-        if _hidden(node.attributes):
+        attrs = node.attributes
+        if _hidden(attrs) or _chrome(tag, attrs, content[0] > 0):
             return False
+        if tag == "a" and _skip_link(attrs, node.text(deep=True) or ""):
+            return False
+        if tag in _CONTENT_TAGS:
+            content[0] += 1
         builder.start(tag)
         return True
+
+    def leave(tag: str) -> None:
+        if tag in _CONTENT_TAGS and content[0]:
+            content[0] -= 1
+        builder.end(tag)
 
     # Iterative depth-first walk (deep documents must not exhaust the Python stack).
     node = root
@@ -695,7 +1071,7 @@ def _html_selectolax(html: str) -> tuple[str, str | None] | None:
             depth += 1
             continue
         if entered:
-            builder.end(node.tag or "")
+            leave(node.tag or "")
         while True:
             if depth == 0:
                 return builder.result(), title
@@ -706,7 +1082,7 @@ def _html_selectolax(html: str) -> tuple[str, str | None] | None:
             # depth > 0, so node is below root and has a parent
             node = cast(LexborNode, node.parent)
             depth -= 1
-            builder.end(node.tag or "")
+            leave(node.tag or "")
 
 
 def _html_stdlib(html: str) -> tuple[str, str | None]:
@@ -728,6 +1104,8 @@ def _html_stdlib(html: str) -> tuple[str, str | None]:
             self.in_title = False
             self.title_parts: list[str] = []
             self.title_done = False
+            self.content = 0
+            self.link: tuple[dict[str, str | None], list[str], Any] | None = None  # an <a href="#..."> being read
 
         def handle_starttag(self, tag: str, attrs: list[tuple[str, str | None]]) -> None:
             if self.in_title:
@@ -745,16 +1123,23 @@ def _html_stdlib(html: str) -> tuple[str, str | None]:
             if tag == "title" and not self.title_done:
                 self.in_title = True
                 return
-            if tag in _SKIP_TAGS or _hidden(dict(attrs)):
+            attributes = dict(attrs)
+            if tag in _SKIP_TAGS or _hidden(attributes) or _chrome(tag, attributes, self.content > 0):
                 if tag not in _VOID_TAGS:
                     self.skip_tag, self.skip_depth = tag, 1
                 return
+            if tag == "a" and self.link is None and str(attributes.get("href") or "").strip().startswith("#"):
+                self.link = (attributes, [], builder.snapshot())
+            if tag in _CONTENT_TAGS:
+                self.content += 1
             builder.start(tag)
             if tag in _VOID_TAGS:
                 builder.end(tag)
 
         def handle_startendtag(self, tag: str, attrs: list[tuple[str, str | None]]) -> None:
-            if self.in_title or self.skip_tag is not None or tag in _SKIP_TAGS or _hidden(dict(attrs)):
+            attributes = dict(attrs)
+            if (self.in_title or self.skip_tag is not None or tag in _SKIP_TAGS or _hidden(attributes)
+                    or _chrome(tag, attributes, self.content > 0)):
                 return
             builder.start(tag)
             builder.end(tag)
@@ -773,11 +1158,20 @@ def _html_stdlib(html: str) -> tuple[str, str | None]:
                 return
             if tag not in _VOID_TAGS:
                 builder.end(tag)
+            if tag in _CONTENT_TAGS and self.content:
+                self.content -= 1
+            if tag == "a" and self.link is not None:
+                attributes, texts, state = self.link
+                self.link = None
+                if _skip_link(attributes, "".join(texts)):
+                    builder.restore(state)
 
         def handle_data(self, data: str) -> None:
             if self.in_title:
                 self.title_parts.append(data)
             elif self.skip_tag is None:
+                if self.link is not None:
+                    self.link[1].append(data)
                 builder.text(data)
 
     parser = _Extractor()
@@ -792,6 +1186,7 @@ def _load_html(data: bytes, where: str, source: str, base: Mapping[str, Any]) ->
     declared = m.group(1).decode("ascii", "replace") if m else None
     html, encoding = _decode(data, where, declared)
     _require_text(html, where)
+    html = _MARKS.sub("", html)  # the heading marks must be the extractor's own
     try:
         result = None
         if _nesting_estimate(html) <= _MAX_LEXBOR_DEPTH:
@@ -802,12 +1197,13 @@ def _load_html(data: bytes, where: str, source: str, base: Mapping[str, Any]) ->
         raise LoaderError(f"{where}: HTML nested too deeply to parse") from None
     except Exception as e:  # noqa: BLE001 - html.parser raises AssertionError on some malformed markup
         raise LoaderError(f"{where}: could not parse HTML ({type(e).__name__}: {e})") from None
-    text, title = result
-    text = text.replace("\x00", "")
+    marked, title = result
+    text, headings = _html_headings(marked.replace("\x00", ""))
     if is_blank(text):
         raise LoaderError(f"{where}: no visible text in the HTML")
-    return LoadedDocument(text=text, source=source, title=title,
-                          metadata=_meta(base, "html", {"encoding": encoding}))
+    spans, first_h1 = _html_sections(text, headings)
+    return LoadedDocument(text=text, source=source, title=title or first_h1,
+                          metadata=_meta(base, "html", {"encoding": encoding}), spans=tuple(spans))
 
 
 # ============================================================================ PDF
@@ -987,24 +1383,6 @@ def _jsonl_record(rec: dict[str, Any], lineno: int, where: str, source: str,
         if isinstance(value, bool) or not isinstance(value, (str, int, float)):
             raise LoaderError(f"{label}: '{key}' must be a string or a number, got {type(value).__name__}")
         extra[key] = str(value) if key == "version" else value
+    acl = None if rec.get("acl") is None else _labels(rec["acl"], label, "acl")
     return LoadedDocument(text=body, source=rec_source, title=title,
-                          metadata=_meta(base, "jsonl", extra, user=user))
-
-
-# ============================================================================ folders
-
-
-def _sorted_entries(directory: Path) -> Iterator[os.DirEntry[str]]:
-    try:
-        with os.scandir(directory) as it:
-            entries = list(it)
-    except OSError:
-        return iter(())
-    entries.sort(key=lambda e: e.name)
-    return iter(entries)
-
-
-def _glob_match(name: str, rel: str, pattern: str) -> bool:
-    if fnmatch.fnmatchcase(name, pattern) or fnmatch.fnmatchcase(rel, pattern):
-        return True
-    return pattern.startswith("**/") and _glob_match(name, rel, pattern[3:])
+                          metadata=_meta(base, "jsonl", extra, user=user), acl=acl)

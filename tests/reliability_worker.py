@@ -664,7 +664,7 @@ def crash_child(path: str, folder: str, journal: str, seed: int, ready: Any, flu
             for d in db.documents("sync/*"):
                 effects.setdefault(d.source, None)
             _jwrite(fd, {"op": op, "phase": "begin", "gen": gen, "effects": effects})
-            sync.sync_folder(db, fold, source_prefix="sync/")  # one transaction
+            sync.sync_folder(db, fold, source_prefix="sync/", relative_to=fold)  # one transaction
         else:
             vacuum = rng.random() < 0.15
             op = "optimize+vacuum" if vacuum else "optimize"
@@ -957,7 +957,7 @@ def _op_delete(db: ragdb.Database, _f: Path) -> Any:
 
 def _op_sync(db: ragdb.Database, folder: Path) -> Any:
     from ragdb import sync
-    return sync.sync_folder(db, folder, source_prefix="files/")
+    return sync.sync_folder(db, folder, source_prefix="files/", relative_to=folder)
 
 
 def _op_optimize(db: ragdb.Database, _f: Path) -> Any:
@@ -1021,7 +1021,7 @@ def readonly_checks(work: Path) -> list[dict[str, Any]]:
     attempt("open(readonly=True)", "add", lambda: ro.add("new text here", source="doc/new"))
     attempt("open(readonly=True)", "delete", lambda: ro.delete(source="doc/s1"))
     attempt("open(readonly=True)", "optimize", lambda: ro.optimize())
-    attempt("open(readonly=True)", "sync", lambda: sync.sync_folder(ro, folder, source_prefix="ro/"))
+    attempt("open(readonly=True)", "sync", lambda: sync.sync_folder(ro, folder, source_prefix="ro/", relative_to=folder))
     ro.close()
     # an ordinary open whose connection cannot write (what a read-only file does; root ignores chmod)
     rw = ragdb.open(path)
@@ -1343,7 +1343,7 @@ def torture_cases(seed: int = 11, scale: float = 1.0, big_mb: int = 5, token_mb:
         with open(os.path.join(os.fsencode(d), b"b\xffd.txt"), "wb") as fh:
             fh.write(b"text in a file whose name is not UTF-8")
         try:
-            return t.invoke(["sync", str(d), "--source-prefix", f"badname{t.n}/"] + (["--json"] if as_json else []))
+            return t.invoke(["sync", str(d), "--source-prefix", f"badname{t.n}/", "--relative-to", str(d)] + (["--json"] if as_json else []))
         finally:
             shutil.rmtree(d, ignore_errors=True)
     add("invalid UTF-8", "cli", "ragdb sync of a folder with a file name that is not UTF-8",
@@ -1499,8 +1499,8 @@ def torture_cases(seed: int = 11, scale: float = 1.0, big_mb: int = 5, token_mb:
         (d / "bad.md").write_text("---\ndate: 2026-13-45\n---\nbody", encoding="utf-8")
         try:
             if cli:
-                return t.invoke(["sync", str(d), "--source-prefix", f"fm{t.n}/"])
-            rep = sync.sync_folder(t.db, d, source_prefix=f"fm{t.n}/")
+                return t.invoke(["sync", str(d), "--source-prefix", f"fm{t.n}/", "--relative-to", str(d)])
+            rep = sync.sync_folder(t.db, d, source_prefix=f"fm{t.n}/", relative_to=d)
             return "stored", f"added {len(rep.added)}, failed {len(rep.failed)}"
         finally:
             shutil.rmtree(d, ignore_errors=True)
@@ -1583,11 +1583,11 @@ def torture_cases(seed: int = 11, scale: float = 1.0, big_mb: int = 5, token_mb:
                     return ("ok" if len(files) >= 3 else "crash"), f"{len(files)} files"
                 if ch == "sync":
                     from ragdb import sync
-                    rep = sync.sync_folder(t.db, root, source_prefix=f"loop{i}/")
+                    rep = sync.sync_folder(t.db, root, source_prefix=f"loop{i}/", relative_to=root)
                     return "stored", f"added {len(rep.added)}, failed {len(rep.failed)}"
                 if ch == "cli add":
                     return t.invoke(["add", str(root), "--json"])
-                return t.invoke(["sync", str(root), "--source-prefix", f"cliloop{i}/", "--json"])
+                return t.invoke(["sync", str(root), "--source-prefix", f"cliloop{i}/", "--relative-to", str(root), "--json"])
             finally:
                 shutil.rmtree(root.parent, ignore_errors=True)
         add("symlink loops", "cli" if ch.startswith("cli") else "lib", f"{ch} over a folder with link loops", run)
@@ -1630,7 +1630,7 @@ def torture_cases(seed: int = 11, scale: float = 1.0, big_mb: int = 5, token_mb:
                     return "stored", "searchable under its path"
                 if ch == "sync":
                     from ragdb import sync
-                    rep = sync.sync_folder(t.db, d, source_prefix=f"odd{i}/")
+                    rep = sync.sync_folder(t.db, d, source_prefix=f"odd{i}/", relative_to=d)
                     return ("stored" if rep.added else "crash" if not rep.failed else "error"), \
                         f"added {len(rep.added)} failed {[f.error for f in rep.failed]}"[:200]
                 arg = ("./" + os.path.relpath(p)) if ch == "cli-dotslash" else str(p)

@@ -147,8 +147,9 @@ def test_add_real_files(tmp_path, runner, files):
     data = out_json(result)
     names = sorted(Path(s).name for s in data["added"])
     assert names == ["guide.md", "notes-gbk.txt", "page.html", "report.pdf"]
-    assert [Path(f["path"]).name for f in data["failed"]] == ["blob.bin"]
-    assert "binary" in data["failed"][0]["error"]
+    # issue 14: a binary file in a folder is skipped with a reason, not a failure
+    assert data["failed"] == [] and data["skip_counts"] == {"binary": 1}
+    assert [(Path(k["path"]).name, k["reason"]) for k in data["skipped"]] == [("blob.bin", "binary")]
     with ragdb.open(db) as d:
         assert d.check() == []
         src = {Path(doc.source).name: doc for doc in d.documents()}
@@ -163,9 +164,12 @@ def test_add_real_files(tmp_path, runner, files):
         gbk = d.get(src["notes-gbk.txt"].id)
         assert "检索增强生成" in gbk.text
         assert d.search("valve pump")[0].metadata["section"] == "Startup"
-    # the human output reports the skipped file on stderr and exits 0
+    # the human output sums the skipped files up by reason (-v lists them) and exits 0
     again = run(runner, "-d", db, "add", files)
-    assert "blob.bin" in again.stderr and "4 unchanged" in again.stdout
+    assert "4 unchanged" in again.stdout and "skipped 1 file: 1 binary" in again.stdout
+    assert "blob.bin" not in again.output
+    listed = run(runner, "-d", db, "add", files, "-v")
+    assert f"skip {files / 'blob.bin'} (binary)" in listed.stdout
 
 
 def test_add_sources_are_paths_as_given(tmp_path, runner, files, monkeypatch):
@@ -177,9 +181,10 @@ def test_add_sources_are_paths_as_given(tmp_path, runner, files, monkeypatch):
 
 def test_add_strict_writes_nothing(tmp_path, runner, files):
     db = tmp_path / "kb.db"
+    (files / "broken.pdf").write_bytes(b"%PDF-1.4 this is not really a PDF")
     result = run(runner, "-d", db, "add", files, "--strict", ok=False)
     assert result.exit_code == 1
-    assert "blob.bin" in result.stderr and "binary" in result.stderr
+    assert "broken.pdf" in result.stderr and "PDF" in result.stderr
     assert "Traceback" not in result.output
     with ragdb.open(db) as d:
         assert d.documents() == [] and d.check() == []
@@ -215,11 +220,12 @@ def test_add_stdin_with_metadata_and_version(tmp_path, runner):
 # ----------------------------------------------------------------------------- sync
 
 
-def test_sync(tmp_path, runner, files):
+def test_sync(tmp_path, runner, files, monkeypatch):
+    monkeypatch.chdir(files)  # sources are named relative to the working folder
     db = tmp_path / "kb.db"
     first = out_json(run(runner, "-d", db, "sync", files, "--json"))
     assert sorted(first["added"]) == ["guide.md", "notes-gbk.txt", "page.html", "report.pdf"]
-    assert [f["source"] for f in first["failed"]] == ["blob.bin"]
+    assert first["failed"] == [] and first["skip_counts"] == {"binary": 1}
     (files / "guide.md").write_text("# Startup\n\nThe valve now opens automatically.\n", encoding="utf-8")
     (files / "page.html").unlink()
     (files / "new.txt").write_text("A new file about lubrication schedules.\n", encoding="utf-8")
@@ -241,7 +247,8 @@ def test_sync(tmp_path, runner, files):
         assert d.check() == []
 
 
-def test_sync_dry_run_does_not_create_the_database(tmp_path, runner, files):
+def test_sync_dry_run_does_not_create_the_database(tmp_path, runner, files, monkeypatch):
+    monkeypatch.chdir(files)
     db = tmp_path / "kb.db"
     result = run(runner, "-d", db, "sync", files, "--dry-run", "--source-prefix", "docs/")
     assert "A docs/guide.md" in result.stdout
@@ -250,8 +257,9 @@ def test_sync_dry_run_does_not_create_the_database(tmp_path, runner, files):
 
 def test_sync_strict(tmp_path, runner, files):
     db = tmp_path / "kb.db"
+    (files / "broken.pdf").write_bytes(b"%PDF-1.4 this is not really a PDF")
     result = run(runner, "-d", db, "sync", files, "--strict", ok=False)
-    assert result.exit_code == 1 and "blob.bin" in result.stderr
+    assert result.exit_code == 1 and "broken.pdf" in result.stderr
     with ragdb.open(db) as d:
         assert d.documents() == []
 
@@ -576,7 +584,7 @@ def test_subprocess_exit_codes(tmp_path, files):
     db = tmp_path / "kb.db"
     p = ragdb_proc("-d", db, "add", files)
     assert p.returncode == 0, p.stderr
-    assert b"blob.bin" in p.stderr and b"added 4 documents" in p.stdout
+    assert b"added 4 documents" in p.stdout and b"skipped 1 file: 1 binary" in p.stdout
     assert b"\r" not in p.stderr and b"#" not in p.stderr  # no progress bar when piped
     p = ragdb_proc("search", "turbine maintenance", "--json", env={"RAGDB_DATABASE": str(db)})
     assert p.returncode == 0 and orjson.loads(p.stdout)[0]["source"].endswith("report.pdf")
@@ -585,7 +593,7 @@ def test_subprocess_exit_codes(tmp_path, files):
     assert len(p.stderr.decode().strip().splitlines()) == 1 and b"missing.db" in p.stderr
     p = ragdb_proc("-d", db, "search", "x", "--no-such-option")
     assert p.returncode == 2 and b"Traceback" not in p.stderr
-    p = ragdb_proc("-d", db, "add", files, "--strict")
+    p = ragdb_proc("-d", db, "add", files / "blob.bin", "--strict")  # named: read, and it is binary
     assert p.returncode == 1 and b"blob.bin" in p.stderr and b"Traceback" not in p.stderr
     p = ragdb_proc("-d", db, "sync", files, "--dry-run")
     assert p.returncode == 0 and b"would add" in p.stdout

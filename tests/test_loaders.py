@@ -614,3 +614,296 @@ def test_fifo_is_refused_without_blocking(tmp_path: Path) -> None:
         pytest.skip("no FIFOs here")
     with pytest.raises(LoaderError, match="pipe.txt.*not a regular file"):
         load_file(fifo)
+
+
+# ----------------------------------------------------------------------------- markup cleaning (issue 14)
+
+
+from hypothesis import given, settings  # noqa: E402
+from hypothesis import strategies as st  # noqa: E402
+
+import ragdb  # noqa: E402
+import ragdb.loaders as loaders_mod  # noqa: E402
+
+
+def check_spans(doc: LoadedDocument) -> None:
+    """Spans are in order, inside the text, and each starts on its heading's line."""
+    last = 0
+    for sp in doc.spans:
+        assert last <= sp.start < sp.end <= len(doc.text)
+        last = sp.end
+        title = sp.metadata["section"].split(" > ")[-1]
+        first_lines = " ".join(doc.text[sp.start:sp.start + 400].split("\n")[:2])
+        assert title.split()[0] in first_lines, (title, doc.text[sp.start:sp.start + 60])
+
+
+CLUTTERED_MD = """---
+title: Pump guide
+---
+[Home](index.md) | [Docs](docs.md) | [API](api.md)
+
+<!-- markdownlint-disable MD013 -->
+# Pump guide
+
+Prime the pump<!-- TODO: check --> before use. Inline `<!-- code -->` stays.
+
+[pump-spec]: https://example.com/pump-spec "The spec"
+[valve]: <https://example.com/valve>
+
+## Valves
+
+Open the [valve][valve] slowly.
+
+```html
+<!-- this comment is code -->
+
+
+<p>two blank lines above stay</p>
+```
+
+## See also
+
+* [Valves](valves.md)
+* [Seals](seals.md)
+
+---
+
+← [Previous: Install](install.md) | [Next: Usage](usage.md) →
+"""
+
+
+def test_markdown_cleaning_keeps_content_and_drops_chrome() -> None:
+    doc = only(load_bytes(CLUTTERED_MD.encode(), source="guide.md", kind="md"))
+    text = doc.text
+    assert text.startswith("# Pump guide\n\nPrime the pump before use.")
+    assert "Inline `<!-- code -->` stays." in text
+    assert "markdownlint" not in text and "TODO" not in text and "title: Pump guide" not in text
+    assert "[Home](index.md)" not in text and "Previous: Install" not in text and "example.com" not in text
+    assert "<!-- this comment is code -->\n\n\n<p>two blank lines above stay</p>" in text  # code byte for byte
+    assert "* [Valves](valves.md)\n* [Seals](seals.md)" in text  # a section's own links stay
+    assert [sp.metadata["section"] for sp in doc.spans] == ["Pump guide", "Pump guide > Valves",
+                                                             "Pump guide > See also"]
+    check_spans(doc)
+    assert text[doc.spans[1].start:].startswith("## Valves")
+
+
+def test_markdown_that_is_only_links_is_kept() -> None:
+    index = "* [Install](install.md)\n* [Usage](usage.md)\n"
+    assert only(load_bytes(index.encode(), source="i.md", kind="md")).text == index.strip()
+    prose = "See [the guide](g.md) and [the FAQ](f.md) for more.\n\nBody text.\n"
+    assert only(load_bytes(prose.encode(), source="p.md", kind="md")).text == prose.strip()
+
+
+def test_front_matter_labels_are_acl_not_metadata(tmp_path: Path) -> None:
+    doc = only(load_file(write(tmp_path / "a.md", "---\nacl: [hr, ' finance ']\ntags: [x]\n---\nPay.\n")))
+    assert doc.acl == ("finance", "hr") and "acl" not in doc.metadata and doc.metadata["tags"] == ["x"]
+    doc = only(load_file(write(tmp_path / "b.md", "---\nlabels: legal\nacl: [hr]\n---\nText.\n")))
+    assert doc.acl == ("hr", "legal") and "labels" not in doc.metadata
+    assert only(load_file(write(tmp_path / "c.md", "No front matter.\n"))).acl is None
+    for bad in ("acl: 3", "acl: [hr, 3]", "labels: ''", "acl: {a: b}"):
+        with pytest.raises(LoaderError, match="must be a label or a list of labels"):
+            load_file(write(tmp_path / "bad.md", f"---\n{bad}\n---\nText.\n"))
+
+
+def test_jsonl_acl_field(tmp_path: Path) -> None:
+    p = write(tmp_path / "r.jsonl", '{"id": "a", "text": "one", "acl": ["x", "y"]}\n{"id": "b", "text": "two", '
+                                    '"acl": "z"}\n{"id": "c", "text": "three"}\n')
+    assert [d.acl for d in load_file(p)] == [("x", "y"), ("z",), None]
+    write(tmp_path / "bad.jsonl", '{"id": "a", "text": "one", "acl": [1]}\n')
+    with pytest.raises(LoaderError, match=r"bad.jsonl: line 1: 'acl'"):
+        load_file(tmp_path / "bad.jsonl")
+
+
+_WORDS = st.sampled_from(["pump", "valve", "seal", "rotor", "gasket", "flange", "impeller", "bearing"])
+_BLOCK = st.one_of(
+    st.tuples(st.just("heading"), st.integers(1, 4), _WORDS),
+    st.tuples(st.just("para"), st.lists(_WORDS, min_size=1, max_size=6), st.booleans()),
+    st.tuples(st.just("comment"), _WORDS),
+    st.tuples(st.just("refdef"), _WORDS),
+    st.tuples(st.just("code"), _WORDS),
+    st.tuples(st.just("nav"), st.lists(_WORDS, min_size=2, max_size=4)),
+)
+
+
+def _render(blocks: list) -> tuple[str, list[str], list[str]]:
+    """Markdown, the paragraph words that must survive, and the heading titles."""
+    out, words, titles = [], [], []
+    for n, b in enumerate(blocks):
+        if b[0] == "heading":
+            title = f"{b[2].title()} {n}"
+            out.append("#" * b[1] + " " + title)
+            titles.append(title)
+        elif b[0] == "para":
+            words.extend(b[1])
+            out.append(" ".join(b[1]) + (" <!-- note -->" if b[2] else ""))
+        elif b[0] == "comment":
+            out.append(f"<!-- {b[1]} -->")
+        elif b[0] == "refdef":
+            out.append(f"[{b[1]}{n}]: https://example.com/{b[1]}")
+        elif b[0] == "code":
+            out.append(f"```\n<!-- {b[1]} in code -->\n```")
+        else:
+            out.append(" | ".join(f"[{w}](/{w}.md)" for w in b[1]))
+    return "\n\n".join(out) + "\n", words, titles
+
+
+@settings(max_examples=150, deadline=None)
+@given(st.lists(_BLOCK, min_size=1, max_size=12))
+def test_markdown_cleaning_property(blocks: list) -> None:
+    md, words, titles = _render(blocks)
+    if not (words or titles or any(b[0] in ("code", "nav") for b in blocks)):
+        return  # nothing that is content: the loader refuses an empty document
+    try:
+        doc = only(load_bytes(md.encode(), source="p.md", kind="md"))
+    except LoaderError:
+        assert not words and not titles and not any(b[0] == "code" for b in blocks)
+        return
+    text = doc.text
+    check_spans(doc)
+    assert [sp.metadata["section"].split(" > ")[-1] for sp in doc.spans] == titles
+    for w in words:
+        assert w in text
+    outside_code = "\n".join(part for n, part in enumerate(text.split("```")) if n % 2 == 0)
+    assert "<!--" not in outside_code and "https://example.com" not in outside_code
+    assert text.count("<!--") == sum(1 for b in blocks if b[0] == "code")
+
+
+def test_nav_chrome_no_longer_outranks_content(tmp_path: Path) -> None:
+    """A docs corpus whose pages share a navigation block: before, the block's words made every
+    page match; now only the page about them does."""
+    nav = "[Installation](install.md) | [Configuration](config.md) | [Troubleshooting](trouble.md)\n\n"
+    foot = "\n\n---\n\n← [Previous: Installation](install.md) | [Next: Troubleshooting](trouble.md) →\n"
+    pages = {
+        "install.md": "# Installation\n\nRun the installer and accept the licence.\n",
+        "config.md": "# Configuration\n\nConfiguration lives in a TOML file; installation paths are set there.\n",
+        "pumps.md": "# Pumps\n\nPumps move water. Prime them first.\n",
+        "valves.md": "# Valves\n\nValves control the flow of water.\n",
+    }
+    with ragdb.open(":memory:") as db:
+        for name, body in pages.items():
+            doc = only(load_bytes((nav + body + foot).encode(), source=name, kind="md"))
+            assert "install.md" not in doc.text and "Troubleshooting" not in doc.text
+            db.add_many([doc])
+        hits = db.search("installation troubleshooting", principals=ragdb.ALL)
+        assert [h.source for h in hits][:2] == ["install.md", "config.md"] and len(hits) == 2
+
+
+RST = """.. A comment about the build.
+   It goes on.
+
+==========
+ Handbook
+==========
+
+.. contents::
+   :local:
+
+.. _intro:
+
+Introduction
+============
+
+The handbook covers 检索 and pumps. See `docs`_.
+
+.. _docs: https://example.com/docs
+
+Pumps
+-----
+
+Prime them. ::
+
+    literal block
+    -------------
+
+.. toctree::
+   :maxdepth: 1
+
+   pumps/centrifugal
+   pumps/piston
+
+Valves
+======
+
+.. note:: Directives other than toctree and contents stay.
+
+中文标题
+--------
+
+宽字符的标题下划线按显示宽度计算。
+"""
+
+
+def test_rst_sections_and_cleaning(tmp_path: Path) -> None:
+    doc = only(load_file(write(tmp_path / "handbook.rst", RST)))
+    assert doc.metadata["loader"] == "rst" and doc.title == "Handbook"
+    assert [sp.metadata["section"] for sp in doc.spans] == [
+        "Handbook", "Handbook > Introduction", "Handbook > Introduction > Pumps", "Handbook > Valves",
+        "Handbook > Valves > 中文标题"]
+    check_spans(doc)
+    text = doc.text
+    for gone in ("A comment", ".. contents::", ".. _intro:", "example.com", ".. toctree::", "pumps/piston"):
+        assert gone not in text
+    assert "literal block\n    -------------" in text and ".. note:: Directives" in text
+    assert text[doc.spans[2].start:].startswith("Pumps\n-----")
+    assert only(load_bytes(b"Title\n=====\n\nBody.\n", source="x", kind="rst")).spans[0].metadata == {
+        "section": "Title"}
+    # an underline shorter than the title is not a title
+    assert only(load_bytes(b"A long title\n===\n\nBody.\n", source="x", kind="rest")).spans == ()
+
+
+HTML_PAGE = """<!doctype html><html><head><title>Pump manual</title></head><body>
+<a class="skip-link" href="#content">Skip to main content</a>
+<header class="site"><a href="/">ACME pumps</a><nav><a href="/docs">Docs</a> <a href="/blog">Blog</a></nav></header>
+<div role="navigation"><a href="/sitemap">Sitemap</a></div>
+<ul class="breadcrumbs"><li>Home</li><li>Manuals</li></ul>
+<main id="content"><article>
+<header><h1>Pump <em>manual</em></h1><p>Revision 3</p></header>
+<p>Prime the pump before use.</p>
+<h2>Maintenance</h2><p>Grease the bearings monthly.</p>
+<h3>Seals</h3><p>Replace seals yearly. <a href="#top">Back to top</a></p>
+<h2></h2>
+<h2>Safety</h2><p>Never run dry.</p>
+<footer>Written by the pump team</footer>
+</article></main>
+<footer class="site">© ACME · <a href="/privacy">Privacy</a></footer>
+<div role="contentinfo">Contact us</div>
+</body></html>"""
+
+
+@pytest.mark.parametrize("fallback", [False, True])
+def test_html_chrome_and_sections(monkeypatch: pytest.MonkeyPatch, fallback: bool) -> None:
+    if fallback:
+        monkeypatch.setattr(loaders_mod, "_html_selectolax", lambda html: None)
+    doc = only(load_bytes(HTML_PAGE.encode(), source="m.html", kind="html"))
+    text = doc.text
+    for gone in ("Skip to", "ACME", "Docs", "Sitemap", "Manuals", "Privacy", "Contact"):
+        assert gone not in text, gone
+    assert text.startswith("Pump manual\n\nRevision 3\n\nPrime the pump before use.")
+    assert "Back to top" in text and "Written by the pump team" in text  # content's own links and footer
+    assert [sp.metadata["section"] for sp in doc.spans] == [
+        "Pump manual", "Pump manual > Maintenance", "Pump manual > Maintenance > Seals", "Pump manual > Safety"]
+    check_spans(doc)
+    assert text[doc.spans[1].start:].startswith("Maintenance\n\nGrease")
+    assert "\ue000" not in text and "\ue00f" not in text
+    assert doc.title == "Pump manual"
+    untitled = only(load_bytes(b"<html><body><h1>First heading</h1><p>x</p></body></html>", source="u.html"))
+    assert untitled.title == "First heading"
+    marks = only(load_bytes("<p>private \ue001use\ue00f chars</p>".encode(), source="p.html", kind="html"))
+    assert marks.text == "private use chars" and marks.spans == ()
+
+
+def test_html_sections_reach_search_hits(tmp_path: Path) -> None:
+    doc = only(load_bytes(HTML_PAGE.encode(), source="m.html", kind="html"))
+    with ragdb.open(":memory:", chunker="paragraph") as db:
+        db.add_many([doc])
+        hit = db.search("grease bearings", principals=ragdb.ALL)[0]
+        assert hit.metadata["section"] == "Pump manual > Maintenance"
+
+
+def test_toml_front_matter_is_metadata_not_text() -> None:
+    doc = only(load_bytes(b'+++\ntitle = "Hugo page"\ndate = 2024-05-01\nlabels = ["ops"]\n+++\n\nBody.\n',
+                          source="h.md", kind="md"))
+    assert doc.text == "Body." and doc.title == "Hugo page" and doc.acl == ("ops",)
+    assert doc.metadata["date"] == "2024-05-01"
+    with pytest.raises(LoaderError, match="invalid TOML front matter"):
+        load_bytes(b"+++\ntitle = \n+++\nBody.\n", source="bad.md", kind="md")

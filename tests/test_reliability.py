@@ -288,5 +288,5 @@ def test_bug_b6_sync_skips_a_file_with_a_bad_front_matter_date(tmp_path: Path) -
     (folder / "good.txt").write_text("a good file", encoding="utf-8")
     (folder / "bad.md").write_text("---\ndate: 2026-13-45\n---\nbody", encoding="utf-8")
     db = ragdb.open(str(tmp_path / "kb.db"))
-    report = sync.sync_folder(db, folder)           # actually raises ValueError: month must be in 1..12
+    report = sync.sync_folder(db, folder, relative_to=folder)  # actually raised ValueError: month must be in 1..12
     assert report.added == ("good.txt",) and [f.source for f in report.failed] == ["bad.md"]

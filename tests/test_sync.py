@@ -25,11 +25,14 @@ def write(path, text, *, mtime=None):
 
 
 @pytest.fixture
-def folder(tmp_path):
+def folder(tmp_path, monkeypatch):
+    """A folder of three files, and the working folder (sources are named relative to it, see
+    sync.source_name: syncing the working folder itself names files by their path in it)."""
     root = tmp_path / "kb"
     write(root / "alpha.md", "# Alpha\n\nAlpha particles are helium nuclei emitted in radioactive decay.\n")
     write(root / "beta.txt", "Beta decay turns a neutron into a proton, an electron and an antineutrino.\n")
     write(root / "sub" / "gamma.txt", "Gamma rays are high-energy photons from excited nuclei.\n")
+    monkeypatch.chdir(root)
     return root
 
 
@@ -136,6 +139,7 @@ def test_change_of_one_file_in_many_touches_only_that_file(db, tmp_path, monkeyp
     root = tmp_path / "many"
     for i in range(1000):
         write(root / f"d{i // 100}" / f"f{i}.txt", f"document number {i} about topic{i % 37} and word{i}\n")
+    monkeypatch.chdir(root)
     first = sync.sync_folder(db, root)
     assert len(first.added) == 1000
     path = root / "d4" / "f417.txt"
@@ -201,40 +205,48 @@ def test_not_a_folder(db, tmp_path):
 
 
 def test_unreadable_file_is_reported_and_skipped(db, folder):
+    # Changed by issue 14: binary files are skipped with a reason (by type or by content), not failures.
     (folder / "blob.bin").write_bytes(BINARY)
+    (folder / "blob.txt").write_bytes(BINARY)
     (folder / "empty.txt").write_bytes(b"")
     (folder / "invisible.txt").write_bytes("\ufeff\u200b\u200b\n".encode())  # BOM and zero-width spaces only
     report = sync.sync_folder(db, folder)
-    assert {f.source for f in report.failed} == {"blob.bin", "empty.txt", "invisible.txt"}
+    assert {f.source for f in report.failed} == {"empty.txt", "invisible.txt"}
     assert all(f.error for f in report.failed)
+    assert {(os.path.basename(s.path), s.reason) for s in report.skipped} == {("blob.bin", "binary"),
+                                                                               ("blob.txt", "binary")}
+    assert report.skip_counts == {"binary": 2}
     assert report.added == ("alpha.md", "beta.txt", "sub/gamma.txt")
     assert sources(db) == ["alpha.md", "beta.txt", "sub/gamma.txt"]
     # still failing, still skipped; nothing else changes
     again = sync.sync_folder(db, folder)
-    assert {f.source for f in again.failed} == {"blob.bin", "empty.txt", "invisible.txt"} and again.added == ()
+    assert {f.source for f in again.failed} == {"empty.txt", "invisible.txt"} and again.added == ()
+    assert len(again.skipped) == 2
 
 
 def test_dry_run_lists_failures(db, folder):
-    (folder / "blob.bin").write_bytes(BINARY)
+    (folder / "empty.txt").write_bytes(b"")
+    (folder / "blob.txt").write_bytes(BINARY)
     report = sync.sync_folder(db, folder, dry_run=True)
-    assert [f.source for f in report.failed] == ["blob.bin"]
-    assert "blob.bin" not in report.added
+    assert [f.source for f in report.failed] == ["empty.txt"]
+    assert [(os.path.basename(s.path), s.reason) for s in report.skipped] == [("blob.txt", "binary")]
+    assert "empty.txt" not in report.added and "blob.txt" not in report.added
     assert db.stats().documents == 0
 
 
 def test_strict_writes_nothing_and_leaves_a_consistent_database(db, folder):
     db.add("Existing document about neutrons.", source="alpha.md")
-    (folder / "zz.bin").write_bytes(BINARY)  # loaded last, after the others were written
+    (folder / "zz.txt").write_bytes(b"   \n")  # loaded last, after the others were written; empty
     plan = sync.plan_sync(db, folder)
     before = [(d.id, d.source, d.content_hash) for d in db.documents()]
-    with pytest.raises(LoaderError, match="zz.bin"):
+    with pytest.raises(LoaderError, match="zz.txt"):
         sync.apply_sync(db, plan, strict=True, batch_size=1)
     assert [(d.id, d.source, d.content_hash) for d in db.documents()] == before
     assert db.check() == []
     assert [h.source for h in db.search("neutrons")] == ["alpha.md"]
     assert db.search("photons") == []
     # the in-memory index was rebuilt: later writes and searches are exact
-    (folder / "zz.bin").unlink()
+    (folder / "zz.txt").unlink()
     report = sync.sync_folder(db, folder)
     assert report.changed == ("alpha.md",) and len(report.added) == 2
     assert db.check() == []
@@ -243,10 +255,16 @@ def test_strict_writes_nothing_and_leaves_a_consistent_database(db, folder):
 
 def test_failed_changed_file_keeps_the_stored_version(db, folder):
     sync.sync_folder(db, folder)
-    (folder / "beta.txt").write_bytes(BINARY)
+    (folder / "beta.txt").write_bytes(b"\n\n")
     report = sync.sync_folder(db, folder)
     assert [f.source for f in report.failed] == ["beta.txt"]
     assert report.changed == ()
+    assert [h.source for h in db.search("antineutrino")] == ["beta.txt"]
+    # content that became binary is a skip (issue 14), and the stored version stays too
+    (folder / "beta.txt").write_bytes(BINARY)
+    report = sync.sync_folder(db, folder)
+    assert report.failed == () and report.changed == () and report.deleted == ()
+    assert [(os.path.basename(s.path), s.reason) for s in report.skipped] == [("beta.txt", "binary")]
     assert [h.source for h in db.search("antineutrino")] == ["beta.txt"]
 
 
@@ -313,14 +331,19 @@ def test_add_paths_missing_path(db, tmp_path):
 
 
 def test_add_paths_failures_and_strict(db, folder):
-    bad = folder / "blob.bin"
-    bad.write_bytes(BINARY)
-    with pytest.raises(LoaderError, match="blob.bin"):
+    bad = folder / "empty.md"
+    bad.write_bytes(b"---\ntitle: only front matter\n---\n")
+    (folder / "blob.bin").write_bytes(BINARY)  # skipped in a folder (issue 14), not a failure
+    with pytest.raises(LoaderError, match="empty.md"):
         sync.add_paths(db, [str(folder)], strict=True, batch_size=1)
     assert db.documents() == [] and db.check() == []
     report = sync.add_paths(db, [str(folder)])
     assert [f.path for f in report.failed] == [str(bad)]
+    assert [(os.path.basename(s.path), s.reason) for s in report.skipped] == [("blob.bin", "binary")]
     assert len(report.added) == 3
+    # named explicitly, a binary file is loaded and fails (no default rule skips it)
+    named = sync.add_paths(db, [str(folder / "blob.bin")])
+    assert [f.path for f in named.failed] == [str(folder / "blob.bin")] and "binary" in named.failed[0].error
 
 
 # ----------------------------------------------------------------------------- export / import
@@ -382,7 +405,7 @@ def test_export_keeps_versions_and_import_skips_them_without_keep_versions(tmp_p
     with ragdb.open(":memory:", keep_versions=True) as a:
         a.add("first edition about kaons", source="s", version="1", timestamp="2024-01-01T00:00:00Z")
         a.add("second edition about pions", source="s", version="2", timestamp="2024-06-01T00:00:00Z")
-        transfer.export_jsonl(a, out)
+        transfer.export_jsonl(a, out, principals=ragdb.ALL)
         old = fingerprint(a.search("kaons", versions="all"))
     data = out.getvalue()
     with ragdb.open(":memory:", keep_versions=True) as b:
@@ -464,10 +487,11 @@ def test_jsonl_file_documents_follow_their_file(db, folder):
     assert db.check() == []
 
 
-def test_glob_with_a_folder_does_not_reach_other_folders(db, tmp_path):
+def test_glob_with_a_folder_does_not_reach_other_folders(db, tmp_path, monkeypatch):
     root = tmp_path / "r"
     write(root / "docs" / "a.md", "alpha in docs")
     write(root / "sub" / "docs" / "b.md", "beta in sub docs")
+    monkeypatch.chdir(root)
     sync.sync_folder(db, root)
     report = sync.sync_folder(db, root, glob="docs/*.md")
     assert report.unchanged == ("docs/a.md",) and report.deleted == ()

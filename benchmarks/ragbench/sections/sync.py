@@ -63,7 +63,7 @@ def _stage_sync(spec: dict) -> dict:
         calls.update(load_file=0, file_sha256=0)
         gc.collect()
         t0 = time.perf_counter()
-        rep = rsync.sync_folder(db, files)
+        rep = rsync.sync_folder(db, files, relative_to=files)  # sources: paths inside the folder
         s = {"label": label, "ms": ms_since(t0), "loaded": calls["load_file"], "hashed": calls["file_sha256"],
              "added": len(rep.added), "changed": len(rep.changed), "unchanged": len(rep.unchanged),
              "deleted": len(rep.deleted), "failed": len(rep.failed), "documents": rep.documents,
