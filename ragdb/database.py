@@ -155,7 +155,9 @@ class Database:
         """Add one document (or replace the stored document with the same ``source``).
 
         Adding identical content (text, version, metadata, labels) again changes
-        nothing and returns the stored document. Without ``source`` the source
+        nothing and returns the stored document. Replacing a document without
+        ``acl`` (None) keeps the access labels of the version it replaces, so an
+        edit never makes a labelled document public; ``acl=[]`` removes them. Without ``source`` the source
         is derived from the text's hash. The text is one transaction (vectors of
         an embedding database follow in their own). Replacing a document keeps
         the vectors of its unchanged chunks: only chunks with new text are

@@ -53,6 +53,9 @@ class Prepared:
     content_hash: str
     chunker: str
     chunks: list[tuple[int, int, dict[str, Any], Counts]]  # start, end, metadata, term counts
+    #: False when the record gave no ``acl`` (None): replacing a stored version then keeps
+    #: that version's labels, so an edit never makes a labelled document public
+    acl_given: bool = True
 
 
 def check_metadata(metadata: Any, label: str) -> tuple[dict[str, Any], str]:
@@ -143,7 +146,7 @@ def prepare(record: Mapping[str, Any] | LoadedDocument, chunker: Chunker, analyz
                 cmeta.update(sp.metadata)
         chunks.append((start, end, cmeta, analyzer.term_counts(text[start:end]) if analyze else {}))
     return Prepared(source, version, timestamp, ts, title, text, metadata, metadata_json, acl,
-                    content_hash, rec_chunker.spec(), chunks)
+                    content_hash, rec_chunker.spec(), chunks, record.get("acl") is not None)
 
 
 def check_add_arguments(records: Any, batch_size: Any, workers: Any) -> None:

@@ -322,6 +322,8 @@ class Writer:
                 ex = existing.get(p.source)
                 if ex is not None:
                     ex_id, ex_hash, ex_version, ex_meta, ex_acl, ex_ts = ex
+                    if not p.acl_given:  # no labels given: the new version keeps the stored ones
+                        p.acl = tuple(loads(ex_acl))
                     if (ex_hash == p.content_hash and ex_version == p.version and ex_meta == p.metadata_json
                             and tuple(loads(ex_acl)) == p.acl):
                         results.append(("unchanged", ex_id, None))

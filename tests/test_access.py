@@ -220,3 +220,33 @@ def test_cli_reads_are_anonymous_unless_told(tmp_path):
     assert [orjson.loads(x)["source"] for x in dump.read_bytes().splitlines()] == ["public.md"]
     out = run_cli(["-d", path, "export", str(dump), "--all-principals"])
     assert "not exported" not in out.stderr and len(dump.read_bytes().splitlines()) == 2
+
+
+def test_replacing_without_labels_keeps_them(tmp_path):
+    with ragdb.open(tmp_path / "kb.db") as db:
+        db.add("salary table v1", source="hr.md", acl=["hr"])
+        assert db.add("salary table v2", source="hr.md").acl == ("hr",)  # acl=None: kept
+        assert db.search("salary") == []
+        report = db.add_many([{"text": "salary table v2", "source": "hr.md"}])
+        assert report.unchanged == (report[0].id,)  # same text, labels kept: nothing to write
+        assert db.add("salary table v3", source="hr.md", acl=[]).acl == ()  # explicit: removed
+        assert [h.source for h in db.search("salary")] == ["hr.md"]
+
+
+def test_sync_of_an_edited_labelled_file_keeps_its_labels(tmp_path):
+    folder = tmp_path / "docs"
+    folder.mkdir()
+    (folder / "pay.md").write_text("# Pay\n\nThe salary bands of 2026.\n")
+    (folder / "open.md").write_text("---\nacl: [board]\n---\n# Board\n\nThe salary of the board.\n")
+    path = str(tmp_path / "kb.db")
+    subprocess.run([sys.executable, "-m", "ragdb.cli", "-d", path, "sync", "docs", "--acl", "hr"],
+                   cwd=tmp_path, check=True, capture_output=True)
+    (folder / "pay.md").write_text("# Pay\n\nThe salary bands of 2027.\n")
+    (folder / "open.md").write_text("---\nacl: [audit]\n---\n# Board\n\nThe salary of the board, again.\n")
+    subprocess.run([sys.executable, "-m", "ragdb.cli", "-d", path, "sync", "docs"],
+                   cwd=tmp_path, check=True, capture_output=True)
+    with ragdb.open(path) as db:
+        assert db.search("salary") == []  # the edit did not make anything public
+        assert db.get(source="docs/pay.md", principals=ragdb.ALL).acl == ("hr",)
+        assert db.get(source="docs/open.md", principals=ragdb.ALL).acl == ("audit",)  # the file says so
+        assert "2027" in db.get(source="docs/pay.md", principals=["hr"]).text
