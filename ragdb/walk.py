@@ -32,7 +32,10 @@ The default rules of step 4 behave like patterns listed before the ignore
 files: a negation there (``!build/``, ``!*.csv``, ``!.github/`` in a
 ``.ragdbignore``) turns one off for the paths it matches. The folder given
 to :func:`walk` is never skipped itself, and callers take a file named
-explicitly as it is.
+explicitly as it is; when it lies inside a folder its work tree ignores (a
+build folder named on purpose), the ignore files above it are not applied.
+Symbolic links are followed inside the folder only: ``link outside`` is a
+link whose target lies elsewhere (git does not follow links either).
 
 Two checks need the file's content and are made when it is loaded, not
 while walking (a sync reads nothing but ``stat`` for unchanged files):
@@ -63,6 +66,7 @@ __all__ = ["Skipped", "Walk", "Patterns", "TEXT_SUFFIXES", "TEXT_NAMES", "REASON
 REASONS: tuple[str, ...] = (
     "vcs", "virtualenv", "node_modules", "cache", "build", "hidden", "ignored", "excluded", "not included",
     "lockfile", "minified", "image", "font", "media", "archive", "office", "binary", "unsupported", "not a file",
+    "link outside",
 )
 
 #: Suffixes (lower case) of the files a walk picks: documents and markup, source code, config text.
@@ -473,6 +477,13 @@ class _Frame:
     rules: list[_IgnoreFile] = field(default_factory=list)
 
 
+def _inside(path: str, folder: str) -> bool:
+    """Whether the real path ``path`` is ``folder`` or below it (links are not followed out
+    of the folder walked, as git does not follow them: a link to ``/etc`` or to another
+    project would otherwise pull files the folder does not hold into the index)."""
+    return path == folder or path.startswith(folder.rstrip(os.sep) + os.sep)
+
+
 def walk(root: str | os.PathLike[str], *, recursive: bool = True, include: Patterns | Sequence[str] | None = None,
          exclude: Patterns | Sequence[str] | None = None) -> Walk:
     """The files under ``root`` ragdb would index and the paths it skips (see the module docs).
@@ -480,7 +491,8 @@ def walk(root: str | os.PathLike[str], *, recursive: bool = True, include: Patte
     ``include``/``exclude``: gitignore-style patterns relative to ``root``
     (``*.md``, ``docs/``, ``/top.txt``, ``**/api/*.rst``; braces expand).
     A ``root`` that is a file is the one file (if ``include`` lets it).
-    Symbolic links to folders are followed, each real folder entered once.
+    Symbolic links are followed within ``root`` (each real folder entered once); a link
+    leading outside it is skipped ("link outside").
     Raises :class:`~ragdb.errors.LoaderError` when ``root`` does not exist.
     """
     inc = include if isinstance(include, Patterns) else Patterns(include, "include")
@@ -500,6 +512,13 @@ def walk(root: str | os.PathLike[str], *, recursive: bool = True, include: Patte
     if not stat.S_ISDIR(st.st_mode):
         return Walk(where, (), (Skipped(where, "not a file"),))
     outer, top_rel = _outer_rules(Path(where), where)
+    parts = [p for p in top_rel.split("/") if p]
+    if any(_state(outer, "/".join(parts[:i]) + "/")[0] for i in range(1, len(parts) + 1)):
+        # The folder asked for lies in a folder the work tree ignores (a build or cache folder
+        # named on purpose): the ignore rules above it would drop every file, so they are not
+        # applied; its own .gitignore/.ragdbignore files still are.
+        outer = []
+    base_real = os.path.realpath(where)
     lead = "" if os.path.normpath(where) == os.curdir else where  # "./x" is shown as "x"
     files: list[tuple[str, str]] = []
     skipped: list[Skipped] = []
@@ -545,12 +564,18 @@ def walk(root: str | os.PathLike[str], *, recursive: bool = True, include: Patte
                 continue
             if real in seen:
                 continue
+            if not _inside(real, base_real):
+                skipped.append(Skipped(shown + "/", "link outside", real))
+                continue
             seen.add(real)
             stack.append(_Frame(iter(_sorted_entries(entry.path)), rel,
                                 frame.rules + _folder_rules(Path(entry.path), top_rel + rel, shown)))
             continue
         if not is_file:
             skipped.append(Skipped(shown, "not a file"))
+            continue
+        if entry.is_symlink() and not _inside(os.path.realpath(entry.path), base_real):
+            skipped.append(Skipped(shown, "link outside", os.path.realpath(entry.path)))
             continue
         reason = file_reason(name)
         if reason == "vcs":

@@ -543,16 +543,46 @@ def test_iter_files_sorted_hidden_and_links(tmp_path: Path) -> None:
 
 
 def test_iter_files_follows_dir_links_once(tmp_path: Path) -> None:
-    write(tmp_path / "data" / "x.txt", "x")
     root = tmp_path / "root"
-    root.mkdir()
+    write(root / "data" / "x.txt", "x")
     try:
-        os.symlink(tmp_path / "data", root / "link1")
-        os.symlink(tmp_path / "data", root / "link2")
+        os.symlink(root / "data", root / "link1")
+        os.symlink(root / "data", root / "link2")
     except (OSError, NotImplementedError):
         pytest.skip("symlinks not supported here")
     found = [p.relative_to(root).as_posix() for p in iter_files(root)]
-    assert found == ["link1/x.txt"]
+    assert found == ["data/x.txt"]
+
+
+def test_links_out_of_the_folder_are_skipped(tmp_path: Path) -> None:
+    from ragdb.walk import walk
+
+    write(tmp_path / "elsewhere" / "secret.txt", "not part of the folder")
+    root = tmp_path / "root"
+    write(root / "own.md", "# Own")
+    try:
+        os.symlink(tmp_path / "elsewhere", root / "dirlink")
+        os.symlink(tmp_path / "elsewhere" / "secret.txt", root / "filelink.txt")
+        os.symlink(root / "own.md", root / "inside.md")
+    except (OSError, NotImplementedError):
+        pytest.skip("symlinks not supported here")
+    w = walk(root)
+    assert [rel for _shown, rel in w.files] == ["inside.md", "own.md"]
+    assert sorted((os.path.basename(k.path.rstrip("/")), k.reason) for k in w.skipped) == [
+        ("dirlink", "link outside"), ("filelink.txt", "link outside")]
+
+
+def test_a_folder_inside_an_ignored_folder_can_be_walked_by_name(tmp_path: Path) -> None:
+    from ragdb.walk import walk
+
+    (tmp_path / ".git").mkdir()
+    write(tmp_path / ".gitignore", "generated/\n*.log\n")
+    write(tmp_path / "generated" / "site" / "page.md", "# Page")
+    write(tmp_path / "generated" / "site" / ".gitignore", "draft.md\n")
+    write(tmp_path / "generated" / "site" / "draft.md", "# Draft")
+    w = walk(tmp_path / "generated" / "site")
+    assert [rel for _shown, rel in w.files] == ["page.md"]  # its own .gitignore still holds
+    assert [k.reason for k in walk(tmp_path).skipped if "generated" in k.path] == ["ignored"]
 
 
 def test_iter_files_then_load_all(tmp_path: Path) -> None:
