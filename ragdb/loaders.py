@@ -332,10 +332,43 @@ def _require_text(text: str, where: str) -> None:
 # ============================================================================ plain text
 
 
+_ACL_LINE = re.compile(r"^(?:acl|labels)\s*[:=]", re.M)
+
+
+def _leading_front_matter(text: str, where: str) -> tuple[dict[str, Any], str]:
+    """Front matter of a text, reStructuredText or HTML file (Jekyll and Hugo put it on
+    any page), read leniently: a leading ``---`` block that is not a YAML mapping is
+    the file's own text (a rule line, say). Except when it names access labels
+    (an ``acl:``/``labels:`` line): those are never silently dropped or indexed."""
+    if not text.startswith(("---", "+++")):
+        return {}, text
+    try:
+        return _split_front_matter(text, where)
+    except (LoaderError, MissingDependency):
+        head = text[:4096].split("\n---", 1)[0].split("\n+++", 1)[0]
+        if _ACL_LINE.search(head):
+            raise
+        return {}, text
+
+
+def _front_title(front: Mapping[str, Any]) -> str | None:
+    value = front.get("title")
+    if isinstance(value, (str, int, float)) and not isinstance(value, bool) and str(value).strip():
+        return str(value).strip()
+    return None
+
+
 def _load_text(data: bytes, where: str, source: str, base: Mapping[str, Any]) -> LoadedDocument:
     text, encoding = _decode(data, where)
     _require_text(text, where)
-    return LoadedDocument(text=text, source=source, metadata=_meta(base, "text", {"encoding": encoding}))
+    front, body = _leading_front_matter(text, where)
+    acl = _take_acl(front, where)
+    if front or body is not text:
+        body = body.strip("\n").rstrip()
+        if is_blank(body):
+            raise LoaderError(f"{where}: empty (no text after the front matter)")
+    return LoadedDocument(text=body, source=source, title=_front_title(front),
+                          metadata=_meta(base, "text", {"encoding": encoding}, user=front), acl=acl)
 
 
 # ============================================================================ markdown
@@ -798,12 +831,14 @@ def _rst_sections(text: str) -> tuple[list[Span], str | None]:
 def _load_rst(data: bytes, where: str, source: str, base: Mapping[str, Any]) -> LoadedDocument:
     text, encoding = _decode(data, where)
     _require_text(text, where)
+    front, text = _leading_front_matter(text, where)
+    acl = _take_acl(front, where)
     body = _clean_rst(text).strip("\n").rstrip()
     if is_blank(body):
         raise LoaderError(f"{where}: empty (no text besides comments and targets)")
     spans, title = _rst_sections(body)
-    return LoadedDocument(text=body, source=source, title=title, metadata=_meta(base, "rst", {"encoding": encoding}),
-                          spans=tuple(spans))
+    return LoadedDocument(text=body, source=source, title=_front_title(front) or title,
+                          metadata=_meta(base, "rst", {"encoding": encoding}, user=front), spans=tuple(spans), acl=acl)
 
 
 # ============================================================================ HTML
@@ -1186,6 +1221,8 @@ def _load_html(data: bytes, where: str, source: str, base: Mapping[str, Any]) ->
     declared = m.group(1).decode("ascii", "replace") if m else None
     html, encoding = _decode(data, where, declared)
     _require_text(html, where)
+    front, html = _leading_front_matter(html, where)
+    acl = _take_acl(front, where)
     html = _MARKS.sub("", html)  # the heading marks must be the extractor's own
     try:
         result = None
@@ -1202,8 +1239,9 @@ def _load_html(data: bytes, where: str, source: str, base: Mapping[str, Any]) ->
     if is_blank(text):
         raise LoaderError(f"{where}: no visible text in the HTML")
     spans, first_h1 = _html_sections(text, headings)
-    return LoadedDocument(text=text, source=source, title=title or first_h1,
-                          metadata=_meta(base, "html", {"encoding": encoding}), spans=tuple(spans))
+    return LoadedDocument(text=text, source=source, title=_front_title(front) or title or first_h1,
+                          metadata=_meta(base, "html", {"encoding": encoding}, user=front), spans=tuple(spans),
+                          acl=acl)
 
 
 # ============================================================================ PDF
@@ -1383,6 +1421,6 @@ def _jsonl_record(rec: dict[str, Any], lineno: int, where: str, source: str,
         if isinstance(value, bool) or not isinstance(value, (str, int, float)):
             raise LoaderError(f"{label}: '{key}' must be a string or a number, got {type(value).__name__}")
         extra[key] = str(value) if key == "version" else value
-    acl = None if rec.get("acl") is None else _labels(rec["acl"], label, "acl")
+    acl = _take_acl({k: rec[k] for k in ACL_KEYS if rec.get(k) is not None}, label)
     return LoadedDocument(text=body, source=rec_source, title=title,
                           metadata=_meta(base, "jsonl", extra, user=user), acl=acl)

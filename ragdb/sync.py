@@ -435,12 +435,15 @@ def plan_sync(db: Database, root: str | os.PathLike[str], *, source_prefix: str 
     pattern = escape_glob(scope) + "*" if scope else None
     stored: dict[str, Mapping[str, Any]] = {}  # file source -> metadata of one of its documents
     groups: dict[str, list[str]] = {}  # file source -> its stored document sources
+    relabel: set[str] = set()  # file sources whose stored labels are not the acl= given
     for doc in db.documents(pattern, principals=ALL):  # sync mirrors every document, whoever may read it
         key = doc.metadata.get(SYNC_FILE)
         key = key if isinstance(key, str) and key else doc.source
         if _in_scope(key, scope, inc, exc, recursive):
             stored.setdefault(key, doc.metadata)
             groups.setdefault(key, []).append(doc.source)
+            if labels is not None and doc.acl != labels:
+                relabel.add(key)
     added, changed, unchanged = [], [], []
     failed: list[FileFailure] = []
     skipped: list[Skipped] = list(found.skipped)
@@ -452,7 +455,8 @@ def plan_sync(db: Database, root: str | os.PathLike[str], *, source_prefix: str 
             if meta is None:
                 added.append(source)
                 paths[source] = path
-            elif _same_stat(meta, os.stat(path)) or file_sha256(path) == meta.get("content_hash"):
+            elif source not in relabel and (_same_stat(meta, os.stat(path))
+                                            or file_sha256(path) == meta.get("content_hash")):
                 unchanged.append(source)
             else:
                 changed.append(source)

@@ -157,14 +157,22 @@ class Writer:
             row = store.doc_source(doc_id)
             if row is None:
                 raise DocumentNotFound(f"no document with id {doc_id}")
+            acl_value = None if labels is None else (dumps(list(labels)), list(labels))
             chunk_ids = store.update_document_fields(
-                doc_id, metadata=None if meta is None else (meta[1], list(scalar_items(meta[0]))),
-                acl=None if labels is None else (dumps(list(labels)), list(labels)))
+                doc_id, metadata=None if meta is None else (meta[1], list(scalar_items(meta[0]))), acl=acl_value)
             # Hits cache each chunk's metadata: the change log tells every
             # connection's index to read these chunks' fields again.
             state = idx.LATEST if row[1] else idx.OLD
-            log_seq = store.log_states([(cid, state, None) for cid in chunk_ids]) if chunk_ids else None
-            index.forget_hits(chunk_ids)
+            logged = [(cid, state, None) for cid in chunk_ids]
+            if acl_value is not None and row[1]:
+                # A source's history has the source's labels: the kept older versions get them
+                # too, so deleting the latest never promotes a version readable by others.
+                for old_id, _ts, _valid in store.source_versions(row[0]):
+                    if old_id != doc_id:
+                        logged += [(cid, idx.OLD, None)
+                                   for cid in store.update_document_fields(old_id, metadata=None, acl=acl_value)]
+            log_seq = store.log_states(logged) if logged else None
+            index.forget_hits([c for c, _s, _t in logged])
             index.note_write(store.bump_stats(), index.n_chunks, index.total_length, log_seq)
             return self.document(doc_id)
 

@@ -250,3 +250,16 @@ def test_sync_of_an_edited_labelled_file_keeps_its_labels(tmp_path):
         assert db.get(source="docs/pay.md", principals=ragdb.ALL).acl == ("hr",)
         assert db.get(source="docs/open.md", principals=ragdb.ALL).acl == ("audit",)  # the file says so
         assert "2027" in db.get(source="docs/pay.md", principals=["hr"]).text
+
+
+def test_relabelling_a_source_relabels_its_history(tmp_path):
+    with ragdb.open(tmp_path / "kb.db", keep_versions=True) as db:
+        db.add("plan alpha draft", source="plan.md")
+        v2 = db.add("plan alpha final", source="plan.md")
+        db.update(v2.id, acl=["hr"])
+        assert db.search("plan", versions="all") == []
+        assert {d.acl for d in db.documents(versions="all", principals=ragdb.ALL)} == {("hr",)}
+        db.delete(v2.id)  # the older version becomes the latest: still not public
+        assert db.search("plan") == [] and db.documents() == []
+        assert [h.text for h in db.search("plan", principals=["hr"])] == ["plan alpha draft"]
+        assert db.check() == []

@@ -432,7 +432,8 @@ def test_cli_acl_and_public(tmp_path, runner, monkeypatch):
     run(runner, "-d", "kb.db", "add", "d/b.md", "--public")
     with ragdb.open(tmp_path / "kb.db") as db:
         acl = {d.source: d.acl for d in db.documents(principals=ragdb.ALL)}
-        assert acl == {"d/a.md": ("ops",), "d/b.md": (ragdb.PUBLIC,)}  # the sync changed nothing: unchanged files
+        # --acl relabels unchanged files too (as add --acl does); --public then opened b.md
+        assert acl == {"d/a.md": ("eng", "ops"), "d/b.md": (ragdb.PUBLIC,)}
         assert [h.source for h in db.search("manual")] == ["d/b.md"]
     write(tmp_path / "d" / "a.md", "---\nacl: [ops]\n---\nThe pump manual, second edition.\n")
     run(runner, "-d", "kb.db", "sync", "d", "--acl", "eng", "--acl", "ops")

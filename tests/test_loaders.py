@@ -937,3 +937,36 @@ def test_toml_front_matter_is_metadata_not_text() -> None:
     assert doc.metadata["date"] == "2024-05-01"
     with pytest.raises(LoaderError, match="invalid TOML front matter"):
         load_bytes(b"+++\ntitle = \n+++\nBody.\n", source="bad.md", kind="md")
+
+
+@pytest.mark.parametrize("name,body", [
+    ("a.html", "<html><body><p>html secret</p></body></html>\n"),
+    ("b.txt", "plain secret\n"),
+    ("c.rst", "Title\n=====\n\nrst secret\n"),
+])
+def test_front_matter_labels_in_every_text_kind(tmp_path: Path, name: str, body: str) -> None:
+    write(tmp_path / name, f"---\nlabels: [hr]\nacl: audit\nteam: x\n---\n{body}")
+    doc = load_file(tmp_path / name)[0]
+    assert doc.acl == ("audit", "hr")
+    assert "labels" not in doc.text and "acl" not in doc.metadata and doc.metadata["team"] == "x"
+    assert "secret" in doc.text
+
+
+def test_a_leading_rule_in_a_text_file_is_text(tmp_path: Path) -> None:
+    write(tmp_path / "d.txt", "---\n\nJust a rule line, then text\n\n---\nmore\n")
+    doc = load_file(tmp_path / "d.txt")[0]
+    assert doc.acl is None and doc.text.startswith("---\n\nJust a rule line")
+
+
+def test_unreadable_front_matter_naming_labels_is_an_error(tmp_path: Path) -> None:
+    write(tmp_path / "e.txt", "---\nacl: [hr\n---\nsecret\n")
+    with pytest.raises(LoaderError, match="front matter"):
+        load_file(tmp_path / "e.txt")
+
+
+def test_jsonl_labels_field_is_access_labels(tmp_path: Path) -> None:
+    write(tmp_path / "r.jsonl", '{"id": "k1", "text": "kumquat secret", "labels": ["hr"]}\n'
+                                '{"id": "k2", "text": "open", "acl": "a", "labels": "b"}\n')
+    docs = load_file(tmp_path / "r.jsonl")
+    assert [d.acl for d in docs] == [("hr",), ("a", "b")]
+    assert all("labels" not in d.metadata for d in docs)
