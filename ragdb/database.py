@@ -646,10 +646,12 @@ def open_database(path: str | os.PathLike[str] = ":memory:", *, analyzer: "str |
         # open the file); chunker and keep_versions given here do update the stored ones.
         public = bool(settings.get("public_unlabeled", False))
         if public_unlabeled is not None and public_unlabeled != public:
+            now = "makes documents without access labels public" if public else \
+                "hides documents without access labels from every caller but principals=ALL"
             raise InvalidInput(
-                f"{path}: public_unlabeled is {public} in this database and opening does not change it; "
-                f"open without public_unlabeled=, or change it with db.set_public_unlabeled({public_unlabeled}) "
-                f"or 'ragdb config public_unlabeled {str(public_unlabeled).lower()}'")
+                f"{path}: this database {now} (public_unlabeled {str(public).lower()}), and opening it never "
+                f"changes that; change it with 'ragdb config public_unlabeled {str(public_unlabeled).lower()}' "
+                f"(db.set_public_unlabeled({public_unlabeled})), or open it without that setting")
         new: dict[str, Any] = {}
         if chunker_spec is not None and chunker_spec != settings.get("chunker"):
             new["chunker"] = chunker_spec

@@ -125,12 +125,26 @@ def test_damaged_file_is_reported_as_damaged(tmp_path):
     assert isinstance(e.value, NotADatabase)  # the older, wider class still catches it
 
 
-def test_random_bytes_are_not_a_database_or_corrupt(tmp_path):
-    junk = tmp_path / "junk.db"
-    junk.write_bytes(os.urandom(8192))
-    with pytest.raises(DatabaseCorrupt, match=r"junk.db: the file is not a database or is corrupt \(SQLite says: "
-                                              r"file is not a database\)"):
+def test_a_file_of_another_kind_is_not_a_database(tmp_path):
+    junk = tmp_path / "notes.txt"
+    junk.write_bytes(b"plain text, not SQLite" * 100)
+    before = junk.read_bytes()
+    with pytest.raises(NotADatabase, match=r"notes.txt: not a database file \(it does not start with SQLite's "
+                                           r"header\)") as e:
         ragdb.open(junk)
+    assert not isinstance(e.value, DatabaseCorrupt)
+    assert junk.read_bytes() == before
+
+
+def test_a_damaged_header_is_corrupt(tmp_path):
+    path = tmp_path / "kb.db"
+    with ragdb.open(path) as db:
+        db.add("some text", source="a")
+    data = bytearray(path.read_bytes())
+    data[16:100] = os.urandom(84)  # the rest of the header page: page size, counters ...
+    path.write_bytes(bytes(data))
+    with pytest.raises(DatabaseCorrupt, match="the file is not a database or is corrupt"):
+        ragdb.open(path)
 
 
 def test_init_errors_are_sentences(tmp_path):
@@ -150,7 +164,11 @@ def test_init_errors_are_sentences(tmp_path):
     assert "simple (no stemming, no stopwords, CJK bigrams)" in p.stdout and "None" not in p.stdout
     (tmp_path / "junk.db").write_bytes(b"\x01" * 4096)
     p = init("-d", "junk.db", "init")
-    assert p.returncode == 1 and "the file is not a database or is corrupt" in p.stderr
+    assert p.returncode == 1 and "junk.db: not a database file" in p.stderr
+    p = init("-d", "kb.db", "init", "--no-public-unlabeled")
+    assert p.returncode == 1
+    assert ("this database makes documents without access labels public (public_unlabeled true), and opening "
+            "it never changes that; change it with 'ragdb config public_unlabeled false'") in p.stderr
 
 
 def test_missing_folder_from_the_library(tmp_path):

@@ -152,6 +152,15 @@ class Store(VectorSQL):
                 raise NotADatabase(f"{path}: no such database file")
             if p.exists() and p.is_dir():
                 raise NotADatabase(f"{path}: is a directory, not a database file")
+            if p.is_file() and p.stat().st_size > 0:
+                try:
+                    with open(p, "rb") as fh:
+                        head = fh.read(16)
+                except OSError as e:
+                    raise StorageError(f"{path}: cannot read the file: {e.strerror or e}") from None
+                if head != b"SQLite format 3\x00":
+                    raise NotADatabase(f"{path}: not a database file (it does not start with SQLite's header); "
+                                       f"check the path")
             if not p.exists() and not p.parent.is_dir():
                 raise StorageError(f"{path}: cannot create the database: the folder {os.fspath(p.parent)!r} "
                                    f"does not exist")
