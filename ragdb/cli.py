@@ -121,6 +121,20 @@ def _principals(principals: Sequence[str], all_principals: bool) -> Any:
     return list(principals) if principals else None
 
 
+def _hidden_note(db: ragdb.Database, who: Any) -> None:
+    """On an empty result: say on stderr how many documents this caller cannot see, if any
+    (an anonymous read of a labelled database, or of an old file whose public_unlabeled is off)."""
+    if who is ragdb.ALL:
+        return
+    hidden = db.count(principals=ragdb.ALL) - db.count(principals=who)
+    if hidden <= 0:
+        return
+    why = "" if db.settings.get("public_unlabeled") else \
+        " (this database hides unlabelled documents: 'ragdb config public_unlabeled true' makes them public)"
+    _warn(f"note: {hidden} document{'s are' if hidden != 1 else ' is'} hidden from this caller by access labels"
+          f"{why}; read with --principal LABEL, or --all-principals for everything")
+
+
 def write_model_option(f: Callable[..., Any]) -> Callable[..., Any]:
     """``--embed`` and ``--model SPEC`` on add, sync and import: embed the new chunks after writing them."""
     f = click.option("--model", "embed_model", default=None, metavar="SPEC",
@@ -154,6 +168,11 @@ def _open(database: str | None, *, create: bool = False, **kwargs: Any) -> ragdb
     path = _db_path(database)
     if not create and path != ":memory:" and not Path(path).exists():
         raise click.ClickException(f"{path}: no such database (create it with 'ragdb init' or 'ragdb add')")
+    root = click.get_current_context().find_root()
+    if root.params.get("readonly"):
+        if path == ":memory:" or not Path(path).exists():
+            raise click.ClickException(f"{path}: no such database (--readonly opens an existing one)")
+        return ragdb.open(path, readonly=True, **kwargs)
     # create: a missing file is created, an existing empty one refused (only 'ragdb init' takes it)
     return ragdb.open(path, create=None if create else False, **kwargs)
 
@@ -472,14 +491,17 @@ def _doc_json(d: ragdb.Document) -> dict[str, Any]:
 @click.group("ragdb", cls=_Group, context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100})
 @click.option("-d", "--database", envvar="RAGDB_DATABASE", default=None, metavar="PATH",
               help="Database file (also read from RAGDB_DATABASE).")
+@click.option("--readonly", is_flag=True, envvar="RAGDB_READONLY",
+              help="Open the database read-only (nothing written, no migrations; on read-only media SQLite's "
+                   "immutable mode). Commands that write fail.")
 @click.version_option(ragdb.__version__, prog_name="ragdb")
-def cli(database: str | None) -> None:
+def cli(database: str | None, readonly: bool) -> None:
     """ragdb: build, keep and query a retrieval knowledge base (one SQLite file).
 
     \b
     Examples:
       ragdb -d kb.db add README.md docs/
-      ragdb -d kb.db sync docs/ --source-prefix docs/
+      ragdb -d kb.db sync docs/
       ragdb -d kb.db search "how are deleted documents handled" -k 5
     """
 
@@ -887,6 +909,8 @@ def list_cmd(database: str | None, source: str | None, filters: tuple[str, ...],
     with _open(database) as db:
         docs = db.documents(source, versions="all" if all_versions else "latest", limit=limit, offset=offset,
                             filter=_filter_mapping(filters), principals=who)
+        if not docs and not offset:
+            _hidden_note(db, who)
     if as_json:
         _emit_json([_doc_json(d) for d in docs])
         return
@@ -946,6 +970,8 @@ def search(database: str | None, query: str, k: int, scorer: str, fusion: str | 
             _check_model(db, opts.embedder, embed_model or "")
         _warn_pending(db, scorer)
         hits = db.search(query, options=opts)
+        if not hits:
+            _hidden_note(db, opts.restrictions.principals)
     if as_json:
         _emit_json([_hit_json(h, i) for i, h in enumerate(hits, 1)])
         return
@@ -1326,7 +1352,9 @@ def eval_cmd(corpus: str, queries: str, qrels: str, k: int, scorer: str, fusion:
     does; without --calibrate no database file is read or written. --scorer vector or hybrid
     needs --model SPEC: the corpus is embedded with it while indexing.
 
-    --calibrate also chooses a refusal floor (min_confidence) with
+    --calibrate also chooses a refusal floor (min_confidence) with the
+    database's analyzer and chunker (so the confidences are those its own
+    searches give), with
     ragdb.prompt.choose_threshold: the best hit confidence of each judged
     query (to be answered) and of each --off-topic question (to be refused),
     the threshold with the best F1 of answer decisions; and stores it in the
@@ -1345,16 +1373,19 @@ def eval_cmd(corpus: str, queries: str, qrels: str, k: int, scorer: str, fusion:
     if target is not None and target != ":memory:" and not Path(target).exists():
         raise click.ClickException(f"{target}: no such database (create it with 'ragdb init' or 'ragdb add')")
     index_analyzer: Any = analyzer or "default"
-    if calibrate and analyzer is None:  # confidences as the database's own analyzer makes them
+    index_chunker = "none"
+    if calibrate:  # confidences as the database's own analyzer and chunker make them
         with _open(target, readonly=True) as kb:
-            index_analyzer = kb.analyzer
+            if analyzer is None:
+                index_analyzer = kb.analyzer
+            index_chunker = str(kb.settings.get("chunker") or "none")
     opts = _options(k, scorer, fusion, alpha, rrf_k, embed_model)
     embedder = opts.embedder  # the temporary database embeds with it, and queries with it too
     docs, qs, judgements = load_beir((corpus, queries, qrels))
     negatives = [q for path in off_topic for q in load_questions(path)]
     records = [{"text": f"{title}\n\n{text}" if title else text, "source": doc_id}
                for doc_id, title, text in docs if (title + text).strip()]
-    with ragdb.open(":memory:", analyzer=index_analyzer, chunker="none", embedder=embedder) as db:
+    with ragdb.open(":memory:", analyzer=index_analyzer, chunker=index_chunker, embedder=embedder) as db:
         with _progress("indexing", len(records)) as progress:
             step = 1000
             for i in range(0, len(records), step):
@@ -1433,7 +1464,10 @@ def _retrieve(database: str | None, question: str, opts: ragdb.SearchOptions, em
         if opts.embedder is not None:
             _check_model(db, opts.embedder, embed_model or "", model_flag)
         _warn_pending(db, opts.scorer)
-        return db.search(question, options=opts), db.min_confidence
+        hits = db.search(question, options=opts)
+        if not hits:
+            _hidden_note(db, opts.restrictions.principals)
+        return hits, db.min_confidence
 
 
 #: Exit status of prompt/ask when the question is refused (see the module docstring).

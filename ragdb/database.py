@@ -501,6 +501,18 @@ class Database:
                                         public_unlabeled=view.public_unlabeled)
         return [doc_from_row(r, False) for r in rows]
 
+    def count(self, *, versions: str = "latest", filter: Mapping[str, Any] | None = None,
+              principals: Principals | Sequence[str] | None = None) -> int:
+        """How many stored documents the caller may see (``principals`` as in :meth:`search`),
+        of those matching ``filter``; ``versions="all"`` counts kept older versions too.
+        ``count(principals=ragdb.ALL) - count()`` is how many an anonymous caller cannot see."""
+        if versions not in ("latest", "all"):
+            raise InvalidInput(f"versions must be 'latest' or 'all', got {versions!r}")
+        store = self._engine.store
+        with store.read():
+            view = self._view(principals, filter, versions)
+            return store.count_documents(view.conditions, view.public_unlabeled, versions == "latest")
+
     def set_public_unlabeled(self, value: bool) -> None:
         """Turn the ``public_unlabeled`` access setting on or off, in the file (one transaction).
 

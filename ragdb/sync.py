@@ -374,6 +374,8 @@ def source_name(path: str | os.PathLike[str], *, relative_to: str | os.PathLike[
     for value, what in ((path, "path"), (relative_to, "relative_to")):
         if value is not None and not isinstance(value, (str, os.PathLike)):
             raise InvalidInput(f"{what} must be a path, got {value!r}")
+    if relative_to is not None and not os.path.isdir(relative_to):
+        raise InvalidInput(f"relative_to {os.fspath(relative_to)!r}: not an existing folder")
     base = os.path.abspath(relative_to if relative_to is not None else os.curdir)
     full = os.path.abspath(path)
     if full == base:

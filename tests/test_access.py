@@ -60,7 +60,7 @@ class EchoLLM:
 docs_strategy = st.lists(
     st.tuples(st.sampled_from(["s0", "s1", "s2", "s3", "s4", "s5"]),
               st.lists(st.sampled_from(WORDS), min_size=1, max_size=4),
-              st.lists(st.sampled_from(LABELS), max_size=2)),
+              st.one_of(st.none(), st.lists(st.sampled_from(LABELS), max_size=2))),
     min_size=1, max_size=10)
 principals_strategy = st.one_of(st.none(), st.just(ragdb.ALL), st.lists(st.sampled_from(["a", "b", "c", "z"]),
                                                                         max_size=3))
@@ -73,10 +73,14 @@ def test_no_read_path_leaks(tmp_path_factory, docs, principals, public_unlabeled
     path = tmp_path_factory.mktemp("acl") / "kb.db"
     with ragdb.open(path, public_unlabeled=public_unlabeled, keep_versions=keep_versions,
                     embedder="hash:16") as db:
+        model: dict[str, tuple[str, ...]] = {}  # source -> the labels its latest version must have
         for source, words, acl in docs:
             db.add(" ".join(words), source=source, acl=acl)
+            # acl=None keeps the replaced version's labels (an edit never opens a document)
+            model[source] = model.get(source, ()) if acl is None else tuple(sorted(set(acl)))
         every = db.documents(versions="all", principals=ragdb.ALL)
         latest_acl = {d.source: d.acl for d in every if d.latest}
+        assert latest_acl == model
 
         def ok(doc_id: int) -> bool:
             d = next(x for x in every if x.id == doc_id)
@@ -263,3 +267,30 @@ def test_relabelling_a_source_relabels_its_history(tmp_path):
         assert db.search("plan") == [] and db.documents() == []
         assert [h.text for h in db.search("plan", principals=["hr"])] == ["plan alpha draft"]
         assert db.check() == []
+
+
+def test_count_follows_the_access_rule(tmp_path):
+    with ragdb.open(tmp_path / "kb.db") as db:
+        db.add("a", source="a")
+        db.add("b", source="b", acl=["x"])
+        db.add("c", source="c", acl=["y"], metadata={"k": 1})
+        assert db.count() == 1 and db.count(principals=["x"]) == 2 and db.count(principals=ragdb.ALL) == 3
+        assert db.count(filter={"k": 1}, principals=ragdb.ALL) == 1 and db.count(filter={"k": 1}) == 0
+
+
+def test_empty_cli_results_say_what_access_hid(tmp_path):
+    path = str(tmp_path / "old.db")
+    with ragdb.open(path, public_unlabeled=False) as db:  # an old file: the former default, off
+        db.add("apples and pears", source="fruit.md")
+    p = run_cli(["-d", path, "search", "apples"])
+    assert p.stdout.strip() == "no hits"
+    assert "1 document is hidden from this caller by access labels" in p.stderr
+    assert "'ragdb config public_unlabeled true'" in p.stderr
+    p = run_cli(["-d", path, "list"])
+    assert p.stdout.strip() == "no documents" and "1 document is hidden" in p.stderr
+    p = run_cli(["-d", path, "prompt", "apples"], check=False)
+    assert p.returncode == 3 and "1 document is hidden" in p.stderr
+    p = run_cli(["-d", path, "search", "apples", "--all-principals"])
+    assert "fruit.md" in p.stdout and "hidden" not in p.stderr
+    p = run_cli(["-d", path, "search", "bananas"])  # nothing matches for anyone: still honest
+    assert "1 document is hidden" in p.stderr

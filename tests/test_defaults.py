@@ -18,7 +18,7 @@ from ragdb.errors import DatabaseCorrupt, NotADatabase, StorageError
 CLI = [sys.executable, "-m", "ragdb.cli"]
 
 
-def _as_unprivileged(code: str, cwd: Path) -> subprocess.CompletedProcess[str]:
+def _as_unprivileged(code: str, cwd: Path, input: str | None = None) -> subprocess.CompletedProcess[str]:
     """Run ``code`` in a Python process that cannot write ``cwd`` (a read-only folder).
 
     As root, permission bits do not stop writes, so the child drops to the
@@ -30,7 +30,7 @@ def _as_unprivileged(code: str, cwd: Path) -> subprocess.CompletedProcess[str]:
             pytest.skip("running as root without setpriv: cannot make a folder read-only")
         cmd = [setpriv, "--reuid=65534", "--regid=65534", "--clear-groups", *cmd]
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(p for p in sys.path if p)}
-    return subprocess.run(cmd, cwd=cwd, capture_output=True, text=True, timeout=120, env=env)
+    return subprocess.run(cmd, cwd=cwd, capture_output=True, text=True, timeout=120, env=env, input=input)
 
 
 @pytest.fixture
@@ -174,3 +174,20 @@ def test_init_errors_are_sentences(tmp_path):
 def test_missing_folder_from_the_library(tmp_path):
     with pytest.raises(StorageError, match="the folder .* does not exist"):
         ragdb.open(tmp_path / "no" / "such" / "kb.db")
+
+
+def test_cli_readonly_on_a_read_only_folder(readonly_folder):
+    with ragdb.open(readonly_folder / "kb.db") as db:
+        db.add("read-only media hold knowledge too", source="a.md")
+    _freeze(readonly_folder)
+    code = ("import sys\n"
+            "from ragdb.cli import main\n"
+            "sys.argv = ['ragdb', '--readonly', '-d', 'kb.db'] + sys.argv[1:]\n"
+            "main()\n")
+    search = _as_unprivileged(code.replace("sys.argv[1:]", "['search', 'knowledge', '--json']"), readonly_folder)
+    assert search.returncode == 0, search.stderr
+    assert '"source":"a.md"' in search.stdout.replace(" ", "")
+    add = _as_unprivileged(code.replace("sys.argv[1:]", "['add', '-', '--source', 'x']"), readonly_folder,
+                           input="new text")
+    assert add.returncode == 1 and "read-only" in add.stderr, add.stderr
+    assert sorted(x.name for x in readonly_folder.iterdir()) == ["kb.db"]

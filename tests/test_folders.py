@@ -493,3 +493,14 @@ def test_bad_arguments_are_invalid_input(tmp_path, kwargs):
             sync.sync_folder(db, tmp_path, **kwargs)
         with pytest.raises(InvalidInput):
             sync.add_paths(db, [3])
+
+
+def test_relative_to_must_be_a_folder(tmp_path):
+    write(tmp_path / "d" / "a.md", "# A\n")
+    with ragdb.open(tmp_path / "kb.db") as db:
+        for bad in (tmp_path / "missing", tmp_path / "d" / "a.md"):
+            with pytest.raises(InvalidInput, match="relative_to .*not an existing folder"):
+                sync.add_paths(db, [str(tmp_path / "d")], relative_to=bad)
+            with pytest.raises(InvalidInput, match="relative_to .*not an existing folder"):
+                sync.sync_folder(db, tmp_path / "d", relative_to=bad)
+        assert db.count(principals=ragdb.ALL) == 0

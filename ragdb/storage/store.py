@@ -529,6 +529,17 @@ class Store(VectorSQL):
         params += [-1 if limit is None else limit, offset]
         return self.conn.execute(sql, params).fetchall()
 
+    def count_documents(self, conditions: Sequence[Any] = (), public_unlabeled: bool = False,
+                        latest_only: bool = True) -> int:
+        """How many documents meet the filter ``conditions``."""
+        where, params = self._filter_sql(conditions, public_unlabeled)
+        if latest_only:
+            where.append("d.latest = 1")
+        sql = "SELECT count(*) FROM documents d"
+        if where:
+            sql += " WHERE " + " AND ".join(where)
+        return int(self.conn.execute(sql, params).fetchone()[0])
+
     def iter_documents(self, latest_only: bool = False, conditions: Sequence[Any] = (),
                        public_unlabeled: bool = False) -> Iterator[tuple[Any, ...]]:
         """Full rows for export: id, source, version, timestamp, title, text, metadata, acl, chunker,
