@@ -654,14 +654,21 @@ def _clean_markdown(body: str, where: str) -> str:
         return kind in ("paragraph_open", "bullet_list_open", "ordered_list_open") and _link_only(
             "\n".join(lines[a:b]))
 
+    def filler(block: tuple[int, int, str]) -> bool:
+        """A rule, or an HTML block of nothing but comments (removed anyway): it neither
+        ends nor makes a navigation run."""
+        a, b, kind = block
+        return kind == "hr" or (kind == "html_block" and is_blank(_MD_COMMENT.sub(
+            lambda m: m.group(0) if m.group(1) else "", "\n".join(lines[a:b]))))
+
     def run(order: list[tuple[int, int, str]]) -> list[tuple[int, int, str]]:
         out: list[tuple[int, int, str]] = []
         for blk in order:
-            if blk[2] == "hr" or nav(blk):
+            if filler(blk) or nav(blk):
                 out.append(blk)
             else:
                 break
-        return out if any(blk[2] != "hr" for blk in out) else []
+        return out if any(not filler(blk) for blk in out) else []
 
     if len(blocks) > 1:
         head = run(blocks)

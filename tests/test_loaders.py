@@ -970,3 +970,10 @@ def test_jsonl_labels_field_is_access_labels(tmp_path: Path) -> None:
     docs = load_file(tmp_path / "r.jsonl")
     assert [d.acl for d in docs] == [("hr",), ("a", "b")]
     assert all("labels" not in d.metadata for d in docs)
+
+
+def test_navigation_next_to_a_comment_is_still_navigation(tmp_path: Path) -> None:
+    write(tmp_path / "p.md", "<!-- generated -->\n[Home](/) | [Docs](/docs) | [API](/api)\n\n# Intro\n\n"
+                             "The real text of the page.\n\n[Home](/) | [Docs](/docs)\n\n<!-- footer -->\n")
+    doc = load_file(tmp_path / "p.md")[0]
+    assert doc.text == "# Intro\n\nThe real text of the page."
