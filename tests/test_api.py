@@ -875,8 +875,11 @@ def test_writes_then_search_equal_a_fresh_build(ops, keep):
                     doc = db.update(target["id"], metadata=meta, acl=acl)
                     if meta is not None:
                         target["meta"] = meta
-                    if acl is not None:
-                        target["acl"] = tuple(sorted(acl))
+                    if acl is not None:  # a latest version's labels are its whole history's
+                        for versions in stacks.values():
+                            if versions and versions[-1] is target:
+                                for v in versions:
+                                    v["acl"] = tuple(sorted(acl))
                     assert doc.id == target["id"] and doc.metadata == target["meta"] and doc.acl == target["acl"]
                 elif op[0] == "delete":
                     target = latest_of(op[1])
