@@ -322,10 +322,10 @@ def _free_port() -> int:
 @contextlib.contextmanager
 def _http_server(kb: Path, *args: str) -> Iterator[str]:
     port = _free_port()
-    err = open(kb.parent / "http.err", "w+")
-    proc = subprocess.Popen([sys.executable, "-m", "ragdb.cli", "mcp", "-d", str(kb), "--http", f"127.0.0.1:{port}",
-                             *args], env={**os.environ, "PYTHONPATH": str(ROOT)}, stdout=subprocess.DEVNULL,
-                            stderr=err)
+    with open(kb.parent / "http.err", "w") as err:
+        proc = subprocess.Popen([sys.executable, "-m", "ragdb.cli", "mcp", "-d", str(kb),
+                                 "--http", f"127.0.0.1:{port}", *args],
+                                env={**os.environ, "PYTHONPATH": str(ROOT)}, stdout=subprocess.DEVNULL, stderr=err)
     try:
         deadline = time.monotonic() + 60  # a guard against a server that never starts, not a timing assertion
         while True:
@@ -340,7 +340,6 @@ def _http_server(kb: Path, *args: str) -> Iterator[str]:
     finally:
         proc.terminate()
         proc.wait(30)
-        err.close()
 
 
 def test_streamable_http_transport_on_loopback(kb: Path) -> None:
