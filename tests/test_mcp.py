@@ -390,3 +390,13 @@ def test_http_addresses() -> None:
             parse_http_address(bad)
     assert all(is_loopback(h) for h in ("127.0.0.1", "127.5.0.1", "::1", "localhost", "LOCALHOST"))
     assert not any(is_loopback(h) for h in ("0.0.0.0", "::", "10.0.0.1", "example.com", "127.0.0.1.example.com"))
+
+
+def test_without_the_sdk_the_command_says_what_to_install(kb: Path, runner: Any,
+                                                          monkeypatch: pytest.MonkeyPatch) -> None:
+    for name in [m for m in sys.modules if m == "mcp" or m.startswith("mcp.")]:
+        monkeypatch.setitem(sys.modules, name, None)  # as if the mcp package were not installed
+    monkeypatch.delitem(sys.modules, "ragdb.integrations.mcp")
+    monkeypatch.delattr(sys.modules["ragdb.integrations"], "mcp")
+    result = runner.invoke(cli, ["mcp", "-d", str(kb)])
+    assert result.exit_code == 1 and "pip install 'ragdb[mcp]'" in result.output
