@@ -400,3 +400,19 @@ def test_without_the_sdk_the_command_says_what_to_install(kb: Path, runner: Any,
     monkeypatch.delattr(sys.modules["ragdb.integrations"], "mcp")
     result = runner.invoke(cli, ["mcp", "-d", str(kb)])
     assert result.exit_code == 1 and "pip install 'ragdb[mcp]'" in result.output
+
+
+def test_vector_and_hybrid_search_use_the_recorded_model(kb: Path) -> None:
+    with ragdb.open(kb) as db:
+        db.embed("hash")  # an offline test embedder; the database records it
+
+    async def main() -> None:
+        async with _session(kb) as s:
+            with ragdb.open(kb) as db:
+                embedder = db.recorded_embedder()
+                for scorer in ("vector", "hybrid"):
+                    got = await _call(s, "search", {"query": "cats on a mat", "k": 4, "scorer": scorer})
+                    want = db.search("cats on a mat", 4, scorer=scorer, embedder=embedder)
+                    assert want and [_hit_key(h) for h in got["hits"]] == [_hit_key(h) for h in want]
+
+    _run(main)
