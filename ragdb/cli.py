@@ -1616,6 +1616,55 @@ def _ask_exit(p: Any, hits: Sequence[ragdb.Hit], refused: bool, without_model: b
     click.get_current_context().exit(EXIT_REFUSED)
 
 
+# --------------------------------------------------------------------------- mcp
+
+@cli.command("mcp")
+@database_option
+@access_options
+@click.option("--allow-writes", is_flag=True, help="Also offer the add_text and delete tools.")
+@click.option("--http", "http_address", default=None, metavar="HOST:PORT",
+              help="Serve the Streamable HTTP transport (endpoint /mcp) on HOST:PORT instead of stdio; "
+                   "a bare PORT binds 127.0.0.1.")
+@click.option("--allow-remote", is_flag=True,
+              help="Let --http bind a host other than loopback (the transport has no authentication).")
+def mcp_cmd(database: str | None, principals: tuple[str, ...], all_principals: bool, allow_writes: bool,
+            http_address: str | None, allow_remote: bool) -> None:
+    """Serve the database to MCP clients (assistants, agents) over stdio, or HTTP with --http.
+
+    Tools: search, get_document, list_sources, build_prompt, stats (and with
+    --allow-writes add_text, delete). The server reads as the --principal
+    labels given here (anonymous without them: public documents only); no
+    tool lets the model choose them. Needs 'pip install ragdb[mcp]'.
+
+    \b
+    Example (a desktop assistant's config launches this):
+      ragdb mcp -d kb.db --principal team-docs
+    """
+    try:
+        from .integrations import mcp as mcp_server
+    except ImportError as e:
+        raise click.ClickException(f"ragdb mcp needs the mcp package ({_one_line(e)}): "
+                                   f"pip install 'ragdb[mcp]'") from None
+    who = _principals(principals, all_principals)
+    address = None
+    if http_address is not None:
+        try:
+            address = mcp_server.parse_http_address(http_address)
+        except InvalidInput as e:
+            raise click.BadParameter(str(e), param_hint="--http") from None
+        if not allow_remote and not mcp_server.is_loopback(address[0]):
+            raise click.BadParameter(f"{address[0]} is not a loopback address and the MCP transport has no "
+                                     f"authentication; add --allow-remote to serve it anyway",
+                                     param_hint="--http")
+    if allow_writes and click.get_current_context().find_root().params.get("readonly"):
+        raise click.UsageError("--allow-writes cannot write a database opened with --readonly")
+    with _open(database) as db:
+        if address is not None:
+            host = f"[{address[0]}]" if ":" in address[0] else address[0]
+            _warn(f"serving MCP (Streamable HTTP) on http://{host}:{address[1]}/mcp")
+        mcp_server.serve(db, principals=who, allow_writes=allow_writes, http=address)
+
+
 # --------------------------------------------------------------------------- entry point
 
 def main() -> None:

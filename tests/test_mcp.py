@@ -1,0 +1,418 @@
+"""``ragdb mcp``: a real MCP client from the official SDK talks to a real server process.
+
+Each test spawns ``python -m ragdb.cli mcp -d kb.db ...`` (stdio; one test the
+Streamable HTTP transport on 127.0.0.1) and compares what the tools return with
+what the library returns for the same call.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import AsyncIterator, Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+pytest.importorskip("mcp")
+
+import anyio  # noqa: E402  (installed with mcp)
+from mcp import Client, ClientSession  # noqa: E402
+from mcp.client.stdio import StdioServerParameters, stdio_client  # noqa: E402
+
+import ragdb  # noqa: E402
+from ragdb.cli import cli  # noqa: E402
+from ragdb.integrations.mcp import SNIPPET_CHARS, is_loopback, parse_http_address  # noqa: E402
+
+ROOT = Path(__file__).resolve().parent.parent
+READ_TOOLS = {"search", "get_document", "list_sources", "build_prompt", "stats"}
+SECRET = "zanzibar"  # a word only the labelled document holds (the probes ask for it)
+MARK = "quokkas"  # another: the probes never say it, so seeing it means seeing the document
+
+DOCS = (
+    ("docs/cats.md", "The cat sat on the mat. Cats like a warm mat near the door.", {"lang": "en", "n": 1}, None),
+    ("docs/dogs.md", "Dogs chase cats around the park; a dog rarely sits on a mat.", {"lang": "en", "n": 2}, None),
+    ("docs/physics.md", "Quantum physics describes particles, and cats in boxes.", {"lang": "en", "n": 3}, None),
+    ("notes/katze.txt", "Die Katze schläft auf der Matte.", {"lang": "de", "n": 4}, None),
+    ("odd/a[1]*.md", "A file whose name holds glob characters: cats again.", {"lang": "en", "n": 5}, None),
+    ("team/plan.md", f"The {SECRET} plan: cats and {MARK} take over the mat at dawn.", {"lang": "en", "n": 6}, ["team"]),
+)
+
+
+@pytest.fixture
+def kb(tmp_path: Path) -> Path:
+    path = tmp_path / "kb.db"
+    with ragdb.open(path) as db:
+        for source, text, metadata, acl in DOCS:
+            db.add(text, source=source, metadata=metadata, acl=acl)
+        db.add("A long chunk about mats. " + "Mats are woven. " * 400, source="docs/long.md", chunker="none")
+    return path
+
+
+def _run(fn: Callable[[], Any]) -> Any:
+    return anyio.run(fn)
+
+
+@contextlib.asynccontextmanager
+async def _session(kb: Path, *args: str) -> AsyncIterator[ClientSession]:
+    """An initialized SDK ClientSession with ``ragdb mcp -d kb.db ARGS`` as its stdio subprocess."""
+    params = StdioServerParameters(command=sys.executable, args=["-m", "ragdb.cli", "mcp", "-d", kb.name, *args],
+                                   cwd=str(kb.parent), env={"PYTHONPATH": str(ROOT)})
+    with open(kb.parent / "server.err", "w") as errlog:
+        async with stdio_client(params, errlog=errlog) as (read, write), \
+                ClientSession(read, write, read_timeout_seconds=120) as session:
+            await session.initialize()
+            yield session
+
+
+async def _call(session: ClientSession, tool: str, arguments: dict[str, Any]) -> dict[str, Any]:
+    result = await session.call_tool(tool, arguments)
+    assert not result.is_error, result.content
+    assert result.structured_content is not None
+    return result.structured_content
+
+
+async def _error(session: ClientSession, tool: str, arguments: dict[str, Any]) -> str:
+    result = await session.call_tool(tool, arguments)
+    assert result.is_error, result.structured_content
+    return " ".join(c.text for c in result.content if c.type == "text")
+
+
+def _hit_key(h: Any) -> tuple[Any, ...]:
+    if isinstance(h, dict):
+        return (h["source"], h["doc_id"], h["chunk_id"], h["start"], h["end"], h["score"], h["confidence"])
+    return (h.source, h.doc_id, h.chunk_id, h.start, h.end, h.score, h.confidence)
+
+
+# --------------------------------------------------------------------------- read tools equal the library
+
+def test_read_tools_list_and_equal_the_library(kb: Path) -> None:
+    async def main() -> None:
+        async with _session(kb) as s:
+            tools = {t.name: t for t in (await s.list_tools()).tools}
+            assert set(tools) == READ_TOOLS  # no write tools without --allow-writes
+            for t in tools.values():
+                assert t.description and len(t.description) > 30
+                assert t.input_schema["type"] == "object"
+                assert t.input_schema.get("additionalProperties") is False
+                assert not any("principal" in p for p in t.input_schema.get("properties", {}))
+                assert t.annotations is not None and t.annotations.read_only_hint is True
+            assert tools["search"].input_schema["required"] == ["query"]
+            assert set(tools["search"].input_schema["properties"]) == {"query", "k", "scorer", "filter"}
+
+            with ragdb.open(kb) as db:
+                for args in ({"query": "cats on a mat"}, {"query": "cats", "k": 3, "scorer": "tfidf"},
+                             {"query": "cats", "k": 10, "filter": {"source": "docs/*", "lang": ["en"]}}):
+                    got = await _call(s, "search", args)
+                    want = db.search(args["query"], args.get("k", 5), scorer=args.get("scorer", "bm25"),
+                                     **({"filter": args["filter"]} if "filter" in args else {}))
+                    assert want, args
+                    assert [_hit_key(h) for h in got["hits"]] == [_hit_key(h) for h in want]
+                    assert [h["rank"] for h in got["hits"]] == list(range(1, len(want) + 1))
+                    assert [h["snippet"] for h in got["hits"]] == [h.text[:SNIPPET_CHARS] for h in want]
+                    assert [h["truncated"] for h in got["hits"]] == [len(h.text) > SNIPPET_CHARS for h in want]
+                    assert [h["metadata"] for h in got["hits"]] == [dict(h.metadata) for h in want]
+
+                long = (await _call(s, "search", {"query": "woven mats", "k": 1}))["hits"][0]
+                (whole,) = db.search("woven mats", 1)
+                assert long["source"] == "docs/long.md" and long["truncated"] is True
+                assert long["snippet"] == whole.text[:SNIPPET_CHARS] and len(whole.text) > SNIPPET_CHARS
+
+                cats = db.get(source="docs/cats.md")
+                by_source = await _call(s, "get_document", {"source": "docs/cats.md"})
+                by_id = await _call(s, "get_document", {"doc_id": cats.id})
+                assert by_source == by_id
+                assert (by_id["id"], by_id["source"], by_id["text"], by_id["metadata"], by_id["chunks"]) == \
+                    (cats.id, cats.source, cats.text, dict(cats.metadata), cats.chunk_count)
+                assert by_id["next_offset"] is None and by_id["text_length"] == len(cats.text or "")
+                page = await _call(s, "get_document", {"source": "docs/cats.md", "offset": 4, "max_chars": 10})
+                assert page["text"] == (cats.text or "")[4:14] and page["next_offset"] == 14
+
+                listed = await _call(s, "list_sources", {})
+                assert [d["source"] for d in listed["sources"]] == [d.source for d in db.documents()]
+                assert [d["id"] for d in listed["sources"]] == [d.id for d in db.documents()]
+                assert listed["next_offset"] is None
+                first = await _call(s, "list_sources", {"limit": 2})
+                second = await _call(s, "list_sources", {"limit": 2, "offset": first["next_offset"]})
+                assert first["next_offset"] == 2
+                assert [d["source"] for d in first["sources"] + second["sources"]] == \
+                    [d.source for d in db.documents(limit=4)]
+                docs = await _call(s, "list_sources", {"prefix": "docs/"})
+                assert [d["source"] for d in docs["sources"]] == [d.source for d in db.documents("docs/*")]
+                odd = await _call(s, "list_sources", {"prefix": "odd/a[1]*"})  # glob characters are literal
+                assert [d["source"] for d in odd["sources"]] == ["odd/a[1]*.md"]
+                assert (await _call(s, "list_sources", {"prefix": "odd/a["}))["sources"] == odd["sources"]
+                assert (await _call(s, "list_sources", {"prefix": "odd/a?"}))["sources"] == []
+
+                prompt = await _call(s, "build_prompt", {"question": "Where do cats sit?"})
+                p = db.build_prompt("Where do cats sit?", k=5)
+                assert not p.refused and p.sources
+                assert (prompt["system"], prompt["user"], prompt["refused"], prompt["language"]) == \
+                    (p.system, p.user, p.refused, p.language)
+                assert prompt["messages"] == p.messages
+                assert [(x["number"], x["source"], x["score"]) for x in prompt["sources"]] == \
+                    [(i, h.source, h.score) for i, h in enumerate(p.sources, 1)]
+                assert "<<<SOURCE 1>>>" in prompt["user"]
+                refused = await _call(s, "build_prompt", {"question": "volcanic eruptions in Iceland"})
+                assert refused["refused"] is True and refused["sources"] == []
+                assert refused["refusal"] == "I don't know based on the provided context."
+                assert db.build_prompt("volcanic eruptions in Iceland").refused
+
+                stats = await _call(s, "stats", {})
+                st = db.stats()
+                assert (stats["documents"], stats["chunks"], stats["vocabulary"], stats["postings"]) == \
+                    (st.documents, st.chunks, st.vocabulary, st.postings)
+                assert stats["visible_documents"] == db.count() == st.documents - 1
+                assert stats["writes_allowed"] is False
+
+    _run(main)
+
+
+# --------------------------------------------------------------------------- access: principals fixed at start
+
+def test_a_labelled_document_never_reaches_a_server_without_its_principal(kb: Path) -> None:
+    with ragdb.open(kb) as db:
+        secret = db.get(source="team/plan.md", principals=ragdb.ALL)
+
+    async def probe(s: ClientSession) -> list[str]:
+        """Everything each read tool shows of the knowledge base, as text."""
+        seen = [str(await _call(s, "search", {"query": f"{SECRET} plan cats", "k": 100}))]
+        seen.append(str(await _call(s, "list_sources", {"limit": 1000})))
+        seen.append(str(await _call(s, "build_prompt", {"question": f"What is the {SECRET} plan?",
+                                                        "min_confidence": 0})))
+        for args in ({"doc_id": secret.id}, {"source": "team/plan.md"}):
+            result = await s.call_tool("get_document", args)
+            seen.append(" ".join(c.text for c in result.content if c.type == "text"))
+        return seen
+
+    async def main() -> None:
+        async with _session(kb) as s:  # anonymous
+            seen = await probe(s)
+            assert not any(MARK in text for text in seen), seen
+            assert not any("team/plan.md" in text for text in seen[:3]), seen  # (get_document's error names it)
+            assert "no document with id" in await _error(s, "get_document", {"doc_id": secret.id})
+            # a principals argument is refused, not honoured (and not silently dropped)
+            message = await _error(s, "search", {"query": SECRET, "principals": ["team"]})
+            assert "unknown argument 'principals'" in message
+            assert (await _call(s, "search", {"query": SECRET}))["hits"] == []
+        async with _session(kb, "--principal", "other") as s:
+            assert not any(MARK in text for text in await probe(s))
+        async with _session(kb, "--principal", "team") as s:  # the same probes do see it with the label
+            seen = await probe(s)
+            assert all(MARK in seen[i] for i in (0, 2, 3, 4)), seen  # search, build_prompt, get_document x2
+            assert "team/plan.md" in seen[1]  # list_sources shows sources, not text
+            with ragdb.open(kb) as db:
+                got = await _call(s, "search", {"query": "cats mat", "k": 10})
+                assert [_hit_key(h) for h in got["hits"]] == \
+                    [_hit_key(h) for h in db.search("cats mat", 10, principals=["team"])]
+                assert (await _call(s, "stats", {}))["visible_documents"] == db.count(principals=["team"])
+        async with _session(kb, "--all-principals") as s:
+            assert SECRET in (await _call(s, "get_document", {"source": "team/plan.md"}))["text"]
+
+    _run(main)
+
+
+# --------------------------------------------------------------------------- errors are tool errors
+
+def test_bad_arguments_are_tool_errors_and_the_server_keeps_serving(kb: Path) -> None:
+    async def main() -> None:
+        async with _session(kb) as s:
+            assert "greater than or equal to 1" in await _error(s, "search", {"query": "cats", "k": 0})
+            assert "less than or equal to 100" in await _error(s, "search", {"query": "cats", "k": 101})
+            assert "valid integer" in await _error(s, "search", {"query": "cats", "k": "many"})
+            assert "query" in await _error(s, "search", {})
+            assert "scorer" in await _error(s, "search", {"query": "cats", "scorer": "magic"})
+            # the library's own messages (a RagdbError becomes the tool error)
+            assert "values must be strings, numbers or booleans" in \
+                await _error(s, "search", {"query": "cats", "filter": {"lang": {"nested": 1}}})
+            assert "ragdb embed" in await _error(s, "search", {"query": "cats", "scorer": "vector"})
+            assert "exactly one of doc_id or source" in \
+                await _error(s, "get_document", {"doc_id": 1, "source": "docs/cats.md"})
+            assert "exactly one of doc_id or source" in await _error(s, "get_document", {})
+            assert "no document with id 999" in await _error(s, "get_document", {"doc_id": 999})
+            assert "no document with source 'nope'" in await _error(s, "get_document", {"source": "nope"})
+            assert "doc_id" in await _error(s, "get_document", {"doc_id": -1})
+            assert "limit" in await _error(s, "list_sources", {"limit": 0})
+            assert "unknown argument 'question_'" in \
+                await _error(s, "build_prompt", {"question": "cats", "k": 1, "question_": 1})
+            assert "min_confidence" in await _error(s, "build_prompt", {"question": "cats", "min_confidence": 2})
+            assert "add_text" in await _error(s, "add_text", {"text": "x", "source": "x"})  # absent: unknown tool
+            assert "delete" in await _error(s, "delete", {"doc_id": 1})
+            # still serving, with the same answers
+            with ragdb.open(kb) as db:
+                got = await _call(s, "search", {"query": "cats"})
+                assert [_hit_key(h) for h in got["hits"]] == [_hit_key(h) for h in db.search("cats", 5)]
+        assert "Traceback" not in (kb.parent / "server.err").read_text()
+
+    _run(main)
+
+
+# --------------------------------------------------------------------------- writes
+
+def test_writes_only_with_allow_writes(kb: Path) -> None:
+    with ragdb.open(kb) as db:
+        before = db.count(principals=ragdb.ALL)
+        secret = db.get(source="team/plan.md", principals=ragdb.ALL)
+
+    async def main() -> None:
+        async with _session(kb, "--allow-writes") as s:
+            tools = {t.name: t for t in (await s.list_tools()).tools}
+            assert set(tools) == READ_TOOLS | {"add_text", "delete"}
+            assert tools["delete"].annotations is not None and tools["delete"].annotations.destructive_hint
+            for t in tools.values():
+                assert not any("principal" in p for p in t.input_schema.get("properties", {}))
+            assert "writes_allowed': True" in str(await _call(s, "stats", {}))
+
+            added = await _call(s, "add_text", {"text": "Ferrets are curious animals.", "source": "pets/ferret.md",
+                                                "metadata": {"lang": "en"}, "version": "v1"})
+            assert added["status"] == "added" and added["previous"] is None
+            with ragdb.open(kb) as db:
+                doc = db.get(source="pets/ferret.md")
+                assert (doc.id, doc.version, dict(doc.metadata)) == (added["id"], "v1", {"lang": "en"})
+                assert [h.source for h in db.search("ferrets", 3)] == ["pets/ferret.md"]
+            hits = (await _call(s, "search", {"query": "ferrets"}))["hits"]
+            assert [h["source"] for h in hits] == ["pets/ferret.md"]
+            again = await _call(s, "add_text", {"text": "Ferrets are curious animals.", "source": "pets/ferret.md",
+                                                "metadata": {"lang": "en"}, "version": "v1"})
+            assert again["status"] == "unchanged" and again["id"] == added["id"]
+            replaced = await _call(s, "add_text", {"text": "Ferrets sleep a lot.", "source": "pets/ferret.md"})
+            assert replaced["status"] == "replaced" and replaced["previous"] == added["id"]
+
+            # a document this (anonymous) server cannot see is neither replaced nor deleted
+            assert "not replacing it" in await _error(s, "add_text", {"text": "mine now", "source": "team/plan.md"})
+            assert "no document with id" in await _error(s, "delete", {"doc_id": secret.id})
+            assert "no document with source" in await _error(s, "delete", {"source": "team/plan.md"})
+            assert "exactly one of doc_id or source" in await _error(s, "delete", {})
+            assert "source" in await _error(s, "add_text", {"text": "no source"})
+            assert "chunker" in await _error(s, "add_text", {"text": "x", "source": "y", "chunker": "none"})
+
+            assert (await _call(s, "delete", {"source": "pets/ferret.md"}))["deleted"] == 1
+            assert "no document with id" in await _error(s, "delete", {"doc_id": 10_000})
+            cats = (await _call(s, "get_document", {"source": "docs/cats.md"}))["id"]
+            assert (await _call(s, "delete", {"doc_id": cats}))["deleted"] == 1
+
+        with ragdb.open(kb) as db:
+            assert db.count(principals=ragdb.ALL) == before - 1  # cats.md; ferret added then deleted
+            kept = db.get(source="team/plan.md", principals=ragdb.ALL)
+            assert (kept.id, kept.text, kept.acl) == (secret.id, secret.text, secret.acl)
+
+        async with _session(kb, "--allow-writes", "--principal", "team") as s:  # with the label it may
+            replaced = await _call(s, "add_text", {"text": f"The {SECRET} plan, revised.", "source": "team/plan.md"})
+            assert replaced["status"] == "replaced"
+        with ragdb.open(kb) as db:
+            assert db.get(source="team/plan.md", principals=ragdb.ALL).acl == ("team",)  # labels kept
+            assert db.count() == db.count(principals=ragdb.ALL) - 1
+
+    _run(main)
+
+
+# --------------------------------------------------------------------------- HTTP transport
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+@contextlib.contextmanager
+def _http_server(kb: Path, *args: str) -> Iterator[str]:
+    port = _free_port()
+    with open(kb.parent / "http.err", "w") as err:
+        proc = subprocess.Popen([sys.executable, "-m", "ragdb.cli", "mcp", "-d", str(kb),
+                                 "--http", f"127.0.0.1:{port}", *args],
+                                env={**os.environ, "PYTHONPATH": str(ROOT)}, stdout=subprocess.DEVNULL, stderr=err)
+    try:
+        deadline = time.monotonic() + 60  # a guard against a server that never starts, not a timing assertion
+        while True:
+            assert proc.poll() is None, (kb.parent / "http.err").read_text()
+            try:
+                socket.create_connection(("127.0.0.1", port), timeout=1).close()
+                break
+            except OSError:
+                assert time.monotonic() < deadline, "the server did not start listening"
+                time.sleep(0.05)
+        yield f"http://127.0.0.1:{port}/mcp"
+    finally:
+        proc.terminate()
+        proc.wait(30)
+
+
+def test_streamable_http_transport_on_loopback(kb: Path) -> None:
+    with _http_server(kb) as url:
+        async def main() -> None:
+            async with Client(url) as client:
+                tools = await client.list_tools()
+                assert {t.name for t in tools.tools} == READ_TOOLS
+                result = await client.call_tool("search", {"query": "cats mat", "k": 4})
+                assert not result.is_error and result.structured_content is not None
+                with ragdb.open(kb) as db:
+                    assert [_hit_key(h) for h in result.structured_content["hits"]] == \
+                        [_hit_key(h) for h in db.search("cats mat", 4)]
+                bad = await client.call_tool("search", {"query": "cats", "k": -3})
+                assert bad.is_error
+                assert not (await client.call_tool("stats", {})).is_error
+
+        _run(main)
+        assert "serving MCP (Streamable HTTP) on http://127.0.0.1:" in (kb.parent / "http.err").read_text()
+
+
+# --------------------------------------------------------------------------- the command's own checks
+
+def test_mcp_command_refuses_bad_options_before_serving(kb: Path, runner: Any) -> None:
+    def fails(*args: str) -> str:
+        result = runner.invoke(cli, ["mcp", "-d", str(kb), *args])
+        assert result.exit_code == 2, result.output
+        return result.output
+
+    assert "not a loopback address" in fails("--http", "0.0.0.0:8765")
+    assert "not a loopback address" in fails("--http", "example.com:8765")
+    assert "not HOST:PORT" in fails("--http", "127.0.0.1:http")
+    assert "not HOST:PORT" in fails("--http", "127.0.0.1:70000")
+    assert "--all-principals already sees everything" in fails("--all-principals", "--principal", "x")
+    result = runner.invoke(cli, ["--readonly", "mcp", "-d", str(kb), "--allow-writes"])
+    assert result.exit_code == 2 and "--readonly" in result.output
+    result = runner.invoke(cli, ["mcp", "-d", str(kb.parent / "missing.db")])
+    assert result.exit_code == 1 and "no such database" in result.output
+
+
+def test_http_addresses() -> None:
+    assert parse_http_address("127.0.0.1:8765") == ("127.0.0.1", 8765)
+    assert parse_http_address("[::1]:9000") == ("::1", 9000)
+    assert parse_http_address("8765") == ("127.0.0.1", 8765)
+    assert parse_http_address("localhost:1") == ("localhost", 1)
+    for bad in ("", ":", "host:", "host:0", "host:65536", "host:-1"):
+        with pytest.raises(ragdb.RagdbError, match="not HOST:PORT"):
+            parse_http_address(bad)
+    assert all(is_loopback(h) for h in ("127.0.0.1", "127.5.0.1", "::1", "localhost", "LOCALHOST"))
+    assert not any(is_loopback(h) for h in ("0.0.0.0", "::", "10.0.0.1", "example.com", "127.0.0.1.example.com"))
+
+
+def test_without_the_sdk_the_command_says_what_to_install(kb: Path, runner: Any,
+                                                          monkeypatch: pytest.MonkeyPatch) -> None:
+    for name in [m for m in sys.modules if m == "mcp" or m.startswith("mcp.")]:
+        monkeypatch.setitem(sys.modules, name, None)  # as if the mcp package were not installed
+    monkeypatch.delitem(sys.modules, "ragdb.integrations.mcp")
+    monkeypatch.delattr(sys.modules["ragdb.integrations"], "mcp")
+    result = runner.invoke(cli, ["mcp", "-d", str(kb)])
+    assert result.exit_code == 1 and "pip install 'ragdb[mcp]'" in result.output
+
+
+def test_vector_and_hybrid_search_use_the_recorded_model(kb: Path) -> None:
+    with ragdb.open(kb) as db:
+        db.embed("hash")  # an offline test embedder; the database records it
+
+    async def main() -> None:
+        async with _session(kb) as s:
+            with ragdb.open(kb) as db:
+                embedder = db.recorded_embedder()
+                for scorer in ("vector", "hybrid"):
+                    got = await _call(s, "search", {"query": "cats on a mat", "k": 4, "scorer": scorer})
+                    want = db.search("cats on a mat", 4, scorer=scorer, embedder=embedder)
+                    assert want and [_hit_key(h) for h in got["hits"]] == [_hit_key(h) for h in want]
+
+    _run(main)
