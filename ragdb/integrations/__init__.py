@@ -1,0 +1,8 @@
+"""Integrations of ragdb with the frameworks RAG applications are built with.
+
+Each is an optional extra and its own module, imported on demand (``import ragdb``
+imports none of them): :mod:`ragdb.integrations.langchain` (``pip install
+'ragdb[langchain]'``) and :mod:`ragdb.integrations.llama_index` (``pip install
+'ragdb[llama-index]'``). Importing one without its framework installed raises
+:class:`ragdb.errors.MissingDependency` naming the extra.
+"""
