@@ -360,3 +360,11 @@ def test_import_ragdb_does_not_import_langchain_and_a_missing_extra_is_named():
         "except MissingDependency as e:\n    print('MISSING', e)\n")
     assert p.returncode == 0, p.stderr
     assert "MISSING langchain-core is not installed; install it with: pip install 'ragdb[langchain]'" in p.stdout
+
+
+def test_a_copy_with_other_fields_searches_with_them(kb):
+    retriever = RagdbRetriever(kb, k=1)
+    wider = retriever.model_copy(update={"k": 3})
+    assert len(retriever.invoke("cats")) == 1 and got(wider.invoke("cats")) == expected(kb, "cats", k=3)
+    with pytest.raises(InvalidInput, match="k must be an integer"):
+        retriever.model_copy(update={"k": 0}).invoke("cats")

@@ -33,6 +33,7 @@ from typing import Any
 from ragdb.database import Database
 from ragdb.errors import DocumentNotFound, InvalidInput, MissingDependency
 from ragdb.integrations.common import (
+    DEFAULT_K,
     PrincipalsArg,
     check_distinct_sources,
     document_metadata,
@@ -48,7 +49,7 @@ try:
     from langchain_core.document_loaders import BaseLoader
     from langchain_core.documents import Document
     from langchain_core.retrievers import BaseRetriever
-    from pydantic import ConfigDict, PrivateAttr, SkipValidation
+    from pydantic import ConfigDict, SkipValidation
 except ImportError as exc:  # the optional extra is not installed
     raise MissingDependency.of("langchain-core", "langchain", exc) from exc
 
@@ -77,13 +78,11 @@ class RagdbRetriever(BaseRetriever):
     model_config = ConfigDict(frozen=True, arbitrary_types_allowed=True)
 
     db: SkipValidation[Database]
-    k: SkipValidation[int | None] = None
-    scorer: SkipValidation[str | None] = None
+    k: SkipValidation[int] = DEFAULT_K
+    scorer: SkipValidation[str] = "bm25"
     filter: SkipValidation[Mapping[str, Any] | None] = None
     principals: SkipValidation[PrincipalsArg] = None
     options: SkipValidation[SearchOptions | None] = None
-
-    _search_options: SearchOptions = PrivateAttr()
 
     def __init__(self, db: Database, *, k: int | None = None, scorer: str | None = None,
                  filter: Mapping[str, Any] | None = None, principals: PrincipalsArg = None,
@@ -95,16 +94,17 @@ class RagdbRetriever(BaseRetriever):
                                   "filter": checked.restrictions.filter, "principals": check_principals(principals),
                                   "options": options}
         super().__init__(**fields, **kwargs)
-        self._search_options = checked
 
     @property
     def search_options(self) -> SearchOptions:
-        """The options every query of this retriever searches with (principals included)."""
-        return self._search_options
+        """The options every query of this retriever searches with (principals included).
+        Made from the fields at each query (microseconds), so a copy made with
+        ``model_copy(update=...)`` searches with its own fields, validated then."""
+        return retriever_options(self.k, self.scorer, self.filter, self.principals, self.options)
 
     def search(self, query: str) -> list[Hit]:
         """The ragdb hits behind :meth:`invoke`'s documents, best first."""
-        return self.db.search(query, options=self._search_options)
+        return self.db.search(query, options=self.search_options)
 
     def _get_relevant_documents(self, query: str, *, run_manager: CallbackManagerForRetrieverRun
                                 ) -> list[Document]:
