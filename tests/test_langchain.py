@@ -368,3 +368,11 @@ def test_a_copy_with_other_fields_searches_with_them(kb):
     assert len(retriever.invoke("cats")) == 1 and got(wider.invoke("cats")) == expected(kb, "cats", k=3)
     with pytest.raises(InvalidInput, match="k must be an integer"):
         retriever.model_copy(update={"k": 0}).invoke("cats")
+
+
+def test_the_loader_skips_a_document_deleted_while_it_loads(kb):
+    docs = RagdbLoader(kb, "guide/*").lazy_load()
+    first = next(docs)  # the listing is made here
+    assert first.metadata["source"] == "guide/cats.md"
+    kb.delete(source="guide/dogs.md")
+    assert [d.metadata["source"] for d in docs] == ["guide/physics.md"]
