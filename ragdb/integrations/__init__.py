@@ -1,6 +1,10 @@
-"""Bridges from ragdb to the frameworks RAG applications are built with.
+"""Integrations of ragdb with the frameworks RAG applications are built with.
 
-Each module is an optional extra and imports its framework on import:
-:mod:`ragdb.integrations.mcp` (``pip install 'ragdb[mcp]'``) serves a database
-to MCP clients (``ragdb mcp``).
+Each is an optional extra and its own module, imported on demand (``import ragdb``
+imports none of them): :mod:`ragdb.integrations.mcp` (``pip install 'ragdb[mcp]'``)
+serves a database to MCP clients (``ragdb mcp``); :mod:`ragdb.integrations.langchain`
+(``pip install 'ragdb[langchain]'``) and :mod:`ragdb.integrations.llama_index`
+(``pip install 'ragdb[llama-index]'``) give retrievers and add paths. Importing one
+without its framework installed raises :class:`ragdb.errors.MissingDependency`
+naming the extra.
 """
