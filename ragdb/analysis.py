@@ -318,8 +318,6 @@ class Analyzer:
         return terms
 
 
-# Whitespace and the invisible format characters text editors and converters
-# leave behind (zero-width space/joiners, direction marks, word joiner, BOM).
 def _plugin_analyzer(name: str) -> Any:
     from . import plugins
 
@@ -346,6 +344,8 @@ def _checked_plugin_analyzer(found: Any, make: Any) -> Analyzer:
     return made
 
 
+# Whitespace and the invisible format characters text editors and converters
+# leave behind (zero-width space/joiners, direction marks, word joiner, BOM).
 _BLANK_RE = re.compile(r"[\s\u00ad\u200b-\u200f\u202a-\u202e\u2060-\u2064\ufeff]*")
 
 
