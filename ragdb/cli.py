@@ -1,8 +1,9 @@
 """The ``ragdb`` command: a thin click layer over the library.
 
 Every command takes ``-d/--database`` (before or after the command name; also
-read from ``RAGDB_DATABASE``) and prints a readable table, or JSON with
-``--json``. Exit status: 0 success, 1 error (one line on stderr naming the
+read from ``RAGDB_DATABASE``) and prints a readable table (drawn with tabulate),
+or JSON with ``--json``; the listing commands also print ``--nl`` (JSON lines),
+``--csv`` and ``--tsv`` (see :func:`output_options`). Exit status: 0 success, 1 error (one line on stderr naming the
 input and the problem), 2 usage error, 3 refused (``prompt`` and ``ask``: no
 evidence passed selection, or the model answered with the refusal sentence;
 the output is still printed, and stderr says why). Long work (add, sync,
@@ -144,7 +145,8 @@ def _hidden_note(db: ragdb.Database, who: Any) -> None:
 def write_model_option(f: Callable[..., Any]) -> Callable[..., Any]:
     """``--embed`` and ``--model SPEC`` on add, sync and import: embed the new chunks after writing them."""
     f = click.option("--model", "embed_model", default=None, metavar="SPEC",
-                     help="Embed with this model (implies --embed): wordllama, e5, openai:MODEL, st:PATH, hash.")(f)
+                     help="Embed with this model (implies --embed): wordllama, e5, openai:MODEL, st:PATH, hash, "
+                          "or a plugin's ('ragdb plugins').")(f)
     return click.option("--embed", is_flag=True,
                         help="Also embed the new chunks, with the model the database records (or --model). "
                              "Without it they stay pending until 'ragdb embed' (chunks whose text already has "
@@ -1150,8 +1152,8 @@ def search(database: str | None, query: str, k: int, scorer: str, fusion: str | 
 @cli.command()
 @database_option
 @click.option("--model", "embed_model", default=None, metavar="SPEC",
-              help="Embedding model: wordllama (offline default), e5, openai:MODEL, st:PATH, hash "
-                   "(default: the model recorded in the database).")
+              help="Embedding model: wordllama (offline default), e5, openai:MODEL, st:PATH, hash, or a "
+                   "plugin's ('ragdb plugins'; default: the model recorded in the database).")
 @click.option("--rebuild", is_flag=True, help="Delete every vector and re-embed all chunks with --model.")
 @click.option("--batch-size", type=click.IntRange(min=1), default=64, show_default=True,
               help="Chunks embedded per batch (each batch is its own transaction).")

@@ -206,9 +206,14 @@ def register(plugin: object, name: str | None = None) -> None:
     applications that bring their own embedders or loaders)."""
     with _lock:
         state = _ensure()
-        plugin_name = state.pm.register(plugin, name=name)
+        try:
+            plugin_name = state.pm.register(plugin, name=name)
+        except ValueError as e:  # pluggy: that name or object is registered already
+            raise InvalidInput(f"plugin {name or plugin!r}: {e}") from None
+        except pluggy.PluginValidationError as e:
+            raise InvalidInput(f"plugin {name or plugin!r} does not fit ragdb's hooks: {e}") from None
         if plugin_name is None:
-            raise InvalidInput(f"plugin {name or plugin!r} is already registered")
+            raise InvalidInput(f"plugin {name or plugin!r} is blocked")
         state.registry = None
 
 

@@ -210,7 +210,7 @@ _text = st.text(alphabet=st.characters(blacklist_categories=("Cs", "Cc")) | st.s
 
 @settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(source=_text.filter(lambda s: s == s.strip() and "\n" not in s and not any(c in s for c in "*?[]\\")),
-       value=_text | st.integers() | st.lists(_text, max_size=3) | st.booleans(),
+       value=_text | st.integers(-(2**63), 2**63 - 1) | st.lists(_text, max_size=3) | st.booleans(),
        tsv=st.booleans())
 def test_csv_round_trips_sources_and_metadata(tmp_path_factory, runner, source, value, tsv):
     path = tmp_path_factory.mktemp("csv") / "kb.db"

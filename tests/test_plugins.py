@@ -323,3 +323,21 @@ def test_plugin_loader_and_embedder_through_the_cli(installed, tmp_path):
     # lexical search needs no plugin
     plain = ragdb_cli("-d", "kb.db", "search", "drain", "--json", site=None, cwd=tmp_path)
     assert plain.returncode == 0 and json.loads(plain.stdout)[0]["source"] == "more/drain.xyz"
+
+
+def test_register_twice_or_a_bad_hook_is_invalid_input():
+    class WrongArgs:
+        @plugins.hookimpl
+        def register_loaders(self, registrar):  # not the hook's argument name
+            pass
+
+    with pytest.raises(InvalidInput, match="does not fit"):
+        plugins.register(WrongArgs(), name="wrong")
+    ok = InProcess()
+    plugins.register(ok, name="twice")
+    try:
+        with pytest.raises(InvalidInput, match="twice"):
+            plugins.register(InProcess(), name="twice")
+    finally:
+        plugins.unregister("twice")
+    assert "twice" not in {i.name for i in plugins.plugin_infos()}
