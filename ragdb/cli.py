@@ -242,7 +242,7 @@ def _table(headers: Sequence[str], rows: Sequence[Sequence[Any]], right: Sequenc
     cells = [[("" if v is None else str(v)) for v in row] for row in rows]
     align = ["right" if i in right else "left" for i in range(len(headers))]
     text = tabulate(cells, headers=list(headers), tablefmt="simple", disable_numparse=True,
-                    colalign=align, preserve_whitespace=True)
+                    colalign=align)
     for line in text.splitlines():
         click.echo(line.rstrip())
 
@@ -252,7 +252,7 @@ def _pairs(rows: Sequence[tuple[str, Any]]) -> None:
     if not rows:
         return
     text = tabulate([[k, "" if v is None else str(v)] for k, v in rows], tablefmt="plain",
-                    disable_numparse=True, colalign=["left", "left"], preserve_whitespace=True)
+                    disable_numparse=True, colalign=["left", "left"])
     for line in text.splitlines():
         click.echo(line.rstrip())
 
