@@ -89,6 +89,9 @@ def is_cjk(text: str) -> bool:
 
 def describe_config(config: Any) -> str:
     """A stored analyzer configuration in words (see :meth:`Analyzer.describe`)."""
+    if isinstance(config, Mapping) and isinstance(config.get("name"), str) and config.get("name") != "ragdb":
+        name = config["name"]
+        return f"{name} (a plugin analyzer{'' if _plugin_analyzer(name) is not None else ', plugin not installed'})"
     if not isinstance(config, Mapping) or config.get("name") != "ragdb":
         return f"an unknown analyzer ({config!r})"
     stem, stop, cjk = config.get("stem"), config.get("stopwords"), config.get("cjk", "bigram")
@@ -157,15 +160,35 @@ class Analyzer:
 
     @classmethod
     def from_config(cls, config: Mapping[str, Any]) -> "Analyzer":
-        if config.get("name") != "ragdb" or config.get("version") != 1:
-            raise InvalidInput(f"unknown analyzer configuration {dict(config)!r}")
-        return cls(stem=config.get("stem"), stopwords=config.get("stopwords"),
-                   cjk=config.get("cjk", "bigram"))
+        """The analyzer of a stored configuration: ragdb's own (``"name": "ragdb"``), or
+        one a plugin provides under the configuration's ``name`` (see :mod:`ragdb.plugins`);
+        a plugin that is not installed is an :class:`InvalidInput` saying so."""
+        name = config.get("name") if isinstance(config, Mapping) else None
+        if name == "ragdb" and config.get("version") == 1:
+            return Analyzer(stem=config.get("stem"), stopwords=config.get("stopwords"),
+                            cjk=config.get("cjk", "bigram"))
+        if isinstance(name, str) and name != "ragdb":
+            found = _plugin_analyzer(name)
+            if found is None:
+                raise InvalidInput(
+                    f"the analyzer {name!r} of this database comes from a plugin that is not installed (or "
+                    f"failed to load: 'ragdb plugins' lists them and their problems); install the package "
+                    f"that provides it to open the database (stored configuration {dict(config)!r})")
+            factory = found.obj
+            overridden = getattr(getattr(factory, "from_config", None), "__func__", None) is not \
+                Analyzer.from_config.__func__  # type: ignore[attr-defined]
+            made = _checked_plugin_analyzer(found, lambda: factory.from_config(config) if overridden else factory())
+            if made.config() != dict(config):
+                raise InvalidInput(f"analyzer {name!r} (plugin {found.plugin!r}) cannot rebuild the stored "
+                                   f"configuration {dict(config)!r}: it gives {made.config()!r}")
+            return made
+        raise InvalidInput(f"unknown analyzer configuration {dict(config) if isinstance(config, Mapping) else config!r}")
 
     @classmethod
     def from_spec(cls, spec: "str | Analyzer | Mapping[str, Any] | None") -> "Analyzer":
         """``None``/``"default"``, ``"jieba"``, ``"simple"`` (no stemming or stopwords),
-        a config mapping, or an :class:`Analyzer`."""
+        the name of an analyzer an installed plugin provides, a config mapping, or an
+        :class:`Analyzer`."""
         if spec is None or spec == "default":
             return cls()
         if isinstance(spec, Analyzer):
@@ -176,7 +199,15 @@ class Analyzer:
             return cls(stem=None, stopwords=None)
         if isinstance(spec, Mapping):
             return cls.from_config(spec)
-        raise InvalidInput(f"analyzer {spec!r}: use 'default', 'jieba', 'simple' or an Analyzer")
+        found = _plugin_analyzer(spec) if isinstance(spec, str) and spec.strip() else None
+        if found is not None:
+            factory = found.obj
+            return _checked_plugin_analyzer(found, lambda: factory())
+        from . import plugins
+
+        extra = "".join(f", {p.name!r}" for p in sorted(plugins.provided("analyzer").values(), key=lambda p: p.name))
+        raise InvalidInput(f"analyzer {spec!r}: use 'default', 'jieba', 'simple'{extra} or an Analyzer "
+                           f"('ragdb plugins' lists the installed plugins)")
 
     # -- analysis --------------------------------------------------------
     # Speed matters here: analysis is most of the work of adding a document.
@@ -285,6 +316,32 @@ class Analyzer:
         if stop:
             terms = [t for t in terms if t not in stop]
         return terms
+
+
+def _plugin_analyzer(name: str) -> Any:
+    from . import plugins
+
+    return plugins.lookup("analyzer", name)
+
+
+def _checked_plugin_analyzer(found: Any, make: Any) -> Analyzer:
+    """Build a plugin's analyzer; it must be an :class:`Analyzer` whose stored
+    configuration carries the plugin's name for it (how the database finds it again)."""
+    try:
+        made = make()
+    except RagdbError:
+        raise
+    except Exception as e:  # a plugin's bug: one clear error naming it
+        raise InvalidInput(f"analyzer {found.name!r} (plugin {found.plugin!r}) failed to start: "
+                           f"{type(e).__name__}: {e}") from e
+    if not isinstance(made, Analyzer):
+        raise InvalidInput(f"analyzer {found.name!r} (plugin {found.plugin!r}) is a {type(made).__name__}, "
+                           f"not a ragdb.analysis.Analyzer subclass")
+    config = made.config()
+    if not isinstance(config, Mapping) or config.get("name") != found.name:
+        raise InvalidInput(f"analyzer {found.name!r} (plugin {found.plugin!r}): its config() must have "
+                           f"'name': {found.name!r} (the name the database stores), got {config!r}")
+    return made
 
 
 # Whitespace and the invisible format characters text editors and converters

@@ -1,8 +1,9 @@
 """The ``ragdb`` command: a thin click layer over the library.
 
 Every command takes ``-d/--database`` (before or after the command name; also
-read from ``RAGDB_DATABASE``) and prints a readable table, or JSON with
-``--json``. Exit status: 0 success, 1 error (one line on stderr naming the
+read from ``RAGDB_DATABASE``) and prints a readable table (drawn with tabulate),
+or JSON with ``--json``; the listing commands also print ``--nl`` (JSON lines),
+``--csv`` and ``--tsv`` (see :func:`output_options`). Exit status: 0 success, 1 error (one line on stderr naming the
 input and the problem), 2 usage error, 3 refused (``prompt`` and ``ask``: no
 evidence passed selection, or the model answered with the refusal sentence;
 the output is still printed, and stderr says why). Long work (add, sync,
@@ -16,8 +17,11 @@ The logic lives in the library: :mod:`ragdb.sync` (add, sync),
 from __future__ import annotations
 
 import contextlib
+import csv
 import dataclasses
 import errno
+import functools
+import io
 import os
 import re
 import sys
@@ -28,10 +32,13 @@ from collections.abc import Callable, Iterator, Mapping, Sequence
 
 import click
 import orjson
+import tabulate as tabulate_module
+from tabulate import tabulate
 
 import ragdb
 import ragdb.confidence
 import ragdb.llm
+import ragdb.plugins
 
 from .analysis import describe_config
 from .errors import EmbeddingError, InvalidInput, RagdbError
@@ -138,7 +145,8 @@ def _hidden_note(db: ragdb.Database, who: Any) -> None:
 def write_model_option(f: Callable[..., Any]) -> Callable[..., Any]:
     """``--embed`` and ``--model SPEC`` on add, sync and import: embed the new chunks after writing them."""
     f = click.option("--model", "embed_model", default=None, metavar="SPEC",
-                     help="Embed with this model (implies --embed): wordllama, e5, openai:MODEL, st:PATH, hash.")(f)
+                     help="Embed with this model (implies --embed): wordllama, e5, openai:MODEL, st:PATH, hash, "
+                          "or a plugin's ('ragdb plugins').")(f)
     return click.option("--embed", is_flag=True,
                         help="Also embed the new chunks, with the model the database records (or --model). "
                              "Without it they stay pending until 'ragdb embed' (chunks whose text already has "
@@ -209,29 +217,142 @@ def _json_default(obj: Any) -> Any:
     raise TypeError(f"{type(obj).__name__} is not JSON serialisable")
 
 
-def _width(text: str) -> int:
-    return sum(2 if unicodedata.east_asian_width(c) in "WF" else 0 if unicodedata.combining(c) else 1
-               for c in text)
+class _CellWidth:
+    """``wcswidth`` for tabulate when the optional wcwidth package is missing (tabulate then
+    measures CJK text by code points and misaligns it). tabulate uses wcwidth when it is
+    installed (``tabulate[widechars]``, a core dependency); this stand-in (East Asian wide
+    and full-width characters take two columns, combining marks none) only keeps tables
+    aligned where it is not."""
+
+    @staticmethod
+    def wcswidth(text: str) -> int:
+        return sum(2 if unicodedata.east_asian_width(c) in "WF" else 0 if unicodedata.combining(c) else 1
+                   for c in text)
 
 
-def _pad(text: str, width: int, right: bool = False) -> str:
-    fill = " " * max(0, width - _width(text))
-    return fill + text if right else text + fill
+if tabulate_module.wcwidth is None:  # pragma: no cover - depends on the environment
+    tabulate_module.wcwidth = _CellWidth
+    tabulate_module.WIDE_CHARS_MODE = True
 
 
 def _table(headers: Sequence[str], rows: Sequence[Sequence[Any]], right: Sequence[int] = ()) -> None:
+    """A table as ``ragdb list`` prints it (tabulate's "simple" format: a header, a dashed
+    rule, two spaces between columns; ``right``: the columns aligned right). Cells are
+    shown as given (no number parsing: a version "1.10" stays "1.10")."""
     cells = [[("" if v is None else str(v)) for v in row] for row in rows]
-    widths = [max([_width(h)] + [_width(r[i]) for r in cells]) for i, h in enumerate(headers)]
-    click.echo("  ".join(_pad(h, widths[i], i in right) for i, h in enumerate(headers)).rstrip())
-    click.echo("  ".join("-" * w for w in widths))
-    for r in cells:
-        click.echo("  ".join(_pad(c, widths[i], i in right) for i, c in enumerate(r)).rstrip())
+    align = ["right" if i in right else "left" for i in range(len(headers))]
+    text = tabulate(cells, headers=list(headers), tablefmt="simple", disable_numparse=True,
+                    colalign=align)
+    for line in text.splitlines():
+        click.echo(line.rstrip())
 
 
 def _pairs(rows: Sequence[tuple[str, Any]]) -> None:
-    width = max((_width(k) for k, _ in rows), default=0)
-    for k, v in rows:
-        click.echo(f"{_pad(k, width)}  {v}")
+    """Label/value lines (``ragdb stats``): labels padded to one width, two spaces, the value."""
+    if not rows:
+        return
+    text = tabulate([[k, "" if v is None else str(v)] for k, v in rows], tablefmt="plain",
+                    disable_numparse=True, colalign=["left", "left"])
+    for line in text.splitlines():
+        click.echo(line.rstrip())
+
+
+# --------------------------------------------------------------------------- output formats
+
+#: The machine-readable formats of listing commands, after the flags that select them.
+OUTPUT_FORMATS = ("json", "nl", "csv", "tsv")
+
+
+@dataclasses.dataclass(frozen=True)
+class Output:
+    """How a listing command prints: ``fmt`` "table" (readable text), "json" (an array, or the
+    command's JSON object), "nl" (one JSON object a line), "csv" or "tsv" (a header row unless
+    ``headers`` is False, then one row a record)."""
+
+    fmt: str = "table"
+    headers: bool = True
+
+    @property
+    def table(self) -> bool:
+        return self.fmt == "table"
+
+    @property
+    def json(self) -> bool:
+        return self.fmt == "json"
+
+
+def output_options(f: Callable[..., Any]) -> Callable[..., Any]:
+    """``--json``, ``--nl``, ``--csv``, ``--tsv`` (one at most) and ``--no-headers`` on a listing
+    command, as sqlite-utils spells them; the command gets ``output: Output``."""
+
+    @functools.wraps(f)
+    def command(*args: Any, **kwargs: Any) -> Any:
+        chosen = [name for name in OUTPUT_FORMATS if kwargs.pop(f"out_{name}")]
+        no_headers = kwargs.pop("no_headers")
+        if len(chosen) > 1:
+            raise click.UsageError(f"{' and '.join('--' + c for c in chosen)} exclude each other: "
+                                   f"give one output format")
+        fmt = chosen[0] if chosen else "table"
+        if no_headers and fmt not in ("csv", "tsv"):
+            raise click.UsageError("--no-headers applies to --csv and --tsv only")
+        return f(*args, output=Output(fmt, headers=not no_headers), **kwargs)
+
+    opts = [
+        click.option("--json", "out_json", is_flag=True, help="Print JSON (an array of the records) instead of a table."),
+        click.option("--nl", "out_nl", is_flag=True, help="Print newline-delimited JSON: one object a line."),
+        click.option("--csv", "out_csv", is_flag=True,
+                     help="Print CSV with a header row (nested values as JSON text)."),
+        click.option("--tsv", "out_tsv", is_flag=True, help="Print tab-separated values, like --csv."),
+        click.option("--no-headers", is_flag=True, help="Leave out the header row of --csv/--tsv."),
+    ]
+    for opt in reversed(opts):
+        command = opt(command)
+    return command
+
+
+def _json_line(obj: Any) -> str:
+    try:
+        return orjson.dumps(obj, option=orjson.OPT_NON_STR_KEYS, default=_json_default).decode()
+    except TypeError:  # a path that is not valid UTF-8: escaped, as _emit_json does
+        return orjson.dumps(_printable(obj), option=orjson.OPT_NON_STR_KEYS, default=_json_default).decode()
+
+
+def _cell(value: Any) -> str:
+    """A CSV/TSV cell: strings as they are, no value empty, booleans and nested values as JSON."""
+    if value is None:
+        return ""
+    if isinstance(value, str):
+        return _printable(value)
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, (int, float)):
+        return str(value)
+    return _json_line(value)
+
+
+def _emit_records(output: Output, records: Sequence[Mapping[str, Any]], columns: Sequence[str],
+                  json_value: Any = None) -> None:
+    """Print ``records`` in a machine-readable ``output`` format (not "table"): --json the array
+    (or ``json_value``, the command's JSON object, where it prints one), --nl one record a line,
+    --csv/--tsv ``columns`` (then any other keys the records have) a column each."""
+    if output.fmt == "json":
+        _emit_json(list(records) if json_value is None else json_value)
+        return
+    if output.fmt == "nl":
+        for record in records:
+            click.echo(_json_line(record))
+        return
+    names = list(columns)
+    for record in records:
+        names += [k for k in record if k not in names]
+    buf = io.StringIO()
+    # the csv module's dialects, as sqlite-utils writes them ("excel": CRLF line ends, quoting as needed)
+    writer = csv.writer(buf, dialect="excel-tab" if output.fmt == "tsv" else "excel")
+    if output.headers:
+        writer.writerow(names)
+    for record in records:
+        writer.writerow([_cell(record.get(n)) for n in names])
+    click.echo(buf.getvalue(), nl=False)
 
 
 def _short(text: str, limit: int = 100) -> str:
@@ -476,6 +597,13 @@ def _hit_json(h: ragdb.Hit, rank: int | None = None) -> dict[str, Any]:
     return out
 
 
+#: The CSV columns of ``ragdb search`` (confidence and explain follow when present).
+HIT_COLUMNS = ("rank", "score", "source", "doc_id", "chunk_id", "version", "timestamp", "start", "end", "ordinal",
+               "metadata", "text")
+#: The CSV columns of ``ragdb list``.
+DOC_COLUMNS = ("id", "source", "version", "timestamp", "content_hash", "metadata", "acl", "chunks", "latest")
+
+
 def _doc_json(d: ragdb.Document) -> dict[str, Any]:
     out = {"id": d.id, "source": d.source, "version": d.version, "timestamp": d.timestamp,
            "content_hash": d.content_hash, "metadata": dict(d.metadata), "acl": list(d.acl),
@@ -511,8 +639,9 @@ def cli(database: str | None, readonly: bool) -> None:
 
 @cli.command()
 @database_option
-@click.option("--analyzer", type=click.Choice(["default", "jieba", "simple"]), default=None,
-              help="Text analyzer, fixed at creation (default: 'default', English stemming + CJK n-grams).")
+@click.option("--analyzer", default=None, metavar="NAME", callback=lambda _c, _p, v: _analyzer_option(v),
+              help="Text analyzer, fixed at creation: default (English stemming + CJK n-grams), jieba, simple, "
+                   "or one a plugin provides ('ragdb plugins').")
 @click.option("--chunker", default=None, metavar="SPEC",
               help="Default chunker: recursive, paragraph, none, window:size=200,overlap=40 ...")
 @click.option("--keep-versions/--no-keep-versions", default=None,
@@ -551,6 +680,19 @@ def init(database: str | None, analyzer: str | None, chunker: str | None, keep_v
 
 def _analyzer_name(config: Any) -> str:
     return describe_config(config)
+
+
+def _analyzer_option(value: str | None) -> str | None:
+    """``--analyzer NAME``: a built-in spec or a plugin analyzer's name (a usage error otherwise)."""
+    if value is None:
+        return None
+    from .analysis import Analyzer
+
+    try:
+        Analyzer.from_spec(value)
+    except InvalidInput as e:
+        raise click.BadParameter(_one_line(e), param_hint="--analyzer") from None
+    return value
 
 
 # --------------------------------------------------------------------------- add
@@ -900,10 +1042,10 @@ def show(database: str | None, document: str, full: bool, principals: tuple[str,
 @click.option("--limit", type=click.IntRange(min=1), default=None, help="At most this many documents.")
 @click.option("--offset", type=click.IntRange(min=0), default=0, help="Skip this many documents first.")
 @access_options
-@json_option
+@output_options
 def list_cmd(database: str | None, source: str | None, filters: tuple[str, ...], all_versions: bool,
              limit: int | None, offset: int, principals: tuple[str, ...], all_principals: bool,
-             as_json: bool) -> None:
+             output: Output) -> None:
     """List stored documents (id, source, version, chunks, timestamp) the caller may see."""
     who = _principals(principals, all_principals)
     with _open(database) as db:
@@ -911,8 +1053,8 @@ def list_cmd(database: str | None, source: str | None, filters: tuple[str, ...],
                             filter=_filter_mapping(filters), principals=who)
         if not docs and not offset:
             _hidden_note(db, who)
-    if as_json:
-        _emit_json([_doc_json(d) for d in docs])
+    if not output.table:
+        _emit_records(output, [_doc_json(d) for d in docs], DOC_COLUMNS)
         return
     if not docs:
         click.echo("no documents")
@@ -939,14 +1081,17 @@ def list_cmd(database: str | None, source: str | None, filters: tuple[str, ...],
               help="Re-rank the first --rerank-top hits with a /rerank endpoint (text-embeddings-inference, "
                    "or Cohere/Jina-style with --rerank-model); key from RAGDB_RERANK_API_KEY.")
 @click.option("--rerank-model", default=None, metavar="NAME", help="Model name for Cohere/Jina-style /rerank.")
+@click.option("--reranker", "reranker_spec", default=None, metavar="SPEC",
+              help="Re-rank the first --rerank-top hits with this reranker: http (RAGDB_RERANK_* settings), "
+                   "an http(s):// URL, cross-encoder:MODEL, or one a plugin provides ('ragdb plugins').")
 @click.option("--rerank-top", type=click.IntRange(min=1), default=50, show_default=True,
               help="How many first-stage hits the re-ranker sees.")
-@json_option
+@output_options
 def search(database: str | None, query: str, k: int, scorer: str, fusion: str | None, alpha: float | None,
            rrf_k: int | None, embed_model: str | None, min_score: float | None,
            filters: tuple[str, ...], since: str | None, until: str | None, principals: tuple[str, ...], all_principals: bool,
            as_of: str | None, all_versions: bool, explain: bool, rerank_url: str | None,
-           rerank_model: str | None, rerank_top: int, as_json: bool) -> None:
+           rerank_model: str | None, reranker_spec: str | None, rerank_top: int, output: Output) -> None:
     """Search the knowledge base; the best chunks first.
 
     --scorer vector ranks by cosine of embeddings and hybrid fuses BM25 with
@@ -959,6 +1104,16 @@ def search(database: str | None, query: str, k: int, scorer: str, fusion: str | 
         kw["min_score"] = min_score
     if explain:
         kw["explain"] = True
+    if reranker_spec is not None and (rerank_url is not None or rerank_model is not None):
+        raise click.UsageError("--reranker and --rerank-url/--rerank-model exclude each other")
+    if reranker_spec is not None:
+        from .rerank import get_reranker
+
+        try:
+            kw["reranker"] = get_reranker(reranker_spec)
+        except InvalidInput as e:
+            raise click.BadParameter(_one_line(e), param_hint="--reranker") from None
+        kw["rerank_top"] = rerank_top
     if rerank_url is not None or rerank_model is not None:
         from .rerank import HTTPReranker
 
@@ -972,8 +1127,8 @@ def search(database: str | None, query: str, k: int, scorer: str, fusion: str | 
         hits = db.search(query, options=opts)
         if not hits:
             _hidden_note(db, opts.restrictions.principals)
-    if as_json:
-        _emit_json([_hit_json(h, i) for i, h in enumerate(hits, 1)])
+    if not output.table:
+        _emit_records(output, [_hit_json(h, i) for i, h in enumerate(hits, 1)], HIT_COLUMNS)
         return
     if not hits:
         click.echo("no hits")
@@ -997,8 +1152,8 @@ def search(database: str | None, query: str, k: int, scorer: str, fusion: str | 
 @cli.command()
 @database_option
 @click.option("--model", "embed_model", default=None, metavar="SPEC",
-              help="Embedding model: wordllama (offline default), e5, openai:MODEL, st:PATH, hash "
-                   "(default: the model recorded in the database).")
+              help="Embedding model: wordllama (offline default), e5, openai:MODEL, st:PATH, hash, or a "
+                   "plugin's ('ragdb plugins'; default: the model recorded in the database).")
 @click.option("--rebuild", is_flag=True, help="Delete every vector and re-embed all chunks with --model.")
 @click.option("--batch-size", type=click.IntRange(min=1), default=64, show_default=True,
               help="Chunks embedded per batch (each batch is its own transaction).")
@@ -1061,8 +1216,8 @@ def _setting_text(key: str, value: Any) -> str:
 @database_option
 @click.argument("key", required=False)
 @click.argument("value", required=False)
-@json_option
-def config_cmd(database: str | None, key: str | None, value: str | None, as_json: bool) -> None:
+@output_options
+def config_cmd(database: str | None, key: str | None, value: str | None, output: Output) -> None:
     """List the database's settings; show one (KEY); or change one (KEY VALUE).
 
     \b
@@ -1076,7 +1231,12 @@ def config_cmd(database: str | None, key: str | None, value: str | None, as_json
     The analyzer is fixed at creation. A change is one transaction; databases
     already open elsewhere see it from their next search or write on. Opening
     never changes public_unlabeled: this command (or Database.set_public_unlabeled) does.
+    The listing also prints as --nl/--csv/--tsv (setting, value); --json is one object.
     """
+    if key is not None and output.fmt not in ("table", "json"):
+        raise click.UsageError(f"--{output.fmt} applies to the listing of every setting (ragdb config); "
+                               f"give --json for one")
+    as_json = output.json
     if key is not None and key not in CONFIG_KEYS:
         fixed = " (the analyzer is fixed when the database is created)" if key == "analyzer" else ""
         raise click.UsageError(f"cannot set {key!r}{fixed}; settable: {', '.join(sorted(CONFIG_KEYS))}")
@@ -1094,8 +1254,9 @@ def config_cmd(database: str | None, key: str | None, value: str | None, as_json
         if key == "min_confidence" and value is not None:
             db.set_min_confidence(new)
     if key is None:
-        if as_json:
-            _emit_json(settings)
+        if not output.table:
+            _emit_records(output, [{"setting": k, "value": v} for k, v in settings.items()], ("setting", "value"),
+                          json_value=settings)
         else:
             _pairs([(k, _setting_text(k, v)) for k, v in settings.items()])
         return
@@ -1130,14 +1291,71 @@ def _min_confidence_value(value: str) -> float | None:
     return number
 
 
+# --------------------------------------------------------------------------- plugins
+
+#: The CSV columns of ``ragdb plugins``.
+PLUGIN_COLUMNS = ("name", "package", "version", "loaded", "embedders", "rerankers", "loaders", "analyzers",
+                  "problems")
+
+
+def _plugin_json(info: Any) -> dict[str, Any]:
+    out: dict[str, Any] = {"name": info.name, "package": info.package, "version": info.version,
+                           "loaded": info.loaded}
+    for kind in ragdb.plugins.KINDS:
+        things = [p for p in info.provides if p.kind == kind]
+        if kind == "loader":
+            out["loaders"] = [{"kind": p.name, "suffixes": list(p.suffixes)} for p in things]
+        else:
+            out[kind + "s"] = [p.name for p in things]
+    out["problems"] = list(info.problems)
+    return out
+
+
+def _provides_text(info: Any) -> str:
+    parts = []
+    for p in info.provides:
+        suffixes = f" ({', '.join(p.suffixes)})" if p.suffixes else ""
+        parts.append(f"{p.kind} {p.name}{suffixes}")
+    return "; ".join(parts) or "-"
+
+
+@cli.command("plugins")
+@output_options
+def plugins_cmd(output: Output) -> None:
+    """List the installed plugins: name, version, what each provides (embedders, rerankers,
+    loaders, analyzers) and any problem.
+
+    Plugins are packages with an entry point in the 'ragdb' group (see README,
+    Plugins). One that fails to import is listed with the error and otherwise
+    skipped; ragdb works without it. RAGDB_LOAD_PLUGINS=name,name loads only
+    those (empty: none).
+    """
+    infos = ragdb.plugins.plugin_infos()
+    if not output.table:
+        _emit_records(output, [_plugin_json(i) for i in infos], PLUGIN_COLUMNS)
+        return
+    if not infos:
+        click.echo("no plugins installed")
+        return
+    _table(["plugin", "version", "provides"],
+           [(i.name if i.package in (None, i.name) else f"{i.name} ({i.package})", i.version or "",
+             _provides_text(i) if i.loaded else "not loaded") for i in infos])
+    for i in infos:
+        for problem in i.problems:
+            click.echo(f"problem: plugin {i.name}: {problem}")
+
+
 # --------------------------------------------------------------------------- stats / check / optimize / migrate
 
 
 @cli.command()
 @database_option
-@json_option
-def stats(database: str | None, as_json: bool) -> None:
-    """Collection statistics: documents, chunks, vocabulary, postings, file size, vectors."""
+@output_options
+def stats(database: str | None, output: Output) -> None:
+    """Collection statistics: documents, chunks, vocabulary, postings, file size, vectors.
+
+    --json prints them as one object; --nl, --csv and --tsv as one record.
+    """
     with _open(database) as db:
         s = db.stats()
         settings = db.settings
@@ -1150,8 +1368,8 @@ def stats(database: str | None, as_json: bool) -> None:
             "keep_versions": bool(settings.get("keep_versions")), "vectors": vec["vectors"],
             "vectors_pending": vec["pending"], "embedding_model": vec["model"],
             "embedding_dimensions": vec["dimensions"]}
-    if as_json:
-        _emit_json(data)
+    if not output.table:
+        _emit_records(output, [data], list(data), json_value=data)
         return
     _pairs([("database", db.path), ("documents", f"{s.documents:,}"), ("chunks", f"{s.chunks:,}"),
             ("vocabulary", f"{s.vocabulary:,}"), ("postings", f"{s.postings:,}"),
@@ -1212,9 +1430,16 @@ def optimize(database: str | None, no_vacuum: bool, as_json: bool) -> None:
 @cli.command()
 @database_option
 @click.option("--list", "list_only", is_flag=True, help="Show applied and pending migrations; apply nothing.")
-@json_option
-def migrate(database: str | None, list_only: bool, as_json: bool) -> None:
-    """Apply pending schema migrations (opening a database applies them too)."""
+@output_options
+def migrate(database: str | None, list_only: bool, output: Output) -> None:
+    """Apply pending schema migrations (opening a database applies them too).
+
+    --list --json prints {"applied": [...], "pending": [...]}; --list with --nl,
+    --csv or --tsv one record (migration, state, applied_at) a migration.
+    """
+    if not list_only and output.fmt not in ("table", "json"):
+        raise click.UsageError(f"--{output.fmt} applies to 'migrate --list'; give --json for what was applied")
+    as_json = output.json
     path = _db_path(database)
     if not Path(path).exists():
         raise click.ClickException(f"{path}: no such database")
@@ -1230,8 +1455,12 @@ def migrate(database: str | None, list_only: bool, as_json: bool) -> None:
             click.echo(f"applied {len(done)} migration{'s' * (len(done) != 1)}"
                        + (f": {', '.join(done)}" if done else " (schema is up to date)"))
         return
-    if as_json:
-        _emit_json({"applied": [{"name": n, "applied_at": at} for n, at in applied], "pending": pending})
+    if not output.table:
+        records = [{"migration": n, "state": "applied", "applied_at": at} for n, at in applied] + \
+            [{"migration": n, "state": "pending", "applied_at": None} for n in pending]
+        _emit_records(output, records, ("migration", "state", "applied_at"),
+                      json_value={"applied": [{"name": n, "applied_at": at} for n, at in applied],
+                                  "pending": pending})
         return
     rows = [(n, "applied", at) for n, at in applied] + [(n, "pending", "") for n in pending]
     _table(["migration", "state", "applied at"], rows)
@@ -1332,8 +1561,9 @@ def import_cmd(database: str | None, file: str, embed: bool, embed_model: str | 
 @click.option("-k", "k", type=click.IntRange(1, 10_000), default=10, show_default=True,
               help="Depth of the run (Recall@k).")
 @scorer_options(("--model",))
-@click.option("--analyzer", type=click.Choice(["default", "jieba", "simple"]), default=None,
-              help="Analyzer of the temporary index (default: 'default'; with --calibrate, the database's).")
+@click.option("--analyzer", default=None, metavar="NAME", callback=lambda _c, _p, v: _analyzer_option(v),
+              help="Analyzer of the temporary index: default, jieba, simple or a plugin's (default: 'default'; "
+                   "with --calibrate, the database's).")
 @click.option("--calibrate", is_flag=True,
               help="Choose the database's min_confidence (the refusal floor of prompt/ask) from these judged "
                    "queries and --off-topic questions, and store it in -d/--database.")
@@ -1341,10 +1571,10 @@ def import_cmd(database: str | None, file: str, embed: bool, embed_model: str | 
               help="With --calibrate: questions the knowledge base cannot answer, to be refused (queries.jsonl "
                    "or one question a line; repeatable).")
 @database_option
-@json_option
+@output_options
 def eval_cmd(corpus: str, queries: str, qrels: str, k: int, scorer: str, fusion: str | None, alpha: float | None,
              rrf_k: int | None, embed_model: str | None, analyzer: str | None, calibrate: bool,
-             off_topic: tuple[str, ...], database: str | None, as_json: bool) -> None:
+             off_topic: tuple[str, ...], database: str | None, output: Output) -> None:
     """Evaluate retrieval on a BEIR-layout collection: nDCG@10, Recall@k, MRR@10.
 
     The corpus is indexed into a temporary in-memory database (one chunk per
@@ -1360,7 +1590,8 @@ def eval_cmd(corpus: str, queries: str, qrels: str, k: int, scorer: str, fusion:
     the threshold with the best F1 of answer decisions; and stores it in the
     database named by -d/--database, where prompt and ask use it by default.
     Without --off-topic it refuses none of the judged queries (their lowest
-    confidence) and says so.
+    confidence) and says so. --json prints the measures as one object; --nl,
+    --csv and --tsv as one record (the calibration as JSON text in CSV).
     """
     from .evaluation import calibrate_refusal, evaluate_database, load_beir, load_questions
 
@@ -1424,8 +1655,8 @@ def eval_cmd(corpus: str, queries: str, qrels: str, k: int, scorer: str, fusion:
         if not unanswerable:
             _warn("note: no --off-topic questions: the floor refuses none of the judged queries but was not "
                   "tried on questions to refuse")
-    if as_json:
-        _emit_json(data)
+    if not output.table:
+        _emit_records(output, [data], list(data), json_value=data)
         return
     _pairs(rows)
 

@@ -49,7 +49,7 @@ from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
 import numpy as np
 
-from ragdb.errors import EmbeddingError, InvalidInput, MissingDependency
+from ragdb.errors import EmbeddingError, InvalidInput, MissingDependency, RagdbError
 from ragdb.vectors import dimensions_of
 
 if TYPE_CHECKING:
@@ -65,6 +65,7 @@ __all__ = [
     "embed_batched",
     "embed_query",
     "get_embedder",
+    "plugin_embedder",
 ]
 
 
@@ -811,7 +812,9 @@ def get_embedder(spec: str) -> Embedder:
     ``"openai:<model>"`` (endpoint and key from the ``RAGDB_EMBED_*``
     environment variables), ``"st:<name or path>"``.  The ``name`` of every
     embedder is accepted too (``"hash-64"``, ``"wordllama-l2-supercat-256"``,
-    ``"multilingual-e5-small-q4"``).  Unknown specs raise :class:`InvalidInput`.
+    ``"multilingual-e5-small-q4"``).  Then the embedders of installed plugins
+    (:mod:`ragdb.plugins`): ``"<name>"`` or ``"<name>:<arg>"``.  Unknown specs
+    raise :class:`InvalidInput`.
     """
     if not isinstance(spec, str) or not spec.strip():
         raise InvalidInput(f"embedder spec must be a non-empty string, got {spec!r}")
@@ -839,7 +842,35 @@ def get_embedder(spec: str) -> Embedder:
             if not arg:
                 raise InvalidInput(f"embedder spec {spec!r}: expected st:<model name or path>")
             return SentenceTransformerEmbedder(arg)
+    found = plugin_embedder(spec)
+    if found is not None:
+        return found
+    from . import plugins
+
+    extra = "".join(f", {name}" for name in sorted(p.name for p in plugins.provided("embedder").values()))
     raise InvalidInput(
         f"unknown embedder {spec!r}; use one of: hash, hash:<dims>, wordllama, e5, "
-        "openai:<model>, st:<model name or path>"
+        f"openai:<model>, st:<model name or path>{extra} ('ragdb plugins' lists the installed plugins)"
     )
+
+
+def plugin_embedder(spec: str) -> Embedder | None:
+    """The embedder of ``spec`` (``name`` or ``name:arg``) from an installed plugin
+    (see :mod:`ragdb.plugins`), or None when no plugin provides ``name``."""
+    from . import plugins
+
+    kind, sep, arg = spec.strip().partition(":")
+    found = plugins.lookup("embedder", kind)
+    if found is None:
+        return None
+    try:
+        emb = found.obj(arg) if sep else found.obj()
+    except (RagdbError, ImportError):
+        raise
+    except Exception as e:  # a plugin's bug: one clear error naming it
+        raise EmbeddingError(f"embedder {spec!r} (plugin {found.plugin!r}) failed to start: "
+                             f"{type(e).__name__}: {e}") from e
+    if not isinstance(emb, Embedder):
+        raise EmbeddingError(f"embedder {spec!r} (plugin {found.plugin!r}) is a {type(emb).__name__}, "
+                             f"not an embedder (name, dimensions, embed(texts))")
+    return emb

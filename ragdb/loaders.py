@@ -67,7 +67,7 @@ from .analysis import is_blank
 from .errors import InvalidInput, LoaderError, MissingDependency
 from .types import LoadedDocument, Span
 
-__all__ = ["SUPPORTED_SUFFIXES", "KINDS", "load_file", "load_bytes", "iter_files"]
+__all__ = ["SUPPORTED_SUFFIXES", "KINDS", "load_file", "load_bytes", "iter_files", "all_kinds", "plugin_suffixes"]
 
 #: File suffix (lower case) -> loader kind.
 _SUFFIX_KIND: dict[str, str] = {
@@ -143,7 +143,7 @@ def load_file(path: str | os.PathLike[str], *, source: str | None = None) -> lis
         data = p.read_bytes()
     except OSError as e:
         raise LoaderError(f"{where}: cannot read: {e.strerror or e}") from None
-    kind = _SUFFIX_KIND.get(p.suffix.lower()) or _sniff(data, jsonl=False)
+    kind = _SUFFIX_KIND.get(p.suffix.lower()) or _plugin_suffix_kind(p.suffix.lower()) or _sniff(data, jsonl=False)
     base: dict[str, Any] = {
         "path": os.path.abspath(where),
         "content_hash": hashlib.sha256(data).hexdigest(),
@@ -170,9 +170,10 @@ def load_bytes(data: bytes, *, source: str, kind: str | None = None) -> list[Loa
     if kind is None:
         resolved = _sniff(data, jsonl=True)
     else:
-        resolved = _KIND_ALIASES.get(str(kind).lower().lstrip("."), "")
+        wanted = str(kind).lower().lstrip(".")
+        resolved = _KIND_ALIASES.get(wanted, "") or _plugin_kind(wanted) or ""
         if not resolved:
-            raise InvalidInput(f"{source}: unknown kind {kind!r} (expected one of {', '.join(KINDS)})")
+            raise InvalidInput(f"{source}: unknown kind {kind!r} (expected one of {', '.join(all_kinds())})")
     base: dict[str, Any] = {"content_hash": hashlib.sha256(data).hexdigest(), "size": len(data)}
     return _dispatch(data, resolved, where=source, source=source, base=base)
 
@@ -213,7 +214,70 @@ def _dispatch(data: bytes, kind: str, *, where: str, source: str, base: dict[str
         return [_load_pdf(data, where, source, base)]
     if kind == "jsonl":
         return _load_jsonl(data, where, source, base)
+    from . import plugins
+
+    found = plugins.lookup("loader", kind)
+    if found is not None:
+        return _load_plugin(found, data, where, source, base)
     raise InvalidInput(f"{where}: unknown kind {kind!r}")  # pragma: no cover - guarded by callers
+
+
+# ============================================================================ plugin loaders
+
+
+def all_kinds() -> tuple[str, ...]:
+    """:data:`KINDS` and the loader kinds of installed plugins (see :mod:`ragdb.plugins`)."""
+    from . import plugins
+
+    return KINDS + tuple(sorted(p.name for p in plugins.provided("loader").values()))
+
+
+def plugin_suffixes() -> dict[str, str]:
+    """File suffix -> loader kind, for the loaders of installed plugins."""
+    from . import plugins
+
+    return {suffix: p.name for p in plugins.provided("loader").values() for suffix in p.suffixes}
+
+
+def _plugin_suffix_kind(suffix: str) -> str | None:
+    return plugin_suffixes().get(suffix) if suffix else None
+
+
+def _plugin_kind(kind: str) -> str | None:
+    from . import plugins
+
+    found = plugins.lookup("loader", kind)
+    return found.name if found is not None else None
+
+
+def _load_plugin(found: Any, data: bytes, where: str, source: str, base: dict[str, Any]) -> list[LoadedDocument]:
+    """Run a plugin's loader; its documents get the metadata every loader adds (``loader`` is
+    the plugin's kind). Any failure is a :class:`LoaderError` naming the file and the plugin."""
+    try:
+        out = found.obj(data, source)
+    except (LoaderError, MissingDependency):
+        raise
+    except Exception as e:  # a plugin's bug or a file it cannot read: one line, naming both
+        raise LoaderError(f"{where}: the {found.name} loader (plugin {found.plugin!r}) failed: "
+                          f"{type(e).__name__}: {' '.join(str(e).split())}") from e
+    items: list[Any] = [out] if isinstance(out, (str, LoadedDocument)) else list(out) if out is not None else []
+    docs: list[LoadedDocument] = []
+    for item in items:
+        if isinstance(item, str):
+            item = LoadedDocument(text=item, source=source)
+        if not isinstance(item, LoadedDocument):
+            raise LoaderError(f"{where}: the {found.name} loader (plugin {found.plugin!r}) returned "
+                              f"{type(item).__name__}, not a LoadedDocument or str")
+        if not isinstance(item.text, str):
+            raise LoaderError(f"{where}: the {found.name} loader (plugin {found.plugin!r}) returned a "
+                              f"{type(item.text).__name__} text, not str")
+        _require_text(item.text, where)
+        docs.append(LoadedDocument(text=item.text, source=item.source or source, title=item.title,
+                                   metadata=_meta(base, found.name, None, item.metadata), spans=item.spans,
+                                   acl=item.acl))
+    if not docs:
+        raise LoaderError(f"{where}: the {found.name} loader (plugin {found.plugin!r}) found no document")
+    return docs
 
 
 def _sniff(data: bytes, *, jsonl: bool) -> str:

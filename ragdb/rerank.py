@@ -10,6 +10,10 @@ Ties keep the input order.
   Cohere, Jina, vLLM, ...), through :mod:`ragdb.http`.
 * :class:`CrossEncoderReranker`: a local sentence-transformers cross-encoder
   (optional extra).
+
+:func:`get_reranker` builds one from a spec string (``http``, a URL,
+``cross-encoder:MODEL``, or a reranker an installed plugin provides, see
+:mod:`ragdb.plugins`).
 """
 
 from __future__ import annotations
@@ -20,11 +24,11 @@ from dataclasses import replace
 from typing import Any, Protocol, runtime_checkable
 from collections.abc import Sequence
 
-from ragdb.errors import InvalidInput, MissingDependency, RerankError
+from ragdb.errors import InvalidInput, MissingDependency, RagdbError, RerankError
 from ragdb.http import Endpoint, check_base_url, display_url, resolve_api_key
 from ragdb.types import Hit
 
-__all__ = ["Reranker", "HTTPReranker", "CrossEncoderReranker"]
+__all__ = ["Reranker", "HTTPReranker", "CrossEncoderReranker", "get_reranker"]
 
 
 @runtime_checkable
@@ -234,3 +238,40 @@ class CrossEncoderReranker:
         if len(values) != len(hits) or not all(math.isfinite(v) for v in values):
             raise RerankError("cross-encoder returned a wrong number of scores or non-finite ones")
         return _apply(hits, dict(enumerate(values)), top_n)
+
+
+def get_reranker(spec: str) -> Reranker:
+    """A reranker from a short spec: ``"http"`` (an :class:`HTTPReranker` configured by the
+    ``RAGDB_RERANK_*`` environment variables), a base URL (``"http://localhost:8080"``),
+    ``"cross-encoder:<model name or path>"``, or ``"<name>"`` / ``"<name>:<arg>"`` of a
+    reranker an installed plugin provides. Unknown specs raise :class:`InvalidInput`."""
+    if not isinstance(spec, str) or not spec.strip():
+        raise InvalidInput(f"reranker spec must be a non-empty string, got {spec!r}")
+    spec = spec.strip()
+    kind, sep, arg = spec.partition(":")
+    lowered = kind.lower()
+    if spec.lower().startswith(("http://", "https://")):
+        return HTTPReranker(base_url=spec)
+    if lowered == "http" and not sep:
+        return HTTPReranker()
+    if lowered == "cross-encoder":
+        if not arg:
+            raise InvalidInput(f"reranker spec {spec!r}: expected cross-encoder:<model name or path>")
+        return CrossEncoderReranker(arg)
+    from . import plugins
+
+    found = plugins.lookup("reranker", kind)
+    if found is None:
+        extra = "".join(f", {p.name}" for p in sorted(plugins.provided("reranker").values(), key=lambda p: p.name))
+        raise InvalidInput(f"unknown reranker {spec!r}; use one of: http, an http(s):// URL, cross-encoder:<model>{extra} "
+                           f"('ragdb plugins' lists the installed plugins)")
+    try:
+        made = found.obj(arg) if sep else found.obj()
+    except (RagdbError, ImportError):
+        raise
+    except Exception as e:  # a plugin's bug: one clear error naming it
+        raise RerankError(f"reranker {spec!r} (plugin {found.plugin!r}) failed to start: {type(e).__name__}: {e}") from e
+    if not isinstance(made, Reranker):
+        raise RerankError(f"reranker {spec!r} (plugin {found.plugin!r}) is a {type(made).__name__}, "
+                          f"not a reranker (rerank(query, hits, top_n))")
+    return made

@@ -57,6 +57,7 @@ from pathlib import Path
 
 import pathspec
 
+from . import plugins
 from .errors import InvalidInput, LoaderError
 
 __all__ = ["Skipped", "Walk", "Patterns", "TEXT_SUFFIXES", "TEXT_NAMES", "REASONS", "walk", "file_reason",
@@ -378,6 +379,8 @@ def file_reason(name: str) -> str | None:
     if name in _VCS_NAMES:  # a worktree's or submodule's ".git" file
         return "vcs"
     suffix = _suffix(name)
+    if suffix and suffix in plugins.loader_suffixes():  # a plugin loader reads it (ragdb.plugins)
+        return None
     kind = _TYPE_SUFFIXES.get(suffix)
     if kind is not None:
         return kind
@@ -438,8 +441,8 @@ def content_reason(head: bytes, name: str) -> str | None:
     (64 KiB are enough) are ``head``; None when it reads as text. PDFs are
     not checked here (the PDF loader reads them)."""
     suffix = _suffix(name)
-    if suffix == ".pdf" or head.startswith(b"%PDF-"):
-        return None
+    if suffix == ".pdf" or head.startswith(b"%PDF-") or (suffix and suffix in plugins.loader_suffixes()):
+        return None  # the PDF loader (or the plugin loader of the suffix) reads them
     if looks_binary(head):
         return "binary"
     if suffix not in _PROSE_SUFFIXES and name.lower() not in TEXT_NAMES:
