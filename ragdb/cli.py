@@ -1707,6 +1707,9 @@ def serve_cmd(database: str | None, host: str, port: int, workers: int, tokens_f
         raise click.BadParameter(f"{host} is not a loopback address: add --allow-remote to serve other machines "
                                  f"(put TLS in front of it: bearer tokens travel in the clear)", param_hint="--host")
     readonly = bool(click.get_current_context().find_root().params.get("readonly"))
+    if _db_path(database) == ":memory:":
+        raise click.UsageError("ragdb serve needs a database file: each worker opens it (':memory:' would be "
+                               "an empty database of its own)")
     _open(database).close()  # exists, and is a ragdb database
     config = server.ServerConfig(database=_db_path(database), readonly=readonly, tokens_file=tokens_file,
                                  limits=server.Limits(max_body_bytes=max_body, max_k=max_k, max_query_chars=max_query))

@@ -53,7 +53,7 @@ import orjson
 from starlette.applications import Starlette
 from starlette.concurrency import run_in_threadpool
 from starlette.exceptions import HTTPException
-from starlette.requests import Request
+from starlette.requests import ClientDisconnect, Request
 from starlette.responses import Response
 from starlette.routing import Route
 
@@ -493,11 +493,14 @@ async def _body(request: Request, limit: int) -> dict[str, Any]:
                                                f"limit of {limit:,} bytes")
     chunks: list[bytes] = []
     size = 0
-    async for chunk in request.stream():
-        size += len(chunk)
-        if size > limit:
-            raise _Refused(413, "PayloadTooLarge", f"request body is over this server's limit of {limit:,} bytes")
-        chunks.append(chunk)
+    try:
+        async for chunk in request.stream():
+            size += len(chunk)
+            if size > limit:
+                raise _Refused(413, "PayloadTooLarge", f"request body is over this server's limit of {limit:,} bytes")
+            chunks.append(chunk)
+    except ClientDisconnect:
+        raise _Refused(400, "BadRequest", "the client went away before sending the whole body") from None
     try:
         data = orjson.loads(b"".join(chunks))
     except orjson.JSONDecodeError as e:

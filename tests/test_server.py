@@ -492,6 +492,8 @@ def test_serve_refuses_bad_tokens_and_missing_databases(runner: Any, tmp_path: P
     result = runner.invoke(cli, ["serve", "-d", str(tmp_path / "none.db")])
     assert result.exit_code == 1 and "no such database" in result.output
     assert not (tmp_path / "none.db").exists()
+    result = runner.invoke(cli, ["serve", "-d", ":memory:"])
+    assert result.exit_code == 2 and "needs a database file" in result.output
 
 
 def test_tokens_file_in_toml(tmp_path: Path) -> None:
