@@ -44,12 +44,14 @@ import hmac
 import ipaddress
 import logging
 import os
+import socket
 import threading
 from collections.abc import AsyncIterator, Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
 import orjson
+import uvicorn
 from starlette.applications import Starlette
 from starlette.concurrency import run_in_threadpool
 from starlette.exceptions import HTTPException
@@ -62,7 +64,7 @@ from ragdb.errors import DatabaseBusy, DocumentNotFound, InvalidInput, RagdbErro
 from ragdb.prompt import REFUSAL
 
 __all__ = ["Grant", "Limits", "ServerConfig", "load_tokens", "create_app", "app_from_environment", "run",
-           "is_loopback", "CONFIG_ENV", "TOKEN_ENV", "MIN_TOKEN_LENGTH"]
+           "is_loopback", "UvicornConfig", "CONFIG_ENV", "TOKEN_ENV", "MIN_TOKEN_LENGTH"]
 
 log = logging.getLogger("ragdb.server")
 
@@ -627,16 +629,53 @@ def check_config(config: ServerConfig) -> dict[str, Grant]:
     return tokens
 
 
+class UvicornConfig(uvicorn.Config):
+    """uvicorn's ``Config``, binding its TCP socket with ``proto=IPPROTO_TCP``.
+
+    uvicorn binds the socket it hands to its worker processes (``workers > 1``)
+    with proto 0; accepted connections inherit it, and asyncio then leaves
+    Nagle's algorithm on (it sets TCP_NODELAY only for IPPROTO_TCP sockets), so
+    on Linux every keep-alive request after the first waits ~40 ms for the
+    client's delayed ACK (uvicorn issue #3149, open as of uvicorn 0.54). Binding
+    the socket here, as uvicorn does but with the protocol named, avoids that."""
+
+    def bind_socket(self) -> socket.socket:
+        if self.uds is not None or self.fd is not None:
+            return super().bind_socket()
+        family = socket.AF_INET6 if self.host and ":" in self.host else socket.AF_INET
+        sock = socket.socket(family, socket.SOCK_STREAM, socket.IPPROTO_TCP)
+        try:
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+            sock.bind((self.host, self.port))
+        except OSError:
+            sock.close()
+            raise
+        sock.set_inheritable(True)
+        return sock
+
+
 def run(config: ServerConfig, *, host: str = "127.0.0.1", port: int = 8000, workers: int = 1,
         access_log: bool = False) -> None:
     """Serve until stopped, with uvicorn: ``workers`` processes, each importing
     :func:`app_from_environment` and opening its own connection. Binding a host other
-    than loopback is the caller's decision (``ragdb serve`` asks for --allow-remote)."""
-    import uvicorn
+    than loopback is the caller's decision (``ragdb serve`` asks for --allow-remote).
+    A server that could not start raises :class:`~ragdb.errors.RagdbError` (uvicorn
+    logged why); a port in use raises :class:`OSError`."""
+    from uvicorn.supervisors import Multiprocess
 
     os.environ[CONFIG_ENV] = config.to_json()  # inherited by uvicorn's worker processes
-    uvicorn.run("ragdb.server:app_from_environment", factory=True, host=host, port=port, workers=workers,
-                log_level="warning", access_log=access_log, server_header=False)
+    settings = UvicornConfig("ragdb.server:app_from_environment", factory=True, host=host, port=port,
+                             workers=workers, log_level="warning", access_log=access_log, server_header=False)
+    try:
+        if workers > 1:
+            Multiprocess(settings, sockets=[settings.bind_socket()]).run()
+            return
+        server = uvicorn.Server(settings)
+        server.run()
+    except KeyboardInterrupt:
+        return
+    if not server.started:
+        raise RagdbError("the server did not start (see uvicorn's messages above)")
 
 
 # --------------------------------------------------------------------------- the OpenAPI schema

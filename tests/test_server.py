@@ -507,3 +507,32 @@ def test_tokens_file_in_toml(tmp_path: Path) -> None:
     path.write_text("not toml = [")
     with pytest.raises(InvalidInput, match="not valid TOML"):
         load_tokens(path, env={})
+
+
+def test_the_workers_socket_gets_tcp_nodelay_on_accepted_connections() -> None:
+    """``--workers N`` serves on a socket bound in the parent: bound with IPPROTO_TCP, so asyncio
+    turns Nagle's algorithm off on each connection (else keep-alive requests wait for delayed ACKs)."""
+    import asyncio
+
+    from ragdb.server import UvicornConfig
+
+    listener = UvicornConfig("ragdb.server:app_from_environment", host="127.0.0.1", port=_free_port()).bind_socket()
+    assert listener.proto == socket.IPPROTO_TCP
+
+    async def main() -> int:
+        seen: asyncio.Future[int] = asyncio.get_running_loop().create_future()
+
+        class Probe(asyncio.Protocol):
+            def connection_made(self, transport: Any) -> None:
+                seen.set_result(transport.get_extra_info("socket").getsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY))
+                transport.close()
+
+        server = await asyncio.get_running_loop().create_server(Probe, sock=listener)
+        _, writer = await asyncio.open_connection(*listener.getsockname()[:2])
+        try:
+            return await asyncio.wait_for(seen, 30)
+        finally:
+            writer.close()
+            server.close()
+
+    assert asyncio.run(main()) != 0

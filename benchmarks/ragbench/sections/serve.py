@@ -77,6 +77,7 @@ def _stage_serve(spec: dict) -> dict:
                                 env=env, stdout=subprocess.DEVNULL, stderr=err)
     out: dict[str, Any] = {"documents": len(docs), "build_s": build_s, "clients": spec["clients"],
                            "seconds": spec["seconds"], "workers": spec["workers"]}
+    t_start = time.perf_counter()
     try:
         deadline = time.monotonic() + 120
         while True:
@@ -90,14 +91,19 @@ def _stage_serve(spec: dict) -> dict:
             if time.monotonic() > deadline:
                 raise RuntimeError("ragdb serve did not start in 120 s")
             time.sleep(0.1)
+        out["start_s"] = time.perf_counter() - t_start
         out.update(_load(url, queries, docs, spec))
+        t0 = time.perf_counter()
         out.update(_verify(url, kb, queries, out.pop("written")))
+        out["verify_s"] = time.perf_counter() - t0
     finally:
+        t0 = time.perf_counter()
         proc.terminate()
         try:
             proc.wait(60)
         except subprocess.TimeoutExpired:
             proc.kill()
+        out["stop_s"] = time.perf_counter() - t0
     out["server_traceback"] = "Traceback" in err_path.read_text()
     return out
 
