@@ -28,7 +28,9 @@ hashed), ``hybrid`` (BM25, vector-only and hybrid modes with the offline
 ``wordllama`` embedder on both corpora; ``--e5`` adds e5 on CMRC) and
 ``tfidf`` (the TF-IDF norm recomputation after a write, at 5k and at the
 scale size) and ``refusal`` (how often the default confidence floor of
-prompt/ask refuses judged queries and off-topic questions). Every bar is
+prompt/ask refuses judged queries and off-topic questions) and ``serve``
+(16 concurrent clients searching and writing through ``ragdb serve
+--workers 2`` for 30 s: errors, latency, throughput). Every bar is
 listed with PASS/FAIL at the top of the report. ``--sections NAME --merge``
 runs some sections alone and splices them (and their bars) into the
 existing report.
