@@ -1631,6 +1631,9 @@ def torture_cases(seed: int = 11, scale: float = 1.0, big_mb: int = 5, token_mb:
                 if ch == "sync":
                     from ragdb import sync
                     rep = sync.sync_folder(t.db, d, source_prefix=f"odd{i}/", relative_to=d)
+                    if not rep.added and not rep.failed and rep.skipped:
+                        # a folder walk takes text by extension: an odd suffix is skipped, with its reason
+                        return "skipped", f"walk skipped it: {[k.reason for k in rep.skipped]}"[:200]
                     return ("stored" if rep.added else "crash" if not rep.failed else "error"), \
                         f"added {len(rep.added)} failed {[f.error for f in rep.failed]}"[:200]
                 arg = ("./" + os.path.relpath(p)) if ch == "cli-dotslash" else str(p)
