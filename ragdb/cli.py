@@ -41,6 +41,7 @@ import ragdb.llm
 import ragdb.plugins
 
 from .analysis import describe_config
+from .integrations.common import document_json
 from .errors import EmbeddingError, InvalidInput, RagdbError
 from .storage import migration_state
 
@@ -605,12 +606,7 @@ DOC_COLUMNS = ("id", "source", "version", "timestamp", "content_hash", "metadata
 
 
 def _doc_json(d: ragdb.Document) -> dict[str, Any]:
-    out = {"id": d.id, "source": d.source, "version": d.version, "timestamp": d.timestamp,
-           "content_hash": d.content_hash, "metadata": dict(d.metadata), "acl": list(d.acl),
-           "chunks": d.chunk_count, "latest": d.latest}
-    if d.text is not None:
-        out["text"] = d.text
-    return out
+    return document_json(d)
 
 
 # --------------------------------------------------------------------------- the group

@@ -46,6 +46,8 @@ retries are logged at DEBUG level on the ``ragdb.http`` logger.
 
 from __future__ import annotations
 
+import ipaddress
+
 import base64
 import email.utils
 import html
@@ -758,3 +760,14 @@ class Endpoint:
                 err = data["detail"]
             text = err if isinstance(err, str) else json.dumps(err, ensure_ascii=False)
         return f": {self.quote(text)}" if text else ""
+
+
+def is_loopback(host: str) -> bool:
+    """Whether ``host`` names this machine only (127.0.0.0/8, ::1 or localhost): where
+    ``ragdb serve`` and ``ragdb mcp --http`` listen unless told otherwise."""
+    if host.lower() == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False

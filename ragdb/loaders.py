@@ -617,19 +617,26 @@ def _markdown_sections(text: str, where: str) -> tuple[list[Span], str | None]:
         line = tok.map[0]
         offset = line_starts[line] if line < len(line_starts) else len(text)
         headings.append((offset, int(tok.tag[1:]), title))
+    return _section_spans(text, headings), _first_h1(headings)
+
+
+def _section_spans(text: str, headings: Sequence[tuple[int, int, str]]) -> list[Span]:
+    """``section`` spans of ``text`` from its headings (offset, level, title), in order:
+    each from its heading to the next one, named by its heading path ("A > B")."""
     spans: list[Span] = []
-    first_h1: str | None = None
     path: list[tuple[int, str]] = []
     for n, (offset, level, title) in enumerate(headings):
-        if level == 1 and first_h1 is None:
-            first_h1 = title
         while path and path[-1][0] >= level:
             path.pop()
         path.append((level, title))
-        end = headings[n + 1][0] if n + 1 < len(headings) else len(text)
+        end = min(headings[n + 1][0] if n + 1 < len(headings) else len(text), len(text))
         if end > offset:
             spans.append(Span(offset, end, {"section": " > ".join(t for _, t in path)}))
-    return spans, first_h1
+    return spans
+
+
+def _first_h1(headings: Sequence[tuple[int, int, str]]) -> str | None:
+    return next((title for _offset, level, title in headings if level == 1), None)
 
 
 #: Front-matter keys (and JSON Lines fields) that hold access labels instead of metadata.
@@ -887,16 +894,7 @@ def _rst_sections(text: str) -> tuple[list[Span], str | None]:
             styles.append(style)
         titles.append((starts[i], styles.index(style), " ".join(title.split())[:_MAX_HEADING_CHARS]))
         i = nxt
-    spans: list[Span] = []
-    path: list[tuple[int, str]] = []
-    for k, (offset, level, title) in enumerate(titles):
-        while path and path[-1][0] >= level:
-            path.pop()
-        path.append((level, title))
-        end = titles[k + 1][0] if k + 1 < len(titles) else len(text)
-        if end > offset:
-            spans.append(Span(offset, min(end, len(text)), {"section": " > ".join(t for _, t in path)}))
-    return spans, (titles[0][2] if titles else None)
+    return _section_spans(text, titles), (titles[0][2] if titles else None)
 
 
 def _load_rst(data: bytes, where: str, source: str, base: Mapping[str, Any]) -> LoadedDocument:
@@ -1092,21 +1090,9 @@ def _html_headings(marked: str) -> tuple[str, list[tuple[int, int, int]]]:
 
 def _html_sections(text: str, headings: list[tuple[int, int, int]]) -> tuple[list[Span], str | None]:
     """Section spans like Markdown's: from each heading to the next, titled by the heading path."""
-    spans: list[Span] = []
-    path: list[tuple[int, str]] = []
-    first_h1: str | None = None
     titled = [(a, level, " ".join(text[a:b].split())[:_MAX_HEADING_CHARS]) for a, b, level in headings]
     titled = [t for t in titled if t[2]]
-    for n, (offset, level, title) in enumerate(titled):
-        if level == 1 and first_h1 is None:
-            first_h1 = title
-        while path and path[-1][0] >= level:
-            path.pop()
-        path.append((level, title))
-        end = titled[n + 1][0] if n + 1 < len(titled) else len(text)
-        if end > offset:
-            spans.append(Span(offset, end, {"section": " > ".join(t for _, t in path)}))
-    return spans, first_h1
+    return _section_spans(text, titled), _first_h1(titled)
 
 
 def _nesting_estimate(html: str) -> int:

@@ -41,7 +41,6 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import hmac
-import ipaddress
 import logging
 import os
 import socket
@@ -61,7 +60,10 @@ from starlette.routing import Route
 
 import ragdb
 from ragdb.errors import DatabaseBusy, DocumentNotFound, InvalidInput, RagdbError, RemoteError
+from ragdb.http import is_loopback
+from ragdb.integrations.common import check_write_target, document_json
 from ragdb.prompt import REFUSAL
+from ragdb.sync import escape_glob
 
 __all__ = ["Grant", "Limits", "ServerConfig", "load_tokens", "create_app", "app_from_environment", "run",
            "is_loopback", "UvicornConfig", "CONFIG_ENV", "TOKEN_ENV", "MIN_TOKEN_LENGTH"]
@@ -393,23 +395,7 @@ class _Service:
         return {"status": "ok", "pid": os.getpid(), "version": ragdb.__version__}
 
     def _visible_or_refuse(self, grant: Grant, doc_id: int | None, source: str | None) -> None:
-        """Inside the write's transaction: refuse to touch a document this token cannot see
-        (as not found: its existence is not disclosed)."""
-        if grant.principals is ragdb.ALL:
-            return
-        db = self.database
-        who = self._who(grant)
-        try:
-            db.get(doc_id, source=source, with_text=False, principals=who)
-        except DocumentNotFound:
-            if doc_id is not None:
-                raise
-            try:  # a source no one holds yet is a new document; one held out of sight is refused
-                db.get(source=source, with_text=False, principals=ragdb.ALL)
-            except DocumentNotFound:
-                return
-            raise DocumentNotFound(f"no document with source {source!r} visible to this token; "
-                                   f"not replacing it") from None
+        check_write_target(self.database, self._who(grant), doc_id, source, "this token")
 
     def add(self, body: Mapping[str, Any], grant: Grant) -> dict[str, Any]:
         _fields(body, ADD_FIELDS, required=("text", "source"))
@@ -439,21 +425,10 @@ def hit_json(h: ragdb.Hit, rank: int) -> dict[str, Any]:
             "confidence": h.confidence, "text": h.text, "metadata": dict(h.metadata)}
 
 
-def document_json(d: ragdb.Document) -> dict[str, Any]:
-    """A document as the API returns it (``text`` only when read)."""
-    out = {"id": d.id, "source": d.source, "version": d.version, "timestamp": d.timestamp,
-           "content_hash": d.content_hash, "metadata": dict(d.metadata), "acl": list(d.acl),
-           "chunks": d.chunk_count, "latest": d.latest}
-    if d.text is not None:
-        out["text"] = d.text
-    return out
-
-
 def glob_prefix(prefix: str) -> str:
     """A GLOB pattern (the rule of :meth:`ragdb.Database.documents`) matching sources that start
-    with ``prefix``: each of GLOB's special characters becomes a one-character class, which
-    matches it literally."""
-    return "".join(f"[{c}]" if c in "*?[" else c for c in prefix) + "*"
+    with ``prefix`` literally."""
+    return escape_glob(prefix) + "*"
 
 
 def _brief(value: Any) -> str:
@@ -608,16 +583,6 @@ def app_from_environment() -> Starlette:
 
 
 # --------------------------------------------------------------------------- running it
-
-def is_loopback(host: str) -> bool:
-    """Whether ``host`` names this machine only (127.0.0.0/8, ::1 or localhost)."""
-    if host.lower() == "localhost":
-        return True
-    try:
-        return ipaddress.ip_address(host).is_loopback
-    except ValueError:
-        return False
-
 
 def check_config(config: ServerConfig) -> dict[str, Grant]:
     """Read the tokens and check each one's principals against the database (a bad label

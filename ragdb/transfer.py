@@ -116,7 +116,7 @@ def _export_to(db: Database, fh: IO[bytes], name: str, progress: Progress | None
         if progress is not None:
             progress(1)
     fh.flush()
-    hidden = 0 if principals is ALL else len(db.documents(versions="all", principals=ALL)) - n
+    hidden = 0 if principals is ALL else db.count(versions="all", principals=ALL) - n
     return ExportReport(path=name, documents=n, latest=latest, hidden=max(hidden, 0))
 
 

@@ -1,4 +1,4 @@
-"""What the framework integrations share, without importing any framework: the
+"""What the integrations and servers share, without importing any framework: the
 search options of a retriever, the metadata a retrieved chunk or a loaded document
 carries into a framework's document, and a framework document back as an
 :meth:`ragdb.Database.add_many` record.
@@ -6,18 +6,23 @@ carries into a framework's document, and a framework document back as an
 Metadata is flat, as both frameworks expect: the document's own metadata (merged
 with the chunk's, as in :attr:`ragdb.Hit.metadata`) plus ragdb's fields under the
 names in :data:`HIT_KEYS` / :data:`DOCUMENT_KEYS`; ragdb's fields win over
-document metadata keys of the same name.
+document metadata keys of the same name. Also shared by ``ragdb mcp``, ``ragdb
+serve`` and the CLI: :func:`document_json` (a document as JSON) and
+:func:`check_write_target` (a write must not touch a document its caller cannot see).
 """
 
 from __future__ import annotations
 
 import os
 from collections.abc import Mapping, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from ragdb.errors import InvalidInput
-from ragdb.options import AllPrincipals, SearchOptions, check_principals
+from ragdb.errors import DocumentNotFound, InvalidInput
+from ragdb.options import ALL, AllPrincipals, SearchOptions, check_principals
 from ragdb.types import Document, Hit
+
+if TYPE_CHECKING:
+    from ragdb.database import Database
 
 #: The default number of chunks a retriever returns (LangChain's ``as_retriever`` default).
 DEFAULT_K = 4
@@ -126,3 +131,34 @@ def check_distinct_sources(records: Sequence[Mapping[str, Any]], what: str) -> N
                 f"first. ragdb chunks documents itself, so add whole documents (before a text splitter), or give "
                 f"each its own metadata['source']")
         seen[source] = n
+
+
+def document_json(d: Document) -> dict[str, Any]:
+    """A document as the CLI's ``--json`` and the HTTP API give it (``text`` only when read)."""
+    out = {"id": d.id, "source": d.source, "version": d.version, "timestamp": d.timestamp,
+           "content_hash": d.content_hash, "metadata": dict(d.metadata), "acl": list(d.acl),
+           "chunks": d.chunk_count, "latest": d.latest}
+    if d.text is not None:
+        out["text"] = d.text
+    return out
+
+
+def check_write_target(db: Database, principals: Any, doc_id: int | None, source: str | None,
+                       holder: str) -> None:
+    """Inside a write's transaction: refuse (as not found, so its existence is not
+    disclosed) to touch a document the caller (``principals``; ``holder`` names it in the
+    message, "this server", "this token") cannot see. A source nobody holds yet is a new
+    document and may be added."""
+    if principals is ALL:
+        return
+    try:
+        db.get(doc_id, source=source, with_text=False, principals=principals)
+    except DocumentNotFound:
+        if doc_id is not None:
+            raise
+        try:
+            db.get(source=source, with_text=False, principals=ALL)
+        except DocumentNotFound:
+            return
+        raise DocumentNotFound(f"no document with source {source!r} visible to {holder}; "
+                               f"not replacing it") from None

@@ -28,7 +28,6 @@ schema) and every :class:`~ragdb.errors.RagdbError` come back as MCP tool errors
 
 import contextlib
 import dataclasses
-import ipaddress
 import threading
 from collections.abc import Iterator, Mapping, Sequence
 from typing import Annotated, Any, Literal
@@ -41,8 +40,11 @@ from mcp.types import CallToolResult, TextContent, ToolAnnotations
 from pydantic import BaseModel, Field
 
 import ragdb
-from ragdb.errors import DocumentNotFound, InvalidInput, RagdbError
+from ragdb.errors import InvalidInput, RagdbError
+from ragdb.http import is_loopback
+from ragdb.integrations.common import check_write_target
 from ragdb.prompt import REFUSAL
+from ragdb.sync import escape_glob
 
 __all__ = ["SNIPPET_CHARS", "build_server", "serve", "parse_http_address", "is_loopback"]
 
@@ -246,7 +248,7 @@ def build_server(db: ragdb.Database, *, principals: Any = None, allow_writes: bo
         offset: Annotated[int, Field(ge=0, description="Sources to skip (for the next page).")] = 0,
     ) -> SourceList:
         """List the stored documents (latest versions) ordered by source, a page at a time."""
-        pattern = _glob_prefix(prefix) if prefix else None
+        pattern = escape_glob(prefix) + "*" if prefix else None
         with library():
             docs = db.documents(pattern, glob=True, limit=limit + 1, offset=offset, principals=who)
         more = len(docs) > limit
@@ -293,20 +295,7 @@ def build_server(db: ragdb.Database, *, principals: Any = None, allow_writes: bo
         return _server(name, tools)
 
     def visible_or_refuse(doc_id: int | None, source: str | None) -> None:
-        """Inside the write's transaction: refuse to touch a document this server cannot see."""
-        if who is ragdb.ALL:
-            return
-        try:
-            db.get(doc_id, source=source, with_text=False, principals=who)
-        except DocumentNotFound:
-            if doc_id is not None:
-                raise
-            try:  # a source no one holds yet is a new document; one held out of sight is refused
-                db.get(source=source, with_text=False, principals=ragdb.ALL)
-            except DocumentNotFound:
-                return
-            raise DocumentNotFound(f"no document with source {source!r} visible to this server; "
-                                   f"not replacing it") from None
+        check_write_target(db, who, doc_id, source, "this server")
 
     def add_text(
         text: Annotated[str, Field(description="The document's text.")],
@@ -380,23 +369,7 @@ def _search_hit(h: ragdb.Hit, rank: int) -> SearchHit:
                      snippet=h.text[:SNIPPET_CHARS] if cut else h.text, truncated=cut, metadata=dict(h.metadata))
 
 
-def _glob_prefix(prefix: str) -> str:
-    """A GLOB pattern (the rule of ``Database.documents``) matching sources that start with ``prefix``:
-    each of GLOB's special characters is written as a one-character class, which matches it literally."""
-    return "".join(f"[{c}]" if c in "*?[" else c for c in prefix) + "*"
-
-
 # --------------------------------------------------------------------------- running it
-
-def is_loopback(host: str) -> bool:
-    """Whether ``host`` names this machine only (127.0.0.0/8, ::1 or localhost)."""
-    if host.lower() == "localhost":
-        return True
-    try:
-        return ipaddress.ip_address(host).is_loopback
-    except ValueError:
-        return False
-
 
 def parse_http_address(text: str) -> tuple[str, int]:
     """``HOST:PORT`` (``[::1]:PORT`` for IPv6; a bare ``PORT`` is 127.0.0.1) as ``(host, port)``."""
