@@ -18,10 +18,10 @@ from .analysis import Analyzer
 from .database import Database, open_database
 from .errors import RagdbError
 from .options import ALL, PUBLIC, Restrictions, SearchOptions
-from .types import AddReport, Change, Document, Hit, Stats, VectorInfo
+from .types import AddReport, Change, CollectionInfo, Document, Hit, Stats, VectorInfo
 
 __version__ = "0.1.0"
-__all__ = ["open", "Database", "Hit", "Document", "Stats", "AddReport", "Change", "VectorInfo", "SearchOptions",
+__all__ = ["open", "Database", "Hit", "Document", "Stats", "AddReport", "Change", "CollectionInfo", "VectorInfo", "SearchOptions",
            "Restrictions", "ALL", "PUBLIC", "Analyzer", "RagdbError", "options", "__version__"]
 
 
@@ -29,7 +29,7 @@ def open(path: str | os.PathLike[str] = ":memory:", *, analyzer: "str | Analyzer
          chunker: str | None = None, keep_versions: bool | None = None,
          public_unlabeled: bool | None = None, readonly: bool = False,
          create: bool | None = None, busy_timeout: float = 30.0, embedder: Any = None,
-         embed_on_add: bool = True) -> Database:
+         embed_on_add: bool = True, collection: str | None = None) -> Database:
     """Open a ragdb database file, creating it and applying pending migrations.
 
     ``analyzer``: ``"default"`` (English stemming + CJK unigrams/bigrams),
@@ -63,8 +63,15 @@ def open(path: str | os.PathLike[str] = ":memory:", *, analyzer: "str | Analyzer
     :meth:`Database.embed`); new chunks stay pending until ``db.embed()``. Either
     way, a new chunk whose text already has a stored vector (an unchanged chunk of
     a replaced document) gets that vector in the write, without embedding.
+    ``collection``: open this collection of the file (a knowledge base of its own:
+    documents, statistics, analyzer, chunker, embedding model; see
+    :meth:`Database.collection`) instead of the default one (``"default"``, which
+    holds what a file made before collections holds). A missing collection is
+    created with the settings given, unless ``create=False`` or ``readonly``
+    (then :class:`~ragdb.errors.CollectionNotFound`).
     ``":memory:"`` opens a private in-memory database.
     """
     return open_database(path, analyzer=analyzer, chunker=chunker, keep_versions=keep_versions,
                          public_unlabeled=public_unlabeled, readonly=readonly, create=create,
-                         busy_timeout=busy_timeout, embedder=embedder, embed_on_add=embed_on_add)
+                         busy_timeout=busy_timeout, embedder=embedder, embed_on_add=embed_on_add,
+                         collection=collection)

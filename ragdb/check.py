@@ -36,6 +36,24 @@ _PLURAL = {"entry": "entries"}
 _FIRST_ID, _LAST_ID = -(1 << 63), (1 << 63) - 1  # the range of SQLite integers
 
 
+def _schema_problems(store: Store) -> list[str]:
+    """A collection other than the default must have exactly the default's tables,
+    indexes and triggers (by their plain names); the default's check also looks at
+    every other collection's."""
+    problems = []
+    default = store.view(0, "default").collection_objects()
+    views = [store] if store.collection_id else [store.view(cid, name) for cid, name, _at in store.collection_rows()
+                                                 if cid != 0]
+    for view in views:
+        objects = view.collection_objects()
+        if objects != default:
+            missing = sorted(set(default) - set(objects))
+            extra = sorted(set(objects) - set(default))
+            problems.append(f"collection {view.collection!r}: its schema differs from the default collection's "
+                            f"(missing {[m[1] for m in missing]}, extra {[e[1] for e in extra]})")
+    return problems
+
+
 def check(engine: Engine, quick: bool = False) -> list[str]:
     """Verify every invariant; returns a list of problems (empty when healthy).
 
@@ -56,6 +74,7 @@ def check(engine: Engine, quick: bool = False) -> list[str]:
     problems: list[str] = []
     with store.read():
         problems += store.integrity_problems()
+        problems += _schema_problems(store)
         s = store.stats_row()
         docs, n, total = store.real_counts()
         if (docs, n, total) != (s["n_docs"], s["n_chunks"], s["total_length"]):

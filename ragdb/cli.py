@@ -83,9 +83,29 @@ def _os_error(e: OSError) -> str:
 
 
 def database_option(f: Callable[..., Any]) -> Callable[..., Any]:
-    """``-d/--database PATH`` on a command (overrides the group's, which also reads RAGDB_DATABASE)."""
+    """``-d/--database PATH`` on a command (overrides the group's, which also reads RAGDB_DATABASE),
+    and ``-c/--collection NAME`` (likewise; the command reads it through :func:`_collection`)."""
+    f = click.option("-c", "--collection", "collection", default=None, metavar="NAME", expose_value=False,
+                     callback=_remember_collection,
+                     help="Collection of the file (default: the group's -c, else $RAGDB_COLLECTION, else "
+                          "'default').")(f)
     return click.option("-d", "--database", "database", default=None, metavar="PATH",
                         help="Database file (default: the group's -d, else $RAGDB_DATABASE).")(f)
+
+
+def _remember_collection(ctx: click.Context, _param: click.Parameter, value: str | None) -> None:
+    if value is not None:
+        ctx.meta["ragdb.collection"] = value
+
+
+def _collection() -> str | None:
+    """The collection a command works on: its own -c, else the group's (or $RAGDB_COLLECTION), else None
+    (the default collection)."""
+    ctx = click.get_current_context()
+    given = ctx.meta.get("ragdb.collection")
+    if given is None:
+        given = ctx.find_root().params.get("collection")
+    return given or None
 
 
 def json_option(f: Callable[..., Any]) -> Callable[..., Any]:
@@ -174,15 +194,20 @@ def _db_path(database: str | None) -> str:
 
 
 def _open(database: str | None, *, create: bool = False, **kwargs: Any) -> ragdb.Database:
+    """The database (and collection, -c) a command works on. ``create``: a missing file is
+    created (else refused), and so is a missing collection of -c (else refused: only commands
+    that add documents make one)."""
     path = _db_path(database)
     if not create and path != ":memory:" and not Path(path).exists():
         raise click.ClickException(f"{path}: no such database (create it with 'ragdb init' or 'ragdb add')")
     root = click.get_current_context().find_root()
+    kwargs.setdefault("collection", _collection())
     if root.params.get("readonly"):
         if path == ":memory:" or not Path(path).exists():
             raise click.ClickException(f"{path}: no such database (--readonly opens an existing one)")
         return ragdb.open(path, readonly=True, **kwargs)
-    # create: a missing file is created, an existing empty one refused (only 'ragdb init' takes it)
+    # create: a missing file (and collection) is created, an existing empty file refused (only
+    # 'ragdb init' takes it); without it both must exist
     return ragdb.open(path, create=None if create else False, **kwargs)
 
 
@@ -615,11 +640,14 @@ def _doc_json(d: ragdb.Document) -> dict[str, Any]:
 @click.group("ragdb", cls=_Group, context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100})
 @click.option("-d", "--database", envvar="RAGDB_DATABASE", default=None, metavar="PATH",
               help="Database file (also read from RAGDB_DATABASE).")
+@click.option("-c", "--collection", envvar="RAGDB_COLLECTION", default=None, metavar="NAME",
+              help="Collection of the file to work on (also read from RAGDB_COLLECTION; default: 'default'). "
+                   "'ragdb collections' lists them.")
 @click.option("--readonly", is_flag=True, envvar="RAGDB_READONLY",
               help="Open the database read-only (nothing written, no migrations; on read-only media SQLite's "
                    "immutable mode). Commands that write fail.")
 @click.version_option(ragdb.__version__, prog_name="ragdb")
-def cli(database: str | None, readonly: bool) -> None:
+def cli(database: str | None, collection: str | None, readonly: bool) -> None:
     """ragdb: build, keep and query a retrieval knowledge base (one SQLite file).
 
     \b
@@ -627,6 +655,8 @@ def cli(database: str | None, readonly: bool) -> None:
       ragdb -d kb.db add README.md docs/
       ragdb -d kb.db sync docs/
       ragdb -d kb.db search "how are deleted documents handled" -k 5
+      ragdb -d kb.db collections create zh --analyzer jieba   # a knowledge base of its own
+      ragdb -d kb.db -c zh add docs/zh/
     """
 
 
@@ -657,18 +687,24 @@ def init(database: str | None, analyzer: str | None, chunker: str | None, keep_v
     empty file becomes a new database.
     """
     path = _db_path(database)
+    collection = _collection()
     existed = path != ":memory:" and Path(path).exists() and not (Path(path).is_file()
                                                                   and Path(path).stat().st_size == 0)
+    if existed and collection is not None:
+        with ragdb.open(path, create=False) as db:
+            existed = collection in {c.name for c in db.collections()}
     with ragdb.open(path, analyzer=analyzer, chunker=chunker, keep_versions=keep_versions,
-                    public_unlabeled=public_unlabeled, create=True) as db:
+                    public_unlabeled=public_unlabeled, create=True, collection=collection) as db:
         settings = db.settings
-    out = {"database": path, "created": not existed, "analyzer": settings.get("analyzer"),
+        name = db.collection_name
+    out = {"database": path, "collection": name, "created": not existed, "analyzer": settings.get("analyzer"),
            "chunker": settings.get("chunker"), "keep_versions": bool(settings.get("keep_versions")),
            "public_unlabeled": bool(settings.get("public_unlabeled"))}
     if as_json:
         _emit_json(out)
         return
-    click.echo(f"{'created' if not existed else 'opened existing'} {path}")
+    where = path if name == "default" else f"collection {name!r} of {path}"
+    click.echo(f"{'created' if not existed else 'opened existing'} {where}")
     _pairs([("analyzer", _analyzer_name(settings.get("analyzer"))), ("chunker", out["chunker"]),
             ("keep versions", "yes" if out["keep_versions"] else "no"),
             ("public unlabeled", "yes" if out["public_unlabeled"] else "no")])
@@ -676,6 +712,113 @@ def init(database: str | None, analyzer: str | None, chunker: str | None, keep_v
 
 def _analyzer_name(config: Any) -> str:
     return describe_config(config)
+
+
+# --------------------------------------------------------------------------- collections
+
+
+@cli.group("collections", invoke_without_command=True)
+@database_option
+@output_options
+@click.pass_context
+def collections_cmd(ctx: click.Context, database: str | None, output: Output) -> None:
+    """List the collections of the file (or create or drop one).
+
+    A collection is a knowledge base of its own in the same file: its own
+    documents, statistics, analyzer, chunker and embedding model. Every command
+    works on the one -c/--collection names ('default' without it).
+
+    \b
+    Examples:
+      ragdb -d kb.db collections
+      ragdb -d kb.db collections create zh --analyzer jieba
+      ragdb -d kb.db -c zh add docs/zh/
+      ragdb -d kb.db collections drop zh --yes
+    """
+    ctx.obj = {"database": database}
+    if ctx.invoked_subcommand is not None:
+        return
+    _list_collections(database, output)
+
+
+@collections_cmd.command("list")
+@database_option
+@output_options
+@click.pass_context
+def collections_list(ctx: click.Context, database: str | None, output: Output) -> None:
+    """List the collections: documents, chunks, analyzer, embedding model, creation time."""
+    _list_collections(database or (ctx.obj or {}).get("database"), output)
+
+
+def _list_collections(database: str | None, output: Output) -> None:
+    path = _db_path(database)
+    readonly = bool(click.get_current_context().find_root().params.get("readonly"))
+    if path == ":memory:" or not Path(path).exists():
+        raise click.ClickException(f"{path}: no such database")
+    with ragdb.open(path, create=False, readonly=readonly) as db:
+        infos = db.collections()
+    records = [dataclasses.asdict(c) for c in infos]
+    if not output.table:
+        _emit_records(output, records, ("name", "documents", "chunks", "analyzer", "embedding_model", "created_at"))
+        return
+    _table(["collection", "documents", "chunks", "analyzer", "embedding model", "created"],
+           [(c.name, c.documents, c.chunks, c.analyzer or "", c.embedding_model or "", c.created_at) for c in infos],
+           right=(1, 2))
+
+
+@collections_cmd.command("create")
+@database_option
+@click.argument("name")
+@click.option("--analyzer", default=None, metavar="NAME", callback=lambda _c, _p, v: _analyzer_option(v),
+              help="Text analyzer of the collection, fixed at creation (as 'ragdb init --analyzer').")
+@click.option("--chunker", default=None, metavar="SPEC", help="Default chunker of the collection.")
+@click.option("--keep-versions/--no-keep-versions", default=None,
+              help="Keep replaced versions of a source for --all-versions/--as-of searches.")
+@click.option("--public-unlabeled/--no-public-unlabeled", default=None,
+              help="Whether documents without access labels are public (default: yes).")
+@json_option
+@click.pass_context
+def collections_create(ctx: click.Context, database: str | None, name: str, analyzer: str | None,
+                       chunker: str | None, keep_versions: bool | None, public_unlabeled: bool | None,
+                       as_json: bool) -> None:
+    """Create collection NAME (an error if the file has one of that name); creates the file if needed."""
+    path = _db_path(database or (ctx.obj or {}).get("database"))
+    with ragdb.open(path) as db:
+        made = db.create_collection(name, analyzer=analyzer, chunker=chunker, keep_versions=keep_versions,
+                                    public_unlabeled=public_unlabeled)
+        settings = made.settings
+    if as_json:
+        _emit_json({"database": path, "collection": name, "analyzer": settings.get("analyzer"),
+                    "chunker": settings.get("chunker"), "keep_versions": bool(settings.get("keep_versions")),
+                    "public_unlabeled": bool(settings.get("public_unlabeled"))})
+        return
+    click.echo(f"created collection {name!r} in {path}")
+    _pairs([("analyzer", _analyzer_name(settings.get("analyzer"))), ("chunker", settings.get("chunker")),
+            ("keep versions", "yes" if settings.get("keep_versions") else "no"),
+            ("public unlabeled", "yes" if settings.get("public_unlabeled") else "no")])
+
+
+@collections_cmd.command("drop")
+@database_option
+@click.argument("name")
+@click.option("--yes", is_flag=True, help="Do not ask for confirmation.")
+@json_option
+@click.pass_context
+def collections_drop(ctx: click.Context, database: str | None, name: str, yes: bool, as_json: bool) -> None:
+    """Delete collection NAME and everything in it (one transaction)."""
+    path = _db_path(database or (ctx.obj or {}).get("database"))
+    if not Path(path).exists():
+        raise click.ClickException(f"{path}: no such database")
+    with ragdb.open(path, create=False) as db:
+        info = next((c for c in db.collections() if c.name == name), None)
+        if info is not None and not yes:
+            click.confirm(f"drop collection {name!r} of {path} ({_plural(info.documents, 'document')})?",
+                          abort=True, err=True)
+        db.drop_collection(name)
+    if as_json:
+        _emit_json({"database": path, "dropped": name, "documents": info.documents if info else 0})
+        return
+    click.echo(f"dropped collection {name!r} ({_plural(info.documents if info else 0, 'document')})")
 
 
 def _analyzer_option(value: str | None) -> str | None:
@@ -886,7 +1029,7 @@ def sync_cmd(database: str | None, folder: str, source_prefix: str, recursive: b
     path = _db_path(database)
     if dry_run and path != ":memory:" and not Path(path).exists():
         path = ":memory:"  # nothing stored yet: plan against an empty database, create no file
-    with ragdb.open(path) as db:
+    with ragdb.open(path, collection=_collection()) as db:
         if embedder is not None:
             _check_model(db, embedder, embed_model or "")
         if not dry_run:
@@ -1357,7 +1500,8 @@ def stats(database: str | None, output: Output) -> None:
         settings = db.settings
         info = db.vector_info()
         vec = {"model": info.model, "dimensions": info.dimensions, "vectors": info.vectors, "pending": info.pending}
-    data = {"database": db.path, "documents": s.documents, "chunks": s.chunks, "vocabulary": s.vocabulary,
+        collection = s.collection
+    data = {"database": db.path, "collection": collection, "documents": s.documents, "chunks": s.chunks, "vocabulary": s.vocabulary,
             "postings": s.postings, "avg_chunk_length": s.avg_chunk_length, "stored_documents": s.stored_documents,
             "stored_chunks": s.stored_chunks, "pending_chunks": s.pending_chunks, "segments": s.segments,
             "file_size": s.file_size, "analyzer": settings.get("analyzer"), "chunker": settings.get("chunker"),
@@ -1367,7 +1511,8 @@ def stats(database: str | None, output: Output) -> None:
     if not output.table:
         _emit_records(output, [data], list(data), json_value=data)
         return
-    _pairs([("database", db.path), ("documents", f"{s.documents:,}"), ("chunks", f"{s.chunks:,}"),
+    _pairs([("database", db.path), ("collection", collection), ("documents", f"{s.documents:,}"),
+            ("chunks", f"{s.chunks:,}"),
             ("vocabulary", f"{s.vocabulary:,}"), ("postings", f"{s.postings:,}"),
             ("avg chunk length", f"{s.avg_chunk_length:.1f} terms"),
             ("stored documents", f"{s.stored_documents:,} (with kept versions)"),
@@ -1939,6 +2084,7 @@ def serve_cmd(database: str | None, host: str, port: int, workers: int, tokens_f
                                "an empty database of its own)")
     _open(database).close()  # exists, and is a ragdb database
     config = server.ServerConfig(database=_db_path(database), readonly=readonly, tokens_file=tokens_file,
+                                 collection=_collection(),
                                  limits=server.Limits(max_body_bytes=max_body, max_k=max_k, max_query_chars=max_query))
     tokens = server.check_config(config)
     writers = sum(1 for g in tokens.values() if g.write)

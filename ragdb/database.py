@@ -17,6 +17,7 @@ in-memory lexical and vector indexes); nothing outside ``Database`` touches it.
 from __future__ import annotations
 
 import contextlib
+import functools
 import itertools
 import os
 import sys
@@ -26,10 +27,10 @@ from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
 from . import check as _check
-from .analysis import Analyzer
+from .analysis import Analyzer, describe_config
 from .chunking import Chunker, get_chunker
 from .engine import Engine
-from .errors import AnalyzerMismatch, DocumentNotFound, InvalidInput, NotADatabase
+from .errors import AnalyzerMismatch, CollectionExists, CollectionNotFound, DocumentNotFound, InvalidInput, NotADatabase
 from .filters import Query, build as build_filter
 from .index import Index
 from .ingest import Prepared, check_add_arguments, ingest
@@ -37,7 +38,8 @@ from .options import (ALL, MAX_K, SCORERS, Principals, Restrictions, SearchOptio
                       check_embedder, check_flag, check_id, check_optional_flag, check_path, check_text, to_epoch)
 from .search import Searcher
 from .storage import Store, loads
-from .types import AddReport, Change, Document, Hit, LoadedDocument, Span, Stats, VectorInfo
+from .storage.collections import DEFAULT as DEFAULT_COLLECTION, check_name
+from .types import AddReport, Change, CollectionInfo, Document, Hit, LoadedDocument, Span, Stats, VectorInfo
 from .vectors import VectorIndex
 from .write import VectorTally, Writer, doc_from_row
 
@@ -73,7 +75,9 @@ class Database:
 
     # -- lifecycle -------------------------------------------------------------
     def close(self) -> None:
-        """Close the database file."""
+        """Close the database file. A handle from :meth:`collection` shares the
+        connection of the one it came from: closing it does nothing, closing that one
+        closes both."""
         self._engine.store.close()
 
     def __enter__(self) -> Database:
@@ -83,7 +87,94 @@ class Database:
         self.close()
 
     def __repr__(self) -> str:
-        return f"<ragdb.Database {self.path!r}>"
+        store = self._engine.store
+        if store.collection_id == 0:
+            return f"<ragdb.Database {self.path!r}>"
+        return f"<ragdb.Database {self.path!r} collection={store.collection!r}>"
+
+    # -- collections -------------------------------------------------------------
+    @property
+    def collection_name(self) -> str:
+        """The collection this handle reads and writes (``"default"`` unless opened with
+        ``collection=`` or made by :meth:`collection`)."""
+        return self._engine.store.collection
+
+    def collection(self, name: str, *, create: bool = True,
+                   analyzer: "str | Analyzer | Mapping[str, Any] | None" = None, chunker: str | None = None,
+                   keep_versions: bool | None = None, public_unlabeled: bool | None = None) -> Database:
+        """A handle on collection ``name`` of this file: a knowledge base of its own
+        (documents, statistics, analyzer, chunker, embedding model, vectors) in the same
+        file, searched exactly as a separate database of its documents would be.
+
+        A missing collection is created (``create=False``: :class:`CollectionNotFound`
+        instead), with ``analyzer``/``chunker``/``keep_versions``/``public_unlabeled`` as
+        :func:`ragdb.open` takes them for a new file; on an existing one they are checked
+        or updated by the same rules. The handle shares this one's connection (one
+        transaction of :meth:`transaction` may span collections); it is valid while this
+        handle is open, and closing it does nothing. ``ragdb.open(path, collection=name)``
+        opens one directly."""
+        name = check_name(name)
+        create = check_flag(create, "create")
+        keep_versions = check_optional_flag(keep_versions, "keep_versions")
+        public_unlabeled = check_optional_flag(public_unlabeled, "public_unlabeled")
+        wanted = Analyzer.from_spec(analyzer) if analyzer is not None else None
+        chunker_spec = get_chunker(chunker).spec() if chunker is not None else None
+        settle = functools.partial(_settle, wanted=wanted, chunker_spec=chunker_spec, keep_versions=keep_versions,
+                                   public_unlabeled=public_unlabeled)
+        store = self._engine.store
+        if name == DEFAULT_COLLECTION:
+            view = store.view(0, DEFAULT_COLLECTION)
+            an, settings = settle(view)
+        else:
+            view, (an, settings) = _collection_store(store, name, create=create, owner=False, settle=settle)
+        return Database(view, an, settings)
+
+    def collections(self) -> list[CollectionInfo]:
+        """Every collection of the file (the default first, then by creation), with its
+        counts, analyzer and embedding model, from one snapshot."""
+        store = self._engine.store
+        out = []
+        with store.read():
+            for cid, name, created_at in store.collection_rows():
+                view = store.view(cid, name)
+                stats = view.stats_row()
+                settings = view.settings()
+                model = view.vector_model()
+                out.append(CollectionInfo(
+                    name=name, documents=stats["n_docs"], chunks=stats["n_chunks"],
+                    analyzer=describe_config(settings["analyzer"]) if "analyzer" in settings else None,
+                    embedding_model=model["model"] if model else None, created_at=created_at))
+        return out
+
+    def drop_collection(self, name: str) -> None:
+        """Delete collection ``name`` and everything in it, in one transaction
+        (:class:`CollectionNotFound` if there is none). The default collection cannot be
+        dropped (empty it with ``delete(source="*", glob=True)``). Open handles on the
+        dropped collection, in this process or another, raise
+        :class:`CollectionNotFound` from then on."""
+        name = check_name(name)
+        if name == DEFAULT_COLLECTION:
+            raise InvalidInput(f"{self.path}: the default collection cannot be dropped; empty it with "
+                               f"delete(source='*', glob=True) ('ragdb delete --source \"*\"')")
+        store = self._engine.store
+        with store.write():
+            row = store.collection_row(name)
+            if row is None:
+                raise CollectionNotFound(f"{self.path}: no collection {name!r}")
+            store.drop_collection(row[0])
+
+    def create_collection(self, name: str, *, analyzer: "str | Analyzer | Mapping[str, Any] | None" = None,
+                          chunker: str | None = None, keep_versions: bool | None = None,
+                          public_unlabeled: bool | None = None) -> Database:
+        """Create collection ``name`` (:class:`CollectionExists` if the file has one of that
+        name) and return a handle on it, as :meth:`collection` does."""
+        name = check_name(name)
+        store = self._engine.store
+        with store.write():  # the check and the creation in one transaction
+            if store.collection_row(name) is not None:
+                raise CollectionExists(f"{self.path}: a collection {name!r} already exists")
+            return self.collection(name, analyzer=analyzer, chunker=chunker, keep_versions=keep_versions,
+                                   public_unlabeled=public_unlabeled)
 
     @property
     def analyzer(self) -> Analyzer:
@@ -545,7 +636,8 @@ class Database:
         avg = s["total_length"] / s["n_chunks"] if s["n_chunks"] else 0.0
         return Stats(documents=s["n_docs"], chunks=s["n_chunks"], vocabulary=vocab, postings=postings,
                      avg_chunk_length=avg, stored_documents=stored_docs, stored_chunks=stored_chunks,
-                     pending_chunks=pending, segments=segments, file_size=store.file_size())
+                     pending_chunks=pending, segments=segments, file_size=store.file_size(),
+                     collection=store.collection)
 
     def records(self, *, versions: str = "all", principals: Principals | Sequence[str] | None = None
                 ) -> Iterator[dict[str, Any]]:
@@ -621,9 +713,10 @@ def open_database(path: str | os.PathLike[str] = ":memory:", *, analyzer: "str |
                   chunker: str | None = None, keep_versions: bool | None = None,
                   public_unlabeled: bool | None = None, readonly: bool = False,
                   create: bool | None = None, busy_timeout: float = 30.0, embedder: Any = None,
-                  embed_on_add: bool = True) -> Database:
+                  embed_on_add: bool = True, collection: str | None = None) -> Database:
     """Open (creating if needed) a ragdb database; see :func:`ragdb.open` (``create``,
-    ``public_unlabeled``: the rules there). Arguments are checked before the file is touched."""
+    ``public_unlabeled``, ``collection``: the rules there). Arguments are checked before
+    the file is touched."""
     path = check_path(path)
     readonly = check_flag(readonly, "readonly")
     embed_on_add = check_flag(embed_on_add, "embed_on_add")
@@ -637,56 +730,17 @@ def open_database(path: str | os.PathLike[str] = ":memory:", *, analyzer: "str |
     if path != ":memory:" and (create is not True or readonly) and _empty_file(path):
         raise NotADatabase(f"{path}: not a ragdb database (empty file); ragdb.open(path, create=True) or "
                            f"'ragdb init' makes it a new one")
+    if collection is not None:
+        collection = check_name(collection)
     store = Store(path, busy_timeout=busy_timeout, readonly=readonly, create=create is not False)
-
-    def plan(settings: Mapping[str, Any]) -> tuple[Analyzer, dict[str, Any]]:
-        """The analyzer, and the settings this open writes, given the stored ``settings``."""
-        if "analyzer" not in settings:  # a new database: every setting is stored now
-            if readonly:
-                raise InvalidInput(f"{path}: the database has no analyzer settings and is opened read-only")
-            an = wanted or Analyzer()
-            return an, {"analyzer": an.config(), "chunker": chunker_spec or get_chunker(None).spec(),
-                        "keep_versions": bool(keep_versions),
-                        "public_unlabeled": True if public_unlabeled is None else public_unlabeled}
-        stored = Analyzer.from_config(settings["analyzer"])
-        if wanted is not None and wanted.config() != stored.config():
-            raise AnalyzerMismatch(
-                f"{path}: was built with the {stored.describe()} analyzer and cannot be opened with the "
-                f"{wanted.describe()} one (the index terms would not match); open it without analyzer= "
-                f"(or with the stored one), or rebuild it into a new database")
-        # An access setting never changes as a side effect of opening (any process may
-        # open the file); chunker and keep_versions given here do update the stored ones.
-        public = bool(settings.get("public_unlabeled", False))
-        if public_unlabeled is not None and public_unlabeled != public:
-            now = "makes documents without access labels public" if public else \
-                "hides documents without access labels from every caller but principals=ALL"
-            raise InvalidInput(
-                f"{path}: this database {now} (public_unlabeled {str(public).lower()}), and opening it never "
-                f"changes that; change it with 'ragdb config public_unlabeled {str(public_unlabeled).lower()}' "
-                f"(db.set_public_unlabeled({public_unlabeled})), or open it without that setting")
-        new: dict[str, Any] = {}
-        if chunker_spec is not None and chunker_spec != settings.get("chunker"):
-            new["chunker"] = chunker_spec
-        if keep_versions is not None and keep_versions != settings.get("keep_versions"):
-            new["keep_versions"] = keep_versions
-        return stored, new
-
     try:
-        with store.read():
-            settings = store.settings()
-        an, new_settings = plan(settings)
-        if new_settings:
-            if readonly:
-                raise InvalidInput(f"{path}: cannot change settings of a database opened read-only")
-            with store.write():
-                # again under the write lock: another process may have created the database meanwhile
-                settings = store.settings()
-                an, new_settings = plan(settings)
-                for key, value in new_settings.items():
-                    store.set_setting(key, value)
-                if new_settings:
-                    store.bump_stats()  # open connections re-read the settings (Engine.sync)
-            settings.update(new_settings)
+        settle = functools.partial(_settle, wanted=wanted, chunker_spec=chunker_spec, keep_versions=keep_versions,
+                                   public_unlabeled=public_unlabeled)
+        if collection is not None and collection != DEFAULT_COLLECTION:
+            store, (an, settings) = _collection_store(store, collection, create=create is not False, owner=True,
+                                                      settle=settle)
+        else:
+            an, settings = settle(store)
         db = Database(store, an, settings)
         db.embed_on_add = embed_on_add
         if embedder is not None:
@@ -697,6 +751,100 @@ def open_database(path: str | os.PathLike[str] = ":memory:", *, analyzer: "str |
     except BaseException:
         store.close()
         raise
+
+
+def _where(store: Store) -> str:
+    """How messages name the knowledge base of ``store``: its file, and its collection unless the default."""
+    if store.collection_id == 0:
+        return store.path
+    return f"{store.path} (collection {store.collection!r})"
+
+
+def _settle(store: Store, *, wanted: Analyzer | None, chunker_spec: str | None, keep_versions: bool | None,
+            public_unlabeled: bool | None) -> tuple[Analyzer, dict[str, Any]]:
+    """The analyzer and settings of the knowledge base of ``store`` opened with these
+    arguments: a new one (no settings yet) stores them all; an existing one checks the
+    analyzer and access setting and updates the chunker and keep_versions given."""
+    where = _where(store)
+    readonly = store.readonly
+
+    def plan(settings: Mapping[str, Any]) -> tuple[Analyzer, dict[str, Any]]:
+        """The analyzer, and the settings this open writes, given the stored ``settings``."""
+        if "analyzer" not in settings:  # a new database: every setting is stored now
+            if readonly:
+                raise InvalidInput(f"{where}: the database has no analyzer settings and is opened read-only")
+            an = wanted or Analyzer()
+            return an, {"analyzer": an.config(), "chunker": chunker_spec or get_chunker(None).spec(),
+                        "keep_versions": bool(keep_versions),
+                        "public_unlabeled": True if public_unlabeled is None else public_unlabeled}
+        stored = Analyzer.from_config(settings["analyzer"])
+        if wanted is not None and wanted.config() != stored.config():
+            raise AnalyzerMismatch(
+                f"{where}: was built with the {stored.describe()} analyzer and cannot be opened with the "
+                f"{wanted.describe()} one (the index terms would not match); open it without analyzer= "
+                f"(or with the stored one), or rebuild it into a new database")
+        # An access setting never changes as a side effect of opening (any process may
+        # open the file); chunker and keep_versions given here do update the stored ones.
+        public = bool(settings.get("public_unlabeled", False))
+        if public_unlabeled is not None and public_unlabeled != public:
+            now = "makes documents without access labels public" if public else \
+                "hides documents without access labels from every caller but principals=ALL"
+            raise InvalidInput(
+                f"{where}: this database {now} (public_unlabeled {str(public).lower()}), and opening it never "
+                f"changes that; change it with 'ragdb config public_unlabeled {str(public_unlabeled).lower()}' "
+                f"(db.set_public_unlabeled({public_unlabeled})), or open it without that setting")
+        new: dict[str, Any] = {}
+        if chunker_spec is not None and chunker_spec != settings.get("chunker"):
+            new["chunker"] = chunker_spec
+        if keep_versions is not None and keep_versions != settings.get("keep_versions"):
+            new["keep_versions"] = keep_versions
+        return stored, new
+
+    with store.read():
+        settings = store.settings()
+    an, new_settings = plan(settings)
+    if new_settings:
+        if readonly:
+            raise InvalidInput(f"{where}: cannot change settings of a database opened read-only")
+        with store.write():
+            # again under the write lock: another process may have created the database meanwhile
+            settings = store.settings()
+            an, new_settings = plan(settings)
+            for key, value in new_settings.items():
+                store.set_setting(key, value)
+            if new_settings:
+                store.bump_stats()  # open connections re-read the settings (Engine.sync)
+        settings.update(new_settings)
+    return an, settings
+
+
+def _collection_store(store: Store, name: str, *, create: bool, owner: bool,
+                      settle: Callable[[Store], tuple[Analyzer, dict[str, Any]]]
+                      ) -> tuple[Store, tuple[Analyzer, dict[str, Any]]]:
+    """A store of collection ``name`` on ``store``'s connection, with its analyzer and
+    settings (``settle``); a missing collection is created when ``create`` (and the file
+    is writable), its tables and settings in one transaction."""
+    with store.read():
+        row = store.collection_row(name)
+    if row is None:
+        if store.readonly or not create:
+            raise CollectionNotFound(
+                f"{store.path}: no collection {name!r}" + (" (a read-only open does not create one)"
+                                                             if store.readonly else "")
+                + f"; the file has {', '.join(repr(r[1]) for r in _collection_rows(store))}")
+        with store.write():
+            row = store.collection_row(name)  # again under the write lock: another process may have made it
+            if row is None:
+                row = store.create_collection(name)
+            view = store.view(row[0], row[1], owner=owner)
+            return view, settle(view)
+    view = store.view(row[0], row[1], owner=owner)
+    return view, settle(view)
+
+
+def _collection_rows(store: Store) -> list[tuple[int, str, str]]:
+    with store.read():
+        return store.collection_rows()
 
 
 #: How long an empty database file may stay empty while another process creates it

@@ -35,6 +35,17 @@ class DocumentNotFound(RagdbError, KeyError):
         return str(self.args[0]) if self.args else "document not found"
 
 
+class CollectionNotFound(RagdbError, KeyError):
+    """No collection of that name in the database file (or it was dropped)."""
+
+    def __str__(self) -> str:
+        return str(self.args[0]) if self.args else "collection not found"
+
+
+class CollectionExists(RagdbError):
+    """A collection of that name already exists."""
+
+
 class DatabaseBusy(RagdbError):
     """Another process held the write lock for longer than the busy timeout."""
 

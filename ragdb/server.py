@@ -109,6 +109,7 @@ class ServerConfig:
     readonly: bool = False
     tokens_file: str | None = None
     limits: Limits = Limits()
+    collection: str | None = None  #: the collection served (None: the default one)
 
     def to_json(self) -> str:
         return orjson.dumps(dataclasses.asdict(self)).decode()
@@ -117,7 +118,7 @@ class ServerConfig:
     def from_json(cls, text: str) -> ServerConfig:
         data = orjson.loads(text)
         return cls(database=data["database"], readonly=data["readonly"], tokens_file=data["tokens_file"],
-                   limits=Limits(**data["limits"]))
+                   limits=Limits(**data["limits"]), collection=data.get("collection"))
 
 
 # --------------------------------------------------------------------------- tokens
@@ -280,7 +281,7 @@ class _Service:
 
     def open(self) -> None:
         self.db = ragdb.open(self.config.database, readonly=self.config.readonly,
-                             create=None if self.config.readonly else False)
+                             create=None if self.config.readonly else False, collection=self.config.collection)
 
     def close(self) -> None:
         if self.db is not None:
@@ -588,7 +589,8 @@ def check_config(config: ServerConfig) -> dict[str, Grant]:
     """Read the tokens and check each one's principals against the database (a bad label
     fails here, when the server starts, not at a request); returns the tokens."""
     tokens = load_tokens(config.tokens_file)
-    with ragdb.open(config.database, readonly=config.readonly, create=None if config.readonly else False) as db:
+    with ragdb.open(config.database, readonly=config.readonly, create=None if config.readonly else False,
+                    collection=config.collection) as db:
         for grant in tokens.values():
             db.count(principals=ragdb.ALL if grant.principals is ragdb.ALL else list(grant.principals))
     return tokens

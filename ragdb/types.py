@@ -68,6 +68,21 @@ class Stats:
     pending_chunks: int
     segments: int
     file_size: int
+    collection: str = "default"  #: the collection these statistics are of (the file size is the whole file's)
+
+
+@dataclass(frozen=True)
+class CollectionInfo:
+    """One collection of a database file (:meth:`ragdb.Database.collections`):
+    its name, latest documents and chunks, analyzer (in words), embedding model
+    (None before any vector) and creation time (ISO-8601 UTC)."""
+
+    name: str
+    documents: int
+    chunks: int
+    analyzer: str | None
+    embedding_model: str | None
+    created_at: str
 
 
 @dataclass(frozen=True)

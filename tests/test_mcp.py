@@ -416,3 +416,21 @@ def test_vector_and_hybrid_search_use_the_recorded_model(kb: Path) -> None:
                     assert want and [_hit_key(h) for h in got["hits"]] == [_hit_key(h) for h in want]
 
     _run(main)
+
+
+def test_serves_the_collection_it_is_given(kb: Path) -> None:
+    with ragdb.open(kb, collection="notes") as db:
+        db.add("Collections keep their own documents and statistics.", source="notes/one.md")
+        expected = [_hit_key(h) for h in db.search("collections statistics", k=5)]
+
+    async def main() -> None:
+        async with _session(kb, "-c", "notes") as session:
+            found = await _call(session, "search", {"query": "collections statistics", "k": 5})
+            assert [_hit_key(h) for h in found["hits"]] == expected
+            stats = await _call(session, "stats", {})
+            assert stats["documents"] == 1
+        async with _session(kb) as session:
+            found = await _call(session, "search", {"query": "collections statistics", "k": 5})
+            assert [h["source"] for h in found["hits"]] != ["notes/one.md"]
+
+    _run(main)

@@ -536,3 +536,21 @@ def test_the_workers_socket_gets_tcp_nodelay_on_accepted_connections() -> None:
             server.close()
 
     assert asyncio.run(main()) != 0
+
+
+def test_serves_the_collection_it_is_given(tmp_path: Path) -> None:
+    """``ragdb -c NAME serve`` (and ``serve -c NAME``) answers from that collection only, in every worker."""
+    kb = _make_kb(tmp_path)
+    with ragdb.open(kb, collection="other") as db:
+        db.add("Collections keep their own documents and statistics.", source="other/one.md")
+        expected = [h.source for h in db.search("collections statistics")]
+    assert expected == ["other/one.md"]
+    with _server(kb, "--workers", "2", root_args=("-c", "other")) as url:
+        for _ in range(4):  # reach both workers
+            hits = httpx.post(url + "/search", json={"query": "collections statistics"}).json()["hits"]
+            assert [h["source"] for h in hits] == expected
+        assert httpx.get(url + "/stats").json()["documents"] == 1
+    with _server(kb, "-c", "other") as url:
+        assert [d["source"] for d in httpx.get(url + "/documents").json()["documents"]] == ["other/one.md"]
+    with _server(kb) as url:  # the default collection knows nothing of it
+        assert httpx.post(url + "/search", json={"query": "collections statistics"}).json()["hits"] == []

@@ -145,7 +145,7 @@ class PromptResult(BaseModel):
 
 
 class StatsResult(BaseModel):
-    documents: int = Field(description="Latest documents in the whole database.")
+    documents: int = Field(description="Latest documents in the whole collection.")
     visible_documents: int = Field(description="Latest documents this server may read.")
     chunks: int
     vocabulary: int
@@ -156,6 +156,7 @@ class StatsResult(BaseModel):
     pending_chunks: int
     segments: int
     file_size: int
+    collection: str = Field(description="The collection of the database file this server reads.")
     writes_allowed: bool
 
 

@@ -10,18 +10,22 @@ from __future__ import annotations
 
 import contextlib
 import os
+import re
 import sqlite3
 import threading
 from importlib import resources
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 from collections.abc import Iterable, Iterator, Sequence
 
 if TYPE_CHECKING:
     import sqlite_utils
 
-from ..errors import DatabaseBusy, DatabaseCorrupt, InvalidInput, NotADatabase, RagdbError, SchemaTooNew, StorageError
-from .codec import dumps, loads
+from ..errors import (CollectionNotFound, DatabaseBusy, DatabaseCorrupt, InvalidInput, NotADatabase, RagdbError,
+                      SchemaTooNew, StorageError)
+from . import collections as _coll
+from .codec import dumps, loads, utcnow_iso
+from .collections import CollectionConnection
 from .vectors import VectorSQL
 
 MIGRATION_SET = "ragdb"
@@ -73,13 +77,25 @@ def build_migrations(stop_after: str | None = None) -> sqlite_utils.Migrations:
         sql = path.read_text(encoding="utf-8")
 
         def apply(db: sqlite_utils.Database, _sql: str = sql) -> None:
-            for stmt in _split_sql(_sql):
+            statements = _split_sql(_sql)
+            for stmt in statements:
                 db.conn.execute(stmt)
+            # every collection besides the default gets the statements on its tables too
+            for cid in _collection_ids(db.conn):
+                for stmt in _coll.collection_ddl(statements, cid):
+                    db.conn.execute(stmt)
 
         migrations(name=path.stem)(apply)
         if stop_after == path.stem:
             break
     return migrations
+
+
+def _collection_ids(conn: sqlite3.Connection) -> list[int]:
+    """Ids of the collections other than the default (none before migration 0006)."""
+    if conn.execute("SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = 'collections'").fetchone() is None:
+        return []
+    return [int(r[0]) for r in conn.execute("SELECT id FROM collections WHERE id != 0 ORDER BY id")]
 
 
 def migration_state(path: str) -> tuple[list[tuple[str, str]], list[str]]:
@@ -112,9 +128,15 @@ def migration_state(path: str) -> tuple[list[tuple[str, str]], list[str]]:
 _WHOLE = "(text IS NULL AND start = 0 AND ordinal = 0 AND metadata = '{}')"
 
 
+_DROPPED = re.compile(r"no such table: (?:main\.)?c(\d+)_")
+
+
 def _translate(err: sqlite3.Error, path: str) -> RagdbError:
     msg = str(err)
     low = msg.lower()
+    if _DROPPED.search(msg):
+        return CollectionNotFound(f"{path}: the collection this handle reads was dropped (by this or another "
+                                  f"process); open the collection again, or another one")
     if "locked" in low or "busy" in low:
         return DatabaseBusy(f"{path}: database is locked by another writer (waited for the busy timeout): {msg}")
     if "readonly" in low or "read-only" in low:
@@ -130,6 +152,19 @@ def _translate(err: sqlite3.Error, path: str) -> RagdbError:
     return StorageError(f"{path}: {msg}")
 
 
+class _Shared:
+    """What the stores of one file's collections share: the connection, its lock, and
+    whether a read transaction is open on it."""
+
+    __slots__ = ("raw", "lock", "reading", "db")
+
+    def __init__(self, raw: sqlite3.Connection, lock: threading.RLock) -> None:
+        self.raw = raw
+        self.lock = lock
+        self.reading = False  # a read transaction (``read``) is open: writes must not nest in it
+        self.db: sqlite_utils.Database | None = None
+
+
 class Store(VectorSQL):
     """One SQLite connection with ragdb's schema, plus the statements ragdb runs.
 
@@ -141,10 +176,16 @@ class Store(VectorSQL):
     help. Taking the write lock up front makes a second writer wait instead.
     """
 
+    #: the collection this store reads and writes (see :mod:`ragdb.storage.collections`)
+    collection_id = 0
+    collection = _coll.DEFAULT
+
     def __init__(self, path: str, *, busy_timeout: float = 30.0, readonly: bool = False,
                  create: bool = True) -> None:
         self.path = path
         self.lock = threading.RLock()
+        self.owner = True  # closing this store closes the connection
+        self.readonly = readonly
         memory = path == ":memory:"
         if not memory:
             p = Path(path)
@@ -174,9 +215,9 @@ class Store(VectorSQL):
                                        timeout=busy_timeout)
         except sqlite3.Error as e:
             raise _translate(e, path) from e
-        self.conn = conn
-        self._db: sqlite_utils.Database | None = None
-        self._reading = False  # a read transaction (``read``) is open: writes must not nest in it
+        self.conn: sqlite3.Connection = conn
+        #: the connection, its lock and read state, shared with the stores of the file's other collections
+        self.shared = _Shared(conn, self.lock)
         try:
             self._open(readonly=readonly, memory=memory, busy_timeout=busy_timeout)
         except sqlite3.Error as e:  # e.g. a damaged page met while reading the schema
@@ -223,11 +264,77 @@ class Store(VectorSQL):
         Importing sqlite-utils (and click, dateutil, pluggy with it) costs a
         process about 10 MiB and tens of milliseconds; a process that only
         opens an up-to-date database and searches never needs it."""
-        if self._db is None:
+        shared = self.shared
+        if shared.db is None:
             import sqlite_utils
 
-            self._db = sqlite_utils.Database(self.conn, execute_plugins=False, recursive_triggers=False)
-        return self._db
+            shared.db = sqlite_utils.Database(shared.raw, execute_plugins=False, recursive_triggers=False)
+        return shared.db
+
+    # -- collections -------------------------------------------------------------
+    def view(self, collection_id: int, name: str, *, owner: bool = False) -> Store:
+        """A store of collection ``collection_id`` on this store's connection (same
+        transactions and lock). ``owner``: closing it closes the connection (this
+        store then no longer does)."""
+        view = object.__new__(Store)
+        view.path = self.path
+        view.lock = self.lock
+        view.immutable = self.immutable
+        view.readonly = self.readonly
+        view.shared = self.shared
+        view.collection_id = collection_id
+        view.collection = name
+        raw = self.shared.raw
+        view.conn = raw if collection_id == 0 else cast(sqlite3.Connection, CollectionConnection(raw, collection_id))
+        view.owner = owner
+        if owner:
+            self.owner = False
+        return view
+
+    def collection_rows(self) -> list[tuple[int, str, str]]:
+        """(id, name, created_at) of every collection, the default first."""
+        return self.shared.raw.execute("SELECT id, name, created_at FROM collections ORDER BY id").fetchall()
+
+    def collection_row(self, name: str) -> tuple[int, str, str] | None:
+        return self.shared.raw.execute("SELECT id, name, created_at FROM collections WHERE name = ?",
+                                        [name]).fetchone()
+
+    def create_collection(self, name: str) -> tuple[int, str, str]:
+        """Register collection ``name`` and build its tables (in a write transaction)."""
+        raw = self.shared.raw
+        cur = raw.execute("INSERT INTO collections (name, created_at) VALUES (?, ?)", [name, utcnow_iso()])
+        cid = int(cur.lastrowid or 0)
+        statements = [stmt for path in migration_files() for stmt in _split_sql(path.read_text(encoding="utf-8"))]
+        for stmt in _coll.collection_ddl(statements, cid):
+            raw.execute(stmt)
+        return cid, name, self.collection_row(name)[2]  # type: ignore[index]
+
+    def drop_collection(self, collection_id: int) -> None:
+        """Drop collection ``collection_id``'s tables and forget it (in a write transaction)."""
+        raw = self.shared.raw
+        for stmt in _coll.drop_statements(collection_id):
+            raw.execute(stmt)
+        raw.execute("DELETE FROM collections WHERE id = ?", [collection_id])
+
+    def collection_exists(self) -> bool:
+        """Whether this store's collection is still registered (not dropped)."""
+        return self.shared.raw.execute("SELECT 1 FROM collections WHERE id = ?",
+                                        [self.collection_id]).fetchone() is not None
+
+    def collection_objects(self) -> list[tuple[str, str, str]]:
+        """(type, name, table) of every schema object of this store's collection, by the
+        plain (default collection) names: what ``check`` compares with the default's."""
+        prefix = _coll.object_name(self.collection_id, "")
+        out = []
+        for kind, name, table in self.shared.raw.execute(
+                "SELECT type, name, tbl_name FROM sqlite_master WHERE type IN ('table', 'index', 'trigger') "
+                "AND name NOT LIKE 'sqlite_%' ORDER BY name"):
+            if prefix and not (name.startswith(prefix) and table.startswith(prefix)):
+                continue
+            plain, plain_table = name[len(prefix):], table[len(prefix):]
+            if plain in _coll.OBJECTS:
+                out.append((kind, plain, plain_table))
+        return sorted(out)
 
     # -- opening and migrations --------------------------------------------
     def _open(self, *, readonly: bool, memory: bool, busy_timeout: float) -> None:
@@ -299,7 +406,7 @@ class Store(VectorSQL):
         """One write transaction (``BEGIN IMMEDIATE``); rolled back on any error."""
         with self.lock:
             if self.conn.in_transaction:
-                if self._reading:
+                if self.shared.reading:
                     # its savepoint would be undone when the read ends (a read always rolls back)
                     raise InvalidInput(f"{self.path}: cannot write while a read of this connection is open "
                                        f"(e.g. inside a loop over db.records()); finish the read first")
@@ -330,12 +437,12 @@ class Store(VectorSQL):
                 return
             try:
                 self.conn.execute("BEGIN")
-                self._reading = True
+                self.shared.reading = True
                 yield self.conn
             except sqlite3.Error as e:
                 raise _translate(e, self.path) from e
             finally:
-                self._reading = False
+                self.shared.reading = False
                 self._rollback()
 
     def _rollback(self) -> None:
@@ -346,9 +453,13 @@ class Store(VectorSQL):
                 pass
 
     def close(self) -> None:
+        """Close the connection, if this store owns it (a collection view of another
+        store's connection leaves it open)."""
+        if not self.owner:
+            return
         with self.lock:
             self._rollback()
-            self.conn.close()
+            self.shared.raw.close()
 
     # -- settings and statistics ---------------------------------------------
     def settings(self) -> dict[str, Any]:
