@@ -412,11 +412,17 @@ class Index:
         key = (query.conditions, query.public_unlabeled, versions_all)
         mask = self.masks.get(key)
         if mask is None:
-            docs = np.array(self.store.filtered_doc_ids(query.conditions, query.public_unlabeled), dtype=np.int64)
-            doc_ok = np.zeros(int(max(self.chunk_doc.max(initial=0), docs.max(initial=0))) + 1, bool)
-            doc_ok[docs] = True
-            doc_ok[0] = False  # chunk_doc is 0 for absent chunks
-            mask = base & doc_ok[self.chunk_doc]
+            if query.per_chunk:  # a condition on the chunk's text: the chunks themselves
+                ids = np.array(self.store.filtered_chunk_ids(query.conditions, query.public_unlabeled), dtype=np.int64)
+                ok = np.zeros(len(base), bool)
+                ok[ids[ids < len(ok)]] = True
+                mask = base & ok
+            else:
+                docs = np.array(self.store.filtered_doc_ids(query.conditions, query.public_unlabeled), dtype=np.int64)
+                doc_ok = np.zeros(int(max(self.chunk_doc.max(initial=0), docs.max(initial=0))) + 1, bool)
+                doc_ok[docs] = True
+                doc_ok[0] = False  # chunk_doc is 0 for absent chunks
+                mask = base & doc_ok[self.chunk_doc]
             if len(self.masks) >= 16:
                 self.masks.pop(next(iter(self.masks)))
             self.masks[key] = mask

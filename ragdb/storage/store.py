@@ -21,7 +21,7 @@ if TYPE_CHECKING:
     import sqlite_utils
 
 from ..errors import DatabaseBusy, DatabaseCorrupt, InvalidInput, NotADatabase, RagdbError, SchemaTooNew, StorageError
-from .codec import dumps, loads
+from .codec import dumps, iso_instant, loads
 from .vectors import VectorSQL
 
 MIGRATION_SET = "ragdb"
@@ -64,6 +64,12 @@ def _split_sql(script: str) -> list[str]:
     return out
 
 
+def _register_functions(conn: sqlite3.Connection) -> None:
+    """The SQL functions migrations call (on whatever connection applies them)."""
+    conn.create_function("ragdb_iso_instant", 1, lambda v: iso_instant(v) if isinstance(v, str) else None,
+                         deterministic=True)
+
+
 def build_migrations(stop_after: str | None = None) -> sqlite_utils.Migrations:
     """The ragdb migration set, read from the SQL files (``stop_after`` is for tests)."""
     import sqlite_utils  # imported here: see Store.db
@@ -73,6 +79,7 @@ def build_migrations(stop_after: str | None = None) -> sqlite_utils.Migrations:
         sql = path.read_text(encoding="utf-8")
 
         def apply(db: sqlite_utils.Database, _sql: str = sql) -> None:
+            _register_functions(db.conn)
             for stmt in _split_sql(_sql):
                 db.conn.execute(stmt)
 
@@ -433,9 +440,10 @@ class Store(VectorSQL):
                           [int(latest), valid_to, doc_id])
         self.conn.execute("UPDATE chunks SET latest = ? WHERE doc_id = ?", [int(latest), doc_id])
 
-    def insert_doc_index(self, meta_rows: Iterable[tuple[int, str, Any]], acl_rows: Iterable[tuple[int, str]]) -> None:
-        """Filter index rows: (doc id, key, scalar value) and (doc id, label)."""
-        self.conn.executemany("INSERT INTO doc_meta (doc_id, key, value) VALUES (?, ?, ?)", meta_rows)
+    def insert_doc_index(self, meta_rows: Iterable[tuple[int, str, Any, Any]],
+                         acl_rows: Iterable[tuple[int, str]]) -> None:
+        """Filter index rows: (doc id, key, scalar value, num) and (doc id, label)."""
+        self.conn.executemany("INSERT INTO doc_meta (doc_id, key, value, num) VALUES (?, ?, ?, ?)", meta_rows)
         self.conn.executemany("INSERT OR IGNORE INTO doc_acl (doc_id, label) VALUES (?, ?)", acl_rows)
 
     def delete_document(self, doc_id: int, *, indexed: tuple[bool, bool] = (True, True)) -> None:
@@ -495,15 +503,15 @@ class Store(VectorSQL):
         """Set (valid_to, document id): the end of a kept version's validity for ``as_of``."""
         self.conn.executemany("UPDATE documents SET valid_to = ? WHERE id = ?", rows)
 
-    def update_document_fields(self, doc_id: int, *, metadata: tuple[str, list[tuple[str, Any]]] | None = None,
+    def update_document_fields(self, doc_id: int, *, metadata: tuple[str, list[tuple[str, Any, Any]]] | None = None,
                                acl: tuple[str, list[str]] | None = None) -> list[int]:
         """Set a document's metadata (JSON text, filter-index rows) and/or access
         labels (JSON text, labels) in place; returns the ids of its chunks."""
         if metadata is not None:
             self.conn.execute("UPDATE documents SET metadata = ? WHERE id = ?", [metadata[0], doc_id])
             self.conn.execute("DELETE FROM doc_meta WHERE doc_id = ?", [doc_id])
-            self.conn.executemany("INSERT INTO doc_meta (doc_id, key, value) VALUES (?, ?, ?)",
-                                  [(doc_id, k, v) for k, v in metadata[1]])
+            self.conn.executemany("INSERT INTO doc_meta (doc_id, key, value, num) VALUES (?, ?, ?, ?)",
+                                  [(doc_id, *row) for row in metadata[1]])
         if acl is not None:
             self.conn.execute("UPDATE documents SET acl = ? WHERE id = ?", [acl[0], doc_id])
             self.conn.execute("DELETE FROM doc_acl WHERE doc_id = ?", [doc_id])
@@ -576,47 +584,51 @@ class Store(VectorSQL):
         return int(self.conn.execute("SELECT count(*) FROM chunks WHERE id > ?", [after_id]).fetchone()[0])
 
     @staticmethod
-    def _filter_sql(conditions: Sequence[Any], public_unlabeled: bool) -> tuple[list[str], list[Any]]:
+    def _filter_sql(conditions: Sequence[Any], public_unlabeled: bool, per_chunk: bool = False
+                    ) -> tuple[list[str], list[Any]]:
         """WHERE terms on ``documents d`` for filter conditions (see ragdb.filters.Condition).
 
-        The SQL text is assembled from the constant fragments below; every
-        key and value is a bound parameter."""
+        ``per_chunk``: the statement also reads ``chunks c`` (joined to ``d``), and a
+        ``contains`` condition looks at that chunk's text. Otherwise the conditions
+        holding one become a single ``EXISTS`` over the document's chunks: a document
+        matches when one of its chunks meets all of them.
+
+        The SQL text is assembled from the constant fragments of ``_condition_sql``;
+        every key and value is a bound parameter."""
         where: list[str] = []
         params: list[Any] = []
+        chunk_terms: list[str] = []
+        chunk_params: list[Any] = []
         for c in conditions:
-            vals = [int(v) if isinstance(v, bool) else v for v in c.values]
-            marks = ",".join("?" * len(vals))
-            if c.kind == "source":
-                where.append(f"d.source IN ({marks})")
-            elif c.kind == "source_glob":
-                where.append("(" + " OR ".join(["d.source GLOB ?"] * len(vals)) + ")")
-            elif c.kind == "version":
-                where.append(f"d.version IN ({marks})")
-            elif c.kind in ("meta", "tags"):
-                where.append(f"d.id IN (SELECT doc_id FROM doc_meta WHERE key = ? AND value IN ({marks}))")
-                params.append(c.key if c.kind == "meta" else "tags")
-            elif c.kind == "since":
-                where.append("d.ts >= ?")
-            elif c.kind == "until":
-                where.append("d.ts <= ?")
-            elif c.kind == "as_of":
-                where.append("d.ts <= ? AND (d.valid_to IS NULL OR d.valid_to > ?)")
-                vals = vals * 2
-            elif c.kind == "principals":
-                # A version is visible when its own labels allow it and, for a kept
-                # older version, the latest version's labels allow it too: revoking
-                # access to a source revokes it for its history.
-                def allowed(t: str, marks: str = marks) -> str:  # t: a constant table alias
-                    return (f"({t}.id IN (SELECT doc_id FROM doc_acl WHERE label IN ({marks or 'NULL'})) "
-                            f"OR (? AND {t}.acl = '[]'))")
-
-                where.append(f"{allowed('d')} AND (d.latest = 1 OR EXISTS (SELECT 1 FROM documents l "
-                             f"WHERE l.source = d.source AND l.latest = 1 AND {allowed('l')}))")
-                vals = (vals + [int(public_unlabeled)]) * 2
-            else:  # pragma: no cover - filters.build makes only the kinds above
-                raise ValueError(f"unknown condition {c.kind}")
-            params.extend(vals)
+            if not per_chunk and _mentions_chunks(c):
+                chunk_terms.append(_condition_sql(c, public_unlabeled, chunk_params))
+            else:
+                where.append(_condition_sql(c, public_unlabeled, params))
+        if chunk_terms:
+            where.append("EXISTS (SELECT 1 FROM chunks c WHERE c.doc_id = d.id AND " + " AND ".join(chunk_terms) + ")")
+            params += chunk_params
         return where, params
+
+    def filtered_chunk_ids(self, conditions: Sequence[Any], public_unlabeled: bool) -> list[int]:
+        """Ids of the chunks meeting every condition (conditions on chunks included)."""
+        where, params = self._filter_sql(conditions, public_unlabeled, per_chunk=True)
+        sql = "SELECT c.id FROM chunks c JOIN documents d ON d.id = c.doc_id"
+        if where:
+            sql += " WHERE " + " AND ".join(where)
+        return [r[0] for r in self.conn.execute(sql, params)]
+
+    def facet_rows(self, field: str) -> list[tuple[int, Any, bool]]:
+        """(doc id, value, is a boolean) of every value of a field, for facets: a metadata
+        key's indexed values (a boolean is stored as 1/0 with no ``num``), or the column
+        ``source`` / ``version`` of every document (with one)."""
+        params: list[Any] = []
+        if field == "source":
+            sql = "SELECT id, source, 0 FROM documents"
+        elif field == "version":
+            sql = "SELECT id, version, 0 FROM documents WHERE version IS NOT NULL"
+        else:
+            sql, params = "SELECT doc_id, value, typeof(value) = 'integer' AND num IS NULL FROM doc_meta WHERE key = ?", [field]
+        return [(d, v, bool(b)) for d, v, b in self.conn.execute(sql, params)]
 
     def has_private_labels(self) -> bool:
         """Whether any stored document carries an access label other than the public ``*``."""
@@ -911,6 +923,89 @@ class Store(VectorSQL):
         return self.conn.execute(
             'SELECT id, doc_id, start, "end", typeof(text), CAST(text AS BLOB) FROM chunks '
             "WHERE doc_id > ? AND doc_id <= ? ORDER BY doc_id, id", [after_doc, upto_doc]).fetchall()
+
+
+_COMPARE = {"gt": ">", "ge": ">=", "lt": "<", "le": "<="}  # ragdb.filters' range names -> SQL
+
+
+def _mentions_chunks(c: Any) -> bool:
+    """Whether a condition (or one inside it) is on the chunk's text."""
+    return c.kind == "contains" or (c.kind in ("and", "or", "not") and any(_mentions_chunks(x) for x in c.values))
+
+
+def _condition_sql(c: Any, public_unlabeled: bool, params: list[Any]) -> str:
+    """The SQL of one condition (a ragdb.filters.Condition) on ``documents d`` (and, for
+    ``contains``, ``chunks c``), its parameters appended to ``params``. Every fragment
+    is true or false, never NULL, so ``NOT`` is the complement."""
+    vals = [int(v) if isinstance(v, bool) else v for v in c.values]
+    marks = ",".join("?" * len(vals))
+    kind = c.kind
+    if kind in ("and", "or"):
+        if not vals:
+            return "1" if kind == "and" else "0"
+        parts = [_condition_sql(x, public_unlabeled, params) for x in c.values]
+        return "(" + f" {kind.upper()} ".join(parts) + ")"
+    if kind == "not":
+        return f"NOT ({_condition_sql(c.values[0], public_unlabeled, params)})"
+    if kind == "value":
+        tests = ["key = ?"]
+        params.append(c.key)
+        for test in c.values:
+            if test[0] == "in":
+                if not test[1]:
+                    tests.append("0")
+                    continue
+                tests.append(f"value IN ({','.join('?' * len(test[1]))})")
+                params.extend(int(v) if isinstance(v, bool) else v for v in test[1])
+            else:  # ("num" | "date", op, bound): numbers compare with numbers, dates with dates
+                tests.append(f"num {_COMPARE[test[1]]} ?")
+                params.append(test[2])
+                kind_test = "typeof(value) != 'text'" if test[0] == "num" else "typeof(value) = 'text'"
+                if kind_test not in tests:
+                    tests.append(kind_test)
+        return f"d.id IN (SELECT doc_id FROM doc_meta WHERE {' AND '.join(tests)})"
+    if kind == "source":
+        sql = f"d.source IN ({marks})"
+    elif kind == "source_glob":
+        sql = "(" + " OR ".join(["d.source GLOB ?"] * len(vals)) + ")"
+    elif kind == "version":
+        sql = f"coalesce(d.version IN ({marks}), 0)"  # no version: false, not NULL
+    elif kind == "version_set":
+        sql = "d.version IS NOT NULL"
+    elif kind in ("meta", "tags"):
+        sql = f"d.id IN (SELECT doc_id FROM doc_meta WHERE key = ? AND value IN ({marks}))"
+        params.append(c.key if kind == "meta" else "tags")
+    elif kind == "ts":
+        if vals[0] == "in":
+            sql = f"d.ts IN ({','.join('?' * (len(vals) - 1))})"
+        else:
+            sql = f"d.ts {_COMPARE[str(vals[0])]} ?"
+        vals = vals[1:]
+    elif kind == "contains":
+        # a chunk's text: its own copy, or (NULL) the whole document's
+        sql = "instr(coalesce(c.text, d.text), ?) > 0"
+    elif kind == "since":
+        sql = "d.ts >= ?"
+    elif kind == "until":
+        sql = "d.ts <= ?"
+    elif kind == "as_of":
+        sql = "(d.ts <= ? AND (d.valid_to IS NULL OR d.valid_to > ?))"
+        vals = vals * 2
+    elif kind == "principals":
+        # A version is visible when its own labels allow it and, for a kept
+        # older version, the latest version's labels allow it too: revoking
+        # access to a source revokes it for its history.
+        def allowed(t: str) -> str:  # t: a constant table alias
+            return (f"({t}.id IN (SELECT doc_id FROM doc_acl WHERE label IN ({marks or 'NULL'})) "
+                    f"OR (? AND {t}.acl = '[]'))")
+
+        sql = (f"({allowed('d')} AND (d.latest = 1 OR EXISTS (SELECT 1 FROM documents l "
+               f"WHERE l.source = d.source AND l.latest = 1 AND {allowed('l')})))")
+        vals = (vals + [int(public_unlabeled)]) * 2
+    else:  # pragma: no cover - ragdb.filters makes only the kinds above
+        raise ValueError(f"unknown condition {kind}")
+    params.extend(vals)
+    return sql
 
 
 def _chunks(items: list[Any], size: int = _PARAM_CHUNK) -> Iterator[list[Any]]:
