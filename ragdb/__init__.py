@@ -18,10 +18,10 @@ from .analysis import Analyzer
 from .database import Database, open_database
 from .errors import RagdbError
 from .options import ALL, PUBLIC, Restrictions, SearchOptions
-from .types import AddReport, Change, Document, Hit, Stats, VectorInfo
+from .types import AddReport, Change, Document, Facets, Hit, Stats, VectorInfo
 
 __version__ = "0.1.0"
-__all__ = ["open", "Database", "Hit", "Document", "Stats", "AddReport", "Change", "VectorInfo", "SearchOptions",
+__all__ = ["open", "Database", "Hit", "Document", "Stats", "AddReport", "Change", "Facets", "VectorInfo", "SearchOptions",
            "Restrictions", "ALL", "PUBLIC", "Analyzer", "RagdbError", "options", "__version__"]
 
 
