@@ -229,6 +229,9 @@ def _key_ops(name: str, ops: Mapping[Any, Any], depth: int) -> Condition:
     if not ops:
         raise InvalidInput(f"filter {name!r}: an empty operator mapping; give operators such as "
                            f"$eq, $gt or $in")
+    if not all(isinstance(op, str) and op.startswith("$") for op in ops):
+        raise InvalidInput(f"filter {name!r}: values must be strings, numbers or booleans, or a mapping of "
+                           f"operators such as {{'$gt': 5}}; got {dict(ops)!r}")
     tests: list[tuple[Any, ...]] = []  # metadata: tests one value must meet together
     conds: list[Condition] = []
     for op in sorted(ops, key=repr):
