@@ -553,14 +553,14 @@ class _Changes:
 
 
 
-def scalar_items(metadata: Mapping[str, Any]) -> Iterable[tuple[str, Any, int | float | None]]:
-    """(key, value, num) rows of the filter index: scalars, and scalar elements of lists
-    (the same rows the migrations derive with json_each); booleans as 1/0, ``num`` the
-    number range filters compare (:func:`ragdb.storage.codec.meta_number`)."""
+def scalar_items(metadata: Mapping[str, Any]) -> Iterable[tuple[str, Any, int | float | None, float | None]]:
+    """(key, value, num, at) rows of the filter index: scalars, and scalar elements of lists
+    (the same rows the migrations derive with json_each); booleans as 1/0, ``num``/``at``
+    what range filters compare (:func:`ragdb.storage.codec.meta_number`)."""
     for key, value in metadata.items():
         for v in value if isinstance(value, (list, tuple)) else (value,):  # a tuple is a JSON array too
             if isinstance(v, (str, int, float, bool)):
-                yield key, int(v) if isinstance(v, bool) else v, meta_number(v)
+                yield key, int(v) if isinstance(v, bool) else v, *meta_number(v)
 
 
 

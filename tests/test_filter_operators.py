@@ -309,7 +309,7 @@ def test_operators_equal_the_brute_force_before_and_after_deletes(docs, flts, do
             stored = db.add(d["text"], source=d["source"], version=d["version"], timestamp=d["timestamp"],
                             metadata=d["metadata"], acl=d["acl"])
             model = {i: m for i, m in model.items() if m["source"] != d["source"]}  # a replaced version goes
-            model[stored.id] = d
+            model[stored.id] = {**d, "timestamp": stored.timestamp}  # unchanged content keeps its time
         flts = flts + [derived(data, model), derived(data, model)]
         for flt in flts:
             _check(db, model, flt, principals, public)
@@ -342,7 +342,7 @@ def test_facets_of_a_query_count_every_match_the_caller_may_see(docs, flt, princ
             stored = db.add(d["text"], source=d["source"], version=d["version"], timestamp=d["timestamp"],
                             metadata=d["metadata"], acl=d["acl"])
             model = {i: m for i, m in model.items() if m["source"] != d["source"]}
-            model[stored.id] = d
+            model[stored.id] = {**d, "timestamp": stored.timestamp}
         terms = set(db.analyzer.terms(query))
         want = [(c, d, t) for c, d, t in stored_chunks(db)
                 if visible(model[d], principals, public) and matches(flt, model[d], t)
@@ -572,7 +572,7 @@ def test_facet_values_and_order():
 
 def _doc_meta(path):
     conn = sqlite3.connect(path)
-    rows = conn.execute("SELECT doc_id, key, value, typeof(value), num, typeof(num) FROM doc_meta").fetchall()
+    rows = conn.execute("SELECT doc_id, key, value, typeof(value), num, typeof(num), at FROM doc_meta").fetchall()
     conn.close()
     return sorted(rows, key=repr)
 
@@ -588,10 +588,14 @@ def test_migration_back_fills_the_numbers_the_write_path_stores(tmp_path):
         db.update(1, metadata={**meta[0], "n": 2})  # through update too
     written = _doc_meta(path)
     assert ("list", 3) in [(r[1], r[2]) for r in written] and ("t", 8) in [(r[1], r[2]) for r in written]
+    by_value = {(r[1], r[2]): (r[4], r[6]) for r in written}
+    assert by_value[("b", 1)] == (None, None) and by_value[("n", -7)] == (-7, None)  # a boolean has neither
+    assert by_value[("day", "2024-02-29")] == (None, 1709164800.0) and by_value[("bad", "2024-02-30")] == (None, None)
     (name,) = [p.stem for p in migration_files() if p.stem.endswith("_filter_operators")]
-    conn = sqlite3.connect(path)  # schema 5 as it was: no num, no index on it
-    conn.execute("DROP INDEX doc_meta_num")
-    conn.execute("ALTER TABLE doc_meta DROP COLUMN num")
+    conn = sqlite3.connect(path)  # schema 5 as it was: no num or at, no indexes on them
+    for column in ("num", "at"):
+        conn.execute(f"DROP INDEX doc_meta_{column}")
+        conn.execute(f"ALTER TABLE doc_meta DROP COLUMN {column}")
     conn.execute("DELETE FROM _sqlite_migrations WHERE name = ?", [name])
     conn.commit()
     conn.close()
@@ -600,3 +604,15 @@ def test_migration_back_fills_the_numbers_the_write_path_stores(tmp_path):
         assert sorted(d.source for d in db.documents(filter={"n": {"$gt": 0}})) == ["s0"]
         assert sorted(d.source for d in db.documents(filter={"d": {"$lt": "2024-05-01T08:00:00.000001Z"}})) == ["s0"]
         assert db.check() == []
+
+
+def test_a_filter_in_steady_use_outlives_one_off_filters(kb, monkeypatch):
+    store = kb._store
+    calls = []
+    original = store.filtered_doc_ids
+    monkeypatch.setattr(store, "filtered_doc_ids", lambda *a, **k: calls.append(1) or original(*a, **k))
+    steady = {"year": {"$gte": 2020}}
+    for x in range(40):  # more one-off filters than the cache holds
+        kb.search("pump", filter=steady)
+        kb.search("pump", filter={"year": {"$gte": 1900 + x}})
+    assert len(calls) == 41  # the steady one built once, each one-off once

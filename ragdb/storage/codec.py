@@ -1,5 +1,5 @@
 """How values are written into the tables: JSON text (sorted keys), ISO-8601 UTC times, and the
-number range filters compare for a metadata value (:func:`meta_number`)."""
+numbers range filters compare for a metadata value (:func:`meta_number`)."""
 
 from __future__ import annotations
 
@@ -53,13 +53,14 @@ def iso_instant(text: str) -> float | None:
         return None
 
 
-def meta_number(value: Any) -> int | float | None:
-    """The ``doc_meta.num`` of a metadata value: a number itself, an ISO-8601 date string's
-    epoch seconds, else None (booleans and other strings). Range filters compare it."""
+def meta_number(value: Any) -> tuple[int | float | None, float | None]:
+    """``(num, at)`` of a metadata value in ``doc_meta``: a number is its own ``num``, an
+    ISO-8601 date string's epoch seconds its ``at``; anything else (booleans, other
+    strings) has neither. Range filters compare them: numbers with numbers, dates with dates."""
     if isinstance(value, bool):
-        return None
+        return None, None
     if isinstance(value, (int, float)):
-        return value
+        return value, None
     if isinstance(value, str):
-        return iso_instant(value)
-    return None
+        return None, iso_instant(value)
+    return None, None

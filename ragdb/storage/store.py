@@ -440,10 +440,10 @@ class Store(VectorSQL):
                           [int(latest), valid_to, doc_id])
         self.conn.execute("UPDATE chunks SET latest = ? WHERE doc_id = ?", [int(latest), doc_id])
 
-    def insert_doc_index(self, meta_rows: Iterable[tuple[int, str, Any, Any]],
+    def insert_doc_index(self, meta_rows: Iterable[tuple[int, str, Any, Any, Any]],
                          acl_rows: Iterable[tuple[int, str]]) -> None:
-        """Filter index rows: (doc id, key, scalar value, num) and (doc id, label)."""
-        self.conn.executemany("INSERT INTO doc_meta (doc_id, key, value, num) VALUES (?, ?, ?, ?)", meta_rows)
+        """Filter index rows: (doc id, key, scalar value, num, at) and (doc id, label)."""
+        self.conn.executemany("INSERT INTO doc_meta (doc_id, key, value, num, at) VALUES (?, ?, ?, ?, ?)", meta_rows)
         self.conn.executemany("INSERT OR IGNORE INTO doc_acl (doc_id, label) VALUES (?, ?)", acl_rows)
 
     def delete_document(self, doc_id: int, *, indexed: tuple[bool, bool] = (True, True)) -> None:
@@ -503,14 +503,14 @@ class Store(VectorSQL):
         """Set (valid_to, document id): the end of a kept version's validity for ``as_of``."""
         self.conn.executemany("UPDATE documents SET valid_to = ? WHERE id = ?", rows)
 
-    def update_document_fields(self, doc_id: int, *, metadata: tuple[str, list[tuple[str, Any, Any]]] | None = None,
+    def update_document_fields(self, doc_id: int, *, metadata: tuple[str, list[tuple[str, Any, Any, Any]]] | None = None,
                                acl: tuple[str, list[str]] | None = None) -> list[int]:
         """Set a document's metadata (JSON text, filter-index rows) and/or access
         labels (JSON text, labels) in place; returns the ids of its chunks."""
         if metadata is not None:
             self.conn.execute("UPDATE documents SET metadata = ? WHERE id = ?", [metadata[0], doc_id])
             self.conn.execute("DELETE FROM doc_meta WHERE doc_id = ?", [doc_id])
-            self.conn.executemany("INSERT INTO doc_meta (doc_id, key, value, num) VALUES (?, ?, ?, ?)",
+            self.conn.executemany("INSERT INTO doc_meta (doc_id, key, value, num, at) VALUES (?, ?, ?, ?, ?)",
                                   [(doc_id, *row) for row in metadata[1]])
         if acl is not None:
             self.conn.execute("UPDATE documents SET acl = ? WHERE id = ?", [acl[0], doc_id])
@@ -638,6 +638,12 @@ class Store(VectorSQL):
                          doc_id: int | None = None) -> list[int]:
         """Ids of documents meeting every condition (see ragdb.filters.Condition), of
         ``doc_id`` alone when given."""
+        if doc_id is None and conditions and all(c.kind in _DOC_SETS for c in conditions):
+            # only conditions on metadata: their document ids straight from doc_meta's indexes
+            # (each exists: rows go with their document), without a lookup of each document
+            set_params: list[Any] = []
+            sets = " INTERSECT ".join(_doc_set_sql(c, set_params) for c in conditions)
+            return [r[0] for r in self.conn.execute(sets, set_params)]
         where, params = self._filter_sql(conditions, public_unlabeled)
         if doc_id is not None:
             where.append("d.id = ?")
@@ -933,6 +939,31 @@ def _mentions_chunks(c: Any) -> bool:
     return c.kind == "contains" or (c.kind in ("and", "or", "not") and any(_mentions_chunks(x) for x in c.values))
 
 
+_DOC_SETS = ("meta", "tags", "value")  # conditions that are a set of document ids from doc_meta
+
+
+def _doc_set_sql(c: Any, params: list[Any]) -> str:
+    """``SELECT doc_id FROM doc_meta ...`` of a meta, tags or value condition (see
+    ``_condition_sql``), its parameters appended to ``params``."""
+    if c.kind in ("meta", "tags"):
+        params.append(c.key if c.kind == "meta" else "tags")
+        params.extend(int(v) if isinstance(v, bool) else v for v in c.values)
+        return f"SELECT doc_id FROM doc_meta WHERE key = ? AND value IN ({','.join('?' * len(c.values))})"
+    tests = ["key = ?"]
+    params.append(c.key)
+    for test in c.values:
+        if test[0] == "in":
+            if not test[1]:
+                tests.append("0")
+                continue
+            tests.append(f"value IN ({','.join('?' * len(test[1]))})")
+            params.extend(int(v) if isinstance(v, bool) else v for v in test[1])
+        else:  # ("num" | "date", op, bound): numbers compare with numbers (num), dates with dates (at)
+            tests.append(f"{'num' if test[0] == 'num' else 'at'} {_COMPARE[test[1]]} ?")
+            params.append(test[2])
+    return f"SELECT doc_id FROM doc_meta WHERE {' AND '.join(tests)}"
+
+
 def _condition_sql(c: Any, public_unlabeled: bool, params: list[Any]) -> str:
     """The SQL of one condition (a ragdb.filters.Condition) on ``documents d`` (and, for
     ``contains``, ``chunks c``), its parameters appended to ``params``. Every fragment
@@ -947,23 +978,8 @@ def _condition_sql(c: Any, public_unlabeled: bool, params: list[Any]) -> str:
         return "(" + f" {kind.upper()} ".join(parts) + ")"
     if kind == "not":
         return f"NOT ({_condition_sql(c.values[0], public_unlabeled, params)})"
-    if kind == "value":
-        tests = ["key = ?"]
-        params.append(c.key)
-        for test in c.values:
-            if test[0] == "in":
-                if not test[1]:
-                    tests.append("0")
-                    continue
-                tests.append(f"value IN ({','.join('?' * len(test[1]))})")
-                params.extend(int(v) if isinstance(v, bool) else v for v in test[1])
-            else:  # ("num" | "date", op, bound): numbers compare with numbers, dates with dates
-                tests.append(f"num {_COMPARE[test[1]]} ?")
-                params.append(test[2])
-                kind_test = "typeof(value) != 'text'" if test[0] == "num" else "typeof(value) = 'text'"
-                if kind_test not in tests:
-                    tests.append(kind_test)
-        return f"d.id IN (SELECT doc_id FROM doc_meta WHERE {' AND '.join(tests)})"
+    if kind in _DOC_SETS:
+        return f"d.id IN ({_doc_set_sql(c, params)})"
     if kind == "source":
         sql = f"d.source IN ({marks})"
     elif kind == "source_glob":
@@ -972,9 +988,6 @@ def _condition_sql(c: Any, public_unlabeled: bool, params: list[Any]) -> str:
         sql = f"coalesce(d.version IN ({marks}), 0)"  # no version: false, not NULL
     elif kind == "version_set":
         sql = "d.version IS NOT NULL"
-    elif kind in ("meta", "tags"):
-        sql = f"d.id IN (SELECT doc_id FROM doc_meta WHERE key = ? AND value IN ({marks}))"
-        params.append(c.key if kind == "meta" else "tags")
     elif kind == "ts":
         if vals[0] == "in":
             sql = f"d.ts IN ({','.join('?' * (len(vals) - 1))})"
