@@ -66,32 +66,32 @@ def facets(engine: Engine, searcher: Searcher, field: str, query: str | None, re
 _RANK = {int: 0, float: 1, bool: 2}  # which of equal values is shown: 1 before 1.0 before True
 
 
-def _count(field: str, by: str, weight: np.ndarray, rows: Sequence[tuple[int, Any, bool]],
-           limit: int | None) -> Facets:
+def _count(field: str, by: str, weight: np.ndarray, rows: Sequence[tuple[int, Any]], limit: int | None) -> Facets:
     """Facets from each matched document's weight (its matching chunks, or 1) and the
-    (doc id, value, is a boolean) rows of the field."""
-    counts: dict[Any, int] = {}
-    shown: dict[Any, Any] = {}
-    seen: set[tuple[int, Any]] = set()
-    with_value: set[int] = set()
-    size = len(weight)
-    for doc_id, value, is_bool in rows:
-        w = int(weight[doc_id]) if doc_id < size else 0
-        if not w:
-            continue
-        v = bool(value) if is_bool else value
-        if (doc_id, v) in seen:  # a list holding a value twice (or 1 and 1.0) counts it once
-            continue
-        seen.add((doc_id, v))
-        with_value.add(doc_id)
-        counts[v] = counts.get(v, 0) + w
-        old = shown.get(v)
-        if old is None or _RANK.get(type(v), 3) < _RANK.get(type(old), 3):
-            shown[v] = v
+    (doc id, value) rows of the field."""
     total = int(weight.sum())
-    missing = total - sum(int(weight[d]) for d in with_value)
-    ordered = sorted(((shown[v], n) for v, n in counts.items()),
-                     key=lambda vn: (-vn[1], isinstance(vn[0], str), vn[0]))
+    docs = np.fromiter((d for d, _ in rows), np.int64, len(rows))
+    inside = docs < len(weight)
+    w = np.zeros(len(rows), np.int64)
+    w[inside] = weight[docs[inside]]
+    keep = np.flatnonzero(w)
+    if not len(keep):
+        return Facets(field=field, by=by, total=total, missing=total)
+    # a code per distinct value, equal values (1, 1.0, True) one code, as $eq sees them
+    code_of: dict[Any, int] = {}
+    codes = np.fromiter((code_of.setdefault(rows[i][1], len(code_of)) for i in keep.tolist()), np.int64, len(keep))
+    shown = list(code_of)
+    for kind, v in {(type(rows[i][1]), rows[i][1]) for i in keep.tolist()}:
+        c = code_of[v]
+        if _RANK.get(kind, 3) < _RANK.get(type(shown[c]), 3):
+            shown[c] = v
+    docs, w = docs[keep], w[keep]
+    # a document counts once per value (a list may hold it twice, or 1 and 1.0)
+    _, first = np.unique(np.stack([docs, codes], axis=1), axis=0, return_index=True)
+    counts = np.bincount(codes[first], weights=w[first], minlength=len(shown)).astype(np.int64)
+    with_value = np.unique(docs)
+    missing = total - int(weight[with_value].sum())
+    ordered = sorted(zip(shown, counts.tolist()), key=lambda vn: (-vn[1], isinstance(vn[0], str), vn[0]))
     kept = ordered if limit is None else ordered[:limit]
     return Facets(field=field, by=by, counts=tuple(kept), total=total, missing=missing,
                   omitted=len(ordered) - len(kept))

@@ -561,6 +561,9 @@ def test_facet_values_and_order():
         assert list(only_bool) == [(True, 1)] and type(only_bool[0][0]) is bool
         assert db.facets("nothing").missing == 4 and list(db.facets("nothing")) == []
         assert list(db.facets("source", by="documents")) == [("x", 1), ("y", 1), ("z", 1)]
+        db.add("a b", source="w", metadata={"both": [True, 1], "one": [True, True]})
+        assert [(v, type(v), n) for v, n in db.facets("both")] == [(1, int, 1)]
+        assert [(v, type(v), n) for v, n in db.facets("one")] == [(True, bool, 1)]
         for bad, message in ((("k",), {"by": "rows"}), (("timestamp",), {}), (("",), {}), (("k", 5), {}),
                              (("k",), {"limit": 0}), (("$or",), {})):
             with pytest.raises(InvalidInput, match="facets"):

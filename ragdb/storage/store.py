@@ -617,18 +617,24 @@ class Store(VectorSQL):
             sql += " WHERE " + " AND ".join(where)
         return [r[0] for r in self.conn.execute(sql, params)]
 
-    def facet_rows(self, field: str) -> list[tuple[int, Any, bool]]:
-        """(doc id, value, is a boolean) of every value of a field, for facets: a metadata
-        key's indexed values (a boolean is stored as 1/0 with no ``num``), or the column
-        ``source`` / ``version`` of every document (with one)."""
-        params: list[Any] = []
+    def facet_rows(self, field: str) -> list[tuple[int, Any]]:
+        """(doc id, value) of every value of a field, for facets: a metadata key's indexed
+        values, booleans as True/False, or the column ``source`` / ``version`` of every
+        document (with one). Read from the covering (key, value, doc_id) index; the few
+        rows that are booleans (1/0 without ``num``) are looked up apart."""
         if field == "source":
-            sql = "SELECT id, source, 0 FROM documents"
-        elif field == "version":
-            sql = "SELECT id, version, 0 FROM documents WHERE version IS NOT NULL"
-        else:
-            sql, params = "SELECT doc_id, value, typeof(value) = 'integer' AND num IS NULL FROM doc_meta WHERE key = ?", [field]
-        return [(d, v, bool(b)) for d, v, b in self.conn.execute(sql, params)]
+            return self.conn.execute("SELECT id, source FROM documents").fetchall()
+        if field == "version":
+            return self.conn.execute("SELECT id, version FROM documents WHERE version IS NOT NULL").fetchall()
+        rows = self.conn.execute("SELECT doc_id, value FROM doc_meta WHERE key = ?", [field]).fetchall()
+        # a document holding both 1 and true keeps its 1 (they are one value to filters and facets)
+        bools = set(self.conn.execute(
+            "SELECT doc_id, value FROM doc_meta b WHERE key = ? AND value IN (0, 1) AND num IS NULL "
+            "AND NOT EXISTS (SELECT 1 FROM doc_meta n WHERE n.key = b.key AND n.value = b.value "
+            "AND n.doc_id = b.doc_id AND n.num IS NOT NULL)", [field]))
+        if bools:
+            rows = [(d, bool(v)) if (d, v) in bools else (d, v) for d, v in rows]
+        return rows
 
     def has_private_labels(self) -> bool:
         """Whether any stored document carries an access label other than the public ``*``."""
