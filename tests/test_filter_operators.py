@@ -619,3 +619,13 @@ def test_a_filter_in_steady_use_outlives_one_off_filters(kb, monkeypatch):
         kb.search("pump", filter=steady)
         kb.search("pump", filter={"year": {"$gte": 1900 + x}})
     assert len(calls) == 41  # the steady one built once, each one-off once
+
+
+def test_wide_filters_stay_within_sqlites_limits(kb):
+    """Thousands of alternatives or keys: SQL nests them as balanced trees (SQLite refuses
+    expressions deeper than 1000 and compound SELECTs of more than 500 terms)."""
+    assert sources(kb, {"$or": [{"year": i} for i in range(1990, 5000)]}) == ["ops/pump.md"]
+    assert sources(kb, {f"k{i}": {"$exists": False} for i in range(3000)}) == sources(kb, {})
+    assert sources(kb, {f"k{i}": {"$ne": 1} for i in range(600)} | {"year": 2020}) == ["ops/pump.md"]
+    assert sources(kb, {"$and": [{"$contains": "pump"}] * 2000}) == ["ops/pump.md"]
+    assert kb.count(filter={"$or": [{"$contains": w} for w in ("valve", "revenue")] * 1500}, principals=ALL) == 2

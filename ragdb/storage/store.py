@@ -605,8 +605,10 @@ class Store(VectorSQL):
             else:
                 where.append(_condition_sql(c, public_unlabeled, params))
         if chunk_terms:
-            where.append("EXISTS (SELECT 1 FROM chunks c WHERE c.doc_id = d.id AND " + " AND ".join(chunk_terms) + ")")
+            where.append(f"EXISTS (SELECT 1 FROM chunks c WHERE c.doc_id = d.id AND {_balanced(chunk_terms, 'AND')})")
             params += chunk_params
+        if len(where) > 8:  # a filter of many keys: one balanced term (see _balanced)
+            where = [_balanced(where, "AND")]
         return where, params
 
     def filtered_chunk_ids(self, conditions: Sequence[Any], public_unlabeled: bool) -> list[int]:
@@ -644,7 +646,7 @@ class Store(VectorSQL):
                          doc_id: int | None = None) -> list[int]:
         """Ids of documents meeting every condition (see ragdb.filters.Condition), of
         ``doc_id`` alone when given."""
-        if doc_id is None and conditions and all(c.kind in _DOC_SETS for c in conditions):
+        if doc_id is None and 0 < len(conditions) <= _MAX_INTERSECT and all(c.kind in _DOC_SETS for c in conditions):
             # only conditions on metadata: their document ids straight from doc_meta's indexes
             # (each exists: rows go with their document), without a lookup of each document
             set_params: list[Any] = []
@@ -946,6 +948,16 @@ def _mentions_chunks(c: Any) -> bool:
 
 
 _DOC_SETS = ("meta", "tags", "value")  # conditions that are a set of document ids from doc_meta
+_MAX_INTERSECT = 100  # SQLite allows 500 terms in a compound SELECT
+
+
+def _balanced(parts: Sequence[str], op: str) -> str:
+    """``(a OP b OP ...)`` nested as a balanced tree: SQLite refuses expressions deeper
+    than 1000, which a left-deep chain of a long ``$or`` list would be."""
+    if len(parts) <= 8:
+        return "(" + f" {op} ".join(parts) + ")"
+    mid = len(parts) // 2
+    return f"({_balanced(parts[:mid], op)} {op} {_balanced(parts[mid:], op)})"
 
 
 def _doc_set_sql(c: Any, params: list[Any]) -> str:
@@ -980,8 +992,7 @@ def _condition_sql(c: Any, public_unlabeled: bool, params: list[Any]) -> str:
     if kind in ("and", "or"):
         if not vals:
             return "1" if kind == "and" else "0"
-        parts = [_condition_sql(x, public_unlabeled, params) for x in c.values]
-        return "(" + f" {kind.upper()} ".join(parts) + ")"
+        return _balanced([_condition_sql(x, public_unlabeled, params) for x in c.values], kind.upper())
     if kind == "not":
         return f"NOT ({_condition_sql(c.values[0], public_unlabeled, params)})"
     if kind in _DOC_SETS:
