@@ -131,3 +131,9 @@ def test_facets_command(runner, kb):
     assert run(runner, "-d", kb, "facets", "team", "--by", "rows", ok=False).exit_code == 2
     bad = run(runner, "-d", kb, "facets", "timestamp", ok=False)
     assert bad.exit_code == 1 and "facets" in bad.stderr
+
+
+def test_prompt_takes_where(runner, kb):
+    got = out_json(run(runner, "-d", kb, "prompt", "pump valve revenue figures", "--min-confidence", "0",
+                       "--where", '{"year": {"$exists": false}}', "--json"))
+    assert [s["source"] for s in got["sources"]] == ["fin/q3.md"]
