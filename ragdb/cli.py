@@ -119,6 +119,7 @@ def filter_options(f: Callable[..., Any]) -> Callable[..., Any]:
         click.option("--filter", "filters", multiple=True, metavar="KEY=VALUE",
                      help="Keep documents whose KEY equals VALUE (source/version/tags or a metadata key; "
                           "source takes a glob). Repeat a key for 'any of'."),
+        where_option,
         click.option("--since", default=None, metavar="TIME", help="Only documents timestamped at or after TIME."),
         click.option("--until", default=None, metavar="TIME", help="Only documents timestamped at or before TIME."),
         click.option("--as-of", "as_of", default=None, metavar="TIME",
@@ -128,6 +129,26 @@ def filter_options(f: Callable[..., Any]) -> Callable[..., Any]:
     for opt in reversed(opts):
         f = opt(f)
     return access_options(f)
+
+
+def _parse_where(_ctx: Any, _param: Any, value: str | None) -> dict[str, Any] | None:
+    """``--where JSON``: a filter mapping in JSON (checked by the library when used)."""
+    if value is None:
+        return None
+    try:
+        parsed = orjson.loads(value)
+    except orjson.JSONDecodeError as e:
+        raise click.BadParameter(f"not valid JSON ({e})", param_hint="--where") from None
+    if not isinstance(parsed, dict):
+        raise click.BadParameter(f"must be a JSON object (a filter such as '{{\"year\": {{\"$gte\": 2020}}}}'), "
+                                 f"got {value!r}", param_hint="--where")
+    return parsed
+
+
+where_option = click.option(
+    "--where", "where", default=None, metavar="JSON", callback=_parse_where,
+    help="Keep documents matching this JSON filter, operators included (e.g. "
+         "'{\"year\": {\"$gte\": 2020}, \"lang\": {\"$in\": [\"en\", \"de\"]}}'); with --filter, both must hold.")
 
 
 def access_options(f: Callable[..., Any]) -> Callable[..., Any]:
@@ -454,11 +475,13 @@ def _filter_value(key: str, values: list[str]) -> Any:
 
 
 def _search_kwargs(filters: Sequence[str], since: str | None, until: str | None, principals: Sequence[str],
-                   as_of: str | None, all_versions: bool, all_principals: bool = False) -> dict[str, Any]:
+                   as_of: str | None, all_versions: bool, all_principals: bool = False,
+                   where: Mapping[str, Any] | None = None) -> dict[str, Any]:
     """The restrictions given on the command line, as ``Database.search`` keywords."""
     kw: dict[str, Any] = {}
-    if filters:
-        kw["filter"] = _filter_mapping(filters)
+    flt = _filter_arg(filters, where)
+    if flt is not None:
+        kw["filter"] = flt
     if since is not None:
         kw["since"] = since
     if until is not None:
@@ -1104,8 +1127,17 @@ def _filter_mapping(filters: Sequence[str]) -> dict[str, Any] | None:
     return {k: _filter_value(k, v) for k, v in _key_values(filters, "--filter").items()}
 
 
+def _filter_arg(filters: Sequence[str], where: Mapping[str, Any] | None) -> dict[str, Any] | None:
+    """The filter of ``--filter KEY=VALUE`` options and ``--where JSON``: both must hold."""
+    plain = _filter_mapping(filters)
+    if where is None:
+        return plain
+    return dict(where) if plain is None else {"$and": [plain, dict(where)]}
+
+
 def filter_only_option(f: Callable[..., Any]) -> Callable[..., Any]:
-    """``--filter KEY=VALUE`` on list and delete (the mapping search takes)."""
+    """``--filter KEY=VALUE`` and ``--where JSON`` on list and delete (the mapping search takes)."""
+    f = where_option(f)
     return click.option("--filter", "filters", multiple=True, metavar="KEY=VALUE",
                         help="Only documents whose KEY equals VALUE (source/version/tags or a metadata key; "
                              "source takes a glob). Repeat a key for 'any of'.")(f)
@@ -1119,21 +1151,21 @@ def filter_only_option(f: Callable[..., Any]) -> Callable[..., Any]:
 @filter_only_option
 @json_option
 def delete(database: str | None, doc_id: int | None, source: str | None, filters: tuple[str, ...],
-           as_json: bool) -> None:
-    """Delete a document by id, every document whose source matches a pattern, or those matching --filter.
+           where: dict[str, Any] | None, as_json: bool) -> None:
+    """Delete a document by id, every document whose source matches a pattern, or those matching --filter/--where.
 
-    --source and --filter together delete the documents matching both. One transaction.
+    --source and --filter/--where together delete the documents matching all of them. One transaction.
     """
-    if doc_id is None and source is None and not filters:
-        raise click.UsageError("give --id ID, or --source PATTERN and/or --filter KEY=VALUE")
-    if doc_id is not None and (source is not None or filters):
+    if doc_id is None and source is None and not filters and where is None:
+        raise click.UsageError("give --id ID, or --source PATTERN and/or --filter KEY=VALUE / --where JSON")
+    if doc_id is not None and (source is not None or filters or where is not None):
         raise click.UsageError("--id deletes one document: give it alone")
-    where = _filter_mapping(filters)
+    flt = _filter_arg(filters, where)
     with _open(database) as db:
         if doc_id is not None:
             n = db.delete(doc_id)
         else:
-            n = db.delete(source=source, glob=True, filter=where)
+            n = db.delete(source=source, glob=True, filter=flt)
     if as_json:
         _emit_json({"deleted": n})
     else:
@@ -1182,14 +1214,15 @@ def show(database: str | None, document: str, full: bool, principals: tuple[str,
 @click.option("--offset", type=click.IntRange(min=0), default=0, help="Skip this many documents first.")
 @access_options
 @output_options
-def list_cmd(database: str | None, source: str | None, filters: tuple[str, ...], all_versions: bool,
+def list_cmd(database: str | None, source: str | None, filters: tuple[str, ...], where: dict[str, Any] | None,
+             all_versions: bool,
              limit: int | None, offset: int, principals: tuple[str, ...], all_principals: bool,
              output: Output) -> None:
     """List stored documents (id, source, version, chunks, timestamp) the caller may see."""
     who = _principals(principals, all_principals)
     with _open(database) as db:
         docs = db.documents(source, versions="all" if all_versions else "latest", limit=limit, offset=offset,
-                            filter=_filter_mapping(filters), principals=who)
+                            filter=_filter_arg(filters, where), principals=who)
         if not docs and not offset:
             _hidden_note(db, who)
     if not output.table:
@@ -1205,6 +1238,44 @@ def list_cmd(database: str | None, source: str | None, filters: tuple[str, ...],
     _table(headers, rows, right=(0, 3))
 
 
+@cli.command("facets")
+@database_option
+@click.argument("key")
+@click.argument("query", required=False)
+@click.option("--by", type=click.Choice(["chunks", "documents"]), default="chunks", show_default=True,
+              help="Count matching chunks, or documents with a matching chunk.")
+@click.option("--limit", type=click.IntRange(min=1), default=None, help="Only the N most frequent values.")
+@filter_options
+@output_options
+def facets_cmd(database: str | None, key: str, query: str | None, by: str, limit: int | None,
+               filters: tuple[str, ...], where: dict[str, Any] | None, since: str | None, until: str | None,
+               principals: tuple[str, ...], all_principals: bool, as_of: str | None, all_versions: bool,
+               output: Output) -> None:
+    """Count the values of metadata KEY (or source, version) over the chunks that match QUERY and the filters.
+
+    Exact counts over every match the caller may see, not only the top hits;
+    without QUERY, over every chunk the filters keep. Most frequent first.
+    """
+    kw = _search_kwargs(filters, since, until, principals, as_of, all_versions, all_principals, where)
+    with _open(database) as db:
+        f = db.facets(key, query, by=by, limit=limit, **kw)
+        if not f.total:
+            _hidden_note(db, kw.get("principals"))
+    records = [{"value": v, "count": n} for v, n in f]
+    if not output.table:
+        _emit_records(output, records, ("value", "count"),
+                      json_value={"field": f.field, "by": f.by, "total": f.total, "missing": f.missing,
+                                  "omitted": f.omitted, "values": records})
+        return
+    if records:
+        _table([key, by], [(_cell(v), n) for v, n in f], right=(1,))
+    what = by if f.total != 1 else by[:-1]
+    note = f"{f.total} {what} matched, {f.missing} without {key}"
+    if f.omitted:
+        note += f"; {f.omitted} more value{'s' * (f.omitted != 1)} (--limit)"
+    click.echo(note if records else f"no values; {note}")
+
+
 # --------------------------------------------------------------------------- search
 
 
@@ -1216,6 +1287,8 @@ def list_cmd(database: str | None, source: str | None, filters: tuple[str, ...],
 @click.option("--min-score", type=float, default=None, help="Drop hits scoring below this.")
 @filter_options
 @click.option("--explain", is_flag=True, help="Show each query term's contribution to a hit's score.")
+@click.option("--offset", type=click.IntRange(min=0), default=0,
+              help="Skip this many hits first: -k 10 --offset 10 is the second page of ten.")
 @click.option("--rerank-url", default=None, metavar="URL",
               help="Re-rank the first --rerank-top hits with a /rerank endpoint (text-embeddings-inference, "
                    "or Cohere/Jina-style with --rerank-model); key from RAGDB_RERANK_API_KEY.")
@@ -1228,8 +1301,9 @@ def list_cmd(database: str | None, source: str | None, filters: tuple[str, ...],
 @output_options
 def search(database: str | None, query: str, k: int, scorer: str, fusion: str | None, alpha: float | None,
            rrf_k: int | None, embed_model: str | None, min_score: float | None,
-           filters: tuple[str, ...], since: str | None, until: str | None, principals: tuple[str, ...], all_principals: bool,
-           as_of: str | None, all_versions: bool, explain: bool, rerank_url: str | None,
+           filters: tuple[str, ...], where: dict[str, Any] | None, since: str | None, until: str | None,
+           principals: tuple[str, ...], all_principals: bool, as_of: str | None, all_versions: bool, explain: bool,
+           offset: int, rerank_url: str | None,
            rerank_model: str | None, reranker_spec: str | None, rerank_top: int, output: Output) -> None:
     """Search the knowledge base; the best chunks first.
 
@@ -1238,7 +1312,9 @@ def search(database: str | None, query: str, k: int, scorer: str, fusion: str | 
     database's recorded model (or --model). Chunks still pending (no vector)
     are not seen by the vector side; a note on stderr says how many.
     """
-    kw = _search_kwargs(filters, since, until, principals, as_of, all_versions, all_principals)
+    kw = _search_kwargs(filters, since, until, principals, as_of, all_versions, all_principals, where)
+    if offset:
+        kw["offset"] = offset
     if min_score is not None:
         kw["min_score"] = min_score
     if explain:
@@ -1264,21 +1340,21 @@ def search(database: str | None, query: str, k: int, scorer: str, fusion: str | 
             _check_model(db, opts.embedder, embed_model or "")
         _warn_pending(db, scorer)
         hits = db.search(query, options=opts)
-        if not hits:
+        if not hits and not offset:
             _hidden_note(db, opts.restrictions.principals)
     if not output.table:
-        _emit_records(output, [_hit_json(h, i) for i, h in enumerate(hits, 1)], HIT_COLUMNS)
+        _emit_records(output, [_hit_json(h, i) for i, h in enumerate(hits, offset + 1)], HIT_COLUMNS)
         return
     if not hits:
         click.echo("no hits")
         return
-    for i, h in enumerate(hits, 1):
-        where = f"{h.source}:{h.start}-{h.end}"
+    for i, h in enumerate(hits, offset + 1):
+        span = f"{h.source}:{h.start}-{h.end}"
         extra = f"  v{h.version}" if h.version else ""
         for key in ("section", "page"):
             if key in h.metadata:
                 extra += f"  {key} {h.metadata[key]}"
-        click.echo(f"{i:>2}. {_fmt_score(h.score)}  {where}{extra}")
+        click.echo(f"{i:>2}. {_fmt_score(h.score)}  {span}{extra}")
         click.echo(f"    {_short(h.text, 160)}")
         if explain and h.explain:
             for term, c in sorted(h.explain.items(), key=lambda kv: -kv[1]):
@@ -1874,8 +1950,8 @@ def _source_lines(sources: Sequence[ragdb.Hit], cited: Sequence[int] = ()) -> li
 def prompt(database: str | None, question: str, k: int, min_confidence: float | None, min_score: float | None,
            relative: float | None, budget: int | None, language: str | None, scorer: str, fusion: str | None,
            alpha: float | None, rrf_k: int | None, embed_model: str | None, filters: tuple[str, ...],
-           since: str | None, until: str | None, principals: tuple[str, ...], all_principals: bool,
-           as_of: str | None, all_versions: bool, as_json: bool) -> None:
+           where: dict[str, Any] | None, since: str | None, until: str | None, principals: tuple[str, ...],
+           all_principals: bool, as_of: str | None, all_versions: bool, as_json: bool) -> None:
     """Print the grounded prompt that 'ask' would send for QUESTION; sends nothing.
 
     Exit status 3 when no evidence passed selection (the prompt, without
@@ -1886,7 +1962,8 @@ def prompt(database: str | None, question: str, k: int, min_confidence: float | 
     from .prompt import REFUSAL, build_prompt
 
     opts = _options(k, scorer, fusion, alpha, rrf_k, embed_model,
-                    **_search_kwargs(filters, since, until, principals, as_of, all_versions, all_principals))
+                    **_search_kwargs(filters, since, until, principals, as_of, all_versions, all_principals,
+                                     where))
     hits, stored = _retrieve(database, question, opts, embed_model)
     p = build_prompt(question, hits, language=language, budget_tokens=budget, min_score=min_score,
                      relative=relative,
@@ -1922,9 +1999,9 @@ def _stream_to_terminal() -> bool:
 def ask(database: str | None, question: str, k: int, min_confidence: float | None, min_score: float | None,
         relative: float | None, budget: int | None, language: str | None, model: str | None,
         base_url: str | None, timeout: float, scorer: str, fusion: str | None, alpha: float | None,
-        rrf_k: int | None, embed_model: str | None, filters: tuple[str, ...], since: str | None,
-        until: str | None, principals: tuple[str, ...], all_principals: bool, as_of: str | None,
-        all_versions: bool, as_json: bool) -> None:
+        rrf_k: int | None, embed_model: str | None, filters: tuple[str, ...], where: dict[str, Any] | None,
+        since: str | None, until: str | None, principals: tuple[str, ...], all_principals: bool,
+        as_of: str | None, all_versions: bool, as_json: bool) -> None:
     """Answer QUESTION from the knowledge base with a language model, listing the sources under it.
 
     The API key is read only from RAGDB_LLM_API_KEY (OPENAI_API_KEY only for
@@ -1939,7 +2016,8 @@ def ask(database: str | None, question: str, k: int, min_confidence: float | Non
     from .llm import ChatClient
 
     opts = _options(k, scorer, fusion, alpha, rrf_k, embed_model, "--embed-model",
-                    **_search_kwargs(filters, since, until, principals, as_of, all_versions, all_principals))
+                    **_search_kwargs(filters, since, until, principals, as_of, all_versions, all_principals,
+                                     where))
     client = ChatClient(base_url=base_url, model=model, timeout=timeout)  # first: no endpoint fails at once
     hits, stored = _retrieve(database, question, opts, embed_model, "--embed-model")
     stream = _stream_to_terminal() and not as_json

@@ -35,11 +35,12 @@ from .filters import Query, build as build_filter
 from .index import Index
 from .ingest import Prepared, check_add_arguments, ingest
 from .options import (ALL, MAX_K, SCORERS, Principals, Restrictions, SearchOptions, check_busy_timeout, check_count,
-                      check_embedder, check_flag, check_id, check_optional_flag, check_path, check_text, to_epoch)
+                      check_embedder, check_flag, check_id, check_optional_flag, check_path, check_principals, check_text,
+                      to_epoch)
 from .search import Searcher
 from .storage import Store, loads
 from .storage.collections import DEFAULT as DEFAULT_COLLECTION, check_name
-from .types import AddReport, Change, CollectionInfo, Document, Hit, LoadedDocument, Span, Stats, VectorInfo
+from .types import AddReport, Change, CollectionInfo, Document, Facets, Hit, LoadedDocument, Span, Stats, VectorInfo
 from .vectors import VectorIndex
 from .write import VectorTally, Writer, doc_from_row
 
@@ -434,6 +435,8 @@ class Database:
         insertion history. ``min_score`` drops weaker hits (a refusal
         threshold); ``explain=True`` fills ``Hit.explain`` with each query
         term's contribution. A query without index terms returns ``[]``.
+        ``offset`` pages through the ranking: ``k=10, offset=10`` returns hits
+        10..19 of ``k=20`` (``offset + k`` at most ``MAX_K``).
 
         Restrictions (:class:`~ragdb.options.Restrictions`) are applied while
         scoring, before the top-``k`` cut, so ``k`` hits come back whenever
@@ -603,6 +606,24 @@ class Database:
         with store.read():
             view = self._view(principals, filter, versions)
             return store.count_documents(view.conditions, view.public_unlabeled, versions == "latest")
+
+    def facets(self, field: str, query: str | None = None, *, filter: Mapping[str, Any] | None = None,
+               principals: Principals | Sequence[str] | None = None, since: str | datetime | float | None = None,
+               until: str | datetime | float | None = None, as_of: str | datetime | float | None = None,
+               versions: str = "latest", by: str = "chunks", limit: int | None = None) -> Facets:
+        """Exact counts of ``field``'s values (a metadata key, ``source`` or ``version``) over
+        the chunks that match, or with ``by="documents"`` the documents with a chunk that
+        matches: those the restrictions allow (``filter``, ``since``/``until``, ``as_of``,
+        ``versions``, ``principals``, as in :meth:`search`: an anonymous caller counts public
+        chunks only), and with a ``query`` those of them the query matches (BM25 score above
+        0), all of them, not the top k. Returns :class:`~ragdb.types.Facets`: ``(value,
+        count)`` pairs, the most frequent first, equal counts by value (``limit``: the first
+        ``limit`` of them), with ``total`` matched and ``missing`` (matched without a value)."""
+        from .facets import facets
+
+        r = Restrictions(filter=filter, since=since, until=until, as_of=as_of,
+                         principals=check_principals(principals), versions=versions)
+        return facets(self._engine, self._searcher, field, query, r, by=by, limit=limit)
 
     def set_public_unlabeled(self, value: bool) -> None:
         """Turn the ``public_unlabeled`` access setting on or off, in the file (one transaction).

@@ -410,15 +410,23 @@ class Index:
         if not query.needs_sql:
             return base
         key = (query.conditions, query.public_unlabeled, versions_all)
-        mask = self.masks.get(key)
-        if mask is None:
-            docs = np.array(self.store.filtered_doc_ids(query.conditions, query.public_unlabeled), dtype=np.int64)
-            doc_ok = np.zeros(int(max(self.chunk_doc.max(initial=0), docs.max(initial=0))) + 1, bool)
-            doc_ok[docs] = True
-            doc_ok[0] = False  # chunk_doc is 0 for absent chunks
-            mask = base & doc_ok[self.chunk_doc]
+        mask = self.masks.pop(key, None)
+        if mask is not None:
+            self.masks[key] = mask  # last used last: filters in steady use outlive one-off ones
+        else:
+            if query.per_chunk:  # a condition on the chunk's text: the chunks themselves
+                ids = np.array(self.store.filtered_chunk_ids(query.conditions, query.public_unlabeled), dtype=np.int64)
+                ok = np.zeros(len(base), bool)
+                ok[ids[ids < len(ok)]] = True
+                mask = base & ok
+            else:
+                docs = np.array(self.store.filtered_doc_ids(query.conditions, query.public_unlabeled), dtype=np.int64)
+                doc_ok = np.zeros(int(max(self.chunk_doc.max(initial=0), docs.max(initial=0))) + 1, bool)
+                doc_ok[docs] = True
+                doc_ok[0] = False  # chunk_doc is 0 for absent chunks
+                mask = base & doc_ok[self.chunk_doc]
             if len(self.masks) >= 16:
-                self.masks.pop(next(iter(self.masks)))
+                self.masks.pop(next(iter(self.masks)))  # the least recently used
             self.masks[key] = mask
         return mask
 

@@ -300,6 +300,7 @@ _RESTRICTION_SET = frozenset(_RESTRICTION_NAMES)
 @dataclass(frozen=True)
 class SearchOptions:
     """How a search ranks and cuts; see :meth:`ragdb.Database.search` for each option.
+    ``offset`` skips that many hits: ``k=10, offset=10`` is hits 10..19 of ``k=20``.
 
     Scorer-specific options default to ``None`` ("not given"): giving one
     that the scorer does not use is an error. The properties ``lexical``,
@@ -321,9 +322,14 @@ class SearchOptions:
     embedder: Any = None               # vector, hybrid: the query embedder (object or spec)
     reranker: Any = None               # any scorer: re-orders the first rerank_top hits
     rerank_top: int | None = None      # with reranker
+    offset: int = 0                    # any scorer: skip this many hits (pages of results)
 
     def __post_init__(self) -> None:
         check_k(self.k)
+        check_count(self.offset, "offset")
+        if self.k + self.offset > MAX_K:
+            raise InvalidInput(f"offset + k must be at most {MAX_K} (a page of results comes from the first "
+                               f"offset + k), got offset {self.offset} and k {self.k}")
         if self.scorer not in SCORERS:
             raise InvalidInput(f"scorer {self.scorer!r} is unknown; choose one of {', '.join(SCORERS)}")
         if not isinstance(self.restrictions, Restrictions):
@@ -415,15 +421,22 @@ class SearchOptions:
         return DEFAULT_RRF_K if self.rrf_k is None else float(self.rrf_k)
 
     @property
+    def depth(self) -> int:
+        """``offset + k``: the hits ranked to return the page ``[offset, offset + k)``. Every
+        stage depends on ``depth``, not on ``k`` and ``offset`` apart, so a page equals that
+        slice of one search with ``k = depth``."""
+        return self.offset + self.k
+
+    @property
     def pool_size(self) -> int:
-        return min(max(DEFAULT_POOL if self.pool is None else self.pool, self.k), MAX_K)
+        return min(max(DEFAULT_POOL if self.pool is None else self.pool, self.depth), MAX_K)
 
     @property
     def first_stage_k(self) -> int:
-        """Hits retrieved before a reranker cuts to ``k``."""
+        """Hits retrieved before a reranker cuts to ``depth``."""
         if self.reranker is None:
-            return self.k
-        return min(max(self.k, DEFAULT_RERANK_TOP if self.rerank_top is None else self.rerank_top), MAX_K)
+            return self.depth
+        return min(max(self.depth, DEFAULT_RERANK_TOP if self.rerank_top is None else self.rerank_top), MAX_K)
 
 
 _OPTION_NAMES = frozenset(f.name for f in dataclasses.fields(SearchOptions))

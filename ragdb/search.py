@@ -55,11 +55,16 @@ class Searcher:
         self.engine = engine
 
     def search(self, query: str, opts: SearchOptions) -> list[Hit]:
+        """The hits ``[offset, offset + k)`` of the ranking (equal scores in :func:`hit_order`,
+        so pages neither repeat nor skip a hit)."""
         query = _clean_query(query)
+        depth = opts.depth
         if opts.reranker is not None:
             first = self._first_stage(query, opts, opts.first_stage_k)
-            return list(opts.reranker.rerank(query, first, top_n=opts.k))[:opts.k]
-        return self._first_stage(query, opts, opts.k)
+            hits = list(opts.reranker.rerank(query, first, top_n=depth))[:depth]
+        else:
+            hits = self._first_stage(query, opts, depth)
+        return hits[opts.offset:] if opts.offset else hits
 
     def _first_stage(self, query: str, opts: SearchOptions, k: int) -> list[Hit]:
         if opts.scorer == "vector":
@@ -89,6 +94,18 @@ class Searcher:
             # equal scores: order by source and position, which do not depend on history
             hits.sort(key=hit_order)
         return hits[:k]
+
+    def matching(self, query: str, opts: SearchOptions, mask: np.ndarray) -> np.ndarray:
+        """Ids of every chunk ``mask`` allows that ``query`` matches: a BM25 score above 0,
+        i.e. the chunk holds one of the query's terms (inside a read transaction, after
+        ``sync``); not cut to any ``k``."""
+        terms = self.query_terms(_clean_query(query), opts)
+        if not terms.order:
+            return np.zeros(0, np.int64)
+        k1, b = self._bm25_params(opts)
+        scores, _ = self.engine.index.bm25([terms.known[t] for t in terms.order], k1, b)
+        n = min(len(mask), len(scores))
+        return np.flatnonzero(mask[:n] & (scores[:n] > 0))
 
     def _bm25_params(self, opts: SearchOptions) -> tuple[float, float]:
         """(k1, b) of a search: its options, else the database's settings, else the defaults."""

@@ -3,8 +3,8 @@
 ``pip install 'ragdb[server]'``. Endpoints (JSON in, JSON out; the schema is at
 ``GET /openapi.json``):
 
-* ``POST /search`` (query, k, scorer, filter, min_score, since, until): the hits of
-  :meth:`ragdb.Database.search`, best first;
+* ``POST /search`` (query, k, offset, scorer, filter, min_score, since, until): the hits
+  of :meth:`ragdb.Database.search`, best first (``offset``: a later page);
 * ``POST /prompt`` (question, k, scorer, filter, min_confidence, budget_tokens,
   language): :meth:`ragdb.Database.build_prompt`'s grounded prompt;
 * ``GET /documents?prefix=&limit=&offset=``: the stored documents (latest
@@ -258,7 +258,7 @@ def _json(obj: Any, status: int = 200) -> Response:
 
 # --------------------------------------------------------------------------- the app
 
-SEARCH_FIELDS = ("query", "k", "scorer", "filter", "min_score", "since", "until")
+SEARCH_FIELDS = ("query", "k", "scorer", "filter", "min_score", "since", "until", "offset")
 PROMPT_FIELDS = ("question", "k", "scorer", "filter", "min_confidence", "budget_tokens", "language")
 ADD_FIELDS = ("text", "source", "metadata", "version", "timestamp", "title", "acl")
 
@@ -337,7 +337,7 @@ class _Service:
                                    f"(make them with 'ragdb embed')")
             return self._embedder
 
-    def _check_limits(self, text: Any, what: str, k: Any) -> None:
+    def _check_limits(self, text: Any, what: str, k: Any, offset: Any = 0) -> None:
         if not isinstance(text, str):
             raise InvalidInput(f"{what} must be a string, got {_brief(text)}")
         if len(text) > self.limits.max_query_chars:
@@ -345,13 +345,16 @@ class _Service:
                                f"{self.limits.max_query_chars:,}")
         if isinstance(k, int) and not isinstance(k, bool) and k > self.limits.max_k:
             raise InvalidInput(f"k={k} is over this server's limit of {self.limits.max_k}")
+        # a page ranks offset + k hits: the limit bounds that work too
+        if all(isinstance(v, int) and not isinstance(v, bool) for v in (k, offset)) and offset + k > self.limits.max_k:
+            raise InvalidInput(f"offset + k = {offset + k} is over this server's limit of {self.limits.max_k}")
 
     def search(self, body: Mapping[str, Any], grant: Grant) -> dict[str, Any]:
         _fields(body, SEARCH_FIELDS, required=("query",))
-        self._check_limits(body["query"], "query", body.get("k"))
+        self._check_limits(body["query"], "query", body.get("k", 5), body.get("offset"))
         kw = self._search_keywords(body, grant, SEARCH_FIELDS[2:])
         hits = self.database.search(body["query"], body.get("k", 5), **kw)
-        return {"query": body["query"], "hits": [hit_json(h, i) for i, h in enumerate(hits, 1)]}
+        return {"query": body["query"], "hits": [hit_json(h, i) for i, h in enumerate(hits, 1 + kw.get("offset", 0))]}
 
     def prompt(self, body: Mapping[str, Any], grant: Grant) -> dict[str, Any]:
         _fields(body, PROMPT_FIELDS, required=("question",))
@@ -663,7 +666,10 @@ def openapi_schema(limits: Limits = Limits()) -> dict[str, Any]:
     scorer = {"type": "string", "enum": ["bm25", "tfidf", "vector", "hybrid"], "default": "bm25"}
     k = {"type": "integer", "minimum": 1, "maximum": limits.max_k}
     filt = {"type": "object", "description": 'Keep documents matching every key: "source" (a glob), "version", '
-                                             '"tags" or a metadata key; a list value means any of them.'}
+                                             '"timestamp", "tags" or a metadata key; a list value means any of '
+                                             'them; a mapping of operators ($eq $ne $gt $gte $lt $lte $in $nin '
+                                             '$exists $not) compares, and $and/$or/$not/$contains stand where keys '
+                                             'do (README: Filters).'}
     hit = _obj({"rank": {"type": "integer"}, "source": {"type": "string"}, "doc_id": {"type": "integer"},
                 "chunk_id": {"type": "integer"}, "version": nullable_str, "timestamp": nullable_str,
                 "start": {"type": "integer"}, "end": {"type": "integer"}, "ordinal": {"type": "integer"},
@@ -677,7 +683,11 @@ def openapi_schema(limits: Limits = Limits()) -> dict[str, Any]:
                                  "message": {"type": "string"}}, ["status", "type", "message"])}, ["error"])
     schemas = {
         "SearchRequest": _obj({"query": {"type": "string", "maxLength": limits.max_query_chars},
-                               "k": {**k, "default": 5}, "scorer": scorer, "filter": filt,
+                               "k": {**k, "default": 5}, "offset": {"type": "integer", "minimum": 0, "default": 0,
+                                                                    "description": "Skip this many hits (a later "
+                                                                                   "page; offset + k at most "
+                                                                                   f"{limits.max_k})."},
+                               "scorer": scorer, "filter": filt,
                                "min_score": {"type": "number"}, "since": {"type": "string"},
                                "until": {"type": "string"}}, ["query"]),
         "SearchResult": _obj({"query": {"type": "string"}, "hits": {"type": "array", "items": _ref("Hit")}}),

@@ -175,6 +175,42 @@ class AddReport(Sequence[Document]):
 
 
 @dataclass(frozen=True)
+class Facets(Sequence[tuple[Any, int]]):
+    """Counts of one field's values over what matched (:meth:`ragdb.Database.facets`).
+
+    A sequence of ``(value, count)`` pairs, the most frequent first, equal counts
+    by value (numbers before strings); ``dict(facets)`` maps each value to its
+    count. ``by`` says what is counted: ``"chunks"`` or ``"documents"``.
+    ``total``: how many chunks (documents) matched; ``missing``: how many of those
+    have no value for ``field``; ``omitted``: distinct values left out by ``limit``.
+    A list value counts once for each distinct element, so counts may add up to
+    more than ``total - missing``. Values equal under ``$eq`` (``1``, ``1.0``,
+    ``True``) are one value, shown as the integer if there is one, else the float."""
+
+    field: str
+    by: str
+    counts: tuple[tuple[Any, int], ...] = ()
+    total: int = 0
+    missing: int = 0
+    omitted: int = 0
+
+    def __len__(self) -> int:
+        return len(self.counts)
+
+    @overload
+    def __getitem__(self, i: int) -> tuple[Any, int]: ...
+
+    @overload
+    def __getitem__(self, i: slice) -> tuple[tuple[Any, int], ...]: ...
+
+    def __getitem__(self, i: int | slice) -> tuple[Any, int] | tuple[tuple[Any, int], ...]:
+        return self.counts[i]
+
+    def __iter__(self) -> Iterator[tuple[Any, int]]:
+        return iter(self.counts)
+
+
+@dataclass(frozen=True)
 class VectorInfo:
     """The dense vectors of a database: the recorded model (None before the first
     ``embed``), how many chunks have a vector, and how many wait for one."""

@@ -32,6 +32,7 @@ from .index import FLUSH_THRESHOLD
 from .ingest import Prepared, check_acl, check_metadata
 from .options import check_positive_int
 from .storage import dumps, loads, model_mismatch, utcnow_iso
+from .storage.codec import meta_number
 from .storage.vectors import text_hash
 from .types import Change, Document
 from .vectors import dimensions_of
@@ -441,7 +442,7 @@ class Writer:
             store.add_terms([(ids[t], t, 0) for t in new_terms])
         store.insert_documents(doc_rows)
         store.insert_chunks(chunk_rows)
-        meta_rows = [(doc_id, k, v) for doc_id, p in docs for k, v in scalar_items(p.metadata)]
+        meta_rows = [(doc_id, *row) for doc_id, p in docs for row in scalar_items(p.metadata)]
         acl_rows = [(doc_id, label) for doc_id, p in docs for label in p.acl]
         if meta_rows or acl_rows:
             store.insert_doc_index(meta_rows, acl_rows)
@@ -552,16 +553,14 @@ class _Changes:
 
 
 
-def scalar_items(metadata: Mapping[str, Any]) -> Iterable[tuple[str, Any]]:
-    """(key, value) rows of the filter index: scalars, and scalar elements of lists
-    (the same rows migration 0002 derives with json_each)."""
+def scalar_items(metadata: Mapping[str, Any]) -> Iterable[tuple[str, Any, int | float | None, float | None]]:
+    """(key, value, num, at) rows of the filter index: scalars, and scalar elements of lists
+    (the same rows the migrations derive with json_each); booleans as 1/0, ``num``/``at``
+    what range filters compare (:func:`ragdb.storage.codec.meta_number`)."""
     for key, value in metadata.items():
-        if isinstance(value, list):
-            for v in value:
-                if isinstance(v, (str, int, float, bool)):
-                    yield key, int(v) if isinstance(v, bool) else v
-        elif isinstance(value, (str, int, float, bool)):
-            yield key, int(value) if isinstance(value, bool) else value
+        for v in value if isinstance(value, (list, tuple)) else (value,):  # a tuple is a JSON array too
+            if isinstance(v, (str, int, float, bool)):
+                yield key, int(v) if isinstance(v, bool) else v, *meta_number(v)
 
 
 

@@ -308,9 +308,13 @@ def test_a_file_from_before_collections_keeps_its_content_as_the_default(tmp_pat
         db.embed("hash:32")
         before = [fingerprint(db.search(q, k=30, principals=ragdb.ALL)) for q in QUERIES]
         vec_before = fingerprint(db.search("retrieval", scorer="vector", principals=ragdb.ALL))
-    conn = sqlite3.connect(path)  # back to schema 5: no collections table, 0006 not applied
+    conn = sqlite3.connect(path)  # back to schema 5: no collections table, 0006 and 0007 not applied
     conn.execute("DROP TABLE collections")
-    conn.execute("DELETE FROM _sqlite_migrations WHERE name = '0006_collections'")
+    for stmt in ("DROP INDEX doc_meta_num", "DROP INDEX doc_meta_at", "DROP INDEX doc_meta_kv",
+                 "ALTER TABLE doc_meta DROP COLUMN num", "ALTER TABLE doc_meta DROP COLUMN at",
+                 "CREATE INDEX doc_meta_kv ON doc_meta (key, value)"):
+        conn.execute(stmt)
+    conn.execute("DELETE FROM _sqlite_migrations WHERE name IN ('0006_collections', '0007_filter_operators')")
     conn.commit()
     conn.close()
     with ragdb.open(path) as db:

@@ -103,7 +103,7 @@ def test_read_tools_list_and_equal_the_library(kb: Path) -> None:
                 assert not any("principal" in p for p in t.input_schema.get("properties", {}))
                 assert t.annotations is not None and t.annotations.read_only_hint is True
             assert tools["search"].input_schema["required"] == ["query"]
-            assert set(tools["search"].input_schema["properties"]) == {"query", "k", "scorer", "filter"}
+            assert set(tools["search"].input_schema["properties"]) == {"query", "k", "scorer", "filter", "offset"}
 
             with ragdb.open(kb) as db:
                 for args in ({"query": "cats on a mat"}, {"query": "cats", "k": 3, "scorer": "tfidf"},
@@ -117,6 +117,14 @@ def test_read_tools_list_and_equal_the_library(kb: Path) -> None:
                     assert [h["snippet"] for h in got["hits"]] == [h.text[:SNIPPET_CHARS] for h in want]
                     assert [h["truncated"] for h in got["hits"]] == [len(h.text) > SNIPPET_CHARS for h in want]
                     assert [h["metadata"] for h in got["hits"]] == [dict(h.metadata) for h in want]
+
+                # offset: a page is that slice of the deeper search, ranks counted from the top
+                page = await _call(s, "search", {"query": "cats mat", "k": 2, "offset": 1,
+                                                 "filter": {"lang": {"$in": ["en"]}}})
+                deeper = db.search("cats mat", 3, filter={"lang": {"$in": ["en"]}})
+                assert len(deeper) == 3
+                assert [_hit_key(h) for h in page["hits"]] == [_hit_key(h) for h in deeper[1:]]
+                assert [h["rank"] for h in page["hits"]] == [2, 3]
 
                 long = (await _call(s, "search", {"query": "woven mats", "k": 1}))["hits"][0]
                 (whole,) = db.search("woven mats", 1)

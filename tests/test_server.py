@@ -144,6 +144,8 @@ def url(kb: Path) -> Iterator[str]:
     {"query": "cats", "k": 10, "filter": {"source": "docs/*", "lang": ["en", "de"]}},
     {"query": "cats mat", "k": 10, "min_score": 0.05},
     {"query": "the of and"},  # no index terms: no hits
+    {"query": "cats mat", "k": 2, "offset": 1},  # a later page: ranks go on from the offset
+    {"query": "cats", "k": 10, "filter": {"$or": [{"lang": {"$ne": "en"}}, {"$contains": "mat"}]}},
 ])
 def test_search_equals_the_library(url: str, kb: Path, token: str | None, principals: Any, body: dict) -> None:
     r = httpx.post(url + "/search", json=body, headers=_auth(token) if token else {})
@@ -152,7 +154,8 @@ def test_search_equals_the_library(url: str, kb: Path, token: str | None, princi
     with ragdb.open(kb) as db:
         expected = db.search(body["query"], body.get("k", 5), principals=principals, **options)
     assert r.json() == {"query": body["query"],
-                        "hits": orjson.loads(orjson.dumps([hit_json(h, i) for i, h in enumerate(expected, 1)]))}
+                        "hits": orjson.loads(orjson.dumps([hit_json(h, i) for i, h in
+                                                           enumerate(expected, 1 + body.get("offset", 0))]))}
 
 
 @pytest.mark.parametrize("token, principals", [(None, None), (READER, ["team-a"])])
@@ -369,6 +372,9 @@ def test_readonly_serves_reads_and_refuses_writes(tmp_path: Path) -> None:
 def test_limits_and_bad_input_are_json_errors_with_the_librarys_messages(url: str, kb: Path) -> None:
     post = lambda body: httpx.post(url + "/search", json=body)  # noqa: E731
     assert "k=51 is over this server's limit of 50" in _error(post({"query": "cats", "k": 51}), 422)
+    assert "offset + k = 51 is over this server's limit of 50" in \
+        _error(post({"query": "cats", "k": 30, "offset": 21}), 422)
+    assert "offset must be a non-negative integer" in _error(post({"query": "cats", "offset": -1}), 422)
     assert "over this server's limit of 200" in _error(post({"query": "cats " * 50}), 422)
     assert "over this server's limit of 200" in _error(httpx.post(url + "/prompt", json={"question": "x" * 201}), 422)
     big = httpx.post(url + "/search", content=orjson.dumps({"query": "cats", "filter": {"x": "y" * 3000}}))

@@ -5,7 +5,7 @@ whose tools answer from the database through the public library API only;
 :func:`serve` runs it over stdio (what desktop assistants launch) or the SDK's
 Streamable HTTP transport. The tools:
 
-* ``search`` (query, k, scorer, filter): the best chunks, each with its source,
+* ``search`` (query, k, offset, scorer, filter): the best chunks, each with its source,
   character span, a snippet (the chunk's text, cut at :data:`SNIPPET_CHARS`),
   score and confidence, exactly as :meth:`ragdb.Database.search` ranks them;
 * ``get_document`` (doc_id or source): one document and a page of its text;
@@ -54,6 +54,7 @@ SNIPPET_CHARS = 2000
 TEXT_PAGE_CHARS = 20_000
 MAX_TEXT_PAGE_CHARS = 1_000_000
 MAX_K = 100
+MAX_OFFSET = 900  # a page ranks offset + k hits
 MAX_LIST = 1000
 
 INSTRUCTIONS = """\
@@ -68,8 +69,10 @@ describes the database. Documents hidden from this server by access labels are n
 Scorer = Literal["bm25", "tfidf", "vector", "hybrid"]
 Filter = Annotated[dict[str, Any] | None, Field(
     description='Restrict to documents matching every key: "source" (a source or a glob such as "docs/*.md"), '
-                '"version", "tags", or any metadata key; a list value means any of them. '
-                'Example: {"source": "docs/*", "lang": ["en", "de"]}.')]
+                '"version", "timestamp", "tags", or any metadata key; a list value means any of them. A key may '
+                'take operators ($eq, $ne, $gt, $gte, $lt, $lte on numbers or ISO dates, $in, $nin, $exists), '
+                'and "$and"/"$or" (lists of filters), "$not" and "$contains" (text of the passage) stand where '
+                'keys do. Example: {"source": "docs/*", "lang": ["en", "de"], "year": {"$gte": 2020}}.')]
 
 
 # --------------------------------------------------------------------------- results (the output schemas)
@@ -217,12 +220,14 @@ def build_server(db: ragdb.Database, *, principals: Any = None, allow_writes: bo
         scorer: Annotated[Scorer, Field(description='"bm25" (default, exact lexical), "tfidf", or, on a '
                                                     'database with embeddings, "vector" or "hybrid".')] = "bm25",
         filter: Filter = None,
+        offset: Annotated[int, Field(ge=0, le=MAX_OFFSET, description="Skip this many hits: k=5, offset=5 is "
+                                                                      "the second page of five.")] = 0,
     ) -> SearchResult:
         """Search the knowledge base: the k best passages (chunks) for the query, best first, each with its
         source, character span (start, end), a snippet of its text, score and confidence (0-1)."""
         with library():
-            hits = db.search(query, k, **search_keywords(scorer, filter))
-        return SearchResult(query=query, hits=[_search_hit(h, i) for i, h in enumerate(hits, 1)])
+            hits = db.search(query, k, offset=offset, **search_keywords(scorer, filter))
+        return SearchResult(query=query, hits=[_search_hit(h, i) for i, h in enumerate(hits, offset + 1)])
 
     def get_document(
         doc_id: Annotated[int | None, Field(description="The document's id (as in search hits' doc_id).")] = None,

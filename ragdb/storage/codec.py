@@ -1,8 +1,10 @@
-"""How values are written into the tables: JSON text (sorted keys) and ISO-8601 UTC times."""
+"""How values are written into the tables: JSON text (sorted keys), ISO-8601 UTC times, and the
+numbers range filters compare for a metadata value (:func:`meta_number`)."""
 
 from __future__ import annotations
 
-from datetime import datetime, timezone
+import re
+from datetime import datetime, timedelta, timezone
 from typing import Any
 
 import orjson
@@ -19,3 +21,46 @@ def dumps(value: Any) -> str:
 
 def loads(text: str | bytes) -> Any:
     return orjson.loads(text)
+
+
+# An ISO-8601 date, optionally with a time (seconds and a fraction optional) and, with a
+# time, a UTC offset: 2024-05-01, 2024-05-01T09:30, 2024-05-01 09:30:00.5+02:00, ...Z.
+# One pattern for every Python version (fromisoformat accepts more forms from 3.11 on).
+_ISO = re.compile(r"(\d{4})-(\d{2})-(\d{2})"
+                  r"(?:[T ](\d{2}):(\d{2})(?::(\d{2})(?:[.,](\d{1,9}))?)?(Z|z|[+-]\d{2}:?\d{2})?)?")
+
+
+def iso_instant(text: str) -> float | None:
+    """Epoch seconds of ``text`` when it is an ISO-8601 date or date-time (see ``_ISO``;
+    naive times are UTC, a fraction past microseconds is cut), else None."""
+    m = _ISO.fullmatch(text)
+    if m is None:
+        return None
+    year, month, day, hour, minute, second, frac, zone = m.groups()
+    tz = timezone.utc
+    if zone and zone not in "Zz":
+        sign = -1 if zone[0] == "-" else 1
+        digits = zone[1:].replace(":", "")
+        hours, minutes = int(digits[:2]), int(digits[2:])
+        if hours > 23 or minutes > 59:
+            return None
+        tz = timezone(sign * timedelta(hours=hours, minutes=minutes))
+    try:
+        dt = datetime(int(year), int(month), int(day), int(hour or 0), int(minute or 0), int(second or 0),
+                      int((frac or "0")[:6].ljust(6, "0")), tzinfo=tz)
+        return dt.timestamp()
+    except (ValueError, OverflowError):
+        return None
+
+
+def meta_number(value: Any) -> tuple[int | float | None, float | None]:
+    """``(num, at)`` of a metadata value in ``doc_meta``: a number is its own ``num``, an
+    ISO-8601 date string's epoch seconds its ``at``; anything else (booleans, other
+    strings) has neither. Range filters compare them: numbers with numbers, dates with dates."""
+    if isinstance(value, bool):
+        return None, None
+    if isinstance(value, (int, float)):
+        return value, None
+    if isinstance(value, str):
+        return None, iso_instant(value)
+    return None, None

@@ -39,7 +39,7 @@ TABLES = ("settings", "stats", "chunk_log", "documents", "chunks", "vocabulary",
           "doc_meta", "doc_acl", "vectors", "vector_log", "vector_stats")  # keep parents first
 #: Indexes and triggers on those tables (schema objects need file-wide unique names too).
 OTHER_OBJECTS = ("documents_source", "documents_ts", "chunks_doc", "doc_meta_kv", "doc_meta_doc", "doc_acl_doc",
-                 "chunks_delete_vectors", "vectors_text_hash")
+                 "chunks_delete_vectors", "vectors_text_hash", "doc_meta_num", "doc_meta_at")
 #: Every per-collection schema object name; a migration adding a table, index or trigger
 #: adds its name here (tests/test_collections.py fails until it does).
 OBJECTS = frozenset(TABLES + OTHER_OBJECTS)

@@ -24,7 +24,7 @@ if TYPE_CHECKING:
 from ..errors import (CollectionNotFound, DatabaseBusy, DatabaseCorrupt, InvalidInput, NotADatabase, RagdbError,
                       SchemaTooNew, StorageError)
 from . import collections as _coll
-from .codec import dumps, loads, utcnow_iso
+from .codec import dumps, iso_instant, loads, utcnow_iso
 from .collections import CollectionConnection
 from .vectors import VectorSQL
 
@@ -68,6 +68,12 @@ def _split_sql(script: str) -> list[str]:
     return out
 
 
+def _register_functions(conn: sqlite3.Connection) -> None:
+    """The SQL functions migrations call (on whatever connection applies them)."""
+    conn.create_function("ragdb_iso_instant", 1, lambda v: iso_instant(v) if isinstance(v, str) else None,
+                         deterministic=True)
+
+
 def build_migrations(stop_after: str | None = None) -> sqlite_utils.Migrations:
     """The ragdb migration set, read from the SQL files (``stop_after`` is for tests)."""
     import sqlite_utils  # imported here: see Store.db
@@ -77,6 +83,7 @@ def build_migrations(stop_after: str | None = None) -> sqlite_utils.Migrations:
         sql = path.read_text(encoding="utf-8")
 
         def apply(db: sqlite_utils.Database, _sql: str = sql) -> None:
+            _register_functions(db.conn)
             statements = _split_sql(_sql)
             for stmt in statements:
                 db.conn.execute(stmt)
@@ -304,6 +311,7 @@ class Store(VectorSQL):
         raw = self.shared.raw
         cur = raw.execute("INSERT INTO collections (name, created_at) VALUES (?, ?)", [name, utcnow_iso()])
         cid = int(cur.lastrowid or 0)
+        _register_functions(raw)
         statements = [stmt for path in migration_files() for stmt in _split_sql(path.read_text(encoding="utf-8"))]
         for stmt in _coll.collection_ddl(statements, cid):
             raw.execute(stmt)
@@ -544,9 +552,10 @@ class Store(VectorSQL):
                           [int(latest), valid_to, doc_id])
         self.conn.execute("UPDATE chunks SET latest = ? WHERE doc_id = ?", [int(latest), doc_id])
 
-    def insert_doc_index(self, meta_rows: Iterable[tuple[int, str, Any]], acl_rows: Iterable[tuple[int, str]]) -> None:
-        """Filter index rows: (doc id, key, scalar value) and (doc id, label)."""
-        self.conn.executemany("INSERT INTO doc_meta (doc_id, key, value) VALUES (?, ?, ?)", meta_rows)
+    def insert_doc_index(self, meta_rows: Iterable[tuple[int, str, Any, Any, Any]],
+                         acl_rows: Iterable[tuple[int, str]]) -> None:
+        """Filter index rows: (doc id, key, scalar value, num, at) and (doc id, label)."""
+        self.conn.executemany("INSERT INTO doc_meta (doc_id, key, value, num, at) VALUES (?, ?, ?, ?, ?)", meta_rows)
         self.conn.executemany("INSERT OR IGNORE INTO doc_acl (doc_id, label) VALUES (?, ?)", acl_rows)
 
     def delete_document(self, doc_id: int, *, indexed: tuple[bool, bool] = (True, True)) -> None:
@@ -606,15 +615,15 @@ class Store(VectorSQL):
         """Set (valid_to, document id): the end of a kept version's validity for ``as_of``."""
         self.conn.executemany("UPDATE documents SET valid_to = ? WHERE id = ?", rows)
 
-    def update_document_fields(self, doc_id: int, *, metadata: tuple[str, list[tuple[str, Any]]] | None = None,
+    def update_document_fields(self, doc_id: int, *, metadata: tuple[str, list[tuple[str, Any, Any, Any]]] | None = None,
                                acl: tuple[str, list[str]] | None = None) -> list[int]:
         """Set a document's metadata (JSON text, filter-index rows) and/or access
         labels (JSON text, labels) in place; returns the ids of its chunks."""
         if metadata is not None:
             self.conn.execute("UPDATE documents SET metadata = ? WHERE id = ?", [metadata[0], doc_id])
             self.conn.execute("DELETE FROM doc_meta WHERE doc_id = ?", [doc_id])
-            self.conn.executemany("INSERT INTO doc_meta (doc_id, key, value) VALUES (?, ?, ?)",
-                                  [(doc_id, k, v) for k, v in metadata[1]])
+            self.conn.executemany("INSERT INTO doc_meta (doc_id, key, value, num, at) VALUES (?, ?, ?, ?, ?)",
+                                  [(doc_id, *row) for row in metadata[1]])
         if acl is not None:
             self.conn.execute("UPDATE documents SET acl = ? WHERE id = ?", [acl[0], doc_id])
             self.conn.execute("DELETE FROM doc_acl WHERE doc_id = ?", [doc_id])
@@ -687,47 +696,59 @@ class Store(VectorSQL):
         return int(self.conn.execute("SELECT count(*) FROM chunks WHERE id > ?", [after_id]).fetchone()[0])
 
     @staticmethod
-    def _filter_sql(conditions: Sequence[Any], public_unlabeled: bool) -> tuple[list[str], list[Any]]:
+    def _filter_sql(conditions: Sequence[Any], public_unlabeled: bool, per_chunk: bool = False
+                    ) -> tuple[list[str], list[Any]]:
         """WHERE terms on ``documents d`` for filter conditions (see ragdb.filters.Condition).
 
-        The SQL text is assembled from the constant fragments below; every
-        key and value is a bound parameter."""
+        ``per_chunk``: the statement also reads ``chunks c`` (joined to ``d``), and a
+        ``contains`` condition looks at that chunk's text. Otherwise the conditions
+        holding one become a single ``EXISTS`` over the document's chunks: a document
+        matches when one of its chunks meets all of them.
+
+        The SQL text is assembled from the constant fragments of ``_condition_sql``;
+        every key and value is a bound parameter."""
         where: list[str] = []
         params: list[Any] = []
+        chunk_terms: list[str] = []
+        chunk_params: list[Any] = []
         for c in conditions:
-            vals = [int(v) if isinstance(v, bool) else v for v in c.values]
-            marks = ",".join("?" * len(vals))
-            if c.kind == "source":
-                where.append(f"d.source IN ({marks})")
-            elif c.kind == "source_glob":
-                where.append("(" + " OR ".join(["d.source GLOB ?"] * len(vals)) + ")")
-            elif c.kind == "version":
-                where.append(f"d.version IN ({marks})")
-            elif c.kind in ("meta", "tags"):
-                where.append(f"d.id IN (SELECT doc_id FROM doc_meta WHERE key = ? AND value IN ({marks}))")
-                params.append(c.key if c.kind == "meta" else "tags")
-            elif c.kind == "since":
-                where.append("d.ts >= ?")
-            elif c.kind == "until":
-                where.append("d.ts <= ?")
-            elif c.kind == "as_of":
-                where.append("d.ts <= ? AND (d.valid_to IS NULL OR d.valid_to > ?)")
-                vals = vals * 2
-            elif c.kind == "principals":
-                # A version is visible when its own labels allow it and, for a kept
-                # older version, the latest version's labels allow it too: revoking
-                # access to a source revokes it for its history.
-                def allowed(t: str, marks: str = marks) -> str:  # t: a constant table alias
-                    return (f"({t}.id IN (SELECT doc_id FROM doc_acl WHERE label IN ({marks or 'NULL'})) "
-                            f"OR (? AND {t}.acl = '[]'))")
-
-                where.append(f"{allowed('d')} AND (d.latest = 1 OR EXISTS (SELECT 1 FROM documents l "
-                             f"WHERE l.source = d.source AND l.latest = 1 AND {allowed('l')}))")
-                vals = (vals + [int(public_unlabeled)]) * 2
-            else:  # pragma: no cover - filters.build makes only the kinds above
-                raise ValueError(f"unknown condition {c.kind}")
-            params.extend(vals)
+            if not per_chunk and _mentions_chunks(c):
+                chunk_terms.append(_condition_sql(c, public_unlabeled, chunk_params))
+            else:
+                where.append(_condition_sql(c, public_unlabeled, params))
+        if chunk_terms:
+            where.append(f"EXISTS (SELECT 1 FROM chunks c WHERE c.doc_id = d.id AND {_balanced(chunk_terms, 'AND')})")
+            params += chunk_params
+        if len(where) > 8:  # a filter of many keys: one balanced term (see _balanced)
+            where = [_balanced(where, "AND")]
         return where, params
+
+    def filtered_chunk_ids(self, conditions: Sequence[Any], public_unlabeled: bool) -> list[int]:
+        """Ids of the chunks meeting every condition (conditions on chunks included)."""
+        where, params = self._filter_sql(conditions, public_unlabeled, per_chunk=True)
+        sql = "SELECT c.id FROM chunks c JOIN documents d ON d.id = c.doc_id"
+        if where:
+            sql += " WHERE " + " AND ".join(where)
+        return [r[0] for r in self.conn.execute(sql, params)]
+
+    def facet_rows(self, field: str) -> list[tuple[int, Any]]:
+        """(doc id, value) of every value of a field, for facets: a metadata key's indexed
+        values, booleans as True/False, or the column ``source`` / ``version`` of every
+        document (with one). Read from the covering (key, value, doc_id) index; the few
+        rows that are booleans (1/0 without ``num``) are looked up apart."""
+        if field == "source":
+            return self.conn.execute("SELECT id, source FROM documents").fetchall()
+        if field == "version":
+            return self.conn.execute("SELECT id, version FROM documents WHERE version IS NOT NULL").fetchall()
+        rows = self.conn.execute("SELECT doc_id, value FROM doc_meta WHERE key = ?", [field]).fetchall()
+        # a document holding both 1 and true keeps its 1 (they are one value to filters and facets)
+        bools = set(self.conn.execute(
+            "SELECT doc_id, value FROM doc_meta b WHERE key = ? AND value IN (0, 1) AND num IS NULL "
+            "AND NOT EXISTS (SELECT 1 FROM doc_meta n WHERE n.key = b.key AND n.value = b.value "
+            "AND n.doc_id = b.doc_id AND n.num IS NOT NULL)", [field]))
+        if bools:
+            rows = [(d, bool(v)) if (d, v) in bools else (d, v) for d, v in rows]
+        return rows
 
     def has_private_labels(self) -> bool:
         """Whether any stored document carries an access label other than the public ``*``."""
@@ -737,6 +758,12 @@ class Store(VectorSQL):
                          doc_id: int | None = None) -> list[int]:
         """Ids of documents meeting every condition (see ragdb.filters.Condition), of
         ``doc_id`` alone when given."""
+        if doc_id is None and 0 < len(conditions) <= _MAX_INTERSECT and all(c.kind in _DOC_SETS for c in conditions):
+            # only conditions on metadata: their document ids straight from doc_meta's indexes
+            # (each exists: rows go with their document), without a lookup of each document
+            set_params: list[Any] = []
+            sets = " INTERSECT ".join(_doc_set_sql(c, set_params) for c in conditions)
+            return [r[0] for r in self.conn.execute(sets, set_params)]
         where, params = self._filter_sql(conditions, public_unlabeled)
         if doc_id is not None:
             where.append("d.id = ?")
@@ -1022,6 +1049,105 @@ class Store(VectorSQL):
         return self.conn.execute(
             'SELECT id, doc_id, start, "end", typeof(text), CAST(text AS BLOB) FROM chunks '
             "WHERE doc_id > ? AND doc_id <= ? ORDER BY doc_id, id", [after_doc, upto_doc]).fetchall()
+
+
+_COMPARE = {"gt": ">", "ge": ">=", "lt": "<", "le": "<="}  # ragdb.filters' range names -> SQL
+
+
+def _mentions_chunks(c: Any) -> bool:
+    """Whether a condition (or one inside it) is on the chunk's text."""
+    return c.kind == "contains" or (c.kind in ("and", "or", "not") and any(_mentions_chunks(x) for x in c.values))
+
+
+_DOC_SETS = ("meta", "tags", "value")  # conditions that are a set of document ids from doc_meta
+_MAX_INTERSECT = 100  # SQLite allows 500 terms in a compound SELECT
+
+
+def _balanced(parts: Sequence[str], op: str) -> str:
+    """``(a OP b OP ...)`` nested as a balanced tree: SQLite refuses expressions deeper
+    than 1000, which a left-deep chain of a long ``$or`` list would be."""
+    if len(parts) <= 8:
+        return "(" + f" {op} ".join(parts) + ")"
+    mid = len(parts) // 2
+    return f"({_balanced(parts[:mid], op)} {op} {_balanced(parts[mid:], op)})"
+
+
+def _doc_set_sql(c: Any, params: list[Any]) -> str:
+    """``SELECT doc_id FROM doc_meta ...`` of a meta, tags or value condition (see
+    ``_condition_sql``), its parameters appended to ``params``."""
+    if c.kind in ("meta", "tags"):
+        params.append(c.key if c.kind == "meta" else "tags")
+        params.extend(int(v) if isinstance(v, bool) else v for v in c.values)
+        return f"SELECT doc_id FROM doc_meta WHERE key = ? AND value IN ({','.join('?' * len(c.values))})"
+    tests = ["key = ?"]
+    params.append(c.key)
+    for test in c.values:
+        if test[0] == "in":
+            if not test[1]:
+                tests.append("0")
+                continue
+            tests.append(f"value IN ({','.join('?' * len(test[1]))})")
+            params.extend(int(v) if isinstance(v, bool) else v for v in test[1])
+        else:  # ("num" | "date", op, bound): numbers compare with numbers (num), dates with dates (at)
+            tests.append(f"{'num' if test[0] == 'num' else 'at'} {_COMPARE[test[1]]} ?")
+            params.append(test[2])
+    return f"SELECT doc_id FROM doc_meta WHERE {' AND '.join(tests)}"
+
+
+def _condition_sql(c: Any, public_unlabeled: bool, params: list[Any]) -> str:
+    """The SQL of one condition (a ragdb.filters.Condition) on ``documents d`` (and, for
+    ``contains``, ``chunks c``), its parameters appended to ``params``. Every fragment
+    is true or false, never NULL, so ``NOT`` is the complement."""
+    vals = [int(v) if isinstance(v, bool) else v for v in c.values]
+    marks = ",".join("?" * len(vals))
+    kind = c.kind
+    if kind in ("and", "or"):
+        if not vals:
+            return "1" if kind == "and" else "0"
+        return _balanced([_condition_sql(x, public_unlabeled, params) for x in c.values], kind.upper())
+    if kind == "not":
+        return f"NOT ({_condition_sql(c.values[0], public_unlabeled, params)})"
+    if kind in _DOC_SETS:
+        return f"d.id IN ({_doc_set_sql(c, params)})"
+    if kind == "source":
+        sql = f"d.source IN ({marks})"
+    elif kind == "source_glob":
+        sql = "(" + " OR ".join(["d.source GLOB ?"] * len(vals)) + ")"
+    elif kind == "version":
+        sql = f"coalesce(d.version IN ({marks}), 0)"  # no version: false, not NULL
+    elif kind == "version_set":
+        sql = "d.version IS NOT NULL"
+    elif kind == "ts":
+        if vals[0] == "in":
+            sql = f"d.ts IN ({','.join('?' * (len(vals) - 1))})"
+        else:
+            sql = f"d.ts {_COMPARE[str(vals[0])]} ?"
+        vals = vals[1:]
+    elif kind == "contains":
+        # a chunk's text: its own copy, or (NULL) the whole document's
+        sql = "instr(coalesce(c.text, d.text), ?) > 0"
+    elif kind == "since":
+        sql = "d.ts >= ?"
+    elif kind == "until":
+        sql = "d.ts <= ?"
+    elif kind == "as_of":
+        sql = "(d.ts <= ? AND (d.valid_to IS NULL OR d.valid_to > ?))"
+        vals = vals * 2
+    elif kind == "principals":
+        # A version is visible when its own labels allow it and, for a kept
+        # older version, the latest version's labels allow it too: revoking
+        # access to a source revokes it for its history.
+        def allowed(t: str) -> str:  # t: a constant table alias
+            return (f"({t}.id IN (SELECT doc_id FROM doc_acl WHERE label IN ({marks or 'NULL'})) "
+                    f"OR (? AND {t}.acl = '[]'))")
+
+        sql = (f"({allowed('d')} AND (d.latest = 1 OR EXISTS (SELECT 1 FROM documents l "
+               f"WHERE l.source = d.source AND l.latest = 1 AND {allowed('l')})))")
+        vals = (vals + [int(public_unlabeled)]) * 2
+    else:  # pragma: no cover - ragdb.filters makes only the kinds above
+        raise ValueError(f"unknown condition {kind}")
+    params.extend(vals)
+    return sql
 
 
 def _chunks(items: list[Any], size: int = _PARAM_CHUNK) -> Iterator[list[Any]]:

@@ -1,6 +1,7 @@
-"""Section ``filters`` (issue 4): query latency under metadata, time and permission filters
-keeping 1%/10%/50% of a ``--scale`` database, against the unfiltered query; worker stages
-``filter_build`` and ``filter_query``."""
+"""Section ``filters`` (issues 4 and 15): query latency under metadata, time and permission
+filters keeping 1%/10%/50% of a ``--scale`` database, and under 1% range filters (``$gte``/``$lt``
+on a number and on an ISO date), against the unfiltered query; worker stages ``filter_build``
+and ``filter_query``."""
 
 from __future__ import annotations
 
@@ -22,24 +23,62 @@ from ..report import bar, cell, fmt, na_bars, ratio, xfmt
 FILTER_BUCKETS = 100  # metadata["bucket"] = i % 100: one bucket holds 1% of the documents
 FILTER_GROUPS = 10  # acl = ["group<i % 10>"] and metadata["group"] = i % 10
 FILTER_T0 = _dt.datetime(2024, 1, 1, tzinfo=_dt.timezone.utc)  # document i: FILTER_T0 + i minutes
+FILTER_DAYS = 100  # metadata["day"]: ISO date FILTER_T0 + (i % 100) days: one day holds 1%
+GOLDEN = 0.6180339887498949  # metadata["rank"] = (i * GOLDEN) % 1: spread evenly over [0, 1)
+RANGE_LABEL = "`{\"rank\": {\"$gte\": x, \"$lt\": x + 0.01}}`"
+DATE_LABEL = "`{\"day\": {\"$gte\": d, \"$lt\": d + 1 day}}`"
+MOVING_LABEL = RANGE_LABEL + ", x new each query"
 
 
 def _filter_timestamp(i: int) -> str:
     return (FILTER_T0 + _dt.timedelta(minutes=i)).isoformat()
 
 
-def _filter_configs(n: int) -> list[tuple[str, Callable[..., Any], dict]]:
-    """(label, predicate on (bucket, group, epoch) -- scalars or numpy arrays --, search kwargs)."""
+def _rank(i: Any) -> Any:
+    return (i * GOLDEN) % 1.0
+
+
+def _day(i: int) -> str:
+    return (FILTER_T0 + _dt.timedelta(days=i % FILTER_DAYS)).date().isoformat()
+
+
+def _day_epoch(day: int) -> float:
+    return (FILTER_T0 + _dt.timedelta(days=day)).timestamp()
+
+
+def _rank_window(x: float, width: float = 0.01) -> tuple[Callable[..., Any], dict]:
+    return (lambda b, g, e, r, d: (r >= x) & (r < x + width),
+            {"filter": {"rank": {"$gte": x, "$lt": x + width}}})
+
+
+def _filter_configs(n: int) -> list[tuple[str, Any, Any]]:
+    """(label, predicate on (bucket, group, epoch, rank, day epoch) -- scalars or numpy arrays --,
+    search kwargs); for a label whose restriction changes with each query, the predicate and
+    kwargs are ``None`` and :func:`_moving` gives them. Every document has an access label, so
+    each search but the principals row's reads with ``principals=ragdb.ALL`` (the anonymous
+    default would see nothing: an "unfiltered" search would time an empty result)."""
     since_i = n - n // 10
     since_epoch = (FILTER_T0 + _dt.timedelta(minutes=since_i)).timestamp()
+    rank_pred, rank_kw = _rank_window(0.5)
+    day0, day1 = _day_epoch(50), _day_epoch(51)
     return [
-        ("unfiltered", lambda b, g, e: b == b, {}),
-        ("`filter={\"bucket\": 0}`", lambda b, g, e: b == 0, {"filter": {"bucket": 0}}),
-        ("`filter={\"bucket\": [0..9]}`", lambda b, g, e: b < 10, {"filter": {"bucket": list(range(10))}}),
-        ("`filter={\"bucket\": [0..49]}`", lambda b, g, e: b < 50, {"filter": {"bucket": list(range(50))}}),
-        ("`since=` newest 10%", lambda b, g, e: e >= since_epoch - 1e-3, {"since": _filter_timestamp(since_i)}),
-        ("`principals=[\"group0\"]`", lambda b, g, e: g == 0, {"principals": ["group0"]}),
+        ("unfiltered", lambda b, g, e, r, d: b == b, {}),
+        ("`filter={\"bucket\": 0}`", lambda b, g, e, r, d: b == 0, {"filter": {"bucket": 0}}),
+        ("`filter={\"bucket\": [0..9]}`", lambda b, g, e, r, d: b < 10, {"filter": {"bucket": list(range(10))}}),
+        ("`filter={\"bucket\": [0..49]}`", lambda b, g, e, r, d: b < 50, {"filter": {"bucket": list(range(50))}}),
+        ("`since=` newest 10%", lambda b, g, e, r, d: e >= since_epoch - 1e-3, {"since": _filter_timestamp(since_i)}),
+        ("`principals=[\"group0\"]`", lambda b, g, e, r, d: g == 0, {"principals": ["group0"]}),
+        (RANGE_LABEL, rank_pred, rank_kw),
+        (DATE_LABEL, lambda b, g, e, r, d: (d >= day0) & (d < day1),
+         {"filter": {"day": {"$gte": _day(50), "$lt": _day(51)}}}),
+        (MOVING_LABEL, None, None),
     ]
+
+
+def _moving(q: int) -> tuple[Callable[..., Any], dict]:
+    """The range of the moving row for query number ``q``: a new 1% window each query, so its
+    chunk mask is built (by SQL on the range index) in every search, never taken from the cache."""
+    return _rank_window(round((q * 0.137) % 0.99, 6))
 
 
 @worker_stage("filter_build")
@@ -54,7 +93,8 @@ def _stage_filter_build(spec: dict) -> dict:
     def records() -> Iterator[dict]:
         for i, (doc_id, text) in enumerate(iter_docs(Path(spec["docs"]))):
             yield {"text": text, "source": doc_id, "timestamp": _filter_timestamp(i),
-                   "metadata": {"bucket": i % FILTER_BUCKETS, "group": i % FILTER_GROUPS},
+                   "metadata": {"bucket": i % FILTER_BUCKETS, "group": i % FILTER_GROUPS, "rank": _rank(i),
+                                "day": _day(i)},
                    "acl": [f"group{i % FILTER_GROUPS}"]}
 
     gc.collect()
@@ -66,9 +106,12 @@ def _stage_filter_build(spec: dict) -> dict:
     return {"build_s": build_s, "chunks": chunks, "size_bytes": RagdbAdapter.size(folder)}
 
 
-def _hit_key(hit: Any) -> tuple[int, int, float]:
+def _hit_key(hit: Any) -> tuple[int, int, float, float, float]:
     ts = _dt.datetime.fromisoformat(hit.timestamp.replace("Z", "+00:00")).timestamp() if hit.timestamp else 0.0
-    return int(hit.metadata.get("bucket", -1)), int(hit.metadata.get("group", -1)), ts
+    day = hit.metadata.get("day")
+    day_epoch = _dt.datetime.fromisoformat(day).replace(tzinfo=_dt.timezone.utc).timestamp() if day else -1.0
+    return (int(hit.metadata.get("bucket", -1)), int(hit.metadata.get("group", -1)), ts,
+            float(hit.metadata.get("rank", -1.0)), day_epoch)
 
 
 @worker_stage("filter_query")
@@ -78,6 +121,9 @@ def _stage_filter_query(spec: dict) -> dict:
     import numpy as np
     import ragdb
 
+    def search(text: str, k: int, **kw: Any) -> list:
+        return db.search(text, k=k, **({"principals": ragdb.ALL} | kw))
+
     try:
         from ragdb.database import MAX_K
     except ImportError:
@@ -86,40 +132,43 @@ def _stage_filter_query(spec: dict) -> dict:
     queries = read_pairs(Path(spec["queries"]))
     configs = _filter_configs(n)
     idx = np.arange(n)
-    b_all, g_all = idx % FILTER_BUCKETS, idx % FILTER_GROUPS
-    e_all = np.array([(FILTER_T0 + _dt.timedelta(minutes=int(i))).timestamp() for i in idx])
+    columns = (idx % FILTER_BUCKETS, idx % FILTER_GROUPS,
+               np.array([(FILTER_T0 + _dt.timedelta(minutes=int(i))).timestamp() for i in idx]),
+               np.array([_rank(int(i)) for i in idx]), np.array([_day_epoch(int(i) % FILTER_DAYS) for i in idx]))
     res: dict[str, Any] = {"configs": [], "queries": len(queries)}
-    truth: dict[str, tuple[Any, Any, Any, bool]] = {}
+    truth: dict[str, tuple[Any, ...]] = {}
 
     def matching(text: str, pred: Callable[..., Any]) -> tuple[int, bool]:
         """Chunks matching the query under ``pred``, from an unfiltered search of up to MAX_K
         hits filtered here (exact when the search returned fewer than MAX_K hits)."""
         if text not in truth:
-            keys = [_hit_key(h) for h in db.search(text, k=MAX_K)]
-            arr = np.array(keys, dtype=float).reshape(-1, 3)
-            truth[text] = (arr[:, 0], arr[:, 1], arr[:, 2], len(keys) >= MAX_K)
-        b, g, e, capped = truth[text]
-        return int(np.count_nonzero(pred(b, g, e))), capped
+            keys = [_hit_key(h) for h in search(text, MAX_K)]
+            arr = np.array(keys, dtype=float).reshape(-1, 5)
+            truth[text] = (*(arr[:, j] for j in range(5)), len(keys) >= MAX_K)
+        *cols, capped = truth[text]
+        return int(np.count_nonzero(pred(*cols))), capped
 
     with ragdb.open(str(Path(spec["index_dir"]) / "ragdb.db")) as db:
-        db.search(queries[0][1], k=10)  # open the index (untimed)
+        search(queries[0][1], 10)  # open the index (untimed)
         first: dict[str, float] = {}
         for label, _pred, kw in configs[1:]:  # first query under a restriction: its chunk mask is built
             t0 = time.perf_counter()
-            db.search(queries[0][1], k=10, **kw)
+            search(queries[0][1], 10, **(kw if kw is not None else _moving(-1)[1]))
             first[label] = ms_since(t0)
         lat: dict[tuple[str, int], list[float]] = {(c[0], k): [] for c in configs for k in (10, 100)}
         counts = {(c[0], k): {"short": 0, "violations": 0, "outside": 0, "hits": 0}
                   for c in configs for k in (10, 100)}
         for k in (10, 100):
-            for _qid, text in queries[:WARMUP_QUERIES]:
+            for q, (_qid, text) in enumerate(queries[:WARMUP_QUERIES]):
                 for _label, _pred, kw in configs:
-                    db.search(text, k=k, **kw)
+                    search(text, k, **(kw if kw is not None else _moving(q - WARMUP_QUERIES)[1]))
             gc.collect()
-            for _qid, text in queries:
+            for q, (_qid, text) in enumerate(queries):
                 for label, pred, kw in configs:
+                    if kw is None:
+                        pred, kw = _moving(q + k)  # never a window an earlier search cached
                     t0 = time.perf_counter()
-                    hits = db.search(text, k=k, **kw)
+                    hits = search(text, k, **kw)
                     lat[(label, k)].append(ms_since(t0))
                     c = counts[(label, k)]
                     c["hits"] += len(hits)
@@ -130,7 +179,7 @@ def _stage_filter_query(spec: dict) -> dict:
                         if m > len(hits):  # fewer than k came back although more chunks match
                             c["violations"] += 1
     for label, pred, _kw in configs:
-        kept = int(np.count_nonzero(pred(b_all, g_all, e_all)))
+        kept = int(np.count_nonzero((pred or _moving(0)[0])(*columns)))
         row = {"label": label, "kept": kept, "first_ms": first.get(label)}
         for k in (10, 100):
             row[f"k{k}"] = {**lat_summary(lat[(label, k)]), **counts[(label, k)]}
@@ -146,7 +195,10 @@ def _filter_db_dir(ctx: Context, n: int) -> Path:
 FILTER_BARS = ["1% filter query p50 ≤ 2× unfiltered p50 at {tag} (k=10)",
                "1% filter query p50 ≤ 2× unfiltered p50 at {tag} (k=100)",
                "filtered searches return k hits whenever ≥ k chunks match ({tag})",
-               "no filtered hit outside its restriction ({tag})"]
+               "no filtered hit outside its restriction ({tag})",
+               "1% range filter ($gte/$lt on a number) query p50 ≤ 2× unfiltered p50 at {tag} (k=10)",
+               "1% range filter ($gte/$lt on a number) query p50 ≤ 2× unfiltered p50 at {tag} (k=100)",
+               "1% range filter, a new range each query (mask not cached), p50 ≤ 2× unfiltered p50 at {tag} (k=10)"]
 
 
 @section("filters")
@@ -154,7 +206,7 @@ def section_filters(ctx: Context) -> str:
     n = ctx.args.scale
     tag = f"{n // 1000}k"
     bar_names = [b.format(tag=tag) for b in FILTER_BARS]
-    head = [f"## Filters: selectivity on {n:,} chunks (issue 4)", ""]
+    head = [f"## Filters: selectivity on {n:,} chunks (issues 4 and 15)", ""]
     if not ctx.ragdb_ok:
         na_bars(ctx, bar_names, "ragdb not available")
         return "\n".join(head + ["ragdb not available: not measured.", ""])
@@ -175,12 +227,17 @@ def section_filters(ctx: Context) -> str:
     lines = head + [
         f"Setup: SciFact replicated to {n:,} documents as in the scale section (one chunk each), built into a "
         f"separate ragdb database where document *i* has `metadata={{\"bucket\": i % {FILTER_BUCKETS}, "
-        f"\"group\": i % {FILTER_GROUPS}}}`, `acl=[\"group<i % {FILTER_GROUPS}>\"]` and the timestamp "
-        f"{FILTER_T0:%Y-%m-%d} + *i* minutes (so every restriction keeps documents spread over all the replicas). "
-        f"One worker process opens it and runs the first {q.get('queries', max_q)} SciFact train queries with "
-        "BM25 under every restriction in turn (each query under all six before the next query, so drift on the "
-        f"noisy machine hits all alike), after {WARMUP_QUERIES} warm-up queries, at k=10 and again at k=100. "
-        "Ratios are filtered p50 / unfiltered p50 over the same queries.",
+        f"\"group\": i % {FILTER_GROUPS}, \"rank\": (i × 0.618…) mod 1, \"day\": \"<{FILTER_T0:%Y-%m-%d} + "
+        f"(i % {FILTER_DAYS}) days>\"}}` (`day` an ISO date), `acl=[\"group<i % {FILTER_GROUPS}>\"]` and the "
+        f"timestamp {FILTER_T0:%Y-%m-%d} + *i* minutes (so every restriction keeps documents spread over all the "
+        f"replicas). One worker process opens it and runs the first {q.get('queries', max_q)} SciFact train "
+        f"queries with BM25 under every restriction in turn (each query under all {len(q.get('configs', []))} "
+        "before the next query, so drift on the noisy machine hits all alike), after "
+        f"{WARMUP_QUERIES} warm-up queries, at k=10 and again at k=100. "
+        "Every search reads with `principals=ragdb.ALL` (all documents carry labels) but the principals "
+        "row's. Ratios are filtered p50 / unfiltered p50 over the same queries. The range rows keep 1%: `rank` in "
+        "[0.5, 0.51), `day` one day of 100, and a window of `rank` that moves with every query, so its chunk "
+        "mask is never in the cache: each of those searches builds it by SQL on the range index.",
         "",
     ]
     if "error" in b or "error" in q:
@@ -221,6 +278,12 @@ def section_filters(ctx: Context) -> str:
     for name, k in zip(bar_names[:2], (10, 100)):
         x = ratio(one.get(f"k{k}", {}).get("p50_ms"), base_row[f"k{k}"]["p50_ms"])
         bar(ctx, name, None if x is None else x <= 2.0, xfmt(x))
+    ranged = cfgs.get(RANGE_LABEL, {})
+    for name, k in zip(bar_names[4:6], (10, 100)):
+        x = ratio(ranged.get(f"k{k}", {}).get("p50_ms"), base_row[f"k{k}"]["p50_ms"])
+        bar(ctx, name, None if x is None else x <= 2.0, xfmt(x))
+    x = ratio(cfgs.get(MOVING_LABEL, {}).get("k10", {}).get("p50_ms"), base_row["k10"]["p50_ms"])
+    bar(ctx, bar_names[6], None if x is None else x <= 2.0, xfmt(x))
     viol = sum(c[f"k{k}"]["violations"] for c in q["configs"] for k in (10, 100))
     short = sum(c[f"k{k}"]["short"] for c in q["configs"] for k in (10, 100))
     outside = sum(c[f"k{k}"]["outside"] for c in q["configs"] for k in (10, 100))
