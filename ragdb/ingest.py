@@ -172,12 +172,12 @@ def analysis_pool(analyzer: Analyzer, workers: int | None) -> AnalysisPool | Non
         return None
 
 
-def _dispatch(analyzer: Analyzer, pool: AnalysisPool, texts: list[str], backlog: int) -> Any:
-    """Analyze a part of a batch in the pool, or here when the workers are behind
-    (more than a batch of parts per worker still waiting: they need that
+def _dispatch(analyzer: Analyzer, pool: AnalysisPool | None, texts: list[str], backlog: int) -> Any:
+    """Analyze a part of a batch in the pool, or here when there is none or the workers
+    are behind (more than a batch of parts per worker still waiting: they need that
     much queued to stay busy while this process writes the previous batch)."""
-    if pool.backlog() > backlog * pool.workers:
-        return [analyzer.term_counts(t) for t in texts]
+    if pool is None or pool.backlog() > backlog * pool.workers:
+        return analyzer.term_counts_many(texts)
     return pool.submit(texts)
 
 
@@ -194,7 +194,8 @@ def ingest(records: Iterable[Mapping[str, Any] | LoadedDocument], *, analyzer: A
     backlog = max(2, -(-batch_size // ANALYSIS_PART))  # parts a worker may have queued (a batch)
     # Batches are analyzed while the previous one is written: the texts go to
     # the worker processes in parts; this process analyzes a part itself
-    # only when the workers are behind (see _dispatch).
+    # when there are no workers (yet) or they are behind (see _dispatch). Parts are
+    # analyzed together (Analyzer.term_counts_many learns their new words at once).
     pending: tuple[list[Prepared], list[Prepared], list[Any]] | None = None
 
     def flush_batch(batch: list[Prepared], pooled: list[Prepared], parts: list[Any]) -> None:
@@ -210,26 +211,24 @@ def ingest(records: Iterable[Mapping[str, Any] | LoadedDocument], *, analyzer: A
         n = 0
         while True:
             batch: list[Prepared] = []
-            pooled: list[Prepared] = []  # records of this batch analyzed in parts
+            pooled: list[Prepared] = []  # records of this batch, analyzed in parts
             parts: list[Any] = []         # their analysis: lists of counts, or pool jobs
             texts: list[str] = []         # texts not yet sent
             try:
                 for record in it:
                     if pool is None and n == POOL_AFTER and workers != 0:
                         pool = analysis_pool(analyzer, workers)  # a bulk load: analyze in parallel
-                    p = prepare(record, chunker, analyzer, n, now, analyze=pool is None)
+                    p = prepare(record, chunker, analyzer, n, now, analyze=False)
                     n += 1
                     batch.append(p)
-                    if pool is not None:
-                        pooled.append(p)
-                        texts.extend(p.text[s:e] for s, e, _, _ in p.chunks)
-                        if len(texts) >= ANALYSIS_PART:
-                            parts.append(_dispatch(analyzer, pool, texts, backlog))
-                            texts = []
+                    pooled.append(p)
+                    texts.extend(p.text[s:e] for s, e, _, _ in p.chunks)
+                    if len(texts) >= ANALYSIS_PART:
+                        parts.append(_dispatch(analyzer, pool, texts, backlog))
+                        texts = []
                     if len(batch) >= batch_size:
                         break
                 if texts:
-                    assert pool is not None
                     parts.append(_dispatch(analyzer, pool, texts, backlog))
             except BaseException:
                 if pending is not None:  # the batches before the bad record are written
