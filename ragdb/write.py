@@ -216,8 +216,7 @@ class Writer:
                 nonlocal chunks, total_length, top
                 while rows := store.chunk_texts_after(top, REINDEX_BATCH):
                     batch, forward = [], []
-                    for cid, latest, text in rows:
-                        counts = analyzer.term_counts(text)
+                    for (cid, latest, _text), counts in zip(rows, analyzer.term_counts_many(r[2] for r in rows)):
                         for term in counts:
                             if term not in ids:
                                 ids[term] = len(ids) + 1
