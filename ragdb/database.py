@@ -628,18 +628,23 @@ class Database:
         return _check.check(self._engine, quick=quick)
 
 
-def _reindex_option(analyzer: Analyzer) -> str:
-    """The ``--analyzer`` option of the ``ragdb reindex`` that rebuilds with ``analyzer`` ("" for the default)."""
+def _reindex_hint(analyzer: Analyzer) -> str:
+    """How to rebuild a database's index with ``analyzer``: the ``ragdb reindex`` command
+    when an ``--analyzer`` spec names it, else the library call."""
     from .analysis import ANALYZER_VERSION
 
     config = analyzer.config()
-    if config.get("name") != "ragdb":
-        return f" --analyzer {config.get('name')}"
     specs: dict[tuple[Any, ...], str] = {("english", "english+chinese", "bigram"): "",
                                          ("english", "english+chinese", "jieba"): " --analyzer jieba",
                                          (None, None, "bigram"): " --analyzer simple"}
     key = (config.get("stem"), config.get("stopwords"), config.get("cjk"))
-    return specs.get(key, "") if config.get("version") == ANALYZER_VERSION else ""
+    if config.get("name") != "ragdb":
+        option: str | None = f" --analyzer {config.get('name')}"
+    else:
+        option = specs.get(key) if config.get("version") == ANALYZER_VERSION else None
+    if option is None:
+        return "Database.reindex(analyzer) with that configuration"
+    return f"'ragdb reindex{option}' (Database.reindex())"
 
 
 def _prompt_k(k: int | None, options: SearchOptions | None) -> int | None:
@@ -695,7 +700,7 @@ def open_database(path: str | os.PathLike[str] = ":memory:", *, analyzer: "str |
                 f"{path}: was built with the {stored.describe()} analyzer and cannot be opened with the "
                 f"{wanted.describe()} one (the index terms would not match); open it without analyzer= "
                 f"(or with the stored one), or rebuild its index with the new analyzer in place: "
-                f"'ragdb reindex{_reindex_option(wanted)}' (Database.reindex())")
+                f"{_reindex_hint(wanted)}")
         # An access setting never changes as a side effect of opening (any process may
         # open the file); chunker and keep_versions given here do update the stored ones.
         public = bool(settings.get("public_unlabeled", False))
