@@ -636,8 +636,8 @@ def cli(database: str | None, readonly: bool) -> None:
 @cli.command()
 @database_option
 @click.option("--analyzer", default=None, metavar="NAME", callback=lambda _c, _p, v: _analyzer_option(v),
-              help="Text analyzer, fixed at creation: default (English stemming + CJK n-grams), jieba, simple, "
-                   "or one a plugin provides ('ragdb plugins').")
+              help="Text analyzer, chosen at creation ('ragdb reindex' changes it): default (English stemming + "
+                   "CJK n-grams, technical words kept), jieba, simple, or one a plugin provides ('ragdb plugins').")
 @click.option("--chunker", default=None, metavar="SPEC",
               help="Default chunker: recursive, paragraph, none, window:size=200,overlap=40 ...")
 @click.option("--keep-versions/--no-keep-versions", default=None,
@@ -1271,7 +1271,7 @@ def config_cmd(database: str | None, key: str | None, value: str | None, output:
       min_confidence 0..1|default  confidence floor of prompt/ask (0: never refuse by confidence;
                                    'ragdb eval --calibrate' chooses one)
 
-    The analyzer is fixed at creation. A change is one transaction; databases
+    The analyzer is chosen at creation ('ragdb reindex' changes it). A change is one transaction; databases
     already open elsewhere see it from their next search or write on. Opening
     never changes public_unlabeled: this command (or Database.set_public_unlabeled) does.
     The listing also prints as --nl/--csv/--tsv (setting, value); --json is one object.
@@ -1281,7 +1281,8 @@ def config_cmd(database: str | None, key: str | None, value: str | None, output:
                                f"give --json for one")
     as_json = output.json
     if key is not None and key not in CONFIG_KEYS:
-        fixed = " (the analyzer is fixed when the database is created)" if key == "analyzer" else ""
+        fixed = " (the analyzer is chosen when the database is created; 'ragdb reindex' changes it)" \
+            if key == "analyzer" else ""
         raise click.UsageError(f"cannot set {key!r}{fixed}; settable: {', '.join(sorted(CONFIG_KEYS))}")
     new: Any = value
     if key is not None and value is not None and CONFIG_KEYS[key] == "true|false":
