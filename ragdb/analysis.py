@@ -80,7 +80,7 @@ import re
 import sys
 import unicodedata
 from array import array
-from collections import Counter
+from collections import Counter, _count_elements  # type: ignore[attr-defined]
 from collections.abc import Iterable, Iterator, Mapping
 from itertools import chain
 from typing import Any, NamedTuple
@@ -743,16 +743,16 @@ class Analyzer:
         out = TermCounts()
         if words:
             memo = self._memo
-            try:
-                out.update(chain.from_iterable(map(memo.__getitem__, words)))
+            try:  # (Counter's own C loop, without the Python-level update around it)
+                _count_elements(out, chain.from_iterable(map(memo.__getitem__, words)))
             except KeyError:
                 self._learn2(words)
                 out = TermCounts()
-                out.update(chain.from_iterable(map(memo.__getitem__, words)))
+                _count_elements(out, chain.from_iterable(map(memo.__getitem__, words)))
             if _OVERLAP in out:
                 out.overlaps = out.pop(_OVERLAP)
         if cjk:
-            out.update(cjk)
+            _count_elements(out, cjk)
         return out
 
     def _cjk_terms(self, run: str) -> list[str]:

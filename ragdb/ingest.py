@@ -39,7 +39,8 @@ R = TypeVar("R")
 
 @dataclass
 class Prepared:
-    """A validated document, chunked (and analyzed unless its batch goes to workers)."""
+    """A validated document, chunked; its chunks' term counts are filled in by :func:`ingest`
+    (in parts, here or in worker processes)."""
 
     source: str
     version: str | None
@@ -85,9 +86,9 @@ def check_acl(acl_in: Any, label: str) -> tuple[str, ...]:
     return tuple(sorted({check_text(a, f"{label}: acl label") for a in acl_in}))
 
 
-def prepare(record: Mapping[str, Any] | LoadedDocument, chunker: Chunker, analyzer: Analyzer, n: int,
-            now: tuple[str, float], analyze: bool = True) -> Prepared:
-    """Validate, chunk and (``analyze``) analyze record number ``n``; ``now`` is the
+def prepare(record: Mapping[str, Any] | LoadedDocument, chunker: Chunker, n: int,
+            now: tuple[str, float]) -> Prepared:
+    """Validate and chunk record number ``n`` (its chunks' counts left empty); ``now`` is the
     timestamp of records without one."""
     if isinstance(record, LoadedDocument):
         meta = dict(record.metadata)
@@ -144,7 +145,7 @@ def prepare(record: Mapping[str, Any] | LoadedDocument, chunker: Chunker, analyz
         for sp in spans:
             if sp.start <= start < sp.end:
                 cmeta.update(sp.metadata)
-        chunks.append((start, end, cmeta, analyzer.term_counts(text[start:end]) if analyze else {}))
+        chunks.append((start, end, cmeta, {}))
     return Prepared(source, version, timestamp, ts, title, text, metadata, metadata_json, acl,
                     content_hash, rec_chunker.spec(), chunks, record.get("acl") is not None)
 
@@ -218,7 +219,7 @@ def ingest(records: Iterable[Mapping[str, Any] | LoadedDocument], *, analyzer: A
                 for record in it:
                     if pool is None and n == POOL_AFTER and workers != 0:
                         pool = analysis_pool(analyzer, workers)  # a bulk load: analyze in parallel
-                    p = prepare(record, chunker, analyzer, n, now, analyze=False)
+                    p = prepare(record, chunker, n, now)
                     n += 1
                     batch.append(p)
                     pooled.append(p)
