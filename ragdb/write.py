@@ -435,7 +435,7 @@ class Writer:
         store, index = self.engine.store, self.engine.index
         ids = index.term_cache
         all_terms = set().union(*(counts for _, p in docs for *_, counts in p.chunks))  # unions in C
-        missing = [t for t in all_terms if t not in ids]
+        missing = list(all_terms.difference(ids))  # (sorted below, where order matters)
         if missing:
             if index.term_cache_upto >= 0:
                 if index.term_cache_stale:  # another connection wrote: read the terms it added
