@@ -227,6 +227,13 @@ def test_a_batch_analyzed_before_another_connections_reindex_is_analyzed_again(t
 # --------------------------------------------------------------------------- the command
 
 
+def test_ragdb_init_makes_version_2_databases(tmp_path, runner):
+    made = out_json(run(runner, "-d", tmp_path / "new.db", "init", "--json"))
+    assert made["analyzer"] == V2
+    simple = out_json(run(runner, "-d", tmp_path / "simple.db", "init", "--analyzer", "simple", "--json"))
+    assert simple["analyzer"] == {"name": "ragdb", "version": 2, "stem": None, "stopwords": None, "cjk": "bigram"}
+
+
 def test_ragdb_reindex_command(tmp_path, runner):
     path = tmp_path / "kb.db"
     with ragdb.open(path, analyzer=V1) as db:
