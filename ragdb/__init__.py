@@ -18,11 +18,11 @@ from .analysis import Analyzer
 from .database import Database, open_database
 from .errors import RagdbError
 from .options import ALL, PUBLIC, Restrictions, SearchOptions
-from .types import AddReport, Change, CollectionInfo, Document, Facets, Hit, Stats, VectorInfo
+from .types import AddReport, Change, CollectionInfo, Document, Facets, Hit, ReindexReport, Stats, VectorInfo
 
 __version__ = "0.1.0"
 __all__ = ["open", "Database", "Hit", "Document", "Stats", "AddReport", "Change", "CollectionInfo", "Facets",
-           "VectorInfo", "SearchOptions",
+           "VectorInfo", "ReindexReport", "SearchOptions",
            "Restrictions", "ALL", "PUBLIC", "Analyzer", "RagdbError", "options", "__version__"]
 
 
@@ -33,9 +33,11 @@ def open(path: str | os.PathLike[str] = ":memory:", *, analyzer: "str | Analyzer
          embed_on_add: bool = True, collection: str | None = None) -> Database:
     """Open a ragdb database file, creating it and applying pending migrations.
 
-    ``analyzer``: ``"default"`` (English stemming + CJK unigrams/bigrams),
+    ``analyzer``: ``"default"`` (English stemming + CJK unigrams/bigrams, technical
+    words such as ``c++`` and ``node.js`` kept: analyzer version 2),
     ``"jieba"`` or ``"simple"``; stored at creation, and opening with a
-    different one raises :class:`ragdb.errors.AnalyzerMismatch`.
+    different one raises :class:`ragdb.errors.AnalyzerMismatch` (a database built
+    with version 1 keeps it; :meth:`Database.reindex` rebuilds it with another).
     ``chunker``: the default chunker spec for adds (``"recursive"``,
     ``"window:size=200,overlap=40"``, ``"paragraph"``, ``"none"``).
     ``keep_versions``: keep replaced versions of a source for

@@ -689,8 +689,8 @@ def cli(database: str | None, collection: str | None, readonly: bool) -> None:
 @cli.command()
 @database_option
 @click.option("--analyzer", default=None, metavar="NAME", callback=lambda _c, _p, v: _analyzer_option(v),
-              help="Text analyzer, fixed at creation: default (English stemming + CJK n-grams), jieba, simple, "
-                   "or one a plugin provides ('ragdb plugins').")
+              help="Text analyzer, chosen at creation ('ragdb reindex' changes it): default (English stemming + "
+                   "CJK n-grams, technical words kept), jieba, simple, or one a plugin provides ('ragdb plugins').")
 @click.option("--chunker", default=None, metavar="SPEC",
               help="Default chunker: recursive, paragraph, none, window:size=200,overlap=40 ...")
 @click.option("--keep-versions/--no-keep-versions", default=None,
@@ -1340,7 +1340,12 @@ def search(database: str | None, query: str, k: int, scorer: str, fusion: str | 
             _check_model(db, opts.embedder, embed_model or "")
         _warn_pending(db, scorer)
         hits = db.search(query, options=opts)
+        analysis = _query_analysis(db, query) if scorer not in ("vector",) else None
+        if explain and analysis is not None:
+            _explain_query(*analysis, table=output.table)
         if not hits and not offset:
+            if analysis is not None and not analysis[0]:
+                _warn(_no_terms_message(db, query, analysis[1]))
             _hidden_note(db, opts.restrictions.principals)
     if not output.table:
         _emit_records(output, [_hit_json(h, i) for i, h in enumerate(hits, offset + 1)], HIT_COLUMNS)
@@ -1359,6 +1364,48 @@ def search(database: str | None, query: str, k: int, scorer: str, fusion: str | 
         if explain and h.explain:
             for term, c in sorted(h.explain.items(), key=lambda kv: -kv[1]):
                 click.echo(f"      {c:>9.4f}  {term}")
+
+
+def _query_analysis(db: ragdb.Database, query: str) -> tuple[list[str], list[tuple[str, str]]]:
+    """The terms the database's analyzer makes of a query, and the words it drops (with why)."""
+    an = db.analyzer
+    return list(dict.fromkeys(an.terms(query))), an.dropped(query)
+
+
+def _dq(word: str) -> str:
+    return f'"{word}"'
+
+
+def _quoted(words: Sequence[tuple[str, str]]) -> str:
+    return ", ".join(f"{_dq(w)} ({why})" for w, why in words)
+
+
+def _explain_query(terms: Sequence[str], dropped: Sequence[tuple[str, str]], *, table: bool) -> None:
+    """--explain: the query's terms and dropped words (on stdout before a table of hits, else on stderr)."""
+    lines = [f"query terms: {', '.join(map(_dq, terms)) if terms else 'none'}"]
+    if dropped:
+        lines.append(f"dropped: {_quoted(dropped)}")
+    for line in lines:
+        click.echo(line, err=not table)
+
+
+def _no_terms_message(db: ragdb.Database, query: str, dropped: Sequence[tuple[str, str]]) -> str:
+    """Why a query whose every word the analyzer dropped finds nothing; for an older analyzer
+    version that drops words the current one keeps, how to get them."""
+    from .analysis import ANALYZER_VERSION, Analyzer
+
+    if not dropped:
+        return "no hits: the query has no words"
+    msg = f"no hits: every word of the query was dropped by the analyzer: {_quoted(dropped)}"
+    config = db.analyzer.config()
+    if config.get("name") == "ragdb" and config.get("version", ANALYZER_VERSION) < ANALYZER_VERSION:
+        current = Analyzer(stem=config.get("stem"), stopwords=config.get("stopwords"), cjk=config.get("cjk", "bigram"))
+        kept = [w for w, _why in dropped if current.terms(w)]
+        if kept:
+            msg += (f"; this database's analyzer is version {config.get('version')}, and version "
+                    f"{ANALYZER_VERSION} keeps {', '.join(map(_dq, kept))}: 'ragdb reindex' "
+                    f"rebuilds the index with it")
+    return msg
 
 
 # --------------------------------------------------------------------------- embed
@@ -1443,7 +1490,7 @@ def config_cmd(database: str | None, key: str | None, value: str | None, output:
       min_confidence 0..1|default  confidence floor of prompt/ask (0: never refuse by confidence;
                                    'ragdb eval --calibrate' chooses one)
 
-    The analyzer is fixed at creation. A change is one transaction; databases
+    The analyzer is chosen at creation ('ragdb reindex' changes it). A change is one transaction; databases
     already open elsewhere see it from their next search or write on. Opening
     never changes public_unlabeled: this command (or Database.set_public_unlabeled) does.
     The listing also prints as --nl/--csv/--tsv (setting, value); --json is one object.
@@ -1453,7 +1500,8 @@ def config_cmd(database: str | None, key: str | None, value: str | None, output:
                                f"give --json for one")
     as_json = output.json
     if key is not None and key not in CONFIG_KEYS:
-        fixed = " (the analyzer is fixed when the database is created)" if key == "analyzer" else ""
+        fixed = " (the analyzer is chosen when the database is created; 'ragdb reindex' changes it)" \
+            if key == "analyzer" else ""
         raise click.UsageError(f"cannot set {key!r}{fixed}; settable: {', '.join(sorted(CONFIG_KEYS))}")
     new: Any = value
     if key is not None and value is not None and CONFIG_KEYS[key] == "true|false":
@@ -1642,6 +1690,52 @@ def optimize(database: str | None, no_vacuum: bool, as_json: bool) -> None:
         _emit_json({"size_before": before, "size_after": after})
     else:
         click.echo(f"optimized: {_fmt_size(before)} -> {_fmt_size(after)}")
+
+
+@cli.command()
+@database_option
+@click.option("--analyzer", default=None, metavar="NAME", callback=lambda _c, _p, v: _analyzer_option(v),
+              help="Analyzer to rebuild with: default (the current version), jieba, simple, or a plugin's "
+                   "(default: default).")
+@click.option("--dry-run", is_flag=True, help="Say what would change, change nothing.")
+@json_option
+def reindex(database: str | None, analyzer: str | None, dry_run: bool, as_json: bool) -> None:
+    """Rebuild the lexical index with the current analyzer (or --analyzer), in place.
+
+    A database keeps the analyzer it was built with, so upgrading ragdb never
+    changes its terms or scores; reindex moves it to the current analyzer
+    version (version 2 keeps C++, C#, .NET, node.js, x86_64 and one-letter
+    words). Every stored chunk, kept versions too, is analyzed again from its
+    text in one transaction: on a failure nothing changes, and other processes
+    see the old index or the new one, whole. Documents, chunks, versions,
+    metadata, access labels and vectors stay as they are. --json prints
+    {"database", "previous", "analyzer", "documents", "chunks", "terms_before",
+    "terms", "dry_run"}.
+    """
+    from .analysis import Analyzer, describe_config
+
+    target = Analyzer.from_spec(analyzer or "default").config()
+    with _open(database) as db:
+        previous = db.analyzer.config()
+        if dry_run:
+            s = db.stats()
+            out = {"database": db.path, "previous": previous, "analyzer": target, "documents": s.stored_documents,
+                   "chunks": s.stored_chunks, "terms_before": None, "terms": None, "dry_run": True}
+        else:
+            r = db.reindex(target)
+            out = {"database": db.path, "previous": dict(r.previous), "analyzer": dict(r.analyzer),
+                   "documents": r.documents, "chunks": r.chunks, "terms_before": r.terms_before, "terms": r.terms,
+                   "dry_run": False}
+    if as_json:
+        _emit_json(out)
+        return
+    change = (f"{describe_config(previous)} -> {describe_config(target)}" if previous != target
+              else f"{describe_config(target)} (unchanged)")
+    if dry_run:
+        click.echo(f"would reindex {out['chunks']:,} chunks of {out['documents']:,} documents: {change}")
+    else:
+        click.echo(f"reindexed {out['chunks']:,} chunks of {out['documents']:,} documents: {change}; "
+                   f"vocabulary {out['terms_before']:,} -> {out['terms']:,} terms")
 
 
 @cli.command()

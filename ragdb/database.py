@@ -40,7 +40,8 @@ from .options import (ALL, MAX_K, SCORERS, Principals, Restrictions, SearchOptio
 from .search import Searcher
 from .storage import Store, loads
 from .storage.collections import DEFAULT as DEFAULT_COLLECTION, check_name
-from .types import AddReport, Change, CollectionInfo, Document, Facets, Hit, LoadedDocument, Span, Stats, VectorInfo
+from .types import (AddReport, Change, CollectionInfo, Document, Facets, Hit, LoadedDocument, ReindexReport, Span,
+                    Stats, VectorInfo)
 from .vectors import VectorIndex
 from .write import VectorTally, Writer, doc_from_row
 
@@ -179,8 +180,12 @@ class Database:
 
     @property
     def analyzer(self) -> Analyzer:
-        """The text analyzer the database was built with."""
-        return self._engine.analyzer
+        """The text analyzer of the database's index (after another connection's
+        :meth:`reindex`, the new one)."""
+        eng = self._engine
+        with eng.store.read():
+            eng.sync()
+        return eng.analyzer
 
     @property
     def settings(self) -> dict[str, Any]:
@@ -294,13 +299,15 @@ class Database:
         bulk_terms: set[int] = set()  # terms flushed by this call in mid-load
         tally = VectorTally()
 
+        analyzer = eng.analyzer
+
         def write(batch: list[Prepared]) -> list[Change]:
-            return self._writer.write(batch, tally)
+            return self._writer.write(batch, tally, analyzer)
 
         def after_batch() -> None:  # bound the memory of a bulk load: flush large tails between batches
             bulk_terms.update(self._writer.maybe_flush(BULK_FLUSH_CHUNKS))
 
-        changes = ingest(records, analyzer=eng.analyzer, chunker=ch, batch_size=batch_size, workers=workers,
+        changes = ingest(records, analyzer=analyzer, chunker=ch, batch_size=batch_size, workers=workers,
                          write=write, after_batch=after_batch)
         # After a bulk load that flushed in mid-load, flush the rest and merge the
         # segments it wrote, so each term it touched is one segment again
@@ -689,6 +696,27 @@ class Database:
                 yield record
 
     # -- maintenance ---------------------------------------------------------------
+    def reindex(self, analyzer: str | Analyzer | Mapping[str, Any] | None = None) -> ReindexReport:
+        """Rebuild the lexical index with ``analyzer`` (default: ``"default"``, the current
+        version of ragdb's analyzer; or any spec :func:`ragdb.open` takes), in place, and
+        store it as the database's analyzer (``ragdb reindex``).
+
+        Every stored chunk (kept older versions too) is analyzed again from its text;
+        documents and chunks keep their ids, spans, texts, versions, metadata, labels and
+        vectors (chunk boundaries never depend on the analyzer). One write transaction: on
+        any failure nothing changes, and another process reading meanwhile sees the old
+        index or the new one, whole. Afterwards searches equal those of a new database of
+        the same documents built with ``analyzer``. Other open connections to the file
+        notice at their next read or write and use the new analyzer from then on (a batch
+        another connection analyzed before is analyzed again when it is written).
+        Refused inside :meth:`transaction`. Returns a :class:`~ragdb.types.ReindexReport`."""
+        new = Analyzer.from_spec(analyzer)
+        previous, chunks, before, terms = self._writer.reindex(new)
+        with self._engine.store.read():
+            documents = self._engine.store.stored_counts()[0]
+        return ReindexReport(previous=previous, analyzer=new.config(), documents=documents, chunks=chunks,
+                             terms_before=before, terms=terms)
+
     def optimize(self, *, vacuum: bool = True) -> None:
         """Flush pending postings, merge each term's segments into one (dropping
         deleted chunks), forget unused terms, then ``ANALYZE`` and ``VACUUM``."""
@@ -712,6 +740,25 @@ class Database:
         large database). Damage is reported, never raised.
         """
         return _check.check(self._engine, quick=quick)
+
+
+def _reindex_hint(analyzer: Analyzer) -> str:
+    """How to rebuild a database's index with ``analyzer``: the ``ragdb reindex`` command
+    when an ``--analyzer`` spec names it, else the library call."""
+    from .analysis import ANALYZER_VERSION
+
+    config = analyzer.config()
+    specs: dict[tuple[Any, ...], str] = {("english", "english+chinese", "bigram"): "",
+                                         ("english", "english+chinese", "jieba"): " --analyzer jieba",
+                                         (None, None, "bigram"): " --analyzer simple"}
+    key = (config.get("stem"), config.get("stopwords"), config.get("cjk"))
+    if config.get("name") != "ragdb":
+        option: str | None = f" --analyzer {config.get('name')}"
+    else:
+        option = specs.get(key) if config.get("version") == ANALYZER_VERSION else None
+    if option is None:
+        return "Database.reindex(analyzer) with that configuration"
+    return f"'ragdb reindex{option}' (Database.reindex())"
 
 
 def _prompt_k(k: int | None, options: SearchOptions | None) -> int | None:
@@ -803,7 +850,8 @@ def _settle(store: Store, *, wanted: Analyzer | None, chunker_spec: str | None, 
             raise AnalyzerMismatch(
                 f"{where}: was built with the {stored.describe()} analyzer and cannot be opened with the "
                 f"{wanted.describe()} one (the index terms would not match); open it without analyzer= "
-                f"(or with the stored one), or rebuild it into a new database")
+                f"(or with the stored one), or rebuild its index with the new analyzer in place: "
+                f"{_reindex_hint(wanted)}")
         # An access setting never changes as a side effect of opening (any process may
         # open the file); chunker and keep_versions given here do update the stored ones.
         public = bool(settings.get("public_unlabeled", False))

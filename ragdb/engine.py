@@ -32,6 +32,8 @@ class Engine:
         self.store = store
         self.analyzer = analyzer
         self.settings = settings
+        #: the stored analyzer configuration ``analyzer`` was made from (see :meth:`sync`)
+        self.analyzer_config: Any = settings.get("analyzer")
         self.index = Index(store)
         self.vectors = VectorIndex(store)
         #: Embedder used on add (new chunks get vectors) and for vector/hybrid queries.
@@ -57,12 +59,21 @@ class Engine:
         """Bring the in-memory index up to date (inside a transaction). After another
         connection wrote, the stored settings are read again too, so a setting it
         changed (``Database.set_public_unlabeled``, ``ragdb config``) holds here at
-        once: every settings change advances the generation, as every write does."""
+        once: every settings change advances the generation, as every write does.
+        That includes the analyzer: after another connection's ``reindex`` this one
+        analyzes queries and new documents with the new analyzer from then on (its
+        index view reloads in the same sync: a reindex counts as a flush)."""
         index = self.index
         before = index.generation
         index.sync()
         if index.generation != before:
             self.settings.update(self.store.settings())
+            stored = self.settings.get("analyzer")
+            if stored is not None and stored != self.analyzer_config:
+                from .analysis import Analyzer
+
+                self.analyzer = Analyzer.from_config(stored)
+                self.analyzer_config = stored
 
     def set_setting(self, key: str, value: Any) -> None:
         """Store one setting in a write transaction of its own, visible to every open

@@ -25,7 +25,7 @@ import sys
 from collections import Counter
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 
 import numpy as np
 import orjson
@@ -664,6 +664,35 @@ class Index:
         self._norms = norms
         self._norms_generation = self.generation
         return self._norms
+
+
+def write_all_postings(store: Store, batches: Iterable[Sequence[tuple[int, np.ndarray, np.ndarray]]]) -> None:
+    """Write the postings of every chunk from forward indexes given in batches of
+    (chunk id, term ids, tfs) in chunk id order (``Database.reindex``, into emptied
+    postings): each batch becomes one segment per term, then a term's segments are
+    merged into one, so memory holds one batch (and one merge part) at a time."""
+    segment = 0
+    for batch in batches:
+        tail = _Tail.build(batch)
+        if not len(tail.term_ids):
+            continue
+        ids32 = tail.chunk_ids.astype("<u4").tobytes()
+        tfs16 = np.minimum(tail.tfs, 65535).astype("<u2").tobytes()
+        starts = tail.starts.tolist()
+        store.insert_segments((int(t), segment, starts[i + 1] - starts[i], ids32[4 * starts[i]:4 * starts[i + 1]],
+                               tfs16[2 * starts[i]:2 * starts[i + 1]]) for i, t in enumerate(tail.term_ids.tolist()))
+        segment += 1
+    if segment <= 1:
+        return
+    several = [t for t, (n, _top) in store.segment_counts(store.segment_counts_all()).items() if n > 1]
+    for part in range(0, len(several), 2000):
+        terms = several[part:part + 2000]
+        grouped: dict[int, list[tuple[bytes, bytes]]] = {t: [] for t in terms}
+        for tid, ids_blob, tfs_blob in store.postings(terms):  # segments in order: chunk ids ascending
+            grouped[tid].append((ids_blob, tfs_blob))
+        store.delete_segments(terms)
+        store.insert_segments((t, 0, sum(len(i) for i, _f in grouped[t]) // 4, b"".join(i for i, _f in grouped[t]),
+                               b"".join(f for _i, f in grouped[t])) for t in terms)
 
 
 def _norm_block(block: Sequence[tuple[int, bytes, bytes]], idf: np.ndarray, out: np.ndarray) -> None:

@@ -39,7 +39,8 @@ R = TypeVar("R")
 
 @dataclass
 class Prepared:
-    """A validated document, chunked (and analyzed unless its batch goes to workers)."""
+    """A validated document, chunked; its chunks' term counts are filled in by :func:`ingest`
+    (in parts, here or in worker processes)."""
 
     source: str
     version: str | None
@@ -85,9 +86,9 @@ def check_acl(acl_in: Any, label: str) -> tuple[str, ...]:
     return tuple(sorted({check_text(a, f"{label}: acl label") for a in acl_in}))
 
 
-def prepare(record: Mapping[str, Any] | LoadedDocument, chunker: Chunker, analyzer: Analyzer, n: int,
-            now: tuple[str, float], analyze: bool = True) -> Prepared:
-    """Validate, chunk and (``analyze``) analyze record number ``n``; ``now`` is the
+def prepare(record: Mapping[str, Any] | LoadedDocument, chunker: Chunker, n: int,
+            now: tuple[str, float]) -> Prepared:
+    """Validate and chunk record number ``n`` (its chunks' counts left empty); ``now`` is the
     timestamp of records without one."""
     if isinstance(record, LoadedDocument):
         meta = dict(record.metadata)
@@ -144,7 +145,7 @@ def prepare(record: Mapping[str, Any] | LoadedDocument, chunker: Chunker, analyz
         for sp in spans:
             if sp.start <= start < sp.end:
                 cmeta.update(sp.metadata)
-        chunks.append((start, end, cmeta, analyzer.term_counts(text[start:end]) if analyze else {}))
+        chunks.append((start, end, cmeta, {}))
     return Prepared(source, version, timestamp, ts, title, text, metadata, metadata_json, acl,
                     content_hash, rec_chunker.spec(), chunks, record.get("acl") is not None)
 
@@ -172,12 +173,12 @@ def analysis_pool(analyzer: Analyzer, workers: int | None) -> AnalysisPool | Non
         return None
 
 
-def _dispatch(analyzer: Analyzer, pool: AnalysisPool, texts: list[str], backlog: int) -> Any:
-    """Analyze a part of a batch in the pool, or here when the workers are behind
-    (more than a batch of parts per worker still waiting: they need that
+def _dispatch(analyzer: Analyzer, pool: AnalysisPool | None, texts: list[str], backlog: int) -> Any:
+    """Analyze a part of a batch in the pool, or here when there is none or the workers
+    are behind (more than a batch of parts per worker still waiting: they need that
     much queued to stay busy while this process writes the previous batch)."""
-    if pool.backlog() > backlog * pool.workers:
-        return [analyzer.term_counts(t) for t in texts]
+    if pool is None or pool.backlog() > backlog * pool.workers:
+        return analyzer.term_counts_many(texts)
     return pool.submit(texts)
 
 
@@ -194,7 +195,8 @@ def ingest(records: Iterable[Mapping[str, Any] | LoadedDocument], *, analyzer: A
     backlog = max(2, -(-batch_size // ANALYSIS_PART))  # parts a worker may have queued (a batch)
     # Batches are analyzed while the previous one is written: the texts go to
     # the worker processes in parts; this process analyzes a part itself
-    # only when the workers are behind (see _dispatch).
+    # when there are no workers (yet) or they are behind (see _dispatch). Parts are
+    # analyzed together (Analyzer.term_counts_many learns their new words at once).
     pending: tuple[list[Prepared], list[Prepared], list[Any]] | None = None
 
     def flush_batch(batch: list[Prepared], pooled: list[Prepared], parts: list[Any]) -> None:
@@ -210,26 +212,24 @@ def ingest(records: Iterable[Mapping[str, Any] | LoadedDocument], *, analyzer: A
         n = 0
         while True:
             batch: list[Prepared] = []
-            pooled: list[Prepared] = []  # records of this batch analyzed in parts
+            pooled: list[Prepared] = []  # records of this batch, analyzed in parts
             parts: list[Any] = []         # their analysis: lists of counts, or pool jobs
             texts: list[str] = []         # texts not yet sent
             try:
                 for record in it:
                     if pool is None and n == POOL_AFTER and workers != 0:
                         pool = analysis_pool(analyzer, workers)  # a bulk load: analyze in parallel
-                    p = prepare(record, chunker, analyzer, n, now, analyze=pool is None)
+                    p = prepare(record, chunker, n, now)
                     n += 1
                     batch.append(p)
-                    if pool is not None:
-                        pooled.append(p)
-                        texts.extend(p.text[s:e] for s, e, _, _ in p.chunks)
-                        if len(texts) >= ANALYSIS_PART:
-                            parts.append(_dispatch(analyzer, pool, texts, backlog))
-                            texts = []
+                    pooled.append(p)
+                    texts.extend(p.text[s:e] for s, e, _, _ in p.chunks)
+                    if len(texts) >= ANALYSIS_PART:
+                        parts.append(_dispatch(analyzer, pool, texts, backlog))
+                        texts = []
                     if len(batch) >= batch_size:
                         break
                 if texts:
-                    assert pool is not None
                     parts.append(_dispatch(analyzer, pool, texts, backlog))
             except BaseException:
                 if pending is not None:  # the batches before the bad record are written

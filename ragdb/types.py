@@ -220,3 +220,18 @@ class VectorInfo:
     dtype: str | None
     vectors: int
     pending: int
+
+
+@dataclass(frozen=True)
+class ReindexReport:
+    """What ``Database.reindex`` did: the analyzer configuration before (``previous``)
+    and after (``analyzer``), the stored documents and chunks (kept versions included)
+    analyzed again, and the vocabulary's size before and after (``terms_before``,
+    ``terms``)."""
+
+    previous: Mapping[str, Any]
+    analyzer: Mapping[str, Any]
+    documents: int
+    chunks: int
+    terms_before: int
+    terms: int

@@ -20,7 +20,7 @@ from __future__ import annotations
 
 from array import array
 from collections import Counter
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -38,9 +38,11 @@ from .types import Change, Document
 from .vectors import dimensions_of
 
 if TYPE_CHECKING:
+    from .analysis import Analyzer
     from .embeddings import Embedder
     from .engine import Engine
 
+REINDEX_BATCH = 8192  # chunks analyzed, written and posted at a time by reindex
 WRITER_TERM_CACHE = 300_000  # a writer keeps a vocabulary up to this size in memory
 HASH_FILL_BATCH = 4096  # vectors given their text hash per transaction (those stored before migration 0005)
 
@@ -191,6 +193,57 @@ class Writer:
                 index.term_cache_upto = -1
             index.note_write(store.bump_stats(), index.n_chunks, index.total_length)
 
+    def reindex(self, analyzer: Analyzer) -> tuple[dict[str, Any], int, int, int]:
+        """Rebuild the lexical index with ``analyzer`` in one write transaction: every stored
+        chunk (kept older versions too) analyzed again from its text, its forward index and
+        length rewritten, the vocabulary, document frequencies, postings and statistics made
+        anew, and ``analyzer`` stored as the database's. Documents, chunks (ids, spans,
+        texts, metadata), versions, labels and vectors stay as they are. Returns the
+        previous analyzer configuration, the stored chunks, and the terms before and after."""
+        store, engine = self.engine.store, self.engine
+        if store.in_transaction():
+            raise InvalidInput(f"{store.path}: reindex runs in a transaction of its own; call it outside "
+                               f"db.transaction()")
+        with engine.writing():
+            engine.sync()
+            previous = dict(engine.settings.get("analyzer") or {})
+            terms_before = store.vocabulary_size()
+            store.clear_lexical_index()
+            ids: dict[str, int] = {}
+            df: Counter[int] = Counter()
+            chunks = total_length = top = 0
+
+            def batches() -> Iterator[list[tuple[int, np.ndarray, np.ndarray]]]:
+                nonlocal chunks, total_length, top
+                while rows := store.chunk_texts_after(top, REINDEX_BATCH):
+                    batch, forward = [], []
+                    for (cid, latest, _text), counts in zip(rows, analyzer.term_counts_many(r[2] for r in rows)):
+                        for term in counts:
+                            if term not in ids:
+                                ids[term] = len(ids) + 1
+                        terms_blob, tfs_blob, length = forward_index(counts, ids)
+                        forward.append((terms_blob, tfs_blob, length, cid))
+                        term_ids = idx.unpack_ids(terms_blob)
+                        batch.append((cid, term_ids, idx.unpack_tfs(tfs_blob)))
+                        if latest:
+                            df.update(term_ids.tolist())
+                            total_length += length
+                    store.set_forward_indexes(forward)
+                    chunks += len(rows)
+                    top = rows[-1][0]
+                    yield batch
+
+            idx.write_all_postings(store, batches())
+            store.add_terms((tid, term, df.get(tid, 0)) for term, tid in ids.items())
+            store.finish_reindex(total_length, max(top, store.stats_row()["flushed_upto"]))
+            store.set_setting("analyzer", analyzer.config())
+            store.bump_stats()
+            # this connection's view is rebuilt from the file at its next read
+            engine.index = idx.Index(store)
+        engine.analyzer = analyzer
+        engine.analyzer_config = engine.settings["analyzer"] = analyzer.config()
+        return previous, chunks, terms_before, len(ids)
+
     def embed(self, embedder: Embedder, batch_size: int = 64, *, rebuild: bool = False, full_scan: bool = False,
               progress: Callable[[int, int], None] | None = None, tally: VectorTally | None = None) -> int:
         """Give every pending chunk (one without a vector; kept older versions
@@ -307,16 +360,23 @@ class Writer:
             raise DocumentNotFound(f"no document with id {doc_id}")
         return doc_from_row(row, with_text)
 
-    def write(self, batch: list[Prepared], tally: VectorTally | None = None) -> list[Change]:
+    def write(self, batch: list[Prepared], tally: VectorTally | None = None,
+              analyzer: Analyzer | None = None) -> list[Change]:
         """Write a batch of prepared documents (one transaction): each is added,
         replaces the latest version of its source, or is identical to it (unchanged).
 
         Once the database holds vectors, each new chunk whose text has one (a
         chunk of the version it replaces, or any stored chunk) gets a copy of it
-        in this transaction; ``tally.reused`` counts them."""
+        in this transaction; ``tally.reused`` counts them. ``analyzer``: the one the
+        batch was analyzed with; should another connection have reindexed the database
+        with another one since, the batch's chunks are analyzed again with that one here."""
         store, index = self.engine.store, self.engine.index
         with self.engine.writing():
             self.engine.sync()
+            current = self.engine.analyzer
+            if analyzer is not None and analyzer is not current:
+                for p in batch:
+                    p.chunks = [(s, e, m, current.term_counts(p.text[s:e])) for s, e, m, _counts in p.chunks]
             changes = _Changes()
             # text hash -> vector bytes of the versions this batch replaces (read before
             # they are deleted); None: no vectors stored, nothing to reuse, nothing hashed.
@@ -376,7 +436,7 @@ class Writer:
         store, index = self.engine.store, self.engine.index
         ids = index.term_cache
         all_terms = set().union(*(counts for _, p in docs for *_, counts in p.chunks))  # unions in C
-        missing = [t for t in all_terms if t not in ids]
+        missing = list(all_terms.difference(ids))  # (sorted below, where order matters)
         if missing:
             if index.term_cache_upto >= 0:
                 if index.term_cache_stale:  # another connection wrote: read the terms it added
@@ -420,11 +480,7 @@ class Writer:
                 # The forward index keeps the analyzer's term order, which is the
                 # same for the same chunk text in any database, so the TF-IDF norm
                 # sums come out bit-identical however the database was built.
-                term_ids = list(map(ids.__getitem__, counts))
-                tfs = counts.values()
-                terms_blob = array("I", term_ids).tobytes()
-                tfs_blob = array("H", tfs if max(tfs, default=0) <= 65535 else [min(c, 65535) for c in tfs]).tobytes()
-                length = sum(tfs)
+                terms_blob, tfs_blob, length = forward_index(counts, ids)
                 cid = next_chunk
                 next_chunk += 1
                 # A chunk that is the whole document stores no copy of the text.
@@ -551,6 +607,17 @@ class _Changes:
         return bool(self.docs or self.chunks or self.new_chunks or self.absent or self.old or self.latest)
 
 
+
+
+def forward_index(counts: Any, ids: Mapping[str, int]) -> tuple[bytes, bytes, int]:
+    """A chunk's forward index from its term counts (the analyzer's order, kept so the
+    same text gives the same blobs in any database) and term ids: the packed term ids,
+    the packed tfs (capped at 65535), and its length for BM25: the sum of the counts less
+    the compound whole forms that overlap a part (``TermCounts.overlaps``, version 2)."""
+    tfs = counts.values()
+    terms_blob = array("I", list(map(ids.__getitem__, counts))).tobytes()
+    tfs_blob = array("H", tfs if max(tfs, default=0) <= 65535 else [min(c, 65535) for c in tfs]).tobytes()
+    return terms_blob, tfs_blob, sum(tfs) - getattr(counts, "overlaps", 0)
 
 
 def scalar_items(metadata: Mapping[str, Any]) -> Iterable[tuple[str, Any, int | float | None, float | None]]:

@@ -492,13 +492,16 @@ def test_parallel_analysis_gives_the_same_database(tmp_path, monkeypatch, worker
 
     monkeypatch.setattr(ingest, "POOL_AFTER", 5)
     monkeypatch.setattr(ingest, "ANALYSIS_PART", 3)
-    texts = [f"{EN} number {i} {'retrieval ' * (i % 4)}" if i % 3 else f"{ZH} 第{i}段 检索" for i in range(60)]
+    # (compounds too: their whole forms' overlaps travel back from the workers, and set chunk lengths)
+    compounds = [f"node.js e-mail v2.{i} x86_64 " * (i % 2) for i in range(60)]
+    texts = [f"{EN} number {i} {'retrieval ' * (i % 4)}{compounds[i]}" if i % 3 else f"{ZH} 第{i}段 检索"
+             for i in range(60)]
     with ragdb.open(tmp_path / "par.db") as par, ragdb.open(tmp_path / "ser.db") as ser:
         a = _load(par, texts, workers=workers, batch_size=7, chunker="window:size=8,overlap=2")
         b = _load(ser, texts, workers=0, batch_size=7, chunker="window:size=8,overlap=2")
         assert [(d.id, d.source, d.chunk_count) for d in a] == [(d.id, d.source, d.chunk_count) for d in b]
         assert par.check() == [] and par.stats() == dataclasses.replace(ser.stats(), file_size=par.stats().file_size)
-        for q in ("retrieval number", "检索增强", "answer 第3段"):
+        for q in ("retrieval number", "检索增强", "answer 第3段", "node.js e-mail", "v2.5"):
             assert [(h.chunk_id, h.score, h.text) for h in par.search(q, k=50)] == \
                    [(h.chunk_id, h.score, h.text) for h in ser.search(q, k=50)]
 

@@ -119,16 +119,20 @@ def no_llm_env(monkeypatch):
 
 
 def brute_confidences(analyzer, docs, query, k1=BM25_K1, b=BM25_B):
-    """source -> BM25 over the query's maximum, from the texts alone (no index)."""
-    counts = {s: Counter(analyzer.term_counts(t)) for s, t in docs.items()}
+    """source -> BM25 over the query's maximum, from the texts alone (no index). A text's
+    length is its terms less the compound whole forms overlapping a part (analyzer version 2:
+    ``CMAKE_BUILD_TYPE`` is one word of length 3, not 4)."""
+    analyzed = {s: analyzer.term_counts(t) for s, t in docs.items()}
+    counts = {s: Counter(c) for s, c in analyzed.items()}
+    lengths = {s: sum(c.values()) - getattr(c, "overlaps", 0) for s, c in analyzed.items()}
     n = len(docs)
-    avgdl = sum(sum(c.values()) for c in counts.values()) / n
+    avgdl = sum(lengths.values()) / n
     terms = list(dict.fromkeys(analyzer.terms(query)))
     idf = {t: bm25_idf(n, sum(1 for c in counts.values() if t in c)) for t in terms}
     bound = sum(idf.values())
     out = {}
     for s, c in counts.items():
-        norm = k1 * (1 - b + b * sum(c.values()) / avgdl)
+        norm = k1 * (1 - b + b * lengths[s] / avgdl)
         out[s] = sum(idf[t] * c[t] / (c[t] + norm) for t in terms if t in c) / bound
     return out
 

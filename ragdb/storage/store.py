@@ -948,6 +948,34 @@ class Store(VectorSQL):
     def segment_total(self) -> int:
         return int(self.conn.execute("SELECT count(*) FROM postings").fetchone()[0])
 
+    # -- rebuilding the lexical index (Database.reindex) -------------------------------
+    def clear_lexical_index(self) -> None:
+        """Delete every posting, term and change-log entry (inside the reindex transaction)."""
+        self.conn.execute("DELETE FROM postings")
+        self.conn.execute("DELETE FROM vocabulary")
+        self.conn.execute("DELETE FROM chunk_log")
+
+    def chunk_texts_after(self, after_id: int, limit: int) -> list[tuple[int, int, str]]:
+        """(id, latest, text) of the next ``limit`` chunks with id > ``after_id``, by id: a
+        chunk's own text, or its document's when the chunk is the whole document (text NULL)."""
+        return self.conn.execute(
+            "SELECT c.id, c.latest, coalesce(c.text, d.text) FROM chunks c JOIN documents d ON d.id = c.doc_id "
+            "WHERE c.id > ? ORDER BY c.id LIMIT ?", [after_id, limit]).fetchall()
+
+    def set_forward_indexes(self, rows: Iterable[tuple[bytes, bytes, int, int]]) -> None:
+        """Rows of (terms, tfs, length, chunk id): a chunk's new forward index and length."""
+        self.conn.executemany("UPDATE chunks SET terms = ?, tfs = ?, length = ? WHERE id = ?", rows)
+
+    def finish_reindex(self, total_length: int, flushed_upto: int) -> None:
+        """After a reindex: the new total length, every chunk flushed, and a flush and a
+        vocabulary change recorded, so every open connection reloads its view."""
+        self.conn.execute(
+            "UPDATE stats SET total_length = ?, flushed_upto = ?, flush_count = flush_count + 1, "
+            "vocab_epoch = vocab_epoch + 1 WHERE id = 1", [total_length, flushed_upto])
+
+    def vocabulary_size(self) -> int:
+        return int(self.conn.execute("SELECT count(*) FROM vocabulary").fetchone()[0])
+
     # -- checks and maintenance -----------------------------------------------------
     def integrity_problems(self) -> list[str]:
         rows = [r[0] for r in self.conn.execute("PRAGMA integrity_check")]

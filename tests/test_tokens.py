@@ -1,0 +1,80 @@
+"""Analyzer.tokens (terms with offsets and positions) and Analyzer.dropped, for both
+analyzer versions: tokens give exactly the terms term_counts gives, at spans of the
+original text that analyze to them."""
+
+from collections import Counter
+
+import pytest
+from hypothesis import example, given, settings
+from hypothesis import strategies as st
+
+import ragdb
+from ragdb.analysis import Token
+
+V1 = {"name": "ragdb", "version": 1, "stem": "english", "stopwords": "english+chinese", "cjk": "bigram"}
+ANALYZERS = {
+    "v1": ragdb.Analyzer.from_config(V1),
+    "v1-simple": ragdb.Analyzer(stem=None, stopwords=None, version=1),
+    "v2": ragdb.Analyzer(),
+    "v2-simple": ragdb.Analyzer.from_spec("simple"),
+}
+
+# Pieces the analysis treats differently: technical words and their joiners, clitics,
+# one-letter words, numbers, long words, full-width forms, ligatures and letters that
+# NFKC or case folding change (lengths change too), combining marks, CJK with and
+# without stopwords, and separators of every kind.
+_PIECES = st.sampled_from(
+    ["C++", "c#", "F#", "g++", "++", "#", "+", ".NET", "ASP.NET", ".net", "node.js", "Node.JS.", "e-mail", "email",
+     "E-Mail", "x86_64", "x86-64", "std::vector", "a::b::c", "::", ":", "CMAKE_CXX_STANDARD", "__init__", "foo__bar",
+     "3.11", "v2.0.1", "0.5-9.6", "1.2.3.4", ".5", "-5", "e.g.", "i.e.", "U.S.A.", "a.b", "x.", "T-cell",
+     "state-of-the-art", "3-5", "--", "-", "_", ".", "..", "...", "'", "\u2019", "don't", "it's", "I'd",
+     "Alzheimer's", "O'Brien", "rock'n'roll", "students'", "The", "running", "DOGS", "a", "I", "D", "x", "7", "42",
+     "a" * 65, "b" * 64 + "1", "c" * 130, "d" * 63 + "-x", "x-" + "y" * 64, "ＡＢＣ", "１２３", "ﬁsh", "Straße", "İ",
+     "ǅ", "e\u0301", "\u0301", "ｶﾞ", "ﾞ", "½", "㍱", "㊙", "㋀", "naïve", "café", "Ωmega", "什么是", "几乎", "谁", "吗", "检索增强生成",
+     "向量", "数据库", "の", "使用C++编程", "😀", "\u00a0", "\u200b", "\n", "\t", " ", "  ", "", "(", ")", ",", "!", "?",
+     "/", "\"", "—"])
+_TEXT = st.one_of(
+    st.lists(_PIECES, max_size=30).map("".join),
+    st.lists(_PIECES, max_size=30).map(" ".join),
+    st.text(max_size=120),
+    st.text(alphabet=st.characters(max_codepoint=127), max_size=200),
+    st.text(alphabet="aZ9_.-:+#' \u2019é中文", max_size=60),
+)
+
+
+def _check_tokens(an: ragdb.Analyzer, text: str) -> list[Token]:
+    tokens = an.tokens(text)
+    assert Counter(t.term for t in tokens) == Counter(an.term_counts(text))
+    assert Counter(t.term for t in tokens) == Counter(an.terms(text))
+    for t in tokens:
+        assert 0 <= t.start < t.end <= len(text), t
+        # the span of the original text that produced the term analyzes to it (a CJK
+        # bigram's span holds both its characters, a compound's whole form its parts)
+        assert t.term in an.terms(text[t.start:t.end]), (t, text[t.start:t.end])
+    assert [t.start for t in tokens] == sorted(t.start for t in tokens)  # text order
+    assert [t.position for t in tokens] == sorted(t.position for t in tokens)
+    return tokens
+
+
+@settings(max_examples=400, deadline=None)
+@given(_TEXT)
+@example("C++ and C# on .NET, node.js e-mail x86_64 std::vector CMAKE_CXX_STANDARD 3.11 v2.0.1 vitamin D")
+@example("ＡＢＣ ﬁsh Straße ｶﾞ ½ 使用C++编程")
+@pytest.mark.parametrize("name", sorted(ANALYZERS))
+def test_tokens_are_the_terms_at_their_spans(name, text):
+    _check_tokens(ANALYZERS[name], text)
+
+
+@settings(max_examples=200, deadline=None)
+@given(_TEXT)
+@pytest.mark.parametrize("name", sorted(ANALYZERS))
+def test_fast_paths_agree_with_the_general_path(name, text):
+    """ASCII text is split by bytes.translate and read through a memo; the same words in
+    non-ASCII text go through the regular expressions (an em dash is only a separator)."""
+    an = ANALYZERS[name]
+    fresh = ragdb.Analyzer.from_config(an.config())
+    assert fresh.terms(text + " \u2014") == an.terms(text) == fresh.terms(text)
+    counts = fresh.term_counts(text)
+    assert counts == an.term_counts(text) == dict(Counter(an.terms(text)))
+    assert list(counts) == list(dict.fromkeys(an.terms(text)))  # order of first appearance
+    assert getattr(counts, "overlaps", 0) == getattr(an.term_counts(text + " \u2014"), "overlaps", 0)
