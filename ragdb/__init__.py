@@ -18,10 +18,10 @@ from .analysis import Analyzer
 from .database import Database, open_database
 from .errors import RagdbError
 from .options import ALL, PUBLIC, Restrictions, SearchOptions
-from .types import AddReport, Change, CollectionInfo, Document, Hit, Stats, VectorInfo
+from .types import AddReport, Change, CollectionInfo, Document, Hit, QueryPlan, Stats, VectorInfo
 
 __version__ = "0.1.0"
-__all__ = ["open", "Database", "Hit", "Document", "Stats", "AddReport", "Change", "CollectionInfo", "VectorInfo", "SearchOptions",
+__all__ = ["open", "Database", "Hit", "Document", "Stats", "AddReport", "Change", "CollectionInfo", "QueryPlan", "VectorInfo", "SearchOptions",
            "Restrictions", "ALL", "PUBLIC", "Analyzer", "RagdbError", "options", "__version__"]
 
 

@@ -124,10 +124,23 @@ def filter_options(f: Callable[..., Any]) -> Callable[..., Any]:
         click.option("--as-of", "as_of", default=None, metavar="TIME",
                      help="Search the knowledge base as it stood at TIME."),
         click.option("--all-versions", is_flag=True, help="Also search kept older versions."),
+        click.option("--plain", is_flag=True, expose_value=False, callback=_remember("plain"),
+                     help='Search the words only: no query language ("phrases", -exclude, +require, OR, '
+                          'prefix*, word~, field:, ^boost).'),
+        click.option("--fuzzy", is_flag=True, expose_value=False, callback=_remember("fuzzy"),
+                     help="Let every word also match index terms one edit away (typos)."),
     ]
     for opt in reversed(opts):
         f = opt(f)
     return access_options(f)
+
+
+def _remember(name: str) -> Callable[[click.Context, click.Parameter, Any], None]:
+    """A callback keeping a flag in the context for :func:`_search_kwargs` (the commands' own
+    signatures stay as they are)."""
+    def callback(ctx: click.Context, _param: click.Parameter, value: Any) -> None:
+        ctx.meta[f"ragdb.{name}"] = value
+    return callback
 
 
 def access_options(f: Callable[..., Any]) -> Callable[..., Any]:
@@ -470,6 +483,11 @@ def _search_kwargs(filters: Sequence[str], since: str | None, until: str | None,
         kw["as_of"] = as_of
     if all_versions:
         kw["versions"] = "all"
+    meta = click.get_current_context().meta
+    if meta.get("ragdb.plain"):
+        kw["syntax"] = "plain"
+    if meta.get("ragdb.fuzzy"):
+        kw["fuzzy"] = 1
     return kw
 
 
@@ -1264,11 +1282,16 @@ def search(database: str | None, query: str, k: int, scorer: str, fusion: str | 
             _check_model(db, opts.embedder, embed_model or "")
         _warn_pending(db, scorer)
         hits = db.search(query, options=opts)
+        plan = db.query_plan(query, options=opts)
         if not hits:
             _hidden_note(db, opts.restrictions.principals)
+    _plan_notes(plan, bool(hits))
     if not output.table:
         _emit_records(output, [_hit_json(h, i) for i, h in enumerate(hits, 1)], HIT_COLUMNS)
         return
+    if explain:
+        for line in _plan_lines(plan):
+            click.echo(line)
     if not hits:
         click.echo("no hits")
         return
@@ -1283,6 +1306,39 @@ def search(database: str | None, query: str, k: int, scorer: str, fusion: str | 
         if explain and h.explain:
             for term, c in sorted(h.explain.items(), key=lambda kv: -kv[1]):
                 click.echo(f"      {c:>9.4f}  {term}")
+
+
+def _plan_lines(plan: ragdb.QueryPlan) -> list[str]:
+    """--explain: how the query was read."""
+    lines = [f"query ({'plain words' if plan.syntax == 'plain' else 'query language'}): {plan.query}"]
+    if plan.error:
+        lines.append(f"  not parsed ({plan.error}): searched as plain words")
+    if plan.terms:
+        shown = [f"{t}^{plan.weights[t]:g}" if t in plan.weights else t for t in plan.terms]
+        lines.append(f"  scored terms: {' '.join(shown)}")
+    for key, terms in plan.expansions.items():
+        lines.append(f"  {key} -> {', '.join(terms) if terms else 'nothing'}")
+    if plan.phrases:
+        lines.append(f"  phrases: {', '.join(repr(p) for p in plan.phrases)}")
+    if plan.excluded:
+        lines.append(f"  excluded: {', '.join(repr(p) for p in plan.excluded)}")
+    if plan.dropped:
+        lines.append("  dropped: " + ", ".join(f"{w!r} ({why})" for w, why in plan.dropped))
+    if plan.unknown:
+        lines.append(f"  not in the knowledge base: {', '.join(plan.unknown)}")
+    return lines
+
+
+def _plan_notes(plan: ragdb.QueryPlan, found: bool) -> None:
+    """On stderr: why a query found nothing when that is the query's doing, and "did you mean"."""
+    if not found and plan.error:
+        _warn(f"note: the query was searched as plain words ({plan.error})")
+    if not found and not plan.terms and plan.dropped and not plan.unknown:
+        _warn("no hits: every word of the query was dropped by the analyzer: "
+              + ", ".join(f"{w!r} ({why})" for w, why in plan.dropped))
+    if plan.suggestions:
+        _warn("did you mean: " + "; ".join(f"{' or '.join(s)} (for {t})" for t, s in plan.suggestions.items())
+              + "? (or search with --fuzzy)")
 
 
 # --------------------------------------------------------------------------- embed
