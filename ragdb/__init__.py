@@ -18,11 +18,12 @@ from .analysis import Analyzer
 from .database import Database, open_database
 from .errors import RagdbError
 from .options import ALL, PUBLIC, Restrictions, SearchOptions
-from .types import AddReport, Change, CollectionInfo, Document, Facets, Hit, ReindexReport, Stats, VectorInfo
+from .types import (AddReport, Change, CollectionInfo, Document, Facets, Hit, QueryPlan, ReindexReport, Stats,
+                    VectorInfo)
 
 __version__ = "0.1.0"
 __all__ = ["open", "Database", "Hit", "Document", "Stats", "AddReport", "Change", "CollectionInfo", "Facets",
-           "VectorInfo", "ReindexReport", "SearchOptions",
+           "QueryPlan", "VectorInfo", "ReindexReport", "SearchOptions",
            "Restrictions", "ALL", "PUBLIC", "Analyzer", "RagdbError", "options", "__version__"]
 
 

@@ -125,6 +125,11 @@ def filter_options(f: Callable[..., Any]) -> Callable[..., Any]:
         click.option("--as-of", "as_of", default=None, metavar="TIME",
                      help="Search the knowledge base as it stood at TIME."),
         click.option("--all-versions", is_flag=True, help="Also search kept older versions."),
+        click.option("--plain", is_flag=True, expose_value=False, callback=_remember("plain"),
+                     help='Search the words only: no query language ("phrases", -exclude, +require, OR, '
+                          'prefix*, word~, field:, ^boost).'),
+        click.option("--fuzzy", is_flag=True, expose_value=False, callback=_remember("fuzzy"),
+                     help="Let every word also match index terms one edit away (typos)."),
     ]
     for opt in reversed(opts):
         f = opt(f)
@@ -149,6 +154,14 @@ where_option = click.option(
     "--where", "where", default=None, metavar="JSON", callback=_parse_where,
     help="Keep documents matching this JSON filter, operators included (e.g. "
          "'{\"year\": {\"$gte\": 2020}, \"lang\": {\"$in\": [\"en\", \"de\"]}}'); with --filter, both must hold.")
+
+
+def _remember(name: str) -> Callable[[click.Context, click.Parameter, Any], None]:
+    """A callback keeping a flag in the context for :func:`_search_kwargs` (the commands' own
+    signatures stay as they are)."""
+    def callback(ctx: click.Context, _param: click.Parameter, value: Any) -> None:
+        ctx.meta[f"ragdb.{name}"] = value
+    return callback
 
 
 def access_options(f: Callable[..., Any]) -> Callable[..., Any]:
@@ -493,6 +506,11 @@ def _search_kwargs(filters: Sequence[str], since: str | None, until: str | None,
         kw["as_of"] = as_of
     if all_versions:
         kw["versions"] = "all"
+    meta = click.get_current_context().meta
+    if meta.get("ragdb.plain"):
+        kw["syntax"] = "plain"
+    if meta.get("ragdb.fuzzy"):
+        kw["fuzzy"] = 1
     return kw
 
 
@@ -1340,13 +1358,15 @@ def search(database: str | None, query: str, k: int, scorer: str, fusion: str | 
             _check_model(db, opts.embedder, embed_model or "")
         _warn_pending(db, scorer)
         hits = db.search(query, options=opts)
-        analysis = _query_analysis(db, query) if scorer not in ("vector",) else None
-        if explain and analysis is not None:
-            _explain_query(*analysis, table=output.table)
+        plan = db.query_plan(query, options=opts)
+        if explain:
+            for line in _plan_lines(plan):
+                click.echo(line, err=not output.table)
         if not hits and not offset:
-            if analysis is not None and not analysis[0]:
-                _warn(_no_terms_message(db, query, analysis[1]))
+            if not plan.terms:
+                _warn(_no_terms_message(db, query, plan.dropped))
             _hidden_note(db, opts.restrictions.principals)
+    _plan_notes(plan, bool(hits))
     if not output.table:
         _emit_records(output, [_hit_json(h, i) for i, h in enumerate(hits, offset + 1)], HIT_COLUMNS)
         return
@@ -1380,15 +1400,6 @@ def _quoted(words: Sequence[tuple[str, str]]) -> str:
     return ", ".join(f"{_dq(w)} ({why})" for w, why in words)
 
 
-def _explain_query(terms: Sequence[str], dropped: Sequence[tuple[str, str]], *, table: bool) -> None:
-    """--explain: the query's terms and dropped words (on stdout before a table of hits, else on stderr)."""
-    lines = [f"query terms: {', '.join(map(_dq, terms)) if terms else 'none'}"]
-    if dropped:
-        lines.append(f"dropped: {_quoted(dropped)}")
-    for line in lines:
-        click.echo(line, err=not table)
-
-
 def _no_terms_message(db: ragdb.Database, query: str, dropped: Sequence[tuple[str, str]]) -> str:
     """Why a query whose every word the analyzer dropped finds nothing; for an older analyzer
     version that drops words the current one keeps, how to get them."""
@@ -1406,6 +1417,36 @@ def _no_terms_message(db: ragdb.Database, query: str, dropped: Sequence[tuple[st
                     f"{ANALYZER_VERSION} keeps {', '.join(map(_dq, kept))}: 'ragdb reindex' "
                     f"rebuilds the index with it")
     return msg
+
+
+def _plan_lines(plan: ragdb.QueryPlan) -> list[str]:
+    """--explain: how the query was read (the terms scored, with boosts; dropped words; and
+    what the query language did with it)."""
+    shown = [_dq(t) + (f"^{plan.weights[t]:g}" if t in plan.weights else "") for t in plan.terms]
+    lines = [f"query terms: {', '.join(shown) if shown else 'none'}"]
+    if plan.dropped:
+        lines.append(f"dropped: {_quoted(plan.dropped)}")
+    if plan.error:
+        lines.append(f"not parsed ({plan.error}): searched as plain words")
+    for key, terms in plan.expansions.items():
+        lines.append(f"{key} expands to: {', '.join(map(_dq, terms)) if terms else 'nothing'}")
+    if plan.phrases:
+        lines.append(f"phrases: {', '.join(map(_dq, plan.phrases))}")
+    if plan.excluded:
+        lines.append(f"excluded: {', '.join(map(_dq, plan.excluded))}")
+    if plan.unknown:
+        lines.append(f"not in the knowledge base: {', '.join(map(_dq, plan.unknown))}")
+    return lines
+
+
+def _plan_notes(plan: ragdb.QueryPlan, found: bool) -> None:
+    """On stderr: that a query found nothing as plain words because it could not be parsed, and
+    "did you mean" for words the knowledge base lacks."""
+    if not found and plan.error:
+        _warn(f"note: the query was searched as plain words ({plan.error})")
+    if plan.suggestions:
+        _warn("did you mean: " + "; ".join(f"{' or '.join(s)} (for {t})" for t, s in plan.suggestions.items())
+              + "? (or search with --fuzzy)")
 
 
 # --------------------------------------------------------------------------- embed

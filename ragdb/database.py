@@ -40,8 +40,8 @@ from .options import (ALL, MAX_K, SCORERS, Principals, Restrictions, SearchOptio
 from .search import Searcher
 from .storage import Store, loads
 from .storage.collections import DEFAULT as DEFAULT_COLLECTION, check_name
-from .types import (AddReport, Change, CollectionInfo, Document, Facets, Hit, LoadedDocument, ReindexReport, Span,
-                    Stats, VectorInfo)
+from .types import (AddReport, Change, CollectionInfo, Document, Facets, Hit, LoadedDocument, QueryPlan,
+                    ReindexReport, Span, Stats, VectorInfo)
 from .vectors import VectorIndex
 from .write import VectorTally, Writer, doc_from_row
 
@@ -445,6 +445,16 @@ class Database:
         ``offset`` pages through the ranking: ``k=10, offset=10`` returns hits
         10..19 of ``k=20`` (``offset + k`` at most ``MAX_K``).
 
+        The query is parsed by the query language (:mod:`ragdb.query`): phrases
+        (``"deleted documents"``), ``-word``/``NOT``, ``+word``/``AND``, ``OR``,
+        parentheses, ``prefix*``, ``word~`` (one edit away), ``title:``/``section:``
+        and metadata fields, ``word^2`` boosts. Operators only count in their
+        syntactic form, so a natural-language question is searched as plain words;
+        ``syntax="plain"`` turns the language off, and a query it cannot parse is
+        searched as plain words (:meth:`query_plan` says why). Phrases and
+        exclusions are exact and applied before the top-``k`` cut, like filters.
+        ``fuzzy=1`` lets every word match index terms one edit away.
+
         Restrictions (:class:`~ragdb.options.Restrictions`) are applied while
         scoring, before the top-``k`` cut, so ``k`` hits come back whenever
         ``k`` matching chunks exist: ``filter`` (see :mod:`ragdb.filters`),
@@ -467,6 +477,14 @@ class Database:
         reflect term frequencies of chunks the caller cannot see, never their text.
         """
         return self._searcher.search(query, self._options(k, options, keywords))
+
+    def query_plan(self, query: str, *, options: SearchOptions | None = None, **keywords: Any) -> QueryPlan:
+        """How :meth:`search` reads ``query`` with these options (the same keywords):
+        the terms it scores and their boosts, what prefix and fuzzy words expand to,
+        phrases, exclusions, words the analyzer drops and why, query terms that no
+        chunk the caller may see holds, and for those the closest terms that visible
+        chunks hold ("did you mean"); see :class:`~ragdb.types.QueryPlan`."""
+        return self._searcher.plan(query, self._options(None, options, keywords))
 
     @staticmethod
     def _options(k: int | None, options: SearchOptions | None, keywords: dict[str, Any]) -> SearchOptions:

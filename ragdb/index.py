@@ -611,6 +611,79 @@ class Index:
             lambda i, ids, tfs: scoring.bm25_term_scores(tfs, norm[ids], idfs[i]),
             contributions)
 
+    def unit_postings(self, ids: Sequence[int]) -> tuple[np.ndarray, np.ndarray] | None:
+        """(chunk ids, tfs) of index terms ``ids`` scored as one term: one term's postings,
+        or for several the chunks holding any of them with their term frequencies summed
+        (a prefix or fuzzy word's expansions; see :mod:`ragdb.matching`)."""
+        postings = self.term_postings(ids)
+        found = [postings[t] for t in ids if t in postings]
+        if not found:
+            return None
+        if len(found) == 1:
+            return found[0]
+        cids = np.concatenate([p[0] for p in found]).astype(np.int64)
+        tfs = np.concatenate([p[1] for p in found]).astype(np.int64)
+        uniq, inverse = np.unique(cids, return_inverse=True)
+        return uniq, np.bincount(inverse, weights=tfs).astype(np.int64)
+
+    def union_df(self, ids: Sequence[int]) -> int:
+        """Latest chunks holding any of the index terms ``ids`` (the df of a unit of several)."""
+        p = self.unit_postings(ids)
+        return 0 if p is None else int(np.count_nonzero(self.state[p[0].astype(np.intp)] == LATEST))
+
+    def bm25_units(self, units: Sequence[tuple[Sequence[int], int, float]], k1: float, b: float,
+                   contributions: bool = False) -> tuple[np.ndarray, list[np.ndarray]]:
+        """BM25 over all chunk ids for scoring units (index term ids scored as one term, live
+        df, weight), in order: each unit's :func:`~ragdb.scoring.bm25_term_scores` times its weight."""
+        if self.n_chunks == 0:
+            return np.zeros(len(self.lengths), np.float64), []
+        avgdl = self.total_length / self.n_chunks
+        norm = scoring.bm25_length_norm(self.lengths, avgdl, k1, b)
+        idfs = [scoring.bm25_idf(self.n_chunks, df) for _, df, _ in units]
+        return self._accumulate_units(
+            units, lambda i, ids, tfs: scoring.bm25_term_scores(tfs, norm[ids], idfs[i]) * units[i][2], contributions)
+
+    def tfidf_units(self, units: Sequence[tuple[Sequence[int], int, float]], contributions: bool = False
+                    ) -> tuple[np.ndarray, list[np.ndarray]]:
+        """TF-IDF cosine for scoring units (each a query term of frequency 1 times its weight)."""
+        if self.n_chunks == 0 or not units:
+            return np.zeros(len(self.lengths), np.float64), []
+        idfs = [scoring.tfidf_idf(self.n_chunks, df) for _, df, _ in units]
+        qw = [float(idf) * w for idf, (_, _, w) in zip(idfs, units)]
+        qnorm = float(np.sqrt(np.sum(np.square(qw))))
+        norms = self.norms()
+        scores, per_term = self._accumulate_units(
+            units, lambda i, ids, tfs: qw[i] * scoring.tfidf_tf(tfs) * idfs[i], contributions)
+        denom = norms * qnorm
+        nz = denom > 0
+        scores[nz] /= denom[nz]
+        scores[~nz] = 0.0
+        for c in per_term:
+            if len(c):
+                c[nz] /= denom[nz]
+        return scores, per_term
+
+    def _accumulate_units(self, units: Sequence[tuple[Sequence[int], int, float]],
+                          weigh: Callable[[int, np.ndarray, np.ndarray], np.ndarray],
+                          contributions: bool) -> tuple[np.ndarray, list[np.ndarray]]:
+        scores = self.scratch("scores", len(self.lengths))
+        scores.fill(0.0)
+        per_term: list[np.ndarray] = []
+        for i, (ids, _df, _w) in enumerate(units):
+            p = self.unit_postings(ids)
+            if p is None:
+                if contributions:
+                    per_term.append(np.zeros(0))
+                continue
+            cids = p[0].astype(np.intp)
+            w = weigh(i, cids, p[1])
+            scores[cids] += w  # a unit's chunk ids are distinct
+            if contributions:
+                c = np.zeros(len(self.lengths))
+                c[cids] = w
+                per_term.append(c)
+        return scores, per_term
+
     def tfidf(self, query: Sequence[tuple[int, int, int]], contributions: bool = False
               ) -> tuple[np.ndarray, list[np.ndarray]]:
         """Cosine similarity of TF-IDF vectors; ``query`` = [(term id, df, query tf)]."""

@@ -34,6 +34,7 @@ VECTOR_SCORERS = ("vector", "hybrid")
 SCORERS = LEXICAL_SCORERS + VECTOR_SCORERS
 FUSIONS = ("weighted", "rrf")
 VERSIONS = ("latest", "all")
+SYNTAXES = ("query", "plain")  # of ragdb.query (kept here: options validates, query parses)
 
 
 class AllPrincipals:
@@ -323,6 +324,8 @@ class SearchOptions:
     reranker: Any = None               # any scorer: re-orders the first rerank_top hits
     rerank_top: int | None = None      # with reranker
     offset: int = 0                    # any scorer: skip this many hits (pages of results)
+    syntax: str = "query"              # "query": the query language (ragdb.query); "plain": words only
+    fuzzy: int = 0                     # 1: every word also matches index terms one edit away
 
     def __post_init__(self) -> None:
         check_k(self.k)
@@ -370,6 +373,11 @@ class SearchOptions:
             check_embedder(self.embedder)
         if self.reranker is not None and not callable(getattr(self.reranker, "rerank", None)):
             raise InvalidInput("reranker must have a rerank(query, hits, top_n) method")
+        if self.syntax not in SYNTAXES:
+            raise InvalidInput(f"syntax must be one of {', '.join(map(repr, SYNTAXES))}, got {self.syntax!r}")
+        if not isinstance(self.fuzzy, int) or isinstance(self.fuzzy, bool) or self.fuzzy not in (0, 1):
+            raise InvalidInput(f"fuzzy must be 0 or 1 (edits a word may be away from an index term), "
+                               f"got {self.fuzzy!r}")
         if self.rerank_top is not None:
             if self.reranker is None:
                 raise InvalidInput("rerank_top applies only with a reranker")

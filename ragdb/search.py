@@ -12,16 +12,19 @@ vector index (:mod:`ragdb.vectors`); hits are built and ordered by
 from __future__ import annotations
 
 from collections import Counter
-from typing import TYPE_CHECKING, NamedTuple
+from collections.abc import Callable, Mapping
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 import numpy as np
 
-from . import confidence, scoring
+from . import confidence, filters, query as qlang, scoring
 from .errors import EmbeddingError, InvalidInput
 from .hits import Pool, content_order, cut_with_ties, hit_order, hits_from_scored, make_hits
-from .options import SearchOptions
+from .matching import Compiled, Lookup, Matcher, Unit, compile_query, edits1
+from .options import ALL, SearchOptions, to_epoch
+from .query import ParsedQuery
 from .storage import model_mismatch
-from .types import Hit
+from .types import Hit, QueryPlan
 from .vectors import dimensions_of, empty_pool, minmax_weighted_pools, rrf_pools
 
 if TYPE_CHECKING:
@@ -39,13 +42,18 @@ def _clean_query(query: object) -> str:
 class QueryTerms(NamedTuple):
     """A query's terms as scoring sees them: ``counts`` (every analyzed term),
     ``known`` (term -> (id, live df) for those in the vocabulary), ``order`` (the
-    terms scored, in query order) and ``bound``, the highest BM25 score a chunk
-    could reach for the query (:func:`ragdb.confidence.query_bound`)."""
+    terms scored, in query order), ``bound``, the highest BM25 score a chunk
+    could reach for the query (:func:`ragdb.confidence.query_bound`), ``units`` (what
+    is scored: one per term of ``order``, or the query language's units) and, for a
+    query that uses the query language, its ``compiled`` form and ``parsed`` tree."""
 
     counts: Counter[str]
     known: dict[str, tuple[int, int]]
     order: list[str]
     bound: float
+    units: tuple[Unit, ...] = ()
+    compiled: Compiled | None = None
+    parsed: ParsedQuery | None = None
 
 
 class Searcher:
@@ -53,6 +61,7 @@ class Searcher:
 
     def __init__(self, engine: Engine) -> None:
         self.engine = engine
+        self._keys: tuple[int, dict[str, bool]] = (-1, {})  # (generation, metadata key -> stored)
 
     def search(self, query: str, opts: SearchOptions) -> list[Hit]:
         """The hits ``[offset, offset + k)`` of the ranking (equal scores in :func:`hit_order`,
@@ -114,12 +123,38 @@ class Searcher:
         b = float(settings.get("bm25_b", scoring.BM25_B) if opts.b is None else opts.b)
         return k1, b
 
-    def query_terms(self, query: str, opts: SearchOptions) -> QueryTerms:
-        """The query's analyzed terms as scoring sees them (inside a read transaction, after ``sync``)."""
+    def parse(self, query: str, opts: SearchOptions) -> ParsedQuery:
+        """``query`` parsed with the search's syntax; ``field:`` is a field for the built-in
+        fields and the metadata keys stored documents have (inside a read transaction)."""
+        if opts.syntax == "plain":
+            return qlang.plain(query)
+        if ":" not in query:
+            return qlang.parse(query)
+        store = self.engine.store
+        generation = self.engine.index.generation
+        if self._keys[0] != generation:
+            self._keys = (generation, {})
+        keys = self._keys[1]
+
+        def is_field(name: str) -> bool:
+            if name in qlang.BUILTIN_FIELDS:
+                return True
+            if name not in keys:
+                keys[name] = store.has_metadata_key(name)
+            return keys[name]
+
+        return qlang.parse(query, is_field=is_field)
+
+    def query_terms(self, query: str, opts: SearchOptions, mask: np.ndarray | None = None) -> QueryTerms:
+        """The query's terms as scoring sees them (inside a read transaction, after ``sync``);
+        ``mask``: the chunks the search may see (prefix/fuzzy expansions come from them)."""
+        parsed = self.parse(query, opts)
+        if not parsed.plain or opts.fuzzy:
+            return self._compiled_terms(parsed, opts, mask)
         eng = self.engine
         counts = Counter(eng.analyzer.terms(query))
         if not counts:
-            return QueryTerms(counts, {}, [], 0.0)
+            return QueryTerms(counts, {}, [], 0.0, parsed=parsed)
         index = eng.index
         known = index.lookup_terms(list(counts))
         # Terms found only in kept older versions (df 0) cannot match a latest
@@ -134,15 +169,53 @@ class Searcher:
             order = [t for t in counts if t in known and (known[t][1] > 0 or known[t][0] in stored)]
         # every distinct query term counts in the maximum, one no chunk holds with df 0
         bound = confidence.query_bound(index.n_chunks, [known[t][1] if t in known else 0 for t in counts])
-        return QueryTerms(counts, known, order, bound)
+        units = tuple(Unit(t, (known[t][0],), known[t][1]) for t in order)
+        return QueryTerms(counts, known, order, bound, units, parsed=parsed)
+
+    def _compiled_terms(self, parsed: ParsedQuery, opts: SearchOptions, mask: np.ndarray | None) -> QueryTerms:
+        """The units and match tree of a query that uses the query language (or ``fuzzy``)."""
+        eng = self.engine
+        index = eng.index
+        store = eng.store
+
+        def visible(term_id: int) -> bool:
+            if mask is None:
+                return True
+            p = index.term_postings([term_id]).get(term_id)
+            if p is None:
+                return False
+            ids = p[0][p[0] < len(mask)]
+            return bool(np.any(mask[ids]))
+
+        def prefixed(prefix: str, limit: int) -> list[tuple[str, int, int]]:
+            return [(t, tid, index.effective_df(tid, df)) for t, tid, df in store.terms_with_prefix(prefix, limit)]
+
+        lookup = Lookup(index.lookup_terms, prefixed, visible, index.union_df,
+                        index.stored_terms if opts.restrictions.history else None)
+        compiled = compile_query(parsed, eng.analyzer, lookup, fuzzy=opts.fuzzy)
+        # Units in the order a plain search of the query's positive words would sum them, so
+        # a query with operators scores its hits bit for bit like that plain search.
+        positive = " ".join(w.text for w, _f, _b in parsed.words())
+        rank = {t: i for i, t in enumerate(dict.fromkeys(eng.analyzer.terms(positive)))}
+        units = tuple(sorted(compiled.units, key=lambda u: rank.get(u.key, len(rank))))
+        bound = sum(u.weight * scoring.bm25_idf(index.n_chunks, u.df) for u in units)
+        bound += confidence.query_bound(index.n_chunks, [0] * len(compiled.unknown))
+        counts = Counter({u.key: 1 for u in units})
+        known = {u.key: (u.ids[0], u.df) for u in units}
+        return QueryTerms(counts, known, [u.key for u in units], bound, units, compiled, parsed)
 
     def _confidences(self, terms: QueryTerms, chunk_ids: np.ndarray, opts: SearchOptions) -> list[float]:
         """:attr:`Hit.confidence` of these chunks for a query (BM25 of just them over the
         query's maximum; see :mod:`ragdb.confidence`)."""
-        if not terms.order or terms.bound <= 0:
+        if not terms.units or terms.bound <= 0:
             return [0.0] * len(chunk_ids)
         k1, b = self._bm25_params(opts)
-        scores = confidence.chunk_bm25(self.engine.index, [terms.known[t] for t in terms.order], chunk_ids, k1, b)
+        index = self.engine.index
+        if terms.compiled is None or all(len(u.ids) == 1 and u.weight == 1.0 for u in terms.units):
+            scores = confidence.chunk_bm25(index, [(u.ids[0], u.df) for u in terms.units], chunk_ids, k1, b)
+        else:  # weighted or expanded units: score them all, pick these chunks
+            full, _ = index.bm25_units([(u.ids, u.df, u.weight) for u in terms.units], k1, b)
+            scores = full[np.asarray(chunk_ids, dtype=np.intp)]
         return confidence.from_scores(scores.tolist(), terms.bound)
 
     def lexical(self, query: str, k: int, opts: SearchOptions, mask: np.ndarray
@@ -150,40 +223,131 @@ class Searcher:
         """Lexical scoring without building hits (inside a read transaction, after ``sync``).
 
         Returns the ids and scores of the ``k`` best chunks that ``mask`` allows
-        (plus any tied with the k-th), best first, equal scores by chunk id,
-        per-term contributions when ``opts.explain``, and the query's terms (with
-        the maximum score for confidences). Shared by lexical and hybrid search.
+        and the query matches (plus any tied with the k-th), best first, equal
+        scores by chunk id, per-term contributions when ``opts.explain``, and the
+        query's terms (with the maximum score for confidences). Shared by lexical
+        and hybrid search.
         """
         k1, b = self._bm25_params(opts)
-        terms = self.query_terms(query, opts)
+        terms = self.query_terms(query, opts, mask)
         none: tuple[np.ndarray, np.ndarray, dict[int, dict[str, float]], QueryTerms] = (
             np.zeros(0, np.int64), np.zeros(0), {}, terms)
-        counts, known, order = terms.counts, terms.known, terms.order
-        if not order:
+        if not terms.units:
             return none
         index = self.engine.index
         explain = opts.explain
-        if opts.lexical == "bm25":
-            scores, per_term = index.bm25([known[t] for t in order], k1, b, explain)
+        compiled = terms.compiled
+        if compiled is None:
+            counts, known, order = terms.counts, terms.known, terms.order
+            if opts.lexical == "bm25":
+                scores, per_term = index.bm25([known[t] for t in order], k1, b, explain)
+            else:
+                scores, per_term = index.tfidf([(*known[t], counts[t]) for t in order], explain)
         else:
-            scores, per_term = index.tfidf([(*known[t], counts[t]) for t in order], explain)
+            units = [(u.ids, u.df, u.weight) for u in terms.units]
+            if opts.lexical == "bm25":
+                scores, per_term = index.bm25_units(units, k1, b, explain)
+            else:
+                scores, per_term = index.tfidf_units(units, explain)
         n = min(len(mask), len(scores))
-        cand = np.flatnonzero(mask[:n] & (scores[:n] > 0))
+        allowed = mask[:n] & (scores[:n] > 0)
+        tree = compiled.tree if compiled is not None else None
+        verify: tuple[np.ndarray, Callable[[int], bool]] | None = None
+        if tree is not None:
+            matcher = self._matcher(opts)
+            certain, possible = matcher.bounds(tree)
+            allowed &= possible[:n]
+            verify = (certain, lambda c: matcher.matches(tree, c))
+        cand = np.flatnonzero(allowed)
         if opts.min_score is not None and opts.scorer != "hybrid":  # hybrid thresholds the fused score
             cand = cand[scores[cand] >= opts.min_score]
-        if len(cand) > k:
-            top = np.argpartition(-scores[cand], k - 1)[:k]
-            kth = scores[cand[top]].min()
-            cand = cand[scores[cand] >= kth]  # keep ties at the cut for the stable order
-        sc = scores[cand]
-        by_score = np.lexsort((cand, -sc))
-        cand, sc = cand[by_score], sc[by_score]
+        if verify is not None and not bool(np.all(verify[0][cand])):
+            cand, sc = _verified_top(cand, scores, k, *verify)
+        else:
+            if len(cand) > k:
+                top = np.argpartition(-scores[cand], k - 1)[:k]
+                kth = scores[cand[top]].min()
+                cand = cand[scores[cand] >= kth]  # keep ties at the cut for the stable order
+            sc = scores[cand]
+            by_score = np.lexsort((cand, -sc))
+            cand, sc = cand[by_score], sc[by_score]
         contributions: dict[int, dict[str, float]] = {}
         if explain:
+            keys = terms.order
             for cid in cand.tolist():
-                contributions[cid] = {t: float(c[cid]) for t, c in zip(order, per_term)
+                contributions[cid] = {t: float(c[cid]) for t, c in zip(keys, per_term)
                                       if len(c) and c[cid] != 0.0}
         return cand, sc, contributions, terms
+
+    def plan(self, query: str, opts: SearchOptions) -> QueryPlan:
+        """How ``query`` is searched under ``opts`` (see :class:`ragdb.types.QueryPlan`)."""
+        query = _clean_query(query)
+        eng = self.engine
+        with eng.store.read():
+            eng.sync()
+            index = eng.index
+            mask = index.allowed(eng.restrictions(opts.restrictions))
+            terms = self.query_terms(query, opts, mask)
+            parsed = terms.parsed if terms.parsed is not None else qlang.plain(query)
+            compiled = terms.compiled
+            if compiled is None:
+                unknown = [t for t in terms.counts if t not in terms.order]
+                dropped = tuple(eng.analyzer.dropped(query))
+                expansions: Mapping[str, tuple[str, ...]] = {}
+            else:
+                unknown = list(compiled.unknown)
+                dropped = compiled.dropped
+                expansions = compiled.expansions
+            # a term only hidden chunks hold is as unknown to this caller as one no chunk holds
+            visible_counts = self._visible_counts(mask, list(terms.units))
+            unknown += [u.key for u in terms.units if visible_counts.get(u.key, 0) == 0 and u.key not in unknown]
+            suggestions = {t: self._suggest(t, mask) for t in unknown}
+            # every term of the query, in query order; those no visible chunk holds are in ``unknown`` too
+            all_terms = tuple(terms.counts) if compiled is None else \
+                tuple(dict.fromkeys([u.key for u in terms.units] + list(compiled.unknown)))
+        return QueryPlan(
+            query=query, syntax=parsed.syntax, error=parsed.error, terms=all_terms,
+            weights={u.key: u.weight for u in terms.units if u.weight != 1.0}, expansions=dict(expansions),
+            phrases=tuple(p.text for p, _f, _b in parsed.words() if isinstance(p, qlang.Phrase)),
+            excluded=tuple(w.text for w, _f, _b in parsed.words(negated=True)),
+            dropped=tuple(dropped), unknown=tuple(unknown),
+            suggestions={t: s for t, s in suggestions.items() if s})
+
+    def _visible_counts(self, mask: np.ndarray, units: list[Unit]) -> dict[str, int]:
+        """unit key -> how many chunks the search may see hold it."""
+        out = {}
+        index = self.engine.index
+        for u in units:
+            p = index.unit_postings(u.ids)
+            if p is None:
+                out[u.key] = 0
+                continue
+            ids = p[0][p[0] < len(mask)].astype(np.intp)
+            out[u.key] = int(np.count_nonzero(mask[ids]))
+        return out
+
+    def _suggest(self, term: str, mask: np.ndarray, limit: int = 3) -> tuple[str, ...]:
+        """Index terms one edit from ``term`` that chunks the search may see hold, the most
+        frequent among those chunks first: counts over visible chunks only, so a term of a
+        hidden document is never suggested (nor does its frequency order the suggestions)."""
+        index = self.engine.index
+        found = index.lookup_terms([t for t in edits1(term) if t != term])
+        counts = self._visible_counts(mask, [Unit(t, (tid,), df) for t, (tid, df) in found.items()])
+        ranked = sorted((t for t, c in counts.items() if c > 0), key=lambda t: (-counts[t], t))
+        return tuple(ranked[:limit])
+
+    def _matcher(self, opts: SearchOptions) -> Matcher:
+        eng = self.engine
+        index = eng.index
+
+        def mask_of(flt: Mapping[str, Any]) -> np.ndarray:
+            return index.allowed(filters.build(flt, principals=ALL, versions=opts.restrictions.versions,
+                                               to_epoch=to_epoch))
+
+        def text_of(cid: int) -> str:
+            return str(index.hit_protos([cid])[cid][0]["text"])
+
+        return Matcher(index, eng.analyzer, mask_of, text_of)
 
     # -- dense -----------------------------------------------------------------------
     def _vector_pool(self, qvec: np.ndarray, embedder: Embedder, k: int, mask: np.ndarray) -> Pool:
@@ -216,13 +380,14 @@ class Searcher:
         qvec = embed_query(emb, query)  # outside the transaction: an endpoint may be slow
         with eng.store.read():
             eng.sync()
-            ids, sims = self._vector_pool(qvec, emb, k, eng.index.allowed(eng.restrictions(opts.restrictions)))
+            mask = eng.index.allowed(eng.restrictions(opts.restrictions))
+            ids, sims = self._vector_pool(qvec, emb, k, mask)
             if opts.min_score is not None:
                 keep = sims >= opts.min_score
                 ids, sims = ids[keep], sims[keep]
             pool = list(zip(ids.tolist(), sims.tolist()))
             # a vector hit's confidence is the lexical support of its chunk (ragdb.confidence)
-            conf = dict(zip(ids.tolist(), self._confidences(self.query_terms(query, opts), ids, opts)))
+            conf = dict(zip(ids.tolist(), self._confidences(self.query_terms(query, opts, mask), ids, opts)))
             protos = eng.index.hit_protos([c for c, _ in pool])
         return hits_from_scored(protos, ((c, s, {"vector:cosine": s} if opts.explain else {})
                                          for c, s in pool), conf)[:k]
@@ -278,3 +443,39 @@ class Searcher:
                     ex["vector:cosine"] = dense_scores[cid]
             scored.append((cid, score, ex))
         return hits_from_scored(protos, scored, conf)[:k]
+
+
+def _verified_top(cand: np.ndarray, scores: np.ndarray, k: int, certain: np.ndarray,
+                  matches: Callable[[int], bool]) -> tuple[np.ndarray, np.ndarray]:
+    """The ``k`` best of ``cand`` (plus ties with the k-th) that match, best first, equal
+    scores by chunk id: candidates are taken in score order, in rounds of a few times
+    ``k``, and those not ``certain`` are checked with ``matches`` (a phrase on the chunk's
+    text) until ``k`` are accepted and the next score is lower."""
+    sc_all = scores[cand]
+    remaining = np.arange(len(cand))
+    accepted: list[int] = []
+    kth: float | None = None
+    step = max(4 * k, 64)
+    while len(remaining):
+        if len(remaining) > step:
+            part = np.argpartition(-sc_all[remaining], step - 1)[:step]
+            batch, rest = remaining[part], np.delete(remaining, part)
+        else:
+            batch, rest = remaining, remaining[:0]
+        batch = batch[np.lexsort((cand[batch], -sc_all[batch]))]
+        for i in batch.tolist():
+            s = float(sc_all[i])
+            if kth is not None and s < kth:
+                rest = rest[:0]
+                break
+            c = int(cand[i])
+            if certain[c] or matches(c):
+                accepted.append(i)
+                if len(accepted) == k:
+                    kth = s
+        remaining = rest
+        step *= 2
+    idx = np.asarray(accepted, dtype=np.intp)
+    out, sc = cand[idx], sc_all[idx]
+    order = np.lexsort((out, -sc))
+    return out[order], sc[order]

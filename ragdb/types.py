@@ -72,6 +72,32 @@ class Stats:
 
 
 @dataclass(frozen=True)
+class QueryPlan:
+    """How a query is searched (:meth:`ragdb.Database.query_plan`, ``ragdb search --explain``).
+
+    ``syntax``: the query language or plain words; ``error``: why the query language was
+    not applied (the query was then searched as plain words), else None; ``terms``: the
+    query's terms in order (index terms, and ``word*``/``word~`` for expanded words; those
+    in ``unknown`` score nothing) with their ``weights`` (boosts); ``expansions``: the index terms each prefix or fuzzy word
+    stands for; ``phrases`` and ``excluded``: as typed; ``dropped``: words the analyzer
+    drops, with why (a stopword...); ``unknown``: query terms no chunk the caller may see
+    holds; ``suggestions``: for each unknown term, the closest terms (one edit away) that
+    visible chunks hold, the most frequent first ("did you mean")."""
+
+    query: str
+    syntax: str
+    error: str | None
+    terms: tuple[str, ...]
+    weights: Mapping[str, float]
+    expansions: Mapping[str, tuple[str, ...]]
+    phrases: tuple[str, ...]
+    excluded: tuple[str, ...]
+    dropped: tuple[tuple[str, str], ...]
+    unknown: tuple[str, ...]
+    suggestions: Mapping[str, tuple[str, ...]]
+
+
+@dataclass(frozen=True)
 class CollectionInfo:
     """One collection of a database file (:meth:`ragdb.Database.collections`):
     its name, latest documents and chunks, analyzer (in words), embedding model

@@ -843,6 +843,17 @@ class Store(VectorSQL):
                 out[term] = (tid, df)
         return out
 
+    def terms_with_prefix(self, prefix: str, limit: int) -> list[tuple[str, int, int]]:
+        """(term, id, df) of up to ``limit`` vocabulary terms starting with ``prefix``, the
+        most frequent (by stored df) first: a range scan of the term index."""
+        return self.conn.execute(
+            "SELECT term, id, df FROM vocabulary WHERE term >= ? AND term < ? ORDER BY df DESC, term LIMIT ?",
+            [prefix, prefix + "\U0010ffff", limit]).fetchall()
+
+    def has_metadata_key(self, key: str) -> bool:
+        """Whether any stored document has scalar metadata under ``key``."""
+        return self.conn.execute("SELECT 1 FROM doc_meta WHERE key = ? LIMIT 1", [key]).fetchone() is not None
+
     def all_term_ids(self) -> Iterator[tuple[str, int]]:
         yield from self.conn.execute("SELECT term, id FROM vocabulary")
 

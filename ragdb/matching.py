@@ -1,0 +1,437 @@
+"""A parsed query (:mod:`ragdb.query`) on the index: the units it scores and the chunks it matches.
+
+:func:`compile_query` turns the parse tree into
+
+* scoring **units**: each distinct term of the words and phrases that are not
+  excluded, with its boost (the largest, when a term comes twice), and for a prefix
+  or fuzzy word one unit for all the index terms it expands to, scored as one term
+  (term frequencies summed per chunk, document frequency the number of chunks
+  holding any of them: Lucene's ``SynonymQuery``);
+* a **match tree** of the boolean structure: words, phrases, metadata fields and
+  groups with ``must``/``should``/``must_not`` clauses.
+
+Scores do not depend on the operators: a hit's score is the BM25 (or TF-IDF) sum of
+the query's units it holds; the operators decide which chunks may be hits. So the
+ranking order is known before any phrase is checked, and :class:`Matcher` checks
+phrases lazily, best-scored candidate first, until ``k`` hits are certain: bounds
+(:meth:`Matcher.bounds`) say which chunks certainly match (every phrase of theirs
+proven by its terms alone, or not needed) and which may (their phrases' terms are all
+there); only the second kind is verified, on the chunk's text with the analyzer's
+token positions (:meth:`ragdb.analysis.Analyzer.tokens`).
+
+Rules for a word (it may analyze to several index terms: ``node.js``, ``检索增强``):
+a ``should`` word matches a chunk holding any of its terms; a ``must`` or
+``must_not`` word one holding all of them; a prefix or fuzzy word any of its
+expansions. A word the analyzer drops entirely (a stopword) is ignored wherever it
+stands; a ``must`` word with a term the vocabulary lacks matches nothing. A bare
+metadata field (``lang:en``, ``source:docs/*``) is a ``must`` filter: it restricts,
+never scores.
+"""
+
+from __future__ import annotations
+
+import unicodedata
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from . import query as q
+
+if TYPE_CHECKING:
+    from .analysis import Analyzer
+    from .index import Index
+
+ANY, ALL = "any", "all"
+
+
+@dataclass(frozen=True)
+class Unit:
+    """One scoring unit: ``key`` (how explain names it), the index ``ids`` scored as one
+    term, its live document frequency ``df`` and ``weight`` (the boost)."""
+
+    key: str
+    ids: tuple[int, ...]
+    df: int
+    weight: float = 1.0
+
+
+@dataclass(frozen=True)
+class Terms:
+    """A word: chunks holding any (``mode`` ANY) or all (ALL) of ``ids``. ``missing``: a
+    term of a ``must`` word is not in the vocabulary, so nothing matches."""
+
+    ids: tuple[int, ...]
+    mode: str
+    missing: bool = False
+
+
+@dataclass(frozen=True)
+class PhraseNode:
+    """A phrase: ``seq`` its (term, position relative to its first) pairs, ``ids`` the
+    ids of its distinct terms (None when one is not in the vocabulary: nothing matches)."""
+
+    text: str
+    seq: tuple[tuple[str, int], ...]
+    ids: tuple[int, ...] | None
+
+    @property
+    def single(self) -> bool:
+        """One position only: holding the terms is holding the phrase."""
+        return len({p for _, p in self.seq}) <= 1
+
+
+@dataclass(frozen=True)
+class MaskNode:
+    """A metadata/source field: chunks of the documents matching ``filter``."""
+
+    filter: Mapping[str, Any]
+
+
+@dataclass(frozen=True)
+class GroupNode:
+    clauses: tuple[tuple[str, MatchNode], ...]
+
+
+MatchNode = Terms | PhraseNode | MaskNode | GroupNode
+
+
+@dataclass(frozen=True)
+class Compiled:
+    """A query ready to run: its scoring units, its match tree (None: any chunk a unit
+    scores matches), and what the plan reports (see :class:`ragdb.types.QueryPlan`)."""
+
+    units: tuple[Unit, ...]
+    tree: MatchNode | None
+    phrases: bool
+    expansions: Mapping[str, tuple[str, ...]] = field(default_factory=dict)
+    dropped: tuple[tuple[str, str], ...] = ()
+    unknown: tuple[str, ...] = ()
+
+
+class Lookup:
+    """What compiling needs from the database (inside a read transaction): term ids and
+    live dfs, prefix candidates, whether a term shows in chunks the search may see."""
+
+    def __init__(self, terms: Callable[[Sequence[str]], dict[str, tuple[int, int]]],
+                 prefixed: Callable[[str, int], list[tuple[str, int, int]]],
+                 visible: Callable[[int], bool], union_df: Callable[[Sequence[int]], int],
+                 stored: Callable[[Sequence[int]], set[int]] | None = None) -> None:
+        self._terms = terms
+        self.prefixed = prefixed
+        self.visible = visible
+        self.union_df = union_df
+        self._stored = stored
+
+    def terms(self, terms: Sequence[str]) -> dict[str, tuple[int, int]]:
+        """term -> (id, live df) of the terms a search can match: in latest chunks (df > 0),
+        or, for a search of history (``stored`` given), in any stored chunk."""
+        found = self._terms(terms)
+        if self._stored is None:
+            return {t: v for t, v in found.items() if v[1] > 0}
+        rare = [v[0] for v in found.values() if v[1] == 0]
+        kept = self._stored(rare) if rare else set()
+        return {t: v for t, v in found.items() if v[1] > 0 or v[0] in kept}
+
+
+def compile_query(parsed: q.ParsedQuery, analyzer: Analyzer, lookup: Lookup, *, fuzzy: int = 0,
+                  is_metadata: Callable[[str], bool] = lambda _k: False) -> Compiled:
+    """Compile ``parsed`` (see the module docstring). ``fuzzy=1`` makes every word fuzzy."""
+    units: dict[tuple[int, ...], Unit] = {}
+    expansions: dict[str, tuple[str, ...]] = {}
+    dropped: list[tuple[str, str]] = []
+    unknown: list[str] = []
+    phrases = False
+
+    def add_unit(key: str, ids: tuple[int, ...], df: int, weight: float) -> None:
+        old = units.get(ids)
+        if old is None or old.weight < weight:
+            units[ids] = Unit(old.key if old else key, ids, df, weight)
+
+    def word_terms(word: q.Word, occur: str, boost: float, scored: bool) -> MatchNode | None:
+        if word.prefix or word.fuzzy or fuzzy:
+            expanded = _expand(word, analyzer, lookup, fuzzy or word.fuzzy, dropped)
+            if expanded is None:
+                return None
+            key, found = expanded
+            if not found:
+                unknown.append(key)
+                expansions[key] = ()
+                return Terms((), ANY, missing=True)
+            ids = tuple(i for _, i, _ in found)
+            expansions[key] = tuple(t for t, _, _ in found)
+            if scored:
+                add_unit(key, ids, lookup.union_df(ids) if len(ids) > 1 else found[0][2], boost)
+            return Terms(ids, ANY)
+        terms = list(dict.fromkeys(analyzer.terms(word.text)))
+        if not terms:
+            dropped.extend(analyzer.dropped(word.text) or [(word.text, "no index terms")])
+            return None
+        known = lookup.terms(terms)
+        missing = [t for t in terms if t not in known]
+        unknown.extend(missing)
+        if scored:
+            for t in terms:
+                if t in known:
+                    add_unit(t, (known[t][0],), known[t][1], boost)
+        ids = tuple(known[t][0] for t in terms if t in known)
+        if occur == q.SHOULD:
+            return Terms(ids, ANY, missing=not ids)
+        return Terms(ids, ALL, missing=bool(missing))
+
+    def phrase_node(phrase: q.Phrase, boost: float, scored: bool) -> MatchNode | None:
+        nonlocal phrases
+        tokens = analyzer.tokens(phrase.text)
+        if not tokens:
+            dropped.extend(analyzer.dropped(phrase.text) or [(phrase.text, "no index terms")])
+            return None
+        base = min(t.position for t in tokens)
+        seq = tuple(dict.fromkeys((t.term, t.position - base) for t in tokens))
+        terms = list(dict.fromkeys(t for t, _ in seq))
+        known = lookup.terms(terms)
+        missing = [t for t in terms if t not in known]
+        unknown.extend(missing)
+        if scored:
+            for t in terms:
+                if t in known:
+                    add_unit(t, (known[t][0],), known[t][1], boost)
+        node = PhraseNode(phrase.text, seq, None if missing else tuple(known[t][0] for t in terms))
+        phrases = phrases or not node.single
+        return node
+
+    def compile_group(group: q.Group, fld: str | None, boost: float, under_not: bool) -> MatchNode | None:
+        fld = group.field or fld
+        boost *= group.boost
+        clauses: list[tuple[str, MatchNode]] = []
+        for clause in group.clauses:
+            node = clause.node
+            occur = clause.occur
+            excluded = under_not ^ (occur == q.MUST_NOT)
+            node_field = node.field if not isinstance(node, q.Group) else None
+            compiled: MatchNode | None
+            if isinstance(node, q.Group):
+                compiled = compile_group(node, fld, boost, excluded)
+            elif (node_field or fld) not in (None, "title", "section"):
+                # a metadata key or source: a filter on documents, required unless negated
+                compiled = MaskNode(_field_filter(node_field or fld or "", node.text))
+                occur = q.MUST if occur == q.SHOULD else occur
+            elif isinstance(node, q.Phrase):
+                compiled = phrase_node(node, boost * node.boost, not excluded)
+            else:
+                compiled = word_terms(node, occur, boost * node.boost, not excluded)
+            if compiled is not None:
+                clauses.append((occur, compiled))
+        return GroupNode(tuple(clauses)) if clauses else None
+
+    tree = compile_group(parsed.root, None, 1.0, False)
+    return Compiled(tuple(units.values()), tree, phrases, expansions, tuple(dropped),
+                    tuple(dict.fromkeys(unknown)))
+
+
+def _field_filter(key: str, text: str) -> dict[str, Any]:
+    """The filter of ``key:text``: the text, and the number it spells when it spells one."""
+    values: list[Any] = [text]
+    for convert in (int, float):
+        try:
+            number = convert(text)
+        except ValueError:
+            continue
+        if number == number and number not in values:  # not NaN
+            values.append(number)
+    if text in ("true", "false"):
+        values.append(text == "true")
+    return {key: values}
+
+
+# -- prefix and fuzzy expansion ------------------------------------------------------------
+
+def _normalized(text: str) -> str:
+    return unicodedata.normalize("NFKC", text).casefold()
+
+
+def _expand(word: q.Word, analyzer: Analyzer, lookup: Lookup, fuzzy: int,
+            dropped: list[tuple[str, str]]) -> tuple[str, list[tuple[str, int, int]]] | None:
+    """(explain key, [(term, id, live df)]) of a prefix or fuzzy word: at most
+    ``MAX_EXPANSIONS`` index terms that chunks the search may see hold, the most
+    frequent first. None when the word has nothing to expand (a stopword)."""
+    if word.prefix:
+        stem = _normalized(word.text)
+        own = list(dict.fromkeys(analyzer.terms(word.text)))  # the word itself counts (deleted* finds delet)
+        found: dict[str, tuple[int, int]] = {}
+        for term, tid, df in lookup.prefixed(stem, q.MAX_EXPANSIONS * 16):
+            if df > 0 and lookup.visible(tid):
+                found[term] = (tid, df)
+            if len(found) >= q.MAX_EXPANSIONS:
+                break
+        for term, (tid, df) in lookup.terms(own).items():
+            if term not in found and lookup.visible(tid):
+                found[term] = (tid, df)
+        ranked = sorted(found.items(), key=lambda kv: (-kv[1][1], kv[0]))[:q.MAX_EXPANSIONS]
+        return f"{word.text}*", [(t, i, d) for t, (i, d) in ranked]
+    terms = list(dict.fromkeys(analyzer.terms(word.text)))
+    if not terms:
+        dropped.extend(analyzer.dropped(word.text) or [(word.text, "no index terms")])
+        return None
+    candidates: list[str] = []
+    for term in terms:
+        candidates.extend(edits1(term) if fuzzy else [term])
+    known = lookup.terms(list(dict.fromkeys(candidates)))
+    hits = [(t, tid, df) for t, (tid, df) in known.items() if lookup.visible(tid)]
+    hits.sort(key=lambda x: (-x[2], x[0]))
+    return f"{word.text}~", hits[:q.MAX_EXPANSIONS]
+
+
+_ALPHABET = "abcdefghijklmnopqrstuvwxyz0123456789"
+
+
+def edits1(term: str) -> list[str]:
+    """Every string one edit from ``term`` (Damerau-Levenshtein: delete, insert,
+    substitute a character, swap two neighbours), ``term`` itself first. Insertions and
+    substitutions use ASCII letters and digits plus the term's own characters. A term
+    with a CJK character (single characters and bigrams of the index) gets none:
+    an edit of one would be another word, not a typo. (Norvig, "How to Write a
+    Spelling Corrector", 2007.)"""
+    from .analysis import is_cjk
+
+    if is_cjk(term):
+        return [term]
+    letters = "".join(dict.fromkeys(_ALPHABET + term))
+    splits = [(term[:i], term[i:]) for i in range(len(term) + 1)]
+    out = [term]
+    out += [a + b[1:] for a, b in splits if b]
+    out += [a + b[1] + b[0] + b[2:] for a, b in splits if len(b) > 1]
+    out += [a + c + b[1:] for a, b in splits if b for c in letters if c != b[0]]
+    out += [a + c + b for a, b in splits for c in letters]
+    return [t for t in dict.fromkeys(out) if t]
+
+
+# -- matching ------------------------------------------------------------------------------------
+
+class Matcher:
+    """Evaluates a match tree on one index snapshot: :meth:`bounds` for every chunk at once,
+    :meth:`matches` for one chunk exactly (phrases checked on its text)."""
+
+    def __init__(self, index: Index, analyzer: Analyzer, mask_of: Callable[[Mapping[str, Any]], np.ndarray],
+                 text_of: Callable[[int], str]) -> None:
+        self.index = index
+        self.analyzer = analyzer
+        self.mask_of = mask_of
+        self.text_of = text_of
+        self.size = len(index.lengths)
+        self._term_masks: dict[int, np.ndarray] = {}
+        self._node_masks: dict[int, np.ndarray] = {}  # id(MaskNode) -> its mask (the tree outlives the matcher)
+        self._positions: dict[int, dict[str, list[int]]] = {}
+
+    def term_mask(self, term_id: int) -> np.ndarray:
+        m = self._term_masks.get(term_id)
+        if m is None:
+            m = np.zeros(self.size, bool)
+            p = self.index.term_postings([term_id]).get(term_id)
+            if p is not None:
+                m[p[0]] = True
+            self._term_masks[term_id] = m
+        return m
+
+    def _terms_mask(self, node: Terms) -> np.ndarray:
+        if node.missing or not node.ids:
+            return np.zeros(self.size, bool)
+        masks = [self.term_mask(t) for t in node.ids]
+        out = masks[0].copy()
+        for m in masks[1:]:
+            if node.mode == ANY:
+                out |= m
+            else:
+                out &= m
+        return out
+
+    def bounds(self, node: MatchNode) -> tuple[np.ndarray, np.ndarray]:
+        """(certainly matching, possibly matching) masks over chunk ids."""
+        if isinstance(node, Terms):
+            m = self._terms_mask(node)
+            return m, m
+        if isinstance(node, MaskNode):
+            cached = self._node_masks.get(id(node))
+            if cached is None:
+                cached = self.mask_of(node.filter)[:self.size]
+                if len(cached) < self.size:
+                    cached = np.concatenate([cached, np.zeros(self.size - len(cached), bool)])
+                self._node_masks[id(node)] = cached
+            return cached, cached
+        if isinstance(node, PhraseNode):
+            if node.ids is None:
+                none = np.zeros(self.size, bool)
+                return none, none
+            hi = self._terms_mask(Terms(node.ids, ALL))
+            return (hi if node.single else np.zeros(self.size, bool)), hi
+        return self._combine([(occur, self.bounds(child)) for occur, child in node.clauses])
+
+    def _combine(self, parts: Sequence[tuple[str, tuple[np.ndarray, np.ndarray]]]) -> tuple[np.ndarray, np.ndarray]:
+        must = [b for o, b in parts if o == q.MUST]
+        should = [b for o, b in parts if o == q.SHOULD]
+        nots = [b for o, b in parts if o == q.MUST_NOT]
+        lo = np.ones(self.size, bool)
+        hi = np.ones(self.size, bool)
+        for m_lo, m_hi in must:
+            lo &= m_lo
+            hi &= m_hi
+        if should and not must:
+            s_lo = np.zeros(self.size, bool)
+            s_hi = np.zeros(self.size, bool)
+            for m_lo, m_hi in should:
+                s_lo |= m_lo
+                s_hi |= m_hi
+            lo &= s_lo
+            hi &= s_hi
+        for n_lo, n_hi in nots:
+            lo &= ~n_hi
+            hi &= ~n_lo
+        return lo, hi
+
+    def matches(self, node: MatchNode, cid: int) -> bool:
+        """Whether chunk ``cid`` matches ``node`` exactly."""
+        if isinstance(node, Terms):
+            return bool(self._terms_mask(node)[cid]) if node.ids else False
+        if isinstance(node, MaskNode):
+            return bool(self.bounds(node)[0][cid])
+        if isinstance(node, PhraseNode):
+            return node.ids is not None and bool(self.bounds(node)[1][cid]) and self.phrase_at(node, cid)
+        must = [self.matches(c, cid) for o, c in node.clauses if o == q.MUST]
+        if not all(must):
+            return False
+        if any(self.matches(c, cid) for o, c in node.clauses if o == q.MUST_NOT):
+            return False
+        should = [c for o, c in node.clauses if o == q.SHOULD]
+        return bool(must) or not should or any(self.matches(c, cid) for c in should)
+
+    def positions(self, cid: int) -> dict[str, list[int]]:
+        """term -> sorted token positions in chunk ``cid``'s text."""
+        found = self._positions.get(cid)
+        if found is None:
+            found = {}
+            for tok in self.analyzer.tokens(self.text_of(cid)):
+                found.setdefault(tok.term, []).append(tok.position)
+            self._positions[cid] = found
+        return found
+
+    def phrase_at(self, node: PhraseNode, cid: int) -> bool:
+        return phrase_in(node.seq, self.positions(cid))
+
+
+def phrase_in(seq: Sequence[tuple[str, int]], positions: Mapping[str, Sequence[int]]) -> bool:
+    """Whether ``positions`` (term -> its positions in a text) hold every (term, offset) of
+    ``seq`` at one common start."""
+    if not seq:
+        return False
+    sets = []
+    for term, _ in seq:
+        found = positions.get(term)
+        if not found:
+            return False
+        sets.append(set(found))
+    first, off0 = seq[0]
+    for p in positions[first]:
+        start = p - off0
+        if all(start + off in s for (_t, off), s in zip(seq, sets)):
+            return True
+    return False

@@ -1,0 +1,287 @@
+"""The query language: parsing, and every operator against a brute-force reference."""
+
+from __future__ import annotations
+
+import os
+
+import pytest
+from hypothesis import HealthCheck, given, settings, strategies as st
+
+import ragdb
+from ragdb import query as q
+from ragdb.errors import InvalidInput
+from ragdb.matching import edits1
+
+EXAMPLES = int(os.environ.get("RAGDB_HYPOTHESIS_EXAMPLES", "60"))
+
+
+# -- parsing -----------------------------------------------------------------------------------
+
+def words(parsed: q.ParsedQuery, negated: bool = False) -> list[tuple[str, str]]:
+    return [(type(w).__name__, w.text) for w, _f, _b in parsed.words(negated=negated)]
+
+
+@pytest.mark.parametrize("text", [
+    "how are deleted documents handled", "What is RAG (retrieval augmented generation)?",
+    "what's the C++ or C# standard?", "can I use e-mail, node.js and std::vector", "not this, not that",
+    "and or not", "什么是检索增强生成", "检索增强生成（RAG）是什么？", "version 3.11.7 of x86_64", "--force flag",
+    "note: the index", "50% of 3*4", "ratio 3:1 and a~b", "",
+])
+def test_natural_language_is_plain(text):
+    parsed = q.parse(text)
+    assert parsed.error is None and parsed.plain, parsed.root
+
+
+@pytest.mark.parametrize("text, error", [
+    ('unbalanced "quote', "never closed"), ("(open", "never closed"), ("close)", "without an opening"),
+    ("a - b", "lone '-'"), ("x AND", "end of the query"), ("NOT", "end of the query"), ("()", "empty parentheses"),
+    ('""', "empty phrase"), ("a*b c^0", "outside"), ("x~2", "within one edit"), ("a* b", "shorter than"),
+    ("(" * 40 + "x" + ")" * 40, "nested deeper than 32"), ("NOT " * 40 + "x", "nested deeper than 32"), ("NOT NOT x", "double negation"),
+    ("-(" * 40 + "x" + ")" * 40, "nested deeper than 32"),
+])
+def test_unparsable_queries_fall_back_to_plain_words(text, error):
+    parsed = q.parse(text)
+    assert parsed.error is not None and error in parsed.error
+    assert parsed.root == q.plain(text).root  # searched as the plain words
+
+
+def test_operators():
+    p = q.parse('"deleted documents" -draft +index NOT old x^2 delet* docment~ (a OR b)^3')
+    clauses = p.root.clauses
+    assert [c.occur for c in clauses] == ["must", "must_not", "must", "must_not", "should", "should", "should",
+                                          "should"]
+    assert clauses[0].node == q.Phrase("deleted documents")
+    assert clauses[4].node == q.Word("x", boost=2.0)
+    assert clauses[5].node == q.Word("delet", prefix=True)
+    assert clauses[6].node == q.Word("docment", fuzzy=1)
+    group = clauses[7].node
+    assert isinstance(group, q.Group) and group.boost == 3.0
+    assert words(p) == [("Phrase", "deleted documents"), ("Word", "index"), ("Word", "x"), ("Word", "delet"),
+                        ("Word", "docment"), ("Word", "a"), ("Word", "b")]
+    assert words(p, negated=True) == [("Word", "draft"), ("Word", "old")]
+    assert not p.plain
+
+
+def test_and_binds_tighter_than_or():
+    p = q.parse("a OR b AND c")
+    (only,) = p.root.clauses
+    assert only.occur == "should"
+    a, bc = only.node.clauses
+    assert a == q.Clause("should", q.Word("a"))
+    assert bc.occur == "should" and [c.occur for c in bc.node.clauses] == ["must", "must"]
+    p = q.parse("cats AND NOT dogs birds")
+    first, second = p.root.clauses
+    assert first.occur == "must" and [c.occur for c in first.node.clauses] == ["must", "must_not"]
+    assert second == q.Clause("should", q.Word("birds"))
+
+
+def test_fields_only_when_known():
+    p = q.parse("title:rag section:\"quick start\" lang:en std::vector")
+    nodes = [c.node for c in p.root.clauses]
+    assert nodes[0] == q.Word("rag", "title") and nodes[1] == q.Phrase("quick start", "section")
+    assert nodes[2] == q.Word("lang:en") and nodes[3] == q.Word("std::vector")
+    p = q.parse("lang:en title:(a b)", is_field=lambda name: name in ("lang", "title"))
+    assert p.root.clauses[0].node == q.Word("en", "lang")
+    assert p.root.clauses[1].node.field == "title"
+
+
+def test_quotes_of_other_scripts_and_full_width_forms():
+    assert q.parse("“检索增强” 生成").root.clauses[0].node == q.Phrase("检索增强")
+    assert q.parse("「検索」").root.clauses[0].node == q.Phrase("検索")
+    assert q.parse("＂deleted documents＂").root.clauses[0].node == q.Phrase("deleted documents")  # NFKC
+    assert q.parse("－draft").root.clauses[0].occur == "must_not"
+
+
+def test_plain_syntax_and_bad_syntax_name():
+    assert q.parse('"a b" -c', syntax="plain").plain
+    with pytest.raises(InvalidInput, match="syntax must be one of"):
+        q.parse("x", syntax="lucene")
+    with pytest.raises(InvalidInput, match="syntax must be one of"):
+        ragdb.SearchOptions(syntax="lucene")
+    with pytest.raises(InvalidInput, match="fuzzy must be 0 or 1"):
+        ragdb.SearchOptions(fuzzy=2)
+
+
+@given(st.text(max_size=60))
+def test_parse_never_raises(text):
+    parsed = q.parse(text)
+    assert isinstance(parsed.root, q.Group)
+    if parsed.error is not None:
+        assert parsed.root == q.plain(text).root
+
+
+def test_edits1():
+    found = set(edits1("docment"))
+    assert {"document", "docmnt", "odcment", "docmenta", "docment"} <= found
+    assert edits1("检索") == ["检索"]
+
+
+# -- searching -----------------------------------------------------------------------------------
+
+@pytest.fixture
+def small():
+    db = ragdb.open(":memory:", chunker="none")
+    docs = {"a": "deleted documents are removed from the index", "b": "documents about deletion and deleting",
+            "c": "the index holds documents", "d": "deleted items", "e": "document storage in databases"}
+    for s, t in docs.items():
+        db.add(t, source=s, metadata={"lang": "en" if s < "c" else "de", "n": ord(s)})
+    yield db
+    db.close()
+
+
+def sources(hits):
+    return [h.source for h in hits]
+
+
+@pytest.mark.parametrize("query, expected", [
+    ("deleted documents", ["b", "a", "d", "c", "e"]),
+    ("deleted NOT documents", ["d"]),
+    ("deleted -documents", ["d"]),
+    ("+deleted documents", ["b", "a", "d"]),
+    ("deleted AND documents", ["b", "a"]),
+    ("(deleted OR storage) +documents", ["e", "b", "a", "c"]),
+    ("documents -(deleted OR storage)", ["c"]),
+    ("lang:en documents", ["b", "a"]),
+    ("-lang:en documents", ["c", "e"]),
+    ("n:100 documents", ["d"] * 0 + []),
+    ("n:99 documents", ["c"]),
+    ("source:a documents", ["a"]),
+    ("delet*", ["b", "d", "a"]),
+    ("-deleted -documents", []),
+])
+def test_operator_results(small, query, expected):
+    assert sources(small.search(query)) == expected
+
+
+def test_plain_syntax_searches_the_words(small):
+    assert sources(small.search("deleted -documents", syntax="plain")) == sources(small.search("deleted documents"))
+
+
+def test_boosts_scale_a_terms_contribution(small):
+    plain = {h.source: h.explain for h in small.search("index documents", explain=True)}
+    boosted = {h.source: h.explain for h in small.search("index^3 documents", explain=True)}
+    for source, parts in boosted.items():
+        assert parts["index"] == pytest.approx(3 * plain[source]["index"]) if "index" in parts else True
+        assert parts["document"] == pytest.approx(plain[source]["document"])
+    assert sources(small.search("index^3 documents"))[:2] == ["c", "a"]
+
+
+def test_prefix_and_fuzzy_are_one_unit(small):
+    plan = small.query_plan("delet* docment~")
+    assert plan.terms == ("delet*", "docment~") and plan.expansions == {"delet*": ("delet",), "docment~": ("document",)}
+    assert sources(small.search("docment~")) == sources(small.search("documents"))
+    assert sources(small.search("docment", fuzzy=1)) == sources(small.search("documents"))
+    assert small.search("docment") == []
+
+
+def test_plan_reports_unknown_words_and_suggestions(small):
+    plan = small.query_plan("docment indx deleted")
+    assert plan.unknown == ("docment", "indx")
+    assert plan.suggestions == {"docment": ("document",), "indx": ("index",)}
+    assert plan.terms == ("docment", "indx", "delet")
+    plan = small.query_plan('"a b', syntax="query")
+    assert plan.error is not None and "never closed" in plan.error
+
+
+def test_suggestions_and_expansions_never_come_from_hidden_documents(tmp_path):
+    with ragdb.open(tmp_path / "kb.db", chunker="none") as db:
+        db.add("public notes about storage", source="pub")
+        db.add("the secret zanzibar treaty", source="hidden", acl=["board"])
+        assert db.query_plan("zanzibr").suggestions == {}
+        assert db.query_plan("zanzibr", principals=["board"]).suggestions == {"zanzibr": ("zanzibar",)}
+        assert db.query_plan("zanz*").expansions == {"zanz*": ()}
+        assert db.query_plan("zanz*", principals=ragdb.ALL).expansions == {"zanz*": ("zanzibar",)}
+        assert db.search("zanz*") == [] and db.search("zanzibr~") == []
+        assert db.query_plan("zanzibar").unknown == ("zanzibar",)
+        assert sources(db.search("zanzibr~", principals=["board"])) == ["hidden"]
+
+
+# -- every operator against brute force -----------------------------------------------------------
+
+VOCAB = ["retrieval", "index", "delete", "document", "query", "vector", "检索", "增强", "文档", "删除"]
+
+
+def query_tree(depth: int = 2) -> st.SearchStrategy[str]:
+    word = st.sampled_from(VOCAB)
+    phrase = st.lists(st.sampled_from(VOCAB + ["the", "of"]), min_size=2, max_size=3).map(lambda ws: f'"{" ".join(ws)}"')
+    leaf = st.one_of(word, word.map(lambda w: "+" + w), word.map(lambda w: "-" + w), phrase,
+                     phrase.map(lambda p: "-" + p))
+    if depth == 0:
+        return leaf
+    sub = query_tree(depth - 1)
+    return st.one_of(
+        leaf,
+        st.tuples(sub, sub).map(lambda ab: f"{ab[0]} AND {ab[1]}"),
+        st.tuples(sub, sub).map(lambda ab: f"{ab[0]} OR {ab[1]}"),
+        sub.map(lambda x: f"NOT ({x})" if not x.startswith(("-", "+", "NOT")) else x),
+        st.lists(sub, min_size=1, max_size=3).map(lambda xs: "(" + " ".join(xs) + ")"),
+        st.lists(sub, min_size=2, max_size=3).map(" ".join),
+    )
+
+
+def brute_phrase(phrase: str, text: str, analyzer) -> bool:
+    """The phrase's (term, position) pairs found at one offset among the text's tokens, by
+    trying every offset."""
+    want = [(t.term, t.position) for t in analyzer.tokens(phrase)]
+    have = {(t.term, t.position) for t in analyzer.tokens(text)}
+    if not want:
+        return True
+    base = min(p for _t, p in want)
+    last = max((p for _t, p in have), default=-1)
+    return any(all((t, start + p - base) in have for t, p in want) for start in range(last + 1))
+
+
+def neutral(node: q.Node, analyzer) -> bool:
+    if isinstance(node, q.Group):
+        return all(neutral(c.node, analyzer) for c in node.clauses)
+    return not analyzer.terms(node.text)
+
+
+def brute_matches(node: q.Node, occur: str, text: str, analyzer) -> bool:
+    """Reference semantics (ragdb.matching's docstring), evaluated on a chunk's text."""
+    terms = set(analyzer.terms(text))
+    if isinstance(node, q.Word):
+        wanted = set(analyzer.terms(node.text))
+        return bool(wanted & terms) if occur == "should" else wanted <= terms
+    if isinstance(node, q.Phrase):
+        return brute_phrase(node.text, text, analyzer)
+    clauses = [c for c in node.clauses if not neutral(c.node, analyzer)]  # words the analyzer drops: ignored
+    for c in clauses:
+        if c.occur == "must" and not brute_matches(c.node, "must", text, analyzer):
+            return False
+        if c.occur == "must_not" and brute_matches(c.node, "must_not", text, analyzer):
+            return False
+    if any(c.occur == "must" for c in clauses):
+        return True
+    should = [c for c in clauses if c.occur == "should"]
+    return not should or any(brute_matches(c.node, "should", text, analyzer) for c in should)
+
+
+docs_ = st.lists(st.lists(st.sampled_from(VOCAB + ["filler", "words", "the", "of"]), min_size=1, max_size=8).map(
+    lambda ws: " ".join(ws) if len(ws) % 3 else "".join(ws)), min_size=1, max_size=14)  # CJK runs glued too
+
+
+@settings(max_examples=EXAMPLES, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(docs=docs_, query=query_tree(), deletes=st.lists(st.integers(0, 13), max_size=4), k=st.integers(1, 5))
+def test_operators_equal_brute_force(docs, query, deletes, k):
+    """Hits of a query = the hits of a plain search of its positive words, kept where the
+    reference semantics match: same chunks, same order, same scores; the first k of them at
+    any k (operators apply before the cut), before and after deletes."""
+    with ragdb.open(":memory:", chunker="none") as db:
+        for i, text in enumerate(docs):
+            db.add(text, source=f"d{i:02d}")
+        parsed = q.parse(query)
+        assert parsed.error is None, (query, parsed.error)
+        for step in range(2):
+            positive = " ".join(w.text for w, _f, _b in parsed.words())
+            plain = db.search(positive, k=100, syntax="plain") if positive else []
+            texts = {h.source: h.text for h in db.search(" ".join(VOCAB), k=100, syntax="plain")}
+            expected = [(h.source, h.score) for h in plain
+                        if brute_matches(parsed.root, "should", texts[h.source], db.analyzer)]
+            got = [(h.source, h.score) for h in db.search(query, k=100)]
+            assert got == expected, (query, step)
+            assert [(h.source, h.score) for h in db.search(query, k=k)] == expected[:k]
+            for d in deletes:
+                db.delete(source=f"d{d:02d}")
+            if step == 0:
+                db.add("retrieval index document filler", source="new")
