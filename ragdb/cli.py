@@ -661,7 +661,24 @@ def _hit_json(h: ragdb.Hit, rank: int | None = None) -> dict[str, Any]:
         out = {"rank": rank, **out}
     if h.explain:
         out["explain"] = dict(h.explain)
+    if h.snippet is not None:
+        out["highlights"] = [list(span) for span in h.highlights]
+        out["snippet"] = {"text": h.snippet.text, "start": h.snippet.start, "end": h.snippet.end,
+                          "highlights": [list(span) for span in h.snippet.highlights]}
     return out
+
+
+def _marked(snip: ragdb.types.Snippet, text_len: int, tty: bool) -> str:
+    """A snippet on one line, matches in bold on a terminal and in [brackets] when piped,
+    "…" where it cuts the chunk's text."""
+    parts, last = [], 0
+    for a, b in snip.highlights:
+        parts.append(snip.text[last:a])
+        parts.append(click.style(snip.text[a:b], bold=True) if tty else f"[{snip.text[a:b]}]")
+        last = b
+    parts.append(snip.text[last:])
+    body = " ".join("".join(parts).split())
+    return ("…" if snip.start > 0 else "") + body + ("…" if snip.end < text_len else "")
 
 
 #: The CSV columns of ``ragdb search`` (confidence and explain follow when present).
@@ -1305,6 +1322,9 @@ def facets_cmd(database: str | None, key: str, query: str | None, by: str, limit
 @click.option("--min-score", type=float, default=None, help="Drop hits scoring below this.")
 @filter_options
 @click.option("--explain", is_flag=True, help="Show each query term's contribution to a hit's score.")
+@click.option("--snippet-chars", "snippet_chars", type=click.IntRange(20, 100_000), default=160, show_default=True,
+              help="Length of the snippet shown of each hit: the part of its text with the most query terms, "
+                   "matches marked (bold on a terminal, [brackets] when piped).")
 @click.option("--offset", type=click.IntRange(min=0), default=0,
               help="Skip this many hits first: -k 10 --offset 10 is the second page of ten.")
 @click.option("--rerank-url", default=None, metavar="URL",
@@ -1322,7 +1342,7 @@ def search(database: str | None, query: str, k: int, scorer: str, fusion: str | 
            filters: tuple[str, ...], where: dict[str, Any] | None, since: str | None, until: str | None,
            principals: tuple[str, ...], all_principals: bool, as_of: str | None, all_versions: bool, explain: bool,
            offset: int, rerank_url: str | None,
-           rerank_model: str | None, reranker_spec: str | None, rerank_top: int, output: Output) -> None:
+           rerank_model: str | None, reranker_spec: str | None, rerank_top: int, snippet_chars: int, output: Output) -> None:
     """Search the knowledge base; the best chunks first.
 
     --scorer vector ranks by cosine of embeddings and hybrid fuses BM25 with
@@ -1352,6 +1372,8 @@ def search(database: str | None, query: str, k: int, scorer: str, fusion: str | 
 
         kw["reranker"] = HTTPReranker(base_url=rerank_url, model=rerank_model)
         kw["rerank_top"] = rerank_top
+    kw["highlight"] = True
+    kw["snippet_chars"] = snippet_chars
     opts = _options(k, scorer, fusion, alpha, rrf_k, embed_model, **kw)
     with _open(database) as db:
         if opts.embedder is not None:
@@ -1373,6 +1395,7 @@ def search(database: str | None, query: str, k: int, scorer: str, fusion: str | 
     if not hits:
         click.echo("no hits")
         return
+    tty = _stdout_is_tty()
     for i, h in enumerate(hits, offset + 1):
         span = f"{h.source}:{h.start}-{h.end}"
         extra = f"  v{h.version}" if h.version else ""
@@ -1380,7 +1403,7 @@ def search(database: str | None, query: str, k: int, scorer: str, fusion: str | 
             if key in h.metadata:
                 extra += f"  {key} {h.metadata[key]}"
         click.echo(f"{i:>2}. {_fmt_score(h.score)}  {span}{extra}")
-        click.echo(f"    {_short(h.text, 160)}")
+        click.echo(f"    {_marked(h.snippet, len(h.text), tty) if h.snippet is not None else _short(h.text, 160)}")
         if explain and h.explain:
             for term, c in sorted(h.explain.items(), key=lambda kv: -kv[1]):
                 click.echo(f"      {c:>9.4f}  {term}")

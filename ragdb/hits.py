@@ -40,6 +40,8 @@ def make_hits(protos: Protos, chunk_ids: Sequence[int], scores: Sequence[float],
         d["metadata"] = meta.copy() if meta else {}
         d["explain"] = dict(explain.get(cid, ())) if explain is not None else {}
         d["confidence"] = conf
+        d["highlights"] = ()
+        d["snippet"] = None
         hit = new(Hit)
         setattr_(hit, "__dict__", d)
         hits.append(hit)

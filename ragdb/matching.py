@@ -108,6 +108,8 @@ class Compiled:
     expansions: Mapping[str, tuple[str, ...]] = field(default_factory=dict)
     dropped: tuple[tuple[str, str], ...] = ()
     unknown: tuple[str, ...] = ()
+    #: (term, relative position) sequences of the phrases that are not excluded (highlighting)
+    phrase_seqs: tuple[tuple[tuple[str, int], ...], ...] = ()
 
 
 class Lookup:
@@ -143,6 +145,7 @@ def compile_query(parsed: q.ParsedQuery, analyzer: Analyzer, lookup: Lookup, *, 
     dropped: list[tuple[str, str]] = []
     unknown: list[str] = []
     phrases = False
+    seqs: list[tuple[tuple[str, int], ...]] = []
 
     def add_unit(key: str, ids: tuple[int, ...], df: int, weight: float) -> None:
         old = units.get(ids)
@@ -198,6 +201,8 @@ def compile_query(parsed: q.ParsedQuery, analyzer: Analyzer, lookup: Lookup, *, 
                     add_unit(t, (known[t][0],), known[t][1], boost)
         node = PhraseNode(phrase.text, seq, None if missing else tuple(known[t][0] for t in terms))
         phrases = phrases or not node.single
+        if scored:
+            seqs.append(seq)
         return node
 
     def compile_group(group: q.Group, fld: str | None, boost: float, under_not: bool) -> MatchNode | None:
@@ -226,7 +231,7 @@ def compile_query(parsed: q.ParsedQuery, analyzer: Analyzer, lookup: Lookup, *, 
 
     tree = compile_group(parsed.root, None, 1.0, False)
     return Compiled(tuple(units.values()), tree, phrases, expansions, tuple(dropped),
-                    tuple(dict.fromkeys(unknown)))
+                    tuple(dict.fromkeys(unknown)), tuple(seqs))
 
 
 def _field_filter(key: str, text: str) -> dict[str, Any]:

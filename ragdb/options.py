@@ -34,6 +34,7 @@ VECTOR_SCORERS = ("vector", "hybrid")
 SCORERS = LEXICAL_SCORERS + VECTOR_SCORERS
 FUSIONS = ("weighted", "rrf")
 VERSIONS = ("latest", "all")
+MAX_SNIPPET_CHARS = 100_000
 SYNTAXES = ("query", "plain")  # of ragdb.query (kept here: options validates, query parses)
 
 
@@ -326,6 +327,8 @@ class SearchOptions:
     offset: int = 0                    # any scorer: skip this many hits (pages of results)
     syntax: str = "query"              # "query": the query language (ragdb.query); "plain": words only
     fuzzy: int = 0                     # 1: every word also matches index terms one edit away
+    highlight: bool = False            # fill Hit.highlights and Hit.snippet
+    snippet_chars: int = 240           # with highlight: the snippet's length, at most
 
     def __post_init__(self) -> None:
         check_k(self.k)
@@ -378,6 +381,12 @@ class SearchOptions:
         if not isinstance(self.fuzzy, int) or isinstance(self.fuzzy, bool) or self.fuzzy not in (0, 1):
             raise InvalidInput(f"fuzzy must be 0 or 1 (edits a word may be away from an index term), "
                                f"got {self.fuzzy!r}")
+        if not isinstance(self.highlight, bool):
+            raise InvalidInput(f"highlight must be True or False, got {self.highlight!r}")
+        if not isinstance(self.snippet_chars, int) or isinstance(self.snippet_chars, bool) \
+                or not 1 <= self.snippet_chars <= MAX_SNIPPET_CHARS:
+            raise InvalidInput(f"snippet_chars must be an integer between 1 and {MAX_SNIPPET_CHARS}, "
+                               f"got {self.snippet_chars!r}")
         if self.rerank_top is not None:
             if self.reranker is None:
                 raise InvalidInput("rerank_top applies only with a reranker")

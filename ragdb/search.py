@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Any, NamedTuple
 
 import numpy as np
 
-from . import confidence, filters, query as qlang, scoring
+from . import confidence, filters, query as qlang, scoring, snippets
 from .errors import EmbeddingError, InvalidInput
 from .hits import Pool, content_order, cut_with_ties, hit_order, hits_from_scored, make_hits
 from .matching import Compiled, Lookup, Matcher, Unit, compile_query, edits1
@@ -73,7 +73,25 @@ class Searcher:
             hits = list(opts.reranker.rerank(query, first, top_n=depth))[:depth]
         else:
             hits = self._first_stage(query, opts, depth)
-        return hits[opts.offset:] if opts.offset else hits
+        hits = hits[opts.offset:] if opts.offset else hits
+        if opts.highlight and hits:
+            self._highlight(query, opts, hits)
+        return hits
+
+    def _highlight(self, query: str, opts: SearchOptions, hits: list[Hit]) -> None:
+        """Fill each hit's ``highlights`` and ``snippet`` (:mod:`ragdb.snippets`) in place
+        (the hits were made by this search and are not yet anyone else's)."""
+        eng = self.engine
+        with eng.store.read():
+            eng.sync()
+            terms = self.query_terms(query, opts, eng.index.allowed(eng.restrictions(opts.restrictions)))
+        compiled = terms.compiled
+        wanted = snippets.query_terms(terms.order, compiled.expansions if compiled else {})
+        phrases = compiled.phrase_seqs if compiled else ()
+        for h in hits:
+            spans, snip = snippets.snippet(eng.analyzer, h.text, wanted, phrases, opts.snippet_chars)
+            object.__setattr__(h, "highlights", spans)
+            object.__setattr__(h, "snippet", snip)
 
     def _first_stage(self, query: str, opts: SearchOptions, k: int) -> list[Hit]:
         if opts.scorer == "vector":

@@ -3,7 +3,8 @@
 ``pip install 'ragdb[server]'``. Endpoints (JSON in, JSON out; the schema is at
 ``GET /openapi.json``):
 
-* ``POST /search`` (query, k, offset, scorer, filter, min_score, since, until): the hits
+* ``POST /search`` (query, k, offset, scorer, filter, min_score, since, until, syntax, fuzzy,
+  highlight, snippet_chars): the hits
   of :meth:`ragdb.Database.search`, best first (``offset``: a later page);
 * ``POST /prompt`` (question, k, scorer, filter, min_confidence, budget_tokens,
   language): :meth:`ragdb.Database.build_prompt`'s grounded prompt;
@@ -258,7 +259,8 @@ def _json(obj: Any, status: int = 200) -> Response:
 
 # --------------------------------------------------------------------------- the app
 
-SEARCH_FIELDS = ("query", "k", "scorer", "filter", "min_score", "since", "until", "offset")
+SEARCH_FIELDS = ("query", "k", "scorer", "filter", "min_score", "since", "until", "offset", "syntax", "fuzzy",
+                 "highlight", "snippet_chars")
 PROMPT_FIELDS = ("question", "k", "scorer", "filter", "min_confidence", "budget_tokens", "language")
 ADD_FIELDS = ("text", "source", "metadata", "version", "timestamp", "title", "acl")
 
@@ -424,9 +426,14 @@ class _Service:
 
 def hit_json(h: ragdb.Hit, rank: int) -> dict[str, Any]:
     """A search hit as the API returns it."""
-    return {"rank": rank, "source": h.source, "doc_id": h.doc_id, "chunk_id": h.chunk_id, "version": h.version,
-            "timestamp": h.timestamp, "start": h.start, "end": h.end, "ordinal": h.ordinal, "score": h.score,
-            "confidence": h.confidence, "text": h.text, "metadata": dict(h.metadata)}
+    out = {"rank": rank, "source": h.source, "doc_id": h.doc_id, "chunk_id": h.chunk_id, "version": h.version,
+           "timestamp": h.timestamp, "start": h.start, "end": h.end, "ordinal": h.ordinal, "score": h.score,
+           "confidence": h.confidence, "text": h.text, "metadata": dict(h.metadata)}
+    if h.snippet is not None:
+        out["highlights"] = [list(span) for span in h.highlights]
+        out["snippet"] = {"text": h.snippet.text, "start": h.snippet.start, "end": h.snippet.end,
+                          "highlights": [list(span) for span in h.snippet.highlights]}
+    return out
 
 
 def glob_prefix(prefix: str) -> str:
@@ -670,11 +677,16 @@ def openapi_schema(limits: Limits = Limits()) -> dict[str, Any]:
                                              'them; a mapping of operators ($eq $ne $gt $gte $lt $lte $in $nin '
                                              '$exists $not) compares, and $and/$or/$not/$contains stand where keys '
                                              'do (README: Filters).'}
+    span = {"type": "array", "items": {"type": "integer"}, "minItems": 2, "maxItems": 2}
     hit = _obj({"rank": {"type": "integer"}, "source": {"type": "string"}, "doc_id": {"type": "integer"},
                 "chunk_id": {"type": "integer"}, "version": nullable_str, "timestamp": nullable_str,
                 "start": {"type": "integer"}, "end": {"type": "integer"}, "ordinal": {"type": "integer"},
                 "score": {"type": "number"}, "confidence": {"type": ["number", "null"]}, "text": {"type": "string"},
-                "metadata": any_obj})
+                "metadata": any_obj,
+                "highlights": {"type": "array", "items": span,
+                               "description": "Spans of the query's terms and phrases in text (with highlight)."},
+                "snippet": _obj({"text": {"type": "string"}, "start": {"type": "integer"}, "end": {"type": "integer"},
+                                 "highlights": {"type": "array", "items": span}})})
     document = _obj({"id": {"type": "integer"}, "source": {"type": "string"}, "version": nullable_str,
                      "timestamp": nullable_str, "content_hash": {"type": "string"}, "metadata": any_obj,
                      "acl": {"type": "array", "items": {"type": "string"}}, "chunks": {"type": "integer"},
@@ -689,7 +701,15 @@ def openapi_schema(limits: Limits = Limits()) -> dict[str, Any]:
                                                                                    f"{limits.max_k})."},
                                "scorer": scorer, "filter": filt,
                                "min_score": {"type": "number"}, "since": {"type": "string"},
-                               "until": {"type": "string"}}, ["query"]),
+                               "until": {"type": "string"},
+                               "syntax": {"type": "string", "enum": ["query", "plain"], "default": "query",
+                                          "description": "query: the query language (\"phrases\", -exclude, "
+                                                         "+require, OR, prefix*, word~, field:, ^boost); plain: "
+                                                         "words only."},
+                               "fuzzy": {"type": "integer", "enum": [0, 1], "default": 0},
+                               "highlight": {"type": "boolean", "default": False,
+                                             "description": "Add highlights and a snippet to each hit."},
+                               "snippet_chars": {"type": "integer", "minimum": 1, "default": 240}}, ["query"]),
         "SearchResult": _obj({"query": {"type": "string"}, "hits": {"type": "array", "items": _ref("Hit")}}),
         "Hit": hit,
         "PromptRequest": _obj({"question": {"type": "string", "maxLength": limits.max_query_chars},

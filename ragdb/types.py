@@ -8,6 +8,18 @@ from typing import Any, overload
 
 
 @dataclass(frozen=True)
+class Snippet:
+    """The part of a hit's text to show (``SearchOptions(highlight=True)``): ``text`` is
+    ``hit.text[start:end]``, the window with the most distinct query terms, and
+    ``highlights`` the spans of matches within ``text`` (offsets into the snippet)."""
+
+    text: str
+    start: int
+    end: int
+    highlights: tuple[tuple[int, int], ...] = ()
+
+
+@dataclass(frozen=True)
 class Hit:
     """One retrieved chunk.
 
@@ -21,6 +33,9 @@ class Hit:
     the highest one any chunk could reach for the query (:mod:`ragdb.confidence`).
     Prompts refuse when no hit reaches the floor (``min_confidence``). None on
     a hit not made by a search.
+    ``highlights`` (character spans within ``text`` of the query's terms and phrases)
+    and ``snippet`` (a :class:`Snippet`) are filled by a search with ``highlight=True``;
+    otherwise they are ``()`` and None.
     """
 
     score: float
@@ -36,6 +51,8 @@ class Hit:
     metadata: Mapping[str, Any] = field(default_factory=dict)
     explain: Mapping[str, float] = field(default_factory=dict)
     confidence: float | None = None
+    highlights: tuple[tuple[int, int], ...] = ()
+    snippet: Snippet | None = None
 
 
 @dataclass(frozen=True)

@@ -110,11 +110,15 @@ def test_read_tools_list_and_equal_the_library(kb: Path) -> None:
                              {"query": "cats", "k": 10, "filter": {"source": "docs/*", "lang": ["en"]}}):
                     got = await _call(s, "search", args)
                     want = db.search(args["query"], args.get("k", 5), scorer=args.get("scorer", "bm25"),
+                                     highlight=True, snippet_chars=SNIPPET_CHARS,
                                      **({"filter": args["filter"]} if "filter" in args else {}))
                     assert want, args
                     assert [_hit_key(h) for h in got["hits"]] == [_hit_key(h) for h in want]
                     assert [h["rank"] for h in got["hits"]] == list(range(1, len(want) + 1))
-                    assert [h["snippet"] for h in got["hits"]] == [h.text[:SNIPPET_CHARS] for h in want]
+                    assert [h["snippet"] for h in got["hits"]] == [h.snippet.text for h in want]
+                    assert [[tuple(x) for x in h["highlights"]] for h in got["hits"]] == \
+                        [list(h.snippet.highlights) for h in want]
+                    assert all(h["highlights"] for h in got["hits"])  # every hit matches a query term
                     assert [h["truncated"] for h in got["hits"]] == [len(h.text) > SNIPPET_CHARS for h in want]
                     assert [h["metadata"] for h in got["hits"]] == [dict(h.metadata) for h in want]
 
@@ -129,7 +133,10 @@ def test_read_tools_list_and_equal_the_library(kb: Path) -> None:
                 long = (await _call(s, "search", {"query": "woven mats", "k": 1}))["hits"][0]
                 (whole,) = db.search("woven mats", 1)
                 assert long["source"] == "docs/long.md" and long["truncated"] is True
-                assert long["snippet"] == whole.text[:SNIPPET_CHARS] and len(whole.text) > SNIPPET_CHARS
+                start = long["snippet_start"]
+                assert long["snippet"] == whole.text[start:start + len(long["snippet"])]
+                assert 0 < len(long["snippet"]) <= SNIPPET_CHARS < len(whole.text)
+                assert all(long["snippet"][a:b].lower().startswith(("woven", "mat")) for a, b in long["highlights"])
 
                 cats = db.get(source="docs/cats.md")
                 by_source = await _call(s, "get_document", {"source": "docs/cats.md"})

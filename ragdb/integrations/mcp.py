@@ -6,7 +6,8 @@ whose tools answer from the database through the public library API only;
 Streamable HTTP transport. The tools:
 
 * ``search`` (query, k, offset, scorer, filter): the best chunks, each with its source,
-  character span, a snippet (the chunk's text, cut at :data:`SNIPPET_CHARS`),
+  character span, a snippet (the chunk's text; of a longer chunk than :data:`SNIPPET_CHARS`,
+  its part with the most query terms) with the query's matches marked by their spans,
   score and confidence, exactly as :meth:`ragdb.Database.search` ranks them;
 * ``get_document`` (doc_id or source): one document and a page of its text;
 * ``list_sources`` (prefix, limit, offset): the stored documents by source;
@@ -87,7 +88,11 @@ class SearchHit(BaseModel):
     end: int = Field(description="Character offset just past the chunk.")
     score: float = Field(description="The scorer's score (higher is better; BM25 scores are unbounded).")
     confidence: float | None = Field(description="How much of the query the chunk supports, 0 to 1.")
-    snippet: str = Field(description="The chunk's text (cut at the snippet limit when longer).")
+    snippet: str = Field(description="The chunk's text; of a chunk longer than the snippet limit, the part "
+                                     "with the most query terms.")
+    snippet_start: int = Field(description="Offset of the snippet in the chunk's text.")
+    highlights: list[tuple[int, int]] = Field(description="Spans of the query's terms and phrases in the snippet "
+                                                          "(start, end offsets into snippet).")
     truncated: bool = Field(description="True when the snippet is shorter than the chunk.")
     metadata: dict[str, Any]
 
@@ -226,7 +231,8 @@ def build_server(db: ragdb.Database, *, principals: Any = None, allow_writes: bo
         """Search the knowledge base: the k best passages (chunks) for the query, best first, each with its
         source, character span (start, end), a snippet of its text, score and confidence (0-1)."""
         with library():
-            hits = db.search(query, k, offset=offset, **search_keywords(scorer, filter))
+            hits = db.search(query, k, offset=offset, highlight=True, snippet_chars=SNIPPET_CHARS,
+                             **search_keywords(scorer, filter))
         return SearchResult(query=query, hits=[_search_hit(h, i) for i, h in enumerate(hits, offset + 1)])
 
     def get_document(
@@ -369,10 +375,12 @@ def _server(name: str, tools: list[Tool]) -> MCPServer:
 
 
 def _search_hit(h: ragdb.Hit, rank: int) -> SearchHit:
-    cut = len(h.text) > SNIPPET_CHARS
+    snip = h.snippet if h.snippet is not None else ragdb.types.Snippet(h.text[:SNIPPET_CHARS], 0,
+                                                                      min(len(h.text), SNIPPET_CHARS))
     return SearchHit(rank=rank, source=h.source, doc_id=h.doc_id, chunk_id=h.chunk_id, version=h.version,
-                     start=h.start, end=h.end, score=h.score, confidence=h.confidence,
-                     snippet=h.text[:SNIPPET_CHARS] if cut else h.text, truncated=cut, metadata=dict(h.metadata))
+                     start=h.start, end=h.end, score=h.score, confidence=h.confidence, snippet=snip.text,
+                     snippet_start=snip.start, highlights=list(snip.highlights),
+                     truncated=len(snip.text) < len(h.text), metadata=dict(h.metadata))
 
 
 # --------------------------------------------------------------------------- running it
