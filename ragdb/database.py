@@ -30,6 +30,7 @@ from . import check as _check
 from .analysis import Analyzer, describe_config
 from .chunking import Chunker, get_chunker
 from .engine import Engine
+from .fields import DEFAULT_WEIGHTS as DEFAULT_FIELD_WEIGHTS
 from .errors import AnalyzerMismatch, CollectionExists, CollectionNotFound, DocumentNotFound, InvalidInput, NotADatabase
 from .filters import Query, build as build_filter
 from .index import Index
@@ -675,6 +676,8 @@ class Database:
             self._engine.sync()
             index = self._engine.index
             dfs = index.live_dfs()
+            for field_term in store.field_term_ids():  # the text's vocabulary and postings
+                dfs.pop(field_term, None)
             vocab = sum(1 for df in dfs.values() if df > 0)
             postings = int(sum(dfs.values()))
             pending = store.count_chunks_since(s["flushed_upto"])
@@ -862,7 +865,8 @@ def _settle(store: Store, *, wanted: Analyzer | None, chunker_spec: str | None, 
             an = wanted or Analyzer()
             return an, {"analyzer": an.config(), "chunker": chunker_spec or get_chunker(None).spec(),
                         "keep_versions": bool(keep_versions),
-                        "public_unlabeled": True if public_unlabeled is None else public_unlabeled}
+                        "public_unlabeled": True if public_unlabeled is None else public_unlabeled,
+                        "fields": dict(DEFAULT_FIELD_WEIGHTS)}
         stored = Analyzer.from_config(settings["analyzer"])
         if wanted is not None and wanted.config() != stored.config():
             raise AnalyzerMismatch(

@@ -31,6 +31,7 @@ import numpy as np
 import orjson
 
 from . import scoring
+from .fields import effective_title
 from .storage import Store
 
 if TYPE_CHECKING:
@@ -458,22 +459,26 @@ class Index:
             docs = self.store.doc_hit_rows(sorted(set(by_doc.values())))
             for cid, doc_id in by_doc.items():
                 if doc_id in docs:
-                    source, version, timestamp, text, dmeta = docs[doc_id]
-                    rows[cid] = (doc_id, source, version, timestamp, text, 0, len(text), 0, "{}", dmeta)
+                    source, version, timestamp, text, dmeta, title = docs[doc_id]
+                    rows[cid] = (doc_id, source, version, timestamp, text, 0, len(text), 0, "{}", dmeta, title)
         shared = self._shared_strings
         if len(shared) > 10_000:
             shared.clear()
-        for cid, (doc_id, source, version, timestamp, text, start, end, ordinal, cmeta, dmeta) in rows.items():
+        for cid, (doc_id, source, version, timestamp, text, start, end, ordinal, cmeta, dmeta, title) in rows.items():
             meta = orjson.loads(dmeta) if dmeta != "{}" else _NO_META
+            section = None
             if cmeta != "{}":
-                meta = {**meta, **orjson.loads(cmeta)}
+                own = orjson.loads(cmeta)
+                meta = {**meta, **own}
+                section = own.get("section") if isinstance(own.get("section"), str) else None
             # documents loaded together share their timestamp and version: keep one copy
             timestamp = shared.setdefault(timestamp, timestamp)
             if version is not None:
                 version = shared.setdefault(version, version)
             out[cid] = cache[cid] = ({"chunk_id": cid, "doc_id": doc_id, "source": source, "version": version,
                                       "timestamp": timestamp, "text": text, "start": start, "end": end,
-                                      "ordinal": ordinal}, meta)
+                                      "ordinal": ordinal, "title": effective_title(title, source),
+                                      "section": section}, meta)
             self._rows_bytes += sys.getsizeof(text) + HIT_ENTRY_OVERHEAD
         if self._rows_bytes > HIT_CACHE_BYTES:
             evict = []
@@ -632,16 +637,22 @@ class Index:
         return 0 if p is None else int(np.count_nonzero(self.state[p[0].astype(np.intp)] == LATEST))
 
     def bm25_units(self, units: Sequence[tuple[Sequence[int], int, float]], k1: float, b: float,
-                   contributions: bool = False) -> tuple[np.ndarray, list[np.ndarray]]:
+                   contributions: bool = False, fields: Sequence[bool] = ()) -> tuple[np.ndarray, list[np.ndarray]]:
         """BM25 over all chunk ids for scoring units (index term ids scored as one term, live
-        df, weight), in order: each unit's :func:`~ragdb.scoring.bm25_term_scores` times its weight."""
+        df, weight), in order: each unit's :func:`~ragdb.scoring.bm25_term_scores` times its weight.
+        ``fields[i]``: unit ``i`` is a field's (:mod:`ragdb.fields`): no length normalisation."""
         if self.n_chunks == 0:
             return np.zeros(len(self.lengths), np.float64), []
         avgdl = self.total_length / self.n_chunks
         norm = scoring.bm25_length_norm(self.lengths, avgdl, k1, b)
         idfs = [scoring.bm25_idf(self.n_chunks, df) for _, df, _ in units]
-        return self._accumulate_units(
-            units, lambda i, ids, tfs: scoring.bm25_term_scores(tfs, norm[ids], idfs[i]) * units[i][2], contributions)
+        flat = np.float64(k1)  # k1 * (1 - b + b * dl / avgdl) with b = 0
+
+        def weigh(i: int, ids: np.ndarray, tfs: np.ndarray) -> np.ndarray:
+            return scoring.bm25_term_scores(tfs, flat if i < len(fields) and fields[i] else norm[ids], idfs[i]) \
+                * units[i][2]
+
+        return self._accumulate_units(units, weigh, contributions)
 
     def tfidf_units(self, units: Sequence[tuple[Sequence[int], int, float]], contributions: bool = False
                     ) -> tuple[np.ndarray, list[np.ndarray]]:
@@ -724,6 +735,7 @@ class Index:
         for t, c in self.df_corrections().items():
             df[t] += c
         idf = scoring.tfidf_idf(self.n_chunks, df)
+        idf[self.store.field_term_ids()] = 0.0  # a chunk's vector is its text's: field terms weigh nothing
         # In blocks of chunks, to keep memory flat on large databases; a
         # chunk's terms are summed in their stored order either way.
         block: list[tuple[int, bytes, bytes]] = []

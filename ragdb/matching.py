@@ -37,7 +37,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from . import query as q
+from . import fields, query as q
 
 if TYPE_CHECKING:
     from .analysis import Analyzer
@@ -49,12 +49,14 @@ ANY, ALL = "any", "all"
 @dataclass(frozen=True)
 class Unit:
     """One scoring unit: ``key`` (how explain names it), the index ``ids`` scored as one
-    term, its live document frequency ``df`` and ``weight`` (the boost)."""
+    term, its live document frequency ``df``, ``weight`` (the boost, times a field's weight)
+    and ``field`` (None: the text)."""
 
     key: str
     ids: tuple[int, ...]
     df: int
     weight: float = 1.0
+    field: str | None = None  #: a field's unit (:mod:`ragdb.fields`): BM25 without length normalisation
 
 
 @dataclass(frozen=True)
@@ -75,6 +77,7 @@ class PhraseNode:
     text: str
     seq: tuple[tuple[str, int], ...]
     ids: tuple[int, ...] | None
+    field: str | None = None  #: the phrase is searched in this field's text (title, section)
 
     @property
     def single(self) -> bool:
@@ -138,8 +141,11 @@ class Lookup:
 
 
 def compile_query(parsed: q.ParsedQuery, analyzer: Analyzer, lookup: Lookup, *, fuzzy: int = 0,
-                  is_metadata: Callable[[str], bool] = lambda _k: False) -> Compiled:
-    """Compile ``parsed`` (see the module docstring). ``fuzzy=1`` makes every word fuzzy."""
+                  field_weights: Mapping[str, float] | None = None) -> Compiled:
+    """Compile ``parsed`` (see the module docstring). ``fuzzy=1`` makes every word fuzzy.
+    ``field_weights``: the database's (:mod:`ragdb.fields`); a word searched in the text also
+    scores in each field of positive weight, and ``title:word`` in that field alone."""
+    weights = {f: w for f, w in (field_weights or {}).items() if w > 0}
     units: dict[tuple[int, ...], Unit] = {}
     expansions: dict[str, tuple[str, ...]] = {}
     dropped: list[tuple[str, str]] = []
@@ -147,10 +153,40 @@ def compile_query(parsed: q.ParsedQuery, analyzer: Analyzer, lookup: Lookup, *, 
     phrases = False
     seqs: list[tuple[tuple[str, int], ...]] = []
 
-    def add_unit(key: str, ids: tuple[int, ...], df: int, weight: float) -> None:
+    def add_unit(key: str, ids: tuple[int, ...], df: int, weight: float, fld: str | None = None) -> None:
         old = units.get(ids)
         if old is None or old.weight < weight:
-            units[ids] = Unit(old.key if old else key, ids, df, weight)
+            units[ids] = Unit(old.key if old else key, ids, df, weight, fld)
+
+    def add_field_units(terms: Sequence[str], boost: float) -> None:
+        """A text word's terms in the weighted fields too (scoring only)."""
+        if not weights:
+            return
+        names = [fields.PREFIX[f] + t for f in weights for t in terms]
+        found = lookup.terms(names)
+        for f, w in weights.items():
+            for t in terms:
+                hit = found.get(fields.PREFIX[f] + t)
+                if hit is not None:
+                    add_unit(f"{f}:{t}", (hit[0],), hit[1], boost * w, f)
+
+    def field_word(word: q.Word, fld: str, occur: str, boost: float, scored: bool) -> MatchNode | None:
+        """``title:word``: the word's terms in that field alone."""
+        terms = list(dict.fromkeys(analyzer.terms(word.text)))
+        if not terms:
+            dropped.extend(analyzer.dropped(word.text) or [(word.text, "no index terms")])
+            return None
+        names = [fields.PREFIX[fld] + t for t in terms]
+        known = lookup.terms(names)
+        unknown.extend(f"{fld}:{t}" for t, n in zip(terms, names) if n not in known)
+        if scored:
+            for t, n in zip(terms, names):
+                if n in known:
+                    add_unit(f"{fld}:{t}", (known[n][0],), known[n][1], boost, fld)
+        ids = tuple(known[n][0] for n in names if n in known)
+        if occur == q.SHOULD:
+            return Terms(ids, ANY, missing=not ids)
+        return Terms(ids, ALL, missing=len(ids) < len(names))
 
     def word_terms(word: q.Word, occur: str, boost: float, scored: bool) -> MatchNode | None:
         if word.prefix or word.fuzzy or fuzzy:
@@ -178,12 +214,13 @@ def compile_query(parsed: q.ParsedQuery, analyzer: Analyzer, lookup: Lookup, *, 
             for t in terms:
                 if t in known:
                     add_unit(t, (known[t][0],), known[t][1], boost)
+            add_field_units(terms, boost)
         ids = tuple(known[t][0] for t in terms if t in known)
         if occur == q.SHOULD:
             return Terms(ids, ANY, missing=not ids)
         return Terms(ids, ALL, missing=bool(missing))
 
-    def phrase_node(phrase: q.Phrase, boost: float, scored: bool) -> MatchNode | None:
+    def phrase_node(phrase: q.Phrase, boost: float, scored: bool, fld: str | None = None) -> MatchNode | None:
         nonlocal phrases
         tokens = analyzer.tokens(phrase.text)
         if not tokens:
@@ -192,16 +229,19 @@ def compile_query(parsed: q.ParsedQuery, analyzer: Analyzer, lookup: Lookup, *, 
         base = min(t.position for t in tokens)
         seq = tuple(dict.fromkeys((t.term, t.position - base) for t in tokens))
         terms = list(dict.fromkeys(t for t, _ in seq))
-        known = lookup.terms(terms)
-        missing = [t for t in terms if t not in known]
-        unknown.extend(missing)
+        names = [fields.PREFIX[fld] + t for t in terms] if fld else terms
+        known = lookup.terms(names)
+        missing = [t for t, n in zip(terms, names) if n not in known]
+        unknown.extend(f"{fld}:{t}" if fld else t for t in missing)
         if scored:
-            for t in terms:
-                if t in known:
-                    add_unit(t, (known[t][0],), known[t][1], boost)
-        node = PhraseNode(phrase.text, seq, None if missing else tuple(known[t][0] for t in terms))
+            for t, n in zip(terms, names):
+                if n in known:
+                    add_unit(f"{fld}:{t}" if fld else t, (known[n][0],), known[n][1], boost, fld)
+            if not fld:
+                add_field_units(terms, boost)
+        node = PhraseNode(phrase.text, seq, None if missing else tuple(known[n][0] for n in names), fld)
         phrases = phrases or not node.single
-        if scored:
+        if scored and not fld:
             seqs.append(seq)
         return node
 
@@ -217,12 +257,14 @@ def compile_query(parsed: q.ParsedQuery, analyzer: Analyzer, lookup: Lookup, *, 
             compiled: MatchNode | None
             if isinstance(node, q.Group):
                 compiled = compile_group(node, fld, boost, excluded)
-            elif (node_field or fld) not in (None, "title", "section"):
+            elif (node_field or fld) not in (None, *fields.FIELDS):
                 # a metadata key or source: a filter on documents, required unless negated
                 compiled = MaskNode(_field_filter(node_field or fld or "", node.text))
                 occur = q.MUST if occur == q.SHOULD else occur
             elif isinstance(node, q.Phrase):
-                compiled = phrase_node(node, boost * node.boost, not excluded)
+                compiled = phrase_node(node, boost * node.boost, not excluded, node_field or fld)
+            elif node_field or fld:  # title:word, section:word
+                compiled = field_word(node, node_field or fld or "", occur, boost * node.boost, not excluded)
             else:
                 compiled = word_terms(node, occur, boost * node.boost, not excluded)
             if compiled is not None:
@@ -318,7 +360,7 @@ class Matcher:
     :meth:`matches` for one chunk exactly (phrases checked on its text)."""
 
     def __init__(self, index: Index, analyzer: Analyzer, mask_of: Callable[[Mapping[str, Any]], np.ndarray],
-                 text_of: Callable[[int], str]) -> None:
+                 text_of: Callable[[int, str | None], str]) -> None:
         self.index = index
         self.analyzer = analyzer
         self.mask_of = mask_of
@@ -326,7 +368,7 @@ class Matcher:
         self.size = len(index.lengths)
         self._term_masks: dict[int, np.ndarray] = {}
         self._node_masks: dict[int, np.ndarray] = {}  # id(MaskNode) -> its mask (the tree outlives the matcher)
-        self._positions: dict[int, dict[str, list[int]]] = {}
+        self._positions: dict[tuple[int, str | None], dict[str, list[int]]] = {}
 
     def term_mask(self, term_id: int) -> np.ndarray:
         m = self._term_masks.get(term_id)
@@ -409,18 +451,18 @@ class Matcher:
         should = [c for o, c in node.clauses if o == q.SHOULD]
         return bool(must) or not should or any(self.matches(c, cid) for c in should)
 
-    def positions(self, cid: int) -> dict[str, list[int]]:
-        """term -> sorted token positions in chunk ``cid``'s text."""
-        found = self._positions.get(cid)
+    def positions(self, cid: int, field: str | None = None) -> dict[str, list[int]]:
+        """term -> sorted token positions in chunk ``cid``'s text (or the text of its ``field``)."""
+        found = self._positions.get((cid, field))
         if found is None:
             found = {}
-            for tok in self.analyzer.tokens(self.text_of(cid)):
+            for tok in self.analyzer.tokens(self.text_of(cid, field)):
                 found.setdefault(tok.term, []).append(tok.position)
-            self._positions[cid] = found
+            self._positions[(cid, field)] = found
         return found
 
     def phrase_at(self, node: PhraseNode, cid: int) -> bool:
-        return phrase_in(node.seq, self.positions(cid))
+        return phrase_in(node.seq, self.positions(cid, node.field))
 
 
 def phrase_in(seq: Sequence[tuple[str, int]], positions: Mapping[str, Sequence[int]]) -> bool:

@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Any, NamedTuple
 
 import numpy as np
 
-from . import confidence, filters, query as qlang, scoring, snippets
+from . import confidence, fields, filters, query as qlang, scoring, snippets
 from .errors import EmbeddingError, InvalidInput
 from .hits import Pool, content_order, cut_with_ties, hit_order, hits_from_scored, make_hits
 from .matching import Compiled, Lookup, Matcher, Unit, compile_query, edits1
@@ -111,9 +111,9 @@ class Searcher:
             if len(cand) == 0:
                 return []
             cids, scores = cand.tolist(), sc.tolist()
-            if opts.lexical == "bm25":  # the score over the query's maximum: no extra work
-                conf = confidence.from_scores(scores, terms.bound)
-            else:
+            if opts.lexical == "bm25" and all(u.field is None for u in terms.units):
+                conf = confidence.from_scores(scores, terms.bound)  # the score over the query's maximum
+            else:  # TF-IDF, or BM25 with fields: the text's BM25 of these chunks over its maximum
                 conf = self._confidences(terms, cand, opts)
             protos = index.hit_protos(cids)
         hits = make_hits(protos, cids, scores, contributions if opts.explain else None, conf)
@@ -188,7 +188,17 @@ class Searcher:
         # every distinct query term counts in the maximum, one no chunk holds with df 0
         bound = confidence.query_bound(index.n_chunks, [known[t][1] if t in known else 0 for t in counts])
         units = tuple(Unit(t, (known[t][0],), known[t][1]) for t in order)
+        weights = self._field_weights()
+        if weights and order:  # the words in the fields too (ragdb.fields)
+            found = index.lookup_terms([fields.PREFIX[f] + t for f in weights for t in order])
+            units += tuple(Unit(f"{f}:{t}", (hit[0],), hit[1], w, f) for f, w in weights.items() for t in order
+                           if (hit := found.get(fields.PREFIX[f] + t)) is not None and hit[1] > 0)
         return QueryTerms(counts, known, order, bound, units, parsed=parsed)
+
+    def _field_weights(self) -> dict[str, float]:
+        """The database's positive field weights (none for a database made before fields)."""
+        stored = self.engine.settings.get("fields")
+        return {f: float(w) for f, w in stored.items() if w} if isinstance(stored, dict) else {}
 
     def _compiled_terms(self, parsed: ParsedQuery, opts: SearchOptions, mask: np.ndarray | None) -> QueryTerms:
         """The units and match tree of a query that uses the query language (or ``fuzzy``)."""
@@ -210,13 +220,14 @@ class Searcher:
 
         lookup = Lookup(index.lookup_terms, prefixed, visible, index.union_df,
                         index.stored_terms if opts.restrictions.history else None)
-        compiled = compile_query(parsed, eng.analyzer, lookup, fuzzy=opts.fuzzy)
+        compiled = compile_query(parsed, eng.analyzer, lookup, fuzzy=opts.fuzzy, field_weights=self._field_weights())
         # Units in the order a plain search of the query's positive words would sum them, so
         # a query with operators scores its hits bit for bit like that plain search.
         positive = " ".join(w.text for w, _f, _b in parsed.words())
         rank = {t: i for i, t in enumerate(dict.fromkeys(eng.analyzer.terms(positive)))}
         units = tuple(sorted(compiled.units, key=lambda u: rank.get(u.key, len(rank))))
-        bound = sum(u.weight * scoring.bm25_idf(index.n_chunks, u.df) for u in units)
+        # the maximum of the text's score alone: confidence is the text's support for the query
+        bound = sum(u.weight * scoring.bm25_idf(index.n_chunks, u.df) for u in units if u.field is None)
         bound += confidence.query_bound(index.n_chunks, [0] * len(compiled.unknown))
         counts = Counter({u.key: 1 for u in units})
         known = {u.key: (u.ids[0], u.df) for u in units}
@@ -225,14 +236,15 @@ class Searcher:
     def _confidences(self, terms: QueryTerms, chunk_ids: np.ndarray, opts: SearchOptions) -> list[float]:
         """:attr:`Hit.confidence` of these chunks for a query (BM25 of just them over the
         query's maximum; see :mod:`ragdb.confidence`)."""
-        if not terms.units or terms.bound <= 0:
+        text_units = [u for u in terms.units if u.field is None]  # the text's support, fields aside
+        if not text_units or terms.bound <= 0:
             return [0.0] * len(chunk_ids)
         k1, b = self._bm25_params(opts)
         index = self.engine.index
-        if terms.compiled is None or all(len(u.ids) == 1 and u.weight == 1.0 for u in terms.units):
-            scores = confidence.chunk_bm25(index, [(u.ids[0], u.df) for u in terms.units], chunk_ids, k1, b)
+        if all(len(u.ids) == 1 and u.weight == 1.0 for u in text_units):
+            scores = confidence.chunk_bm25(index, [(u.ids[0], u.df) for u in text_units], chunk_ids, k1, b)
         else:  # weighted or expanded units: score them all, pick these chunks
-            full, _ = index.bm25_units([(u.ids, u.df, u.weight) for u in terms.units], k1, b)
+            full, _ = index.bm25_units([(u.ids, u.df, u.weight) for u in text_units], k1, b)
             scores = full[np.asarray(chunk_ids, dtype=np.intp)]
         return confidence.from_scores(scores.tolist(), terms.bound)
 
@@ -255,18 +267,22 @@ class Searcher:
         index = self.engine.index
         explain = opts.explain
         compiled = terms.compiled
-        if compiled is None:
+        keys = terms.order
+        with_fields = any(u.field is not None for u in terms.units)
+        if compiled is None and not (with_fields and opts.lexical == "bm25"):
             counts, known, order = terms.counts, terms.known, terms.order
             if opts.lexical == "bm25":
                 scores, per_term = index.bm25([known[t] for t in order], k1, b, explain)
             else:
                 scores, per_term = index.tfidf([(*known[t], counts[t]) for t in order], explain)
-        else:
-            units = [(u.ids, u.df, u.weight) for u in terms.units]
-            if opts.lexical == "bm25":
-                scores, per_term = index.bm25_units(units, k1, b, explain)
-            else:
-                scores, per_term = index.tfidf_units(units, explain)
+        elif opts.lexical == "bm25":
+            keys = [u.key for u in terms.units]
+            scores, per_term = index.bm25_units([(u.ids, u.df, u.weight) for u in terms.units], k1, b, explain,
+                                                [u.field is not None for u in terms.units])
+        else:  # TF-IDF scores the text: a chunk's vector holds no field terms
+            text_units = [u for u in terms.units if u.field is None]
+            keys = [u.key for u in text_units]
+            scores, per_term = index.tfidf_units([(u.ids, u.df, u.weight) for u in text_units], explain)
         n = min(len(mask), len(scores))
         allowed = mask[:n] & (scores[:n] > 0)
         tree = compiled.tree if compiled is not None else None
@@ -291,7 +307,6 @@ class Searcher:
             cand, sc = cand[by_score], sc[by_score]
         contributions: dict[int, dict[str, float]] = {}
         if explain:
-            keys = terms.order
             for cid in cand.tolist():
                 contributions[cid] = {t: float(c[cid]) for t, c in zip(keys, per_term)
                                       if len(c) and c[cid] != 0.0}
@@ -362,8 +377,8 @@ class Searcher:
             return index.allowed(filters.build(flt, principals=ALL, versions=opts.restrictions.versions,
                                                to_epoch=to_epoch))
 
-        def text_of(cid: int) -> str:
-            return str(index.hit_protos([cid])[cid][0]["text"])
+        def text_of(cid: int, field: str | None) -> str:
+            return str(index.hit_protos([cid])[cid][0][field or "text"] or "")
 
         return Matcher(index, eng.analyzer, mask_of, text_of)
 

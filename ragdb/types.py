@@ -35,7 +35,9 @@ class Hit:
     a hit not made by a search.
     ``highlights`` (character spans within ``text`` of the query's terms and phrases)
     and ``snippet`` (a :class:`Snippet`) are filled by a search with ``highlight=True``;
-    otherwise they are ``()`` and None.
+    otherwise they are ``()`` and None. ``title`` is the document's title (else the file
+    name of a path-like source) and ``section`` the chunk's heading path (``A > B``), the
+    fields :mod:`ragdb.fields` indexes.
     """
 
     score: float
@@ -53,6 +55,8 @@ class Hit:
     confidence: float | None = None
     highlights: tuple[tuple[int, int], ...] = ()
     snippet: Snippet | None = None
+    title: str | None = None
+    section: str | None = None
 
 
 @dataclass(frozen=True)

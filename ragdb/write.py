@@ -26,7 +26,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from . import index as idx
+from . import fields, index as idx
 from .errors import DocumentNotFound, EmbeddingError, InvalidInput
 from .index import FLUSH_THRESHOLD
 from .ingest import Prepared, check_acl, check_metadata
@@ -207,6 +207,7 @@ class Writer:
         with engine.writing():
             engine.sync()
             previous = dict(engine.settings.get("analyzer") or {})
+            with_fields = True  # a reindex indexes the fields too (a database made before them gets them)
             terms_before = store.vocabulary_size()
             store.clear_lexical_index()
             ids: dict[str, int] = {}
@@ -217,11 +218,17 @@ class Writer:
                 nonlocal chunks, total_length, top
                 while rows := store.chunk_texts_after(top, REINDEX_BATCH):
                     batch, forward = [], []
-                    for (cid, latest, _text), counts in zip(rows, analyzer.term_counts_many(r[2] for r in rows)):
-                        for term in counts:
+                    for (cid, latest, _text, title, source, cmeta), counts in zip(
+                            rows, analyzer.term_counts_many(r[2] for r in rows)):
+                        extra = None
+                        if with_fields:
+                            extra = fields.chunk_field_counts(
+                                analyzer, fields.field_counts(analyzer, "title", fields.effective_title(title, source)),
+                                loads(cmeta) if cmeta != "{}" else {})
+                        for term in (*counts, *(extra or ())):
                             if term not in ids:
                                 ids[term] = len(ids) + 1
-                        terms_blob, tfs_blob, length = forward_index(counts, ids)
+                        terms_blob, tfs_blob, length = forward_index(counts, ids, extra)
                         forward.append((terms_blob, tfs_blob, length, cid))
                         term_ids = idx.unpack_ids(terms_blob)
                         batch.append((cid, term_ids, idx.unpack_tfs(tfs_blob)))
@@ -237,6 +244,8 @@ class Writer:
             store.add_terms((tid, term, df.get(tid, 0)) for term, tid in ids.items())
             store.finish_reindex(total_length, max(top, store.stats_row()["flushed_upto"]))
             store.set_setting("analyzer", analyzer.config())
+            if with_fields and "fields" not in engine.settings:
+                store.set_setting("fields", dict(fields.DEFAULT_WEIGHTS))
             store.bump_stats()
             # this connection's view is rebuilt from the file at its next read
             engine.index = idx.Index(store)
@@ -436,6 +445,14 @@ class Writer:
         store, index = self.engine.store, self.engine.index
         ids = index.term_cache
         all_terms = set().union(*(counts for _, p in docs for *_, counts in p.chunks))  # unions in C
+        field_terms: dict[int, list[dict[str, int]]] = {}  # doc id -> each chunk's field terms
+        if self.engine.settings.get("fields") is not None:
+            analyzer = self.engine.analyzer
+            for doc_id, p in docs:
+                title = fields.field_counts(analyzer, "title", fields.effective_title(p.title, p.source))
+                field_terms[doc_id] = [fields.chunk_field_counts(analyzer, title, cmeta) for _s, _e, cmeta, _c in p.chunks]
+                for fc in field_terms[doc_id]:
+                    all_terms.update(fc)
         missing = list(all_terms.difference(ids))  # (sorted below, where order matters)
         if missing:
             if index.term_cache_upto >= 0:
@@ -480,7 +497,8 @@ class Writer:
                 # The forward index keeps the analyzer's term order, which is the
                 # same for the same chunk text in any database, so the TF-IDF norm
                 # sums come out bit-identical however the database was built.
-                terms_blob, tfs_blob, length = forward_index(counts, ids)
+                terms_blob, tfs_blob, length = forward_index(
+                    counts, ids, field_terms[doc_id][ordinal] if field_terms else None)
                 cid = next_chunk
                 next_chunk += 1
                 # A chunk that is the whole document stores no copy of the text.
@@ -609,15 +627,23 @@ class _Changes:
 
 
 
-def forward_index(counts: Any, ids: Mapping[str, int]) -> tuple[bytes, bytes, int]:
+def forward_index(counts: Any, ids: Mapping[str, int], fields: Mapping[str, int] | None = None
+                  ) -> tuple[bytes, bytes, int]:
     """A chunk's forward index from its term counts (the analyzer's order, kept so the
     same text gives the same blobs in any database) and term ids: the packed term ids,
     the packed tfs (capped at 65535), and its length for BM25: the sum of the counts less
-    the compound whole forms that overlap a part (``TermCounts.overlaps``, version 2)."""
+    the compound whole forms that overlap a part (``TermCounts.overlaps``, version 2).
+    ``fields``: the chunk's field terms (:mod:`ragdb.fields`), stored after the text's and
+    not counted in its length."""
     tfs = counts.values()
-    terms_blob = array("I", list(map(ids.__getitem__, counts))).tobytes()
+    length = sum(tfs) - getattr(counts, "overlaps", 0)
+    term_ids = list(map(ids.__getitem__, counts))
+    if fields:
+        term_ids += map(ids.__getitem__, fields)
+        tfs = [*tfs, *fields.values()]
+    terms_blob = array("I", term_ids).tobytes()
     tfs_blob = array("H", tfs if max(tfs, default=0) <= 65535 else [min(c, 65535) for c in tfs]).tobytes()
-    return terms_blob, tfs_blob, sum(tfs) - getattr(counts, "overlaps", 0)
+    return terms_blob, tfs_blob, length
 
 
 def scalar_items(metadata: Mapping[str, Any]) -> Iterable[tuple[str, Any, int | float | None, float | None]]:

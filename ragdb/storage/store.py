@@ -797,27 +797,28 @@ class Store(VectorSQL):
 
     def hit_rows(self, chunk_ids: Sequence[int]) -> dict[int, tuple[Any, ...]]:
         """chunk id -> (doc_id, source, version, timestamp, text, start, end, ordinal, chunk metadata,
-        document metadata)."""
+        document metadata, title)."""
         out: dict[int, tuple[Any, ...]] = {}
         for part in _chunks(list(chunk_ids)):
             q = ",".join("?" * len(part))
             for row in self.conn.execute(
                     f'SELECT c.id, c.doc_id, d.source, d.version, d.timestamp, coalesce(c.text, d.text), c.start, c."end", '
                     f"c.ordinal, "
-                    f"c.metadata, d.metadata FROM chunks c JOIN documents d ON d.id = c.doc_id "
+                    f"c.metadata, d.metadata, d.title FROM chunks c JOIN documents d ON d.id = c.doc_id "
                     f"WHERE c.id IN ({q})", part):
                 out[row[0]] = tuple(row[1:])
         return out
 
     def doc_hit_rows(self, doc_ids: Sequence[int]) -> dict[int, tuple[Any, ...]]:
-        """doc id -> (source, version, timestamp, text, metadata): the hit fields of
+        """doc id -> (source, version, timestamp, text, metadata, title): the hit fields of
         chunks that are their whole document, read without touching ``chunks``
         (whose rows carry the forward index, so reading them costs a page each)."""
         out: dict[int, tuple[Any, ...]] = {}
         for part in _chunks(list(doc_ids)):
             q = ",".join("?" * len(part))
             for row in self.conn.execute(
-                    f"SELECT id, source, version, timestamp, text, metadata FROM documents WHERE id IN ({q})", part):
+                    f"SELECT id, source, version, timestamp, text, metadata, title FROM documents WHERE id IN ({q})",
+                    part):
                 out[row[0]] = tuple(row[1:])
         return out
 
@@ -849,6 +850,11 @@ class Store(VectorSQL):
         return self.conn.execute(
             "SELECT term, id, df FROM vocabulary WHERE term >= ? AND term < ? ORDER BY df DESC, term LIMIT ?",
             [prefix, prefix + "\U0010ffff", limit]).fetchall()
+
+    def field_term_ids(self) -> list[int]:
+        """Ids of the vocabulary's field terms (:mod:`ragdb.fields`: they start with its mark)."""
+        return [r[0] for r in self.conn.execute("SELECT id FROM vocabulary WHERE term >= ? AND term < ?",
+                                                ["\x1f", "\x20"])]
 
     def has_metadata_key(self, key: str) -> bool:
         """Whether any stored document has scalar metadata under ``key``."""
@@ -966,12 +972,13 @@ class Store(VectorSQL):
         self.conn.execute("DELETE FROM vocabulary")
         self.conn.execute("DELETE FROM chunk_log")
 
-    def chunk_texts_after(self, after_id: int, limit: int) -> list[tuple[int, int, str]]:
-        """(id, latest, text) of the next ``limit`` chunks with id > ``after_id``, by id: a
-        chunk's own text, or its document's when the chunk is the whole document (text NULL)."""
+    def chunk_texts_after(self, after_id: int, limit: int) -> list[tuple[int, int, str, str | None, str, str]]:
+        """(id, latest, text, document title, source, chunk metadata json) of the next ``limit``
+        chunks with id > ``after_id``, by id: a chunk's own text, or its document's when the
+        chunk is the whole document (text NULL)."""
         return self.conn.execute(
-            "SELECT c.id, c.latest, coalesce(c.text, d.text) FROM chunks c JOIN documents d ON d.id = c.doc_id "
-            "WHERE c.id > ? ORDER BY c.id LIMIT ?", [after_id, limit]).fetchall()
+            "SELECT c.id, c.latest, coalesce(c.text, d.text), d.title, d.source, c.metadata FROM chunks c "
+            "JOIN documents d ON d.id = c.doc_id WHERE c.id > ? ORDER BY c.id LIMIT ?", [after_id, limit]).fetchall()
 
     def set_forward_indexes(self, rows: Iterable[tuple[bytes, bytes, int, int]]) -> None:
         """Rows of (terms, tfs, length, chunk id): a chunk's new forward index and length."""
