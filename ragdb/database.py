@@ -78,6 +78,7 @@ class Database:
         """Close the database file. A handle from :meth:`collection` shares the
         connection of the one it came from: closing it does nothing, closing that one
         closes both."""
+        self._engine.vectors.save_graph()  # the approximate-search cache file, when it has unsaved changes
         self._engine.store.close()
 
     def __enter__(self) -> Database:
@@ -208,6 +209,21 @@ class Database:
     @embed_on_add.setter
     def embed_on_add(self, on: bool) -> None:
         self._embed_on_add = check_flag(on, "embed_on_add")
+
+    @property
+    def ann(self) -> str:
+        """When vector search uses the approximate graph (:mod:`ragdb.ann`): ``"auto"`` (from
+        :data:`ragdb.ann.ANN_MIN_VECTORS` vectors on), ``"on"`` or ``"off"`` (always exact).
+        Defaults to ``$RAGDB_ANN``, else ``"auto"``; setting it affects this handle only."""
+        from .ann import ann_mode
+
+        return ann_mode(self._engine.vectors.ann_mode)
+
+    @ann.setter
+    def ann(self, mode: str) -> None:
+        from .ann import ann_mode
+
+        self._engine.vectors.ann_mode = ann_mode(mode)
 
     # The engine's parts, for ragdb's own tests and the benchmark's instruments
     # (which time SQL on the connection); not API.
