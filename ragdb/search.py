@@ -210,6 +210,19 @@ class Searcher:
         return hits_from_scored(protos, ((c, s, {"vector:cosine": s} if opts.explain else {})
                                          for c, s in pool), conf)[:k]
 
+    def _adaptive_alpha(self, query: str, opts: SearchOptions, emb: Embedder, lex: Pool, terms: QueryTerms) -> float:
+        """The vector weight of fusion ``adaptive`` for this query (:func:`ragdb.fusion.adaptive_alpha`):
+        the base weight (``alpha``, else the one fitted for the model and the query's language),
+        raised when the best lexical hit covers little of the query."""
+        from .fusion import adaptive_alpha, base_alpha
+
+        base = opts.alpha if opts.alpha is not None else base_alpha(emb.name, query)
+        if len(lex[0]) == 0:
+            return adaptive_alpha(float(base), 0.0)
+        best = lex[0][int(np.argmax(lex[1]))]
+        coverage = self._confidences(terms, np.array([best], np.int64), opts)[0]
+        return adaptive_alpha(float(base), float(coverage))
+
     def _hybrid(self, query: str, opts: SearchOptions, k: int) -> list[Hit]:
         """Lexical and vector candidates fused into one ranking, best first.
 
@@ -219,6 +232,8 @@ class Searcher:
         positive cosine (ties at either cut are kept). ``fusion="weighted"``:
         ``alpha * minmax(cosine) + (1 - alpha) * minmax(lexical)``, each min-max
         over its own pool, a side where a chunk is absent counting 0;
+        ``fusion="adaptive"`` (default): the same with ``alpha`` chosen per query
+        (:meth:`_adaptive_alpha`);
         ``fusion="rrf"``: reciprocal rank fusion with constant ``rrf_k``.
         ``min_score`` drops fused scores below it. Chunks in neither pool are
         never returned."""
@@ -238,10 +253,13 @@ class Searcher:
             lex: Pool = (cand.astype(np.int64), scores)
             dense = self._vector_pool(qvec, emb, size, mask) if qvec is not None else empty_pool()
             lex, dense = content_order(lex, store.chunk_sort_keys), content_order(dense, store.chunk_sort_keys)
-            if opts.fusion_method == "weighted":
-                ids, fused = minmax_weighted_pools(lex, dense, opts.fusion_alpha)
-            else:
+            alpha: float | None = None
+            if opts.fusion_method == "rrf":
                 ids, fused = rrf_pools(lex, dense, opts.fusion_rrf_k)
+            else:
+                alpha = opts.fusion_alpha if opts.fusion_method == "weighted" else \
+                    self._adaptive_alpha(query, opts, emb, lex, terms)
+                ids, fused = minmax_weighted_pools(lex, dense, alpha)
             if opts.min_score is not None:
                 keep = fused >= opts.min_score
                 ids, fused = ids[keep], fused[keep]
@@ -259,5 +277,7 @@ class Searcher:
                     ex[f"lexical:{opts.lexical}"] = lex_scores[cid]
                 if cid in dense_scores:
                     ex["vector:cosine"] = dense_scores[cid]
+                if alpha is not None:
+                    ex["fusion:alpha"] = alpha
             scored.append((cid, score, ex))
         return hits_from_scored(protos, scored, conf)[:k]

@@ -181,7 +181,7 @@ def test_scorer_option_usage_errors(runner, embedded):
     for args, message in ((["--alpha", "0.5"], "--scorer hybrid only"),
                           (["--model", "hash"], "--scorer vector or hybrid only"),
                           (["--scorer", "vector", "--fusion", "rrf"], "--scorer hybrid only"),
-                          (["--scorer", "hybrid", "--fusion", "rrf", "--alpha", "0.5"], "--fusion weighted only"),
+                          (["--scorer", "hybrid", "--fusion", "rrf", "--alpha", "0.5"], "--fusion weighted or --fusion adaptive only"),
                           (["--scorer", "hybrid", "--rrf-k", "5"], "--fusion rrf only"),
                           (["--scorer", "hybrid", "--alpha", "2"], "--alpha")):
         result = run(runner, "-d", embedded, "search", "pump", *args, ok=False)

