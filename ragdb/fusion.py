@@ -114,7 +114,7 @@ def minmax_weighted(
 #: grid). A model not listed uses :data:`GENERIC_ALPHA`.
 FITTED_ALPHA: dict[str, dict[str, float]] = {
     "wordllama-l2-supercat-256": {"en": 0.3, "zh": 0.0},
-    "use-multilingual-v3-512": {"en": 0.3, "zh": 0.0},
+    "use-multilingual-v3-512": {"en": 0.25, "zh": 0.0},
     "multilingual-e5-small-q4": {"en": 0.45, "zh": 0.1},
 }
 GENERIC_ALPHA = {"en": 0.3, "zh": 0.0}
