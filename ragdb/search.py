@@ -219,8 +219,11 @@ class Searcher:
         base = opts.alpha if opts.alpha is not None else base_alpha(emb.name, query)
         if len(lex[0]) == 0:
             return adaptive_alpha(float(base), 0.0)
-        best = lex[0][int(np.argmax(lex[1]))]
-        coverage = self._confidences(terms, np.array([best], np.int64), opts)[0]
+        top = int(np.argmax(lex[1]))
+        if opts.lexical == "bm25":  # the lexical scores are BM25: the confidence is the score over the bound
+            coverage = confidence.from_scores([float(lex[1][top])], terms.bound)[0]
+        else:
+            coverage = self._confidences(terms, lex[0][top:top + 1], opts)[0]
         return adaptive_alpha(float(base), float(coverage))
 
     def _hybrid(self, query: str, opts: SearchOptions, k: int) -> list[Hit]:
