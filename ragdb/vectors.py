@@ -316,7 +316,9 @@ class VectorIndex:
         if g is not None and g.version == self.version:
             return g
         st = self.store
+        # a read-only handle writes nothing, not even the cache file (it may still read one)
         folder = cache_folder(st.path)
+        writable = not getattr(st, "readonly", False)
         if g is None:
             g = AnnGraph.load(folder, st.collection_id, self.dims, *self.version)
             self._graph_checked = False
@@ -336,7 +338,8 @@ class VectorIndex:
             live = np.flatnonzero(self.ids[:self.n] >= 0)
             g.add(self.ids[live], self.matrix[live])
             g.version = self.version
-            g.save(folder, st.collection_id)
+            if writable:
+                g.save(folder, st.collection_id)
         self.graph, self._graph_checked = g, True
         return g
 
@@ -361,7 +364,7 @@ class VectorIndex:
         from .ann import cache_folder
 
         g = self.graph
-        if g is None or not g.unsaved or g.version != self.version:
+        if g is None or not g.unsaved or g.version != self.version or getattr(self.store, "readonly", False):
             return False
         return g.save(cache_folder(self.store.path), self.store.collection_id)
 

@@ -212,3 +212,11 @@ def test_graph_unit_save_and_load_round_trip(tmp_path):
     h = ann.AnnGraph.load(tmp_path, 5, 8, 3, 90)
     assert h is not None and h.version == (3, 77) and len(h) == 50
     assert sorted(h.keys().tolist()) == list(range(1, 51))
+
+
+def test_a_read_only_handle_writes_no_cache_file(tmp_path):
+    path = tmp_path / "kb.db"
+    make_db(path).close()
+    with ragdb.open(path, readonly=True, embedder=HashEmbedder(32)) as db:
+        assert ids(search(db, QUERIES[0], "on")) == ids(search(db, QUERIES[0], "off"))
+    assert not (tmp_path / "kb.db.ann").exists()
