@@ -29,8 +29,9 @@ The cache file
     graph holds exactly the live chunk ids and that sampled vectors equal the
     stored ones; anything else (missing, corrupt, another epoch, a cut log, a
     different model) rebuilds it from the vectors. It is saved after a
-    rebuild and by :meth:`AnnGraph.save` (``Database.embed`` and ``close``
-    call it when changes are unsaved).
+    rebuild, and on ``Database.close`` once its unsaved changes reach
+    :data:`SAVE_AFTER` or :data:`SAVE_FRACTION` of its size (fewer are cheaper
+    to replay from the log than a large file is to rewrite).
 
 Restrictions (filters, principals, time, versions)
     are applied before the top-k cut, as for BM25: when the allowed set is
@@ -81,6 +82,10 @@ STORAGE = "i8"           # vectors in the graph: int8 (a quarter of float32; ins
 #: (measured: recall@10 0.90 with 10 candidates, 1.00 with 40, at 100k clustered vectors).
 OVERSAMPLE = 4
 MIN_CANDIDATES = 40
+#: A graph whose unsaved changes reach max(SAVE_AFTER, SAVE_FRACTION of its size) is written
+#: back when its database is closed; fewer are applied from the vector log by the next process.
+SAVE_AFTER = 1_000
+SAVE_FRACTION = 0.01
 _NAME = re.compile(r"c(\d+)-e(\d+)-s(\d+)\.usearch")
 
 

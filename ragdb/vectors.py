@@ -359,12 +359,17 @@ class VectorIndex:
                 return False
         return True
 
-    def save_graph(self) -> bool:
-        """Write the graph's cache file if it has unsaved changes; True if written."""
-        from .ann import cache_folder
+    def save_graph(self, force: bool = False) -> bool:
+        """Write the graph's cache file if it has enough unsaved changes (``force``: any);
+        True if written. A few changes are not worth rewriting a large file for: the next
+        process applies them from the vector log, which is kept far longer
+        (:data:`ragdb.storage.vectors.LOG_KEEP` entries) than :data:`ragdb.ann.SAVE_AFTER`."""
+        from .ann import SAVE_AFTER, SAVE_FRACTION, cache_folder
 
         g = self.graph
         if g is None or not g.unsaved or g.version != self.version or getattr(self.store, "readonly", False):
+            return False
+        if not force and g.unsaved < max(SAVE_AFTER, int(SAVE_FRACTION * len(g))):
             return False
         return g.save(cache_folder(self.store.path), self.store.collection_id)
 

@@ -220,3 +220,23 @@ def test_a_read_only_handle_writes_no_cache_file(tmp_path):
     with ragdb.open(path, readonly=True, embedder=HashEmbedder(32)) as db:
         assert ids(search(db, QUERIES[0], "on")) == ids(search(db, QUERIES[0], "off"))
     assert not (tmp_path / "kb.db.ann").exists()
+
+
+def test_close_rewrites_the_cache_file_only_after_enough_changes(tmp_path, monkeypatch):
+    path = tmp_path / "kb.db"
+    with make_db(path) as db:
+        search(db, QUERIES[0], "on")
+    (before,) = os.listdir(tmp_path / "kb.db.ann")
+    with ragdb.open(path, embedder=HashEmbedder(32)) as db:
+        db.add("w1 w2 w3 a few changes", source="few")
+        search(db, QUERIES[0], "on")
+    assert os.listdir(tmp_path / "kb.db.ann") == [before]       # replayed from the log next time
+    monkeypatch.setattr(ann, "SAVE_AFTER", 1)
+    monkeypatch.setattr(ann, "SAVE_FRACTION", 0.0)
+    with ragdb.open(path, embedder=HashEmbedder(32)) as db:
+        assert ids(search(db, QUERIES[3], "on")) == ids(search(db, QUERIES[3], "off"))
+    (after,) = os.listdir(tmp_path / "kb.db.ann")
+    assert after != before
+    with ragdb.open(path, embedder=HashEmbedder(32)) as db:
+        search(db, QUERIES[3], "on")
+        assert db._vectors.graph.unsaved == 0                       # loaded as saved, nothing to replay
