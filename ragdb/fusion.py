@@ -115,7 +115,7 @@ def minmax_weighted(
 FITTED_ALPHA: dict[str, dict[str, float]] = {
     "wordllama-l2-supercat-256": {"en": 0.3, "zh": 0.0},
     "use-multilingual-v3-512": {"en": 0.25, "zh": 0.0},
-    "multilingual-e5-small-q4": {"en": 0.45, "zh": 0.1},
+    "multilingual-e5-small-q4": {"en": 0.5, "zh": 0.15},
 }
 GENERIC_ALPHA = {"en": 0.3, "zh": 0.0}
 #: Lexical coverage (the best BM25 hit's :attr:`ragdb.Hit.confidence`: its score over the
