@@ -135,8 +135,10 @@ class AnnGraph:
 
     def add(self, ids: np.ndarray, mat: np.ndarray) -> None:
         if len(ids):
+            # small batches in one thread: the same graph every time (concurrent inserts link
+            # nodes in a varying order) at no cost worth having
             self.index.add(np.ascontiguousarray(ids, np.uint64), np.ascontiguousarray(mat, np.float32),
-                           threads=_threads())
+                           threads=_threads() if len(ids) >= 10_000 else 1)
             self.unsaved += len(ids)
 
     def remove(self, ids: np.ndarray) -> None:
