@@ -177,10 +177,6 @@ def _rows(ctx: Context, r: dict, qrels: dict) -> dict[str, dict]:
     return rows
 
 
-def _subset_of(rows_runs: dict, qids: set[str]) -> dict:
-    return {q: v for q, v in rows_runs.items() if q in qids}
-
-
 def _prepare_sub(ctx: Context) -> tuple[Any, list[str], list[str]]:
     """The SciFact subset (ragbench.xling.subset) as doc and query id lists."""
     from ragbench.xling import subset
