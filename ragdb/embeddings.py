@@ -753,9 +753,10 @@ class UseEmbedder:
     reverse, which neither BM25 (no shared terms) nor WordLlama (English
     tokens) can do. The package is pure numpy and bundles its SentencePiece
     model and 6-bit weights (about 33 MB), so nothing is downloaded. Queries
-    and documents are embedded alike. Speed on two shared cores: about 12
-    SciFact abstracts (~250 words) per second, far more for short chunks
-    (see BENCHMARKS.md); the forward pass, not the tokenizer, dominates.
+    and documents are embedded alike. Speed on two shared cores: about 10
+    SciFact abstracts (~250 words) or 30 CMRC paragraphs a second, a query
+    in ~7 ms (BENCHMARKS.md, section hybrid); the forward pass, not the
+    tokenizer, dominates.
     ``threads``: BLAS threads for the forward pass (honoured when
     ``threadpoolctl`` is installed). Thread-safe (one call at a time).
     Name: ``use-multilingual-v3-512``.
@@ -882,7 +883,7 @@ class SentenceTransformerEmbedder:
 
 
 #: The offline default for databases of English (or other Latin-script) text: WordLlama,
-#: fast (about 1,000 chunks/s here) and, fused with BM25, +0.016 nDCG@10 on SciFact.
+#: fast (over 1,000 chunks/s here) and, fused with BM25, +0.015 nDCG@10 on SciFact train.
 DEFAULT_MODEL = "wordllama"
 #: The default when the database holds Chinese (or Japanese, Korean) text or cross-lingual
 #: search is asked for: USE multilingual v3 places a question and its translation together,
