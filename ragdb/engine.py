@@ -52,7 +52,9 @@ class Engine:
                     yield
             except BaseException:
                 self.index = Index(self.store)
+                mode = self.vectors.ann_mode
                 self.vectors = VectorIndex(self.store)
+                self.vectors.ann_mode = mode
                 raise
 
     def sync(self) -> None:

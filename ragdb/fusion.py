@@ -9,13 +9,14 @@ values (chunk ids, typically).
 from __future__ import annotations
 
 import math
+import re
 from numbers import Real
 from typing import TypeVar
 from collections.abc import Hashable, Iterable, Mapping, Sequence
 
 from ragdb.errors import InvalidInput
 
-__all__ = ["rrf", "minmax_weighted"]
+__all__ = ["rrf", "minmax_weighted", "adaptive_alpha", "base_alpha", "query_language", "FITTED_ALPHA"]
 
 K = TypeVar("K", bound=Hashable)
 
@@ -101,3 +102,59 @@ def minmax_weighted(
     scored = [(key, alpha * den.get(key, 0.0) + (1.0 - alpha) * lex.get(key, 0.0)) for key in keys]
     scored.sort(key=lambda item: -item[1])
     return scored
+
+
+# --------------------------------------------------------------------------
+# Adaptive weighting (the default fusion of hybrid search)
+# --------------------------------------------------------------------------
+
+#: The vector weight of the min-max weighted sum by model and query language, fitted by
+#: the benchmark (BENCHMARKS.md, section hybrid: the weight with the best nDCG@10 on
+#: SciFact train for English queries and on CMRC trial for Chinese ones, on a 0.05
+#: grid). A model not listed uses :data:`GENERIC_ALPHA`.
+FITTED_ALPHA: dict[str, dict[str, float]] = {
+    "wordllama-l2-supercat-256": {"en": 0.3, "zh": 0.0},
+    "use-multilingual-v3-512": {"en": 0.25, "zh": 0.0},
+    "multilingual-e5-small-q4": {"en": 0.5, "zh": 0.15},
+}
+GENERIC_ALPHA = {"en": 0.3, "zh": 0.0}
+#: Lexical coverage (the best BM25 hit's :attr:`ragdb.Hit.confidence`: its score over the
+#: highest any chunk could reach, query terms the collection lacks counted fully) at or
+#: below which the lexical side is not trusted and the vector weight is :data:`LOW_COVERAGE_ALPHA`;
+#: at or above :data:`COVERAGE_HIGH` it is the fitted base weight; linear in between.
+#: Chosen as the widest band that costs nothing on SciFact and CMRC (measured in the
+#: benchmark); it is what lets a Chinese question find English chunks (BM25 then covers
+#: only the query's stray Latin tokens) without hurting queries BM25 answers well.
+COVERAGE_LOW = 0.10
+COVERAGE_HIGH = 0.15
+LOW_COVERAGE_ALPHA = 0.9
+
+_HAN = re.compile("[\u3040-\u30ff\u3400-\u4dbf\u4e00-\u9fff\uf900-\ufaff\uac00-\ud7af]")
+_LETTER = re.compile(r"[^\W\d_]")
+
+
+def query_language(query: str) -> str:
+    """``"zh"`` when at least 30% of the query's letters are CJK (Han, kana, hangul), else ``"en"``
+    (the two kinds of query the fitted weights were measured on)."""
+    letters = len(_LETTER.findall(query))
+    return "zh" if letters and len(_HAN.findall(query)) >= 0.3 * letters else "en"
+
+
+def base_alpha(model: str, query: str) -> float:
+    """The fitted vector weight of ``model`` for ``query``'s language."""
+    return FITTED_ALPHA.get(model, GENERIC_ALPHA)[query_language(query)]
+
+
+def adaptive_alpha(base: float, coverage: float) -> float:
+    """The vector weight of one query: ``base`` when the best lexical hit covers the query
+    well (``coverage >= COVERAGE_HIGH``), rising linearly to ``LOW_COVERAGE_ALPHA`` (never
+    below ``base``) as coverage falls to ``COVERAGE_LOW``; 1.0 when nothing matched lexically
+    (``coverage`` 0 with an empty lexical side is the caller's to pass as 0)."""
+    if not 0.0 <= base <= 1.0 or not math.isfinite(coverage):
+        raise InvalidInput(f"adaptive_alpha: base must be in [0, 1] and coverage finite, got {base!r}, {coverage!r}")
+    top = max(base, LOW_COVERAGE_ALPHA)
+    if coverage >= COVERAGE_HIGH:
+        return base
+    if coverage <= COVERAGE_LOW:
+        return top
+    return base + (top - base) * (COVERAGE_HIGH - coverage) / (COVERAGE_HIGH - COVERAGE_LOW)

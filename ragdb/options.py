@@ -32,7 +32,7 @@ MAX_K = 10_000
 LEXICAL_SCORERS = ("bm25", "tfidf")
 VECTOR_SCORERS = ("vector", "hybrid")
 SCORERS = LEXICAL_SCORERS + VECTOR_SCORERS
-FUSIONS = ("weighted", "rrf")
+FUSIONS = ("adaptive", "weighted", "rrf")
 VERSIONS = ("latest", "all")
 MAX_SNIPPET_CHARS = 100_000
 SYNTAXES = ("query", "plain")  # of ragdb.query (kept here: options validates, query parses)
@@ -67,9 +67,12 @@ PUBLIC = "*"
 
 #: What principals become once checked: the caller's labels (``()``: anonymous) or ALL.
 Principals = tuple[str, ...] | AllPrincipals
-# Chosen from SciFact measurements (see ragdb.vectors and BENCHMARKS.md): min-max
-# weighted sum with vector weight 0.3 beats BM25; RRF does not.
-DEFAULT_FUSION = "weighted"
+# Chosen from SciFact train and CMRC trial measurements (BENCHMARKS.md, section hybrid):
+# "adaptive" is the min-max weighted sum with a vector weight per query (ragdb.fusion.adaptive_alpha:
+# fitted per model and query language, raised when BM25 covers little of the query); it never
+# ranks below the better side there, which no fixed weight does on both. DEFAULT_ALPHA is the
+# weight of fusion="weighted" (vector weight 0.3 beats BM25 on SciFact; RRF does not).
+DEFAULT_FUSION = "adaptive"
 DEFAULT_ALPHA = 0.3
 DEFAULT_RRF_K = 60
 DEFAULT_POOL = 100
@@ -318,7 +321,7 @@ class SearchOptions:
     k1: float | None = None            # bm25, and the lexical side of hybrid
     b: float | None = None             # bm25, and the lexical side of hybrid
     fusion: str | None = None          # hybrid
-    alpha: float | None = None         # hybrid, fusion "weighted"
+    alpha: float | None = None         # hybrid, fusion "weighted" (its weight) or "adaptive" (the base weight)
     rrf_k: float | None = None         # hybrid, fusion "rrf"
     pool: int | None = None            # hybrid: candidates taken from each side
     embedder: Any = None               # vector, hybrid: the query embedder (object or spec)
@@ -362,8 +365,9 @@ class SearchOptions:
         if only("fusion", ("hybrid",)) and self.fusion not in FUSIONS:
             raise InvalidInput(f"fusion {self.fusion!r} is unknown; choose one of {', '.join(FUSIONS)}")
         if only("alpha", ("hybrid",)):
-            if (self.fusion or DEFAULT_FUSION) != "weighted":
-                raise InvalidInput("alpha applies to fusion 'weighted' only (the search uses fusion 'rrf')")
+            if (self.fusion or DEFAULT_FUSION) == "rrf":
+                raise InvalidInput("alpha applies to fusion 'weighted' or fusion 'adaptive' only (the search "
+                                   "uses fusion 'rrf')")
             check_number(self.alpha, "alpha", low=0.0, high=1.0)
         if only("rrf_k", ("hybrid",)):
             if self.fusion != "rrf":

@@ -414,16 +414,67 @@ class Searcher:
         with eng.store.read():
             eng.sync()
             mask = eng.index.allowed(eng.restrictions(opts.restrictions))
+            terms = self.query_terms(query, opts, mask)
+            mask, check = self._constraints(terms, opts, mask)
             ids, sims = self._vector_pool(qvec, emb, k, mask)
+            if check is not None:
+                keep = np.fromiter((check(c) for c in ids.tolist()), bool, len(ids))
+                ids, sims = ids[keep], sims[keep]
             if opts.min_score is not None:
                 keep = sims >= opts.min_score
                 ids, sims = ids[keep], sims[keep]
             pool = list(zip(ids.tolist(), sims.tolist()))
             # a vector hit's confidence is the lexical support of its chunk (ragdb.confidence)
-            conf = dict(zip(ids.tolist(), self._confidences(self.query_terms(query, opts, mask), ids, opts)))
+            conf = dict(zip(ids.tolist(), self._confidences(terms, ids, opts)))
             protos = eng.index.hit_protos([c for c, _ in pool])
         return hits_from_scored(protos, ((c, s, {"vector:cosine": s} if opts.explain else {})
                                          for c, s in pool), conf)[:k]
+
+    def _constraints(self, terms: QueryTerms, opts: SearchOptions, mask: np.ndarray
+                     ) -> tuple[np.ndarray, Callable[[int], bool] | None]:
+        """The query language's constraints on a vector search's candidates: ``mask`` less the
+        chunks the query cannot match (an excluded word, a missing required one), and a
+        check for the chunks that only may (a phrase), or None when there is none."""
+        compiled = terms.compiled
+        if compiled is None or compiled.tree is None:
+            return mask, None
+        tree = compiled.tree
+        matcher = self._matcher(opts)
+        certain, possible = matcher.bounds(tree)
+        n = min(len(mask), len(possible))
+        out = np.zeros(len(mask), bool)
+        out[:n] = mask[:n] & possible[:n]
+        if not compiled.phrases:
+            return out, None
+        return out, lambda c: bool(certain[c]) or matcher.matches(tree, c)
+
+    def _adaptive_alpha(self, query: str, opts: SearchOptions, emb: Embedder, lex: Pool, terms: QueryTerms) -> float:
+        """The vector weight of fusion ``adaptive`` for this query (:func:`ragdb.fusion.adaptive_alpha`):
+        the base weight (``alpha``, else the one fitted for the model and the query's language),
+        raised when the best lexical hit covers little of the query."""
+        from .fusion import adaptive_alpha, base_alpha
+
+        base = opts.alpha if opts.alpha is not None else base_alpha(emb.name, query)
+        if len(lex[0]) == 0:
+            return adaptive_alpha(float(base), 0.0)
+        top = int(np.argmax(lex[1]))
+        if opts.lexical == "bm25":  # the lexical scores are BM25: the confidence is the score over the bound
+            coverage = confidence.from_scores([float(lex[1][top])], terms.bound)[0]
+        else:
+            coverage = self._confidences(terms, lex[0][top:top + 1], opts)[0]
+        return adaptive_alpha(float(base), float(coverage))
+
+    def _hybrid_confidences(self, terms: QueryTerms, ids: np.ndarray, lex: Pool, opts: SearchOptions
+                            ) -> dict[int, float]:
+        """Confidences of the fused hits: from the BM25 scores already computed for those in
+        the lexical pool, from their postings for the others (vector-only candidates)."""
+        if opts.lexical != "bm25" or not len(lex[0]) or any(u.field is not None for u in terms.units):
+            return dict(zip(ids.tolist(), self._confidences(terms, ids, opts)))
+        known = dict(zip(lex[0].tolist(), confidence.from_scores(lex[1].tolist(), terms.bound)))
+        rest = np.array([c for c in ids.tolist() if c not in known], np.int64)
+        if len(rest):
+            known.update(zip(rest.tolist(), self._confidences(terms, rest, opts)))
+        return {c: known[c] for c in ids.tolist()}
 
     def _hybrid(self, query: str, opts: SearchOptions, k: int) -> list[Hit]:
         """Lexical and vector candidates fused into one ranking, best first.
@@ -434,6 +485,8 @@ class Searcher:
         positive cosine (ties at either cut are kept). ``fusion="weighted"``:
         ``alpha * minmax(cosine) + (1 - alpha) * minmax(lexical)``, each min-max
         over its own pool, a side where a chunk is absent counting 0;
+        ``fusion="adaptive"`` (default): the same with ``alpha`` chosen per query
+        (:meth:`_adaptive_alpha`);
         ``fusion="rrf"``: reciprocal rank fusion with constant ``rrf_k``.
         ``min_score`` drops fused scores below it. Chunks in neither pool are
         never returned."""
@@ -451,17 +504,24 @@ class Searcher:
             mask = index.allowed(eng.restrictions(opts.restrictions))
             cand, scores, contrib, terms = self.lexical(query, size, opts, mask)
             lex: Pool = (cand.astype(np.int64), scores)
-            dense = self._vector_pool(qvec, emb, size, mask) if qvec is not None else empty_pool()
+            vmask, check = self._constraints(terms, opts, mask)  # the lexical pool met them already
+            dense = self._vector_pool(qvec, emb, size, vmask) if qvec is not None else empty_pool()
+            if check is not None:
+                keep = np.fromiter((check(c) for c in dense[0].tolist()), bool, len(dense[0]))
+                dense = (dense[0][keep], dense[1][keep])
             lex, dense = content_order(lex, store.chunk_sort_keys), content_order(dense, store.chunk_sort_keys)
-            if opts.fusion_method == "weighted":
-                ids, fused = minmax_weighted_pools(lex, dense, opts.fusion_alpha)
-            else:
+            alpha: float | None = None
+            if opts.fusion_method == "rrf":
                 ids, fused = rrf_pools(lex, dense, opts.fusion_rrf_k)
+            else:
+                alpha = opts.fusion_alpha if opts.fusion_method == "weighted" else \
+                    self._adaptive_alpha(query, opts, emb, lex, terms)
+                ids, fused = minmax_weighted_pools(lex, dense, alpha)
             if opts.min_score is not None:
                 keep = fused >= opts.min_score
                 ids, fused = ids[keep], fused[keep]
             ids, fused = cut_with_ties(ids, fused, k)
-            conf = dict(zip(ids.tolist(), self._confidences(terms, ids, opts)))
+            conf = self._hybrid_confidences(terms, ids, lex, opts)
             protos = index.hit_protos(ids.tolist())
         lex_scores = dict(zip(lex[0].tolist(), lex[1].tolist())) if opts.explain else {}
         dense_scores = dict(zip(dense[0].tolist(), dense[1].tolist())) if opts.explain else {}
@@ -474,6 +534,8 @@ class Searcher:
                     ex[f"lexical:{opts.lexical}"] = lex_scores[cid]
                 if cid in dense_scores:
                     ex["vector:cosine"] = dense_scores[cid]
+                if alpha is not None:
+                    ex["fusion:alpha"] = alpha
             scored.append((cid, score, ex))
         return hits_from_scored(protos, scored, conf)[:k]
 

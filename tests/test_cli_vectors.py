@@ -76,10 +76,17 @@ def test_embed_fills_pending_chunks(runner, kb):
     assert out_json(run(runner, "-d", kb, "check", "--json"))["ok"]
 
 
-def test_embed_without_a_recorded_model_needs_model(runner, kb):
-    result = run(runner, "-d", kb, "embed", ok=False)
-    assert result.exit_code == 2
-    assert "--model" in result.stderr and "--model wordllama" in result.stderr
+def test_embed_without_a_recorded_model_chooses_one_from_the_text(runner, kb):
+    result = run(runner, "-d", kb, "embed", "--rebuild", ok=False)
+    assert result.exit_code == 2 and "--rebuild needs --model" in result.stderr
+    result = run(runner, "-d", kb, "embed", "--model", "nonsense", ok=False)
+    assert result.exit_code == 2 and "unknown embedder" in result.stderr
+    result = run(runner, "-d", kb, "embed")
+    assert "no embedding model recorded: using wordllama" in result.stderr and "--model SPEC overrides" in result.stderr
+    assert "with wordllama-l2-supercat-256" in result.stdout
+
+
+def test_embed_without_a_model_errors(runner, kb):
     result = run(runner, "-d", kb, "embed", "--rebuild", ok=False)
     assert result.exit_code == 2 and "--rebuild needs --model" in result.stderr
     result = run(runner, "-d", kb, "embed", "--model", "nonsense", ok=False)
@@ -181,7 +188,7 @@ def test_scorer_option_usage_errors(runner, embedded):
     for args, message in ((["--alpha", "0.5"], "--scorer hybrid only"),
                           (["--model", "hash"], "--scorer vector or hybrid only"),
                           (["--scorer", "vector", "--fusion", "rrf"], "--scorer hybrid only"),
-                          (["--scorer", "hybrid", "--fusion", "rrf", "--alpha", "0.5"], "--fusion weighted only"),
+                          (["--scorer", "hybrid", "--fusion", "rrf", "--alpha", "0.5"], "--fusion weighted or --fusion adaptive only"),
                           (["--scorer", "hybrid", "--rrf-k", "5"], "--fusion rrf only"),
                           (["--scorer", "hybrid", "--alpha", "2"], "--alpha")):
         result = run(runner, "-d", embedded, "search", "pump", *args, ok=False)

@@ -285,3 +285,15 @@ def test_operators_equal_brute_force(docs, query, deletes, k):
                 db.delete(source=f"d{d:02d}")
             if step == 0:
                 db.add("retrieval index document filler", source="new")
+
+
+@pytest.mark.parametrize("scorer", ["vector", "hybrid"])
+def test_operators_constrain_vector_and_hybrid_hits(scorer):
+    with ragdb.open(":memory:", embedder="hash:64", chunker="none") as db:
+        for i, text in enumerate(["deleted documents here", "documents deleted there", "nothing relevant at all",
+                                  "deleted items only", "documents only"]):
+            db.add(text, source=f"s{i}")
+        assert sources(db.search('"deleted documents"', scorer=scorer)) == ["s0"]
+        assert "s0" not in sources(db.search("deleted -documents", scorer=scorer))
+        assert set(sources(db.search("deleted -documents", scorer=scorer))) <= {"s3"}
+        assert set(sources(db.search("+documents", scorer=scorer))) <= {"s0", "s1", "s4"}

@@ -311,6 +311,15 @@ class VectorSQL:
             "WHERE c.id > ? AND NOT EXISTS (SELECT 1 FROM vectors v WHERE v.chunk_id = c.id) "
             "ORDER BY c.id LIMIT ?", [after, -1 if limit is None else int(limit)]).fetchall()
 
+    def chunk_text_sample(self, limit: int = 400) -> list[str]:
+        """The texts of up to ``limit`` chunks spread evenly over the chunk ids (to tell
+        which languages a collection holds)."""
+        top = int(self.conn.execute("SELECT coalesce(max(id), 0) FROM chunks").fetchone()[0])
+        step = max(1, top // max(1, int(limit)))
+        return [r[0] for r in self.conn.execute(
+            "SELECT coalesce(c.text, d.text) FROM chunks c JOIN documents d ON d.id = c.doc_id "
+            "WHERE c.id % ? = 0 ORDER BY c.id LIMIT ?", [step, int(limit)])]
+
     def unembedded_count(self) -> int:
         """Chunks without a vector."""
         return int(self.conn.execute(

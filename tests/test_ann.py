@@ -1,0 +1,242 @@
+"""Approximate vector search (ragdb.ann): the graph as a cache of the SQLite vectors,
+restrictions applied before the cut, exact fallback, crash safety of the cache file."""
+
+from __future__ import annotations
+
+import os
+import random
+
+import numpy as np
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+import ragdb
+from ragdb import ann
+from ragdb.embeddings import HashEmbedder
+from ragdb.errors import InvalidInput
+
+pytest.importorskip("usearch.index", reason="usearch is in the test extra (ragdb[ann])")
+
+WORDS = [f"w{i}" for i in range(120)]
+
+
+def make_db(path, n=400, seed=0, collection=None):
+    rng = random.Random(seed)
+    db = ragdb.open(path, embedder=HashEmbedder(32), **({"collection": collection} if collection else {}))
+    db.add_many(({"text": " ".join(rng.choice(WORDS) for _ in range(12)), "source": f"s{i}",
+                  "metadata": {"b": i % 10}} for i in range(n)), chunker="none")
+    return db
+
+
+QUERIES = [" ".join(random.Random(i).choice(WORDS) for _ in range(4)) for i in range(12)]
+
+
+def ids(hits):
+    return [h.chunk_id for h in hits]
+
+
+def search(db, q, mode, **kw):
+    db.ann = mode
+    return db.search(q, k=kw.pop("k", 10), scorer="vector", **kw)
+
+
+def test_ann_mode_values(tmp_path, monkeypatch):
+    with make_db(tmp_path / "kb.db", n=5) as db:
+        assert db.ann == "auto"
+        db.ann = "ON"
+        assert db.ann == "on"
+        with pytest.raises(InvalidInput, match="ann mode"):
+            db.ann = "fast"
+        monkeypatch.setenv("RAGDB_ANN", "off")
+        db._vectors.ann_mode = None
+        assert db.ann == "off"
+        monkeypatch.setenv("RAGDB_ANN", "bogus")
+        with pytest.raises(InvalidInput, match="RAGDB_ANN"):
+            db.search("w1", scorer="vector")
+
+
+def test_graph_answers_like_exact_search(tmp_path):
+    with make_db(tmp_path / "kb.db") as db:
+        exact = [[(h.chunk_id, h.score) for h in search(db, q, "off")] for q in QUERIES]
+        approx = [[(h.chunk_id, h.score) for h in search(db, q, "on")] for q in QUERIES]
+        assert db._vectors.last_strategy == "ann"
+        # candidates are re-scored exactly: same ids, same scores, same order
+        assert approx == exact
+        # hybrid goes through the same path
+        assert ids(db.search(QUERIES[0], k=5, scorer="hybrid")) == ids(
+            (setattr(db, "ann", "off"), db.search(QUERIES[0], k=5, scorer="hybrid"))[1])
+
+
+def test_auto_mode_stays_exact_below_the_threshold(tmp_path):
+    with make_db(tmp_path / "kb.db", n=50) as db:
+        search(db, QUERIES[0], "auto")
+        assert db._vectors.last_strategy == "exact" and db._vectors.graph is None
+        assert not (tmp_path / "kb.db.ann").exists()
+
+
+@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(buckets=st.sets(st.integers(0, 9), min_size=1, max_size=10), k=st.integers(1, 60),
+       q=st.sampled_from(QUERIES))
+def test_filtered_ann_stays_inside_the_filter_and_returns_k_when_k_qualify(tmp_path_factory, buckets, k, q):
+    path = tmp_path_factory.getbasetemp() / "prop.db"
+    if not path.exists():
+        make_db(path).close()
+    with ragdb.open(path, embedder=HashEmbedder(32)) as db:
+        flt = {"b": sorted(buckets)}
+        exact = search(db, q, "off", k=k, filter=flt)
+        approx = search(db, q, "on", k=k, filter=flt)
+        assert all(h.metadata["b"] in buckets for h in approx)
+        # every chunk with positive cosine qualifies; the exact search finds min(k, qualifying)
+        assert len(approx) == len(exact)
+        assert [h.score for h in approx] == pytest.approx([h.score for h in exact])
+
+
+def test_selective_filter_scans_the_allowed_rows(tmp_path):
+    with make_db(tmp_path / "kb.db", n=400) as db:
+        db.add("w1 w2 w3 only one", source="rare", metadata={"b": 99})
+        hits = search(db, "w1 w2 w3", "on", filter={"b": 99})
+        assert db._vectors.last_strategy == "exact-allowed"
+        assert [h.source for h in hits] == ["rare"]
+
+
+def test_cache_file_is_kept_in_step_across_processes_and_handles(tmp_path):
+    path = tmp_path / "kb.db"
+    with make_db(path) as db:
+        search(db, QUERIES[0], "on")
+    files = os.listdir(tmp_path / "kb.db.ann")
+    assert len(files) == 1 and files[0].startswith("c0-e")
+    # another handle changes the vectors while the file is not looked at
+    with ragdb.open(path, embedder=HashEmbedder(32)) as other:
+        other.add("w5 w6 w7 w8 brand new", source="new")
+        other.delete(source="s3")
+    with ragdb.open(path, embedder=HashEmbedder(32)) as db:
+        approx = [ids(search(db, q, "on")) for q in QUERIES]
+        assert len(db._vectors.graph) == len(db._vectors)       # caught up through the log
+        exact = [ids(search(db, q, "off")) for q in QUERIES]
+        assert approx == exact
+        assert "s3" not in {h.source for q in QUERIES for h in search(db, q, "on")}
+
+
+def test_two_handles_keep_their_graph_in_step(tmp_path):
+    path = tmp_path / "kb.db"
+    with make_db(path) as a, ragdb.open(path, embedder=HashEmbedder(32)) as b:
+        search(a, QUERIES[1], "on")
+        b.add("w9 w9 w9 w9", source="late")
+        b.delete(source="s7")
+        assert ids(search(a, "w9 w9", "on", k=3)) == ids(search(a, "w9 w9", "off", k=3))
+        assert len(a._vectors.graph) == len(a._vectors)
+
+
+@pytest.mark.parametrize("damage", ["garbage", "truncate", "empty"])
+def test_a_damaged_cache_file_is_rebuilt(tmp_path, damage):
+    path = tmp_path / "kb.db"
+    with make_db(path) as db:
+        search(db, QUERIES[0], "on")
+    (f,) = (tmp_path / "kb.db.ann").iterdir()
+    data = f.read_bytes()
+    f.write_bytes({"garbage": os.urandom(len(data)), "truncate": data[: len(data) // 2], "empty": b""}[damage])
+    with ragdb.open(path, embedder=HashEmbedder(32)) as db:
+        assert [ids(search(db, q, "on")) for q in QUERIES] == [ids(search(db, q, "off")) for q in QUERIES]
+        assert len(db._vectors.graph) == len(db._vectors)
+
+
+def test_a_graph_of_another_database_at_the_same_path_is_not_trusted(tmp_path):
+    path = tmp_path / "kb.db"
+    with make_db(path, seed=1) as db:
+        search(db, QUERIES[0], "on")
+    saved = {p.name: p.read_bytes() for p in (tmp_path / "kb.db.ann").iterdir()}
+    for suffix in ("", "-wal", "-shm"):
+        if os.path.exists(f"{path}{suffix}"):
+            os.remove(f"{path}{suffix}")
+    with make_db(path, seed=2) as db:  # same epoch and log position, other vectors
+        for name, data in saved.items():
+            (tmp_path / "kb.db.ann" / name).write_bytes(data)
+        db._vectors.graph = None
+        assert [ids(search(db, q, "on")) for q in QUERIES] == [ids(search(db, q, "off")) for q in QUERIES]
+
+
+def test_rebuild_of_the_vectors_starts_a_new_graph(tmp_path):
+    path = tmp_path / "kb.db"
+    with make_db(path) as db:
+        search(db, QUERIES[0], "on")
+        db.embed(HashEmbedder(48), rebuild=True)
+        db.embedder = HashEmbedder(48)
+        assert ids(search(db, QUERIES[0], "on")) == ids(search(db, QUERIES[0], "off"))
+        assert db._vectors.graph.dims == 48
+    names = os.listdir(tmp_path / "kb.db.ann")
+    assert len(names) == 1 and "-e1-" not in names[0]
+
+
+def test_leftover_temporary_file_is_ignored(tmp_path):
+    path = tmp_path / "kb.db"
+    with make_db(path) as db:
+        search(db, QUERIES[0], "on")
+    (tmp_path / "kb.db.ann" / ".c0-killed.tmp").write_bytes(b"half written")
+    with ragdb.open(path, embedder=HashEmbedder(32)) as db:
+        assert ids(search(db, QUERIES[2], "on")) == ids(search(db, QUERIES[2], "off"))
+
+
+def test_each_collection_has_its_own_graph(tmp_path):
+    path = tmp_path / "kb.db"
+    with make_db(path, seed=1) as db:
+        other = db.collection("other")
+        other.embedder = HashEmbedder(32)
+        other.add_many(({"text": f"w{i} w{i + 1} other", "source": f"o{i}"} for i in range(60)), chunker="none")
+        a = ids(search(db, QUERIES[0], "on"))
+        b = ids(search(other, QUERIES[0], "on"))
+        assert a == ids(search(db, QUERIES[0], "off")) and b == ids(search(other, QUERIES[0], "off"))
+        assert set(a).isdisjoint(b) or len(db._vectors) != len(other._vectors)
+    names = sorted(os.listdir(tmp_path / "kb.db.ann"))
+    assert len(names) == 2 and names[0].startswith("c0-") and names[1].startswith("c1-")
+
+
+def test_in_memory_database_keeps_its_graph_in_memory(tmp_path):
+    with ragdb.open(":memory:", embedder=HashEmbedder(32)) as db:
+        db.add_many(({"text": f"w{i} w{i + 3}", "source": f"s{i}"} for i in range(80)), chunker="none")
+        assert ids(search(db, "w5 w8", "on")) == ids(search(db, "w5 w8", "off"))
+    assert ann.cache_folder(":memory:") is None
+
+
+def test_graph_unit_save_and_load_round_trip(tmp_path):
+    g = ann.AnnGraph(8)
+    rng = np.random.default_rng(0)
+    mat = rng.standard_normal((50, 8)).astype(np.float32)
+    mat /= np.linalg.norm(mat, axis=1, keepdims=True)
+    g.add(np.arange(1, 51), mat)
+    g.version = (3, 77)
+    assert g.save(tmp_path, 5)
+    assert ann.AnnGraph.load(tmp_path, 5, 8, 3, 76) is None        # ahead of the database
+    assert ann.AnnGraph.load(tmp_path, 5, 8, 4, 90) is None        # another epoch
+    assert ann.AnnGraph.load(tmp_path, 6, 8, 3, 90) is None        # another collection
+    h = ann.AnnGraph.load(tmp_path, 5, 8, 3, 90)
+    assert h is not None and h.version == (3, 77) and len(h) == 50
+    assert sorted(h.keys().tolist()) == list(range(1, 51))
+
+
+def test_a_read_only_handle_writes_no_cache_file(tmp_path):
+    path = tmp_path / "kb.db"
+    make_db(path).close()
+    with ragdb.open(path, readonly=True, embedder=HashEmbedder(32)) as db:
+        assert ids(search(db, QUERIES[0], "on")) == ids(search(db, QUERIES[0], "off"))
+    assert not (tmp_path / "kb.db.ann").exists()
+
+
+def test_close_rewrites_the_cache_file_only_after_enough_changes(tmp_path, monkeypatch):
+    path = tmp_path / "kb.db"
+    with make_db(path) as db:
+        search(db, QUERIES[0], "on")
+    (before,) = os.listdir(tmp_path / "kb.db.ann")
+    with ragdb.open(path, embedder=HashEmbedder(32)) as db:
+        db.add("w1 w2 w3 a few changes", source="few")
+        search(db, QUERIES[0], "on")
+    assert os.listdir(tmp_path / "kb.db.ann") == [before]       # replayed from the log next time
+    monkeypatch.setattr(ann, "SAVE_AFTER", 1)
+    monkeypatch.setattr(ann, "SAVE_FRACTION", 0.0)
+    with ragdb.open(path, embedder=HashEmbedder(32)) as db:
+        assert ids(search(db, QUERIES[3], "on")) == ids(search(db, QUERIES[3], "off"))
+    (after,) = os.listdir(tmp_path / "kb.db.ann")
+    assert after != before
+    with ragdb.open(path, embedder=HashEmbedder(32)) as db:
+        search(db, QUERIES[3], "on")
+        assert db._vectors.graph.unsaved == 0                       # loaded as saved, nothing to replay
