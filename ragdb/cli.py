@@ -37,6 +37,7 @@ from tabulate import tabulate
 
 import ragdb
 import ragdb.confidence
+import ragdb.fields
 import ragdb.llm
 import ragdb.plugins
 
@@ -1558,13 +1559,15 @@ def embed(database: str | None, embed_model: str | None, cross_lingual: bool, re
 
 #: The settings 'ragdb config KEY VALUE' changes, and what VALUE is.
 CONFIG_KEYS = {"public_unlabeled": "true|false", "keep_versions": "true|false", "chunker": "SPEC",
-               "min_confidence": "0..1|default"}
+               "min_confidence": "0..1|default", "fields": "title=W,section=W"}
 _FLAG_WORDS = {"true": True, "yes": True, "on": True, "1": True, "false": False, "no": False, "off": False, "0": False}
 _SETTING_DEFAULTS = {"keep_versions": False, "public_unlabeled": False,  # what a missing row means
                      "min_confidence": None}
 
 
 def _setting_text(key: str, value: Any) -> str:
+    if key == "fields" and value is None:
+        return "not indexed (made before fields: 'ragdb reindex' indexes titles and headings)"
     if key == "min_confidence" and value is None:
         return f"default ({ragdb.confidence.DEFAULT_MIN_CONFIDENCE})"
     if isinstance(value, bool):
@@ -1591,6 +1594,7 @@ def config_cmd(database: str | None, key: str | None, value: str | None, output:
       chunker SPEC                 default chunker of adds (recursive, paragraph, none, window:size=200 ...)
       min_confidence 0..1|default  confidence floor of prompt/ask (0: never refuse by confidence;
                                    'ragdb eval --calibrate' chooses one)
+      fields title=W,section=W     weights of a chunk's title and heading path in scoring (0: off)
 
     The analyzer is chosen at creation ('ragdb reindex' changes it). A change is one transaction; databases
     already open elsewhere see it from their next search or write on. Opening
@@ -1612,12 +1616,17 @@ def config_cmd(database: str | None, key: str | None, value: str | None, output:
         new = _FLAG_WORDS[value.strip().lower()]
     if key == "min_confidence" and value is not None:
         new = _min_confidence_value(value)
+    if key == "fields" and value is not None:
+        new = _fields_value(value)
     with _open(database) as db:
         settings = dict(sorted({**_SETTING_DEFAULTS, **db.settings}.items()))
         if key == "public_unlabeled" and value is not None:
             db.set_public_unlabeled(new)
         if key == "min_confidence" and value is not None:
             db.set_min_confidence(new)
+        if key == "fields" and value is not None:
+            db.set_field_weights(new)
+            new = db.settings.get("fields")
     if key is None:
         if not output.table:
             _emit_records(output, [{"setting": k, "value": v} for k, v in settings.items()], ("setting", "value"),
@@ -1632,7 +1641,7 @@ def config_cmd(database: str | None, key: str | None, value: str | None, output:
         else:
             click.echo(_setting_text(key, old))
         return
-    if key not in ("public_unlabeled", "min_confidence"):  # opening with chunker=/keep_versions= stores them
+    if key not in ("public_unlabeled", "min_confidence", "fields"):  # opening with chunker=/keep_versions= stores them
         with _open(database, **{key: new}) as db:
             new = db.settings.get(key)  # the chunker spec as stored (canonical form)
     if as_json:
@@ -1640,6 +1649,27 @@ def config_cmd(database: str | None, key: str | None, value: str | None, output:
     else:
         click.echo(f"{key}: {_setting_text(key, old)} -> {_setting_text(key, new)}"
                    + ("" if old != new else " (unchanged)"))
+
+
+def _fields_value(value: str) -> dict[str, float]:
+    """``ragdb config fields VALUE``: ``title=1,section=0.5`` (or a JSON object)."""
+    text = value.strip()
+    try:
+        if text.startswith("{"):
+            parsed = orjson.loads(text)
+        else:
+            parsed = {}
+            for part in filter(None, (p.strip() for p in text.split(","))):
+                name, sep, weight = part.partition("=")
+                if not sep:
+                    raise ValueError(part)
+                parsed[name.strip()] = float(weight)
+    except (ValueError, orjson.JSONDecodeError):
+        raise click.UsageError(f"fields takes weights such as title=1,section=0.5, got {value!r}") from None
+    try:
+        return ragdb.fields.check_weights(parsed, "fields")
+    except InvalidInput as e:
+        raise click.UsageError(_one_line(e)) from None
 
 
 def _min_confidence_value(value: str) -> float | None:

@@ -624,6 +624,20 @@ class Database:
 
         self._engine.set_setting(SETTING, check_min_confidence(value))
 
+    def set_field_weights(self, weights: Mapping[str, float]) -> None:
+        """Store the weights of the fields in scoring (one transaction; see :mod:`ragdb.fields`):
+        ``{"title": w, "section": w}``, each from 0 (the field does not score) to 100; a field
+        left out gets 0. Changes no term, so no reindex: every open ``Database`` scores with
+        them from its next search on. A database made before fields has no field terms:
+        ``ragdb reindex`` indexes them first. Refused inside :meth:`transaction`."""
+        from .fields import check_weights
+
+        checked = check_weights(weights)
+        if "fields" not in self._engine.settings:
+            raise InvalidInput(f"{_where(self._engine.store)}: the chunks' titles and headings are not indexed in "
+                               f"this database (made before fields); 'ragdb reindex' (db.reindex()) indexes them")
+        self._engine.set_setting("fields", checked)
+
     def get(self, doc_id: int | None = None, *, source: str | None = None, with_text: bool = True,
             principals: Principals | Sequence[str] | None = None) -> Document:
         """The stored document with this id, or the latest version of ``source``, if the

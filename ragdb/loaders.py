@@ -26,7 +26,8 @@ Loaders and what they add to ``metadata`` (every document also gets
   chrome (``<nav>``, page-level ``<header>``/``<footer>``, ARIA
   navigation/banner/contentinfo roles, breadcrumbs, "skip to content"
   links) is left out. ``encoding``.
-* ``pdf`` -- pypdf; pages joined by a blank line, ``page`` spans. ``pages``
+* ``pdf`` -- pypdf; pages joined by a blank line, ``page`` spans (and ``section``, the
+  heading path of the outline entry in force on the page, when the PDF has an outline). ``pages``
   (and ``author`` when the PDF names one).
 * ``jsonl`` -- one document per line (ragdb layout or BEIR layout).
   ``line`` plus the record's ``metadata``, ``id``, ``version``, ``timestamp``;
@@ -1369,6 +1370,7 @@ def _load_pdf(data: bytes, where: str, source: str, base: Mapping[str, Any]) -> 
             raise
         except Exception as e:  # noqa: BLE001
             raise LoaderError(f"{where}: broken or truncated PDF ({_reason(e)})") from None
+        outline = _pdf_outline(reader, count)
         title = author = None
         try:
             info = reader.metadata
@@ -1390,7 +1392,10 @@ def _load_pdf(data: bytes, where: str, source: str, base: Mapping[str, Any]) -> 
             parts.append("\n\n")
             pos += 2
         parts.append(page_text)
-        spans.append(Span(pos, pos + len(page_text), {"page": n}))
+        meta: dict[str, Any] = {"page": n}
+        if outline.get(n):
+            meta["section"] = outline[n]
+        spans.append(Span(pos, pos + len(page_text), meta))
         pos += len(page_text)
     if not parts:
         raise LoaderError(f"{where}: PDF has no extractable text ({count} page(s); scanned images need OCR)")
@@ -1399,6 +1404,44 @@ def _load_pdf(data: bytes, where: str, source: str, base: Mapping[str, Any]) -> 
         extra["author"] = author
     return LoadedDocument(text="".join(parts), source=source, title=title,
                           metadata=_meta(base, "pdf", extra), spans=tuple(spans))
+
+
+def _pdf_outline(reader: Any, count: int) -> dict[int, str]:
+    """page number (1-based) -> the heading path (``Part > Chapter``) in force on it, from the
+    PDF's outline (bookmarks): the last outline entry starting on or before the page, with
+    its parents. Empty when the PDF has none or it cannot be read (the text still loads)."""
+    entries: list[tuple[int, int, str]] = []  # (page index, level, title) in outline order
+
+    def walk(items: Any, level: int) -> None:
+        for item in items:
+            if isinstance(item, list):
+                walk(item, level + 1)
+                continue
+            title = _pdf_string(getattr(item, "title", None))
+            try:
+                page = reader.get_destination_page_number(item)
+            except Exception:  # noqa: BLE001 - a broken destination only costs its entry
+                continue
+            if title and page is not None and 0 <= page < count:
+                entries.append((page, level, " ".join(title.split())))
+
+    try:
+        walk(reader.outline, 0)
+    except Exception:  # noqa: BLE001 - a damaged outline only costs the headings
+        return {}
+    out: dict[int, str] = {}
+    path: list[tuple[int, str]] = []
+    by_page: dict[int, list[tuple[int, str]]] = {}
+    for page, level, title in entries:
+        by_page.setdefault(page, []).append((level, title))
+    for page in range(count):
+        for level, title in by_page.get(page, ()):
+            while path and path[-1][0] >= level:
+                path.pop()
+            path.append((level, title))
+        if path:
+            out[page + 1] = " > ".join(t for _, t in path)
+    return out
 
 
 def _reason(err: BaseException) -> str:

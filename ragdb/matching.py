@@ -22,7 +22,8 @@ token positions (:meth:`ragdb.analysis.Analyzer.tokens`).
 Rules for a word (it may analyze to several index terms: ``node.js``, ``检索增强``):
 a ``should`` word matches a chunk holding any of its terms; a ``must`` or
 ``must_not`` word one holding all of them; a prefix or fuzzy word any of its
-expansions. A word the analyzer drops entirely (a stopword) is ignored wherever it
+expansions. A term is held in the text or in a field of positive weight (the fields
+where it also scores, :mod:`ragdb.fields`). A word the analyzer drops entirely (a stopword) is ignored wherever it
 stands; a ``must`` word with a term the vocabulary lacks matches nothing. A bare
 metadata field (``lang:en``, ``source:docs/*``) is a ``must`` filter: it restricts,
 never scores.
@@ -61,10 +62,12 @@ class Unit:
 
 @dataclass(frozen=True)
 class Terms:
-    """A word: chunks holding any (``mode`` ANY) or all (ALL) of ``ids``. ``missing``: a
-    term of a ``must`` word is not in the vocabulary, so nothing matches."""
+    """A word: ``groups`` of index term ids, one a term (its alternatives: the term in the
+    text and in each weighted field; a prefix or fuzzy word's expansions); chunks holding
+    any of them (``mode`` ANY) or, for every group, one of its ids (ALL). ``missing``: a
+    term of a ``must`` word is nowhere in the vocabulary, so nothing matches."""
 
-    ids: tuple[int, ...]
+    groups: tuple[tuple[int, ...], ...]
     mode: str
     missing: bool = False
 
@@ -158,17 +161,22 @@ def compile_query(parsed: q.ParsedQuery, analyzer: Analyzer, lookup: Lookup, *, 
         if old is None or old.weight < weight:
             units[ids] = Unit(old.key if old else key, ids, df, weight, fld)
 
-    def add_field_units(terms: Sequence[str], boost: float) -> None:
-        """A text word's terms in the weighted fields too (scoring only)."""
+    def field_alternatives(terms: Sequence[str], boost: float, scored: bool) -> dict[str, list[int]]:
+        """term -> its ids in the weighted fields: a text word is found, and scores, in those
+        fields too (a unit each, weighted by the field's weight)."""
         if not weights:
-            return
+            return {}
         names = [fields.PREFIX[f] + t for f in weights for t in terms]
         found = lookup.terms(names)
+        out: dict[str, list[int]] = {}
         for f, w in weights.items():
             for t in terms:
                 hit = found.get(fields.PREFIX[f] + t)
                 if hit is not None:
-                    add_unit(f"{f}:{t}", (hit[0],), hit[1], boost * w, f)
+                    out.setdefault(t, []).append(hit[0])
+                    if scored:
+                        add_unit(f"{f}:{t}", (hit[0],), hit[1], boost * w, f)
+        return out
 
     def field_word(word: q.Word, fld: str, occur: str, boost: float, scored: bool) -> MatchNode | None:
         """``title:word``: the word's terms in that field alone."""
@@ -183,10 +191,10 @@ def compile_query(parsed: q.ParsedQuery, analyzer: Analyzer, lookup: Lookup, *, 
             for t, n in zip(terms, names):
                 if n in known:
                     add_unit(f"{fld}:{t}", (known[n][0],), known[n][1], boost, fld)
-        ids = tuple(known[n][0] for n in names if n in known)
+        groups = tuple((known[n][0],) for n in names if n in known)
         if occur == q.SHOULD:
-            return Terms(ids, ANY, missing=not ids)
-        return Terms(ids, ALL, missing=len(ids) < len(names))
+            return Terms(groups, ANY, missing=not groups)
+        return Terms(groups, ALL, missing=len(groups) < len(names))
 
     def word_terms(word: q.Word, occur: str, boost: float, scored: bool) -> MatchNode | None:
         if word.prefix or word.fuzzy or fuzzy:
@@ -202,23 +210,29 @@ def compile_query(parsed: q.ParsedQuery, analyzer: Analyzer, lookup: Lookup, *, 
             expansions[key] = tuple(t for t, _, _ in found)
             if scored:
                 add_unit(key, ids, lookup.union_df(ids) if len(ids) > 1 else found[0][2], boost)
-            return Terms(ids, ANY)
+            return Terms((ids,), ANY)
         terms = list(dict.fromkeys(analyzer.terms(word.text)))
         if not terms:
             dropped.extend(analyzer.dropped(word.text) or [(word.text, "no index terms")])
             return None
         known = lookup.terms(terms)
-        missing = [t for t in terms if t not in known]
-        unknown.extend(missing)
         if scored:
             for t in terms:
                 if t in known:
                     add_unit(t, (known[t][0],), known[t][1], boost)
-            add_field_units(terms, boost)
-        ids = tuple(known[t][0] for t in terms if t in known)
+        in_fields = field_alternatives(terms, boost, scored)
+        groups = []
+        missing = []
+        for t in terms:
+            alternatives = ((known[t][0],) if t in known else ()) + tuple(in_fields.get(t, ()))
+            if alternatives:
+                groups.append(alternatives)
+            else:
+                missing.append(t)
+        unknown.extend(missing)
         if occur == q.SHOULD:
-            return Terms(ids, ANY, missing=not ids)
-        return Terms(ids, ALL, missing=bool(missing))
+            return Terms(tuple(groups), ANY, missing=not groups)
+        return Terms(tuple(groups), ALL, missing=bool(missing))
 
     def phrase_node(phrase: q.Phrase, boost: float, scored: bool, fld: str | None = None) -> MatchNode | None:
         nonlocal phrases
@@ -238,7 +252,7 @@ def compile_query(parsed: q.ParsedQuery, analyzer: Analyzer, lookup: Lookup, *, 
                 if n in known:
                     add_unit(f"{fld}:{t}" if fld else t, (known[n][0],), known[n][1], boost, fld)
             if not fld:
-                add_field_units(terms, boost)
+                field_alternatives(terms, boost, scored)
         node = PhraseNode(phrase.text, seq, None if missing else tuple(known[n][0] for n in names), fld)
         phrases = phrases or not node.single
         if scored and not fld:
@@ -381,15 +395,20 @@ class Matcher:
         return m
 
     def _terms_mask(self, node: Terms) -> np.ndarray:
-        if node.missing or not node.ids:
+        if node.missing or not node.groups:
             return np.zeros(self.size, bool)
-        masks = [self.term_mask(t) for t in node.ids]
-        out = masks[0].copy()
-        for m in masks[1:]:
-            if node.mode == ANY:
+        out: np.ndarray | None = None
+        for group in node.groups:
+            m = self.term_mask(group[0]).copy()
+            for t in group[1:]:
+                m |= self.term_mask(t)
+            if out is None:
+                out = m
+            elif node.mode == ANY:
                 out |= m
             else:
                 out &= m
+        assert out is not None
         return out
 
     def bounds(self, node: MatchNode) -> tuple[np.ndarray, np.ndarray]:
@@ -409,7 +428,7 @@ class Matcher:
             if node.ids is None:
                 none = np.zeros(self.size, bool)
                 return none, none
-            hi = self._terms_mask(Terms(node.ids, ALL))
+            hi = self._terms_mask(Terms(tuple((i,) for i in node.ids), ALL))
             return (hi if node.single else np.zeros(self.size, bool)), hi
         return self._combine([(occur, self.bounds(child)) for occur, child in node.clauses])
 
@@ -438,7 +457,7 @@ class Matcher:
     def matches(self, node: MatchNode, cid: int) -> bool:
         """Whether chunk ``cid`` matches ``node`` exactly."""
         if isinstance(node, Terms):
-            return bool(self._terms_mask(node)[cid]) if node.ids else False
+            return bool(self._terms_mask(node)[cid]) if node.groups else False
         if isinstance(node, MaskNode):
             return bool(self.bounds(node)[0][cid])
         if isinstance(node, PhraseNode):

@@ -189,9 +189,9 @@ class Searcher:
         bound = confidence.query_bound(index.n_chunks, [known[t][1] if t in known else 0 for t in counts])
         units = tuple(Unit(t, (known[t][0],), known[t][1]) for t in order)
         weights = self._field_weights()
-        if weights and order:  # the words in the fields too (ragdb.fields)
-            found = index.lookup_terms([fields.PREFIX[f] + t for f in weights for t in order])
-            units += tuple(Unit(f"{f}:{t}", (hit[0],), hit[1], w, f) for f, w in weights.items() for t in order
+        if weights:  # the words in the fields too (ragdb.fields), also those the texts lack
+            found = index.lookup_terms([fields.PREFIX[f] + t for f in weights for t in counts])
+            units += tuple(Unit(f"{f}:{t}", (hit[0],), hit[1], w, f) for f, w in weights.items() for t in counts
                            if (hit := found.get(fields.PREFIX[f] + t)) is not None and hit[1] > 0)
         return QueryTerms(counts, known, order, bound, units, parsed=parsed)
 
@@ -324,7 +324,8 @@ class Searcher:
             parsed = terms.parsed if terms.parsed is not None else qlang.plain(query)
             compiled = terms.compiled
             if compiled is None:
-                unknown = [t for t in terms.counts if t not in terms.order]
+                in_fields = {u.key.split(":", 1)[1] for u in terms.units if u.field is not None}
+                unknown = [t for t in terms.counts if t not in terms.order and t not in in_fields]
                 dropped = tuple(eng.analyzer.dropped(query))
                 expansions: Mapping[str, tuple[str, ...]] = {}
             else:
@@ -333,7 +334,8 @@ class Searcher:
                 expansions = compiled.expansions
             # a term only hidden chunks hold is as unknown to this caller as one no chunk holds
             visible_counts = self._visible_counts(mask, list(terms.units))
-            unknown += [u.key for u in terms.units if visible_counts.get(u.key, 0) == 0 and u.key not in unknown]
+            unknown += [u.key for u in terms.units
+                        if u.field is None and visible_counts.get(u.key, 0) == 0 and u.key not in unknown]
             suggestions = {t: self._suggest(t, mask) for t in unknown}
             # every term of the query, in query order; those no visible chunk holds are in ``unknown`` too
             all_terms = tuple(terms.counts) if compiled is None else \

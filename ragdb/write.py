@@ -244,13 +244,16 @@ class Writer:
             store.add_terms((tid, term, df.get(tid, 0)) for term, tid in ids.items())
             store.finish_reindex(total_length, max(top, store.stats_row()["flushed_upto"]))
             store.set_setting("analyzer", analyzer.config())
-            if with_fields and "fields" not in engine.settings:
-                store.set_setting("fields", dict(fields.DEFAULT_WEIGHTS))
+            new_fields = dict(fields.DEFAULT_WEIGHTS) if with_fields and "fields" not in engine.settings else None
+            if new_fields is not None:
+                store.set_setting("fields", new_fields)
             store.bump_stats()
             # this connection's view is rebuilt from the file at its next read
             engine.index = idx.Index(store)
         engine.analyzer = analyzer
         engine.analyzer_config = engine.settings["analyzer"] = analyzer.config()
+        if new_fields is not None:
+            engine.settings["fields"] = new_fields
         return previous, chunks, terms_before, len(ids)
 
     def embed(self, embedder: Embedder, batch_size: int = 64, *, rebuild: bool = False, full_scan: bool = False,
@@ -396,14 +399,17 @@ class Writer:
             new_docs: list[tuple[int, Prepared]] = []
             pending_ids: set[int] = set()
             new_docs_all: list[tuple[int, Prepared]] = []
+            written: dict[int, Prepared] = {}  # documents this batch added so far
             for p in batch:
                 ex = existing.get(p.source)
                 if ex is not None:
-                    ex_id, ex_hash, ex_version, ex_meta, ex_acl, ex_ts = ex
+                    ex_id, ex_hash, ex_version, ex_meta, ex_acl, ex_ts, ex_title, ex_chunker = ex
                     if not p.acl_given:  # no labels given: the new version keeps the stored ones
                         p.acl = tuple(loads(ex_acl))
                     if (ex_hash == p.content_hash and ex_version == p.version and ex_meta == p.metadata_json
-                            and tuple(loads(ex_acl)) == p.acl):
+                            and tuple(loads(ex_acl)) == p.acl and ex_title == p.title and ex_chunker == p.chunker
+                            and _chunk_metadata(store, ex_id, written) == [dumps(m) for _s, _e, m, _c in p.chunks]):
+                        # the same text, chunks, headings (spans), title, metadata and labels
                         results.append(("unchanged", ex_id, None))
                         continue
                     if ex_id in pending_ids:
@@ -427,7 +433,8 @@ class Writer:
                 new_docs_all.append((doc_id, p))
                 pending_ids.add(doc_id)
                 existing[p.source] = (doc_id, p.content_hash, p.version, p.metadata_json, dumps(list(p.acl)),
-                                      p.timestamp)
+                                      p.timestamp, p.title, p.chunker)
+                written[doc_id] = p
                 results.append(("replaced" if replaced is not None else "added", doc_id, replaced))
             if new_docs:
                 self._insert(new_docs, changes, next_chunk)
@@ -625,6 +632,13 @@ class _Changes:
         return bool(self.docs or self.chunks or self.new_chunks or self.absent or self.old or self.latest)
 
 
+
+
+def _chunk_metadata(store: Any, doc_id: int, written: Mapping[int, Prepared]) -> list[str]:
+    """The chunks' metadata json of a stored document, or of one this batch adds."""
+    if doc_id in written:
+        return [dumps(m) for _s, _e, m, _c in written[doc_id].chunks]
+    return list(store.chunk_metadata(doc_id))
 
 
 def forward_index(counts: Any, ids: Mapping[str, int], fields: Mapping[str, int] | None = None

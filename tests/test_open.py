@@ -410,7 +410,7 @@ def test_config_keep_versions_and_chunker(tmp_path, runner):
 @pytest.mark.parametrize("args, code, words", [
     (["public_unlabeled", "maybe"], 2, ["true or false", "maybe"]),
     (["keep_versions", ""], 2, ["true or false"]),
-    (["analyzer", "simple"], 2, ["'ragdb reindex' changes it", "settable: chunker, keep_versions, min_confidence, public_unlabeled"]),
+    (["analyzer", "simple"], 2, ["'ragdb reindex' changes it", "settable: chunker, fields, keep_versions, min_confidence, public_unlabeled"]),
     (["colour", "red"], 2, ["'colour'", "settable"]),
     (["chunker", "zigzag"], 1, ["zigzag"]),
     (["chunker", "window:size=-1"], 1, ["window"]),

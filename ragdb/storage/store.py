@@ -521,16 +521,22 @@ class Store(VectorSQL):
     _DOC_COLS = ("d.id, d.source, d.version, d.timestamp, d.content_hash, d.metadata, d.acl, d.latest, d.title, "
                  "(SELECT count(*) FROM chunks c WHERE c.doc_id = d.id)")
 
-    def latest_by_source(self, sources: Sequence[str]) -> dict[str, tuple[int, str, str | None, str, str, str]]:
-        """source -> (id, content_hash, version, metadata json, acl json, timestamp) of latest versions."""
-        out: dict[str, tuple[int, str, str | None, str, str, str]] = {}
+    def latest_by_source(self, sources: Sequence[str]
+                         ) -> dict[str, tuple[int, str, str | None, str, str, str, str | None, str]]:
+        """source -> (id, content_hash, version, metadata json, acl json, timestamp, title, chunker)
+        of latest versions."""
+        out: dict[str, tuple[int, str, str | None, str, str, str, str | None, str]] = {}
         for part in _chunks(list(dict.fromkeys(sources))):
             q = ",".join("?" * len(part))
             for row in self.conn.execute(
-                    f"SELECT source, id, content_hash, version, metadata, acl, timestamp FROM documents "
+                    f"SELECT source, id, content_hash, version, metadata, acl, timestamp, title, chunker FROM documents "
                     f"WHERE latest = 1 AND source IN ({q})", part):
                 out[row[0]] = tuple(row[1:])
         return out
+
+    def chunk_metadata(self, doc_id: int) -> list[str]:
+        """The metadata json of a document's chunks, in order."""
+        return [r[0] for r in self.conn.execute("SELECT metadata FROM chunks WHERE doc_id = ? ORDER BY id", [doc_id])]
 
     def insert_documents(self, rows: Iterable[Sequence[Any]]) -> None:
         self.conn.executemany(
