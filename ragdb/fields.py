@@ -43,7 +43,7 @@ FIELDS = ("title", "section")
 MARK = "\x1f"  # never in an analyzed term (NFKC text, word and CJK characters)
 PREFIX = {"title": MARK + "t", "section": MARK + "s"}
 #: Weights of new databases (the ``fields`` setting); see the module docstring.
-DEFAULT_WEIGHTS: dict[str, float] = {"title": 0.5, "section": 0.5}
+DEFAULT_WEIGHTS: dict[str, float] = {"title": 0.25, "section": 0.25}
 MAX_WEIGHT = 100.0
 
 _PATHLIKE = re.compile(r"(?:^|[/\\])([^/\\]+)\.[A-Za-z0-9]{1,8}$")

@@ -4,7 +4,8 @@ A query is words, as before, plus operators in their syntactic form only::
 
     deleted documents            words: a chunk matching any of them is a hit, ranked by BM25
     "deleted documents"          a phrase: the words adjacent and in order (after analysis);
-                                 a CJK phrase ("检索增强") is the contiguous characters
+                                 a CJK phrase ("检索增强") is the contiguous characters;
+                                 only the ASCII quote (or its full-width form) quotes
     +index  -draft  NOT draft    require / exclude a word, phrase or group
     a AND b   a OR b   (a b)     AND binds tighter than OR; both tighter than plain spacing
     delet*                       a prefix, expanded over the vocabulary (at most
@@ -18,8 +19,8 @@ A query is words, as before, plus operators in their syntactic form only::
                                  a boost: the clause's terms weigh that much more
 
 Operators are recognised only in their syntactic form: ``AND``/``OR``/``NOT`` in
-capitals between words, ``+``/``-`` glued to the start of a word (``C++``, ``e-mail``
-and ``--force`` are words), ``*``/``~``/``^N`` glued to the end, ``field:`` only for a
+capitals between words, ``+``/``-`` glued to the start of a word (``C++``, ``e-mail``,
+``--force`` and the numbers ``-2``, ``+1`` are words), ``*``/``~``/``^N`` glued to the end, ``field:`` only for a
 known field. A natural-language question has none of them and passes through
 unchanged: it is searched exactly as with ``syntax="plain"``. A query that cannot be
 parsed (an unbalanced quote or parenthesis, a lone ``-``) never raises: it is searched
@@ -53,8 +54,11 @@ MAX_DEPTH = 32            #: parentheses (and NOT/-) nested deeper: the query is
 #: fields every database has; stored metadata keys are fields too
 BUILTIN_FIELDS = ("title", "section", "source")
 
-# "curly" quotes and corner brackets are phrase quotes as well (Chinese and Japanese input)
-_OPEN_QUOTES = {'"': '"', "\u201c": "\u201d", "\u300c": "\u300d", "\u300e": "\u300f"}
+# Only the ASCII quote (and its full-width form, which NFKC maps to it) quotes a phrase.
+# Typographic quotes (“ ” 「 」) are punctuation: Chinese and Japanese questions use them
+# for names and terms as a matter of course (25 of CMRC 2018's 1,002 trial questions do),
+# and reading them as phrases would change how natural questions are searched.
+_OPEN_QUOTES = {'"': '"'}
 _FIELD_RE = re.compile(r"([A-Za-z_][\w.\-]*):(?=\S)")
 _SUFFIX_RE = re.compile(r"^(?P<body>.*?)(?P<star>\*)?(?P<fuzzy>~(?P<dist>\d+)?)?(?:\^(?P<boost>\d+(?:\.\d+)?|\.\d+))?$",
                         re.S)
@@ -205,12 +209,16 @@ def _tokenize(text: str, is_field: Callable[[str], bool]) -> list[_Tok]:
             i += 1
             continue
         start = i
-        # a sign glued to what follows: +word, -word, -"phrase", +(group); "--x" is a word
-        if ch in "+-" and i + 1 < n and not text[i + 1].isspace() and text[i + 1] not in "+-)":
+        # a sign glued to what follows: +word, -word, -"phrase", +(group); "--x" is a word, and
+        # so are numbers: -2, +1 (SciFact's "E2f-1, -2, -3" and "+1 nucleosomes")
+        # (only at the start of a token: after "(H2A)" a "-" is part of the text)
+        at_start = i == 0 or text[i - 1].isspace() or text[i - 1] == "("
+        if at_start and ch in "+-" and i + 1 < n and not text[i + 1].isspace() and text[i + 1] not in "+-)" \
+                and not text[i + 1].isdigit():
             out.append(_Tok("sign", ch))
             i += 1
             continue
-        if ch in "+-" and (i + 1 == n or text[i + 1].isspace()):
+        if at_start and ch in "+-" and (i + 1 == n or text[i + 1].isspace()):
             raise _SyntaxError(f"a lone {ch!r} at offset {start}")
         field = None
         m = _FIELD_RE.match(text, i)
@@ -249,7 +257,7 @@ def _tokenize(text: str, is_field: Callable[[str], bool]) -> list[_Tok]:
             continue
         # a word: up to whitespace, a closing parenthesis or a quote
         j = i
-        while j < n and not text[j].isspace() and text[j] not in ')"\u201c\u300c\u300e':
+        while j < n and not text[j].isspace() and text[j] not in ')"':
             if text[j] == "(" and j > i:  # f(x): the word ends; the parenthesis opens a group
                 break
             j += 1

@@ -86,10 +86,17 @@ def test_fields_only_when_known():
 
 
 def test_quotes_of_other_scripts_and_full_width_forms():
-    assert q.parse("“检索增强” 生成").root.clauses[0].node == q.Phrase("检索增强")
-    assert q.parse("「検索」").root.clauses[0].node == q.Phrase("検索")
+    # typographic quotes are punctuation of natural questions, not phrase quotes
+    assert q.parse("什么是“乡里制”？").plain and q.parse("「碧草如茵」景致形成的原因是什么？").plain
+    assert q.parse('"检索增强" 生成').root.clauses[0].node == q.Phrase("检索增强")
     assert q.parse("＂deleted documents＂").root.clauses[0].node == q.Phrase("deleted documents")  # NFKC
     assert q.parse("－draft").root.clauses[0].occur == "must_not"
+
+
+@pytest.mark.parametrize("text", ["Differentiated E2f-1, -2, -3 TKO cells", "+1 nucleosomes", "the +5 position",
+                                  "-40 degrees", "Histone 2A (H2A)-histone 2B (H2B) dimer"])
+def test_signed_numbers_are_words(text):
+    assert q.parse(text).plain
 
 
 def test_plain_syntax_and_bad_syntax_name():
