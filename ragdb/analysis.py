@@ -89,8 +89,8 @@ import sys
 import unicodedata
 from array import array
 from collections import Counter, _count_elements  # type: ignore[attr-defined]
-from collections.abc import Iterable, Iterator, Mapping
-from itertools import chain
+from collections.abc import Iterable, Iterator, Mapping, Sequence, Set
+from itertools import chain, accumulate
 from typing import Any, NamedTuple
 
 from .errors import InvalidInput, MissingDependency, RagdbError
@@ -464,6 +464,11 @@ class Analyzer:
         # version 2: raw token -> the tuple of its index terms (see _learn2).
         self._memo: dict[Any, Any] = {}
         self._multi: dict[Any, tuple[str, ...]] = {}  # version 1: tokens that yield several terms
+        self._pos_memo: dict[Any, tuple[list[tuple[str, int]], int, bool]] = {}  # run -> _pos_info
+        self._runs_of: dict[str, set[Any]] = {}  # term -> the remembered runs holding it
+        self._width: dict[Any, int] = {}  # run -> its width in positions
+        self._nonsimple: set[Any] = set()  # runs of other than one position
+        self._tok_memo: dict[str, tuple[list[tuple[str, int, int, int]], int]] = {}  # the same with offsets
         self._words: dict[str, str] = {}  # version 2: word -> its term after word rules ("" dropped)
 
     # -- configuration ---------------------------------------------------
@@ -781,18 +786,117 @@ class Analyzer:
         norm, starts, ends = _normalize_map(text)
         out: list[Token] = []
         pos = 0
+        memo = self._tok_memo
         for m in (_TERM_RE if self._v1 else _TERM2_RE).finditer(norm):
             run, base = m.group(), m.start()
             if _CJK_CHAR.match(run):
                 found = [(t, s, e, p) for t, s, e, p in self._cjk_spans(run)]
                 width = len(run)
             else:
-                plan, width = (_plan1 if self._v1 else _plan2)(run)
-                found = [(t, s, e, p) for t, s, e, p, _why in self._resolve(plan) if t]
+                cached = memo.get(run)
+                if cached is None:
+                    plan, width = (_plan1 if self._v1 else _plan2)(run)
+                    cached = ([(t, s, e, p) for t, s, e, p, _why in self._resolve(plan) if t], width)
+                    if len(memo) >= MEMO_SIZE:
+                        memo.clear()
+                    memo[run] = cached
+                found, width = cached
             for term, s, e, p in found:
                 a, b = base + s, base + e
                 out.append(Token(term, a if starts is None else starts[a], b if ends is None else ends[b - 1],
                                  pos + p))
+            pos += width
+        return out
+
+    def positions(self, text: str) -> dict[str, list[int]]:
+        """term -> its positions in ``text``, in order: the terms and positions of
+        :meth:`tokens` without their character offsets, several times faster (each
+        distinct word's terms are worked out once and remembered). Phrase queries check
+        candidates with it."""
+        if type(self).term_counts is not Analyzer.term_counts and type(self).tokens is Analyzer.tokens:
+            raise InvalidInput(f"analyzer {self.config().get('name')!r} analyzes text its own way and does not "
+                               f"provide positions() (its plugin would have to)")
+        return self._positions(text, None)
+
+    def positions_of(self, text: str, wanted: Set[str]) -> dict[str, list[int]]:
+        """:meth:`positions` of the ``wanted`` terms only (a phrase's): the text's distinct
+        words are looked at once each, and a text holding none of them is done with then."""
+        return self._positions(text, wanted)
+
+    def _pos_info(self, run: str | bytes) -> tuple[list[tuple[str, int]], int, bool]:
+        """A run's (term, relative position) pairs, its width in positions, and whether it is
+        simple (width 1, every term at 0): remembered. ``run``: text, or ASCII bytes."""
+        memo = self._pos_memo
+        found = memo.get(run)
+        if found is None:
+            text = run.decode("ascii") if isinstance(run, bytes) else run
+            if _CJK_CHAR.match(text):
+                pairs = [(t, p) for t, _s, _e, p in self._cjk_spans(text)]
+                width = len(text)
+            else:
+                plan, width = (_plan1 if self._v1 else _plan2)(text)
+                pairs = [(t, p) for t, _s, _e, p, _why in self._resolve(plan) if t]
+            found = (pairs, width, width == 1 and all(p == 0 for _t, p in pairs))
+            if len(memo) >= MEMO_SIZE:
+                memo.clear()
+                self._runs_of.clear()
+                self._width.clear()
+                self._nonsimple.clear()
+            memo[run] = found
+            self._width[run] = width
+            if not found[2]:
+                self._nonsimple.add(run)
+            for t, _p in pairs:
+                self._runs_of.setdefault(t, set()).add(run)
+        return found
+
+    def _runs(self, text: str) -> list[Any]:
+        """The runs of ``text`` that :meth:`tokens` reads, in order (ASCII text as bytes, split
+        in C by ``bytes.translate``: the same runs as the regular expression)."""
+        if text.isascii() and not self._v1:
+            return text.lower().encode("ascii").translate(_ASCII_SPLIT2).split()
+        norm = text.lower() if text.isascii() else unicodedata.normalize("NFKC", text).casefold()
+        return (_TERM_RE if self._v1 else _TERM2_RE).findall(norm)
+
+    def _positions(self, text: str, wanted: Set[str] | None) -> dict[str, list[int]]:
+        runs = self._runs(text)
+        info = self._pos_info
+        out: dict[str, list[int]] = {}
+        if wanted is not None:
+            # Set operations in C on what the memo knows: the runs that hold a wanted term
+            # (term -> its runs), whether any run takes other than one position.
+            distinct = set(runs)
+            for run in distinct.difference(self._pos_memo):
+                info(run)
+            runs_of = self._runs_of
+            holding: set[Any] = set()
+            for t in wanted:
+                found = runs_of.get(t)
+                if found:
+                    holding |= distinct & found
+            if not holding:
+                return out
+            hits = [i for i, run in enumerate(runs) if run in holding]
+            if distinct.isdisjoint(self._nonsimple):  # a run is a position
+                starts: Sequence[int] = hits
+            else:
+                acc = list(accumulate(map(self._width.__getitem__, runs), initial=0))
+                starts = [acc[i] for i in hits]
+            memo = self._pos_memo
+            for i, start in zip(hits, starts):
+                for term, p in memo[runs[i]][0]:
+                    if term in wanted:
+                        out.setdefault(term, []).append(start + p)
+            return out
+        pos = 0
+        for run in runs:
+            pairs, width, _simple = info(run)
+            for term, p in pairs:
+                entry = out.get(term)
+                if entry is None:
+                    out[term] = [pos + p]
+                else:
+                    entry.append(pos + p)
             pos += width
         return out
 

@@ -380,6 +380,7 @@ class Matcher:
         self.mask_of = mask_of
         self.text_of = text_of
         self.size = len(index.lengths)
+        self.phrase_terms: set[str] = set()  # the terms of the tree's phrases (see bounds)
         self._term_masks: dict[int, np.ndarray] = {}
         self._node_masks: dict[int, np.ndarray] = {}  # id(MaskNode) -> its mask (the tree outlives the matcher)
         self._positions: dict[tuple[int, str | None], dict[str, list[int]]] = {}
@@ -425,6 +426,7 @@ class Matcher:
                 self._node_masks[id(node)] = cached
             return cached, cached
         if isinstance(node, PhraseNode):
+            self.phrase_terms.update(t for t, _p in node.seq)
             if node.ids is None:
                 none = np.zeros(self.size, bool)
                 return none, none
@@ -471,13 +473,12 @@ class Matcher:
         return bool(must) or not should or any(self.matches(c, cid) for c in should)
 
     def positions(self, cid: int, field: str | None = None) -> dict[str, list[int]]:
-        """term -> sorted token positions in chunk ``cid``'s text (or the text of its ``field``)."""
+        """term -> sorted token positions in chunk ``cid``'s text (or the text of its ``field``), for
+        the terms of the query's phrases."""
         found = self._positions.get((cid, field))
         if found is None:
-            found = {}
-            for tok in self.analyzer.tokens(self.text_of(cid, field)):
-                found.setdefault(tok.term, []).append(tok.position)
-            self._positions[(cid, field)] = found
+            found = self._positions[(cid, field)] = self.analyzer.positions_of(self.text_of(cid, field),
+                                                                                self.phrase_terms)
         return found
 
     def phrase_at(self, node: PhraseNode, cid: int) -> bool:

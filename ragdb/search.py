@@ -296,7 +296,7 @@ class Searcher:
         if opts.min_score is not None and opts.scorer != "hybrid":  # hybrid thresholds the fused score
             cand = cand[scores[cand] >= opts.min_score]
         if verify is not None and not bool(np.all(verify[0][cand])):
-            cand, sc = _verified_top(cand, scores, k, *verify)
+            cand, sc = _verified_top(cand, scores, k, *verify, prefetch=self.engine.index.hit_protos)
         else:
             if len(cand) > k:
                 top = np.argpartition(-scores[cand], k - 1)[:k]
@@ -543,7 +543,8 @@ class Searcher:
 
 
 def _verified_top(cand: np.ndarray, scores: np.ndarray, k: int, certain: np.ndarray,
-                  matches: Callable[[int], bool]) -> tuple[np.ndarray, np.ndarray]:
+                  matches: Callable[[int], bool], prefetch: Callable[[list[int]], object] | None = None
+                  ) -> tuple[np.ndarray, np.ndarray]:
     """The ``k`` best of ``cand`` (plus ties with the k-th) that match, best first, equal
     scores by chunk id: candidates are taken in score order, in rounds of a few times
     ``k``, and those not ``certain`` are checked with ``matches`` (a phrase on the chunk's
@@ -560,6 +561,9 @@ def _verified_top(cand: np.ndarray, scores: np.ndarray, k: int, certain: np.ndar
         else:
             batch, rest = remaining, remaining[:0]
         batch = batch[np.lexsort((cand[batch], -sc_all[batch]))]
+        if prefetch is not None:  # the texts of the batch's uncertain chunks, in one read
+            ids = cand[batch]
+            prefetch(ids[~certain[ids]].tolist())
         for i in batch.tolist():
             s = float(sc_all[i])
             if kth is not None and s < kth:

@@ -78,3 +78,27 @@ def test_fast_paths_agree_with_the_general_path(name, text):
     assert counts == an.term_counts(text) == dict(Counter(an.terms(text)))
     assert list(counts) == list(dict.fromkeys(an.terms(text)))  # order of first appearance
     assert getattr(counts, "overlaps", 0) == getattr(an.term_counts(text + " \u2014"), "overlaps", 0)
+
+
+@settings(max_examples=300, deadline=None)
+@given(_TEXT)
+@example("state of the art: C++ node.js e-mail 检索增强生成 Ｄｅｌｅｔｅ ﬁle")
+@pytest.mark.parametrize("name", sorted(ANALYZERS))
+def test_positions_are_the_tokens_positions(name, text):
+    """positions() (phrase checks) gives each term the positions tokens() gives it, warm or cold."""
+    an = ANALYZERS[name]
+    want: dict[str, list[int]] = {}
+    for t in an.tokens(text):
+        want.setdefault(t.term, []).append(t.position)
+    assert an.positions(text) == want
+    assert ragdb.Analyzer.from_config(an.config()).positions(text) == want  # a fresh analyzer's memo
+    assert an.positions(text) == want  # again, from the memo
+
+
+@settings(max_examples=200, deadline=None)
+@given(_TEXT, st.lists(_PIECES, max_size=3))
+@pytest.mark.parametrize("name", sorted(ANALYZERS))
+def test_positions_of_some_terms(name, text, pieces):
+    an = ANALYZERS[name]
+    wanted = set(an.terms(" ".join(pieces))) | set(list(an.positions(text))[:2])
+    assert an.positions_of(text, wanted) == {t: p for t, p in an.positions(text).items() if t in wanted}
