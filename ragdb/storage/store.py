@@ -131,6 +131,41 @@ def migration_state(path: str) -> tuple[list[tuple[str, str]], list[str]]:
         conn.close()
 
 
+#: The per-collection tables a copy between databases moves (``ragdb.transfer.copy_database``),
+#: parents first, with their columns; every row is copied as it is, ids and sequence numbers too.
+COPY_TABLES: tuple[tuple[str, tuple[str, ...]], ...] = (
+    ("settings", ("key", "value")),
+    ("stats", ("id", "generation", "n_docs", "n_chunks", "total_length", "flushed_upto", "vocab_epoch",
+               "next_doc_id", "next_chunk_id", "flush_count")),
+    ("vector_stats", ("id", "epoch", "embedded_upto")),
+    ("documents", ("id", "source", "version", "timestamp", "ts", "valid_to", "latest", "content_hash", "metadata",
+                   "acl", "chunker", "added_at", "title", "text")),
+    ("chunks", ("id", "doc_id", "ordinal", "start", "end", "length", "latest", "metadata", "terms", "tfs", "text")),
+    ("vocabulary", ("id", "term", "df")),
+    ("postings", ("term_id", "segment", "n", "chunk_ids", "tfs")),
+    ("chunk_log", ("seq", "chunk_id", "state", "terms")),
+    ("doc_meta", ("doc_id", "key", "value", "num", "at")),
+    ("doc_acl", ("doc_id", "label")),
+    ("vectors", ("chunk_id", "vector", "text_hash")),
+    ("vector_log", ("seq", "chunk_id")),
+)
+#: The order rows of each copied table are read in (a unique key where the table has one).
+COPY_ORDER: dict[str, tuple[str, ...]] = {
+    "settings": ("key",), "stats": ("id",), "vector_stats": ("id",), "documents": ("id",), "chunks": ("id",),
+    "vocabulary": ("id",), "postings": ("term_id", "segment"), "chunk_log": ("seq",),
+    "doc_meta": ("doc_id", "key", "at", "num"), "doc_acl": ("doc_id", "label"), "vectors": ("chunk_id",),
+    "vector_log": ("seq",),
+}
+_COPY_COLUMNS = {table: columns for table, columns in COPY_TABLES}
+
+
+def _copy_columns(table: str, columns: Sequence[str]) -> str:
+    """The column list of a copied table: only the constant names of COPY_TABLES."""
+    if tuple(columns) != _COPY_COLUMNS.get(table):
+        raise ValueError(f"not a copied table and its columns: {table} {columns}")
+    return ", ".join('"end"' if c == "end" else c for c in columns)
+
+
 # A chunk that is its whole document (no text copy, start 0) with no metadata of its own.
 _WHOLE = "(text IS NULL AND start = 0 AND ordinal = 0 AND metadata = '{}')"
 
@@ -183,6 +218,8 @@ class Store(VectorSQL):
     help. Taking the write lock up front makes a second writer wait instead.
     """
 
+    #: which database server holds the tables ("sqlite"; :class:`ragdb.storage.postgres.PgStore`: "postgresql")
+    backend = "sqlite"
     #: the collection this store reads and writes (see :mod:`ragdb.storage.collections`)
     collection_id = 0
     collection = _coll.DEFAULT
@@ -1042,6 +1079,31 @@ class Store(VectorSQL):
                 block, held = [], 0
         if block:
             yield block
+
+    # -- copying between databases (ragdb.transfer.copy_database) ---------------------
+    def table_rows(self, table: str, columns: Sequence[str]) -> Iterator[tuple[Any, ...]]:
+        """Every row of the per-collection ``table`` (one of :data:`COPY_TABLES`, with its
+        ``columns``), in :data:`COPY_ORDER`, streamed (call inside a read)."""
+        cols = _copy_columns(table, columns)
+        order = ", ".join('"end"' if c == "end" else c for c in COPY_ORDER[table])
+        yield from self.conn.execute(f"SELECT {cols} FROM {table} ORDER BY {order}")
+
+    def insert_table_rows(self, table: str, columns: Sequence[str], rows: Iterable[Sequence[Any]]) -> int:
+        """Insert rows that :meth:`table_rows` of either backend read (in a write transaction);
+        returns how many."""
+        cols = _copy_columns(table, columns)
+        batch = [tuple(r) for r in rows]
+        if batch:
+            self.conn.executemany(f"INSERT INTO {table} ({cols}) VALUES ({','.join('?' * len(columns))})", batch)
+        return len(batch)
+
+    def clear_table(self, table: str) -> None:
+        """Delete every row of a copied table (the target's initial rows, before a copy)."""
+        _copy_columns(table, _COPY_COLUMNS.get(table, ()))
+        self.conn.execute(f"DELETE FROM {table}")
+
+    def finish_copy(self) -> None:
+        """After a copy into this collection (SQLite's rowids continue by themselves)."""
 
     def chunk_texts(self, after_doc: int, upto_doc: int) -> list[tuple[int, int, Any, Any, str, bytes | None]]:
         """(id, doc id, start, end, typeof text, text as bytes or None) of the chunks of the
