@@ -18,11 +18,12 @@ from .analysis import Analyzer
 from .database import Database, open_database
 from .errors import RagdbError
 from .options import ALL, PUBLIC, Restrictions, SearchOptions
+from .transfer import CopyReport, copy_database
 from .types import AddReport, Change, CollectionInfo, Document, Facets, Hit, Stats, VectorInfo
 
 __version__ = "0.1.0"
-__all__ = ["open", "Database", "Hit", "Document", "Stats", "AddReport", "Change", "CollectionInfo", "Facets",
-           "VectorInfo", "SearchOptions",
+__all__ = ["open", "copy_database", "Database", "Hit", "Document", "Stats", "AddReport", "Change", "CollectionInfo", "Facets",
+           "CopyReport", "VectorInfo", "SearchOptions",
            "Restrictions", "ALL", "PUBLIC", "Analyzer", "RagdbError", "options", "__version__"]
 
 
