@@ -112,7 +112,7 @@ def test_every_store_method_is_overridden_or_plain_sql():
     methods = {name for cls in Store.__mro__[:-1] for name, v in vars(cls).items()
                if callable(v) or isinstance(v, (property, staticmethod))}
     methods -= {n for n in methods if n.startswith("__")}
-    overridden = {name for name in vars(PgStore)}
+    overridden = set(vars(PgStore))
     inherited = methods - overridden
     assert inherited == set(PLAIN_SQL), (sorted(inherited - set(PLAIN_SQL)), sorted(set(PLAIN_SQL) - inherited))
 
@@ -292,7 +292,7 @@ def test_postgres_answers_exactly_like_sqlite(pg_server, ops, chunker, keep, pub
     with psycopg.connect(pg_server, autocommit=True) as conn:
         conn.execute(f"CREATE SCHEMA {schema}")
     try:
-        kw = dict(chunker=chunker, keep_versions=keep, public_unlabeled=public)
+        kw = {"chunker": chunker, "keep_versions": keep, "public_unlabeled": public}
         with ragdb.open(":memory:", **kw) as lite, ragdb.open(with_schema(pg_server, schema), **kw) as pg:
             for op in ops:
                 results = []

@@ -54,8 +54,8 @@ from ..errors import (CollectionNotFound, DatabaseBusy, InvalidInput, MissingDep
                       SchemaTooNew, StorageError)
 from . import collections as _coll
 from .backend import glob_regex, password_of, redact
-from .codec import dumps, loads, utcnow_iso
-from .store import _WHOLE, Store, _balanced, _mentions_chunks, migrations_dir
+from .codec import dumps, utcnow_iso
+from .store import Store, _balanced, _mentions_chunks, migrations_dir
 
 if TYPE_CHECKING:
     import sqlite3

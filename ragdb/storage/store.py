@@ -156,7 +156,7 @@ COPY_ORDER: dict[str, tuple[str, ...]] = {
     "doc_meta": ("doc_id", "key", "at", "num"), "doc_acl": ("doc_id", "label"), "vectors": ("chunk_id",),
     "vector_log": ("seq",),
 }
-_COPY_COLUMNS = {table: columns for table, columns in COPY_TABLES}
+_COPY_COLUMNS = dict(COPY_TABLES)
 
 
 def _copy_columns(table: str, columns: Sequence[str]) -> str:
