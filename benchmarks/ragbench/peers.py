@@ -413,7 +413,7 @@ class RagdbPgAdapter(RagdbAdapter):
     its own of the bench server; the index size is the schema's tables with indexes and TOAST."""
 
     label = "ragdb on PostgreSQL"
-    storage: str | None = None  # postings' blob storage; None: the schema's (EXTERNAL, uncompressed)
+    storage: str | None = None  # how the postings' blobs are stored (ALTER COLUMN ...); None: as the schema has it
 
     @classmethod
     def build(cls, docs, folder: Path, lang: str) -> dict:
@@ -426,8 +426,8 @@ class RagdbPgAdapter(RagdbAdapter):
         folder.mkdir(parents=True, exist_ok=True)
         with ragdb.open(url) as db:
             if cls.storage:
-                pg_admin(f"ALTER TABLE {schema}.postings ALTER COLUMN chunk_ids SET STORAGE {cls.storage}, "
-                         f"ALTER COLUMN tfs SET STORAGE {cls.storage}")
+                pg_admin(f"ALTER TABLE {schema}.postings ALTER COLUMN chunk_ids {cls.storage}, "
+                         f"ALTER COLUMN tfs {cls.storage}")
             db.add_many(({"text": text, "source": doc_id} for doc_id, text in docs), chunker="none")
         return {}
 
@@ -449,13 +449,22 @@ class RagdbPgAdapter(RagdbAdapter):
         pg_admin(f"DROP SCHEMA IF EXISTS {pg_schema(pg_url(folder))} CASCADE")
 
 
-@system("ragdb-pg-pglz")
-class RagdbPgCompressedAdapter(RagdbPgAdapter):
-    """ragdb on PostgreSQL with the postings' blobs in PostgreSQL's default storage
-    (EXTENDED: compressed with pglz when over ~2 KB), to measure the choice of EXTERNAL."""
+@system("ragdb-pg-external")
+class RagdbPgExternalAdapter(RagdbPgAdapter):
+    """ragdb on PostgreSQL with the postings' blobs stored uncompressed (EXTERNAL), to
+    measure the schema's choice of PostgreSQL's default (EXTENDED, pglz)."""
 
-    label = "ragdb on PostgreSQL, postings EXTENDED (pglz)"
-    storage = "EXTENDED"
+    label = "ragdb on PostgreSQL, postings EXTERNAL (uncompressed)"
+    storage = "SET STORAGE EXTERNAL"
+
+
+@system("ragdb-pg-lz4")
+class RagdbPgLz4Adapter(RagdbPgAdapter):
+    """ragdb on PostgreSQL with the postings' blobs compressed with lz4 (PostgreSQL 14+
+    built with lz4) instead of pglz."""
+
+    label = "ragdb on PostgreSQL, postings lz4"
+    storage = "SET COMPRESSION lz4"
 
 
 # ==========================================================================

@@ -93,10 +93,11 @@ CREATE TABLE vocabulary (
 );
 
 -- Packed postings, the same bytes as SQLite's (little-endian uint32 chunk ids,
--- uint16 tfs). A query reads the rows of its terms by primary key. The blobs are
--- stored uncompressed (EXTERNAL: out of line past ~2 KB, never pglz): packed
--- integers barely compress and decompressing them cost more than reading them
--- (measured: BENCHMARKS.md, postgres section).
+-- uint16 tfs). A query reads the rows of its terms by primary key. The blobs keep
+-- PostgreSQL's default storage (EXTENDED: compressed, out of line past ~2 KB):
+-- uncompressed storage (EXTERNAL) was measured and was slower to query (a long
+-- posting list reads more TOAST pages than it saves in decompression) at about
+-- the same size (benchmarks, postgres section; docs/postgresql.md).
 CREATE TABLE postings (
     term_id    bigint NOT NULL,
     segment    integer NOT NULL,
@@ -105,8 +106,6 @@ CREATE TABLE postings (
     tfs        bytea NOT NULL,
     PRIMARY KEY (term_id, segment)
 );
-ALTER TABLE postings ALTER COLUMN chunk_ids SET STORAGE EXTERNAL;
-ALTER TABLE postings ALTER COLUMN tfs SET STORAGE EXTERNAL;
 
 -- Scalar metadata for filters. ``value``: the JSON scalar (booleans as 1/0, as in
 -- SQLite, so true equals 1); ``num``: the value when it is a number, exactly
