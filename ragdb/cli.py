@@ -90,7 +90,7 @@ def database_option(f: Callable[..., Any]) -> Callable[..., Any]:
                      help="Collection of the file (default: the group's -c, else $RAGDB_COLLECTION, else "
                           "'default').")(f)
     return click.option("-d", "--database", "database", default=None, metavar="PATH",
-                        help="Database file (default: the group's -d, else $RAGDB_DATABASE).")(f)
+                        help="Database file or PostgreSQL URL (default: the group's -d, else $RAGDB_DATABASE).")(f)
 
 
 def _remember_collection(ctx: click.Context, _param: click.Parameter, value: str | None) -> None:
@@ -687,7 +687,8 @@ def _doc_json(d: ragdb.Document) -> dict[str, Any]:
 
 @click.group("ragdb", cls=_Group, context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100})
 @click.option("-d", "--database", envvar="RAGDB_DATABASE", default=None, metavar="PATH",
-              help="Database file (also read from RAGDB_DATABASE).")
+              help="Database file, or a PostgreSQL URL / libpq string (postgresql://..., service=NAME); "
+                   "also read from RAGDB_DATABASE.")
 @click.option("-c", "--collection", envvar="RAGDB_COLLECTION", default=None, metavar="NAME",
               help="Collection of the file to work on (also read from RAGDB_COLLECTION; default: 'default'). "
                    "'ragdb collections' lists them.")
@@ -696,7 +697,7 @@ def _doc_json(d: ragdb.Document) -> dict[str, Any]:
                    "immutable mode). Commands that write fail.")
 @click.version_option(ragdb.__version__, prog_name="ragdb")
 def cli(database: str | None, collection: str | None, readonly: bool) -> None:
-    """ragdb: build, keep and query a retrieval knowledge base (one SQLite file).
+    """ragdb: build, keep and query a retrieval knowledge base (one SQLite file, or PostgreSQL).
 
     \b
     Examples:

@@ -55,7 +55,7 @@ from ..errors import (CollectionNotFound, DatabaseBusy, InvalidInput, MissingDep
 from . import collections as _coll
 from .backend import glob_regex, password_of, redact
 from .codec import dumps, utcnow_iso
-from .store import Store, _balanced, _mentions_chunks, migrations_dir
+from .store import _WHOLE, Store, _balanced, _mentions_chunks, migrations_dir
 
 if TYPE_CHECKING:
     import sqlite3
@@ -338,10 +338,10 @@ def _meta_row(row: Sequence[Any]) -> tuple[Any, ...]:
 PLAIN_SQL = (
     "_bump_vector_epoch", "_decode_vectors", "_existing_chunks", "_insert_vectors", "_maybe_cut_vector_log",
     "_write_vector_model", "add_df", "add_terms", "all_dfs", "all_term_ids", "all_vectors", "bump_vocab_epoch",
-    "chunk_sort_keys", "chunk_table", "chunk_table_blocks", "chunk_texts_of", "chunks_since", "copy_vectors",
+    "chunk_sort_keys", "chunk_table", "chunk_texts_of", "copy_vectors",
     "count_chunks_since", "count_documents", "dead_terms", "delete_segments", "doc_chunks", "doc_hit_rows",
-    "doc_row", "doc_source", "doc_vectors", "embedded_upto", "filtered_chunk_ids", "finish_flush", "forward_all",
-    "forward_since", "generation", "has_chunks", "has_postings", "has_private_labels", "has_vectors", "hit_rows",
+    "doc_row", "doc_source", "doc_vectors", "embedded_upto", "filtered_chunk_ids", "finish_flush",
+    "generation", "has_chunks", "has_postings", "has_private_labels", "has_vectors", "hit_rows",
     "in_transaction", "insert_chunks", "insert_documents", "insert_segments", "iter_chunk_spans",
     "iter_documents", "latest_by_source", "latest_mismatch", "log_seq", "log_since", "max_chunk_id",
     "newest_older_version", "next_term_id", "orphan_chunks", "orphan_vectors", "put_vectors", "real_counts",
@@ -812,12 +812,33 @@ class PgStore(Store):
         return rows
 
     # -- postings and the change log ---------------------------------------------------
+    # Packed blobs come back in PostgreSQL's binary format: as the bytes themselves, where
+    # the text format would send (and psycopg decode) twice as many hex digits.
+    def _binary(self, sql: str, params: Sequence[Any] = ()) -> Any:
+        pg = self._pg
+        return pg.run(pg._sql(sql), params, binary=True)
+
     def postings(self, term_ids: Sequence[int]) -> list[tuple[int, bytes, bytes]]:
         if not term_ids:
             return []
-        return self._pg.execute(
+        return self._binary(
             "SELECT term_id, chunk_ids, tfs FROM postings WHERE term_id = ANY(?) ORDER BY term_id, segment",
             [list(term_ids)]).fetchall()
+
+    def forward_since(self, after_id: int) -> list[tuple[int, bytes, bytes]]:
+        return self._binary("SELECT id, terms, tfs FROM chunks WHERE id > ? ORDER BY id", [after_id]).fetchall()
+
+    def forward_all(self) -> Iterator[tuple[int, bytes, bytes]]:
+        yield from self._binary("SELECT id, terms, tfs FROM chunks ORDER BY id")
+
+    def chunks_since(self, after_id: int) -> list[tuple[int, int, int, int, bytes, bytes, int]]:
+        return self._binary(f"SELECT id, length, latest, doc_id, terms, tfs, ({_WHOLE})::int FROM chunks "
+                            f"WHERE id > ? ORDER BY id", [after_id]).fetchall()
+
+    def chunk_table_blocks(self, size: int = 8192) -> Iterator[list[tuple[int, int, int, int, int]]]:
+        cur = self._binary(f"SELECT id, length, latest, doc_id, ({_WHOLE})::int FROM chunks")
+        while rows := cur.fetchmany(size):
+            yield rows
 
     def delete_unused_terms(self) -> int:
         cur = self._pg.execute("DELETE FROM vocabulary v WHERE df = 0 AND NOT EXISTS "
