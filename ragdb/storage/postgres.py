@@ -55,7 +55,7 @@ from ..errors import (CollectionNotFound, DatabaseBusy, InvalidInput, MissingDep
 from . import collections as _coll
 from .backend import glob_regex, password_of, redact
 from .codec import dumps, utcnow_iso
-from .store import _WHOLE, Store, _balanced, _mentions_chunks, migrations_dir
+from .store import WHOLE_CHUNK, Store, balanced, mentions_chunks, migrations_dir
 
 if TYPE_CHECKING:
     import sqlite3
@@ -162,6 +162,7 @@ class _PgShared:
         self.path = path
         self.secret = secret
         self.conn: psycopg.Connection[Any] | None = None
+        self.begin: str | None = None  # the BEGIN of the open transaction, until its first statement sends it
         self.reading = False
         self.depth = 0          # savepoints open in the transaction
         self.locked: set[int] = set()  # collections whose stats row this transaction locked
@@ -170,8 +171,12 @@ class _PgShared:
         self.readonly = False
 
     def scrub(self, text: str) -> str:
-        if self.secret and len(self.secret) >= 1:
-            text = text.replace(self.secret, "***")
+        """``text`` without the password (as written in the URL, and decoded)."""
+        if self.secret:
+            from urllib.parse import quote
+
+            for form in {self.secret, quote(self.secret, safe=""), quote(self.secret)}:
+                text = text.replace(form, "***")
         return text
 
     def checkout(self) -> psycopg.Connection[Any]:
@@ -220,7 +225,7 @@ class PgConnection:
         self.collection_id = collection_id
         self._cache: dict[str, str] = {}
 
-    def _sql(self, sql: str) -> str:
+    def rewrite(self, sql: str) -> str:
         out = self._cache.get(sql)
         if out is None:
             if len(self._cache) > 4096:
@@ -229,19 +234,27 @@ class PgConnection:
         return out
 
     def execute(self, sql: str, parameters: Sequence[Any] = (), /) -> Any:
-        return self.run(self._sql(sql), parameters)
+        return self.run(self.rewrite(sql), parameters)
 
     def executemany(self, sql: str, rows: Iterable[Sequence[Any]], /) -> Any:
         conn = self.shared.conn
-        query = self._sql(sql)
+        query = self.rewrite(sql)
         if conn is None:
             with self._oneoff() as c:
                 cur = c.cursor()
                 cur.executemany(query, list(rows))
                 return _Rows([], cur.rowcount)
+        self.send_begin(conn)
         cur = conn.cursor()
         cur.executemany(query, rows)
         return cur
+
+    def send_begin(self, conn: psycopg.Connection[Any]) -> None:
+        """Send the transaction's BEGIN if it is still pending."""
+        begin = self.shared.begin
+        if begin is not None:
+            self.shared.begin = None
+            conn.execute(begin)
 
     def run(self, query: str, parameters: Sequence[Any] = (), *, binary: bool = False) -> Any:
         """``query`` (psycopg's placeholders, names already renamed) on the transaction's
@@ -251,6 +264,13 @@ class PgConnection:
             with self._oneoff() as c:
                 cur = c.execute(query, list(parameters), binary=binary)
                 return _Rows(cur.fetchall() if cur.description is not None else [], cur.rowcount)
+        begin = self.shared.begin
+        if begin is not None:  # the transaction's BEGIN and its first statement in one round trip
+            self.shared.begin = None
+            with conn.pipeline():
+                conn.execute(begin)
+                cur = conn.execute(query, list(parameters), binary=binary)
+            return cur
         return conn.execute(query, list(parameters), binary=binary)
 
     @contextlib.contextmanager
@@ -406,7 +426,7 @@ class PgStore(Store):
                                f"{' '.join(self.shared.scrub(str(e)).split())}") from None
 
     @property
-    def _pg(self) -> PgConnection:
+    def pg(self) -> PgConnection:
         return cast(PgConnection, self.conn)
 
     @property
@@ -423,10 +443,10 @@ class PgStore(Store):
     def _open_pg(self, *, readonly: bool, create: bool) -> None:
         known = [p.stem for p in pg_migration_files()]
         with self.read():
-            exists = self._pg.run("SELECT to_regclass(%s) IS NOT NULL", [MIGRATIONS_TABLE]).fetchone()[0]
-            schema = self._pg.run("SELECT current_schema()").fetchone()[0]
+            exists = self.pg.run("SELECT to_regclass(%s) IS NOT NULL", [MIGRATIONS_TABLE]).fetchone()[0]
+            schema = self.pg.run("SELECT current_schema()").fetchone()[0]
             applied = self._applied() if exists else []
-            foreign = [] if exists else [r[0] for r in self._pg.run(
+            foreign = [] if exists else [r[0] for r in self.pg.run(
                 "SELECT tablename FROM pg_tables WHERE schemaname = current_schema() "
                 "AND tablename IN ('documents', 'chunks', 'settings', 'stats', 'collections') ORDER BY 1")]
         where = f"{self.path} (schema {schema!r})" if schema else self.path
@@ -451,7 +471,7 @@ class PgStore(Store):
         self.migrate()
 
     def _applied(self) -> list[str]:
-        return [r[0] for r in self._pg.run(f"SELECT name FROM {MIGRATIONS_TABLE} ORDER BY id")]
+        return [r[0] for r in self.pg.run(f"SELECT name FROM {MIGRATIONS_TABLE} ORDER BY id")]
 
     def migrate(self, stop_after: str | None = None) -> list[str]:
         """Apply pending PostgreSQL migrations in one transaction (under an advisory
@@ -461,11 +481,11 @@ class PgStore(Store):
         if stop_after is not None and stop_after in names:
             files = files[:names.index(stop_after) + 1]
         with self.read():
-            if self._pg.run("SELECT to_regclass(%s) IS NOT NULL", [MIGRATIONS_TABLE]).fetchone()[0] \
+            if self.pg.run("SELECT to_regclass(%s) IS NOT NULL", [MIGRATIONS_TABLE]).fetchone()[0] \
                     and {p.stem for p in files} <= set(self._applied()):
                 return []
         with self._transaction("migrate"):
-            pg = self._pg
+            pg = self.pg
             pg.run(f"CREATE TABLE IF NOT EXISTS {MIGRATIONS_TABLE} (id integer PRIMARY KEY, "
                    f"name text NOT NULL UNIQUE, applied_at text NOT NULL)")
             done = set(self._applied())
@@ -495,19 +515,18 @@ class PgStore(Store):
         shared.conn = conn
         try:
             if lock == "read":
-                conn.execute("BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY")
+                # sent with the read's first statement, in one round trip (PgConnection.run)
+                shared.begin = "BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY"
                 shared.reading = True
             else:
-                conn.execute("BEGIN ISOLATION LEVEL READ COMMITTED")
+                shared.begin = "BEGIN ISOLATION LEVEL READ COMMITTED"
                 if lock == "migrate":
-                    conn.execute("SELECT pg_advisory_xact_lock(hashtext('ragdb migrate ' || current_schema()))")
+                    self.pg.run("SELECT pg_advisory_xact_lock(hashtext('ragdb migrate ' || current_schema()))")
                 else:
                     self._lock_collection()
             yield self.conn
-            if lock == "read":
-                conn.execute("ROLLBACK")
-            else:
-                conn.execute("COMMIT")
+            if shared.begin is None:  # else no statement ran: there is no transaction to end
+                conn.execute("ROLLBACK" if lock == "read" else "COMMIT")
         except psycopg.Error as e:
             self._abort(conn)
             raise translate(e, shared) from None
@@ -516,6 +535,7 @@ class PgStore(Store):
             raise
         finally:
             shared.conn = None
+            shared.begin = None
             shared.reading = False
             shared.depth = 0
             shared.locked = set()
@@ -525,7 +545,7 @@ class PgStore(Store):
         """Take this collection's writer lock (its stats row) in the open transaction."""
         shared = self.shared
         if self.collection_id not in shared.locked:
-            self._pg.execute("SELECT generation FROM stats WHERE id = 1 FOR UPDATE").fetchone()
+            self.pg.execute("SELECT generation FROM stats WHERE id = 1 FOR UPDATE").fetchone()
             shared.locked.add(self.collection_id)
 
     @staticmethod
@@ -550,6 +570,7 @@ class PgStore(Store):
                     raise InvalidInput(f"{self.path}: cannot write while a read of this connection is open "
                                        f"(e.g. inside a loop over db.records()); finish the read first")
                 conn = shared.conn
+                self.pg.send_begin(conn)
                 shared.depth += 1
                 name = f"ragdb_sp{shared.depth}"
                 try:
@@ -658,7 +679,7 @@ class PgStore(Store):
     # -- settings and statistics ----------------------------------------------------
     def bump_stats(self, *, docs: int = 0, chunks: int = 0, length: int = 0,
                    next_ids: tuple[int, int] = (0, 0)) -> int:
-        return int(self._pg.execute(
+        return int(self.pg.execute(
             "UPDATE stats SET generation = generation + 1, n_docs = n_docs + ?, n_chunks = n_chunks + ?, "
             "total_length = total_length + ?, next_doc_id = greatest(next_doc_id, ?), "
             "next_chunk_id = greatest(next_chunk_id, ?) WHERE id = 1 RETURNING generation",
@@ -669,13 +690,13 @@ class PgStore(Store):
                          acl_rows: Iterable[tuple[int, str]]) -> None:
         meta = [_meta_row(r) for r in meta_rows]
         if meta:
-            self._pg.executemany("INSERT INTO doc_meta (doc_id, key, value, num, at) VALUES (?, ?, ?, ?, ?)", meta)
+            self.pg.executemany("INSERT INTO doc_meta (doc_id, key, value, num, at) VALUES (?, ?, ?, ?, ?)", meta)
         acl = list(acl_rows)
         if acl:
-            self._pg.executemany("INSERT INTO doc_acl (doc_id, label) VALUES (?, ?) ON CONFLICT DO NOTHING", acl)
+            self.pg.executemany("INSERT INTO doc_acl (doc_id, label) VALUES (?, ?) ON CONFLICT DO NOTHING", acl)
 
     def delete_document(self, doc_id: int, *, indexed: tuple[bool, bool] = (True, True)) -> None:
-        pg = self._pg
+        pg = self.pg
         if indexed[0]:
             pg.execute("DELETE FROM doc_meta WHERE doc_id = ?", [doc_id])
         if indexed[1]:
@@ -692,7 +713,7 @@ class PgStore(Store):
         test, value = self._source_test("d.source", source, glob)
         out: list[tuple[int, int, bool, bool, list[tuple[int, int, int, bytes, bytes]]]] = []
         last = None
-        for did, latest, has_meta, has_acl, *chunk in self._pg.execute(
+        for did, latest, has_meta, has_acl, *chunk in self.pg.execute(
                 f"SELECT d.id, d.latest, d.metadata != '{{}}', d.acl != '[]', c.id, c.length, c.latest, c.terms, "
                 f"c.tfs FROM documents d LEFT JOIN chunks c ON c.doc_id = d.id WHERE {test} "
                 f"ORDER BY d.id DESC, c.id", value):
@@ -715,7 +736,7 @@ class PgStore(Store):
 
     def update_document_fields(self, doc_id: int, *, metadata: tuple[str, list[tuple[str, Any, Any, Any]]] | None = None,
                                acl: tuple[str, list[str]] | None = None) -> list[int]:
-        pg = self._pg
+        pg = self.pg
         if metadata is not None:
             pg.execute("UPDATE documents SET metadata = ? WHERE id = ?", [metadata[0], doc_id])
             pg.execute("DELETE FROM doc_meta WHERE doc_id = ?", [doc_id])
@@ -745,7 +766,7 @@ class PgStore(Store):
             sql += " WHERE " + " AND ".join(where)
         sql += " ORDER BY d.source, d.id LIMIT ? OFFSET ?"
         params += [limit, offset]
-        return self._pg.execute(sql, params).fetchall()
+        return self.pg.execute(sql, params).fetchall()
 
     def doc_rows_matching(self, conditions: Sequence[Any], *, source: str | None = None, glob: bool = False
                           ) -> list[tuple[int, str, int, int, int]]:
@@ -757,7 +778,7 @@ class PgStore(Store):
         sql = "SELECT d.id, d.source, d.latest, d.metadata != '{}', d.acl != '[]' FROM documents d"
         if where:
             sql += " WHERE " + " AND ".join(where)
-        return self._pg.execute(sql + " ORDER BY d.id DESC", params).fetchall()
+        return self.pg.execute(sql + " ORDER BY d.id DESC", params).fetchall()
 
     # -- filters ------------------------------------------------------------------------
     @staticmethod
@@ -769,15 +790,15 @@ class PgStore(Store):
         chunk_terms: list[str] = []
         chunk_params: list[Any] = []
         for c in conditions:
-            if not per_chunk and _mentions_chunks(c):
+            if not per_chunk and mentions_chunks(c):
                 chunk_terms.append(_pg_condition_sql(c, public_unlabeled, chunk_params))
             else:
                 where.append(_pg_condition_sql(c, public_unlabeled, params))
         if chunk_terms:
-            where.append(f"EXISTS (SELECT 1 FROM chunks c WHERE c.doc_id = d.id AND {_balanced(chunk_terms, 'AND')})")
+            where.append(f"EXISTS (SELECT 1 FROM chunks c WHERE c.doc_id = d.id AND {balanced(chunk_terms, 'AND')})")
             params += chunk_params
         if len(where) > 8:
-            where = [_balanced(where, "AND")]
+            where = [balanced(where, "AND")]
         return where, params
 
     def filtered_doc_ids(self, conditions: Sequence[Any], public_unlabeled: bool,
@@ -785,7 +806,7 @@ class PgStore(Store):
         if doc_id is None and 0 < len(conditions) <= _MAX_INTERSECT and all(c.kind in _DOC_SETS for c in conditions):
             set_params: list[Any] = []
             sets = " INTERSECT ".join(_pg_doc_set_sql(c, set_params) for c in conditions)
-            return [r[0] for r in self._pg.execute(sets, set_params)]
+            return [r[0] for r in self.pg.execute(sets, set_params)]
         where, params = self._filter_sql(conditions, public_unlabeled)
         if doc_id is not None:
             where.append("d.id = ?")
@@ -793,10 +814,10 @@ class PgStore(Store):
         sql = "SELECT d.id FROM documents d"
         if where:
             sql += " WHERE " + " AND ".join(where)
-        return [r[0] for r in self._pg.execute(sql, params)]
+        return [r[0] for r in self.pg.execute(sql, params)]
 
     def facet_rows(self, field: str) -> list[tuple[int, Any]]:
-        pg = self._pg
+        pg = self.pg
         if field == "source":
             return pg.execute("SELECT id, source FROM documents").fetchall()
         if field == "version":
@@ -815,8 +836,8 @@ class PgStore(Store):
     # Packed blobs come back in PostgreSQL's binary format: as the bytes themselves, where
     # the text format would send (and psycopg decode) twice as many hex digits.
     def _binary(self, sql: str, params: Sequence[Any] = ()) -> Any:
-        pg = self._pg
-        return pg.run(pg._sql(sql), params, binary=True)
+        pg = self.pg
+        return pg.run(pg.rewrite(sql), params, binary=True)
 
     def postings(self, term_ids: Sequence[int]) -> list[tuple[int, bytes, bytes]]:
         if not term_ids:
@@ -832,21 +853,21 @@ class PgStore(Store):
         yield from self._binary("SELECT id, terms, tfs FROM chunks ORDER BY id")
 
     def chunks_since(self, after_id: int) -> list[tuple[int, int, int, int, bytes, bytes, int]]:
-        return self._binary(f"SELECT id, length, latest, doc_id, terms, tfs, ({_WHOLE})::int FROM chunks "
+        return self._binary(f"SELECT id, length, latest, doc_id, terms, tfs, ({WHOLE_CHUNK})::int FROM chunks "
                             f"WHERE id > ? ORDER BY id", [after_id]).fetchall()
 
     def chunk_table_blocks(self, size: int = 8192) -> Iterator[list[tuple[int, int, int, int, int]]]:
-        cur = self._binary(f"SELECT id, length, latest, doc_id, ({_WHOLE})::int FROM chunks")
+        cur = self._binary(f"SELECT id, length, latest, doc_id, ({WHOLE_CHUNK})::int FROM chunks")
         while rows := cur.fetchmany(size):
             yield rows
 
     def delete_unused_terms(self) -> int:
-        cur = self._pg.execute("DELETE FROM vocabulary v WHERE df = 0 AND NOT EXISTS "
+        cur = self.pg.execute("DELETE FROM vocabulary v WHERE df = 0 AND NOT EXISTS "
                                "(SELECT 1 FROM postings p WHERE p.term_id = v.id)")
         return int(cur.rowcount)
 
     def log_states(self, rows: Sequence[tuple[int, int, bytes | None]]) -> int:
-        pg = self._pg
+        pg = self.pg
         if len(rows) == 1:
             return int(pg.execute("INSERT INTO chunk_log (chunk_id, state, terms) VALUES (?, ?, ?) RETURNING seq",
                                   rows[0]).fetchone()[0])
@@ -857,11 +878,11 @@ class PgStore(Store):
     def integrity_problems(self) -> list[str]:
         """PostgreSQL keeps its own pages and constraints (foreign keys are enforced on
         every write); the database being readable is what is checked here."""
-        self._pg.execute("SELECT 1 FROM stats WHERE id = 1").fetchone()
+        self.pg.execute("SELECT 1 FROM stats WHERE id = 1").fetchone()
         return []
 
     def duplicate_latest_sources(self) -> int:
-        return int(self._pg.execute(
+        return int(self.pg.execute(
             "SELECT count(*) FROM (SELECT source FROM documents WHERE latest = 1 GROUP BY source "
             "HAVING count(*) > 1) dup").fetchone()[0])
 
@@ -886,29 +907,29 @@ class PgStore(Store):
 
     def file_size(self) -> int:
         """Bytes on disk of the collection's tables with their indexes and TOAST data."""
-        return int(self._pg.run(
+        return int(self.pg.run(
             "SELECT coalesce(sum(pg_total_relation_size(c.oid)), 0) FROM pg_class c "
             "WHERE c.relnamespace = (SELECT oid FROM pg_namespace WHERE nspname = current_schema()) "
             "AND c.relkind = 'r' AND c.relname = ANY(%s)",
             [self._tables()]).fetchone()[0])
 
     def packed_forward_rows(self) -> Iterator[tuple[int, str, bytes | None, str, bytes | None]]:
-        yield from self._pg.execute("SELECT id, 'blob', terms, 'blob', tfs FROM chunks ORDER BY id").fetchall()
+        yield from self.pg.execute("SELECT id, 'blob', terms, 'blob', tfs FROM chunks ORDER BY id").fetchall()
 
     def packed_postings_rows(self) -> Iterator[tuple[int, int, Any, str, bytes | None, str, bytes | None]]:
-        yield from self._pg.execute(
+        yield from self.pg.execute(
             "SELECT term_id, segment, n, 'blob', chunk_ids, 'blob', tfs FROM postings ORDER BY term_id, segment"
         ).fetchall()
 
     def packed_log_rows(self) -> Iterator[tuple[int, int, str, bytes | None]]:
-        yield from self._pg.execute(
+        yield from self.pg.execute(
             "SELECT seq, chunk_id, 'blob', terms FROM chunk_log WHERE terms IS NOT NULL ORDER BY seq").fetchall()
 
     def document_text_blocks(self, rows: int = 256, max_bytes: int = 16 << 20
                              ) -> Iterator[list[tuple[int, bytes | None, str, bytes | None]]]:
         after = -(1 << 63)
         while True:
-            block = self._pg.execute(
+            block = self.pg.execute(
                 "SELECT id, convert_to(content_hash, 'UTF8'), 'text', convert_to(text, 'UTF8') FROM documents "
                 "WHERE id > ? ORDER BY id LIMIT ?", [after, rows]).fetchall()
             if not block:
@@ -917,7 +938,7 @@ class PgStore(Store):
             after = block[-1][0]
 
     def chunk_texts(self, after_doc: int, upto_doc: int) -> list[tuple[int, int, Any, Any, str, bytes | None]]:
-        return self._pg.execute(
+        return self.pg.execute(
             "SELECT id, doc_id, start, \"end\", CASE WHEN text IS NULL THEN 'null' ELSE 'text' END, "
             "convert_to(text, 'UTF8') FROM chunks WHERE doc_id > ? AND doc_id <= ? ORDER BY doc_id, id",
             [after_doc, upto_doc]).fetchall()
@@ -926,7 +947,7 @@ class PgStore(Store):
     def hashed_vector_texts(self, size: int = 2048) -> Iterator[list[tuple[int, bytes, bytes | None]]]:
         after = 0
         while True:
-            rows = self._pg.execute(
+            rows = self.pg.execute(
                 "SELECT v.chunk_id, v.text_hash, convert_to(coalesce(c.text, d.text), 'UTF8') FROM vectors v "
                 "JOIN chunks c ON c.id = v.chunk_id JOIN documents d ON d.id = c.doc_id "
                 "WHERE v.chunk_id > ? AND v.text_hash IS NOT NULL ORDER BY v.chunk_id LIMIT ?",
@@ -937,37 +958,38 @@ class PgStore(Store):
             after = rows[-1][0]
 
     def advance_embedded_upto(self, upto: int, seen_from: int) -> None:
-        self._pg.execute("UPDATE vector_stats SET embedded_upto = greatest(embedded_upto, ?) "
+        self.pg.execute("UPDATE vector_stats SET embedded_upto = greatest(embedded_upto, ?) "
                          "WHERE id = 1 AND embedded_upto >= ?", [upto, seen_from])
 
     def unembedded_chunks(self, limit: int | None = None, after: int | None = None) -> list[tuple[int, str]]:
         if after is None:
             after = self.embedded_upto()
-        return self._pg.execute(
+        return self.pg.execute(
             "SELECT c.id, coalesce(c.text, d.text) FROM chunks c JOIN documents d ON d.id = c.doc_id "
             "WHERE c.id > ? AND NOT EXISTS (SELECT 1 FROM vectors v WHERE v.chunk_id = c.id) "
             "ORDER BY c.id LIMIT ?", [after, None if limit is None else int(limit)]).fetchall()
 
     def malformed_vectors(self, width: int) -> tuple[int, int | None, str | None, int | None]:
-        n, cid = self._pg.execute(
+        n, cid = self.pg.execute(
             "SELECT count(*), min(chunk_id) FROM vectors WHERE octet_length(vector) != ?", [width]).fetchone()
         if not n:
             return 0, None, None, None
-        size = self._pg.execute("SELECT octet_length(vector) FROM vectors WHERE chunk_id = ?", [cid]).fetchone()[0]
+        size = self.pg.execute("SELECT octet_length(vector) FROM vectors WHERE chunk_id = ?", [cid]).fetchone()[0]
         return int(n), int(cid), "blob", int(size)
 
     # -- copying between backends (ragdb.transfer.copy_database) ------------------------
     def table_rows(self, table: str, columns: Sequence[str]) -> Iterator[tuple[Any, ...]]:
         """As :meth:`Store.table_rows`, with rows as SQLite holds them (doc_meta's value and
         num as Python scalars), streamed through a server-side cursor."""
-        from .store import COPY_ORDER, _copy_columns
+        from .store import COPY_ORDER, copy_columns
 
-        cols = _copy_columns(table, columns)
+        cols = copy_columns(table, columns)
         order = ", ".join(_quote(c) for c in COPY_ORDER[table])
         conn = self.shared.conn
         if conn is None:
             raise InvalidInput(f"{self.path}: table_rows reads inside a read transaction")
         name = _coll.object_name(self.collection_id, table)
+        self.pg.send_begin(conn)  # a server-side cursor lives in the transaction
         with conn.cursor(name=f"ragdb_copy_{name}") as cur:
             cur.itersize = 2000
             cur.execute(f"SELECT {cols} FROM {name} ORDER BY {order}")
@@ -985,28 +1007,28 @@ class PgStore(Store):
 
     def insert_table_rows(self, table: str, columns: Sequence[str], rows: Iterable[Sequence[Any]]) -> int:
         """As :meth:`Store.insert_table_rows` (doc_meta rows converted to jsonb/numeric)."""
-        from .store import _copy_columns
+        from .store import copy_columns
 
-        cols = _copy_columns(table, columns)
+        cols = copy_columns(table, columns)
         batch = [tuple(r) for r in rows]
         if table == "doc_meta":
             batch = [_meta_row(r) for r in batch]
         if batch:
-            self._pg.executemany(f"INSERT INTO {table} ({cols}) VALUES ({', '.join('?' * len(columns))})", batch)
+            self.pg.executemany(f"INSERT INTO {table} ({cols}) VALUES ({', '.join('?' * len(columns))})", batch)
         return len(batch)
 
     def clear_table(self, table: str) -> None:
-        from .store import _COPY_COLUMNS, _copy_columns
+        from .store import COPY_COLUMNS, copy_columns
 
-        _copy_columns(table, _COPY_COLUMNS.get(table, ()))
-        self._pg.execute(f"DELETE FROM {table}")
+        copy_columns(table, COPY_COLUMNS.get(table, ()))
+        self.pg.execute(f"DELETE FROM {table}")
 
     def finish_copy(self) -> None:
         """After rows were copied in with their own sequence numbers: the logs' identity
         sequences continue after them."""
         for table in ("chunk_log", "vector_log"):
             name = _coll.object_name(self.collection_id, table)
-            self._pg.run("SELECT setval(pg_get_serial_sequence(%s, 'seq'), "
+            self.pg.run("SELECT setval(pg_get_serial_sequence(%s, 'seq'), "
                          f"greatest((SELECT coalesce(max(seq), 0) FROM {name}), 1))", [name])
 
 
@@ -1053,7 +1075,7 @@ def _pg_condition_sql(c: Any, public_unlabeled: bool, params: list[Any]) -> str:
     if kind in ("and", "or"):
         if not c.values:
             return "true" if kind == "and" else "false"
-        return _balanced([_pg_condition_sql(x, public_unlabeled, params) for x in c.values], kind.upper())
+        return balanced([_pg_condition_sql(x, public_unlabeled, params) for x in c.values], kind.upper())
     if kind == "not":
         return f"NOT ({_pg_condition_sql(c.values[0], public_unlabeled, params)})"
     if kind in _DOC_SETS:
@@ -1109,9 +1131,9 @@ def pg_migration_state(path: str) -> tuple[list[tuple[str, str]], list[str]]:
     store = PgStore(path, readonly=True, create=False, _check=False)
     try:
         with store.read():
-            if not store._pg.run("SELECT to_regclass(%s) IS NOT NULL", [MIGRATIONS_TABLE]).fetchone()[0]:
+            if not store.pg.run("SELECT to_regclass(%s) IS NOT NULL", [MIGRATIONS_TABLE]).fetchone()[0]:
                 raise NotADatabase(f"{store.path}: no ragdb database here (no {MIGRATIONS_TABLE} table)")
-            applied = [(r[0], r[1]) for r in store._pg.run(
+            applied = [(r[0], r[1]) for r in store.pg.run(
                 f"SELECT name, applied_at FROM {MIGRATIONS_TABLE} ORDER BY id")]
         done = {name for name, _ in applied}
         return applied, [p.stem for p in pg_migration_files() if p.stem not in done]
