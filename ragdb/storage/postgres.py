@@ -65,6 +65,8 @@ if TYPE_CHECKING:
     import sqlite_utils
 
 MIGRATIONS_TABLE = "ragdb_migrations"
+_STATS = ("generation", "n_docs", "n_chunks", "total_length", "flushed_upto", "vocab_epoch", "flush_count",
+          "next_doc_id", "next_chunk_id")  # the columns of Store.stats_row
 _COMPARE = {"gt": ">", "ge": ">=", "lt": "<", "le": "<="}
 _DOC_SETS = ("meta", "tags", "value")
 _MAX_INTERSECT = 100
@@ -163,6 +165,9 @@ class _PgShared:
         self.secret = secret
         self.conn: psycopg.Connection[Any] | None = None
         self.begin: str | None = None  # the BEGIN of the open transaction, until its first statement sends it
+        # (collection id, stats row) read by the write lock's statement, for the stats_row() that
+        # follows it at once (Engine.sync); any other statement in between drops it
+        self.stats_hint: tuple[int, dict[str, int]] | None = None
         self.reading = False
         self.depth = 0          # savepoints open in the transaction
         self.locked: set[int] = set()  # collections whose stats row this transaction locked
@@ -237,6 +242,7 @@ class PgConnection:
         return self.run(self.rewrite(sql), parameters)
 
     def executemany(self, sql: str, rows: Iterable[Sequence[Any]], /) -> Any:
+        self.shared.stats_hint = None
         conn = self.shared.conn
         query = self.rewrite(sql)
         if conn is None:
@@ -259,6 +265,7 @@ class PgConnection:
     def run(self, query: str, parameters: Sequence[Any] = (), *, binary: bool = False) -> Any:
         """``query`` (psycopg's placeholders, names already renamed) on the transaction's
         connection, or on its own outside one."""
+        self.shared.stats_hint = None
         conn = self.shared.conn
         if conn is None:
             with self._oneoff() as c:
@@ -366,7 +373,7 @@ PLAIN_SQL = (
     "iter_documents", "latest_by_source", "latest_mismatch", "log_seq", "log_since", "max_chunk_id",
     "newest_older_version", "next_term_id", "orphan_chunks", "orphan_vectors", "put_vectors", "real_counts",
     "reset_vector_model", "segment_counts", "segment_counts_all", "segment_total", "set_latest", "set_setting",
-    "set_text_hashes", "set_valid_to", "set_vector_model", "settings", "source_versions", "stats_row",
+    "set_text_hashes", "set_valid_to", "set_vector_model", "settings", "source_versions",
     "stored_counts", "term_ids", "term_ids_after", "unembedded_below_watermark", "unembedded_count",
     "unhashed_vectors", "vector_count", "vector_model", "vector_version", "vectors_by_hash",
     "vectors_changed_since", "vectors_for",
@@ -536,6 +543,7 @@ class PgStore(Store):
         finally:
             shared.conn = None
             shared.begin = None
+            shared.stats_hint = None
             shared.reading = False
             shared.depth = 0
             shared.locked = set()
@@ -545,8 +553,18 @@ class PgStore(Store):
         """Take this collection's writer lock (its stats row) in the open transaction."""
         shared = self.shared
         if self.collection_id not in shared.locked:
-            self.pg.execute("SELECT generation FROM stats WHERE id = 1 FOR UPDATE").fetchone()
+            row = self.pg.execute(f"SELECT {', '.join(_STATS)} FROM stats WHERE id = 1 FOR UPDATE").fetchone()
             shared.locked.add(self.collection_id)
+            shared.stats_hint = (self.collection_id, dict(zip(_STATS, row)))
+
+    def stats_row(self) -> dict[str, int]:
+        """As :meth:`Store.stats_row`; right after the write lock, the row its statement read."""
+        hint = self.shared.stats_hint
+        if hint is not None and hint[0] == self.collection_id:
+            self.shared.stats_hint = None
+            return dict(hint[1])
+        row = self.pg.execute(f"SELECT {', '.join(_STATS)} FROM stats WHERE id = 1").fetchone()
+        return dict(zip(_STATS, row))
 
     @staticmethod
     def _abort(conn: psycopg.Connection[Any]) -> None:
@@ -696,17 +714,18 @@ class PgStore(Store):
             self.pg.executemany("INSERT INTO doc_acl (doc_id, label) VALUES (?, ?) ON CONFLICT DO NOTHING", acl)
 
     def delete_document(self, doc_id: int, *, indexed: tuple[bool, bool] = (True, True)) -> None:
-        pg = self.pg
-        if indexed[0]:
-            pg.execute("DELETE FROM doc_meta WHERE doc_id = ?", [doc_id])
-        if indexed[1]:
-            pg.execute("DELETE FROM doc_acl WHERE doc_id = ?", [doc_id])
-        # vectors go with their chunks, logged (SQLite: the chunks_delete_vectors trigger)
-        pg.execute("WITH gone AS (DELETE FROM vectors v USING chunks c WHERE c.doc_id = ? AND v.chunk_id = c.id "
-                   "RETURNING v.chunk_id) INSERT INTO vector_log (chunk_id) SELECT chunk_id FROM gone ORDER BY 1",
-                   [doc_id])
-        pg.execute("DELETE FROM chunks WHERE doc_id = ?", [doc_id])
-        pg.execute("DELETE FROM documents WHERE id = ?", [doc_id])
+        """As :meth:`Store.delete_document`, in one statement (one round trip): the filter
+        index rows, the chunks' vectors (logged, as SQLite's trigger does), the chunks and
+        the document. Foreign keys are checked at the statement's end, when all are gone."""
+        self.pg.execute(
+            "WITH m AS (DELETE FROM doc_meta WHERE doc_id = ? AND ?), "
+            "a AS (DELETE FROM doc_acl WHERE doc_id = ? AND ?), "
+            "gone AS (DELETE FROM vectors v USING chunks k WHERE k.doc_id = ? AND v.chunk_id = k.id "
+            "RETURNING v.chunk_id), "
+            "logged AS (INSERT INTO vector_log (chunk_id) SELECT chunk_id FROM gone ORDER BY 1), "
+            "ch AS (DELETE FROM chunks WHERE doc_id = ?) "
+            "DELETE FROM documents WHERE id = ?",
+            [doc_id, bool(indexed[0]), doc_id, bool(indexed[1]), doc_id, doc_id, doc_id])
 
     def source_docs_with_chunks(self, source: str, *, glob: bool = False
                                 ) -> list[tuple[int, int, bool, bool, list[tuple[int, int, int, bytes, bytes]]]]:
