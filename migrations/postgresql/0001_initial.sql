@@ -94,10 +94,10 @@ CREATE TABLE vocabulary (
 
 -- Packed postings, the same bytes as SQLite's (little-endian uint32 chunk ids,
 -- uint16 tfs). A query reads the rows of its terms by primary key. The blobs keep
--- PostgreSQL's default storage (EXTENDED: compressed, out of line past ~2 KB):
--- uncompressed storage (EXTERNAL) was measured and was slower to query (a long
--- posting list reads more TOAST pages than it saves in decompression) at about
--- the same size (benchmarks, postgres section; docs/postgresql.md).
+-- PostgreSQL's default storage (EXTENDED: pglz-compressed, out of line past ~2 KB):
+-- uncompressed storage (EXTERNAL) was measured against it and was not faster to
+-- query (within the noise of repeated runs) and 5% larger at 20,000 documents
+-- (benchmarks, postgres section; docs/postgresql.md).
 CREATE TABLE postings (
     term_id    bigint NOT NULL,
     segment    integer NOT NULL,
