@@ -499,6 +499,23 @@ def test_a_reader_cache_follows_other_writers(pg_url):
         assert reader.stats().documents == 1 and reader.check() == []
 
 
+def test_a_broken_connection_is_replaced(pg_url, pg_server):
+    """A connection the server dropped (a restart, a failover: here its backend is
+    terminated) is tested before the next transaction uses it and replaced."""
+    import psycopg
+
+    with ragdb.open(pg_url) as db:
+        db.add("survives reconnects", source="r")
+        db._store.shared.check_after = 0.0  # test every checkout (the default: after 2 s idle)
+        for _ in range(2):
+            pid = db._store.pg.run("SELECT pg_backend_pid()").fetchone()[0]
+            with psycopg.connect(pg_server, autocommit=True) as admin:
+                assert admin.execute("SELECT pg_terminate_backend(%s)", [pid]).fetchone()[0]
+            assert [h.source for h in db.search("reconnects")] == ["r"]
+            db.add("and writes too", source=f"w{_}")
+        assert db.count() == 3 and db.check() == []
+
+
 # -- replica ----------------------------------------------------------------------------------------
 
 def test_a_replica_reader_catches_up_with_the_primary(pg_server, pg_replica):

@@ -32,10 +32,11 @@ Transactions and locking (the "locking order" of docs/postgresql.md):
 
 The connection comes from a psycopg_pool ``ConnectionPool`` of one connection
 (a ``Database`` runs one statement at a time, as on SQLite): it is checked out
-for each transaction and returned after it, so a connection broken by a server
-restart or a failover is replaced (with back-off) by the next transaction
-instead of failing every call after it, and long-lived connections are
-recycled. Credentials never leave this module: ``path`` is the redacted
+for each transaction and returned after it. A connection idle for more than
+``check_after`` seconds is tested on checkout, so one that a server restart or
+a failover broke is replaced (with back-off) before a transaction uses it; one
+that breaks in the middle of a transaction fails that transaction only (the
+pool discards it), and long-lived connections are recycled. Credentials never leave this module: ``path`` is the redacted
 connection string, and every error text is scrubbed of the password.
 """
 
@@ -45,6 +46,7 @@ import contextlib
 import logging
 import re
 import threading
+import time
 from collections.abc import Iterable, Iterator, Sequence
 from decimal import Decimal
 from pathlib import Path
@@ -174,6 +176,17 @@ class _PgShared:
         self.closed = False
         self.busy_timeout = 30.0
         self.readonly = False
+        #: a connection idle for longer than this many seconds is tested (an empty query) before a
+        #: transaction uses it: one a server restart or failover broke is replaced, not failed on
+        self.check_after = 2.0
+        self.returned: dict[int, float] = {}  # id(connection) -> when it last went back to the pool
+
+    def check(self, conn: psycopg.Connection[Any]) -> None:
+        """The pool's check of a connection it hands out (raising discards it)."""
+        last = self.returned.get(id(conn))
+        if last is not None and time.monotonic() - last < self.check_after:
+            return
+        conn.execute("")
 
     def scrub(self, text: str) -> str:
         """``text`` without the password (as written in the URL, and decoded)."""
@@ -194,9 +207,6 @@ class _PgShared:
         except psycopg_pool.PoolTimeout:
             raise StorageError(f"{self.path}: cannot connect to the PostgreSQL server within "
                                f"{self.busy_timeout:g} s{self._why()}") from None
-        if conn.broken or conn.closed:  # pragma: no cover - the pool hands out checked connections
-            self.pool.putconn(conn)
-            conn = self.pool.getconn(timeout=self.busy_timeout)
         return conn
 
     def _why(self) -> str:
@@ -210,6 +220,7 @@ class _PgShared:
         return ""
 
     def checkin(self, conn: psycopg.Connection[Any]) -> None:
+        self.returned[id(conn)] = time.monotonic()
         try:
             self.pool.putconn(conn)
         except Exception:  # pragma: no cover - a pool closed meanwhile
@@ -404,7 +415,10 @@ class PgStore(Store):
             if readonly:
                 conn.execute("SET SESSION CHARACTERISTICS AS TRANSACTION READ ONLY")
 
-        pool = ConnectionPool(path, min_size=1, max_size=1, open=False, configure=configure,
+        def check(conn: psycopg.Connection[Any]) -> None:
+            self.shared.check(conn)
+
+        pool = ConnectionPool(path, min_size=1, max_size=1, open=False, configure=configure, check=check,
                               kwargs={"autocommit": True}, name="ragdb", num_workers=1, timeout=busy_timeout)
         self.shared = _PgShared(pool, self.lock, self.path, secret)
         self.shared.busy_timeout = busy_timeout
