@@ -34,6 +34,10 @@ def open(path: str | os.PathLike[str] = ":memory:", *, analyzer: "str | Analyzer
          embed_on_add: bool = True, collection: str | None = None) -> Database:
     """Open a ragdb database file, creating it and applying pending migrations.
 
+    ``path`` may also name a PostgreSQL database: a libpq URL (``postgresql://app@db/kb``)
+    or connection string (``service=kb``); the same API and results, with many writer
+    processes and read replicas (``pip install 'ragdb[postgres]'``; docs/postgresql.md).
+
     ``analyzer``: ``"default"`` (English stemming + CJK unigrams/bigrams),
     ``"jieba"`` or ``"simple"``; stored at creation, and opening with a
     different one raises :class:`ragdb.errors.AnalyzerMismatch`.
