@@ -176,7 +176,7 @@ class _PgShared:
         self.closed = False
         self.busy_timeout = 30.0
         self.readonly = False
-        #: a connection idle for longer than this many seconds is tested (an empty query) before a
+        #: a connection idle for longer than this many seconds is tested (SELECT 1) before a
         #: transaction uses it: one a server restart or failover broke is replaced, not failed on
         self.check_after = 2.0
         self.returned: dict[int, float] = {}  # id(connection) -> when it last went back to the pool
@@ -186,7 +186,7 @@ class _PgShared:
         last = self.returned.get(id(conn))
         if last is not None and time.monotonic() - last < self.check_after:
             return
-        conn.execute("")
+        conn.execute("SELECT 1")
 
     def scrub(self, text: str) -> str:
         """``text`` without the password (as written in the URL, and decoded)."""
