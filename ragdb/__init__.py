@@ -18,12 +18,13 @@ from .analysis import Analyzer
 from .database import Database, open_database
 from .errors import RagdbError
 from .options import ALL, PUBLIC, Restrictions, SearchOptions
+from .transfer import CopyReport, copy_database
 from .types import (AddReport, Change, CollectionInfo, Document, Facets, Hit, QueryPlan, ReindexReport, Stats,
                     VectorInfo)
 
 __version__ = "0.1.0"
-__all__ = ["open", "Database", "Hit", "Document", "Stats", "AddReport", "Change", "CollectionInfo", "Facets",
-           "QueryPlan", "VectorInfo", "ReindexReport", "SearchOptions",
+__all__ = ["open", "copy_database", "Database", "Hit", "Document", "Stats", "AddReport", "Change", "CollectionInfo",
+           "Facets", "QueryPlan", "CopyReport", "VectorInfo", "ReindexReport", "SearchOptions",
            "Restrictions", "ALL", "PUBLIC", "Analyzer", "RagdbError", "options", "__version__"]
 
 
@@ -33,6 +34,10 @@ def open(path: str | os.PathLike[str] = ":memory:", *, analyzer: "str | Analyzer
          create: bool | None = None, busy_timeout: float = 30.0, embedder: Any = None,
          embed_on_add: bool = True, collection: str | None = None) -> Database:
     """Open a ragdb database file, creating it and applying pending migrations.
+
+    ``path`` may also name a PostgreSQL database: a libpq URL (``postgresql://app@db/kb``)
+    or connection string (``service=kb``); the same API and results, with many writer
+    processes and read replicas (``pip install 'ragdb[postgres]'``; docs/postgresql.md).
 
     ``analyzer``: ``"default"`` (English stemming + CJK unigrams/bigrams, technical
     words such as ``c++`` and ``node.js`` kept: analyzer version 2),

@@ -44,7 +44,7 @@ import ragdb.plugins
 from .analysis import describe_config
 from .integrations.common import document_json
 from .errors import EmbeddingError, InvalidInput, RagdbError
-from .storage import migration_state
+from .storage import database_state, is_postgres, redact
 
 # --------------------------------------------------------------------------- plumbing
 
@@ -91,7 +91,7 @@ def database_option(f: Callable[..., Any]) -> Callable[..., Any]:
                      help="Collection of the file (default: the group's -c, else $RAGDB_COLLECTION, else "
                           "'default').")(f)
     return click.option("-d", "--database", "database", default=None, metavar="PATH",
-                        help="Database file (default: the group's -d, else $RAGDB_DATABASE).")(f)
+                        help="Database file or PostgreSQL URL (default: the group's -d, else $RAGDB_DATABASE).")(f)
 
 
 def _remember_collection(ctx: click.Context, _param: click.Parameter, value: str | None) -> None:
@@ -228,18 +228,43 @@ def _db_path(database: str | None) -> str:
     return path
 
 
+def _missing(path: str) -> bool:
+    """Whether ``path`` names a database file that does not exist (a PostgreSQL database's
+    existence is for opening it to tell; ``:memory:`` never exists)."""
+    if is_postgres(path):
+        return False
+    return path == ":memory:" or not Path(path).exists()
+
+
+def _shown(path: str) -> str:
+    """``path`` as output shows it: a PostgreSQL URL's password replaced by ***."""
+    return redact(path)
+
+
+def _existed(path: str) -> bool:
+    """Whether ``path`` already holds a database (``ragdb init``: created or opened)."""
+    if is_postgres(path):
+        try:
+            with ragdb.open(path, create=False, readonly=True):
+                return True
+        except ragdb.errors.NotADatabase:
+            return False
+    return path != ":memory:" and Path(path).exists() and not (Path(path).is_file()
+                                                               and Path(path).stat().st_size == 0)
+
+
 def _open(database: str | None, *, create: bool = False, **kwargs: Any) -> ragdb.Database:
     """The database (and collection, -c) a command works on. ``create``: a missing file is
     created (else refused), and so is a missing collection of -c (else refused: only commands
     that add documents make one)."""
     path = _db_path(database)
-    if not create and path != ":memory:" and not Path(path).exists():
+    if not create and _missing(path):
         raise click.ClickException(f"{path}: no such database (create it with 'ragdb init' or 'ragdb add')")
     root = click.get_current_context().find_root()
     kwargs.setdefault("collection", _collection())
     if root.params.get("readonly"):
-        if path == ":memory:" or not Path(path).exists():
-            raise click.ClickException(f"{path}: no such database (--readonly opens an existing one)")
+        if path == ":memory:" or _missing(path):
+            raise click.ClickException(f"{_shown(path)}: no such database (--readonly opens an existing one)")
         return ragdb.open(path, readonly=True, **kwargs)
     # create: a missing file (and collection) is created, an existing empty file refused (only
     # 'ragdb init' takes it); without it both must exist
@@ -700,7 +725,8 @@ def _doc_json(d: ragdb.Document) -> dict[str, Any]:
 
 @click.group("ragdb", cls=_Group, context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100})
 @click.option("-d", "--database", envvar="RAGDB_DATABASE", default=None, metavar="PATH",
-              help="Database file (also read from RAGDB_DATABASE).")
+              help="Database file, or a PostgreSQL URL / libpq string (postgresql://..., service=NAME); "
+                   "also read from RAGDB_DATABASE.")
 @click.option("-c", "--collection", envvar="RAGDB_COLLECTION", default=None, metavar="NAME",
               help="Collection of the file to work on (also read from RAGDB_COLLECTION; default: 'default'). "
                    "'ragdb collections' lists them.")
@@ -709,7 +735,7 @@ def _doc_json(d: ragdb.Document) -> dict[str, Any]:
                    "immutable mode). Commands that write fail.")
 @click.version_option(ragdb.__version__, prog_name="ragdb")
 def cli(database: str | None, collection: str | None, readonly: bool) -> None:
-    """ragdb: build, keep and query a retrieval knowledge base (one SQLite file).
+    """ragdb: build, keep and query a retrieval knowledge base (one SQLite file, or PostgreSQL).
 
     \b
     Examples:
@@ -749,8 +775,7 @@ def init(database: str | None, analyzer: str | None, chunker: str | None, keep_v
     """
     path = _db_path(database)
     collection = _collection()
-    existed = path != ":memory:" and Path(path).exists() and not (Path(path).is_file()
-                                                                  and Path(path).stat().st_size == 0)
+    existed = _existed(path)
     if existed and collection is not None:
         with ragdb.open(path, create=False) as db:
             existed = collection in {c.name for c in db.collections()}
@@ -758,13 +783,13 @@ def init(database: str | None, analyzer: str | None, chunker: str | None, keep_v
                     public_unlabeled=public_unlabeled, create=True, collection=collection) as db:
         settings = db.settings
         name = db.collection_name
-    out = {"database": path, "collection": name, "created": not existed, "analyzer": settings.get("analyzer"),
+    out = {"database": _shown(path), "collection": name, "created": not existed, "analyzer": settings.get("analyzer"),
            "chunker": settings.get("chunker"), "keep_versions": bool(settings.get("keep_versions")),
            "public_unlabeled": bool(settings.get("public_unlabeled"))}
     if as_json:
         _emit_json(out)
         return
-    where = path if name == "default" else f"collection {name!r} of {path}"
+    where = _shown(path) if name == "default" else f"collection {name!r} of {_shown(path)}"
     click.echo(f"{'created' if not existed else 'opened existing'} {where}")
     _pairs([("analyzer", _analyzer_name(settings.get("analyzer"))), ("chunker", out["chunker"]),
             ("keep versions", "yes" if out["keep_versions"] else "no"),
@@ -814,7 +839,7 @@ def collections_list(ctx: click.Context, database: str | None, output: Output) -
 def _list_collections(database: str | None, output: Output) -> None:
     path = _db_path(database)
     readonly = bool(click.get_current_context().find_root().params.get("readonly"))
-    if path == ":memory:" or not Path(path).exists():
+    if path == ":memory:" or _missing(path):
         raise click.ClickException(f"{path}: no such database")
     with ragdb.open(path, create=False, readonly=readonly) as db:
         infos = db.collections()
@@ -849,11 +874,11 @@ def collections_create(ctx: click.Context, database: str | None, name: str, anal
                                     public_unlabeled=public_unlabeled)
         settings = made.settings
     if as_json:
-        _emit_json({"database": path, "collection": name, "analyzer": settings.get("analyzer"),
+        _emit_json({"database": _shown(path), "collection": name, "analyzer": settings.get("analyzer"),
                     "chunker": settings.get("chunker"), "keep_versions": bool(settings.get("keep_versions")),
                     "public_unlabeled": bool(settings.get("public_unlabeled"))})
         return
-    click.echo(f"created collection {name!r} in {path}")
+    click.echo(f"created collection {name!r} in {_shown(path)}")
     _pairs([("analyzer", _analyzer_name(settings.get("analyzer"))), ("chunker", settings.get("chunker")),
             ("keep versions", "yes" if settings.get("keep_versions") else "no"),
             ("public unlabeled", "yes" if settings.get("public_unlabeled") else "no")])
@@ -868,16 +893,16 @@ def collections_create(ctx: click.Context, database: str | None, name: str, anal
 def collections_drop(ctx: click.Context, database: str | None, name: str, yes: bool, as_json: bool) -> None:
     """Delete collection NAME and everything in it (one transaction)."""
     path = _db_path(database or (ctx.obj or {}).get("database"))
-    if not Path(path).exists():
+    if _missing(path):
         raise click.ClickException(f"{path}: no such database")
     with ragdb.open(path, create=False) as db:
         info = next((c for c in db.collections() if c.name == name), None)
         if info is not None and not yes:
-            click.confirm(f"drop collection {name!r} of {path} ({_plural(info.documents, 'document')})?",
+            click.confirm(f"drop collection {name!r} of {_shown(path)} ({_plural(info.documents, 'document')})?",
                           abort=True, err=True)
         db.drop_collection(name)
     if as_json:
-        _emit_json({"database": path, "dropped": name, "documents": info.documents if info else 0})
+        _emit_json({"database": _shown(path), "dropped": name, "documents": info.documents if info else 0})
         return
     click.echo(f"dropped collection {name!r} ({_plural(info.documents if info else 0, 'document')})")
 
@@ -1088,7 +1113,7 @@ def sync_cmd(database: str | None, folder: str, source_prefix: str, recursive: b
     embedded: int | None = None
     embed_error: str | None = None
     path = _db_path(database)
-    if dry_run and path != ":memory:" and not Path(path).exists():
+    if dry_run and _missing(path):
         path = ":memory:"  # nothing stored yet: plan against an empty database, create no file
     with ragdb.open(path, collection=_collection()) as db:
         if embedder is not None:
@@ -1884,14 +1909,14 @@ def migrate(database: str | None, list_only: bool, output: Output) -> None:
         raise click.UsageError(f"--{output.fmt} applies to 'migrate --list'; give --json for what was applied")
     as_json = output.json
     path = _db_path(database)
-    if not Path(path).exists():
+    if _missing(path):
         raise click.ClickException(f"{path}: no such database")
-    applied, pending = migration_state(path)
+    applied, pending = database_state(path)
     if not list_only:
         with ragdb.open(path, create=False):
             pass
         done = pending
-        applied, pending = migration_state(path)
+        applied, pending = database_state(path)
         if as_json:
             _emit_json({"applied_now": done, "pending": pending})
         else:
@@ -1942,6 +1967,49 @@ def export_cmd(database: str | None, file: str, principals: tuple[str, ...], all
                     "hidden": report.hidden})
     else:
         click.echo(f"exported {report.documents} document{'s' * (report.documents != 1)} to {report.path}")
+
+
+@cli.command("copy")
+@click.argument("source", metavar="SRC")
+@click.argument("target", metavar="DST")
+@click.option("-c", "--collection", "collections", multiple=True, metavar="NAME",
+              help="Copy only this collection (repeatable; default: every collection).")
+@click.option("--no-check", is_flag=True, help="Do not run 'ragdb check' on the copied collections.")
+@json_option
+def copy_cmd(source: str, target: str, collections: tuple[str, ...], no_check: bool, as_json: bool) -> None:
+    """Copy a knowledge base from SRC to DST, between SQLite files and PostgreSQL databases
+    (either way), with its ids, versions, timestamps, labels, metadata and vectors.
+
+    \b
+    Examples:
+      ragdb copy kb.db postgresql://app@db.internal/kb
+      ragdb copy postgresql://app@db.internal/kb backup.db
+      ragdb copy kb.db "service=kb" -c zh
+
+    Each collection is copied row for row in one transaction into a new or empty
+    collection of DST, then checked ('ragdb check'; exit 1 on a problem), so
+    searches in DST return what they return in SRC, scores included.
+    """
+    from . import transfer
+
+    report = transfer.copy_database(source, target, collections=list(collections) or None)
+    problems: list[str] = []
+    if not no_check:
+        for c in report.collections:
+            with ragdb.open(target, collection=c.name, create=False) as db:
+                problems += [f"collection {c.name!r}: {p}" for p in db.check()]
+    if as_json:
+        _emit_json({"source": report.source, "target": report.target,
+                    "collections": [dataclasses.asdict(c) for c in report.collections], "problems": problems})
+    else:
+        for c in report.collections:
+            click.echo(f"copied collection {c.name!r}: {c.documents:,} documents ({c.stored_documents:,} "
+                       f"stored with versions), {c.chunks:,} chunks, {c.vectors:,} vectors")
+        click.echo(f"{report.source} -> {report.target}" + ("" if no_check or problems else ": check ok"))
+        for p in problems:
+            click.echo(f"problem: {p}")
+    if problems:
+        raise click.exceptions.Exit(1)
 
 
 @cli.command("import")
@@ -2044,7 +2112,7 @@ def eval_cmd(corpus: str, queries: str, qrels: str, k: int, scorer: str, fusion:
     if off_topic and not calibrate:
         raise click.UsageError("--off-topic applies with --calibrate only")
     target = _db_path(database) if calibrate else None  # the database the floor is stored in
-    if target is not None and target != ":memory:" and not Path(target).exists():
+    if target is not None and _missing(target):
         raise click.ClickException(f"{target}: no such database (create it with 'ragdb init' or 'ragdb add')")
     index_analyzer: Any = analyzer or "default"
     index_chunker = "none"
@@ -2090,7 +2158,7 @@ def eval_cmd(corpus: str, queries: str, qrels: str, k: int, scorer: str, fusion:
             "judged_queries": answerable, "judged_refused": report.false_negatives,
             "off_topic_questions": unanswerable, "off_topic_refused": report.true_negatives,
             "precision": report.precision, "recall": report.recall, "f1": report.f1}
-        rows += [("min_confidence", f"{report.threshold:.4f} (stored in {target}; was "
+        rows += [("min_confidence", f"{report.threshold:.4f} (stored in {_shown(target)}; was "
                                     f"{_setting_text('min_confidence', old)})"),
                  ("judged refused", f"{report.false_negatives} of {answerable}"),
                  ("off-topic refused", f"{report.true_negatives} of {unanswerable}" if unanswerable else "none given"),

@@ -40,7 +40,7 @@ from .options import (ALL, MAX_K, SCORERS, Principals, Restrictions, SearchOptio
                       check_embedder, check_flag, check_id, check_number, check_optional_flag, check_path, check_principals, check_text,
                       to_epoch)
 from .search import Searcher
-from .storage import Store, loads
+from .storage import Store, is_postgres, loads, open_store
 from .storage.collections import DEFAULT as DEFAULT_COLLECTION, check_name
 from .types import (AddReport, Change, CollectionInfo, Document, Facets, Hit, LoadedDocument, QueryPlan,
                     ReindexReport, Span, Stats, VectorInfo)
@@ -886,12 +886,13 @@ def open_database(path: str | os.PathLike[str] = ":memory:", *, analyzer: "str |
     embedder = check_embedder(embedder)
     wanted = Analyzer.from_spec(analyzer) if analyzer is not None else None
     chunker_spec = get_chunker(chunker).spec() if chunker is not None else None
-    if path != ":memory:" and (create is not True or readonly) and _empty_file(path):
+    postgres = is_postgres(path)
+    if not postgres and path != ":memory:" and (create is not True or readonly) and _empty_file(path):
         raise NotADatabase(f"{path}: not a ragdb database (empty file); ragdb.open(path, create=True) or "
                            f"'ragdb init' makes it a new one")
     if collection is not None:
         collection = check_name(collection)
-    store = Store(path, busy_timeout=busy_timeout, readonly=readonly, create=create is not False)
+    store = open_store(path, busy_timeout=busy_timeout, readonly=readonly, create=create is not False)
     try:
         settle = functools.partial(_settle, wanted=wanted, chunker_spec=chunker_spec, keep_versions=keep_versions,
                                    public_unlabeled=public_unlabeled)

@@ -21,7 +21,10 @@ spans and scores as in the exported one. Records with ``"latest": false`` (kept
 older versions) are imported only into a database that keeps versions;
 elsewhere they are skipped and counted.
 
-Nothing here prints; both functions return a frozen report.
+:func:`copy_database` copies a knowledge base between databases, SQLite and
+PostgreSQL alike, row for row (ids, versions, labels, metadata, vectors kept).
+
+Nothing here prints; every function returns a frozen report.
 """
 
 from __future__ import annotations
@@ -41,7 +44,8 @@ from .types import Span
 if TYPE_CHECKING:
     from .database import Database
 
-__all__ = ["ExportReport", "ImportReport", "export_jsonl", "import_jsonl", "RECORD_KEYS"]
+__all__ = ["ExportReport", "ImportReport", "CopyReport", "CopiedCollection", "export_jsonl", "import_jsonl",
+           "copy_database", "RECORD_KEYS"]
 
 #: The keys of an exported record (``spans`` is optional).
 RECORD_KEYS = ("source", "version", "timestamp", "title", "text", "metadata", "acl", "chunker", "latest", "spans")
@@ -195,3 +199,104 @@ def import_jsonl(db: Database, source: "str | os.PathLike[str] | IO[bytes]", *, 
             return run(fh)
     return run(source)
 
+
+
+# -- copying a database between backends ------------------------------------------------------
+
+@dataclass(frozen=True)
+class CopiedCollection:
+    """One collection a copy moved: its latest documents, stored documents (kept versions
+    too), chunks and vectors."""
+
+    name: str
+    documents: int
+    stored_documents: int
+    chunks: int
+    vectors: int
+
+
+@dataclass(frozen=True)
+class CopyReport:
+    """What :func:`copy_database` copied (``source`` and ``target`` as messages show them:
+    passwords redacted)."""
+
+    source: str
+    target: str
+    collections: tuple[CopiedCollection, ...]
+
+
+def copy_database(source: "str | os.PathLike[str]", target: "str | os.PathLike[str]", *,
+                  collections: "list[str] | tuple[str, ...] | None" = None, busy_timeout: float = 30.0,
+                  progress: Progress | None = None) -> CopyReport:
+    """Copy a knowledge base between databases of either backend (SQLite file ↔
+    PostgreSQL, or the same kind): every collection (or those named), each one row
+    for row, so ids, versions, timestamps, validity, labels, metadata, settings,
+    statistics, postings, the change log and vectors are the target's as they were
+    the source's, and searches return the same hits with the same scores.
+
+    The source is read in one snapshot per collection (opened read-only); each
+    target collection is written in one transaction and must be new or empty (no
+    documents, no settings): a copy never merges into a knowledge base.
+    ``progress`` is called with the number of rows of each table copied.
+    """
+    from .options import check_busy_timeout, check_path
+    from .storage import open_store
+    from .storage.collections import DEFAULT, check_name
+    from .storage.store import COPY_TABLES
+
+    src_path, dst_path = check_path(source), check_path(target)
+    busy_timeout = check_busy_timeout(busy_timeout)
+    wanted = None if collections is None else [check_name(c) for c in collections]
+    if src_path == dst_path or src_path == ":memory:" or dst_path == ":memory:":
+        raise InvalidInput("copy: give two different databases, neither ':memory:'")
+    src = open_store(src_path, readonly=True, create=False, busy_timeout=busy_timeout)
+    try:
+        dst = open_store(dst_path, create=True, busy_timeout=busy_timeout)
+    except BaseException:
+        src.close()
+        raise
+    done: list[CopiedCollection] = []
+    try:
+        with src.read():
+            rows = src.collection_rows()
+        names = [r[1] for r in rows]
+        if wanted is not None:
+            missing = [w for w in wanted if w not in names]
+            if missing:
+                raise InvalidInput(f"copy: {src.path} has no collection {missing[0]!r}; it has "
+                                   f"{', '.join(repr(n) for n in names)}")
+            rows = [r for r in rows if r[1] in wanted]
+        for cid, name, _created in rows:
+            s_view = src.view(cid, name)
+            with dst.write():
+                row = dst.collection_row(name)
+                if row is None:
+                    row = dst.create_collection(name)
+                d_view = dst.view(row[0], name if row[0] else DEFAULT)
+                if d_view.settings() or d_view.stored_counts() != (0, 0):
+                    raise InvalidInput(f"copy: the target {dst.path} collection {name!r} is not empty; copy into "
+                                       f"a new database (or drop the collection first)")
+                with s_view.read():
+                    for table, columns in COPY_TABLES:
+                        d_view.clear_table(table)
+                        batch: list[tuple[Any, ...]] = []
+                        for r in s_view.table_rows(table, columns):
+                            batch.append(r)
+                            if len(batch) >= 2000:
+                                d_view.insert_table_rows(table, columns, batch)
+                                if progress is not None:
+                                    progress(len(batch))
+                                batch = []
+                        d_view.insert_table_rows(table, columns, batch)
+                        if progress is not None and batch:
+                            progress(len(batch))
+                    d_view.finish_copy()
+                    stats = s_view.stats_row()
+                    stored = s_view.stored_counts()
+                    vectors = s_view.vector_count()
+                done.append(CopiedCollection(name=name, documents=stats["n_docs"], stored_documents=stored[0],
+                                             chunks=stored[1], vectors=vectors))
+        return CopyReport(source=src.path, target=dst.path, collections=tuple(done))
+    finally:
+        dst.close()
+        src.close()

@@ -47,3 +47,98 @@ def filled_db(db):
     for source, text, metadata, acl in SMALL_DOCS:
         db.add(text, source=source, metadata=metadata, acl=list(acl), chunker="none")
     return db
+
+
+# -- PostgreSQL ------------------------------------------------------------------------------
+# The PostgreSQL tests need a server: RAGDB_TEST_PG (and RAGDB_TEST_PG_REPLICA for the replica
+# test) name one, as `eval "$(scripts/pg-test-cluster start)"` exports them (.ci/run does so).
+# Without them, a throwaway cluster is started with that script when PostgreSQL's binaries are
+# installed; otherwise the tests skip, saying why, except under CI=true, where that is a failure.
+import os  # noqa: E402
+import subprocess  # noqa: E402
+import uuid  # noqa: E402
+from pathlib import Path  # noqa: E402
+from urllib.parse import quote  # noqa: E402
+
+_REPO = Path(__file__).resolve().parent.parent
+_CLUSTER: dict[str, str] = {}
+
+
+def _pg_unavailable(reason: str) -> None:
+    if os.environ.get("CI", "").lower() == "true":
+        pytest.fail(f"PostgreSQL is required under CI=true: {reason}")
+    pytest.skip(f"no PostgreSQL server: {reason} (set RAGDB_TEST_PG, or install PostgreSQL: see README)")
+
+
+def _start_cluster() -> dict[str, str]:
+    if _CLUSTER:
+        return _CLUSTER
+    script = _REPO / "scripts" / "pg-test-cluster"
+    try:
+        done = subprocess.run(["bash", str(script), "start"], capture_output=True, text=True, timeout=180,
+                              env={**os.environ, "RAGDB_PG_INSTALL": "0"})
+    except (OSError, subprocess.TimeoutExpired) as e:
+        _CLUSTER["error"] = f"scripts/pg-test-cluster could not run: {e}"
+        return _CLUSTER
+    if done.returncode != 0:
+        _CLUSTER["error"] = " ".join((done.stderr or done.stdout).split())[-300:] or "pg-test-cluster failed"
+        return _CLUSTER
+    for line in done.stdout.splitlines():
+        if line.startswith("export ") and "=" in line:
+            key, value = line[len("export "):].split("=", 1)
+            _CLUSTER[key] = value.strip("'")
+    return _CLUSTER
+
+
+@pytest.fixture(scope="session")
+def pg_server():
+    """The URL of the PostgreSQL primary the tests use (see above)."""
+    url = os.environ.get("RAGDB_TEST_PG")
+    started = False
+    if not url:
+        cluster = _start_cluster()
+        if "error" in cluster:
+            _pg_unavailable(cluster["error"])
+        url = cluster["RAGDB_TEST_PG"]
+        started = True
+    try:
+        import psycopg
+    except ImportError:
+        _pg_unavailable("psycopg is not installed (pip install 'ragdb[postgres]')")
+    try:
+        psycopg.connect(url, connect_timeout=10).close()
+    except psycopg.Error as e:
+        _pg_unavailable(f"cannot connect to RAGDB_TEST_PG: {type(e).__name__}")
+    yield url
+    if started and _CLUSTER.get("RAGDB_PG_CLUSTER_DIR"):
+        subprocess.run(["bash", str(_REPO / "scripts" / "pg-test-cluster"), "stop", _CLUSTER["RAGDB_PG_CLUSTER_DIR"]],
+                       capture_output=True, timeout=120)
+        _CLUSTER.clear()
+
+
+@pytest.fixture(scope="session")
+def pg_replica(pg_server):
+    """The URL of a hot-standby replica streaming from ``pg_server``."""
+    url = os.environ.get("RAGDB_TEST_PG_REPLICA") or _CLUSTER.get("RAGDB_TEST_PG_REPLICA")
+    if not url:
+        _pg_unavailable("RAGDB_TEST_PG_REPLICA names no replica")
+    return url
+
+
+def with_schema(url: str, schema: str) -> str:
+    """``url`` whose connections use ``schema`` (libpq options=-csearch_path=...)."""
+    return url + ("&" if "?" in url else "?") + "options=" + quote(f"-csearch_path={schema}", safe="")
+
+
+@pytest.fixture
+def pg_url(pg_server):
+    """A URL of an empty schema of its own on the test server (dropped afterwards): a new
+    ragdb database."""
+    import psycopg
+
+    schema = f"t_{uuid.uuid4().hex[:12]}"
+    with psycopg.connect(pg_server, autocommit=True) as conn:
+        conn.execute(f"CREATE SCHEMA {schema}")  # a generated name, not input
+    yield with_schema(pg_server, schema)
+    with psycopg.connect(pg_server, autocommit=True) as conn:
+        conn.execute(f"DROP SCHEMA IF EXISTS {schema} CASCADE")

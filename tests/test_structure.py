@@ -59,9 +59,11 @@ SQL_PATTERNS = (
     # a pragma ("PRAGMA foreign_keys = ON", "PRAGMA page_count")
     re.compile(r"\bPRAGMA\s+[a-z_]+"),
     # a whole string that is one bare transaction or maintenance statement
+    # (PostgreSQL's too: savepoint and table names computed, shown as "?"; session settings)
     re.compile(r"^\s*(?:BEGIN(?:\s+(?:IMMEDIATE|EXCLUSIVE|DEFERRED))?(?:\s+TRANSACTION)?|COMMIT|ROLLBACK"
-               r"(?:\s+TO\s+\w+)?|SAVEPOINT\s+\w+|RELEASE(?:\s+SAVEPOINT)?\s+\w+|VACUUM|ANALYZE|REINDEX"
-               r"|ATTACH\s.+|DETACH\s+\w+)\s*;?\s*$", re.S),
+               r"(?:\s+TO(?:\s+SAVEPOINT)?\s+[\w?]+)?|SAVEPOINT\s+[\w?]+|RELEASE(?:\s+SAVEPOINT)?\s+[\w?]+"
+               r"|VACUUM(?:\s+ANALYZE)?(?:\s+[\w?]+)?|ANALYZE|REINDEX|ATTACH\s.+|DETACH\s+\w+"
+               r"|SET\s+SESSION\s+CHARACTERISTICS\s.+)\s*;?\s*$", re.S),
 )
 EXECUTE_METHODS = {"execute", "executemany", "executescript"}
 

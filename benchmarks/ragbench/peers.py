@@ -377,6 +377,96 @@ class RankBm25Adapter(Adapter):
         pass
 
 
+def pg_url(folder: Path) -> str:
+    """The PostgreSQL database of a ``ragdb-pg`` index folder: a schema of its own, named
+    after the folder, on the server of $RAGDB_BENCH_PG (the postgres section starts one)."""
+    import hashlib
+    import os
+    from urllib.parse import quote
+
+    base = os.environ.get("RAGDB_BENCH_PG")
+    if not base:
+        raise RuntimeError("RAGDB_BENCH_PG names no PostgreSQL server (the postgres section sets it)")
+    schema = "bench_" + hashlib.sha256(str(folder.resolve()).encode()).hexdigest()[:16]
+    return base + ("&" if "?" in base else "?") + "options=" + quote(f"-csearch_path={schema}", safe="")
+
+
+def pg_schema(url: str) -> str:
+    from urllib.parse import parse_qs, unquote, urlsplit
+
+    return unquote(parse_qs(urlsplit(url).query)["options"][-1]).split("=", 1)[1]
+
+
+def pg_admin(sql: str) -> None:
+    """One statement on the bench server (schema creation and removal: generated names only)."""
+    import os
+
+    import psycopg
+
+    with psycopg.connect(os.environ["RAGDB_BENCH_PG"], autocommit=True) as conn:
+        conn.execute(sql)
+
+
+@system("ragdb-pg")
+class RagdbPgAdapter(RagdbAdapter):
+    """ragdb on PostgreSQL (the postgres section): the same calls as ``ragdb``, on a schema of
+    its own of the bench server; the index size is the schema's tables with indexes and TOAST."""
+
+    label = "ragdb on PostgreSQL"
+    storage: str | None = None  # how the postings' blobs are stored (ALTER COLUMN ...); None: as the schema has it
+
+    @classmethod
+    def build(cls, docs, folder: Path, lang: str) -> dict:
+        import ragdb
+
+        url = pg_url(folder)
+        schema = pg_schema(url)
+        pg_admin(f"DROP SCHEMA IF EXISTS {schema} CASCADE")
+        pg_admin(f"CREATE SCHEMA {schema}")
+        folder.mkdir(parents=True, exist_ok=True)
+        with ragdb.open(url) as db:
+            if cls.storage:
+                pg_admin(f"ALTER TABLE {schema}.postings ALTER COLUMN chunk_ids {cls.storage}, "
+                         f"ALTER COLUMN tfs {cls.storage}")
+            db.add_many(({"text": text, "source": doc_id} for doc_id, text in docs), chunker="none")
+        return {}
+
+    @classmethod
+    def open(cls, folder: Path, lang: str):
+        import ragdb
+
+        return ragdb.open(pg_url(folder))
+
+    @classmethod
+    def size(cls, folder: Path) -> int:
+        import ragdb
+
+        with ragdb.open(pg_url(folder), readonly=True) as db:
+            return db.stats().file_size
+
+    @staticmethod
+    def drop(folder: Path) -> None:
+        pg_admin(f"DROP SCHEMA IF EXISTS {pg_schema(pg_url(folder))} CASCADE")
+
+
+@system("ragdb-pg-external")
+class RagdbPgExternalAdapter(RagdbPgAdapter):
+    """ragdb on PostgreSQL with the postings' blobs stored uncompressed (EXTERNAL), to
+    measure the schema's choice of PostgreSQL's default (EXTENDED, pglz)."""
+
+    label = "ragdb on PostgreSQL, postings EXTERNAL (uncompressed)"
+    storage = "SET STORAGE EXTERNAL"
+
+
+@system("ragdb-pg-lz4")
+class RagdbPgLz4Adapter(RagdbPgAdapter):
+    """ragdb on PostgreSQL with the postings' blobs compressed with lz4 (PostgreSQL 14+
+    built with lz4) instead of pglz."""
+
+    label = "ragdb on PostgreSQL, postings lz4"
+    storage = "SET COMPRESSION lz4"
+
+
 # ==========================================================================
 # Which sections measure which systems (in this order: the tables' rows and the rounds' turns)
 # ==========================================================================

@@ -131,8 +131,43 @@ def migration_state(path: str) -> tuple[list[tuple[str, str]], list[str]]:
         conn.close()
 
 
+#: The per-collection tables a copy between databases moves (``ragdb.transfer.copy_database``),
+#: parents first, with their columns; every row is copied as it is, ids and sequence numbers too.
+COPY_TABLES: tuple[tuple[str, tuple[str, ...]], ...] = (
+    ("settings", ("key", "value")),
+    ("stats", ("id", "generation", "n_docs", "n_chunks", "total_length", "flushed_upto", "vocab_epoch",
+               "next_doc_id", "next_chunk_id", "flush_count")),
+    ("vector_stats", ("id", "epoch", "embedded_upto")),
+    ("documents", ("id", "source", "version", "timestamp", "ts", "valid_to", "latest", "content_hash", "metadata",
+                   "acl", "chunker", "added_at", "title", "text")),
+    ("chunks", ("id", "doc_id", "ordinal", "start", "end", "length", "latest", "metadata", "terms", "tfs", "text")),
+    ("vocabulary", ("id", "term", "df")),
+    ("postings", ("term_id", "segment", "n", "chunk_ids", "tfs")),
+    ("chunk_log", ("seq", "chunk_id", "state", "terms")),
+    ("doc_meta", ("doc_id", "key", "value", "num", "at")),
+    ("doc_acl", ("doc_id", "label")),
+    ("vectors", ("chunk_id", "vector", "text_hash")),
+    ("vector_log", ("seq", "chunk_id")),
+)
+#: The order rows of each copied table are read in (a unique key where the table has one).
+COPY_ORDER: dict[str, tuple[str, ...]] = {
+    "settings": ("key",), "stats": ("id",), "vector_stats": ("id",), "documents": ("id",), "chunks": ("id",),
+    "vocabulary": ("id",), "postings": ("term_id", "segment"), "chunk_log": ("seq",),
+    "doc_meta": ("doc_id", "key", "at", "num"), "doc_acl": ("doc_id", "label"), "vectors": ("chunk_id",),
+    "vector_log": ("seq",),
+}
+COPY_COLUMNS = dict(COPY_TABLES)
+
+
+def copy_columns(table: str, columns: Sequence[str]) -> str:
+    """The column list of a copied table: only the constant names of COPY_TABLES."""
+    if tuple(columns) != COPY_COLUMNS.get(table):
+        raise ValueError(f"not a copied table and its columns: {table} {columns}")
+    return ", ".join('"end"' if c == "end" else c for c in columns)
+
+
 # A chunk that is its whole document (no text copy, start 0) with no metadata of its own.
-_WHOLE = "(text IS NULL AND start = 0 AND ordinal = 0 AND metadata = '{}')"
+WHOLE_CHUNK = "(text IS NULL AND start = 0 AND ordinal = 0 AND metadata = '{}')"
 
 
 _DROPPED = re.compile(r"no such table: (?:main\.)?c(\d+)_")
@@ -183,6 +218,8 @@ class Store(VectorSQL):
     help. Taking the write lock up front makes a second writer wait instead.
     """
 
+    #: which database server holds the tables ("sqlite"; :class:`ragdb.storage.postgres.PgStore`: "postgresql")
+    backend = "sqlite"
     #: the collection this store reads and writes (see :mod:`ragdb.storage.collections`)
     collection_id = 0
     collection = _coll.DEFAULT
@@ -690,11 +727,11 @@ class Store(VectorSQL):
     def chunk_table(self) -> list[tuple[int, int, int, int, int]]:
         """(id, length, latest, doc id, whole) of every stored chunk; ``whole`` is 1 for a
         chunk that is its whole document without metadata of its own (see ``doc_hit_rows``)."""
-        return self.conn.execute(f"SELECT id, length, latest, doc_id, {_WHOLE} FROM chunks").fetchall()
+        return self.conn.execute(f"SELECT id, length, latest, doc_id, {WHOLE_CHUNK} FROM chunks").fetchall()
 
     def chunk_table_blocks(self, size: int = 8192) -> Iterator[list[tuple[int, int, int, int, int]]]:
         """``chunk_table`` in blocks of ``size`` rows."""
-        cur = self.conn.execute(f"SELECT id, length, latest, doc_id, {_WHOLE} FROM chunks")
+        cur = self.conn.execute(f"SELECT id, length, latest, doc_id, {WHOLE_CHUNK} FROM chunks")
         while rows := cur.fetchmany(size):
             yield rows
 
@@ -718,15 +755,15 @@ class Store(VectorSQL):
         chunk_terms: list[str] = []
         chunk_params: list[Any] = []
         for c in conditions:
-            if not per_chunk and _mentions_chunks(c):
+            if not per_chunk and mentions_chunks(c):
                 chunk_terms.append(_condition_sql(c, public_unlabeled, chunk_params))
             else:
                 where.append(_condition_sql(c, public_unlabeled, params))
         if chunk_terms:
-            where.append(f"EXISTS (SELECT 1 FROM chunks c WHERE c.doc_id = d.id AND {_balanced(chunk_terms, 'AND')})")
+            where.append(f"EXISTS (SELECT 1 FROM chunks c WHERE c.doc_id = d.id AND {balanced(chunk_terms, 'AND')})")
             params += chunk_params
-        if len(where) > 8:  # a filter of many keys: one balanced term (see _balanced)
-            where = [_balanced(where, "AND")]
+        if len(where) > 8:  # a filter of many keys: one balanced term (see balanced)
+            where = [balanced(where, "AND")]
         return where, params
 
     def filtered_chunk_ids(self, conditions: Sequence[Any], public_unlabeled: bool) -> list[int]:
@@ -955,7 +992,7 @@ class Store(VectorSQL):
 
     def chunks_since(self, after_id: int) -> list[tuple[int, int, int, int, bytes, bytes, int]]:
         """(id, length, latest, doc id, terms, tfs, whole) of chunks with id > after_id."""
-        return self.conn.execute(f"SELECT id, length, latest, doc_id, terms, tfs, {_WHOLE} FROM chunks "
+        return self.conn.execute(f"SELECT id, length, latest, doc_id, terms, tfs, {WHOLE_CHUNK} FROM chunks "
                                  f"WHERE id > ? ORDER BY id", [after_id]).fetchall()
 
     def finish_flush(self, flushed_upto: int) -> None:
@@ -1095,6 +1132,31 @@ class Store(VectorSQL):
         if block:
             yield block
 
+    # -- copying between databases (ragdb.transfer.copy_database) ---------------------
+    def table_rows(self, table: str, columns: Sequence[str]) -> Iterator[tuple[Any, ...]]:
+        """Every row of the per-collection ``table`` (one of :data:`COPY_TABLES`, with its
+        ``columns``), in :data:`COPY_ORDER`, streamed (call inside a read)."""
+        cols = copy_columns(table, columns)
+        order = ", ".join('"end"' if c == "end" else c for c in COPY_ORDER[table])
+        yield from self.conn.execute(f"SELECT {cols} FROM {table} ORDER BY {order}")
+
+    def insert_table_rows(self, table: str, columns: Sequence[str], rows: Iterable[Sequence[Any]]) -> int:
+        """Insert rows that :meth:`table_rows` of either backend read (in a write transaction);
+        returns how many."""
+        cols = copy_columns(table, columns)
+        batch = [tuple(r) for r in rows]
+        if batch:
+            self.conn.executemany(f"INSERT INTO {table} ({cols}) VALUES ({','.join('?' * len(columns))})", batch)
+        return len(batch)
+
+    def clear_table(self, table: str) -> None:
+        """Delete every row of a copied table (the target's initial rows, before a copy)."""
+        copy_columns(table, COPY_COLUMNS.get(table, ()))
+        self.conn.execute(f"DELETE FROM {table}")
+
+    def finish_copy(self) -> None:
+        """After a copy into this collection (SQLite's rowids continue by themselves)."""
+
     def chunk_texts(self, after_doc: int, upto_doc: int) -> list[tuple[int, int, Any, Any, str, bytes | None]]:
         """(id, doc id, start, end, typeof text, text as bytes or None) of the chunks of the
         documents with after_doc < id <= upto_doc, by document then chunk id."""
@@ -1106,22 +1168,22 @@ class Store(VectorSQL):
 _COMPARE = {"gt": ">", "ge": ">=", "lt": "<", "le": "<="}  # ragdb.filters' range names -> SQL
 
 
-def _mentions_chunks(c: Any) -> bool:
+def mentions_chunks(c: Any) -> bool:
     """Whether a condition (or one inside it) is on the chunk's text."""
-    return c.kind == "contains" or (c.kind in ("and", "or", "not") and any(_mentions_chunks(x) for x in c.values))
+    return c.kind == "contains" or (c.kind in ("and", "or", "not") and any(mentions_chunks(x) for x in c.values))
 
 
 _DOC_SETS = ("meta", "tags", "value")  # conditions that are a set of document ids from doc_meta
 _MAX_INTERSECT = 100  # SQLite allows 500 terms in a compound SELECT
 
 
-def _balanced(parts: Sequence[str], op: str) -> str:
+def balanced(parts: Sequence[str], op: str) -> str:
     """``(a OP b OP ...)`` nested as a balanced tree: SQLite refuses expressions deeper
     than 1000, which a left-deep chain of a long ``$or`` list would be."""
     if len(parts) <= 8:
         return "(" + f" {op} ".join(parts) + ")"
     mid = len(parts) // 2
-    return f"({_balanced(parts[:mid], op)} {op} {_balanced(parts[mid:], op)})"
+    return f"({balanced(parts[:mid], op)} {op} {balanced(parts[mid:], op)})"
 
 
 def _doc_set_sql(c: Any, params: list[Any]) -> str:
@@ -1156,7 +1218,7 @@ def _condition_sql(c: Any, public_unlabeled: bool, params: list[Any]) -> str:
     if kind in ("and", "or"):
         if not vals:
             return "1" if kind == "and" else "0"
-        return _balanced([_condition_sql(x, public_unlabeled, params) for x in c.values], kind.upper())
+        return balanced([_condition_sql(x, public_unlabeled, params) for x in c.values], kind.upper())
     if kind == "not":
         return f"NOT ({_condition_sql(c.values[0], public_unlabeled, params)})"
     if kind in _DOC_SETS:

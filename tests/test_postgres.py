@@ -1,0 +1,652 @@
+"""The PostgreSQL backend: the same knowledge base on a PostgreSQL server.
+
+Every test here but the first few (which need no server) runs against a real
+server (conftest.py's ``pg_server``: RAGDB_TEST_PG, or a throwaway cluster from
+scripts/pg-test-cluster), each in a schema of its own; without one they skip,
+saying why (under CI=true they fail).
+"""
+
+from __future__ import annotations
+
+import json
+import multiprocessing
+import os
+import re
+import sqlite3
+import subprocess
+import sys
+import time
+import uuid
+
+import pytest
+from hypothesis import HealthCheck, given, settings, strategies as st
+
+import ragdb
+from ragdb.errors import DatabaseBusy, NotADatabase, RagdbError, StorageError
+from ragdb.storage import Store, is_postgres, redact
+from ragdb.storage.backend import glob_regex, password_of
+
+from cli_helpers import cli, out_json, run
+from conftest import with_schema
+
+EXAMPLES = int(os.environ.get("RAGDB_HYPOTHESIS_EXAMPLES", "60"))
+
+
+# -- no server needed -------------------------------------------------------------------------
+
+@pytest.mark.parametrize("path, pg", [
+    ("postgresql://app@db.internal/kb", True), ("postgres://app:pw@h:5433/kb?sslmode=require", True),
+    ("POSTGRESQL://h/kb", True), ("postgresql://", True), ("service=kb", True), ("host=h dbname=kb", True),
+    (" dbname = kb", True), ("kb.db", False), ("./service=kb", False), (":memory:", False),
+    ("/tmp/postgresql/kb.db", False), ("postgresql.db", False),
+])
+def test_backend_is_chosen_by_the_path(path, pg):
+    assert is_postgres(path) is pg
+
+
+@pytest.mark.parametrize("path, shown", [
+    ("postgresql://app:s3cr%40t@db.internal:5432/kb", "postgresql://app:***@db.internal:5432/kb"),
+    ("postgresql://app@db.internal/kb", "postgresql://app@db.internal/kb"),
+    ("postgresql://db/kb?user=app&password=s3cr3t&sslmode=require",
+     "postgresql://db/kb?user=app&password=***&sslmode=require"),
+    ("host=db user=app password=s3cr3t dbname=kb", "host=db user=app password=*** dbname=kb"),
+    ("host=db password='s3 cr\\'et' dbname=kb", "host=db password=*** dbname=kb"),
+    ("service=kb", "service=kb"),
+    ("kb.db", "kb.db"),
+])
+def test_passwords_are_redacted(path, shown):
+    assert redact(path) == shown
+    secret = password_of(path)
+    if secret:
+        assert secret not in redact(path)
+
+
+def _sqlite_glob(pattern: str, text: str) -> bool:
+    conn = sqlite3.connect(":memory:")
+    try:
+        return bool(conn.execute("SELECT ? GLOB ?", [text, pattern]).fetchone()[0])
+    finally:
+        conn.close()
+
+
+GLOB_CHARS = st.sampled_from(list("ab-]^[*?.\\$()|+{}/ é中") + ["\n"])
+
+
+@settings(max_examples=400, deadline=None)
+@given(pattern=st.text(GLOB_CHARS, max_size=8), text=st.text(st.sampled_from(list("ab-]^[.\\/ é中\n*?")), max_size=6))
+def test_glob_regex_matches_exactly_what_sqlite_glob_matches(pattern, text):
+    """The translation of a GLOB pattern (PostgreSQL's ``~``) accepts exactly the strings
+    SQLite's GLOB does. Python's ``re`` reads the escapes and classes it emits the same way."""
+    regex = glob_regex(pattern)
+    # PostgreSQL's $ is the end of the string and its . matches a newline: Python's \Z, DOTALL
+    ours = regex is not None and re.search(regex[:-1] + r"\Z", text, re.DOTALL) is not None
+    assert ours == _sqlite_glob(pattern, text), (pattern, text, regex)
+
+
+def test_glob_regex_on_postgres_matches_sqlite_glob(pg_server):
+    """The same on the server: PostgreSQL's ``~`` with the translation, against SQLite's GLOB,
+    on many patterns and strings at once."""
+    import random
+
+    import psycopg
+
+    rnd = random.Random(7)
+    alphabet = list("ab-]^[*?.\\$()|+{}/ é中\n")
+    pairs = [("".join(rnd.choice(alphabet) for _ in range(rnd.randint(0, 7))),
+              "".join(rnd.choice("ab-]^[./ é中\n*?") for _ in range(rnd.randint(0, 6)))) for _ in range(3000)]
+    pairs += [("docs/*", "docs/a.md"), ("[]]", "]"), ("[^]]", "a"), ("[a-]", "-"), ("[z-a]", "b"), ("a[", "a[")]
+    want = [_sqlite_glob(p, t) for p, t in pairs]
+    with psycopg.connect(pg_server) as conn:
+        got = [bool(r[0]) for r in conn.execute(
+            "SELECT t ~ r FROM unnest(%s::text[], %s::text[]) WITH ORDINALITY AS x(t, r, i) ORDER BY i",
+            [[t for _, t in pairs], [glob_regex(p) or "[^\\s\\S]" for p, _ in pairs]])]
+    bad = [(p, t) for (p, t), a, b in zip(pairs, want, got) if a != b]
+    assert not bad, bad[:5]
+
+
+def test_every_store_method_is_overridden_or_plain_sql():
+    """PgStore inherits only methods whose SQL is plain (runs on PostgreSQL unchanged through
+    PgConnection): a new Store method must be added to one list or the other, or this fails."""
+    from ragdb.storage.postgres import PLAIN_SQL, PgStore
+
+    methods = {name for cls in Store.__mro__[:-1] for name, v in vars(cls).items()
+               if callable(v) or isinstance(v, (property, staticmethod))}
+    methods -= {n for n in methods if n.startswith("__")}
+    overridden = set(vars(PgStore))
+    inherited = methods - overridden
+    assert inherited == set(PLAIN_SQL), (sorted(inherited - set(PLAIN_SQL)), sorted(set(PLAIN_SQL) - inherited))
+
+
+def test_missing_driver_is_named(monkeypatch):
+    import builtins
+
+    real = builtins.__import__
+
+    def fake(name, *args, **kwargs):
+        if name.startswith("psycopg"):
+            raise ImportError(name)
+        return real(name, *args, **kwargs)
+
+    monkeypatch.setattr(builtins, "__import__", fake)
+    with pytest.raises(ragdb.errors.MissingDependency, match=r"ragdb\[postgres\]"):
+        ragdb.open("postgresql://nobody@127.0.0.1:1/none")
+
+
+# -- one database, the same results -------------------------------------------------------------
+
+def test_basic_round_trip_and_migrations_recorded(pg_url):
+    with ragdb.open(pg_url) as db:
+        d = db.add("The cat sat on the mat.", source="a.md", metadata={"lang": "en"}, acl=["staff"])
+        assert [h.source for h in db.search("cat", principals=["staff"])] == ["a.md"]
+        assert db.search("cat") == []  # labelled for staff only
+        assert db.get(d.id, principals=ragdb.ALL).source == "a.md"
+        assert db.check() == []
+        assert db._store.backend == "postgresql"
+    import psycopg
+
+    with psycopg.connect(pg_url) as conn:
+        names = [r[0] for r in conn.execute("SELECT name FROM ragdb_migrations ORDER BY id")]
+    from ragdb.storage.postgres import pg_migration_files
+
+    assert names == [p.stem for p in pg_migration_files()] and names[0] == "0001_initial"
+    with ragdb.open(pg_url) as db:  # opening again applies nothing, finds everything
+        assert db.count(principals=ragdb.ALL) == 1
+
+
+def test_open_rules(pg_url, pg_server):
+    with pytest.raises(NotADatabase, match="no ragdb database"):
+        ragdb.open(pg_url, create=False)
+    with pytest.raises(NotADatabase, match="no ragdb database"):
+        ragdb.open(pg_url, readonly=True)
+    with ragdb.open(pg_url, analyzer="simple") as db:
+        db.add("hello world", source="h")
+    with pytest.raises(ragdb.errors.AnalyzerMismatch):
+        ragdb.open(pg_url, analyzer="jieba")
+    with ragdb.open(pg_url, readonly=True) as ro:
+        assert ro.count() == 1
+        with pytest.raises(StorageError, match="read-only"):
+            ro.add("more", source="m")
+    import psycopg
+
+    schema = f"t_{uuid.uuid4().hex[:12]}"
+    with psycopg.connect(pg_server, autocommit=True) as conn:
+        conn.execute(f"CREATE SCHEMA {schema}")
+        conn.execute(f"CREATE TABLE {schema}.documents (id int)")
+    try:
+        with pytest.raises(NotADatabase, match="no ragdb schema"):
+            ragdb.open(with_schema(pg_server, schema))
+    finally:
+        with psycopg.connect(pg_server, autocommit=True) as conn:
+            conn.execute(f"DROP SCHEMA {schema} CASCADE")
+
+
+SOURCES = [f"docs/{n}.md" for n in ("a", "b", "c")] + ["notes/x.txt", "notes/y.txt", "中文/z.md"]
+WORDS = ["retrieval", "augmented", "generation", "cat", "mat", "检索", "增强", "生成", "知识库", "index",
+         "vector", "evidence"]
+scalars = st.sampled_from(["u", "v", "2024-05-01", "2024-06-01T12:00:00Z", 1, 2, 2.5, 1.0, 0, True, False, -3])
+meta_values = st.one_of(scalars, st.lists(scalars, max_size=3))
+metas = st.dictionaries(st.sampled_from(["k", "m", "tags", "day"]), meta_values, max_size=3)
+acls = st.lists(st.sampled_from(["p", "q", "r"]), max_size=2, unique=True)
+texts = st.lists(st.sampled_from(WORDS), min_size=1, max_size=14).map(" ".join)
+timestamps = st.sampled_from(["2024-01-01T00:00:00Z", "2024-03-01T00:00:00Z", "2024-06-01T00:00:00Z",
+                              "2025-01-01T00:00:00Z"])
+ops = st.lists(st.one_of(
+    st.tuples(st.just("add"), st.sampled_from(SOURCES), texts, metas, acls, timestamps,
+              st.sampled_from([None, "1", "2"])),
+    st.tuples(st.just("delete_id"), st.integers(0, 30)),
+    st.tuples(st.just("delete_source"), st.sampled_from(SOURCES + ["docs/*", "notes/[xy].txt", "*"])),
+    st.tuples(st.just("delete_filter"), st.sampled_from([{"k": "u"}, {"m": {"$gt": 1}}, {"tags": 2.5}])),
+    st.tuples(st.just("update"), st.integers(0, 30), metas, st.one_of(st.none(), acls)),
+    st.tuples(st.just("embed")),
+    st.tuples(st.just("optimize")),
+), max_size=22)
+
+FILTERS = [None, {"k": "u"}, {"k": 1}, {"k": True}, {"tags": ["u", 2]}, {"m": {"$gte": 1, "$lt": 2.5}},
+           {"day": {"$gte": "2024-05-15"}}, {"source": "docs/*"}, {"source": "notes/[x].txt"},
+           {"k": {"$exists": False}}, {"$or": [{"k": "v"}, {"m": {"$ne": 2}}]}, {"$contains": "cat"},
+           {"version": "2"}, {"timestamp": {"$lt": "2024-06-01"}}, {"k": {"$in": [0, "u", 2.5]}},
+           {"m": {"$not": {"$gt": 0}}}]
+PRINCIPALS = [ragdb.ALL, None, ["p"], ["q", "r"]]
+QUERIES = ["retrieval generation", "检索增强", "cat mat evidence", "知识库 vector index", "absent"]
+
+
+OPERATOR_QUERIES = ['"retrieval augmented"', "retrieval -generation", "retriev* +index", "indx~ 检索",
+                    'title:retrieval', '"检索增强" OR vector', "lang:en retrieval"]
+
+
+def fingerprint(hits):
+    return [(h.chunk_id, h.doc_id, h.source, h.version, h.timestamp, h.start, h.end, h.text, h.metadata)
+            for h in hits]
+
+
+def assert_same_hits(a, b):
+    assert fingerprint(a) == fingerprint(b)
+    for x, y in zip(a, b):
+        assert abs(x.score - y.score) <= 1e-9, (x, y)
+
+
+def apply(db, op):
+    kind = op[0]
+    if kind == "add":
+        _, source, text, meta, acl, ts, version = op
+        db.add(text, source=source, metadata=meta, acl=acl, timestamp=ts, version=version)
+    elif kind == "delete_id":
+        ids = [d.id for d in db.documents(versions="all", principals=ragdb.ALL)]
+        if ids:
+            db.delete(ids[op[1] % len(ids)])
+    elif kind == "delete_source":
+        db.delete(source=op[1], glob=any(c in op[1] for c in "*[?"))
+    elif kind == "delete_filter":
+        db.delete(filter=op[1])
+    elif kind == "update":
+        ids = [d.id for d in db.documents(versions="all", principals=ragdb.ALL)]
+        if ids:
+            db.update(ids[op[1] % len(ids)], metadata=op[2], acl=op[3])
+    elif kind == "embed":
+        db.embed("hash:32")
+    else:
+        db.optimize(vacuum=False)
+
+
+def compare(lite, pg):
+    for q in QUERIES:
+        for flt in FILTERS:
+            for who in PRINCIPALS:
+                assert_same_hits(lite.search(q, k=8, filter=flt, principals=who),
+                                 pg.search(q, k=8, filter=flt, principals=who))
+        assert_same_hits(lite.search(q, k=8, scorer="tfidf", principals=ragdb.ALL, versions="all"),
+                         pg.search(q, k=8, scorer="tfidf", principals=ragdb.ALL, versions="all"))
+        assert_same_hits(lite.search(q, k=5, as_of="2024-04-01", principals=ragdb.ALL),
+                         pg.search(q, k=5, as_of="2024-04-01", principals=ragdb.ALL))
+    for q in OPERATOR_QUERIES:  # the query language: phrases, exclusions, prefixes, fuzzy words, fields
+        assert_same_hits(lite.search(q, k=8, principals=ragdb.ALL), pg.search(q, k=8, principals=ragdb.ALL))
+        assert lite.query_plan(q) == pg.query_plan(q)
+    for q in QUERIES:
+        if lite.vector_info().vectors:
+            for scorer in ("vector", "hybrid"):
+                assert_same_hits(lite.search(q, k=6, scorer=scorer, principals=ragdb.ALL),
+                                 pg.search(q, k=6, scorer=scorer, principals=ragdb.ALL))
+    for flt in FILTERS:
+        for who in PRINCIPALS:
+            assert [(d.id, d.source, d.version, d.timestamp, d.metadata, d.acl, d.chunk_count, d.latest)
+                    for d in lite.documents(filter=flt, principals=who, versions="all")] == \
+                [(d.id, d.source, d.version, d.timestamp, d.metadata, d.acl, d.chunk_count, d.latest)
+                 for d in pg.documents(filter=flt, principals=who, versions="all")]
+            assert lite.count(filter=flt, principals=who) == pg.count(filter=flt, principals=who)
+    for field in ("k", "tags", "day", "source", "version"):
+        for q in (None, "retrieval cat"):
+            assert lite.facets(field, q, principals=ragdb.ALL) == pg.facets(field, q, principals=ragdb.ALL)
+    sl, sp = lite.stats(), pg.stats()
+    assert (sl.documents, sl.chunks, sl.vocabulary, sl.postings, sl.avg_chunk_length, sl.stored_documents,
+            sl.stored_chunks, sl.pending_chunks, sl.segments) == \
+        (sp.documents, sp.chunks, sp.vocabulary, sp.postings, sp.avg_chunk_length, sp.stored_documents,
+         sp.stored_chunks, sp.pending_chunks, sp.segments)
+    assert lite.vector_info() == pg.vector_info()
+
+
+@settings(max_examples=EXAMPLES, deadline=None,
+          suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture])
+@given(ops=ops, chunker=st.sampled_from(["none", "window:size=6,overlap=2"]), keep=st.booleans(),
+       public=st.booleans())
+def test_postgres_answers_exactly_like_sqlite(pg_server, ops, chunker, keep, public):
+    """One random sequence of adds, replaces, deletes (by id, source, pattern and filter),
+    metadata/label updates, versions, embeddings and optimizes, run against SQLite and
+    PostgreSQL: every search (BM25, TF-IDF, vector, hybrid; filters, principals, versions,
+    as_of) returns the same hits in the same order with scores within 1e-9, and listings,
+    counts, facets, statistics and check() agree."""
+    import psycopg
+
+    schema = f"t_{uuid.uuid4().hex[:12]}"
+    with psycopg.connect(pg_server, autocommit=True) as conn:
+        conn.execute(f"CREATE SCHEMA {schema}")
+    try:
+        kw = {"chunker": chunker, "keep_versions": keep, "public_unlabeled": public}
+        with ragdb.open(":memory:", **kw) as lite, ragdb.open(with_schema(pg_server, schema), **kw) as pg:
+            for op in ops:
+                results = []
+                for db in (lite, pg):
+                    try:
+                        apply(db, op)
+                        results.append(None)
+                    except RagdbError as e:
+                        results.append(type(e))
+                assert results[0] == results[1], op
+            compare(lite, pg)
+            assert lite.check() == [] and pg.check() == []
+    finally:
+        with psycopg.connect(pg_server, autocommit=True) as conn:
+            conn.execute(f"DROP SCHEMA {schema} CASCADE")
+
+
+def test_collections_on_postgres(pg_url):
+    with ragdb.open(pg_url) as db:
+        zh = db.collection("中文", analyzer="jieba", chunker="none")
+        db.add("the cat sat on the mat", source="en.md")
+        zh.add("检索增强生成是一种技术", source="zh.md")
+        assert [h.source for h in db.search("检索")] == []
+        assert [h.source for h in zh.search("检索")] == ["zh.md"]
+        assert [c.name for c in db.collections()] == ["default", "中文"]
+        assert db.check() == [] and zh.check() == []
+        with db.transaction():  # one transaction spans collections
+            db.add("dogs", source="d.md")
+            zh.add("狗", source="g.md")
+        assert db.count() == 2 and zh.count() == 2
+    with ragdb.open(pg_url, collection="中文") as zh:
+        assert zh.count() == 2
+    with ragdb.open(pg_url) as db:
+        db.drop_collection("中文")
+        assert [c.name for c in db.collections()] == ["default"]
+        with pytest.raises(ragdb.errors.CollectionNotFound):
+            ragdb.open(pg_url, collection="中文", create=False)
+
+
+def test_nul_characters_are_an_input_error(pg_url):
+    with ragdb.open(pg_url) as db:
+        with pytest.raises(ragdb.errors.InvalidInput, match="NUL"):
+            db.add("a\x00b", source="n")
+        assert db.count() == 0 and db.check() == []
+
+
+def test_a_transaction_rolls_back_whole(pg_url):
+    with ragdb.open(pg_url) as db:
+        db.add("kept", source="k")
+        with pytest.raises(RuntimeError), db.transaction():
+            db.add("gone", source="g")
+            raise RuntimeError("boom")
+        assert [d.source for d in db.documents()] == ["k"] and db.check() == []
+
+
+# -- credentials ------------------------------------------------------------------------------------
+
+def test_credentials_never_appear(pg_server, pg_url, runner, tmp_path):
+    """The password of the URL is used (the server asks for it) but never shown: not in
+    db.path, repr, stats, errors (wrong password, missing database) or CLI output."""
+    from urllib.parse import urlsplit
+
+    secret = urlsplit(pg_server).password
+    assert secret, "the test server's URL carries a password"
+    with ragdb.open(pg_url) as db:
+        db.add("the cat", source="c")
+        shown = [db.path, repr(db), str(db.stats()), str(db.collections())]
+    assert all(secret not in s for s in shown) and "***" in db.path
+    wrong = pg_url.replace(f":{secret}@", ":not-the-password@")
+    with pytest.raises(StorageError) as err:
+        ragdb.open(wrong, busy_timeout=5)
+    assert "not-the-password" not in str(err.value) and secret not in str(err.value)
+    assert "password authentication failed" in str(err.value)
+    missing = pg_server.rsplit("/", 1)[0] + "/no_such_db"
+    with pytest.raises(StorageError) as err:
+        ragdb.open(missing, busy_timeout=5)
+    assert secret not in str(err.value) and "no_such_db" in str(err.value)
+    for args in (["-d", pg_url, "stats", "--json"], ["-d", pg_url, "search", "cat"],
+                 ["-d", wrong, "search", "cat"], ["-d", pg_url, "init", "--json"],
+                 ["-d", pg_url, "migrate", "--list", "--json"]):
+        result = runner.invoke(cli, args)
+        assert secret not in result.output and "not-the-password" not in result.output, args
+
+
+def test_pg_environment_variables_and_service_files(pg_server, pg_url, tmp_path, monkeypatch):
+    """libpq's PG* variables and service files work as for psql: a bare URL, or service=NAME."""
+    from urllib.parse import parse_qs, unquote, urlsplit
+
+    parts = urlsplit(pg_url)
+    options = unquote(parse_qs(parts.query)["options"][0])
+    with ragdb.open(pg_url) as db:
+        db.add("environment", source="e")
+    monkeypatch.setenv("PGHOST", parts.hostname)
+    monkeypatch.setenv("PGPORT", str(parts.port))
+    monkeypatch.setenv("PGUSER", parts.username)
+    monkeypatch.setenv("PGPASSWORD", parts.password)
+    monkeypatch.setenv("PGDATABASE", parts.path.lstrip("/"))
+    monkeypatch.setenv("PGOPTIONS", options)
+    with ragdb.open("postgresql://", readonly=True) as db:
+        assert [h.source for h in db.search("environment")] == ["e"]
+    for var in ("PGHOST", "PGPORT", "PGUSER", "PGPASSWORD", "PGDATABASE", "PGOPTIONS"):
+        monkeypatch.delenv(var)
+    service = tmp_path / "pg_service.conf"
+    service.write_text(f"[kb]\nhost={parts.hostname}\nport={parts.port}\nuser={parts.username}\n"
+                       f"password={parts.password}\ndbname={parts.path.lstrip('/')}\noptions={options}\n")
+    monkeypatch.setenv("PGSERVICEFILE", str(service))
+    with ragdb.open("service=kb", readonly=True) as db:
+        assert db.count() == 1 and db.path == "service=kb"
+
+
+# -- many processes --------------------------------------------------------------------------------
+
+def _writer(url: str, worker: int, rounds: int, queue) -> None:
+    try:
+        with ragdb.open(url) as db:
+            for i in range(rounds):
+                words = " ".join(["shared", f"w{worker}", f"r{i}"] + ["filler"] * (i % 7))
+                db.add(f"{words}\n\n{words} part two\n\n{words} part three", source=f"w{worker}/{i % 5}.md",
+                       metadata={"worker": worker, "i": i}, chunker="paragraph")
+                if i % 4 == 3:
+                    db.delete(source=f"w{worker}/{(i + 2) % 5}.md")
+                if i % 9 == 8:
+                    db.optimize(vacuum=False)
+        queue.put(("ok", worker))
+    except BaseException as e:  # reported to the test
+        queue.put(("error", f"{type(e).__name__}: {e}"))
+
+
+def _reader(url: str, seconds: float, queue) -> None:
+    """Searches while the writers write: every document it sees is whole (all three chunks)."""
+    try:
+        seen = 0
+        with ragdb.open(url, readonly=True) as db:
+            deadline = time.monotonic() + seconds
+            while time.monotonic() < deadline:
+                hits = db.search("shared part", k=200)
+                by_doc: dict[int, int] = {}
+                for h in hits:
+                    by_doc[h.doc_id] = by_doc.get(h.doc_id, 0) + 1
+                docs = {d.id: d.chunk_count for d in db.documents()}
+                for doc_id, n in by_doc.items():
+                    if n != 3 or docs.get(doc_id, 3) != 3:
+                        queue.put(("error", f"document {doc_id}: {n} of its chunks found, listed {docs.get(doc_id)}"))
+                        return
+                seen += len(hits)
+        queue.put(("ok", seen))
+    except BaseException as e:
+        queue.put(("error", f"{type(e).__name__}: {e}"))
+
+
+def test_concurrent_writer_processes_keep_df_and_n_exact(pg_url):
+    """Four writer processes add, replace, delete and optimize one knowledge base at once
+    while a reader searches: nobody deadlocks or fails, the reader sees whole documents
+    only, and afterwards every statistic and document frequency equals a recount
+    (check()) and search equals a fresh SQLite build of the surviving documents."""
+    with ragdb.open(pg_url) as db:
+        db.add("seed", source="seed.md")
+    ctx = multiprocessing.get_context("spawn")
+    queue = ctx.Queue()
+    procs = [ctx.Process(target=_writer, args=(pg_url, w, 24, queue)) for w in range(4)]
+    procs.append(ctx.Process(target=_reader, args=(pg_url, 6.0, queue)))
+    for p in procs:
+        p.start()
+    results = [queue.get(timeout=300) for _ in procs]
+    for p in procs:
+        p.join(timeout=60)
+    assert all(r[0] == "ok" for r in results), results
+    with ragdb.open(pg_url) as db:
+        assert db.check() == []
+        records = list(db.records(principals=ragdb.ALL))
+        with ragdb.open(":memory:") as fresh:
+            for r in records:
+                fresh.add(r["text"], source=r["source"], metadata=r["metadata"], timestamp=r["timestamp"],
+                          chunker="paragraph")
+            for q in ("shared part two", "w1 r3 filler", "w2 part three"):
+                a, b = db.search(q, k=30), fresh.search(q, k=30)
+                assert [(h.source, h.start) for h in a] == [(h.source, h.start) for h in b]
+                assert all(abs(x.score - y.score) <= 1e-9 for x, y in zip(a, b))
+        assert db.count() == len(records)
+
+
+def test_a_writer_waits_for_the_lock_then_busy(pg_url):
+    """A second writer waits for the collection's lock; past busy_timeout it is DatabaseBusy."""
+    with ragdb.open(pg_url) as a, ragdb.open(pg_url, busy_timeout=0.5) as b:
+        a.add("one", source="1")
+        with a.transaction():
+            a.add("two", source="2")
+            with pytest.raises(DatabaseBusy, match="busy timeout"):
+                b.add("three", source="3")
+            assert b.count() == 1  # readers do not wait, and see committed writes only
+        b.add("three", source="3")
+        assert a.count() == 3 and a.check() == []
+
+
+def test_a_reader_cache_follows_other_writers(pg_url):
+    """A reader's in-memory index (generation counter) follows another process's writes."""
+    with ragdb.open(pg_url) as reader:
+        reader.add("alpha beta", source="a")
+        assert [h.source for h in reader.search("alpha")] == ["a"]
+        code = ("import ragdb, sys\nwith ragdb.open(sys.argv[1]) as db:\n"
+                "    db.add('alpha gamma alpha', source='b')\n    db.delete(source='a')\n    db.optimize()\n")
+        subprocess.run([sys.executable, "-c", code, pg_url], check=True, timeout=120)
+        assert [h.source for h in reader.search("alpha")] == ["b"]
+        assert reader.stats().documents == 1 and reader.check() == []
+
+
+def test_a_broken_connection_is_replaced(pg_url, pg_server):
+    """A connection the server dropped (a restart, a failover: here its backend is
+    terminated) is tested before the next transaction uses it and replaced."""
+    import psycopg
+
+    with ragdb.open(pg_url) as db:
+        db.add("survives reconnects", source="r")
+        db._store.shared.check_after = 0.0  # test every checkout (the default: after 2 s idle)
+        for _ in range(2):
+            pid = db._store.pg.run("SELECT pg_backend_pid()").fetchone()[0]
+            with psycopg.connect(pg_server, autocommit=True) as admin:
+                assert admin.execute("SELECT pg_terminate_backend(%s)", [pid]).fetchone()[0]
+            assert [h.source for h in db.search("reconnects")] == ["r"]
+            db.add("and writes too", source=f"w{_}")
+        assert db.count() == 3 and db.check() == []
+
+
+# -- replica ----------------------------------------------------------------------------------------
+
+def test_a_replica_reader_catches_up_with_the_primary(pg_server, pg_replica):
+    """A reader on the hot-standby replica sees each write made on the primary once the
+    replica has replayed it (waited for by WAL position, not by time)."""
+    import psycopg
+
+    schema = f"t_{uuid.uuid4().hex[:12]}"
+    with psycopg.connect(pg_server, autocommit=True) as conn:
+        conn.execute(f"CREATE SCHEMA {schema}")
+    primary_url, replica_url = with_schema(pg_server, schema), with_schema(pg_replica, schema)
+
+    def caught_up() -> None:
+        with psycopg.connect(pg_server, autocommit=True) as p:
+            lsn = p.execute("SELECT pg_current_wal_insert_lsn()").fetchone()[0]
+        with psycopg.connect(pg_replica, autocommit=True) as r:
+            for _ in range(600):
+                if r.execute("SELECT pg_last_wal_replay_lsn() >= %s::pg_lsn", [lsn]).fetchone()[0]:
+                    return
+                time.sleep(0.05)
+        raise AssertionError("the replica did not replay the primary's WAL")
+
+    try:
+        with ragdb.open(primary_url) as primary:
+            primary.add("replicated knowledge", source="r1")
+            caught_up()
+            with ragdb.open(replica_url, readonly=True) as replica:
+                assert [h.source for h in replica.search("knowledge")] == ["r1"]
+                with pytest.raises(StorageError, match="read-only"):
+                    replica.add("x", source="x")
+                primary.add("more replicated knowledge knowledge", source="r2")
+                primary.delete(source="r1")
+                caught_up()
+                assert [h.source for h in replica.search("knowledge")] == ["r2"]  # the cached index followed
+                assert_same_hits(replica.search("replicated"), primary.search("replicated"))
+                assert replica.check() == []
+    finally:
+        with psycopg.connect(pg_server, autocommit=True) as conn:
+            conn.execute(f"DROP SCHEMA {schema} CASCADE")
+
+
+# -- copy ---------------------------------------------------------------------------------------------
+
+def _fill(db):
+    db.add("retrieval augmented generation with evidence", source="a.md", version="1",
+           timestamp="2024-01-01T00:00:00Z", metadata={"lang": "en", "n": 1.5, "ok": True, "tags": ["x", 2]},
+           acl=["staff"])
+    db.add("retrieval augmented generation, second edition", source="a.md", version="2",
+           timestamp="2024-02-01T00:00:00Z", metadata={"lang": "en", "day": "2024-02-01"}, acl=["staff"])
+    db.add("检索增强生成 知识库", source="zh.md", metadata={"lang": "zh"}, timestamp="2024-03-01T00:00:00Z")
+    from ragdb.types import Span
+
+    text = "Intro\n\nintro text here\n\nUsage\n\nusage text here"
+    db.add(text, source="doc.md", chunker="paragraph",
+           spans=(Span(0, 24, {"section": "Intro"}), Span(24, len(text), {"section": "Usage"})))
+    db.delete(source="zh.md")
+    db.add("检索增强生成 知识库 again", source="zh.md", metadata={"lang": "zh"})
+    db.embed("hash:16")
+    db.add("one more without a vector", source="pending.md")
+
+
+def _snapshot(db):
+    searches = [fingerprint(db.search(q, k=10, principals=ragdb.ALL, versions=v, scorer=s))
+                for q in ("retrieval generation", "检索", "text") for v in ("latest", "all")
+                for s in ("bm25", "tfidf")]
+    if db.vector_info().vectors:
+        searches.append(fingerprint(db.search("retrieval", scorer="vector", principals=ragdb.ALL)))
+    docs = [(d.id, d.source, d.version, d.timestamp, d.metadata, d.acl, d.latest, d.chunk_count, d.content_hash)
+            for d in db.documents(versions="all", principals=ragdb.ALL)]
+    settings = {k: v for k, v in db.settings.items() if k != "embedding"}  # vector_info has the model
+    return searches, docs, db.vector_info(), settings
+
+
+@pytest.mark.parametrize("direction", ["sqlite-to-postgres", "postgres-to-sqlite"])
+def test_copy_between_backends(pg_url, tmp_path, direction):
+    """ragdb.copy_database moves every collection with ids, versions, timestamps, labels,
+    metadata and vectors: check() passes on the target and every search matches."""
+    lite = str(tmp_path / "kb.db")
+    src, dst = (lite, pg_url) if direction == "sqlite-to-postgres" else (pg_url, lite)
+    with ragdb.open(src, keep_versions=True) as db:
+        _fill(db)
+        other = db.collection("other", analyzer="simple")
+        other.add("alpha beta gamma", source="o.md", metadata={"k": 1})
+        want = _snapshot(db), _snapshot(other)
+    report = ragdb.copy_database(src, dst)
+    assert [(c.name, c.documents) for c in report.collections] == [("default", 4), ("other", 1)]
+    with ragdb.open(dst) as db:
+        assert db.check() == []
+        other = db.collection("other", create=False)
+        assert other.check() == []
+        assert (_snapshot(db), _snapshot(other)) == want
+        db.add("after the copy", source="new.md")  # ids and logs continue after the copied ones
+        assert db.check() == [] and db.get(source="new.md").id == 7
+    with pytest.raises(ragdb.errors.InvalidInput, match="not empty"):
+        ragdb.copy_database(src, dst)
+
+
+def test_cli_copy_and_search(pg_url, tmp_path, runner):
+    lite = str(tmp_path / "kb.db")
+    with ragdb.open(lite) as db:
+        db.add("the cat sat on the mat", source="cat.md")
+    out = out_json(run(runner, "copy", lite, pg_url, "--json"))
+    assert out["collections"][0]["documents"] == 1 and out["problems"] == []
+    assert "***" in out["target"] or "@" not in out["target"]
+    hits = out_json(run(runner, "-d", pg_url, "search", "cat", "--json"))
+    assert [h["source"] for h in hits] == ["cat.md"]
+    assert out_json(run(runner, "-d", pg_url, "stats", "--json"))["documents"] == 1
+    listed = out_json(run(runner, "-d", pg_url, "migrate", "--list", "--json"))
+    assert [m["name"] for m in listed["applied"]] == ["0001_initial"] and listed["pending"] == []
+    assert json.loads(run(runner, "-d", pg_url, "check", "--json").output)["problems"] == []
+
+
+def test_reindex_and_fields_on_postgres(pg_url, tmp_path):
+    v1 = {"name": "ragdb", "version": 1, "stem": "english", "stopwords": "english+chinese", "cjk": "bigram"}
+    docs = [("C++ templates and the standard library", "docs/cpp.md", "C++ guide"),
+            ("Node.js and npm packages", "docs/node.md", None), ("检索增强生成", "docs/rag.md", "检索")]
+    with ragdb.open(pg_url, analyzer=v1) as pg, ragdb.open(tmp_path / "kb.db", analyzer=v1) as lite:
+        for db in (pg, lite):
+            for text, source, title in docs:
+                db.add(text, source=source, title=title, timestamp="2026-01-01T00:00:00Z")
+            assert db.search("C++") == []
+            db.reindex()
+            assert db.check() == []
+        for q in ("C++", "node.js", "title:guide", '"standard library"', "检索", "templ*"):
+            assert_same_hits(lite.search(q), pg.search(q))
+            assert pg.search(q), q
