@@ -491,6 +491,29 @@ class Index:
                 del cache[c]
         return out
 
+    def texts(self, chunk_ids: Sequence[int]) -> dict[int, str]:
+        """chunk id -> its text, read from the text columns alone (a chunk that is its whole
+        document from the document row), for checking phrases; chunks cached for hits are
+        taken from that cache."""
+        out: dict[int, str] = {}
+        own, whole = [], []
+        for cid in chunk_ids:
+            cached = self._rows.get(cid)
+            if cached is not None:
+                out[cid] = cached[0]["text"]
+            elif self.whole[cid]:
+                whole.append(cid)
+            else:
+                own.append(cid)
+        if own or whole:
+            texts, docs = self.store.texts_by_id(own, sorted({int(self.chunk_doc[c]) for c in whole}))
+            out.update(texts)
+            for cid in whole:
+                doc = int(self.chunk_doc[cid])
+                if doc in docs:
+                    out[cid] = docs[doc]
+        return out
+
     def lookup_terms(self, terms: Sequence[str]) -> dict[str, tuple[int, int]]:
         """term -> (id, live df) for the terms in the vocabulary (inside a read transaction).
 
@@ -643,8 +666,11 @@ class Index:
         ``fields[i]``: unit ``i`` is a field's (:mod:`ragdb.fields`): no length normalisation."""
         if self.n_chunks == 0:
             return np.zeros(len(self.lengths), np.float64), []
-        avgdl = self.total_length / self.n_chunks
-        norm = scoring.bm25_length_norm(self.lengths, avgdl, k1, b)
+        key = (self.generation, k1, b, len(self.lengths))
+        if self._length_norm is None or self._length_norm[0] != key:
+            avgdl = self.total_length / self.n_chunks
+            self._length_norm = (key, scoring.bm25_length_norm(self.lengths, avgdl, k1, b))
+        norm = self._length_norm[1]
         idfs = [scoring.bm25_idf(self.n_chunks, df) for _, df, _ in units]
         flat = np.float64(k1)  # k1 * (1 - b + b * dl / avgdl) with b = 0
 

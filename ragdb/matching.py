@@ -70,6 +70,7 @@ class Terms:
     groups: tuple[tuple[int, ...], ...]
     mode: str
     missing: bool = False
+    text_only: bool = True  #: every id a term of the text (none of a field)
 
 
 @dataclass(frozen=True)
@@ -193,8 +194,8 @@ def compile_query(parsed: q.ParsedQuery, analyzer: Analyzer, lookup: Lookup, *, 
                     add_unit(f"{fld}:{t}", (known[n][0],), known[n][1], boost, fld)
         groups = tuple((known[n][0],) for n in names if n in known)
         if occur == q.SHOULD:
-            return Terms(groups, ANY, missing=not groups)
-        return Terms(groups, ALL, missing=len(groups) < len(names))
+            return Terms(groups, ANY, missing=not groups, text_only=False)
+        return Terms(groups, ALL, missing=len(groups) < len(names), text_only=False)
 
     def word_terms(word: q.Word, occur: str, boost: float, scored: bool) -> MatchNode | None:
         if word.prefix or word.fuzzy or fuzzy:
@@ -230,9 +231,10 @@ def compile_query(parsed: q.ParsedQuery, analyzer: Analyzer, lookup: Lookup, *, 
             else:
                 missing.append(t)
         unknown.extend(missing)
+        only_text = not in_fields
         if occur == q.SHOULD:
-            return Terms(tuple(groups), ANY, missing=not groups)
-        return Terms(tuple(groups), ALL, missing=bool(missing))
+            return Terms(tuple(groups), ANY, missing=not groups, text_only=only_text)
+        return Terms(tuple(groups), ALL, missing=bool(missing), text_only=only_text)
 
     def phrase_node(phrase: q.Phrase, boost: float, scored: bool, fld: str | None = None) -> MatchNode | None:
         nonlocal phrases
@@ -384,6 +386,12 @@ class Matcher:
         self._term_masks: dict[int, np.ndarray] = {}
         self._node_masks: dict[int, np.ndarray] = {}  # id(MaskNode) -> its mask (the tree outlives the matcher)
         self._positions: dict[tuple[int, str | None], dict[str, list[int]]] = {}
+        self._by_text: dict[str, dict[str, list[int]]] = {}
+        self._bounds: dict[int, tuple[np.ndarray, np.ndarray]] = {}  # id(node) -> bounds (the tree outlives this)
+        self._verdicts: dict[str, bool] = {}
+        #: reads the texts of candidate chunks a batch at a time (see ragdb.search)
+        self.prefetch: Callable[[list[int]], object] = lambda _ids: None
+        self._text_only: bool | None = None
 
     def term_mask(self, term_id: int) -> np.ndarray:
         m = self._term_masks.get(term_id)
@@ -413,7 +421,13 @@ class Matcher:
         return out
 
     def bounds(self, node: MatchNode) -> tuple[np.ndarray, np.ndarray]:
-        """(certainly matching, possibly matching) masks over chunk ids."""
+        """(certainly matching, possibly matching) masks over chunk ids (worked out once a node)."""
+        found = self._bounds.get(id(node))
+        if found is None:
+            found = self._bounds[id(node)] = self._bounds_of(node)
+        return found
+
+    def _bounds_of(self, node: MatchNode) -> tuple[np.ndarray, np.ndarray]:
         if isinstance(node, Terms):
             m = self._terms_mask(node)
             return m, m
@@ -458,12 +472,13 @@ class Matcher:
 
     def matches(self, node: MatchNode, cid: int) -> bool:
         """Whether chunk ``cid`` matches ``node`` exactly."""
-        if isinstance(node, Terms):
-            return bool(self._terms_mask(node)[cid]) if node.groups else False
-        if isinstance(node, MaskNode):
+        if isinstance(node, (Terms, MaskNode)):
             return bool(self.bounds(node)[0][cid])
         if isinstance(node, PhraseNode):
             return node.ids is not None and bool(self.bounds(node)[1][cid]) and self.phrase_at(node, cid)
+        lo, hi = self.bounds(node)
+        if lo[cid] or not hi[cid]:  # settled without reading a text
+            return bool(lo[cid])
         must = [self.matches(c, cid) for o, c in node.clauses if o == q.MUST]
         if not all(must):
             return False
@@ -472,17 +487,46 @@ class Matcher:
         should = [c for o, c in node.clauses if o == q.SHOULD]
         return bool(must) or not should or any(self.matches(c, cid) for c in should)
 
+    def verdict(self, tree: MatchNode, cid: int) -> bool:
+        """:meth:`matches` of the whole tree, remembered by text when the tree depends on the
+        text alone (words and phrases of the text, no field or metadata): chunks with the
+        same text (copies, unchanged boilerplate) are decided once."""
+        if self._text_only is None:
+            self._text_only = _text_only(tree)
+        if not self._text_only:
+            return self.matches(tree, cid)
+        text = self.text_of(cid, None)
+        found = self._verdicts.get(text)
+        if found is None:
+            found = self._verdicts[text] = self.matches(tree, cid)
+        return found
+
     def positions(self, cid: int, field: str | None = None) -> dict[str, list[int]]:
         """term -> sorted token positions in chunk ``cid``'s text (or the text of its ``field``), for
         the terms of the query's phrases."""
         found = self._positions.get((cid, field))
         if found is None:
-            found = self._positions[(cid, field)] = self.analyzer.positions_of(self.text_of(cid, field),
-                                                                                self.phrase_terms)
+            # by text too: chunks with the same text (copies, unchanged boilerplate) are read once
+            text = self.text_of(cid, field)
+            found = self._by_text.get(text)
+            if found is None:
+                found = self._by_text[text] = self.analyzer.positions_of(text, self.phrase_terms)
+            self._positions[(cid, field)] = found
         return found
 
     def phrase_at(self, node: PhraseNode, cid: int) -> bool:
         return phrase_in(node.seq, self.positions(cid, node.field))
+
+
+def _text_only(node: MatchNode) -> bool:
+    """Whether a chunk matches ``node`` follows from its text alone."""
+    if isinstance(node, GroupNode):
+        return all(_text_only(c) for _o, c in node.clauses)
+    if isinstance(node, PhraseNode):
+        return node.field is None
+    if isinstance(node, Terms):  # the text's own terms only (no field alternatives)
+        return node.text_only
+    return False
 
 
 def phrase_in(seq: Sequence[tuple[str, int]], positions: Mapping[str, Sequence[int]]) -> bool:

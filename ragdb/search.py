@@ -291,12 +291,12 @@ class Searcher:
             matcher = self._matcher(opts)
             certain, possible = matcher.bounds(tree)
             allowed &= possible[:n]
-            verify = (certain, lambda c: matcher.matches(tree, c))
+            verify = (certain, lambda c: matcher.verdict(tree, c))
         cand = np.flatnonzero(allowed)
         if opts.min_score is not None and opts.scorer != "hybrid":  # hybrid thresholds the fused score
             cand = cand[scores[cand] >= opts.min_score]
         if verify is not None and not bool(np.all(verify[0][cand])):
-            cand, sc = _verified_top(cand, scores, k, *verify, prefetch=self.engine.index.hit_protos)
+            cand, sc = _verified_top(cand, scores, k, *verify, prefetch=matcher.prefetch)
         else:
             if len(cand) > k:
                 top = np.argpartition(-scores[cand], k - 1)[:k]
@@ -379,10 +379,18 @@ class Searcher:
             return index.allowed(filters.build(flt, principals=ALL, versions=opts.restrictions.versions,
                                                to_epoch=to_epoch))
 
-        def text_of(cid: int, field: str | None) -> str:
-            return str(index.hit_protos([cid])[cid][0][field or "text"] or "")
+        texts: dict[int, str] = {}
 
-        return Matcher(index, eng.analyzer, mask_of, text_of)
+        def text_of(cid: int, field: str | None) -> str:
+            if field is not None:  # a title or heading path: from the hit fields
+                return str(index.hit_protos([cid])[cid][0][field] or "")
+            if cid not in texts:
+                texts.update(index.texts([cid]))
+            return texts.get(cid, "")
+
+        matcher = Matcher(index, eng.analyzer, mask_of, text_of)
+        matcher.prefetch = lambda ids: texts.update(index.texts([c for c in ids if c not in texts]))
+        return matcher
 
     # -- dense -----------------------------------------------------------------------
     def _vector_pool(self, qvec: np.ndarray, embedder: Embedder, k: int, mask: np.ndarray) -> Pool:
@@ -553,7 +561,7 @@ def _verified_top(cand: np.ndarray, scores: np.ndarray, k: int, certain: np.ndar
     remaining = np.arange(len(cand))
     accepted: list[int] = []
     kth: float | None = None
-    step = max(4 * k, 64)
+    step = max(2 * k, 32)
     while len(remaining):
         if len(remaining) > step:
             part = np.argpartition(-sc_all[remaining], step - 1)[:step]

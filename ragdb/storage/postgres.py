@@ -391,6 +391,7 @@ PLAIN_SQL = (
     # reindex, fields, the query language, the default embedding model
     "chunk_metadata", "chunk_text_sample", "chunk_texts_after", "clear_lexical_index", "field_term_ids",
     "finish_reindex", "has_metadata_key", "set_forward_indexes", "terms_with_prefix", "vocabulary_size",
+    "texts_by_id",
 )
 
 

@@ -865,6 +865,21 @@ class Store(VectorSQL):
                 out[row[0]] = tuple(row[1:])
         return out
 
+    def texts_by_id(self, chunk_ids: Sequence[int], doc_ids: Sequence[int]) -> tuple[dict[int, str], dict[int, str]]:
+        """(chunk id -> its own text, doc id -> its text) of chunks that store a copy of their
+        text and of documents (for chunks that are their whole document): only the text
+        columns, for phrase checks."""
+        own: dict[int, str] = {}
+        for part in _chunks(list(chunk_ids)):
+            q = ",".join("?" * len(part))
+            own.update(self.conn.execute(f"SELECT id, text FROM chunks WHERE id IN ({q}) AND text IS NOT NULL",
+                                         part).fetchall())
+        docs: dict[int, str] = {}
+        for part in _chunks(list(doc_ids)):
+            q = ",".join("?" * len(part))
+            docs.update(self.conn.execute(f"SELECT id, text FROM documents WHERE id IN ({q})", part).fetchall())
+        return own, docs
+
     def chunk_sort_keys(self, chunk_ids: Sequence[int]) -> dict[int, tuple[str, int]]:
         """chunk id -> (source, start): the content-based tie-break of equal scores."""
         out: dict[int, tuple[str, int]] = {}
