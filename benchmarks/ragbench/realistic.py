@@ -71,7 +71,7 @@ if TYPE_CHECKING:
 
 GENERATOR_VERSION = 1  # bump when the same parameters would write other bytes
 SEED = 17  # issue 17
-BLOCK = 20_000  # generated documents per RNG block
+BLOCK = 5_000  # generated documents per RNG block (~130 MiB of numpy temporaries)
 
 # The base corpora: folder, BEIR split, language.
 BASES = (("scifact", "train", "en"), ("cmrc2018-trial", None, "zh"))
@@ -357,7 +357,7 @@ def write_corpus(path: Path, n: int, data: Path, params: Params = PARAMS, seed: 
 def cache_key(n: int, data: Path, params: Params = PARAMS, seed: int = SEED) -> str:
     """Folder name of a cached corpus: generator version, seed, size and a hash of the
     parameters and the base files' sizes and modification times."""
-    h = hashlib.sha256(orjson.dumps(asdict(params)))
+    h = hashlib.sha256(orjson.dumps([asdict(params), BLOCK]))
     for folder, _split, _lang in BASES:
         st = (data / folder / "corpus.jsonl").stat()
         h.update(f"{st.st_size}:{st.st_mtime_ns}".encode())

@@ -81,7 +81,7 @@ def _analyze_range(args: tuple[str, dict, list[str], int, int, list[int]]) -> di
             df[lang].update(counts.keys())
             cf[lang] += sum(counts.values())
             tokens[lang] += length
-            for t in counts.keys() & qset:
+            for t in qset.intersection(counts):
                 post[t].append(i)
                 tfs[t].append(counts[t])
             if i + 1 in mark_set:
@@ -155,6 +155,7 @@ def stage_reference(spec: dict) -> dict:
     order = np.array(ids, dtype=object)
     k = int(spec.get("k", 100))
     run: dict[str, list[str]] = {}
+    run_scores: dict[str, list[float]] = {}
     scores = np.zeros(n, np.float64)
     postings_touched: dict[str, int] = {}
     for qid, terms in q_terms.items():
@@ -173,8 +174,9 @@ def stage_reference(spec: dict) -> dict:
             top = np.argpartition(-scores[cand], k - 1)[:k]
             kth = scores[cand[top]].min()
             cand = cand[scores[cand] >= kth]  # ties at the cut, then ordered by document id
-        ranked = sorted(zip((-scores[cand]).tolist(), order[cand].tolist()))
-        run[qid] = [doc_id for _s, doc_id in ranked[:k]]
+        ranked = sorted(zip((-scores[cand]).tolist(), order[cand].tolist()))[:k]
+        run[qid] = [doc_id for _s, doc_id in ranked]
+        run_scores[qid] = [-s for s, _d in ranked]
     t2 = time.perf_counter()
 
     # -- statistics ------------------------------------------------------------------
@@ -204,28 +206,75 @@ def stage_reference(spec: dict) -> dict:
         stats[lang]["query_terms"] = len(terms)
         stats[lang]["query_term_df_p50_p90"] = [percentile(dfs, 50), percentile(dfs, 90)] if dfs else None
         stats[lang]["query_postings_p50_p95"] = [percentile(touched, 50), percentile(touched, 95)] if touched else None
-    return {"run": run, "plain": len(plain), "queries": len(queries), "stats": stats,
+    return {"run": run, "scores": run_scores, "plain": len(plain), "queries": len(queries), "stats": stats,
             "analyze_s": t1 - t0, "score_s": t2 - t1, "k1": k1, "b": b}
 
 
 def cache_key(docs_fingerprint: str, queries_path: Path, src: Path, k: int) -> str:
-    """What a cached reference depends on: the corpus, the queries, ragdb's analysis and
-    scoring sources (the snapshot's) and ``k``."""
+    """What a cached reference depends on: the corpus, the queries, this module, ragdb's
+    analysis and scoring sources (the snapshot's) and ``k``."""
     h = hashlib.sha256(docs_fingerprint.encode())
+    h.update(Path(__file__).read_bytes())  # this module's own code
     h.update(queries_path.read_bytes())
-    for name in ("analysis.py", "scoring.py"):
-        p = src / "ragdb" / name
-        h.update(p.read_bytes() if p.exists() else b"")
+    analysis = src / "ragdb" / "analysis.py"
+    h.update(analysis.read_bytes() if analysis.exists() else b"")
+    h.update(_scoring_source(src / "ragdb" / "scoring.py").encode())
     h.update(str(k).encode())
     return h.hexdigest()[:16]
 
 
-def compare(run: dict[str, list[str]], ref: dict[str, list[str]], depth: int = 10) -> dict[str, Any]:
-    """How ragdb's run agrees with the reference on the queries the reference scored."""
-    same_top = sum(1 for q, ids in ref.items() if run.get(q, [])[:depth] == ids[:depth])
-    same_all = sum(1 for q, ids in ref.items() if run.get(q, []) == ids)
-    return {"queries": len(ref), f"same_top{depth}": same_top, "same_all": same_all,
-            "differ": [q for q, ids in ref.items() if run.get(q, [])[:depth] != ids[:depth]][:10]}
+#: What the reference uses of ragdb.scoring: a change elsewhere in that module (a pruning
+#: scorer's bounds, say) leaves a cached reference valid.
+SCORING_NAMES = ("BM25_K1", "BM25_B", "bm25_idf", "bm25_length_norm", "bm25_term_scores")
+
+
+def _scoring_source(path: Path) -> str:
+    """The source of :data:`SCORING_NAMES` in ragdb's scoring module (the whole file when
+    it does not parse)."""
+    import ast
+
+    if not path.exists():
+        return ""
+    text = path.read_text(encoding="utf-8")
+    try:
+        tree = ast.parse(text)
+    except SyntaxError:
+        return text
+    parts = []
+    for node in tree.body:
+        names = ([node.name] if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef))
+                 else [t.id for t in getattr(node, "targets", [getattr(node, "target", None)]) if isinstance(t, ast.Name)])
+        if any(n in SCORING_NAMES for n in names):
+            parts.append(ast.get_source_segment(text, node) or "")
+    return "\n".join(parts)
+
+
+def compare(run: dict[str, list[str]], ref: dict[str, list[str]], ref_scores: dict[str, list[float]] | None = None,
+            depth: int = 10, rel_tol: float = 1e-9) -> dict[str, Any]:
+    """How ragdb's run agrees with the reference on the queries the reference scored:
+    identical top ``depth``; identical up to near-ties (each position's document has the
+    reference's score at that position, within ``rel_tol``: a scorer summing the same terms
+    in another order may swap documents whose scores differ only by rounding); identical top k."""
+    same_top = same_ties = same_all = 0
+    differ = []
+    for q, ids in ref.items():
+        got = run.get(q, [])
+        if got[:depth] == ids[:depth]:
+            same_top += 1
+            same_ties += 1
+        elif ref_scores is not None and len(got[:depth]) == len(ids[:depth]):
+            score_of = dict(zip(ids, ref_scores[q]))
+            want = ref_scores[q][:depth]
+            if all(d in score_of and abs(score_of[d] - w) <= rel_tol * max(abs(w), 1e-300)
+                   for d, w in zip(got[:depth], want)):
+                same_ties += 1
+            else:
+                differ.append(q)
+        else:
+            differ.append(q)
+        same_all += got == ids
+    return {"queries": len(ref), f"same_top{depth}": same_top, f"same_top{depth}_ties": same_ties,
+            "same_all": same_all, "differ": differ[:10], "n_differ": len(differ)}
 
 
 def heaps_beta(points: list[tuple[float, float]]) -> float | None:
