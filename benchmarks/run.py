@@ -8,8 +8,11 @@ One command, from the repository root::
 It indexes SciFact (train queries) and the CMRC 2018 trial set (BEIR layout,
 read from ``../shared/data`` relative to the repository root, or ``--data``)
 with ragdb and with its peers -- bm25s, tantivy, SQLite FTS5 and rank_bm25 --
-then replicates SciFact to ``--scale`` documents (default 100,000), and writes
-``BENCHMARKS.md`` at the repository root (``--out`` to change).
+then measures them on a realistic corpus (SciFact and CMRC among generated
+documents with real text's term statistics) at 10,000 and ``--scale`` chunks
+(default 100,000; ``--scale 1m`` is issue 17's 1M stage, the scale section
+alone, with 100,000 too), and writes ``BENCHMARKS.md`` at the repository root
+(``--out`` to change).
 
 Every measurement of one system runs in its own subprocess (which imports
 the ``ragbench`` package next to this script as modules and runs one worker
