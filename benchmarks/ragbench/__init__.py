@@ -8,6 +8,10 @@ Modules:
   worker subprocess (``Context.run_worker`` / ``worker_main``), the run's ``Context``
   and stages in rounds;
 * ``corpora``  -- reading BEIR data, replicating SciFact, the documents to delete;
+* ``realistic`` -- the scale section's realistic corpus (SciFact + CMRC among seeded
+  generated documents with real text's term statistics), generated and cached;
+* ``reference`` -- the exhaustive BM25 reference (is ragdb's ranking exact?) and the
+  corpus statistics;
 * ``peers``    -- the system adapters: ragdb, ragdb-tfidf, FTS5, tantivy, bm25s,
   rank_bm25, and which sections measure which;
 * ``report``   -- formatting, bars, machine facts, the source fingerprint, BENCHMARKS.md;

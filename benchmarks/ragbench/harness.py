@@ -109,7 +109,7 @@ def load_plugins() -> None:
 # ==========================================================================
 
 
-def time_queries(adapter, handle, queries: list[tuple[str, str]], k: int) -> dict:
+def time_queries(adapter, handle, queries: list[tuple[str, str]], k: int, latencies: bool = False) -> dict:
     for _qid, text in queries[:WARMUP_QUERIES]:
         adapter.search(handle, text, k)
     run: dict[str, list[str]] = {}
@@ -120,8 +120,11 @@ def time_queries(adapter, handle, queries: list[tuple[str, str]], k: int) -> dic
         ids = adapter.search(handle, text, k)
         lat.append((time.perf_counter() - t0) * 1000.0)
         run[qid] = ids
-    return {"p50_ms": percentile(lat, 50), "p95_ms": percentile(lat, 95), "mean_ms": sum(lat) / len(lat),
-            "queries": len(lat), "run": run}
+    out = {"p50_ms": percentile(lat, 50), "p95_ms": percentile(lat, 95), "mean_ms": sum(lat) / len(lat),
+           "queries": len(lat), "run": run}
+    if latencies:  # each query's, in the queries' order
+        out["lat"] = lat
+    return out
 
 
 def worker(spec: dict) -> dict:
@@ -162,10 +165,12 @@ def worker(spec: dict) -> dict:
         out["size_bytes"] = adapter.size(folder)
     elif stage == "query":
         queries = read_pairs(Path(spec["queries"]))
+        if spec.get("max_queries"):  # the first ones only (a slow system on a big corpus)
+            queries = queries[:spec["max_queries"]]
         t0 = time.perf_counter()
         handle = adapter.open(folder, lang)
         out["open_s"] = time.perf_counter() - t0
-        out.update(time_queries(adapter, handle, queries, spec.get("k", K)))
+        out.update(time_queries(adapter, handle, queries, spec.get("k", K), bool(spec.get("latencies"))))
         adapter.close(handle)
     elif stage == "all":  # non-persistent systems: build and query in one process
         docs = list(iter_docs(Path(spec["docs"])))

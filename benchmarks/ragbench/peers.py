@@ -36,6 +36,26 @@ _CJK_TOKEN_RE = re.compile(rf"[{_CJK}]+|[^\W_{_CJK}]+")
 _CJK_CHAR_RE = re.compile(rf"[{_CJK}]")
 
 
+_CJK_RUN_RE = re.compile(rf"[{_CJK}]+")
+# bm25s on mixed text: its default words of two or more characters, and single CJK characters
+_MIXED_TOKEN_PATTERN = rf"(?u)\b\w\w+\b|[{_CJK}]"
+
+
+def expand_cjk(text: str) -> str:
+    """``text`` with each CJK run replaced by its character unigrams and bigrams, space
+    separated (text without CJK comes back as it is): how the peers index the mixed
+    English + Chinese corpus of the scale section with one word tokenizer (``lang="mixed"``),
+    as ragdb's analyzer treats CJK runs internally."""
+    if not _CJK_RUN_RE.search(text):
+        return text
+
+    def grams(m: re.Match[str]) -> str:
+        run = m.group()
+        return " " + " ".join([*run, *(run[i : i + 2] for i in range(len(run) - 1))]) + " "
+
+    return _CJK_RUN_RE.sub(grams, text)
+
+
 def cjk_tokens(text: str) -> list[str]:
     out: list[str] = []
     for m in _CJK_TOKEN_RE.finditer(text.lower()):
@@ -131,13 +151,13 @@ class Fts5Adapter(Adapter):
 
     @classmethod
     def build(cls, docs, folder: Path, lang: str) -> dict:
-        tokenizer = "porter unicode61" if lang == "en" else "trigram"
+        tokenizer = "trigram" if lang == "zh" else "porter unicode61"
         conn = cls._connect(folder)
         conn.execute(f"CREATE VIRTUAL TABLE docs USING fts5(doc_id UNINDEXED, body, tokenize='{tokenizer}')")
         conn.execute("BEGIN")
         conn.executemany(
             "INSERT INTO docs(rowid, doc_id, body) VALUES (?, ?, ?)",
-            ((i + 1, doc_id, text) for i, (doc_id, text) in enumerate(docs)),
+            ((i + 1, doc_id, expand_cjk(text) if lang == "mixed" else text) for i, (doc_id, text) in enumerate(docs)),
         )
         conn.execute("COMMIT")
         conn.close()
@@ -149,8 +169,11 @@ class Fts5Adapter(Adapter):
 
     @staticmethod
     def match_expression(text: str, lang: str) -> str:
-        """OR of quoted tokens: words for porter/unicode61, 3-grams for trigram."""
-        if lang == "en":
+        """OR of quoted tokens: words for porter/unicode61, 3-grams for trigram (and on
+        mixed text, the words of its CJK-expanded form)."""
+        if lang == "mixed":
+            tokens = re.findall(r"\w+", expand_cjk(text))
+        elif lang == "en":
             tokens = re.findall(r"\w+", text)
         else:
             tokens = [text[i : i + 3] for i in range(len(text) - 2)]
@@ -170,7 +193,8 @@ class Fts5Adapter(Adapter):
     def add(h, doc_id: str, ordinal: int, text: str) -> None:
         conn = h["conn"]
         conn.execute("BEGIN")
-        conn.execute("INSERT INTO docs(rowid, doc_id, body) VALUES (?, ?, ?)", (ordinal + 1, doc_id, text))
+        body = expand_cjk(text) if h["lang"] == "mixed" else text
+        conn.execute("INSERT INTO docs(rowid, doc_id, body) VALUES (?, ?, ?)", (ordinal + 1, doc_id, body))
         conn.execute("COMMIT")
 
     @staticmethod
@@ -199,7 +223,7 @@ class TantivyAdapter(Adapter):
     def _analyzer(cls, lang: str):
         import tantivy as tv
 
-        if lang == "en":  # the same chain as tantivy's built-in "en_stem"
+        if lang in ("en", "mixed"):  # the same chain as tantivy's built-in "en_stem"
             b = tv.TextAnalyzerBuilder(tv.Tokenizer.simple())
             b = b.filter(tv.Filter.remove_long(40)).filter(tv.Filter.lowercase())
             return b.filter(tv.Filter.stemmer("english")).build()
@@ -211,8 +235,18 @@ class TantivyAdapter(Adapter):
 
         sb = tv.SchemaBuilder()
         sb.add_integer_field("row", stored=True, indexed=True, fast=True)
-        sb.add_text_field("body", stored=True, tokenizer_name="en_stem" if lang == "en" else cls.NGRAM)
+        if lang == "mixed":  # the CJK-expanded text indexed, the text itself stored (UTF-8, not indexed)
+            sb.add_text_field("body", stored=False, tokenizer_name="en_stem")
+            sb.add_bytes_field("text", stored=True, indexed=False)
+        else:
+            sb.add_text_field("body", stored=True, tokenizer_name="en_stem" if lang == "en" else cls.NGRAM)
         return sb.build()
+
+    @staticmethod
+    def _document(tv, row: int, text: str, lang: str):
+        if lang == "mixed":
+            return tv.Document(row=row, body=expand_cjk(text), text=text.encode())
+        return tv.Document(row=row, body=text)
 
     @classmethod
     def build(cls, docs, folder: Path, lang: str) -> dict:
@@ -220,24 +254,24 @@ class TantivyAdapter(Adapter):
 
         (folder / "index").mkdir(parents=True, exist_ok=True)
         index = tv.Index(cls._schema(lang), path=str(folder / "index"))
-        if lang != "en":
+        if lang == "zh":
             index.register_tokenizer(cls.NGRAM, cls._analyzer(lang))
         writer = index.writer()
         ids = []
         for i, (doc_id, text) in enumerate(docs):
-            writer.add_document(tv.Document(row=i, body=text))
+            writer.add_document(cls._document(tv, i, text, lang))
             ids.append(doc_id)
         writer.commit()
         writer.wait_merging_threads()
         (folder / "ids.json").write_bytes(orjson.dumps(ids))
-        return {"tokenizer": "en_stem" if lang == "en" else "ngram(1,2)+lowercase"}
+        return {"tokenizer": "ngram(1,2)+lowercase" if lang == "zh" else "en_stem"}
 
     @classmethod
     def open(cls, folder: Path, lang: str):
         import tantivy as tv
 
         index = tv.Index.open(str(folder / "index"))
-        if lang != "en":
+        if lang == "zh":
             index.register_tokenizer(cls.NGRAM, cls._analyzer(lang))
         index.reload()
         return {
@@ -248,6 +282,7 @@ class TantivyAdapter(Adapter):
             "analyzer": cls._analyzer(lang),
             "ids": orjson.loads((folder / "ids.json").read_bytes()),
             "writer": None,
+            "lang": lang,
         }
 
     @staticmethod
@@ -255,7 +290,7 @@ class TantivyAdapter(Adapter):
         # A boolean OR of term queries over the analyzed tokens: no query
         # syntax to escape, and no phrase queries from the ngram tokenizer.
         tv = h["tv"]
-        tokens = h["analyzer"].analyze(text)
+        tokens = h["analyzer"].analyze(expand_cjk(text) if h["lang"] == "mixed" else text)
         if not tokens:
             return []
         query = tv.Query.boolean_query(
@@ -278,7 +313,7 @@ class TantivyAdapter(Adapter):
     @classmethod
     def add(cls, h, doc_id: str, ordinal: int, text: str) -> None:
         w = cls._writer(h)
-        w.add_document(h["tv"].Document(row=ordinal, body=text))
+        w.add_document(cls._document(h["tv"], ordinal, text, h["lang"]))
         w.commit()
 
     @classmethod
@@ -294,13 +329,19 @@ class TantivyAdapter(Adapter):
 
 
 def _bm25s_tokens(texts: list[str], lang: str, *, ids: bool):
-    """bm25s tokenization: PyStemmer English + English stopwords, or CJK uni+bigrams."""
-    if lang == "en":
+    """bm25s tokenization: PyStemmer English + English stopwords, or CJK uni+bigrams; on
+    mixed text, the English tokenization of its CJK-expanded form keeping one-character CJK
+    tokens."""
+    if lang in ("en", "mixed"):
         import bm25s
         import Stemmer
 
+        extra = {}
+        if lang == "mixed":
+            texts = [expand_cjk(t) for t in texts]
+            extra["token_pattern"] = _MIXED_TOKEN_PATTERN
         return bm25s.tokenize(
-            texts, stopwords="en", stemmer=Stemmer.Stemmer("english"), return_ids=ids, show_progress=False
+            texts, stopwords="en", stemmer=Stemmer.Stemmer("english"), return_ids=ids, show_progress=False, **extra
         )
     return [cjk_tokens(t) for t in texts]
 
