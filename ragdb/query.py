@@ -64,6 +64,11 @@ _SUFFIX_RE = re.compile(r"^(?P<body>.*?)(?P<star>\*)?(?P<fuzzy>~(?P<dist>\d+)?)?
                         re.S)
 _BOOST_RE = re.compile(r"\^(\d+(?:\.\d+)?|\.\d+)")
 _OPERATORS = ("AND", "OR", "NOT")
+# Every character or word the tokenizer gives a meaning beyond "a word": a quote,
+# parentheses, a field's colon, the suffixes *, ~ and ^, a sign at a word's start, an
+# operator. A query with none of them is plain words, and parse() builds that directly:
+# parsing was a quarter of a SciFact question's search time (0.1 of 0.35 ms).
+_SYNTAX_RE = re.compile(r'["()*~^:]|(?:^|\s)[+-]|\b(?:AND|OR|NOT)\b')
 
 
 @dataclass(frozen=True)
@@ -162,6 +167,12 @@ def plain(text: str) -> ParsedQuery:
     return ParsedQuery(text, Group(tuple(Clause(SHOULD, Word(w)) for w in text.split())), "plain")
 
 
+def plain_words(text: str) -> bool:
+    """Whether ``text`` holds no operator, phrase, field, boost, prefix or fuzzy word in
+    the query language's syntax: then :func:`parse` makes plain words of it."""
+    return not _SYNTAX_RE.search(unicodedata.normalize("NFKC", text) if not text.isascii() else text)
+
+
 def parse(text: str, *, syntax: str = "query", is_field: Callable[[str], bool] | None = None) -> ParsedQuery:
     """Parse ``text``; never raises on the query's content (see the module docstring).
     ``is_field(name)``: whether ``name:`` is a field (default: the built-in fields only)."""
@@ -169,9 +180,17 @@ def parse(text: str, *, syntax: str = "query", is_field: Callable[[str], bool] |
         raise InvalidInput(f"syntax must be one of {', '.join(map(repr, SYNTAXES))}, got {syntax!r}")
     if syntax == "plain":
         return plain(text)
+    normal = unicodedata.normalize("NFKC", text) if not text.isascii() else text
+    if not _SYNTAX_RE.search(normal):  # what the parser makes of words alone (a test checks both agree)
+        return ParsedQuery(text, Group(tuple(Clause(SHOULD, Word(w)) for w in normal.split())), "query")
+    return _parse(text, normal, is_field)
+
+
+def _parse(text: str, normal: str, is_field: Callable[[str], bool] | None) -> ParsedQuery:
+    """:func:`parse` by the tokenizer and the parser (``normal``: ``text`` after NFKC)."""
     known = is_field or (lambda name: name in BUILTIN_FIELDS)
     try:
-        tokens = _tokenize(unicodedata.normalize("NFKC", text), known)
+        tokens = _tokenize(normal, known)
         parser = _Parser(tokens)
         root = parser.sequence(top=True)
     except _SyntaxError as e:

@@ -166,15 +166,20 @@ class Searcher:
     def query_terms(self, query: str, opts: SearchOptions, mask: np.ndarray | None = None) -> QueryTerms:
         """The query's terms as scoring sees them (inside a read transaction, after ``sync``);
         ``mask``: the chunks the search may see (prefix/fuzzy expansions come from them)."""
-        parsed = self.parse(query, opts)
-        if not parsed.plain or opts.fuzzy:
-            return self._compiled_terms(parsed, opts, mask)
+        parsed = None  # plain words need no tree (plan() parses them when asked)
+        if opts.fuzzy or (opts.syntax != "plain" and not qlang.plain_words(query)):
+            parsed = self.parse(query, opts)
+            if not parsed.plain or opts.fuzzy:
+                return self._compiled_terms(parsed, opts, mask)
         eng = self.engine
         counts = Counter(eng.analyzer.terms(query))
         if not counts:
             return QueryTerms(counts, {}, [], 0.0, parsed=parsed)
         index = eng.index
-        known = index.lookup_terms(list(counts))
+        weights = self._field_weights()  # the words in the fields too (ragdb.fields), also those the texts lack
+        in_fields = [(f, w, t, fields.PREFIX[f] + t) for f, w in weights.items() for t in counts]
+        found = index.lookup_terms([*counts, *(key for *_, key in in_fields)])  # one read for both
+        known = {t: found[t] for t in counts if t in found}
         # Terms found only in kept older versions (df 0) cannot match a latest
         # chunk; leaving them out keeps the TF-IDF query vector equal to a
         # fresh database's. Searches of history keep them, unless no stored
@@ -188,11 +193,9 @@ class Searcher:
         # every distinct query term counts in the maximum, one no chunk holds with df 0
         bound = confidence.query_bound(index.n_chunks, [known[t][1] if t in known else 0 for t in counts])
         units = tuple(Unit(t, (known[t][0],), known[t][1]) for t in order)
-        weights = self._field_weights()
-        if weights:  # the words in the fields too (ragdb.fields), also those the texts lack
-            found = index.lookup_terms([fields.PREFIX[f] + t for f in weights for t in counts])
-            units += tuple(Unit(f"{f}:{t}", (hit[0],), hit[1], w, f) for f, w in weights.items() for t in counts
-                           if (hit := found.get(fields.PREFIX[f] + t)) is not None and hit[1] > 0)
+        if in_fields:
+            units += tuple(Unit(f"{f}:{t}", (hit[0],), hit[1], w, f) for f, w, t, key in in_fields
+                           if (hit := found.get(key)) is not None and hit[1] > 0)
         return QueryTerms(counts, known, order, bound, units, parsed=parsed)
 
     def _field_weights(self) -> dict[str, float]:
@@ -321,7 +324,7 @@ class Searcher:
             index = eng.index
             mask = index.allowed(eng.restrictions(opts.restrictions))
             terms = self.query_terms(query, opts, mask)
-            parsed = terms.parsed if terms.parsed is not None else qlang.plain(query)
+            parsed = terms.parsed if terms.parsed is not None else self.parse(query, opts)
             compiled = terms.compiled
             if compiled is None:
                 in_fields = {u.key.split(":", 1)[1] for u in terms.units if u.field is not None}

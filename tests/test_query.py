@@ -304,3 +304,22 @@ def test_operators_constrain_vector_and_hybrid_hits(scorer):
         assert "s0" not in sources(db.search("deleted -documents", scorer=scorer))
         assert set(sources(db.search("deleted -documents", scorer=scorer))) <= {"s3"}
         assert set(sources(db.search("+documents", scorer=scorer))) <= {"s0", "s1", "s4"}
+
+
+# Plain words skip the tokenizer (parse's fast path); the parser must make the same of them.
+_PIECES = st.sampled_from(["rag", "C++", "e-mail", "-2", "+1", "AND", "OR", "NOT", "not", "and", "ANDROID",
+                           "检索", "增强", "(", ")", '"', "＂", "*", "~", "^2", ":", "title:", "x:y", "-", "+",
+                           "--force", "f(x)", "ＲＡＧ", "Ａnd", "—", "“quoted”", "std::vector", "a.b"])
+_SPACES = st.sampled_from(["", " ", "  ", "\t", "\n", "\u3000", "\xa0"])
+
+
+@given(st.lists(st.tuples(_PIECES, _SPACES), max_size=8))
+@settings(max_examples=600, deadline=None)
+def test_plain_words_parse_as_the_parser_would(pieces):
+    import unicodedata
+
+    text = "".join(a + b for a, b in pieces)
+    normal = unicodedata.normalize("NFKC", text)
+    fast = q.parse(text)
+    assert fast == q._parse(text, normal, None)
+    assert fast.plain == (q._parse(text, normal, None).plain)
