@@ -62,6 +62,7 @@ class Searcher:
     def __init__(self, engine: Engine) -> None:
         self.engine = engine
         self._keys: tuple[int, dict[str, bool]] = (-1, {})  # (generation, metadata key -> stored)
+        self._indexed_fields: tuple[int, set[str]] = (-1, set())  # (generation, fields with index terms)
 
     def search(self, query: str, opts: SearchOptions) -> list[Hit]:
         """The hits ``[offset, offset + k)`` of the ranking (equal scores in :func:`hit_order`,
@@ -167,7 +168,7 @@ class Searcher:
         """The query's terms as scoring sees them (inside a read transaction, after ``sync``);
         ``mask``: the chunks the search may see (prefix/fuzzy expansions come from them)."""
         parsed = None  # plain words need no tree (plan() parses them when asked)
-        if opts.fuzzy or (opts.syntax != "plain" and not qlang.plain_words(query)):
+        if opts.fuzzy or (opts.syntax != "plain" and not qlang.searched_as_plain(query)):
             parsed = self.parse(query, opts)
             if not parsed.plain or opts.fuzzy:
                 return self._compiled_terms(parsed, opts, mask)
@@ -176,7 +177,7 @@ class Searcher:
         if not counts:
             return QueryTerms(counts, {}, [], 0.0, parsed=parsed)
         index = eng.index
-        weights = self._field_weights()  # the words in the fields too (ragdb.fields), also those the texts lack
+        weights = self._indexed_field_weights()  # the words in the fields too (ragdb.fields), also those the texts lack
         in_fields = [(f, w, t, fields.PREFIX[f] + t) for f, w in weights.items() for t in counts]
         found = index.lookup_terms([*counts, *(key for *_, key in in_fields)])  # one read for both
         known = {t: found[t] for t in counts if t in found}
@@ -197,6 +198,20 @@ class Searcher:
             units += tuple(Unit(f"{f}:{t}", (hit[0],), hit[1], w, f) for f, w, t, key in in_fields
                            if (hit := found.get(key)) is not None and hit[1] > 0)
         return QueryTerms(counts, known, order, bound, units, parsed=parsed)
+
+    def _indexed_field_weights(self) -> dict[str, float]:
+        """:meth:`_field_weights` of the fields some chunk has words in (a database without
+        titles or headings looks no field terms up), per generation."""
+        weights = self._field_weights()
+        if not weights:
+            return weights
+        generation = self.engine.index.generation
+        if self._indexed_fields[0] != generation:
+            store = self.engine.store
+            self._indexed_fields = (generation, {f for f, prefix in fields.PREFIX.items()
+                                                 if store.has_term_with_prefix(prefix)})
+        indexed = self._indexed_fields[1]
+        return {f: w for f, w in weights.items() if f in indexed}
 
     def _field_weights(self) -> dict[str, float]:
         """The database's positive field weights (none for a database made before fields)."""

@@ -323,3 +323,5 @@ def test_plain_words_parse_as_the_parser_would(pieces):
     fast = q.parse(text)
     assert fast == q._parse(text, normal, None)
     assert fast.plain == (q._parse(text, normal, None).plain)
+    if q.searched_as_plain(text):  # searches skip the parser for these
+        assert fast.plain, text

@@ -909,6 +909,11 @@ class Store(VectorSQL):
             "SELECT term, id, df FROM vocabulary WHERE term >= ? AND term < ? ORDER BY df DESC, term LIMIT ?",
             [prefix, prefix + "\U0010ffff", limit]).fetchall()
 
+    def has_term_with_prefix(self, prefix: str) -> bool:
+        """Whether a vocabulary term starts with ``prefix``: one probe of the term index."""
+        return self.conn.execute("SELECT 1 FROM vocabulary WHERE term >= ? AND term < ? LIMIT 1",
+                                 [prefix, prefix + "\U0010ffff"]).fetchone() is not None
+
     def field_term_ids(self) -> list[int]:
         """Ids of the vocabulary's field terms (:mod:`ragdb.fields`: they start with its mark)."""
         return [r[0] for r in self.conn.execute("SELECT id FROM vocabulary WHERE term >= ? AND term < ?",
