@@ -390,7 +390,7 @@ PLAIN_SQL = (
     "vectors_changed_since", "vectors_for",
     # reindex, fields, the query language, the default embedding model
     "chunk_metadata", "chunk_text_sample", "chunk_texts_after", "clear_lexical_index", "field_term_ids",
-    "finish_reindex", "has_metadata_key", "set_forward_indexes", "terms_with_prefix", "vocabulary_size",
+    "finish_reindex", "has_metadata_key", "has_term_with_prefix", "set_forward_indexes", "terms_with_prefix", "vocabulary_size",
     "texts_by_id",
 )
 
