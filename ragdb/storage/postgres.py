@@ -57,7 +57,7 @@ from ..errors import (CollectionNotFound, DatabaseBusy, InvalidInput, MissingDep
 from . import collections as _coll
 from .backend import glob_regex, password_of, redact
 from .codec import dumps, utcnow_iso
-from .store import WHOLE_CHUNK, Store, balanced, mentions_chunks, migrations_dir
+from .store import DOC_SETS, WHOLE_CHUNK, Store, balanced, migrations_dir
 
 if TYPE_CHECKING:
     import sqlite3
@@ -70,8 +70,6 @@ MIGRATIONS_TABLE = "ragdb_migrations"
 _STATS = ("generation", "n_docs", "n_chunks", "total_length", "flushed_upto", "vocab_epoch", "flush_count",
           "next_doc_id", "next_chunk_id")  # the columns of Store.stats_row
 _COMPARE = {"gt": ">", "ge": ">=", "lt": "<", "le": "<="}
-_DOC_SETS = ("meta", "tags", "value")
-_MAX_INTERSECT = 100
 
 # psycopg_pool reports failed connection attempts as warnings of this logger; with no
 # handler configured Python would print them to stderr (the library never prints).
@@ -392,6 +390,8 @@ PLAIN_SQL = (
     "chunk_metadata", "chunk_text_sample", "chunk_texts_after", "clear_lexical_index", "field_term_ids",
     "finish_reindex", "has_metadata_key", "has_term_with_prefix", "set_forward_indexes", "terms_with_prefix", "vocabulary_size",
     "texts_by_id",
+    # filters: the dialect's pieces are _condition, _doc_set, _source_test and _NO_LIMIT
+    "_filter_sql", "doc_rows_matching", "hashed_vector_texts", "filtered_doc_ids", "list_documents", "source_docs_with_chunks",
 )
 
 
@@ -745,22 +745,6 @@ class PgStore(Store):
             "DELETE FROM documents WHERE id = ?",
             [doc_id, bool(indexed[0]), doc_id, bool(indexed[1]), doc_id, doc_id, doc_id])
 
-    def source_docs_with_chunks(self, source: str, *, glob: bool = False
-                                ) -> list[tuple[int, int, bool, bool, list[tuple[int, int, int, bytes, bytes]]]]:
-        test, value = self._source_test("d.source", source, glob)
-        out: list[tuple[int, int, bool, bool, list[tuple[int, int, int, bytes, bytes]]]] = []
-        last = None
-        for did, latest, has_meta, has_acl, *chunk in self.pg.execute(
-                f"SELECT d.id, d.latest, d.metadata != '{{}}', d.acl != '[]', c.id, c.length, c.latest, c.terms, "
-                f"c.tfs FROM documents d LEFT JOIN chunks c ON c.doc_id = d.id WHERE {test} "
-                f"ORDER BY d.id DESC, c.id", value):
-            if did != last:
-                out.append((did, latest, bool(has_meta), bool(has_acl), []))
-                last = did
-            if chunk[0] is not None:
-                out[-1][4].append(tuple(chunk))
-        return out
-
     @staticmethod
     def _source_test(column: str, source: str, glob: bool) -> tuple[str, list[Any]]:
         """``column = ?`` or, for a pattern, the regular expression of SQLite's GLOB."""
@@ -788,70 +772,16 @@ class PgStore(Store):
                                [(doc_id, label) for label in acl[1]])
         return [r[0] for r in pg.execute("SELECT id FROM chunks WHERE doc_id = ? ORDER BY id", [doc_id])]
 
-    def list_documents(self, source: str | None = None, *, glob: bool = True, latest_only: bool = True,
-                       limit: int | None = None, offset: int = 0, conditions: Sequence[Any] = (),
-                       public_unlabeled: bool = False) -> list[tuple[Any, ...]]:
-        where, params = self._filter_sql(conditions, public_unlabeled)
-        if source is not None:
-            test, value = self._source_test("d.source", source, glob)
-            where.append(test)
-            params += value
-        if latest_only:
-            where.append("d.latest = 1")
-        sql = f"SELECT {self._DOC_COLS} FROM documents d"
-        if where:
-            sql += " WHERE " + " AND ".join(where)
-        sql += " ORDER BY d.source, d.id LIMIT ? OFFSET ?"
-        params += [limit, offset]
-        return self.pg.execute(sql, params).fetchall()
-
-    def doc_rows_matching(self, conditions: Sequence[Any], *, source: str | None = None, glob: bool = False
-                          ) -> list[tuple[int, str, int, int, int]]:
-        where, params = self._filter_sql(conditions, False)
-        if source is not None:
-            test, value = self._source_test("d.source", source, glob)
-            where.append(test)
-            params += value
-        sql = "SELECT d.id, d.source, d.latest, d.metadata != '{}', d.acl != '[]' FROM documents d"
-        if where:
-            sql += " WHERE " + " AND ".join(where)
-        return self.pg.execute(sql + " ORDER BY d.id DESC", params).fetchall()
-
     # -- filters ------------------------------------------------------------------------
-    @staticmethod
-    def _filter_sql(conditions: Sequence[Any], public_unlabeled: bool, per_chunk: bool = False
-                    ) -> tuple[list[str], list[Any]]:
-        """As :meth:`Store._filter_sql`, in PostgreSQL's SQL (same results)."""
-        where: list[str] = []
-        params: list[Any] = []
-        chunk_terms: list[str] = []
-        chunk_params: list[Any] = []
-        for c in conditions:
-            if not per_chunk and mentions_chunks(c):
-                chunk_terms.append(_pg_condition_sql(c, public_unlabeled, chunk_params))
-            else:
-                where.append(_pg_condition_sql(c, public_unlabeled, params))
-        if chunk_terms:
-            where.append(f"EXISTS (SELECT 1 FROM chunks c WHERE c.doc_id = d.id AND {balanced(chunk_terms, 'AND')})")
-            params += chunk_params
-        if len(where) > 8:
-            where = [balanced(where, "AND")]
-        return where, params
+    _NO_LIMIT = None  # LIMIT NULL: no limit
 
-    def filtered_doc_ids(self, conditions: Sequence[Any], public_unlabeled: bool,
-                         doc_id: int | None = None) -> list[int]:
-        if doc_id is None and 0 < len(conditions) <= _MAX_INTERSECT and all(c.kind in _DOC_SETS for c in conditions):
-            set_params: list[Any] = []
-            sets = " INTERSECT ".join(_pg_doc_set_sql(c, set_params) for c in conditions)
-            return [r[0] for r in self.pg.execute(sets, set_params)]
-        where, params = self._filter_sql(conditions, public_unlabeled)
-        if doc_id is not None:
-            where.append("d.id = ?")
-            params.append(doc_id)
-        sql = "SELECT d.id FROM documents d"
-        if where:
-            sql += " WHERE " + " AND ".join(where)
-        return [r[0] for r in self.pg.execute(sql, params)]
+    @staticmethod
+    def _condition(c: Any, public_unlabeled: bool, params: list[Any]) -> str:
+        return _pg_condition_sql(c, public_unlabeled, params)
+
+    @staticmethod
+    def _doc_set(c: Any, params: list[Any]) -> str:
+        return _pg_doc_set_sql(c, params)
 
     def facet_rows(self, field: str) -> list[tuple[int, Any]]:
         pg = self.pg
@@ -981,18 +911,7 @@ class PgStore(Store):
             [after_doc, upto_doc]).fetchall()
 
     # -- vectors ---------------------------------------------------------------------------
-    def hashed_vector_texts(self, size: int = 2048) -> Iterator[list[tuple[int, bytes, bytes | None]]]:
-        after = 0
-        while True:
-            rows = self.pg.execute(
-                "SELECT v.chunk_id, v.text_hash, convert_to(coalesce(c.text, d.text), 'UTF8') FROM vectors v "
-                "JOIN chunks c ON c.id = v.chunk_id JOIN documents d ON d.id = c.doc_id "
-                "WHERE v.chunk_id > ? AND v.text_hash IS NOT NULL ORDER BY v.chunk_id LIMIT ?",
-                [after, size]).fetchall()
-            if not rows:
-                return
-            yield rows
-            after = rows[-1][0]
+    _CHUNK_TEXT_BYTES = "convert_to(coalesce(c.text, d.text), 'UTF8')"
 
     def advance_embedded_upto(self, upto: int, seen_from: int) -> None:
         self.pg.execute("UPDATE vector_stats SET embedded_upto = greatest(embedded_upto, ?) "
@@ -1115,7 +1034,7 @@ def _pg_condition_sql(c: Any, public_unlabeled: bool, params: list[Any]) -> str:
         return balanced([_pg_condition_sql(x, public_unlabeled, params) for x in c.values], kind.upper())
     if kind == "not":
         return f"NOT ({_pg_condition_sql(c.values[0], public_unlabeled, params)})"
-    if kind in _DOC_SETS:
+    if kind in DOC_SETS:
         return f"d.id IN ({_pg_doc_set_sql(c, params)})"
     vals = _values(c)
     if kind == "source":

@@ -617,13 +617,13 @@ class Store(VectorSQL):
         """(id, latest, has metadata, has acl, its ``doc_chunks`` rows) of every stored
         version of matching sources, newest first: one query (all that deleting by
         source reads)."""
-        op = "GLOB" if glob else "="
+        test, value = self._source_test("d.source", source, glob)
         out: list[tuple[int, int, bool, bool, list[tuple[int, int, int, bytes, bytes]]]] = []
         last = None
         for did, latest, has_meta, has_acl, *chunk in self.conn.execute(
                 f"SELECT d.id, d.latest, d.metadata != '{{}}', d.acl != '[]', c.id, c.length, c.latest, c.terms, "
-                f"c.tfs FROM documents d LEFT JOIN chunks c ON c.doc_id = d.id WHERE d.source {op} ? "
-                f"ORDER BY d.id DESC, c.id", [source]):
+                f"c.tfs FROM documents d LEFT JOIN chunks c ON c.doc_id = d.id WHERE {test} "
+                f"ORDER BY d.id DESC, c.id", value):
             if did != last:
                 out.append((did, latest, bool(has_meta), bool(has_acl), []))
                 last = did
@@ -681,15 +681,16 @@ class Store(VectorSQL):
         ``conditions``, ordered by source then id."""
         where, params = self._filter_sql(conditions, public_unlabeled)
         if source is not None:
-            where.append("d.source GLOB ?" if glob else "d.source = ?")
-            params.append(source)
+            test, value = self._source_test("d.source", source, glob)
+            where.append(test)
+            params += value
         if latest_only:
             where.append("d.latest = 1")
         sql = f"SELECT {self._DOC_COLS} FROM documents d"
         if where:
             sql += " WHERE " + " AND ".join(where)
         sql += " ORDER BY d.source, d.id LIMIT ? OFFSET ?"
-        params += [-1 if limit is None else limit, offset]
+        params += [self._NO_LIMIT if limit is None else limit, offset]
         return self.conn.execute(sql, params).fetchall()
 
     def count_documents(self, conditions: Sequence[Any] = (), public_unlabeled: bool = False,
@@ -738,8 +739,24 @@ class Store(VectorSQL):
     def count_chunks_since(self, after_id: int) -> int:
         return int(self.conn.execute("SELECT count(*) FROM chunks WHERE id > ?", [after_id]).fetchone()[0])
 
+    # The SQL dialect's pieces (PgStore has PostgreSQL's): a filter condition, the document
+    # ids of a metadata condition, a source test, and LIMIT's "no limit".
+    _NO_LIMIT: int | None = -1
+
     @staticmethod
-    def _filter_sql(conditions: Sequence[Any], public_unlabeled: bool, per_chunk: bool = False
+    def _condition(c: Any, public_unlabeled: bool, params: list[Any]) -> str:
+        return _condition_sql(c, public_unlabeled, params)
+
+    @staticmethod
+    def _doc_set(c: Any, params: list[Any]) -> str:
+        return _doc_set_sql(c, params)
+
+    @staticmethod
+    def _source_test(column: str, source: str, glob: bool) -> tuple[str, list[Any]]:
+        """``column = ?``, or ``column GLOB ?`` for a pattern, with its parameters."""
+        return (f"{column} GLOB ?" if glob else f"{column} = ?"), [source]
+
+    def _filter_sql(self, conditions: Sequence[Any], public_unlabeled: bool, per_chunk: bool = False
                     ) -> tuple[list[str], list[Any]]:
         """WHERE terms on ``documents d`` for filter conditions (see ragdb.filters.Condition).
 
@@ -756,9 +773,9 @@ class Store(VectorSQL):
         chunk_params: list[Any] = []
         for c in conditions:
             if not per_chunk and mentions_chunks(c):
-                chunk_terms.append(_condition_sql(c, public_unlabeled, chunk_params))
+                chunk_terms.append(self._condition(c, public_unlabeled, chunk_params))
             else:
-                where.append(_condition_sql(c, public_unlabeled, params))
+                where.append(self._condition(c, public_unlabeled, params))
         if chunk_terms:
             where.append(f"EXISTS (SELECT 1 FROM chunks c WHERE c.doc_id = d.id AND {balanced(chunk_terms, 'AND')})")
             params += chunk_params
@@ -801,11 +818,11 @@ class Store(VectorSQL):
                          doc_id: int | None = None) -> list[int]:
         """Ids of documents meeting every condition (see ragdb.filters.Condition), of
         ``doc_id`` alone when given."""
-        if doc_id is None and 0 < len(conditions) <= _MAX_INTERSECT and all(c.kind in _DOC_SETS for c in conditions):
+        if doc_id is None and 0 < len(conditions) <= _MAX_INTERSECT and all(c.kind in DOC_SETS for c in conditions):
             # only conditions on metadata: their document ids straight from doc_meta's indexes
             # (each exists: rows go with their document), without a lookup of each document
             set_params: list[Any] = []
-            sets = " INTERSECT ".join(_doc_set_sql(c, set_params) for c in conditions)
+            sets = " INTERSECT ".join(self._doc_set(c, set_params) for c in conditions)
             return [r[0] for r in self.conn.execute(sets, set_params)]
         where, params = self._filter_sql(conditions, public_unlabeled)
         if doc_id is not None:
@@ -822,8 +839,9 @@ class Store(VectorSQL):
         condition (and ``source``, a pattern when ``glob``), newest first."""
         where, params = self._filter_sql(conditions, False)
         if source is not None:
-            where.append("d.source GLOB ?" if glob else "d.source = ?")
-            params.append(source)
+            test, value = self._source_test("d.source", source, glob)
+            where.append(test)
+            params += value
         sql = "SELECT d.id, d.source, d.latest, d.metadata != '{}', d.acl != '[]' FROM documents d"
         if where:
             sql += " WHERE " + " AND ".join(where)
@@ -1193,7 +1211,7 @@ def mentions_chunks(c: Any) -> bool:
     return c.kind == "contains" or (c.kind in ("and", "or", "not") and any(mentions_chunks(x) for x in c.values))
 
 
-_DOC_SETS = ("meta", "tags", "value")  # conditions that are a set of document ids from doc_meta
+DOC_SETS = ("meta", "tags", "value")  # conditions that are a set of document ids from doc_meta
 _MAX_INTERSECT = 100  # SQLite allows 500 terms in a compound SELECT
 
 
@@ -1241,7 +1259,7 @@ def _condition_sql(c: Any, public_unlabeled: bool, params: list[Any]) -> str:
         return balanced([_condition_sql(x, public_unlabeled, params) for x in c.values], kind.upper())
     if kind == "not":
         return f"NOT ({_condition_sql(c.values[0], public_unlabeled, params)})"
-    if kind in _DOC_SETS:
+    if kind in DOC_SETS:
         return f"d.id IN ({_doc_set_sql(c, params)})"
     if kind == "source":
         sql = f"d.source IN ({marks})"

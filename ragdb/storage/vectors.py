@@ -65,6 +65,7 @@ class VectorSQL:
     """Vector statements of :class:`ragdb.storage.Store` (see the module docstring)."""
 
     conn: sqlite3.Connection
+    _CHUNK_TEXT_BYTES = "CAST(coalesce(c.text, d.text) AS BLOB)"  # a chunk's text as bytes (PgStore: its SQL)
 
     # -- model -------------------------------------------------------------
     def vector_model(self) -> dict[str, Any] | None:
@@ -209,7 +210,7 @@ class VectorSQL:
         after = 0
         while True:
             rows = self.conn.execute(
-                "SELECT v.chunk_id, v.text_hash, CAST(coalesce(c.text, d.text) AS BLOB) FROM vectors v "
+                f"SELECT v.chunk_id, v.text_hash, {self._CHUNK_TEXT_BYTES} FROM vectors v "
                 "JOIN chunks c ON c.id = v.chunk_id JOIN documents d ON d.id = c.doc_id "
                 "WHERE v.chunk_id > ? AND v.text_hash IS NOT NULL ORDER BY v.chunk_id LIMIT ?",
                 [after, size]).fetchall()
