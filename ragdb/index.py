@@ -600,20 +600,23 @@ class Index:
 
         Deleted chunks still listed in old segments get a (meaningless) score
         here; every caller masks results with ``allowed()``, which excludes them."""
+        posting = self.term_postings(term_ids)
+        return self._accumulate_postings([posting.get(t) for t in term_ids], weigh, contributions)
+
+    def _accumulate_postings(self, postings: Sequence[tuple[np.ndarray, np.ndarray] | None],
+                             weigh: Callable[[int, np.ndarray, np.ndarray], np.ndarray],
+                             contributions: bool) -> tuple[np.ndarray, list[np.ndarray]]:
+        """:meth:`_accumulate` over each term's or unit's (chunk ids, tfs), None for none."""
         scores = self.scratch("scores", len(self.lengths))
         scores.fill(0.0)
         per_term: list[np.ndarray] = []
-        posting = self.term_postings(term_ids)
-        for i, t in enumerate(term_ids):
-            p = posting.get(t)
+        for i, p in enumerate(postings):
             if p is None:
                 if contributions:
                     per_term.append(np.zeros(0))
                 continue
             # numpy converts uint32 indexes to intp on every fancy index (a gather
-            # in weigh, a gather and a scatter below): convert once, into a
-            # reused array, and add with take/put into reused arrays too: the
-            # same arithmetic as ``scores[ids] += w`` without fresh temporaries.
+            # in weigh, a gather and a scatter below): convert once
             ids = p[0].astype(np.intp)
             w = weigh(i, ids, p[1])
             scores[ids] += w
@@ -623,16 +626,20 @@ class Index:
                 per_term.append(c)
         return scores, per_term
 
+    def _bm25_length_norm(self, k1: float, b: float) -> np.ndarray:
+        """BM25's length part of every chunk (:func:`ragdb.scoring.bm25_length_norm`), per
+        generation and parameters."""
+        key = (self.generation, k1, b, len(self.lengths))
+        if self._length_norm is None or self._length_norm[0] != key:
+            self._length_norm = (key, scoring.bm25_length_norm(self.lengths, self.total_length / self.n_chunks, k1, b))
+        return self._length_norm[1]
+
     def bm25(self, query: Sequence[tuple[int, int]], k1: float, b: float,
              contributions: bool = False) -> tuple[np.ndarray, list[np.ndarray]]:
         """BM25 scores over all chunk ids for ``query`` = [(term id, df)] in query order."""
         if self.n_chunks == 0:
             return np.zeros(len(self.lengths), np.float64), []
-        key = (self.generation, k1, b, len(self.lengths))
-        if self._length_norm is None or self._length_norm[0] != key:
-            avgdl = self.total_length / self.n_chunks
-            self._length_norm = (key, scoring.bm25_length_norm(self.lengths, avgdl, k1, b))
-        norm = self._length_norm[1]
+        norm = self._bm25_length_norm(k1, b)
         idfs = [scoring.bm25_idf(self.n_chunks, df) for _, df in query]
         return self._accumulate(
             [t for t, _ in query],
@@ -666,11 +673,7 @@ class Index:
         ``fields[i]``: unit ``i`` is a field's (:mod:`ragdb.fields`): no length normalisation."""
         if self.n_chunks == 0:
             return np.zeros(len(self.lengths), np.float64), []
-        key = (self.generation, k1, b, len(self.lengths))
-        if self._length_norm is None or self._length_norm[0] != key:
-            avgdl = self.total_length / self.n_chunks
-            self._length_norm = (key, scoring.bm25_length_norm(self.lengths, avgdl, k1, b))
-        norm = self._length_norm[1]
+        norm = self._bm25_length_norm(k1, b)
         idfs = [scoring.bm25_idf(self.n_chunks, df) for _, df, _ in units]
         flat = np.float64(k1)  # k1 * (1 - b + b * dl / avgdl) with b = 0
 
@@ -688,38 +691,16 @@ class Index:
         idfs = [scoring.tfidf_idf(self.n_chunks, df) for _, df, _ in units]
         qw = [float(idf) * w for idf, (_, _, w) in zip(idfs, units)]
         qnorm = float(np.sqrt(np.sum(np.square(qw))))
-        norms = self.norms()
         scores, per_term = self._accumulate_units(
             units, lambda i, ids, tfs: qw[i] * scoring.tfidf_tf(tfs) * idfs[i], contributions)
-        denom = norms * qnorm
-        nz = denom > 0
-        scores[nz] /= denom[nz]
-        scores[~nz] = 0.0
-        for c in per_term:
-            if len(c):
-                c[nz] /= denom[nz]
-        return scores, per_term
+        return self._cosine(scores, per_term, qnorm)
 
     def _accumulate_units(self, units: Sequence[tuple[Sequence[int], int, float]],
                           weigh: Callable[[int, np.ndarray, np.ndarray], np.ndarray],
                           contributions: bool) -> tuple[np.ndarray, list[np.ndarray]]:
-        scores = self.scratch("scores", len(self.lengths))
-        scores.fill(0.0)
-        per_term: list[np.ndarray] = []
-        for i, (ids, _df, _w) in enumerate(units):
-            p = self.unit_postings(ids)
-            if p is None:
-                if contributions:
-                    per_term.append(np.zeros(0))
-                continue
-            cids = p[0].astype(np.intp)
-            w = weigh(i, cids, p[1])
-            scores[cids] += w  # a unit's chunk ids are distinct
-            if contributions:
-                c = np.zeros(len(self.lengths))
-                c[cids] = w
-                per_term.append(c)
-        return scores, per_term
+        """:meth:`_accumulate` for scoring units (each unit's terms' postings as one)."""
+        self.term_postings(sorted({t for ids, _df, _w in units for t in ids}))  # one read for every unit
+        return self._accumulate_postings([self.unit_postings(ids) for ids, _df, _w in units], weigh, contributions)
 
     def tfidf(self, query: Sequence[tuple[int, int, int]], contributions: bool = False
               ) -> tuple[np.ndarray, list[np.ndarray]]:
@@ -730,12 +711,17 @@ class Index:
         idfs = [scoring.tfidf_idf(n, df) for _, df, _ in query]
         qw = [float(scoring.tfidf_tf(np.array([qtf]))[0] * idf) for (_, _, qtf), idf in zip(query, idfs)]
         qnorm = float(np.sqrt(np.sum(np.square(qw))))
-        norms = self.norms()
         scores, per_term = self._accumulate(
             [t for t, _, _ in query],
             lambda i, ids, tfs: qw[i] * scoring.tfidf_tf(tfs) * idfs[i],
             contributions)
-        denom = norms * qnorm
+        return self._cosine(scores, per_term, qnorm)
+
+    def _cosine(self, scores: np.ndarray, per_term: list[np.ndarray], qnorm: float
+                ) -> tuple[np.ndarray, list[np.ndarray]]:
+        """Dot products (and each term's part) divided by the chunks' and the query's norms
+        (0 where either is 0): TF-IDF cosine."""
+        denom = self.norms() * qnorm
         nz = denom > 0
         scores[nz] /= denom[nz]
         scores[~nz] = 0.0
