@@ -24,7 +24,7 @@ import subprocess
 import sys
 import time
 import types
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -321,13 +321,13 @@ def selected_sections(ctx: Context) -> set[str]:
 # ==========================================================================
 
 
-def median_of_runs(runs: list[dict]) -> dict:
-    """The first run's result with each timing replaced by the median over ``runs``."""
+def median_of_runs(runs: list[dict], keys: Sequence[str] = _MEDIAN_KEYS) -> dict:
+    """The first run's result with each timing (``keys``) replaced by the median over ``runs``."""
     ok = [r for r in runs if "error" not in r]
     if not ok:
-        return runs[0]
+        return runs[0] if runs else {"error": "not run"}
     out = dict(ok[0])
-    for key in _MEDIAN_KEYS:
+    for key in keys:
         values = [r[key] for r in ok if isinstance(r.get(key), (int, float))]
         if values:
             out[key] = median(values)

@@ -17,9 +17,9 @@ from typing import Any
 
 import orjson
 
-from ..common import REPO, UPDATE_OPS, WARMUP_QUERIES, log, median, percentile
+from ..common import REPO, UPDATE_OPS, WARMUP_QUERIES, log, percentile
 from ..corpora import Corpus, drop_indexes, pick_victims
-from ..harness import REPEAT_QUERY_MS, SYSTEMS, Context, section, update_rounds
+from ..harness import REPEAT_QUERY_MS, SYSTEMS, Context, median_of_runs, section, update_rounds
 from ..peers import SCALE_SYSTEMS, UPDATE_SCALE_SYSTEMS
 from ..realistic import PARAMS, SEED, cached_corpus
 from ..reference import cache_key as reference_key
@@ -183,21 +183,8 @@ def _query_rounds(ctx: Context, names: list[str], corpus: Corpus, caps: dict[str
             if r:
                 res.pop("run", None)
             runs[name].append(res)
-    out = {}
-    for name, rs in runs.items():
-        ok = [x for x in rs if "error" not in x]
-        if not ok:
-            out[name] = rs[0] if rs else {"error": "not run"}
-            continue
-        res = dict(ok[0])
-        for key in ("p50_ms", "p95_ms", "mean_ms", "p50_en_ms", "p95_en_ms", "p50_zh_ms", "p95_zh_ms", "peak_rss_mb",
-                    "open_s"):
-            values = [x[key] for x in ok if isinstance(x.get(key), (int, float))]
-            if values:
-                res[key] = median(values)
-        res["rounds"] = len(ok)
-        out[name] = res
-    return out
+    keys = ("p50_ms", "p95_ms", "mean_ms", "p50_en_ms", "p95_en_ms", "p50_zh_ms", "p95_zh_ms", "peak_rss_mb", "open_s")
+    return {name: median_of_runs(rs, keys) for name, rs in runs.items()}
 
 
 def _reference(ctx: Context, corpus: Corpus, fingerprint: str) -> dict:
