@@ -152,6 +152,9 @@ class Index:
         # write only the terms above it need reading (term_cache_stale).
         self.term_cache_upto = -1
         self.term_cache_stale = False
+        # Whether term_cache holds the vocabulary's frequent terms (a vocabulary too large to
+        # keep whole: see ragdb.write.WRITER_FREQUENT_SHARE).
+        self.term_cache_frequent = False
         self.vocab_epoch = -1
         self.next_ids = (0, 0)  # next free (document id, chunk id), as of the last sync
 
@@ -169,8 +172,7 @@ class Index:
         # another connection wrote: it may have added terms this cache lacks
         self.term_cache_stale = True
         if stats["vocab_epoch"] != self.vocab_epoch:
-            self.term_cache.clear()
-            self.term_cache_upto = -1
+            self.forget_terms()
             self.vocab_epoch = stats["vocab_epoch"]
         if (self.generation >= 0 and stats["flush_count"] == self.flush_count
                 and stats["flushed_upto"] == self.flushed_upto):
@@ -230,6 +232,12 @@ class Index:
             # a logged chunk may have new fields (metadata or labels changed in place)
             self.forget_hits([row[1] for row in log])
             self.log_seq = log[-1][0]
+
+    def forget_terms(self) -> None:
+        """Empty the writer's term cache (term ids changed: a vocabulary clean-up)."""
+        self.term_cache.clear()
+        self.term_cache_upto = -1
+        self.term_cache_frequent = False
 
     def forget_hits(self, chunk_ids: Sequence[int] | None) -> None:
         """Drop cached hit fields of these chunks (``None``: of every chunk)."""

@@ -11,6 +11,7 @@ import sys
 import numpy as np
 import orjson
 import pytest
+from unittest import mock
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -408,6 +409,70 @@ def test_reader_connection_follows_writer(tmp_path_factory, ops, keep):
             r.search("warm the reader's view")
         assert_same_as_fresh(r, live, "window:size=6,overlap=2")
         assert r.check() == []
+
+
+two_writer_ops = st.lists(
+    st.tuples(st.sampled_from(["add", "delete", "optimize"]), st.integers(0, 1), st.integers(0, 5),
+              st.lists(st.sampled_from(WORDS + [f"w{i}" for i in range(12)]), min_size=1, max_size=12).map(" ".join)),
+    min_size=1, max_size=25)
+
+
+@settings(max_examples=int(__import__("os").environ.get("RAGDB_HYPOTHESIS_EXAMPLES", "40")), deadline=None,
+          suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture])
+@given(ops=two_writer_ops, share=st.sampled_from([1, 4, 1 << 20]))
+def test_writers_with_a_vocabulary_too_large_to_keep_whole(tmp_path_factory, ops, share):
+    """Writers that keep only the vocabulary's frequent terms (a vocabulary over
+    WRITER_TERM_CACHE; forced here) and look the others up: two of them on one file, with
+    new terms, deletes and optimizes that remove unused terms (which renumbers nothing but
+    must not leave a cached id of a removed term), index exactly like a fresh database."""
+    import ragdb.write
+
+    path = tmp_path_factory.mktemp("vocab") / "kb.db"
+    live: dict[str, str] = {}
+    with mock.patch.object(ragdb.write, "WRITER_TERM_CACHE", 0), \
+            mock.patch.object(ragdb.write, "WRITER_FREQUENT_SHARE", share), \
+            ragdb.open(path) as a, ragdb.open(path) as b:
+        writers = (a, b)
+        for w in writers:
+            w._settings["flush_threshold"] = 3
+        for op, who, key, text in ops:
+            w = writers[who]
+            source = f"doc{key}"
+            if op == "add":
+                w.add(text, source=source)
+                live[source] = text
+            elif op == "delete":
+                w.delete(source=source)
+                live.pop(source, None)
+            else:
+                w.optimize(vacuum=False)
+        for w in writers:
+            assert w.check() == []
+            assert_same_as_fresh(w, live, "none")
+
+
+@pytest.mark.parametrize("share", [1, 1 << 20])
+def test_a_writer_forgets_terms_that_another_connections_optimize_removed(tmp_path, share):
+    import ragdb.write
+
+    path = tmp_path / "kb.db"
+    with mock.patch.object(ragdb.write, "WRITER_TERM_CACHE", 0), \
+            mock.patch.object(ragdb.write, "WRITER_FREQUENT_SHARE", share), \
+            ragdb.open(path) as a, ragdb.open(path) as b:
+        a.add_many([{"text": f"common words here {i}", "source": f"c{i}"} for i in range(8)])
+        a.add("common zeta", source="z")
+        a.add("common eta", source="e")
+        a.delete(source="z")
+        a.delete(source="e")
+        b.optimize(vacuum=False)  # removes zeta and eta from the vocabulary
+        a.add("common eta again", source="e2")
+        b.add("zeta returns", source="z2")
+        for w in (a, b):
+            assert w.check() == []
+            assert [h.source for h in w.search("eta")] == ["e2"]
+            assert [h.source for h in w.search("zeta")] == ["z2"]
+        assert_same_as_fresh(a, {**{f"c{i}": f"common words here {i}" for i in range(8)},
+                                 "e2": "common eta again", "z2": "zeta returns"}, "none")
 
 
 def test_searching_an_up_to_date_database_does_not_import_sqlite_utils(tmp_path):

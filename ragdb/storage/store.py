@@ -920,6 +920,21 @@ class Store(VectorSQL):
                 out[term] = (tid, df)
         return out
 
+    def term_id_map(self, terms: Sequence[str]) -> dict[str, int]:
+        """term -> id for the terms that are in the vocabulary: a writer's lookup. Without
+        the df it reads only the term index (``id`` is its rowid), about half the page
+        visits of :meth:`term_ids` (measured: 56 terms of a 354k-term vocabulary,
+        88 against 158 µs)."""
+        out: dict[str, int] = {}
+        for part in _chunks(list(terms)):
+            q = ",".join("?" * len(part))
+            out.update(self.conn.execute(f"SELECT term, id FROM vocabulary WHERE term IN ({q})", part).fetchall())
+        return out
+
+    def frequent_term_ids(self, min_df: int) -> Iterator[tuple[str, int]]:
+        """(term, id) of the terms whose stored df is at least ``min_df`` (a scan of the vocabulary)."""
+        yield from self.conn.execute("SELECT term, id FROM vocabulary WHERE df >= ?", [min_df])
+
     def terms_with_prefix(self, prefix: str, limit: int) -> list[tuple[str, int, int]]:
         """(term, id, df) of up to ``limit`` vocabulary terms starting with ``prefix``, the
         most frequent (by stored df) first: a range scan of the term index."""
