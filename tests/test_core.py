@@ -364,10 +364,13 @@ QUERIES = ["retrieval generation", "检索增强生成", "model answer evidence"
 
 
 @settings(max_examples=int(__import__("os").environ.get("RAGDB_HYPOTHESIS_EXAMPLES", "60")), deadline=None, suppress_health_check=[HealthCheck.too_slow])
-@given(ops=ops, chunker=st.sampled_from(["none", "window:size=6,overlap=2"]))
-def test_incremental_equals_rebuild(ops, chunker):
+@given(ops=ops, chunker=st.sampled_from(["none", "window:size=6,overlap=2"]), merge_part=st.sampled_from([1, 7, 1 << 21]))
+def test_incremental_equals_rebuild(ops, chunker, merge_part):
+    import ragdb.index
+
     live: dict[str, str] = {}
-    with ragdb.open(":memory:", chunker=chunker) as db:
+    with mock.patch.object(ragdb.index, "MERGE_PART_POSTINGS", merge_part), \
+            ragdb.open(":memory:", chunker=chunker) as db:
         db._settings["flush_threshold"] = 4
         for op, key, text in ops:
             source = f"doc{key}"
@@ -490,10 +493,13 @@ def test_searching_an_up_to_date_database_does_not_import_sqlite_utils(tmp_path)
     assert out.stdout.strip() == "[]"
 
 
-def test_bulk_load_that_flushes_midway_ends_with_one_segment_per_term(tmp_path, monkeypatch):
-    from ragdb import database
+@pytest.mark.parametrize("merge_part", [1, 10, 1 << 21])
+def test_bulk_load_that_flushes_midway_ends_with_one_segment_per_term(tmp_path, monkeypatch, merge_part):
+    """(``merge_part``: postings merged at a time, so the final merge runs in parts)"""
+    from ragdb import database, index
 
     monkeypatch.setattr(database, "BULK_FLUSH_CHUNKS", 7)
+    monkeypatch.setattr(index, "MERGE_PART_POSTINGS", merge_part)
     texts = [f"{EN} document {i} {'extra' * (i % 3)}" for i in range(40)] + [f"{ZH} 第{i}篇" for i in range(20)]
     with ragdb.open(tmp_path / "kb.db") as db:
         db.add_many(({"text": t, "source": f"d{i}"} for i, t in enumerate(texts)), batch_size=5, chunker="none")

@@ -381,7 +381,7 @@ PLAIN_SQL = (
     "in_transaction", "insert_chunks", "insert_documents", "insert_segments", "iter_chunk_spans",
     "iter_documents", "latest_by_source", "latest_mismatch", "log_seq", "log_since", "max_chunk_id",
     "newest_older_version", "next_term_id", "orphan_chunks", "orphan_vectors", "put_vectors", "real_counts",
-    "reset_vector_model", "segment_counts", "segment_counts_all", "segment_total", "set_latest", "set_setting",
+    "posting_counts", "reset_vector_model", "segment_counts", "segment_counts_all", "segment_total", "set_latest", "set_setting",
     "set_text_hashes", "set_valid_to", "set_vector_model", "settings", "source_versions",
     "stored_counts", "term_id_map", "term_ids", "term_ids_after", "unembedded_below_watermark", "unembedded_count",
     "unhashed_vectors", "vector_count", "vector_model", "vector_version", "vectors_by_hash",

@@ -1009,6 +1009,15 @@ class Store(VectorSQL):
                 out[tid] = (n, mx)
         return out
 
+    def posting_counts(self, term_ids: Sequence[int]) -> dict[int, int]:
+        """term id -> postings in its segments (deleted chunks' included), for terms that have any."""
+        out: dict[int, int] = {}
+        for part in _chunks(list(term_ids)):
+            q = ",".join("?" * len(part))
+            out.update(self.conn.execute(
+                f"SELECT term_id, sum(n) FROM postings WHERE term_id IN ({q}) GROUP BY term_id", part).fetchall())
+        return out
+
     def segment_counts_all(self) -> list[int]:
         return [r[0] for r in self.conn.execute("SELECT DISTINCT term_id FROM postings")]
 
