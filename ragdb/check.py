@@ -23,7 +23,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from .index import Index
+from .index import Index, postings_problem
 from .storage import DTYPES
 
 if TYPE_CHECKING:
@@ -228,21 +228,22 @@ def _forward(tally: _Tally, cid: int, tkind: str, t: bytes | None, fkind: str, f
 
 def _segment(tally: _Tally, tid: int, seg: int, n: Any, ikind: str, ids: bytes | None, fkind: str,
              tfs: bytes | None) -> tuple[np.ndarray, np.ndarray] | None:
-    """A postings segment's (chunk ids, tfs) as int64, or None (reported) when malformed."""
+    """A postings segment's (chunk ids, tfs) as int64, or None (reported) when malformed
+    (raw or packed: :func:`ragdb.index.postings_problem`)."""
     where = f"term id {tid}, segment {seg}"
-    ids_a = _packed(tally, "postings.chunk_ids", "segment", where, ikind, ids, "<u4")
-    tfs_a = _packed(tally, "postings.tfs", "segment", where, fkind, tfs, "<u2")
-    if ids_a is None or tfs_a is None:
+    for column, kind, blob in (("postings.chunk_ids", ikind, ids), ("postings.tfs", fkind, tfs)):
+        if kind != "blob" or blob is None:
+            tally.add(f"{column} is not a blob", "segment", f"{where}: {kind}")
+            return None
+    assert ids is not None and tfs is not None
+    if not (type(n) is int and n >= 0):
+        tally.add("postings.n is not a count", "segment", f"{where}: n {n!r}")
         return None
-    if not (type(n) is int and n == len(ids_a) == len(tfs_a)):
-        tally.add("postings.n disagrees with the lengths of postings.chunk_ids and postings.tfs", "segment",
-                  f"{where}: n {n!r}, {len(ids_a)} chunk ids, {len(tfs_a)} tfs")
+    problem, detail, ids_64, tfs_64 = postings_problem(ids, tfs, n)
+    if problem:
+        tally.add(problem, "segment", f"{where}: {detail}" if detail else where)
         return None
-    ids_64 = ids_a.astype(np.int64)
-    if len(ids_64) > 1 and not bool(np.all(ids_64[1:] > ids_64[:-1])):
-        tally.add("postings.chunk_ids is not strictly increasing", "segment", where)
-        return None
-    return ids_64, tfs_a.astype(np.int64)
+    return ids_64, tfs_64
 
 
 def _text_problems(store: Store) -> list[str]:

@@ -314,7 +314,8 @@ def test_a_file_from_before_collections_keeps_its_content_as_the_default(tmp_pat
                  "ALTER TABLE doc_meta DROP COLUMN num", "ALTER TABLE doc_meta DROP COLUMN at",
                  "CREATE INDEX doc_meta_kv ON doc_meta (key, value)"):
         conn.execute(stmt)
-    conn.execute("DELETE FROM _sqlite_migrations WHERE name IN ('0006_collections', '0007_filter_operators')")
+    conn.execute("DELETE FROM _sqlite_migrations WHERE name IN ('0006_collections', '0007_filter_operators', "
+                 "'0008_packed_postings')")
     conn.commit()
     conn.close()
     with ragdb.open(path) as db:

@@ -806,11 +806,11 @@ class PgStore(Store):
         pg = self.pg
         return pg.run(pg.rewrite(sql), params, binary=True)
 
-    def postings(self, term_ids: Sequence[int]) -> list[tuple[int, bytes, bytes]]:
+    def postings(self, term_ids: Sequence[int]) -> list[tuple[int, int, bytes, bytes]]:
         if not term_ids:
             return []
         return self._binary(
-            "SELECT term_id, chunk_ids, tfs FROM postings WHERE term_id = ANY(?) ORDER BY term_id, segment",
+            "SELECT term_id, n, chunk_ids, tfs FROM postings WHERE term_id = ANY(?) ORDER BY term_id, segment",
             [list(term_ids)]).fetchall()
 
     def forward_since(self, after_id: int) -> list[tuple[int, bytes, bytes]]:

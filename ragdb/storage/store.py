@@ -988,13 +988,14 @@ class Store(VectorSQL):
         return cur.rowcount
 
     # -- postings ----------------------------------------------------------------
-    def postings(self, term_ids: Sequence[int]) -> list[tuple[int, bytes, bytes]]:
-        """(term id, chunk ids blob, tfs blob) of every segment of these terms."""
-        out: list[tuple[int, bytes, bytes]] = []
+    def postings(self, term_ids: Sequence[int]) -> list[tuple[int, int, bytes, bytes]]:
+        """(term id, n, chunk ids blob, tfs blob) of every segment of these terms
+        (``ragdb.index.unpack_postings`` reads the blobs)."""
+        out: list[tuple[int, int, bytes, bytes]] = []
         for part in _chunks(list(term_ids)):
             q = ",".join("?" * len(part))
             out.extend(self.conn.execute(
-                f"SELECT term_id, chunk_ids, tfs FROM postings WHERE term_id IN ({q}) ORDER BY term_id, segment",
+                f"SELECT term_id, n, chunk_ids, tfs FROM postings WHERE term_id IN ({q}) ORDER BY term_id, segment",
                 part).fetchall())
         return out
 

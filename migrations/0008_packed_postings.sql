@@ -1,0 +1,12 @@
+-- ragdb schema version 8: postings segments may be packed.
+--
+-- From this schema on, a segment's ``chunk_ids`` is either raw (4 * n bytes of
+-- uint32 ids, as before) or packed (a width byte, the ids' gaps in 1 or 2 bytes,
+-- the gaps too large for them as uint32 after), and its ``tfs`` is n uint8 or
+-- n uint16 values; the blob's length tells which (ragdb.index.pack_postings).
+-- Segments written before stay as they are and read as before; merges and
+-- flushes write the new forms.
+--
+-- The migration changes no table. It is recorded so that an older ragdb, which
+-- would read packed blobs as raw uint32 values, refuses the file ("written by a
+-- newer ragdb") instead of returning wrong results.

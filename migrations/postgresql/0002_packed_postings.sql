@@ -1,0 +1,7 @@
+-- ragdb PostgreSQL schema version 2: postings segments may be packed.
+--
+-- The same change as SQLite schema 8 (migrations/0008_packed_postings.sql): a
+-- segment's chunk_ids is raw uint32 values or packed gaps, its tfs uint8 or
+-- uint16 values, told apart by length (ragdb.index.pack_postings). No table
+-- changes; recorded so that an older ragdb refuses the database instead of
+-- reading packed blobs as raw ones.

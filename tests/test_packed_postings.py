@@ -1,0 +1,162 @@
+"""Packed postings (schema 8, ragdb.index.pack_postings): the codec round-trips, check()
+tells malformed packed blobs, and segments written raw (before schema 8) read alike."""
+
+from __future__ import annotations
+
+import sqlite3
+
+import numpy as np
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+import ragdb
+from ragdb.index import PACK_MIN, pack_ids, pack_postings, pack_tfs, postings_problem, unpack_postings
+
+gaps = st.lists(st.one_of(st.integers(1, 300), st.integers(1, 70_000), st.integers(1, 1 << 24)), min_size=0,
+                max_size=400)
+
+
+@settings(max_examples=300, deadline=None)
+@given(gaps=gaps, first=st.integers(0, 1 << 20), tfs=st.data())
+def test_pack_then_unpack_gives_the_postings_back(gaps, first, tfs):
+    ids = np.cumsum([first, *gaps]).astype(np.int64)
+    ids = ids[ids < 1 << 32]
+    n = len(ids)
+    tf = np.array(tfs.draw(st.lists(st.integers(1, 70_000), min_size=n, max_size=n)), dtype=np.int64)
+    ids_blob, tfs_blob = pack_postings(ids, tf)
+    got_ids, got_tfs = unpack_postings(ids_blob, tfs_blob, n)
+    assert got_ids.tolist() == ids.tolist()
+    assert got_tfs.tolist() == np.minimum(tf, 65535).tolist()
+    assert len(ids_blob) <= 4 * n and len(tfs_blob) <= 2 * n  # never larger than raw
+    problem, _detail, ids64, tfs64 = postings_problem(ids_blob, tfs_blob, n)
+    assert problem == "" and ids64.tolist() == ids.tolist() and tfs64.tolist() == got_tfs.tolist()
+
+
+def test_dense_postings_pack_to_about_a_byte_each():
+    ids = np.arange(0, 3 * 4096, 3)
+    ids_blob, tfs_blob = pack_postings(ids, np.ones(len(ids), np.int64))
+    assert len(ids_blob) == 1 + len(ids) and len(tfs_blob) == len(ids)
+    ids[100:] += 100_000  # one gap too large for a byte: one escape and one uint32
+    ids_blob, _ = pack_postings(ids, np.ones(len(ids), np.int64))
+    assert len(ids_blob) == 1 + len(ids) + 4
+    assert unpack_postings(ids_blob, _, len(ids))[0].tolist() == ids.tolist()
+
+
+def test_short_and_sparse_postings_stay_raw():
+    short = np.arange(PACK_MIN - 1) * 2
+    assert pack_postings(short, np.ones(len(short), np.int64))[0] == pack_ids(short)
+    sparse = np.arange(PACK_MIN * 2) * 1_000_000  # every gap an escape: packing would be larger
+    assert pack_postings(sparse, np.ones(len(sparse), np.int64))[0] == pack_ids(sparse)
+
+
+@pytest.mark.parametrize("mangle, needle", [
+    (lambda b: b"\x03" + b[1:], "neither postings.n uint32 values nor postings.n packed gaps"),
+    (lambda b: b[:-1], "neither postings.n uint32 values nor postings.n packed gaps"),
+    (lambda b: b + b"\x00\x00\x00\x00", "a different number of large gaps than escapes"),
+    (lambda b: b[:-4] + b"\xff\xff\xff\xff", "2**32 or more"),
+    (lambda b: b[:2] + b"\x00" + b[3:], "not strictly increasing"),
+])
+def test_a_malformed_packed_blob_is_named(mangle, needle):
+    ids = np.concatenate([np.arange(0, 200, 2), [10_000_000]])
+    ids_blob, tfs_blob = pack_postings(ids, np.ones(len(ids), np.int64))
+    assert ids_blob[0] == 1 and len(ids_blob) == 1 + len(ids) + 4
+    problem, _detail, _i, _t = postings_problem(mangle(ids_blob), tfs_blob, len(ids))
+    assert needle in problem
+
+
+def test_tfs_of_the_wrong_length_are_named():
+    ids = np.arange(50)
+    ids_blob, tfs_blob = pack_postings(ids, np.ones(50, np.int64))
+    assert "postings.tfs is not postings.n uint8 or uint16 values" in postings_problem(ids_blob, tfs_blob[:-1], 50)[0]
+
+
+TEXTS = [f"retrieval evidence item{i} {'common ' * (i % 3)}检索{'增强' if i % 2 else ''} word{i % 7}" for i in range(400)]
+QUERIES = ["retrieval evidence", "common word3", "检索增强", "item17 word5", "evidence 增强 common"]
+
+
+def _answers(db):
+    return [[(h.source, h.score) for h in db.search(q, k=50)] for q in QUERIES]
+
+
+def test_a_database_of_raw_segments_answers_alike_and_is_packed_by_optimize(tmp_path):
+    """A file whose segments are all raw (as schema 7 wrote them) reads as it is; optimize
+    rewrites them packed; the answers are the same before and after, and check() is clean."""
+    path = tmp_path / "kb.db"
+    with ragdb.open(path) as db:
+        db.add_many([{"text": t, "source": f"s{i}"} for i, t in enumerate(TEXTS)], chunker="none")
+        db.optimize()  # the tail written as segments
+        packed = _answers(db)
+    conn = sqlite3.connect(path)
+    rows = conn.execute("SELECT term_id, segment, n, chunk_ids, tfs FROM postings").fetchall()
+    assert any(len(ids) != 4 * n for _t, _s, n, ids, _f in rows)  # some were packed
+    raw = []
+    for t, seg, n, ids, tfs in rows:
+        i, f = unpack_postings(ids, tfs, n)
+        raw.append((pack_ids(i), pack_tfs(f), t, seg))
+    conn.executemany("UPDATE postings SET chunk_ids = ?, tfs = ? WHERE term_id = ? AND segment = ?", raw)
+    conn.commit()
+    conn.close()
+    with ragdb.open(path) as db:
+        assert db.check() == []
+        assert _answers(db) == packed
+        db.add("retrieval evidence added later", source="late")
+        db.delete(source="s3")
+        db.optimize()
+        assert db.check() == []
+        after = _answers(db)
+    with ragdb.open(tmp_path / "fresh.db") as fresh:
+        fresh.add_many([{"text": t, "source": f"s{i}"} for i, t in enumerate(TEXTS) if i != 3], chunker="none")
+        fresh.add("retrieval evidence added later", source="late")
+        assert after == _answers(fresh)
+    conn = sqlite3.connect(path)
+    n_packed = conn.execute("SELECT count(*) FROM postings WHERE length(chunk_ids) != 4 * n").fetchone()[0]
+    conn.close()
+    assert n_packed > 0
+
+
+@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(order=st.permutations(range(60)), flush=st.sampled_from([3, 17, 2048]))
+def test_packed_segments_score_like_a_fresh_build_after_updates(tmp_path_factory, order, flush):
+    """Adds in any order, deletes and flushes at several sizes (so segments of every length,
+    raw and packed, are merged with each other and with the tail) score as a fresh build."""
+    path = tmp_path_factory.mktemp("packed") / "kb.db"
+    live = {}
+    with ragdb.open(path) as db:
+        db._settings["flush_threshold"] = flush
+        for k, i in enumerate(order):
+            db.add(TEXTS[i], source=f"s{i}", chunker="none")
+            live[f"s{i}"] = TEXTS[i]
+            if k % 7 == 6:
+                gone = f"s{order[k - 3]}"
+                db.delete(source=gone)
+                live.pop(gone, None)
+        db.optimize() if flush == 17 else None
+        assert db.check() == []
+        got = _answers(db)
+    with ragdb.open(":memory:") as fresh:
+        fresh.add_many([{"text": t, "source": s} for s, t in sorted(live.items())], chunker="none")
+        want = _answers(fresh)
+    for g, w in zip(got, want):
+        assert [s for s, _ in g] == [s for s, _ in w]
+        assert all(abs(a - b) <= 1e-9 for (_, a), (_, b) in zip(g, w))
+
+
+def test_check_reports_a_damaged_packed_segment(tmp_path):
+    path = tmp_path / "kb.db"
+    with ragdb.open(path) as db:
+        db.add_many([{"text": t, "source": f"s{i}"} for i, t in enumerate(TEXTS)], chunker="none")
+        db.optimize()
+        assert db.check() == []
+    conn = sqlite3.connect(path)
+    term, seg = conn.execute("SELECT term_id, segment FROM postings WHERE length(chunk_ids) != 4 * n "
+                             "ORDER BY term_id LIMIT 1").fetchone()
+    conn.execute("UPDATE postings SET chunk_ids = CAST(x'07' || substr(chunk_ids, 2) AS BLOB) WHERE term_id = ? AND segment = ?",
+                 [term, seg])
+    conn.commit()
+    conn.close()
+    with ragdb.open(path) as db:
+        problems = db.check()
+    assert len(problems) == 1, problems
+    assert problems[0].startswith("postings.chunk_ids is neither postings.n uint32 values nor postings.n packed gaps "
+                                  f"in 1 segment (e.g. term id {term}, segment {seg}: ")
