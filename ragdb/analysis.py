@@ -153,6 +153,10 @@ MAX_TOKEN_CHARS = 64  # keep in step with _WORD_RE
 _ASCII_SPLIT = bytes(c if chr(c).isascii() and chr(c).isalnum() else 0x20 for c in range(256))
 # Bound of the token memo (distinct tokens); it is emptied when full.
 MEMO_SIZE = 200_000
+# Bound of the positions memo (phrase checks) in (term, position) pairs, not runs: a CJK
+# run is a whole clause, hundreds of pairs, so 200,000 runs of them could be gigabytes.
+# About 20 MiB; the 15 phrase queries of the realistic 100k benchmark filled it that far.
+POS_MEMO_PAIRS = 200_000
 
 
 # -- version 2 -----------------------------------------------------------------
@@ -468,6 +472,7 @@ class Analyzer:
         self._runs_of: dict[str, set[Any]] = {}  # term -> the remembered runs holding it
         self._width: dict[Any, int] = {}  # run -> its width in positions
         self._nonsimple: set[Any] = set()  # runs of other than one position
+        self._pos_pairs = 0  # (term, position) pairs held by _pos_memo
         self._tok_memo: dict[str, tuple[list[tuple[str, int, int, int]], int]] = {}  # the same with offsets
         self._words: dict[str, str] = {}  # version 2: word -> its term after word rules ("" dropped)
 
@@ -837,12 +842,14 @@ class Analyzer:
                 plan, width = (_plan1 if self._v1 else _plan2)(text)
                 pairs = [(t, p) for t, _s, _e, p, _why in self._resolve(plan) if t]
             found = (pairs, width, width == 1 and all(p == 0 for _t, p in pairs))
-            if len(memo) >= MEMO_SIZE:
+            if len(memo) >= MEMO_SIZE or self._pos_pairs + len(pairs) > POS_MEMO_PAIRS:
                 memo.clear()
                 self._runs_of.clear()
                 self._width.clear()
                 self._nonsimple.clear()
+                self._pos_pairs = 0
             memo[run] = found
+            self._pos_pairs += len(pairs)
             self._width[run] = width
             if not found[2]:
                 self._nonsimple.add(run)
@@ -868,6 +875,9 @@ class Analyzer:
             distinct = set(runs)
             for run in distinct.difference(self._pos_memo):
                 info(run)
+            if not self._pos_memo.keys() >= distinct:
+                # the memo filled up and was emptied on the way: read the runs one by one
+                return {t: p for t, p in self._positions(text, None).items() if t in wanted}
             runs_of = self._runs_of
             holding: set[Any] = set()
             for t in wanted:

@@ -855,7 +855,11 @@ def _fault_db(path: str, seed: int = 3) -> ragdb.Database:
         db.add(doc_text(f"s{i}", 1, n), source=f"doc/s{i}", metadata={"n": n, "gen": 1})
     db.optimize(vacuum=False)                     # flushed postings ...
     db.delete(source="doc/s0")                    # ... a deleted flushed document (dead chunks) ...
-    for i in range(40, 50):                       # ... and an unflushed tail
+    # ... and an unflushed tail, large enough that flushing it needs new pages: merged
+    # segments are packed (smaller than the ones they replace), so an optimize with only
+    # the merges to do can fit in the pages it frees and succeed on a full disk
+    db._settings["flush_threshold"] = 10_000
+    for i in range(40, 90):
         db.add(doc_text(f"s{i}", 1, 3), source=f"doc/s{i}", metadata={"n": 3, "gen": 1})
     return db
 

@@ -58,7 +58,7 @@ def test_short_and_sparse_postings_stay_raw():
     (lambda b: b[:2] + b"\x00" + b[3:], "not strictly increasing"),
 ])
 def test_a_malformed_packed_blob_is_named(mangle, needle):
-    ids = np.concatenate([np.arange(0, 200, 2), [10_000_000]])
+    ids = np.concatenate([np.arange(0, 2 * PACK_MIN, 2), [10_000_000]])
     ids_blob, tfs_blob = pack_postings(ids, np.ones(len(ids), np.int64))
     assert ids_blob[0] == 1 and len(ids_blob) == 1 + len(ids) + 4
     problem, _detail, _i, _t = postings_problem(mangle(ids_blob), tfs_blob, len(ids))

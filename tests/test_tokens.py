@@ -102,3 +102,24 @@ def test_positions_of_some_terms(name, text, pieces):
     an = ANALYZERS[name]
     wanted = set(an.terms(" ".join(pieces))) | set(list(an.positions(text))[:2])
     assert an.positions_of(text, wanted) == {t: p for t, p in an.positions(text).items() if t in wanted}
+
+
+@settings(max_examples=150, deadline=None)
+@given(_TEXT, st.lists(_PIECES, max_size=3), st.sampled_from([1, 3, 8, 40]))
+def test_positions_of_with_a_memo_that_fills_up(text, pieces, budget):
+    """The positions memo is bounded in (term, position) pairs (a CJK run is hundreds): one
+    that fills up and is emptied mid-text, even a budget below one run, changes no answer."""
+    from unittest import mock
+
+    import ragdb.analysis
+
+    with mock.patch.object(ragdb.analysis, "POS_MEMO_PAIRS", budget):
+        an = ragdb.Analyzer()
+        full = ragdb.Analyzer().positions(text)
+        wanted = set(an.terms(" ".join(pieces))) | set(list(full)[:2])
+        for _ in range(2):  # cold, then with whatever the memo kept
+            assert an.positions_of(text, wanted) == {t: p for t, p in full.items() if t in wanted}
+            assert an.positions(text) == full
+            held = [len(pairs) for pairs, _width, _simple in an._pos_memo.values()]
+            assert an._pos_pairs == sum(held)
+            assert an._pos_pairs <= budget or len(held) == 1  # one run over the budget is kept alone
