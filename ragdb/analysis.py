@@ -155,8 +155,9 @@ _ASCII_SPLIT = bytes(c if chr(c).isascii() and chr(c).isalnum() else 0x20 for c 
 MEMO_SIZE = 200_000
 # Bound of the positions memo (phrase checks) in (term, position) pairs, not runs: a CJK
 # run is a whole clause, hundreds of pairs, so 200,000 runs of them could be gigabytes.
-# About 20 MiB; the 15 phrase queries of the realistic 100k benchmark filled it that far.
-POS_MEMO_PAIRS = 200_000
+# Measured about 250 bytes a pair (the memo, its indexes, the CJK terms' strings): about
+# 16 MiB. The 15 phrase queries of the realistic 100k benchmark held 80,000 pairs (20 MiB).
+POS_MEMO_PAIRS = 64_000
 
 
 # -- version 2 -----------------------------------------------------------------
