@@ -690,3 +690,24 @@ def test_nan_or_infinity_in_metadata_is_refused_not_stored_as_null():
         assert db.stats().documents == 0
         doc = db.add("hello world", source="a", metadata={"none": None, "text": "null", "n": 1e308})
         assert doc.metadata == {"none": None, "text": "null", "n": 1e308}
+
+
+def test_new_files_have_8_kib_pages_and_older_files_keep_theirs(tmp_path):
+    from ragdb.storage.store import PAGE_SIZE
+
+    new = tmp_path / "new.db"
+    with ragdb.open(new) as db:
+        db.add(EN, source="a")
+    old = tmp_path / "old.db"
+    conn = sqlite3.connect(old)
+    conn.execute("PRAGMA page_size = 4096")
+    conn.execute("VACUUM")
+    conn.close()
+    with ragdb.open(old) as db:  # an empty file made elsewhere: ragdb keeps its page size
+        db.add(EN, source="a")
+        assert db.check() == []
+    for path, size in ((new, PAGE_SIZE), (old, 4096)):
+        conn = sqlite3.connect(path)
+        assert conn.execute("PRAGMA page_size").fetchone()[0] == size
+        conn.close()
+    assert PAGE_SIZE == 8192

@@ -74,6 +74,14 @@ def _register_functions(conn: sqlite3.Connection) -> None:
                          deterministic=True)
 
 
+# Page size of new files (SQLite's default is 4 KiB; a file keeps the size it was made
+# with). A document row is its text plus ~200 bytes, a chunk row its forward index: rows
+# of 1-2 KiB left a quarter of each 4 KiB page empty (two rows fit, a third did not).
+# Measured on the realistic 100k corpus: file 369 -> 341 MB, query p50 unchanged, a
+# one-document add about 5% slower (twice the bytes per page it writes to the WAL).
+PAGE_SIZE = 8192
+
+
 def build_migrations(stop_after: str | None = None) -> sqlite_utils.Migrations:
     """The ragdb migration set, read from the SQL files (``stop_after`` is for tests)."""
     import sqlite_utils  # imported here: see Store.db
@@ -410,6 +418,8 @@ class Store(VectorSQL):
             if len(self._applied()) < len(known):
                 raise StorageError(f"{self.path}: needs a schema migration, which a read-only open cannot do")
             return
+        if not tables and not memory:
+            conn.execute(f"PRAGMA page_size = {PAGE_SIZE}")  # a new file, before its first page is written
         if not memory:
             mode = conn.execute("PRAGMA journal_mode").fetchone()[0]
             if mode != "wal":
