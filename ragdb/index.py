@@ -107,8 +107,8 @@ def pack_postings(ids: np.ndarray, tfs: np.ndarray) -> tuple[bytes, bytes]:
 
 def unpack_postings(ids_blob: bytes, tfs_blob: bytes, n: int) -> tuple[np.ndarray, np.ndarray]:
     """(chunk ids, tfs) of a segment of ``n`` postings (see :func:`pack_postings`): raw
-    blobs as uint32 views of the bytes, without a copy; packed ones decoded as intp. ``ragdb.check`` validates stored
-    blobs with :func:`postings_problem` first; this trusts them."""
+    blobs as uint32 views of the bytes, without a copy; packed ones decoded as intp.
+    ``ragdb.check`` validates stored blobs with :func:`postings_problem`; this trusts them."""
     tfs = np.frombuffer(tfs_blob, "u1" if len(tfs_blob) == n else "<u2")
     if len(ids_blob) == 4 * n:
         return np.frombuffer(ids_blob, "<u4"), tfs
