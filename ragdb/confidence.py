@@ -100,13 +100,16 @@ def query_bound(n: int, dfs: Iterable[int]) -> float:
     return float(sum(scoring.bm25_idf(n, df) for df in dfs))
 
 
-def from_scores(scores: Sequence[float], bound: float) -> list[float]:
+def from_scores(scores: Sequence[float] | np.ndarray, bound: float) -> list[float]:
     """Confidences of BM25 ``scores`` of one query whose :func:`query_bound` is ``bound``,
-    clipped to [0, 1]. (Plain Python: a search has a few hits, and numpy's per-call
-    overhead cost more than the arithmetic.)"""
+    clipped to [0, 1]. Plain Python for a few hits, where numpy's per-call overhead cost
+    more than the arithmetic; numpy from 16 (100 hits: 21 -> 4 µs), the same divisions."""
     if bound <= 0:
         return [0.0] * len(scores)
-    return [min(1.0, max(0.0, s / bound)) for s in scores]
+    if len(scores) >= 16:
+        return np.clip(np.asarray(scores, dtype=np.float64) / bound, 0.0, 1.0).tolist()
+    plain = scores.tolist() if isinstance(scores, np.ndarray) else scores  # Python floats out
+    return [min(1.0, max(0.0, s / bound)) for s in plain]
 
 
 def chunk_bm25(index: Index, terms: Sequence[tuple[int, int]], chunk_ids: Sequence[int] | np.ndarray,

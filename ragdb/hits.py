@@ -16,7 +16,7 @@ import numpy as np
 
 from .types import Hit
 
-#: chunk id -> (Hit fields but score/metadata/explain, metadata): ``Index.hit_protos`` entries
+#: chunk id -> (Hit fields but score/metadata/explain/confidence, metadata): ``Index.hit_protos`` entries
 Protos = Mapping[int, tuple[dict[str, Any], dict[str, Any]]]
 
 
@@ -31,20 +31,19 @@ def make_hits(protos: Protos, chunk_ids: Sequence[int], scores: Sequence[float],
     the cached fields, several times faster, and search builds up to ``k``
     hits. Each hit gets its own metadata and explain dicts."""
     new, setattr_ = object.__new__, object.__setattr__
-    hits = []
+    hits: list[Hit] = []
+    append = hits.append
     confs: Sequence[float | None] = confidences if confidences is not None else [None] * len(chunk_ids)
     for cid, score, conf in zip(chunk_ids, scores, confs):
         fields, meta = protos[cid]
-        d = fields.copy()
+        d = fields.copy()  # (its highlights and snippet are () and None already)
         d["score"] = score
         d["metadata"] = meta.copy() if meta else {}
         d["explain"] = dict(explain.get(cid, ())) if explain is not None else {}
         d["confidence"] = conf
-        d["highlights"] = ()
-        d["snippet"] = None
         hit = new(Hit)
         setattr_(hit, "__dict__", d)
-        hits.append(hit)
+        append(hit)
     return hits
 
 

@@ -543,8 +543,8 @@ class Index:
 
     # -- scoring ----------------------------------------------------------------
     def hit_protos(self, chunk_ids: Sequence[int]) -> dict[int, tuple[dict[str, Any], dict[str, Any]]]:
-        """chunk id -> (its :class:`~ragdb.types.Hit` fields but score, metadata and
-        explain; its metadata, the document's merged with the chunk's), for
+        """chunk id -> (its :class:`~ragdb.types.Hit` fields but score, metadata, explain
+        and confidence; its metadata, the document's merged with the chunk's), for
         building hits, through a cache.
 
         A chunk's text and position never change (replacing a document creates
@@ -588,7 +588,7 @@ class Index:
             out[cid] = cache[cid] = ({"chunk_id": cid, "doc_id": doc_id, "source": source, "version": version,
                                       "timestamp": timestamp, "text": text, "start": start, "end": end,
                                       "ordinal": ordinal, "title": effective_title(title, source),
-                                      "section": section}, meta)
+                                      "section": section, "highlights": (), "snippet": None}, meta)
             self._rows_bytes += sys.getsizeof(text) + HIT_ENTRY_OVERHEAD
         if self._rows_bytes > HIT_CACHE_BYTES:
             evict = []

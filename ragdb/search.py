@@ -113,7 +113,7 @@ class Searcher:
                 return []
             cids, scores = cand.tolist(), sc.tolist()
             if opts.lexical == "bm25" and all(u.field is None for u in terms.units):
-                conf = confidence.from_scores(scores, terms.bound)  # the score over the query's maximum
+                conf = confidence.from_scores(sc, terms.bound)  # the score over the query's maximum
             else:  # TF-IDF, or BM25 with fields: the text's BM25 of these chunks over its maximum
                 conf = self._confidences(terms, cand, opts)
             protos = index.hit_protos(cids)

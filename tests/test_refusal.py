@@ -594,3 +594,18 @@ def test_any_min_confidence_gives_a_result_or_a_ragdb_error(en_db, value):
     stored = en_db.settings.get("min_confidence")
     assert stored is None or 0.0 <= stored <= 1.0  # only a valid floor is ever stored
     en_db.set_min_confidence(None)
+
+
+@given(st.lists(st.floats(0.0, 50.0, allow_nan=False), max_size=60), st.floats(0.0, 40.0, allow_nan=False))
+def test_confidences_from_scores_are_python_floats_of_the_one_formula(scores, bound):
+    """from_scores switches to numpy from 16 scores; both ways give the same Python floats
+    (JSON output needs Python floats), from a list or an array."""
+    import numpy as np
+
+    from ragdb.confidence import from_scores
+
+    want = [min(1.0, max(0.0, s / bound)) for s in scores] if bound > 0 else [0.0] * len(scores)
+    for given_ in (scores, np.array(scores, dtype=np.float64)):
+        got = from_scores(given_, bound)
+        assert got == want
+        assert all(type(c) is float for c in got)
