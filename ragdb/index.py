@@ -25,7 +25,7 @@ import sys
 from collections import Counter
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
-from collections.abc import Callable, Iterable, Iterator, Sequence
+from collections.abc import Callable, Container, Iterable, Iterator, Sequence
 
 import numpy as np
 import orjson
@@ -125,30 +125,27 @@ def unpack_postings(ids_blob: bytes, tfs_blob: bytes, n: int) -> tuple[np.ndarra
 def postings_problem(ids_blob: bytes, tfs_blob: bytes, n: int) -> tuple[str, str, np.ndarray, np.ndarray]:
     """("", "", chunk ids as int64, tfs as int64) of a stored segment of ``n`` postings, or
     (what is wrong, details, empty, empty) when its blobs are not well-formed (raw or packed,
-    see :func:`pack_postings`), or its ids not strictly increasing below 2**32."""
+    see :func:`pack_postings`), or its ids not strictly increasing below 2**32. The blobs'
+    shape is checked here; :func:`unpack_postings` then decodes them."""
     none = np.zeros(0, np.int64)
     if len(tfs_blob) not in (n, 2 * n):
         return ("postings.tfs is not postings.n uint8 or uint16 values",
                 f"{len(tfs_blob)} bytes for n {n}", none, none)
-    tfs = np.frombuffer(tfs_blob, "u1" if len(tfs_blob) == n else "<u2").astype(np.int64)
-    if len(ids_blob) == 4 * n:
-        ids = np.frombuffer(ids_blob, "<u4").astype(np.int64)
-    else:
+    if len(ids_blob) != 4 * n:
         width = ids_blob[0] if ids_blob else 0
         rest = len(ids_blob) - 1 - width * n
         if width not in (1, 2) or rest < 0 or rest % 4:
             return ("postings.chunk_ids is neither postings.n uint32 values nor postings.n packed gaps",
                     f"{len(ids_blob)} bytes for n {n}" + (f", width byte {width}" if ids_blob else ""), none, none)
         escape, dtype = (255, "u1") if width == 1 else (65535, "<u2")
-        gaps = np.frombuffer(ids_blob, dtype, n, 1).astype(np.int64)
-        big = gaps == escape
-        if int(np.count_nonzero(big)) != rest // 4:
+        escapes = int(np.count_nonzero(np.frombuffer(ids_blob, dtype, n, 1) == escape))
+        if escapes != rest // 4:
             return ("postings.chunk_ids has a different number of large gaps than escapes",
-                    f"{rest // 4} large gaps, {int(np.count_nonzero(big))} escapes", none, none)
-        gaps[big] = np.frombuffer(ids_blob, "<u4", offset=1 + width * n)
-        ids = np.cumsum(gaps)
-        if len(ids) and int(ids[-1]) >= 1 << 32:
-            return "postings.chunk_ids holds a chunk id of 2**32 or more", f"{int(ids[-1])}", none, none
+                    f"{rest // 4} large gaps, {escapes} escapes", none, none)
+    ids_u, tfs_u = unpack_postings(ids_blob, tfs_blob, n)
+    ids, tfs = ids_u.astype(np.int64), tfs_u.astype(np.int64)
+    if len(ids) and int(ids[-1]) >= 1 << 32:  # (gaps are not negative: the last id is the largest)
+        return "postings.chunk_ids holds a chunk id of 2**32 or more", f"{int(ids[-1])}", none, none
     if len(ids) > 1 and not bool(np.all(ids[1:] > ids[:-1])):
         return "postings.chunk_ids is not strictly increasing", "", none, none
     return "", "", ids, tfs
@@ -191,6 +188,26 @@ class _Tail:
             return cls(count=len(entries))
         starts = np.flatnonzero(np.concatenate(([True], terms[1:] != terms[:-1])))  # terms are sorted
         return cls(terms[starts], np.append(starts, len(terms)), cids, tfs, len(entries))
+
+    def segment_rows(self, segment: int | Callable[[int], int], skip: Container[int] = frozenset()
+                     ) -> list[tuple[int, int, int, bytes, bytes]]:
+        """One postings row (term id, segment number, n, chunk ids, tfs) per term not in
+        ``skip``, numbered ``segment`` or ``segment(term id)``: postings of ``PACK_MIN`` or more
+        packed (:func:`pack_postings`), shorter ones raw, sliced from one buffer each (cheaper
+        than a numpy slice and tobytes per term)."""
+        number = segment if callable(segment) else (lambda _t: segment)
+        ids32 = self.chunk_ids.astype("<u4").tobytes()
+        tfs16 = np.minimum(self.tfs, 65535).astype("<u2").tobytes()
+        starts = self.starts.tolist()
+        rows = []
+        for t, a, b in zip(self.term_ids.tolist(), starts[:-1], starts[1:]):
+            if t in skip:
+                continue
+            if b - a >= PACK_MIN:
+                rows.append((t, number(t), b - a, *pack_postings(self.chunk_ids[a:b], self.tfs[a:b])))
+            else:
+                rows.append((t, number(t), b - a, ids32[4 * a:4 * b], tfs16[2 * a:2 * b]))
+        return rows
 
     def get(self, term_id: int) -> tuple[np.ndarray, np.ndarray] | None:
         i = int(np.searchsorted(self.term_ids, term_id))
@@ -456,21 +473,7 @@ class Index:
             # a term asked to be merged: when it has several segments, or one plus tail postings
             in_tail = set(term_list)
             merge |= {t for t in merge_terms if t in counts and counts[t][0] + (t in in_tail) > 1}
-        rows: list[tuple[int, int, int, bytes, bytes]] = []
-        # one buffer each, sliced per term (cheaper than a numpy slice and tobytes per term)
-        ids32 = tail.chunk_ids.astype("<u4").tobytes()
-        tfs16 = np.minimum(tail.tfs, 65535).astype("<u2").tobytes()
-        starts = tail.starts.tolist()
-        for i, t in enumerate(term_list):
-            if t in merge:
-                continue
-            a, b = starts[i], starts[i + 1]
-            seg = counts[t][1] + 1 if t in counts else 0
-            if b - a >= PACK_MIN:
-                rows.append((t, seg, b - a, *pack_postings(tail.chunk_ids[a:b], tail.tfs[a:b])))
-            else:
-                rows.append((t, seg, b - a, ids32[4 * a:4 * b], tfs16[2 * a:2 * b]))
-        store.insert_segments(rows)
+        store.insert_segments(tail.segment_rows(lambda t: counts[t][1] + 1 if t in counts else 0, merge))
         if merge:
             self._merge(sorted(merge), tail)
         store.finish_flush(new_upto)
@@ -883,13 +886,7 @@ def write_all_postings(store: Store, batches: Iterable[Sequence[tuple[int, np.nd
         tail = _Tail.build(batch)
         if not len(tail.term_ids):
             continue
-        ids32 = tail.chunk_ids.astype("<u4").tobytes()
-        tfs16 = np.minimum(tail.tfs, 65535).astype("<u2").tobytes()
-        starts = tail.starts.tolist()
-        store.insert_segments(
-            (int(t), segment, b - a, *pack_postings(tail.chunk_ids[a:b], tail.tfs[a:b])) if b - a >= PACK_MIN
-            else (int(t), segment, b - a, ids32[4 * a:4 * b], tfs16[2 * a:2 * b])
-            for t, a, b in zip(tail.term_ids.tolist(), starts[:-1], starts[1:]))
+        store.insert_segments(tail.segment_rows(segment))
         segment += 1
     if segment <= 1:
         return
