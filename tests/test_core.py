@@ -360,6 +360,19 @@ def assert_same_as_fresh(db, live, chunker):
         return (sb.documents, sb.chunks, sb.vocabulary, sb.postings, sb.avg_chunk_length)
 
 
+def apply_op(db, op: str, source: str, text: str, live: dict[str, str]) -> None:
+    """One step of a random history: add (or replace) ``source``, delete it, or optimize
+    (any other ``op``); ``live`` follows what a fresh database would hold."""
+    if op == "add":
+        db.add(text, source=source)
+        live[source] = text
+    elif op == "delete":
+        db.delete(source=source)
+        live.pop(source, None)
+    else:
+        db.optimize(vacuum=False)
+
+
 QUERIES = ["retrieval generation", "检索增强生成", "model answer evidence", "知识库 search", "向量"]
 
 
@@ -373,15 +386,7 @@ def test_incremental_equals_rebuild(ops, chunker, merge_part):
             ragdb.open(":memory:", chunker=chunker) as db:
         db._settings["flush_threshold"] = 4
         for op, key, text in ops:
-            source = f"doc{key}"
-            if op == "add":
-                db.add(text, source=source)
-                live[source] = text
-            elif op == "delete":
-                db.delete(source=source)
-                live.pop(source, None)
-            else:
-                db.optimize(vacuum=False)
+            apply_op(db, op, f"doc{key}", text, live)
         assert db.check() == []
         fresh_stats = assert_same_as_fresh(db, live, chunker)
         sa = db.stats()
@@ -400,15 +405,7 @@ def test_reader_connection_follows_writer(tmp_path_factory, ops, keep):
     with ragdb.open(path, keep_versions=keep, chunker="window:size=6,overlap=2") as w, ragdb.open(path) as r:
         w._settings["flush_threshold"] = 5
         for op, key, text in ops:
-            source = f"doc{key}"
-            if op == "add":
-                w.add(text, source=source)
-                live[source] = text
-            elif op == "delete":
-                w.delete(source=source)
-                live.pop(source, None)
-            else:
-                w.optimize(vacuum=False)
+            apply_op(w, op, f"doc{key}", text, live)
             r.search("warm the reader's view")
         assert_same_as_fresh(r, live, "window:size=6,overlap=2")
         assert r.check() == []
@@ -439,16 +436,7 @@ def test_writers_with_a_vocabulary_too_large_to_keep_whole(tmp_path_factory, ops
         for w in writers:
             w._settings["flush_threshold"] = 3
         for op, who, key, text in ops:
-            w = writers[who]
-            source = f"doc{key}"
-            if op == "add":
-                w.add(text, source=source)
-                live[source] = text
-            elif op == "delete":
-                w.delete(source=source)
-                live.pop(source, None)
-            else:
-                w.optimize(vacuum=False)
+            apply_op(writers[who], op, f"doc{key}", text, live)
         for w in writers:
             assert w.check() == []
             assert_same_as_fresh(w, live, "none")
