@@ -352,9 +352,13 @@ class Writer:
                 # later searches for pending chunks start after it.
                 store.advance_embedded_upto(last, start)
                 self.engine.vectors.sync()
+                done += embedded + reused
+                if progress is not None and done > total:
+                    # chunks added since the count (a follower, or a writer in another
+                    # process): the total grows with them, so done never exceeds it
+                    total = done + store.unembedded_count()
             tally.embedded += embedded
             tally.reused += reused
-            done += embedded + reused
             after = last
             if progress is not None:
                 progress(done, total)

@@ -109,6 +109,28 @@ def test_embed_follow_in_a_thread_with_its_own_handle(tmp_path):
     assert seen and all(0 < done <= total for done, total in seen)
 
 
+def test_progress_total_grows_with_chunks_added_while_embedding(tmp_path):
+    """The pending total is counted once at the start; chunks another handle adds
+    while the embedder runs raise it, so progress never shows done > total."""
+    path = tmp_path / "kb.db"
+    _fill(path, 2)
+
+    class AddsWhileEmbedding(HashEmbedder):
+        calls = 0
+
+        def embed(self, texts):
+            AddsWhileEmbedding.calls += 1
+            if AddsWhileEmbedding.calls == 1:
+                _fill(path, 5, start=2)  # a writer in another handle, mid-run
+            return super().embed(texts)
+
+    seen: list[tuple[int, int]] = []
+    with ragdb.open(path) as db:
+        assert db.embed(AddsWhileEmbedding(16), batch_size=4,
+                        progress=lambda done, total: seen.append((done, total))) == 7
+    assert seen == [(2, 2), (6, 7), (7, 7)]
+
+
 def test_embed_follow_checks_its_arguments(tmp_path):
     with ragdb.open(tmp_path / "kb.db") as db:
         with pytest.raises(InvalidInput, match="interval"):
