@@ -19,11 +19,12 @@ from .database import Database, open_database
 from .errors import RagdbError
 from .options import ALL, PUBLIC, Restrictions, SearchOptions
 from .transfer import CopyReport, copy_database
-from .types import (AddReport, Change, CollectionInfo, Document, Facets, Hit, QueryPlan, ReindexReport, Stats,
+from .types import (AddReport, Change, Changes, CollectionInfo, Document, Facets, Hit, QueryPlan, ReindexReport, Stats,
                     VectorInfo)
 
 __version__ = "0.1.0"
-__all__ = ["open", "copy_database", "Database", "Hit", "Document", "Stats", "AddReport", "Change", "CollectionInfo",
+__all__ = ["open", "copy_database", "Database", "Hit", "Document", "Stats", "AddReport", "Change", "Changes",
+           "CollectionInfo",
            "Facets", "QueryPlan", "CopyReport", "VectorInfo", "ReindexReport", "SearchOptions",
            "Restrictions", "ALL", "PUBLIC", "Analyzer", "RagdbError", "options", "__version__"]
 

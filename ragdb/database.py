@@ -42,7 +42,7 @@ from .options import (ALL, MAX_K, SCORERS, Principals, Restrictions, SearchOptio
 from .search import Searcher
 from .storage import Store, is_postgres, loads, open_store
 from .storage.collections import DEFAULT as DEFAULT_COLLECTION, check_name
-from .types import (AddReport, Change, CollectionInfo, Document, Facets, Hit, LoadedDocument, QueryPlan,
+from .types import (AddReport, Changes, CollectionInfo, Document, Facets, Hit, LoadedDocument, QueryPlan,
                     ReindexReport, Span, Stats, VectorInfo)
 from .vectors import VectorIndex
 from .write import VectorTally, Writer, doc_from_row
@@ -319,13 +319,15 @@ class Database:
 
         analyzer = eng.analyzer
 
-        def write(batch: list[Prepared]) -> list[Change]:
-            return self._writer.write(batch, tally, analyzer)
+        changes = Changes()  # compact: ~130 bytes a record (see Changes)
+
+        def write(batch: list[Prepared]) -> None:
+            changes.extend(self._writer.write(batch, tally, analyzer))
 
         def after_batch() -> None:  # bound the memory of a bulk load: flush large tails between batches
             bulk_terms.update(self._writer.maybe_flush(BULK_FLUSH_CHUNKS))
 
-        changes = ingest(records, analyzer=analyzer, chunker=ch, batch_size=batch_size, workers=workers,
+        ingest(records, analyzer=analyzer, chunker=ch, batch_size=batch_size, workers=workers,
                          write=write, after_batch=after_batch)
         # After a bulk load that flushed in mid-load, flush the rest and merge the
         # segments it wrote, so each term it touched is one segment again
@@ -336,7 +338,7 @@ class Database:
             # If the embedder fails, the new chunks stay pending (lexical search
             # finds them, vector search does not) until `ragdb embed` fills them.
             self._writer.embed(embedder, tally=tally)
-        return AddReport(tuple(changes), embedded=tally.embedded, reused=tally.reused)
+        return AddReport(changes, embedded=tally.embedded, reused=tally.reused)
 
     def update(self, doc_id: int, *, metadata: Mapping[str, Any] | None = None,
                acl: Sequence[str] | None = None) -> Document:

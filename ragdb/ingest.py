@@ -16,7 +16,7 @@ import os
 import sys
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, TypeVar
+from typing import Any
 
 import orjson
 
@@ -34,7 +34,6 @@ ANALYSIS_PART = 64   # chunk texts sent to a worker at a time
 RECORD_KEYS = frozenset({"text", "source", "version", "timestamp", "metadata", "title", "acl", "spans", "chunker"})
 
 Counts = dict[str, int] | PackedCounts
-R = TypeVar("R")
 
 
 @dataclass
@@ -183,13 +182,13 @@ def _dispatch(analyzer: Analyzer, pool: AnalysisPool | None, texts: list[str], b
 
 
 def ingest(records: Iterable[Mapping[str, Any] | LoadedDocument], *, analyzer: Analyzer, chunker: Chunker,
-           batch_size: int, workers: int | None, write: Callable[[list[Prepared]], list[R]],
-           after_batch: Callable[[], None]) -> list[R]:
+           batch_size: int, workers: int | None, write: Callable[[list[Prepared]], None],
+           after_batch: Callable[[], None]) -> None:
     """Prepare ``records`` and ``write`` them a batch at a time (each call one
-    transaction), calling ``after_batch`` after each; returns what ``write``
-    returned, in record order. An invalid record raises before its batch is
-    written (the batches before it are written)."""
-    out: list[R] = []
+    transaction, in record order), calling ``after_batch`` after each. Nothing of
+    a written batch is kept here: a load streams in bounded memory (what
+    ``write`` keeps is the caller's). An invalid record raises before its batch
+    is written (the batches before it are written)."""
     now = parse_timestamp(None, "now")
     pool: AnalysisPool | None = None
     backlog = max(2, -(-batch_size // ANALYSIS_PART))  # parts a worker may have queued (a batch)
@@ -204,7 +203,7 @@ def ingest(records: Iterable[Mapping[str, Any] | LoadedDocument], *, analyzer: A
             counts = iter([c for part in parts for c in (part if isinstance(part, list) else part.get())])
             for p in pooled:
                 p.chunks[:] = [(s, e, m, next(counts)) for s, e, m, _ in p.chunks]
-        out.extend(write(batch))
+        write(batch)
         after_batch()
 
     it = iter(records)
@@ -246,4 +245,3 @@ def ingest(records: Iterable[Mapping[str, Any] | LoadedDocument], *, analyzer: A
     finally:
         if pool is not None:
             pool.close(wait=False)
-    return out

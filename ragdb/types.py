@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+from array import array
 from dataclasses import dataclass, field
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from typing import Any, overload
+
+from .errors import InvalidInput
 
 
 @dataclass(frozen=True)
@@ -166,6 +169,122 @@ class Change:
     previous: int | None = None
 
 
+_STATUSES = ("added", "replaced", "unchanged")
+_NO_PREVIOUS = -1
+
+
+class Changes(Sequence[Change]):
+    """A compact sequence of :class:`Change` values, the one :class:`AddReport`
+    holds: a bulk load reports every record, and one ``Change`` object per record
+    (with its ``Document``, hash string and metadata dict) costs ~500 bytes, 470 MiB
+    for a million records, most of a streaming load's memory. Here a record costs
+    ~130 bytes: ids, counts, statuses and hashes in arrays, the source string, and
+    the rare values (a version, metadata, access labels, a hash that is not a
+    SHA-256 hex digest) in dicts by index; each ``Change`` is made again on access
+    (equal to the one appended, not the same object)."""
+
+    __slots__ = ("_status", "_ids", "_previous", "_counts", "_latest", "_hashes", "_sources", "_timestamps",
+                 "_rare")
+
+    def __init__(self, changes: Iterable[Change] = ()) -> None:
+        self._status = bytearray()
+        self._ids = array("q")
+        self._previous = array("q")
+        self._counts = array("q")
+        self._latest = bytearray()
+        self._hashes = bytearray()  # 32 bytes a record
+        self._sources: list[str] = []
+        self._timestamps: list[str | None] = []  # (one string object for a whole load, as a rule)
+        self._rare: dict[int, dict[str, Any]] = {}  # index -> the fields that do not fit the columns
+        self.extend(changes)
+
+    def append(self, change: Change) -> None:
+        if change.status not in _STATUSES:
+            raise InvalidInput(f"Changes: status must be one of {', '.join(_STATUSES)}, got {change.status!r}")
+        d = change.document
+        i = len(self._status)
+        rare: dict[str, Any] = {}
+        if d.version is not None:
+            rare["version"] = d.version
+        if d.metadata:
+            rare["metadata"] = d.metadata
+        if d.acl:
+            rare["acl"] = d.acl
+        if d.text is not None:
+            rare["text"] = d.text
+        try:
+            digest = bytes.fromhex(d.content_hash) if len(d.content_hash) == 64 else b""
+        except ValueError:
+            digest = b""
+        if len(digest) != 32 or digest.hex() != d.content_hash:
+            rare["content_hash"] = d.content_hash
+            digest = bytes(32)
+        if rare:
+            self._rare[i] = rare
+        self._status.append(_STATUSES.index(change.status))
+        self._ids.append(d.id)
+        self._previous.append(_NO_PREVIOUS if change.previous is None else change.previous)
+        self._counts.append(d.chunk_count)
+        self._latest.append(1 if d.latest else 0)
+        self._hashes += digest
+        self._sources.append(d.source)
+        self._timestamps.append(d.timestamp)
+
+    def extend(self, changes: Iterable[Change]) -> None:
+        for c in changes:
+            self.append(c)
+
+    def __len__(self) -> int:
+        return len(self._status)
+
+    def _make(self, i: int) -> Change:
+        rare = self._rare.get(i, {})
+        h = rare.get("content_hash")
+        doc = Document(id=self._ids[i], source=self._sources[i], version=rare.get("version"),
+                       timestamp=self._timestamps[i],
+                       content_hash=h if h is not None else self._hashes[32 * i:32 * i + 32].hex(),
+                       metadata=dict(rare.get("metadata", {})), acl=rare.get("acl", ()),
+                       chunk_count=self._counts[i], latest=bool(self._latest[i]), text=rare.get("text"))
+        prev = self._previous[i]
+        return Change(_STATUSES[self._status[i]], doc, None if prev == _NO_PREVIOUS else prev)
+
+    @overload
+    def __getitem__(self, i: int) -> Change: ...
+
+    @overload
+    def __getitem__(self, i: slice) -> tuple[Change, ...]: ...
+
+    def __getitem__(self, i: int | slice) -> Change | tuple[Change, ...]:
+        if isinstance(i, slice):
+            return tuple(self._make(j) for j in range(*i.indices(len(self))))
+        n = len(self)
+        if not -n <= i < n:
+            raise IndexError("Changes index out of range")
+        return self._make(i % n)
+
+    def __iter__(self) -> Iterator[Change]:
+        return (self._make(i) for i in range(len(self)))
+
+    def ids(self, status: str | None = None) -> tuple[int, ...]:
+        """The document ids, or those of one status, without making the changes."""
+        if status is None:
+            return tuple(self._ids)
+        code = _STATUSES.index(status)
+        return tuple(d for d, s in zip(self._ids, self._status) if s == code)
+
+    def __eq__(self, other: object) -> bool:
+        if isinstance(other, Changes):
+            return tuple(self) == tuple(other)
+        if isinstance(other, tuple):
+            return tuple(self) == other
+        return NotImplemented
+
+    __hash__ = None  # type: ignore[assignment]  # mutable while add_many fills it
+
+    def __repr__(self) -> str:
+        return f"Changes({list(self)!r})"
+
+
 @dataclass(frozen=True)
 class AddReport(Sequence[Document]):
     """What ``Database.add_many`` did, record by record.
@@ -180,7 +299,7 @@ class AddReport(Sequence[Document]):
     chunks that took over the stored vector of an equal text (an unchanged
     chunk of the replaced version, or any stored chunk) instead."""
 
-    changes: tuple[Change, ...] = ()
+    changes: Sequence[Change] = ()  # a Changes (compact) from add_many; any sequence of Change works
     embedded: int = 0
     reused: int = 0
 
@@ -189,6 +308,8 @@ class AddReport(Sequence[Document]):
         return tuple(c.document for c in self.changes)
 
     def _ids(self, status: str) -> tuple[int, ...]:
+        if isinstance(self.changes, Changes):
+            return self.changes.ids(status)
         return tuple(c.document.id for c in self.changes if c.status == status)
 
     @property

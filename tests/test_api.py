@@ -22,7 +22,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import ragdb
-from ragdb import AddReport, Change, Restrictions, SearchOptions
+from ragdb import AddReport, Change, Document, Restrictions, SearchOptions
 from ragdb.embeddings import HashEmbedder
 from ragdb.errors import DocumentNotFound, InvalidInput, RagdbError
 
@@ -408,6 +408,40 @@ def test_add_report_statuses(db):
         db.get(r1[0].id, principals=ragdb.ALL)
     assert db.stats().documents == 2 and db.stats().stored_documents == 2
     assert db.check() == []
+
+
+def test_add_report_holds_changes_compactly_and_gives_them_back_equal(db):
+    """add_many's report keeps each record in a few columns (Changes), not one object
+    graph a record; every Change comes back equal to the one the writer made."""
+    from ragdb.types import Changes
+
+    report = db.add_many([{"text": f"text {i}", "source": f"s{i}", "version": "v2" if i == 1 else None,
+                           "metadata": {"k": i} if i == 2 else {}, "acl": ["team"] if i == 3 else None}
+                          for i in range(5)])
+    assert isinstance(report.changes, Changes) and len(report.changes) == 5
+    for c, d in zip(report.changes, report):
+        assert c.document == d == dataclasses.replace(db.get(d.id, principals=ragdb.ALL), text=None)
+    assert report[1].version == "v2" and report[2].metadata == {"k": 2} and report[3].acl == ("team",)
+    assert report[0].metadata == {} and report[0].acl == () and report[0].version is None
+    report[2].metadata["k"] = 99  # a copy each time: the report does not change
+    assert report[2].metadata == {"k": 2}
+
+    odd = Document(id=7, source="x", version=None, timestamp=None, content_hash="not-a-sha256", metadata={},
+                   acl=(), chunk_count=0, latest=False, text="kept")
+    upper = dataclasses.replace(odd, content_hash="AB" * 32)  # hex, but not as hexdigest writes it
+    plain = Change("added", report[0])
+    ch = Changes([plain, Change("replaced", odd, previous=3), Change("unchanged", upper)])
+    assert list(ch) == [plain, Change("replaced", odd, previous=3), Change("unchanged", upper)]
+    assert ch[-1] == Change("unchanged", upper) and ch[1:] == (ch[1], ch[2]) and ch[::-1][0] == ch[2]
+    assert ch.ids() == (report[0].id, 7, 7) and ch.ids("replaced") == (7,) and ch.ids("added") == (report[0].id,)
+    assert ch == tuple(ch) and ch == Changes(tuple(ch)) and ch != Changes()
+    with pytest.raises(IndexError):
+        ch[3]
+    with pytest.raises(IndexError):
+        ch[-4]
+    with pytest.raises(InvalidInput, match="moved"):
+        Changes([Change("moved", odd)])
+    assert AddReport(tuple(ch)).replaced == AddReport(ch).replaced == (7,)
 
 
 @pytest.mark.parametrize("change", [
