@@ -34,7 +34,7 @@ from .engine import Engine
 from .fields import DEFAULT_WEIGHTS as DEFAULT_FIELD_WEIGHTS
 from .errors import AnalyzerMismatch, CollectionExists, CollectionNotFound, DocumentNotFound, InvalidInput, NotADatabase
 from .filters import Query, build as build_filter
-from .index import Index
+from .index import Index, TermMask
 from .ingest import Prepared, check_add_arguments, ingest
 from .options import (ALL, MAX_K, SCORERS, Principals, Restrictions, SearchOptions, check_busy_timeout, check_count,
                       check_embedder, check_flag, check_id, check_number, check_optional_flag, check_path, check_principals, check_text,
@@ -314,7 +314,7 @@ class Database:
         embedder = eng.embedder if self._embed_on_add else None
         if embedder is not None:
             eng.check_embedder(embedder)  # a different model is refused before writing
-        bulk_terms: set[int] = set()  # terms flushed by this call in mid-load
+        bulk_terms = TermMask()  # terms flushed by this call in mid-load
         tally = VectorTally()
 
         analyzer = eng.analyzer
@@ -325,14 +325,15 @@ class Database:
             changes.extend(self._writer.write(batch, tally, analyzer))
 
         def after_batch() -> None:  # bound the memory of a bulk load: flush large tails between batches
-            bulk_terms.update(self._writer.maybe_flush(BULK_FLUSH_CHUNKS))
+            bulk_terms.add(self._writer.maybe_flush(BULK_FLUSH_CHUNKS))
 
         ingest(records, analyzer=analyzer, chunker=ch, batch_size=batch_size, workers=workers,
                          write=write, after_batch=after_batch)
         # After a bulk load that flushed in mid-load, flush the rest and merge the
         # segments it wrote, so each term it touched is one segment again
         # (queries then read one row per term, not one per mid-load flush).
-        self._writer.maybe_flush(0 if bulk_terms else None, merge_terms=bulk_terms)
+        merge = bulk_terms.ids()
+        self._writer.maybe_flush(0 if len(merge) else None, merge_terms=merge)
         if embedder is not None and changes:
             # Text is committed first; vectors follow in their own transactions.
             # If the embedder fails, the new chunks stay pending (lexical search

@@ -25,7 +25,7 @@ import sys
 from collections import Counter
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
-from collections.abc import Callable, Container, Iterable, Iterator, Sequence
+from collections.abc import Callable, Collection, Container, Iterable, Iterator, Sequence
 
 import numpy as np
 import orjson
@@ -46,6 +46,7 @@ HIT_ENTRY_OVERHEAD = 500    # bytes of one cache entry besides its text (measure
 _NO_META: dict[str, Any] = {}  # shared by cache entries without metadata; never mutated
 POSTINGS_CACHE_ENTRIES = 300_000  # decoded postings kept between queries (~2 MB; 1M added ~3 MiB of RSS at 100k chunks, no speed)
 MAX_SEGMENTS = 16           # segments per term before they are merged
+MERGE_TERM_BATCH = 50_000   # terms outside the tail a flush looks at (counts, merges) at a time
 MERGE_PART_POSTINGS = 1 << 21  # postings merged (read, rewritten) at a time: ~12 MiB of blobs, ~50 MiB of work arrays
 
 
@@ -157,7 +158,7 @@ def _stable_order(keys: np.ndarray) -> np.ndarray:
     its stable sort of wider ones, which was the slowest step of a flush)."""
     if len(keys) and (int(keys.min()) < 0 or int(keys.max()) >= 1 << 32):
         return np.argsort(keys, kind="stable")
-    order = np.argsort((keys & 0xFFFF).astype(np.uint16), kind="stable")
+    order = np.argsort(keys.astype(np.uint16), kind="stable")  # (the low 16 bits: astype wraps)
     if len(keys) and int(keys.max()) >= 1 << 16:
         high = (keys >> 16).astype(np.uint16)[order]
         order = order[np.argsort(high, kind="stable")]
@@ -178,36 +179,44 @@ class _Tail:
     def build(cls, entries: Sequence[tuple[int, np.ndarray, np.ndarray]]) -> "_Tail":
         if not entries:
             return cls()
-        terms = np.concatenate([t for _, t, _ in entries]).astype(np.int64)
-        tfs = np.concatenate([f for _, _, f in entries]).astype(np.int64)
+        # Forward indexes' own types (uint32 term ids, uint16 tfs) and uint32 chunk ids
+        # while ids fit: a bulk load's flush of 16,384 chunks (~2M postings) peaked
+        # ~45 MiB higher with every array widened to int64 first.
+        terms = np.concatenate([t for _, t, _ in entries])
+        tfs = np.concatenate([f for _, _, f in entries])
         lens = np.fromiter((len(t) for _, t, _ in entries), np.int64, len(entries))
-        cids = np.repeat(np.fromiter((cid for cid, _, _ in entries), np.int64, len(entries)), lens)
+        top = max(cid for cid, _, _ in entries)
+        cids = np.repeat(np.fromiter((cid for cid, _, _ in entries), np.uint32 if top < 1 << 32 else np.int64,
+                                     len(entries)), lens)
+        del lens
         order = _stable_order(terms)  # chunk ids stay ascending within a term
-        terms, tfs, cids = terms[order], tfs[order], cids[order]
+        terms = terms[order]
+        tfs = tfs[order]
+        cids = cids[order]
+        del order
         if not len(terms):
             return cls(count=len(entries))
         starts = np.flatnonzero(np.concatenate(([True], terms[1:] != terms[:-1])))  # terms are sorted
-        return cls(terms[starts], np.append(starts, len(terms)), cids, tfs, len(entries))
+        return cls(terms[starts].astype(np.int64), np.append(starts, len(terms)), cids, tfs, len(entries))
 
     def segment_rows(self, segment: int | Callable[[int], int], skip: Container[int] = frozenset()
-                     ) -> list[tuple[int, int, int, bytes, bytes]]:
+                     ) -> Iterator[tuple[int, int, int, bytes, bytes]]:
         """One postings row (term id, segment number, n, chunk ids, tfs) per term not in
         ``skip``, numbered ``segment`` or ``segment(term id)``: postings of ``PACK_MIN`` or more
         packed (:func:`pack_postings`), shorter ones raw, sliced from one buffer each (cheaper
-        than a numpy slice and tobytes per term)."""
+        than a numpy slice and tobytes per term). Made as they are written (a list of a
+        16,384-chunk flush's ~140k rows held ~24 MiB)."""
         number = segment if callable(segment) else (lambda _t: segment)
         ids32 = self.chunk_ids.astype("<u4").tobytes()
         tfs16 = np.minimum(self.tfs, 65535).astype("<u2").tobytes()
         starts = self.starts.tolist()
-        rows = []
         for t, a, b in zip(self.term_ids.tolist(), starts[:-1], starts[1:]):
             if t in skip:
                 continue
             if b - a >= PACK_MIN:
-                rows.append((t, number(t), b - a, *pack_postings(self.chunk_ids[a:b], self.tfs[a:b])))
+                yield (t, number(t), b - a, *pack_postings(self.chunk_ids[a:b], self.tfs[a:b]))
             else:
-                rows.append((t, number(t), b - a, ids32[4 * a:4 * b], tfs16[2 * a:2 * b]))
-        return rows
+                yield (t, number(t), b - a, ids32[4 * a:4 * b], tfs16[2 * a:2 * b])
 
     def get(self, term_id: int) -> tuple[np.ndarray, np.ndarray] | None:
         i = int(np.searchsorted(self.term_ids, term_id))
@@ -445,9 +454,13 @@ class Index:
         return n
 
     # -- flushing and merging (inside a write transaction) ---------------------
-    def flush(self, *, merge_all: bool = False, merge_terms: set[int] | frozenset[int] = frozenset()) -> None:
+    def flush(self, *, merge_all: bool = False, merge_terms: Collection[int] | np.ndarray = ()) -> None:
         """Write the tail's postings as new segments; merge terms with too many segments,
-        and the terms of ``merge_terms`` that would have more than one."""
+        and the terms of ``merge_terms`` that would have more than one.
+
+        Terms outside the tail are looked at ``MERGE_TERM_BATCH`` at a time: after a bulk
+        load ``merge_terms`` is the whole vocabulary, and dicts of per-term counts for all
+        of it (and sets of it) held ~400 bytes a term (~600 MiB at a million chunks)."""
         tail = self.tail
         # fold the live corrections into vocabulary.df, then the tail becomes segments
         corrections = [(d, t) for t, d in self.df_corrections().items() if d]
@@ -455,27 +468,35 @@ class Index:
         self.dead = Counter()
         top = max((e[0] for e in self.tail_entries), default=self.flushed_upto)
         new_upto = max(self.flushed_upto, top, self.store.max_chunk_id())
-        if tail.count == 0 and not merge_all and not merge_terms:
+        wanted = np.asarray(merge_terms, dtype=np.int64)
+        if tail.count == 0 and not merge_all and not len(wanted):
             self.store.finish_flush(new_upto)
             self.flushed_upto = new_upto
             self.flush_count += 1
             self.log_seq = 0
             return
         store = self.store
-        term_list = [int(t) for t in tail.term_ids]
+        in_tail = tail.term_ids
+        term_list = in_tail.tolist()
+        # the tail's terms: segment numbers, and which are merged (with their tail postings)
+        counts = store.segment_counts(term_list) if (term_list and store.has_postings()) else {}
         if merge_all:
-            counts = {}
-            merge = set(store.segment_counts_all()) | set(term_list)
+            merge = set(term_list)
+            wanted = np.setdiff1d(np.asarray(store.segment_counts_all(), dtype=np.int64), in_tail)
         else:
-            asked = sorted(set(term_list) | set(merge_terms))
-            counts = store.segment_counts(asked) if store.has_postings() else {}
-            merge = {t for t, (n, _) in counts.items() if n + 1 > MAX_SEGMENTS}
-            # a term asked to be merged: when it has several segments, or one plus tail postings
-            in_tail = set(term_list)
-            merge |= {t for t in merge_terms if t in counts and counts[t][0] + (t in in_tail) > 1}
+            asked = set(in_tail[np.isin(in_tail, wanted)].tolist())  # the tail's terms asked for
+            merge = {t for t, (n, _) in counts.items() if n + 1 > MAX_SEGMENTS or t in asked}
+            wanted = np.setdiff1d(wanted, in_tail)  # sorted, unique, outside the tail
         store.insert_segments(tail.segment_rows(lambda t: counts[t][1] + 1 if t in counts else 0, merge))
         if merge:
             self._merge(sorted(merge), tail)
+        # the other terms asked for: merged where they have more than one segment (all: merge_all)
+        for a in range(0, len(wanted), MERGE_TERM_BATCH):
+            batch = wanted[a:a + MERGE_TERM_BATCH].tolist()
+            if not merge_all:
+                batch = [t for t, (n, _) in sorted(store.segment_counts(batch).items()) if n > 1]
+            if batch:
+                self._merge(batch, tail)
         store.finish_flush(new_upto)
         self.flushed_upto = new_upto
         self.flush_count += 1
@@ -492,8 +513,10 @@ class Index:
         peak RSS went from 402 to 742 MiB in its final merge)."""
         store = self.store
         sizes = store.posting_counts(term_ids)
-        for t, n in zip(tail.term_ids.tolist(), np.diff(tail.starts).tolist()):
-            sizes[t] = sizes.get(t, 0) + n
+        for t in term_ids:
+            extra = tail.get(t)
+            if extra is not None:
+                sizes[t] = sizes.get(t, 0) + len(extra[0])
         for terms in _parts(term_ids, sizes, MERGE_PART_POSTINGS):
             grouped: dict[int, list[tuple[np.ndarray, np.ndarray]]] = {t: [] for t in terms}
             for tid, n, ids_blob, tfs_blob in store.postings(terms):
@@ -874,6 +897,28 @@ class Index:
         self._norms = norms
         self._norms_generation = self.generation
         return self._norms
+
+
+class TermMask:
+    """A set of term ids as one byte a vocabulary entry (a bulk load's flushed terms:
+    a Python set of a million-term vocabulary held ~70 MiB, this ~1.5 MiB)."""
+
+    def __init__(self) -> None:
+        self._mask = np.zeros(0, dtype=bool)
+
+    def add(self, term_ids: np.ndarray) -> None:
+        if not len(term_ids):
+            return
+        top = int(term_ids.max()) + 1
+        if top > len(self._mask):
+            grown = np.zeros(max(top, 2 * len(self._mask)), dtype=bool)
+            grown[:len(self._mask)] = self._mask
+            self._mask = grown
+        self._mask[term_ids] = True
+
+    def ids(self) -> np.ndarray:
+        """The ids added, sorted."""
+        return np.flatnonzero(self._mask).astype(np.int64)
 
 
 def write_all_postings(store: Store, batches: Iterable[Sequence[tuple[int, np.ndarray, np.ndarray]]]) -> None:

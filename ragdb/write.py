@@ -20,7 +20,7 @@ from __future__ import annotations
 
 from array import array
 from collections import Counter
-from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Collection, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -69,28 +69,28 @@ class Writer:
     def __init__(self, engine: Engine) -> None:
         self.engine = engine
 
-    def maybe_flush(self, threshold: int | None = None, merge_terms: set[int] | frozenset[int] = frozenset()
-                     ) -> set[int]:
+    def maybe_flush(self, threshold: int | None = None, merge_terms: Collection[int] | np.ndarray = ()
+                    ) -> np.ndarray:
         """Move the in-memory tail into packed segments once it is large (its own
         transaction); ``merge_terms`` with more than one segment are merged into one.
-        Returns the ids of the terms flushed.
+        Returns the ids of the terms flushed (sorted, unique; empty if nothing was).
 
         Done after a whole ``add_many`` rather than inside each batch, so bulk
         loads write each term's postings once, in one segment."""
         if threshold is None:
             threshold = self.engine.settings.get("flush_threshold", FLUSH_THRESHOLD)
-        if len(self.engine.index.tail_entries) < max(threshold, 1) and not merge_terms:
-            return set()
+        none = np.zeros(0, np.int64)
+        if len(self.engine.index.tail_entries) < max(threshold, 1) and not len(merge_terms):
+            return none
         with self.engine.writing():
             index = self.engine.index
             self.engine.sync()
-            if len(index.tail_entries) < max(threshold, 1) and not merge_terms:
-                return set()
-            flushed = set(index.tail.term_ids.tolist())
+            if len(index.tail_entries) < max(threshold, 1) and not len(merge_terms):
+                return none
+            flushed = index.tail.term_ids.copy()
             index.flush(merge_terms=merge_terms)
             index.note_write(self.engine.store.bump_stats(), index.n_chunks, index.total_length)
         return flushed
-
 
     def delete(self, doc_id: int | None = None, *, source: str | None = None, glob: bool = False,
                conditions: Sequence[Any] | None = None) -> list[int]:

@@ -377,12 +377,14 @@ QUERIES = ["retrieval generation", "检索增强生成", "model answer evidence"
 
 
 @settings(max_examples=int(__import__("os").environ.get("RAGDB_HYPOTHESIS_EXAMPLES", "60")), deadline=None, suppress_health_check=[HealthCheck.too_slow])
-@given(ops=ops, chunker=st.sampled_from(["none", "window:size=6,overlap=2"]), merge_part=st.sampled_from([1, 7, 1 << 21]))
-def test_incremental_equals_rebuild(ops, chunker, merge_part):
+@given(ops=ops, chunker=st.sampled_from(["none", "window:size=6,overlap=2"]), merge_part=st.sampled_from([1, 7, 1 << 21]),
+       term_batch=st.sampled_from([1, 3, 50_000]))
+def test_incremental_equals_rebuild(ops, chunker, merge_part, term_batch):
     import ragdb.index
 
     live: dict[str, str] = {}
     with mock.patch.object(ragdb.index, "MERGE_PART_POSTINGS", merge_part), \
+            mock.patch.object(ragdb.index, "MERGE_TERM_BATCH", term_batch), \
             ragdb.open(":memory:", chunker=chunker) as db:
         db._settings["flush_threshold"] = 4
         for op, key, text in ops:
@@ -481,13 +483,15 @@ def test_searching_an_up_to_date_database_does_not_import_sqlite_utils(tmp_path)
     assert out.stdout.strip() == "[]"
 
 
-@pytest.mark.parametrize("merge_part", [1, 10, 1 << 21])
-def test_bulk_load_that_flushes_midway_ends_with_one_segment_per_term(tmp_path, monkeypatch, merge_part):
-    """(``merge_part``: postings merged at a time, so the final merge runs in parts)"""
+@pytest.mark.parametrize("merge_part,term_batch", [(1, 50_000), (10, 1), (10, 4), (1 << 21, 50_000), (1 << 21, 7)])
+def test_bulk_load_that_flushes_midway_ends_with_one_segment_per_term(tmp_path, monkeypatch, merge_part, term_batch):
+    """(``merge_part``: postings merged at a time, so the final merge runs in parts;
+    ``term_batch``: terms outside the last tail looked at a time)"""
     from ragdb import database, index
 
     monkeypatch.setattr(database, "BULK_FLUSH_CHUNKS", 7)
     monkeypatch.setattr(index, "MERGE_PART_POSTINGS", merge_part)
+    monkeypatch.setattr(index, "MERGE_TERM_BATCH", term_batch)
     texts = [f"{EN} document {i} {'extra' * (i % 3)}" for i in range(40)] + [f"{ZH} 第{i}篇" for i in range(20)]
     with ragdb.open(tmp_path / "kb.db") as db:
         db.add_many(({"text": t, "source": f"d{i}"} for i, t in enumerate(texts)), batch_size=5, chunker="none")
