@@ -31,6 +31,7 @@ import numpy as np
 import orjson
 
 from . import scoring
+from .errors import StorageError
 from .fields import effective_title
 from .storage import Store
 
@@ -110,10 +111,14 @@ def unpack_postings(ids_blob: bytes, tfs_blob: bytes, n: int) -> tuple[np.ndarra
     """(chunk ids, tfs) of a segment of ``n`` postings (see :func:`pack_postings`): raw
     blobs as uint32 views of the bytes, without a copy; packed ones decoded as intp.
     ``ragdb.check`` validates stored blobs with :func:`postings_problem`; this trusts them."""
+    if len(tfs_blob) not in (n, 2 * n):
+        raise ValueError(f"a tfs blob of {len(tfs_blob)} bytes for {n} postings")
     tfs = np.frombuffer(tfs_blob, "u1" if len(tfs_blob) == n else "<u2")
     if len(ids_blob) == 4 * n:
         return np.frombuffer(ids_blob, "<u4"), tfs
-    width = ids_blob[0]
+    width = ids_blob[0] if ids_blob else 0
+    if width not in (1, 2) or len(ids_blob) < 1 + width * n or (len(ids_blob) - 1 - width * n) % 4:
+        raise ValueError(f"a chunk ids blob of {len(ids_blob)} bytes for {n} postings is neither raw nor packed")
     escape, dtype = (255, "u1") if width == 1 else (65535, "<u2")
     # decoded as intp, the type numpy indexes with (a uint32 index array is converted on
     # every use, which the raw form pays in the scorer instead)
@@ -684,7 +689,12 @@ class Index:
             tail = self.tail
             parts: dict[int, list[tuple[np.ndarray, np.ndarray]]] = {t: [] for t in missing}
             for tid, n, ids, tfs in self.store.postings(missing):
-                parts[tid].append(unpack_postings(ids, tfs, n))
+                try:
+                    parts[tid].append(unpack_postings(ids, tfs, n))
+                except (ValueError, TypeError) as damage:  # a damaged row: say where, not numpy's words
+                    raise StorageError(f"the postings of term id {tid} are damaged ({damage}); `ragdb check` "
+                                       f"lists what is damaged, and `ragdb reindex` rebuilds the postings from "
+                                       f"the chunks") from damage
             for t in missing:
                 # ids stay uint32 views of the blobs (no copy); numpy indexes with them directly
                 extra = tail.get(t) if tail.count else None

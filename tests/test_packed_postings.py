@@ -11,6 +11,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import ragdb
+from ragdb.errors import StorageError
 from ragdb.index import PACK_MIN, pack_ids, pack_postings, pack_tfs, postings_problem, unpack_postings
 
 gaps = st.lists(st.one_of(st.integers(1, 300), st.integers(1, 70_000), st.integers(1, 1 << 24)), min_size=0,
@@ -157,6 +158,22 @@ def test_check_reports_a_damaged_packed_segment(tmp_path):
     conn.close()
     with ragdb.open(path) as db:
         problems = db.check()
+        # a search that reads the damaged row says which term and what to run, not numpy's words
+        word = sqlite3.connect(path).execute("SELECT term FROM vocabulary WHERE id = ?", [term]).fetchone()[0]
+        with pytest.raises(StorageError, match=rf"postings of term id {term} are damaged .*ragdb check.*reindex"):
+            db.search(word)
+        db.reindex()  # rebuilt from the chunks' forward indexes
+        assert db.check() == []
+        assert db.search(word)
     assert len(problems) == 1, problems
     assert problems[0].startswith("postings.chunk_ids is neither postings.n uint32 values nor postings.n packed gaps "
                                   f"in 1 segment (e.g. term id {term}, segment {seg}: ")
+
+
+@pytest.mark.parametrize("ids_blob,tfs_blob,n", [
+    (b"", b"\x01", 1), (b"\x03" + bytes(200), bytes(200), 200), (b"\x01" + bytes(199), bytes(200), 200),
+    (b"\x01" + bytes(200) + b"\x01", bytes(200), 200), (bytes(800), bytes(3), 200),
+])
+def test_unpack_postings_refuses_blobs_of_the_wrong_shape(ids_blob, tfs_blob, n):
+    with pytest.raises(ValueError):
+        unpack_postings(ids_blob, tfs_blob, n)
