@@ -12,6 +12,7 @@ import contextlib
 import os
 import re
 import sqlite3
+import time
 import threading
 from importlib import resources
 from pathlib import Path
@@ -421,14 +422,33 @@ class Store(VectorSQL):
         if not tables and not memory:
             conn.execute(f"PRAGMA page_size = {PAGE_SIZE}")  # a new file, before its first page is written
         if not memory:
-            mode = conn.execute("PRAGMA journal_mode").fetchone()[0]
-            if mode != "wal":
-                try:
-                    conn.execute("PRAGMA journal_mode = WAL")
-                except sqlite3.Error as e:
-                    raise _translate(e, self.path) from e
+            self._use_wal(busy_timeout)
             conn.execute("PRAGMA synchronous = NORMAL")
         self.migrate()
+
+    def _use_wal(self, busy_timeout: float) -> None:
+        """Switch the file to WAL mode unless it is already. The switch needs the file
+        to itself, and SQLite answers SQLITE_BUSY at once, without its busy handler,
+        while another connection is looking at a new file (six threads opening one new
+        file failed ~1 time in 8): so it is tried again until ``busy_timeout``, looking
+        each time whether another opener has switched it meanwhile."""
+        conn = self.conn
+        deadline = time.monotonic() + busy_timeout
+        pause = 0.001
+        while True:
+            try:
+                if conn.execute("PRAGMA journal_mode").fetchone()[0] == "wal":
+                    return
+                if conn.execute("PRAGMA journal_mode = WAL").fetchone()[0] == "wal":
+                    return
+                if time.monotonic() >= deadline:  # (SQLite answers the old mode when it cannot change it)
+                    raise DatabaseBusy(f"{self.path}: could not switch to WAL mode: other connections kept "
+                                       f"the file busy for the busy timeout ({busy_timeout:g} s)")
+            except sqlite3.OperationalError as e:
+                if "locked" not in str(e) or time.monotonic() >= deadline:
+                    raise _translate(e, self.path) from e
+            time.sleep(pause)
+            pause = min(pause * 2, 0.05)
 
     def _applied(self) -> list[str]:
         return [r[0] for r in self.conn.execute(
