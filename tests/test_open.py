@@ -161,7 +161,7 @@ def test_many_openers_of_a_new_file_all_succeed(tmp_path):
         barrier = threading.Barrier(6)
         errors: list[BaseException] = []
 
-        def opener():
+        def opener(path=path, barrier=barrier, errors=errors):
             barrier.wait()
             try:
                 ragdb.open(path).close()
