@@ -465,6 +465,9 @@ class PgStore(Store):
     def _connect_readonly(self, path: str, busy_timeout: float) -> sqlite3.Connection:  # pragma: no cover
         raise StorageError("SQLite's read-only open does not apply to a PostgreSQL database")
 
+    def _use_wal(self, busy_timeout: float) -> None:  # pragma: no cover
+        raise StorageError("SQLite's WAL mode does not apply to a PostgreSQL database")
+
     def _open_pg(self, *, readonly: bool, create: bool) -> None:
         known = [p.stem for p in pg_migration_files()]
         with self.read():
