@@ -107,6 +107,14 @@ def pack_postings(ids: np.ndarray, tfs: np.ndarray) -> tuple[bytes, bytes]:
     return (best if best is not None else pack_ids(ids)), tfs_blob
 
 
+def _packed_width(ids_blob: bytes, n: int) -> int:
+    """The gap width (1 or 2) of a packed chunk ids blob of ``n`` postings, or 0 when its
+    width byte or length does not fit the packed layout (O(1): the shape only)."""
+    width = ids_blob[0] if ids_blob else 0
+    rest = len(ids_blob) - 1 - width * n
+    return width if width in (1, 2) and rest >= 0 and rest % 4 == 0 else 0
+
+
 def unpack_postings(ids_blob: bytes, tfs_blob: bytes, n: int) -> tuple[np.ndarray, np.ndarray]:
     """(chunk ids, tfs) of a segment of ``n`` postings (see :func:`pack_postings`): raw
     blobs as uint32 views of the bytes, without a copy; packed ones decoded as intp.
@@ -116,8 +124,8 @@ def unpack_postings(ids_blob: bytes, tfs_blob: bytes, n: int) -> tuple[np.ndarra
     tfs = np.frombuffer(tfs_blob, "u1" if len(tfs_blob) == n else "<u2")
     if len(ids_blob) == 4 * n:
         return np.frombuffer(ids_blob, "<u4"), tfs
-    width = ids_blob[0] if ids_blob else 0
-    if width not in (1, 2) or len(ids_blob) < 1 + width * n or (len(ids_blob) - 1 - width * n) % 4:
+    width = _packed_width(ids_blob, n)
+    if not width:
         raise ValueError(f"a chunk ids blob of {len(ids_blob)} bytes for {n} postings is neither raw nor packed")
     escape, dtype = (255, "u1") if width == 1 else (65535, "<u2")
     # decoded as intp, the type numpy indexes with (a uint32 index array is converted on
@@ -138,11 +146,11 @@ def postings_problem(ids_blob: bytes, tfs_blob: bytes, n: int) -> tuple[str, str
         return ("postings.tfs is not postings.n uint8 or uint16 values",
                 f"{len(tfs_blob)} bytes for n {n}", none, none)
     if len(ids_blob) != 4 * n:
-        width = ids_blob[0] if ids_blob else 0
-        rest = len(ids_blob) - 1 - width * n
-        if width not in (1, 2) or rest < 0 or rest % 4:
+        width = _packed_width(ids_blob, n)
+        if not width:
             return ("postings.chunk_ids is neither postings.n uint32 values nor postings.n packed gaps",
-                    f"{len(ids_blob)} bytes for n {n}" + (f", width byte {width}" if ids_blob else ""), none, none)
+                    f"{len(ids_blob)} bytes for n {n}" + (f", width byte {ids_blob[0]}" if ids_blob else ""), none, none)
+        rest = len(ids_blob) - 1 - width * n
         escape, dtype = (255, "u1") if width == 1 else (65535, "<u2")
         escapes = int(np.count_nonzero(np.frombuffer(ids_blob, dtype, n, 1) == escape))
         if escapes != rest // 4:
@@ -222,6 +230,17 @@ class _Tail:
                 yield (t, number(t), b - a, *pack_postings(self.chunk_ids[a:b], self.tfs[a:b]))
             else:
                 yield (t, number(t), b - a, ids32[4 * a:4 * b], tfs16[2 * a:2 * b])
+
+    def sizes(self, term_ids: Sequence[int]) -> dict[int, int]:
+        """term id -> its number of tail postings, for those of ``term_ids`` in the tail
+        (one searchsorted for all of them)."""
+        if not len(self.term_ids) or not len(term_ids):
+            return {}
+        want = np.asarray(term_ids, dtype=np.int64)
+        at = np.minimum(np.searchsorted(self.term_ids, want), len(self.term_ids) - 1)
+        found = self.term_ids[at] == want
+        counts = self.starts[at + 1] - self.starts[at]
+        return dict(zip(want[found].tolist(), counts[found].tolist()))
 
     def get(self, term_id: int) -> tuple[np.ndarray, np.ndarray] | None:
         i = int(np.searchsorted(self.term_ids, term_id))
@@ -518,10 +537,8 @@ class Index:
         peak RSS went from 402 to 742 MiB in its final merge)."""
         store = self.store
         sizes = store.posting_counts(term_ids)
-        for t in term_ids:
-            extra = tail.get(t)
-            if extra is not None:
-                sizes[t] = sizes.get(t, 0) + len(extra[0])
+        for t, n in tail.sizes(term_ids).items():
+            sizes[t] = sizes.get(t, 0) + n
         for terms in _parts(term_ids, sizes, MERGE_PART_POSTINGS):
             grouped: dict[int, list[tuple[np.ndarray, np.ndarray]]] = {t: [] for t in terms}
             for tid, n, ids_blob, tfs_blob in store.postings(terms):
