@@ -4,7 +4,8 @@ SQLite integrity; statistics equal to counts of the rows; no orphaned chunk;
 every packed column well-formed (postings, forward indexes, the change log,
 vectors); each document frequency equal to the number of latest chunks
 holding the term; packed postings listing exactly the (term, chunk, tf)
-triples of the chunks' forward indexes; unless ``quick``, every document's
+triples of the chunks' forward indexes; the filter index (doc_meta, doc_acl)
+holding exactly the rows of the documents' metadata and labels; unless ``quick``, every document's
 text equal to its content hash and valid UTF-8, and every chunk's own text
 equal to its slice of the document; and for vectors: no orphans, the
 recorded size, no holes below the watermark, the in-memory matrix equal to
@@ -24,7 +25,8 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from .index import Index, postings_problem
-from .storage import DTYPES
+from .storage import DTYPES, loads
+from .write import scalar_items
 
 if TYPE_CHECKING:
     from collections.abc import Iterable
@@ -62,8 +64,10 @@ def check(engine: Engine, quick: bool = False) -> list[str]:
     and .n, chunks.terms and .tfs, chunk_log.terms, vectors.vector) is a blob
     of whole values whose lengths agree (segment ids strictly increasing),
     that each document frequency equals the number of latest chunks holding
-    the term, and that the packed postings list exactly the (term, chunk, tf)
-    triples of the chunks' forward indexes. Unless ``quick``, it also reads
+    the term, that the packed postings list exactly the (term, chunk, tf)
+    triples of the chunks' forward indexes, and that the filter index (doc_meta,
+    doc_acl) holds exactly the rows the documents' metadata and labels give.
+    Unless ``quick``, it also reads
     every text: each document's must be valid UTF-8 equal to its
     ``content_hash``, each chunk's own copy valid UTF-8 equal to its
     ``[start:end]`` slice of the (verified) document text. Malformed rows are
@@ -86,6 +90,7 @@ def check(engine: Engine, quick: bool = False) -> list[str]:
             problems.append(f"{m} chunks disagree with their document about being the latest version")
         if (d := store.duplicate_latest_sources()):
             problems.append(f"{d} sources have more than one latest version")
+        problems += _filter_index_problems(store)
         table = {cid: latest for cid, _length, latest, _doc, _whole in store.chunk_table()}
         tally = _Tally()
         flushed = s["flushed_upto"]
@@ -265,6 +270,86 @@ def _text_problems(store: Store) -> list[str]:
         after = upto
     _chunk_text_problems(tally, store.chunk_texts(after, _LAST_ID), {})  # chunks of no document
     return tally.problems()
+
+
+def _filter_index_problems(store: Store) -> list[str]:
+    """The filter index must hold exactly the rows each document's metadata and labels
+    give, as every write derives them (:func:`ragdb.write.scalar_items`; labels one row
+    each). A missing doc_acl row hides a document from principals holding the label, an
+    extra one shows it to principals the document does not name; a missing or extra
+    doc_meta row makes a filter miss a document or match one it should not."""
+    tally = _Tally()
+    missing: dict[str, list[Any]] = {"doc_meta": [0, None], "doc_acl": [0, None]}
+    extra: dict[str, list[Any]] = {"doc_meta": [0, None], "doc_acl": [0, None]}
+    after = _FIRST_ID
+    for block in store.document_filter_blocks():
+        upto = block[-1][0]
+        _compare_filter_rows(tally, block, *store.filter_index_rows(after, upto), missing, extra)
+        after = upto
+    _compare_filter_rows(tally, [], *store.filter_index_rows(after, _LAST_ID), missing, extra)  # of no document
+    problems = tally.problems()
+    for table, given, effect in (("doc_meta", "metadata", "filters on them miss those documents"),
+                                 ("doc_acl", "labels", "principals holding them do not see those documents")):
+        n, example = missing[table]
+        if n:
+            problems.append(f"{table} lacks {_count(n, 'row')} of the documents' {given} (e.g. {example}): {effect}; "
+                            f"`ragdb reindex` writes the filter index anew")
+    for table, given, effect in (("doc_meta", "metadata", "filters on them match documents that do not say so"),
+                                 ("doc_acl", "labels", "principals holding them see documents not labelled so")):
+        n, example = extra[table]
+        if n:
+            problems.append(f"{table} has {_count(n, 'row')} not in the documents' {given} (e.g. {example}): "
+                            f"{effect}; `ragdb reindex` writes the filter index anew")
+    return problems
+
+
+def _compare_filter_rows(tally: _Tally, docs: list[tuple[int, Any, Any]], meta_rows: list[tuple[Any, ...]],
+                         acl_rows: list[tuple[Any, ...]], missing: dict[str, list[Any]],
+                         extra: dict[str, list[Any]]) -> None:
+    """Compare a block of documents' filter index rows with what their metadata and labels give."""
+    want_meta: Counter[tuple[Any, ...]] = Counter()
+    want_acl: set[tuple[Any, ...]] = set()
+    unreadable: set[int] = set()  # documents whose own JSON is damaged: reported, their rows not compared
+    for doc_id, metadata, acl in docs:
+        meta = _json_of(tally, "documents.metadata", "a JSON object", dict, doc_id, metadata)
+        labels = _json_of(tally, "documents.acl", "a JSON array of strings", list, doc_id, acl)
+        if labels is not None and not all(isinstance(x, str) for x in labels):
+            tally.add("documents.acl is not a JSON array of strings", "document", f"document {doc_id}")
+            labels = None
+        if meta is None or labels is None:
+            unreadable.add(doc_id)
+            continue
+        want_meta.update((doc_id, *row) for row in scalar_items(meta))
+        want_acl.update((doc_id, label) for label in labels)
+    have_meta = Counter(tuple(r) for r in meta_rows if r[0] not in unreadable)
+    have_acl = {tuple(r) for r in acl_rows if r[0] not in unreadable}
+    for table, lacking, surplus in (("doc_meta", want_meta - have_meta, have_meta - want_meta),
+                                    ("doc_acl", Counter(want_acl - have_acl), Counter(have_acl - want_acl))):
+        for found, rows in ((missing, lacking), (extra, surplus)):
+            if rows:
+                entry = found[table]
+                entry[0] += sum(rows.values())
+                if entry[1] is None:
+                    entry[1] = _filter_row(min(rows, key=repr))
+
+
+def _filter_row(row: tuple[Any, ...]) -> str:
+    """A filter index row as a problem's example."""
+    if len(row) == 2:
+        return f"document {row[0]}, label {row[1]!r}"
+    return f"document {row[0]}, {row[1]!r} = {row[2]!r}"
+
+
+def _json_of(tally: _Tally, column: str, what: str, kind: type, doc_id: int, raw: Any) -> Any:
+    """A document's JSON column decoded, or None (reported) when it is not ``what``."""
+    try:
+        value = loads(raw) if isinstance(raw, (str, bytes)) else None
+    except ValueError:
+        value = None
+    if not isinstance(value, kind):
+        tally.add(f"{column} is not {what}", "document", f"document {doc_id}")
+        return None
+    return value
 
 
 def _vector_hash_problems(store: Store) -> list[str]:

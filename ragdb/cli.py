@@ -1816,7 +1816,8 @@ def stats(database: str | None, output: Output) -> None:
 @json_option
 def check(database: str | None, quick: bool, as_json: bool) -> None:
     """Verify every invariant (df = real postings, statistics, no orphans, SQLite integrity,
-    well-formed packed columns, texts matching their hashes).
+    well-formed packed columns, the filter index = metadata and labels, texts matching
+    their hashes).
 
     Exits 1 when a problem is found.
     """

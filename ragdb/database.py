@@ -797,7 +797,8 @@ class Database:
 
         Every stored chunk (kept older versions too) is analyzed again from its text;
         documents and chunks keep their ids, spans, texts, versions, metadata, labels and
-        vectors (chunk boundaries never depend on the analyzer). One write transaction: on
+        vectors (chunk boundaries never depend on the analyzer); the filter index that
+        metadata filters and labels read is written anew from the documents' own. One write transaction: on
         any failure nothing changes, and another process reading meanwhile sees the old
         index or the new one, whole. Afterwards searches equal those of a new database of
         the same documents built with ``analyzer``. Other open connections to the file
@@ -826,7 +827,9 @@ class Database:
         forward indexes, the change log, vectors) is well-formed, that each
         document frequency equals the number of latest chunks holding the term,
         that the packed postings list exactly the (term, chunk, tf) triples of
-        the chunks' forward indexes, and that the vectors fit their model and
+        the chunks' forward indexes, that the filter index (the rows metadata
+        filters and access labels read) holds exactly what each document's
+        metadata and labels give, and that the vectors fit their model and
         the in-memory vector index (:mod:`ragdb.check`). Unless ``quick``, it
         also reads every text: each document's must be valid UTF-8 matching its
         ``content_hash``, and each chunk's own copy its ``[start:end]`` slice of

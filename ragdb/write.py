@@ -27,7 +27,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from . import fields, index as idx
-from .errors import DocumentNotFound, EmbeddingError, InvalidInput
+from .errors import DocumentNotFound, EmbeddingError, InvalidInput, StorageError
 from .index import FLUSH_THRESHOLD
 from .ingest import Prepared, check_acl, check_metadata
 from .options import check_positive_int
@@ -204,7 +204,8 @@ class Writer:
         chunk (kept older versions too) analyzed again from its text, its forward index and
         length rewritten, the vocabulary, document frequencies, postings and statistics made
         anew, and ``analyzer`` stored as the database's. Documents, chunks (ids, spans,
-        texts, metadata), versions, labels and vectors stay as they are. Returns the
+        texts, metadata), versions, labels and vectors stay as they are; the filter index
+        (doc_meta, doc_acl) is written anew from the documents' metadata and labels. Returns the
         previous analyzer configuration, the stored chunks, and the terms before and after."""
         store, engine = self.engine.store, self.engine
         if store.in_transaction():
@@ -248,6 +249,7 @@ class Writer:
 
             idx.write_all_postings(store, batches())
             store.add_terms((tid, term, df.get(tid, 0)) for term, tid in ids.items())
+            rewrite_filter_index(store)
             store.finish_reindex(total_length, max(top, store.stats_row()["flushed_upto"]))
             store.set_setting("analyzer", analyzer.config())
             new_fields = dict(fields.DEFAULT_WEIGHTS) if with_fields and "fields" not in engine.settings else None
@@ -685,6 +687,29 @@ def scalar_items(metadata: Mapping[str, Any]) -> Iterable[tuple[str, Any, int | 
                 yield key, int(v) if isinstance(v, bool) else v, *meta_number(v)
 
 
+
+
+def rewrite_filter_index(store: Any) -> None:
+    """Write the filter index (doc_meta, doc_acl) anew from every document's metadata and
+    labels, the rows a write derives (:func:`scalar_items`; each label once). Inside the
+    caller's write transaction. A document whose stored JSON is damaged raises
+    :class:`StorageError` naming it (nothing is changed then: the transaction rolls back)."""
+    store.clear_filter_index()
+    for block in store.document_filter_blocks():
+        meta_rows: list[tuple[Any, ...]] = []
+        acl_rows: list[tuple[int, str]] = []
+        for doc_id, metadata, acl in block:
+            try:
+                meta, labels = loads(metadata), loads(acl)
+            except ValueError:
+                meta = labels = None
+            if not isinstance(meta, dict) or not isinstance(labels, list) or \
+                    not all(isinstance(x, str) for x in labels):
+                raise StorageError(f"document {doc_id}: its stored metadata or labels are not valid JSON "
+                                   f"(an object and an array of strings); `ragdb check` reports the damage")
+            meta_rows.extend((doc_id, *row) for row in scalar_items(meta))
+            acl_rows.extend((doc_id, label) for label in dict.fromkeys(labels))
+        store.insert_doc_index(meta_rows, acl_rows)
 
 
 def doc_from_prepared(doc_id: int, p: Prepared) -> Document:

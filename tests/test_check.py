@@ -16,6 +16,7 @@ import pytest
 
 import ragdb
 from ragdb.embeddings import HashEmbedder
+from ragdb.errors import StorageError
 
 from cli_helpers import run
 
@@ -304,3 +305,154 @@ def test_null_in_a_packed_column_is_reported(kb, runner, table, column, declared
 def test_malformed_embedding_record_is_reported(kb, runner):
     corrupt(kb, "UPDATE settings SET value = '{\"model\": \"hash-64\"}' WHERE key = 'embedding'")
     assert_reported(kb, runner, "the recorded embedding model is malformed")
+
+
+# ----------------------------------------------------------------------------- the filter index
+# doc_meta and doc_acl are what metadata filters and access labels read: a row too many
+# shows a document to a principal it does not name, a row too few hides it.
+
+
+def labelled(path: Path) -> None:
+    """Documents with metadata of every kind the filter index holds (strings, numbers,
+    booleans, dates, lists with a repeated element) and access labels; an update, a
+    replacement and a delete."""
+    with ragdb.open(path, public_unlabeled=False) as db:
+        db.add("salaries of the team", source="hr/pay.md", acl=["hr", "finance"],
+               metadata={"lang": "en", "tags": ["pay", "pay", "2024"], "n": 1.5, "draft": True,
+                         "when": "2024-05-01"})
+        db.add("the public handbook", source="pub/handbook.md", acl=["*"], metadata={"lang": "en", "n": 3})
+        db.add("员工手册", source="zh/handbook.md", acl=["staff"], metadata={"lang": "zh"})
+        doomed = db.add("soon gone", source="tmp/gone.md", acl=["hr"], metadata={"lang": "en"})
+        db.delete(doomed.id)
+        old = db.add("salaries, first draft", source="hr/draft.md", acl=["hr"], metadata={"v": 1})
+        db.add("salaries, second draft", source="hr/draft.md", metadata={"v": 2})  # keeps its labels
+        db.update(old.id + 1, metadata={"v": 3, "tags": ["final"]})
+
+
+@pytest.fixture
+def labelled_kb(tmp_path: Path) -> Path:
+    path = tmp_path / "labelled.db"
+    labelled(path)
+    return path
+
+
+def visible(path: Path, query: str, **options) -> list[str]:
+    with ragdb.open(path) as db:
+        return sorted(h.source for h in db.search(query, **options))
+
+
+def test_healthy_filter_index_has_no_problem(labelled_kb, tmp_path):
+    assert one(labelled_kb, "SELECT count(*) FROM doc_meta")[0] >= 10
+    assert one(labelled_kb, "SELECT count(*) FROM doc_acl")[0] == 5
+    assert problems_of(labelled_kb) == [] and problems_of(labelled_kb, quick=True) == []
+    kept = tmp_path / "kept.db"
+    with ragdb.open(kept, keep_versions=True) as db:
+        db.add("one", source="a.md", acl=["x"], metadata={"k": "v1"})
+        db.add("two", source="a.md", acl=["y"], metadata={"k": ["v2", "v3"]})
+        assert db.check() == []
+
+
+def test_extra_label_is_reported_and_reindex_removes_it(labelled_kb, runner):
+    """A stray doc_acl row shows a document to principals it does not name."""
+    assert visible(labelled_kb, "员工手册", principals=["hr"]) == []
+    doc = one(labelled_kb, "SELECT id FROM documents WHERE source = 'zh/handbook.md'")[0]
+    corrupt(labelled_kb, "INSERT INTO doc_acl (doc_id, label) VALUES (?, 'hr')", params=(doc,))
+    assert visible(labelled_kb, "员工手册", principals=["hr"]) == ["zh/handbook.md"]  # the leak
+    problems = assert_reported(labelled_kb, runner, f"doc_acl has 1 row not in the documents' labels "
+                                                    f"(e.g. document {doc}, label 'hr')")
+    assert problems == assert_reported(labelled_kb, runner, "doc_acl has 1 row", quick=True)
+    assert len(problems) == 1, problems
+    assert "`ragdb reindex`" in problems[0]
+    assert run(runner, "-d", labelled_kb, "reindex").exit_code == 0
+    assert problems_of(labelled_kb) == []
+    assert visible(labelled_kb, "员工手册", principals=["hr"]) == []
+    assert visible(labelled_kb, "员工手册", principals=["staff"]) == ["zh/handbook.md"]
+
+
+def test_missing_label_is_reported_and_reindex_restores_it(labelled_kb, runner):
+    corrupt(labelled_kb, "DELETE FROM doc_acl WHERE label = 'finance'")
+    assert visible(labelled_kb, "salaries", principals=["finance"]) == []
+    assert_reported(labelled_kb, runner, "doc_acl lacks 1 row of the documents' labels (e.g. document 1, "
+                                         "label 'finance'): principals holding them do not see those documents")
+    with ragdb.open(labelled_kb) as db:
+        report = db.reindex()
+        assert report.documents == 4 and db.check() == []
+    assert visible(labelled_kb, "salaries", principals=["finance"]) == ["hr/pay.md"]
+
+
+@pytest.mark.parametrize("statements, needles", [
+    (["DELETE FROM doc_meta WHERE key = 'tags' AND rowid = (SELECT min(rowid) FROM doc_meta WHERE value = 'pay')"],
+     ["doc_meta lacks 1 row of the documents' metadata (e.g. document 1, 'tags' = 'pay')"]),
+    (["UPDATE doc_meta SET value = 'fr' WHERE value = 'zh'"],
+     ["doc_meta lacks 1 row of the documents' metadata (e.g. document 3, 'lang' = 'zh')",
+      "doc_meta has 1 row not in the documents' metadata (e.g. document 3, 'lang' = 'fr')"]),
+    (["UPDATE doc_meta SET num = 2.5 WHERE key = 'n' AND num = 1.5"], ["doc_meta lacks 1 row", "doc_meta has 1 row"]),
+    (["UPDATE doc_meta SET at = at + 1 WHERE key = 'when'"], ["doc_meta lacks 1 row", "doc_meta has 1 row"]),
+    (["INSERT INTO doc_meta (doc_id, key, value) VALUES (99, 'lang', 'en')"],  # of no document: SQLite's
+     ["foreign key violation in doc_meta",                                     # check sees it too
+      "doc_meta has 1 row not in the documents' metadata (e.g. document 99, 'lang' = 'en')"]),
+    (["INSERT INTO doc_acl (doc_id, label) VALUES (4, 'hr')"],  # the deleted document's id
+     ["foreign key violation in doc_acl", "doc_acl has 1 row not in the documents' labels (e.g. document 4, label 'hr')"]),
+])
+def test_filter_index_damage_is_reported_and_reindex_repairs_it(labelled_kb, runner, statements, needles):
+    """A changed row is a row missing and a row too many; each kind is one problem."""
+    queries = ({"lang": "en"}, {"tags": "pay"}, {"n": {"$gt": 1}}, {"when": {"$gte": "2024-01-01"}})
+    with ragdb.open(labelled_kb) as db:
+        before = [sorted(h.source for h in db.search("salaries handbook", filter=f, principals=ragdb.ALL))
+                  for f in queries]
+    corrupt(labelled_kb, *statements)
+    problems = assert_reported(labelled_kb, runner, needles[0])
+    assert len(problems) == len(needles) and all(p.startswith(n) for p, n in zip(problems, needles)), problems
+    run(runner, "-d", labelled_kb, "reindex")
+    with ragdb.open(labelled_kb) as db:
+        assert db.check() == []
+        assert before == [sorted(h.source for h in db.search("salaries handbook", filter=f, principals=ragdb.ALL))
+                          for f in queries]
+
+
+def test_damaged_metadata_json_is_reported_once_and_reindex_refuses(labelled_kb, runner):
+    """A document whose own metadata is not JSON: reported as such, its filter rows not
+    compared (they cannot be judged); reindex cannot rebuild from it and changes nothing."""
+    corrupt(labelled_kb, "UPDATE documents SET metadata = '{not json' WHERE source = 'pub/handbook.md'",
+            "UPDATE documents SET acl = '[1, 2]' WHERE source = 'zh/handbook.md'")
+    problems = assert_reported(labelled_kb, runner, "documents.metadata is not a JSON object in 1 document "
+                                                    "(e.g. document 2)")
+    assert any(p.startswith("documents.acl is not a JSON array of strings in 1 document (e.g. document 3)")
+               for p in problems), problems
+    assert len(problems) == 2, problems
+    rows = one(labelled_kb, "SELECT count(*), (SELECT count(*) FROM doc_acl) FROM doc_meta")
+    with ragdb.open(labelled_kb) as db, pytest.raises(StorageError, match="document 2: its stored metadata"):
+        db.reindex()
+    assert one(labelled_kb, "SELECT count(*), (SELECT count(*) FROM doc_acl) FROM doc_meta") == rows
+
+
+def test_filter_index_is_compared_in_blocks(tmp_path, monkeypatch):
+    """Blocks of two documents: rows at every block boundary, and past the last document,
+    are compared with their own document's."""
+    from ragdb.storage.store import Store
+
+    path = tmp_path / "many.db"
+    with ragdb.open(path) as db:
+        db.add_many({"text": f"doc {i}", "source": f"d{i}", "metadata": {"i": i, "even": i % 2 == 0},
+                     "acl": [f"g{i % 3}"]} for i in range(9))
+    blocks = []
+    original = Store.document_filter_blocks
+
+    def small(self, rows=4096):
+        for block in original(self, 2):
+            blocks.append(len(block))
+            yield block
+
+    monkeypatch.setattr(Store, "document_filter_blocks", small)
+    assert problems_of(path) == [] and blocks == [2, 2, 2, 2, 1]
+    corrupt(path, "UPDATE doc_meta SET value = 7 WHERE key = 'i' AND doc_id IN (2, 9)",
+            "INSERT INTO doc_acl (doc_id, label) VALUES (10, 'g0')")
+    problems = problems_of(path)
+    assert problems == [
+        "foreign key violation in doc_acl rowid None",
+        "doc_meta lacks 2 rows of the documents' metadata (e.g. document 2, 'i' = 1): filters on them miss those "
+        "documents; `ragdb reindex` writes the filter index anew",
+        "doc_meta has 2 rows not in the documents' metadata (e.g. document 2, 'i' = 7): filters on them match "
+        "documents that do not say so; `ragdb reindex` writes the filter index anew",
+        "doc_acl has 1 row not in the documents' labels (e.g. document 10, label 'g0'): principals holding them "
+        "see documents not labelled so; `ragdb reindex` writes the filter index anew"], problems

@@ -132,6 +132,33 @@ def test_missing_driver_is_named(monkeypatch):
         ragdb.open("postgresql://nobody@127.0.0.1:1/none")
 
 
+def test_check_sees_filter_index_damage_and_reindex_repairs_it(pg_url):
+    """The filter index check on PostgreSQL (jsonb values, numeric numbers): healthy with
+    every kind of value; a stray label and a changed value are reported; reindex repairs."""
+    import psycopg
+
+    with ragdb.open(pg_url, public_unlabeled=False) as db:
+        db.add("salaries of the team", source="hr.md", acl=["hr"],
+               metadata={"lang": "en", "tags": ["pay", "pay"], "n": 1.5, "big": 10**15, "draft": True,
+                         "when": "2024-05-01T09:30:00+02:00"})
+        other = db.add("the staff handbook", source="staff.md", acl=["staff"], metadata={"lang": "zh"})
+        assert db.check() == []
+    with psycopg.connect(pg_url) as conn:
+        conn.execute("INSERT INTO doc_acl (doc_id, label) VALUES (%s, 'hr')", [other.id])
+        conn.execute("UPDATE doc_meta SET num = 2.5 WHERE key = 'n'")
+    with ragdb.open(pg_url) as db:
+        assert [h.source for h in db.search("handbook", principals=["hr"])] == ["staff.md"]  # the leak
+        problems = db.check()
+        assert [p.split(" (")[0] for p in problems] == [
+            "doc_meta lacks 1 row of the documents' metadata", "doc_meta has 1 row not in the documents' metadata",
+            "doc_acl has 1 row not in the documents' labels"], problems
+        assert f"(e.g. document {other.id}, label 'hr')" in problems[2]
+        db.reindex()
+        assert db.check() == []
+        assert db.search("handbook", principals=["hr"]) == []
+        assert [h.source for h in db.search("salaries", filter={"n": {"$lt": 2}}, principals=ragdb.ALL)] == ["hr.md"]
+
+
 # -- one database, the same results -------------------------------------------------------------
 
 def test_basic_round_trip_and_migrations_recorded(pg_url):

@@ -390,6 +390,8 @@ PLAIN_SQL = (
     "chunk_metadata", "chunk_text_sample", "chunk_texts_after", "clear_lexical_index", "field_term_ids",
     "finish_reindex", "has_metadata_key", "has_term_with_prefix", "set_forward_indexes", "terms_with_prefix", "vocabulary_size",
     "texts_by_id",
+    # check() and reindex: the filter index
+    "clear_filter_index", "document_filter_blocks", "filter_index_rows",
     # filters: the dialect's pieces are _condition, _doc_set, _source_test and _NO_LIMIT
     "_filter_sql", "doc_rows_matching", "hashed_vector_texts", "filtered_doc_ids", "list_documents", "source_docs_with_chunks",
 )

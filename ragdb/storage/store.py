@@ -1208,6 +1208,31 @@ class Store(VectorSQL):
             "SELECT seq, chunk_id, typeof(terms), CAST(terms AS BLOB) FROM chunk_log "
             "WHERE terms IS NOT NULL ORDER BY seq")
 
+    def document_filter_blocks(self, rows: int = 4096) -> Iterator[list[tuple[int, Any, Any]]]:
+        """(id, metadata json, acl json) of every document by id, in blocks of ``rows``
+        (each block one query, after the last id of the one before)."""
+        after = -(1 << 63)
+        while block := self.conn.execute("SELECT id, metadata, acl FROM documents WHERE id > ? ORDER BY id LIMIT ?",
+                                          [after, rows]).fetchall():
+            yield block
+            after = block[-1][0]
+
+    def filter_index_rows(self, after_doc: int, upto_doc: int
+                          ) -> tuple[list[tuple[Any, ...]], list[tuple[Any, ...]]]:
+        """The filter index rows of documents ``after_doc < id <= upto_doc``: (doc id, key,
+        value, num, at) of doc_meta and (doc id, label) of doc_acl, whether or not such a
+        document exists."""
+        meta = self.conn.execute("SELECT doc_id, key, value, num, at FROM doc_meta WHERE doc_id > ? AND doc_id <= ?",
+                                 [after_doc, upto_doc]).fetchall()
+        acl = self.conn.execute("SELECT doc_id, label FROM doc_acl WHERE doc_id > ? AND doc_id <= ?",
+                                [after_doc, upto_doc]).fetchall()
+        return meta, acl
+
+    def clear_filter_index(self) -> None:
+        """Delete every row of the filter index (doc_meta, doc_acl), to write it anew."""
+        self.conn.execute("DELETE FROM doc_meta")
+        self.conn.execute("DELETE FROM doc_acl")
+
     def document_text_blocks(self, rows: int = 256, max_bytes: int = 16 << 20
                              ) -> Iterator[list[tuple[int, bytes | None, str, bytes | None]]]:
         """(id, content_hash, typeof text, text) of every document by id, the hash and text as
