@@ -42,7 +42,7 @@ import ragdb.llm
 import ragdb.plugins
 
 from .analysis import describe_config
-from .integrations.common import document_json
+from .integrations.common import document_json, facets_json
 from .errors import EmbeddingError, InvalidInput, RagdbError
 from .storage import database_state, is_postgres, redact
 
@@ -1324,11 +1324,10 @@ def facets_cmd(database: str | None, key: str, query: str | None, by: str, limit
         f = db.facets(key, query, by=by, limit=limit, **kw)
         if not f.total:
             _hidden_note(db, kw.get("principals"))
-    records = [{"value": v, "count": n} for v, n in f]
+    value = facets_json(f)
+    records = value["values"]
     if not output.table:
-        _emit_records(output, records, ("value", "count"),
-                      json_value={"field": f.field, "by": f.by, "total": f.total, "missing": f.missing,
-                                  "omitted": f.omitted, "values": records})
+        _emit_records(output, records, ("value", "count"), json_value=value)
         return
     if records:
         _table([key, by], [(_cell(v), n) for v, n in f], right=(1,))

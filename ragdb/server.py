@@ -8,6 +8,9 @@
   of :meth:`ragdb.Database.search`, best first (``offset``: a later page);
 * ``POST /prompt`` (question, k, scorer, filter, min_confidence, budget_tokens,
   language): :meth:`ragdb.Database.build_prompt`'s grounded prompt;
+* ``POST /facets`` (field, query, filter, since, until, by, limit): exact counts of a
+  metadata field's values (or source, version) over the chunks (documents) the caller may
+  see that match, :meth:`ragdb.Database.facets`, the most frequent first;
 * ``GET /documents?prefix=&limit=&offset=``: the stored documents (latest
   versions) by source, a page at a time; ``GET /documents/{id}``: one, with its text;
 * ``GET /stats``, ``GET /healthz``;
@@ -62,7 +65,7 @@ from starlette.routing import Route
 import ragdb
 from ragdb.errors import DatabaseBusy, DocumentNotFound, InvalidInput, RagdbError, RemoteError
 from ragdb.http import is_loopback
-from ragdb.integrations.common import check_write_target, document_json
+from ragdb.integrations.common import check_write_target, document_json, facets_json
 from ragdb.prompt import REFUSAL
 from ragdb.sync import escape_glob
 
@@ -262,6 +265,8 @@ def _json(obj: Any, status: int = 200) -> Response:
 SEARCH_FIELDS = ("query", "k", "scorer", "filter", "min_score", "since", "until", "offset", "syntax", "fuzzy",
                  "highlight", "snippet_chars")
 PROMPT_FIELDS = ("question", "k", "scorer", "filter", "min_confidence", "budget_tokens", "language")
+FACETS_FIELDS = ("field", "query", "filter", "since", "until", "by", "limit")
+FACETS_LIMIT = 100  # the default number of values of POST /facets (at most MAX_LIST)
 ADD_FIELDS = ("text", "source", "metadata", "version", "timestamp", "title", "acl")
 
 
@@ -368,6 +373,19 @@ class _Service:
                 "user": p.user, "messages": p.messages, "confidence": p.confidence,
                 "min_confidence": p.min_confidence,
                 "sources": [{"number": i, **hit_json(h, i)} for i, h in enumerate(p.sources, 1)]}
+
+    def facets(self, body: Mapping[str, Any], grant: Grant) -> dict[str, Any]:
+        _fields(body, FACETS_FIELDS, required=("field",))
+        query = body.get("query")
+        if query is not None:
+            self._check_limits(query, "query", 1)
+        limit = body.get("limit", FACETS_LIMIT)
+        if not (isinstance(limit, int) and not isinstance(limit, bool) and 1 <= limit <= MAX_LIST):
+            raise InvalidInput(f"limit must be an integer from 1 to {MAX_LIST}, got {_brief(limit)} "
+                               f"(omitted: how many values were left out)")
+        kw = {name: body[name] for name in ("filter", "since", "until", "by") if body.get(name) is not None}
+        return facets_json(self.database.facets(body["field"], query, limit=limit, principals=self._who(grant),
+                                                **kw))
 
     def documents(self, params: Mapping[str, str], grant: Grant) -> dict[str, Any]:
         unknown = sorted(set(params) - {"prefix", "limit", "offset"})
@@ -529,6 +547,9 @@ def create_app(config: ServerConfig, tokens: Mapping[str, Grant] | None = None) 
     async def prompt(request: Request, grant: Grant) -> Any:
         return await run_in_threadpool(service.prompt, await _body(request, limit), grant)
 
+    async def facets(request: Request, grant: Grant) -> Any:
+        return await run_in_threadpool(service.facets, await _body(request, limit), grant)
+
     async def list_documents(request: Request, grant: Grant) -> Any:
         return await run_in_threadpool(service.documents, dict(request.query_params), grant)
 
@@ -573,6 +594,7 @@ def create_app(config: ServerConfig, tokens: Mapping[str, Grant] | None = None) 
     routes = [
         Route("/search", endpoint(search), methods=["POST"]),
         Route("/prompt", endpoint(prompt), methods=["POST"]),
+        Route("/facets", endpoint(facets), methods=["POST"]),
         Route("/documents", endpoint(list_documents), methods=["GET"]),
         Route("/documents", endpoint(add, write=True, status=201), methods=["POST"]),
         Route("/documents/{doc_id:int}", endpoint(get_document), methods=["GET"]),
@@ -722,6 +744,21 @@ def openapi_schema(limits: Limits = Limits()) -> dict[str, Any]:
                         "messages": {"type": "array", "items": any_obj},
                         "confidence": {"type": ["number", "null"]}, "min_confidence": {"type": "number"},
                         "sources": {"type": "array", "items": any_obj}}),
+        "FacetsRequest": _obj({"field": {"type": "string", "description": 'A metadata key, or "source" or '
+                                                                           '"version".'},
+                               "query": {"type": "string", "maxLength": limits.max_query_chars,
+                                         "description": "Count only what the query matches (BM25 score above "
+                                                        "0); without it, everything the filters keep."},
+                               "filter": filt, "since": {"type": "string"}, "until": {"type": "string"},
+                               "by": {"type": "string", "enum": ["chunks", "documents"], "default": "chunks"},
+                               "limit": {"type": "integer", "minimum": 1, "maximum": MAX_LIST,
+                                         "default": FACETS_LIMIT}}, ["field"]),
+        "Facets": _obj({"field": {"type": "string"}, "by": {"type": "string"},
+                        "total": {"type": "integer", "description": "Chunks (documents) matched."},
+                        "missing": {"type": "integer", "description": "Of those, how many have no value."},
+                        "omitted": {"type": "integer", "description": "Distinct values left out by limit."},
+                        "values": {"type": "array", "items": _obj({"value": {"type": ["string", "number"]},
+                                                                   "count": {"type": "integer"}})}}),
         "Document": document,
         "DocumentList": _obj({"documents": {"type": "array", "items": _ref("Document")},
                               "next_offset": {"type": ["integer", "null"]}}),
@@ -762,6 +799,8 @@ def openapi_schema(limits: Limits = Limits()) -> dict[str, Any]:
     paths = {
         "/search": {"post": op("The best chunks for a query, best first", "SearchResult", "SearchRequest")},
         "/prompt": {"post": op("A grounded prompt with numbered sources", "Prompt", "PromptRequest")},
+        "/facets": {"post": op("Exact counts of a field's values over what matches, most frequent first", "Facets",
+                               "FacetsRequest")},
         "/documents": {"get": op("Stored documents (latest versions) by source, a page at a time", "DocumentList",
                                  params=paging),
                        "post": op("Add a document, or replace the one with its source", "AddResult", "AddRequest",

@@ -30,7 +30,7 @@ from ragdb.cli import cli  # noqa: E402
 from ragdb.integrations.mcp import SNIPPET_CHARS, is_loopback, parse_http_address  # noqa: E402
 
 ROOT = Path(__file__).resolve().parent.parent
-READ_TOOLS = {"search", "get_document", "list_sources", "build_prompt", "stats"}
+READ_TOOLS = {"search", "get_document", "list_sources", "build_prompt", "facets", "stats"}
 SECRET = "zanzibar"  # a word only the labelled document holds (the probes ask for it)
 MARK = "quokkas"  # another: the probes never say it, so seeing it means seeing the document
 
@@ -178,6 +178,19 @@ def test_read_tools_list_and_equal_the_library(kb: Path) -> None:
                 assert refused["refusal"] == "I don't know based on the provided context."
                 assert db.build_prompt("volcanic eruptions in Iceland").refused
 
+                for args in ({"field": "lang"}, {"field": "source", "query": "cats", "by": "documents", "limit": 2},
+                             {"field": "n", "filter": {"lang": "en"}, "query": "mat"}):
+                    got = await _call(s, "facets", args)
+                    want = db.facets(args["field"], args.get("query"), by=args.get("by", "chunks"),
+                                     limit=args.get("limit", 20), filter=args.get("filter"))
+                    assert want.total, args
+                    assert got == {"field": want.field, "by": want.by, "total": want.total, "missing": want.missing,
+                                   "omitted": want.omitted, "values": [{"value": v, "count": n} for v, n in want]}
+                lang = await _call(s, "facets", {"field": "lang"})  # the labelled one is not counted
+                assert lang["values"] == [{"value": "en", "count": 4}, {"value": "de", "count": 1}]
+                assert (lang["total"], lang["missing"]) == (6, 1)  # docs/long.md has no lang
+                assert (await _call(s, "facets", {"field": "source", "limit": 2}))["omitted"] == 4
+
                 stats = await _call(s, "stats", {})
                 st = db.stats()
                 assert (stats["documents"], stats["chunks"], stats["vocabulary"], stats["postings"]) == \
@@ -215,6 +228,10 @@ def test_a_labelled_document_never_reaches_a_server_without_its_principal(kb: Pa
             message = await _error(s, "search", {"query": SECRET, "principals": ["team"]})
             assert "unknown argument 'principals'" in message
             assert (await _call(s, "search", {"query": SECRET}))["hits"] == []
+            # facets count only what the server may read: the labelled document is not among them
+            counted = await _call(s, "facets", {"field": "source", "limit": 1000})
+            assert "team/plan.md" not in str(counted) and counted["total"] == len(DOCS)  # + long.md - plan.md
+            assert (await _call(s, "facets", {"field": "lang", "query": SECRET}))["total"] == 0
         async with _session(kb, "--principal", "other") as s:
             assert not any(MARK in text for text in await probe(s))
         async with _session(kb, "--principal", "team") as s:  # the same probes do see it with the label
@@ -226,6 +243,8 @@ def test_a_labelled_document_never_reaches_a_server_without_its_principal(kb: Pa
                 assert [_hit_key(h) for h in got["hits"]] == \
                     [_hit_key(h) for h in db.search("cats mat", 10, principals=["team"])]
                 assert (await _call(s, "stats", {}))["visible_documents"] == db.count(principals=["team"])
+                assert (await _call(s, "facets", {"field": "source", "query": SECRET}))["values"] == \
+                    [{"value": "team/plan.md", "count": 1}]
         async with _session(kb, "--all-principals") as s:
             assert SECRET in (await _call(s, "get_document", {"source": "team/plan.md"}))["text"]
 

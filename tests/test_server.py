@@ -179,6 +179,52 @@ def test_prompt_equals_the_library(url: str, kb: Path, token: str | None, princi
     assert refused["refused"] and refused["sources"] == [] and refused["refusal"]
 
 
+@pytest.mark.parametrize("token, principals", [(None, None), (READER, ["team-a"]), (OTHER, ["team-b"])])
+@pytest.mark.parametrize("body", [
+    {"field": "lang"},
+    {"field": "source", "query": "cats mat", "by": "documents"},
+    {"field": "n", "filter": {"source": "docs/*"}, "limit": 2},
+    {"field": "lang", "query": SECRET},
+    {"field": "version"},  # no document has one: all missing
+])
+def test_facets_equal_the_library(url: str, kb: Path, token: str | None, principals: Any, body: dict) -> None:
+    r = httpx.post(url + "/facets", json=body, headers=_auth(token) if token else {})
+    assert r.status_code == 200, r.text
+    with ragdb.open(kb) as db:
+        f = db.facets(body["field"], body.get("query"), by=body.get("by", "chunks"), limit=body.get("limit", 100),
+                      filter=body.get("filter"), principals=principals)
+    assert r.json() == {"field": f.field, "by": f.by, "total": f.total, "missing": f.missing, "omitted": f.omitted,
+                        "values": [{"value": v, "count": n} for v, n in f]}
+
+
+def test_facets_count_only_what_the_token_may_see(url: str) -> None:
+    post = lambda body, token=None: httpx.post(url + "/facets", json=body,  # noqa: E731
+                                               headers=_auth(token) if token else {}).json()
+    assert post({"field": "source", "query": SECRET})["total"] == 0
+    assert "team/" not in str(post({"field": "source", "limit": 1000}))
+    assert post({"field": "lang"})["values"] == [{"value": "en", "count": 4}, {"value": "de", "count": 1}]
+    assert post({"field": "source", "query": SECRET}, READER)["values"] == [{"value": "team/plan.md", "count": 1}]
+    assert post({"field": "source", "query": SECRET}, OTHER)["values"] == [{"value": "team/b.md", "count": 1}]
+    assert post({"field": "source", "limit": 2})["omitted"] == len(DOCS) - 2 - 2
+    message = _error(httpx.post(url + "/facets", json={"field": "lang", "principals": ["team-a"]}), 422)
+    assert "principals" in message and "API token" in message
+
+
+def test_facets_bad_input_is_a_json_error(url: str, kb: Path) -> None:
+    post = lambda body: httpx.post(url + "/facets", json=body)  # noqa: E731
+    assert "missing field 'field'" in _error(post({"query": "cats"}), 422)
+    assert "unknown field 'k'" in _error(post({"field": "lang", "k": 3}), 422)
+    for limit in (0, 1001, "5", True):
+        assert "limit must be an integer from 1 to 1000" in _error(post({"field": "lang", "limit": limit}), 422)
+    assert "over this server's limit of 200" in _error(post({"field": "lang", "query": "x" * 201}), 422)
+    assert _error(post({"field": "lang", "query": 7}), 422) == "query must be a string, got 7"
+    with ragdb.open(kb) as db:
+        for body, call in (({"field": 5}, lambda: db.facets(5)),  # type: ignore[arg-type]
+                           ({"field": "lang", "by": "words"}, lambda: db.facets("lang", by="words")),
+                           ({"field": "lang", "filter": []}, lambda: db.facets("lang", filter=[]))):  # type: ignore
+            assert _error(post(body), 422) == _library_message(call)
+
+
 def test_documents_pages_and_prefix_equal_the_library(url: str, kb: Path) -> None:
     with ragdb.open(kb) as db:
         for token, principals in ((None, None), (READER, ["team-a"])):

@@ -7,7 +7,8 @@ Metadata is flat, as both frameworks expect: the document's own metadata (merged
 with the chunk's, as in :attr:`ragdb.Hit.metadata`) plus ragdb's fields under the
 names in :data:`HIT_KEYS` / :data:`DOCUMENT_KEYS`; ragdb's fields win over
 document metadata keys of the same name. Also shared by ``ragdb mcp``, ``ragdb
-serve`` and the CLI: :func:`document_json` (a document as JSON) and
+serve`` and the CLI: :func:`document_json` (a document as JSON), :func:`facets_json`
+(facet counts as JSON) and
 :func:`check_write_target` (a write must not touch a document its caller cannot see).
 """
 
@@ -19,7 +20,7 @@ from typing import TYPE_CHECKING, Any
 
 from ragdb.errors import DocumentNotFound, InvalidInput
 from ragdb.options import ALL, AllPrincipals, SearchOptions, check_principals
-from ragdb.types import Document, Hit
+from ragdb.types import Document, Facets, Hit
 
 if TYPE_CHECKING:
     from ragdb.database import Database
@@ -141,6 +142,13 @@ def document_json(d: Document) -> dict[str, Any]:
     if d.text is not None:
         out["text"] = d.text
     return out
+
+
+def facets_json(f: Facets) -> dict[str, Any]:
+    """Facet counts as the CLI's ``--json`` and the HTTP API give them: the field, what is
+    counted, the totals and the ``(value, count)`` pairs as ``values``, most frequent first."""
+    return {"field": f.field, "by": f.by, "total": f.total, "missing": f.missing, "omitted": f.omitted,
+            "values": [{"value": v, "count": n} for v, n in f]}
 
 
 def check_write_target(db: Database, principals: Any, doc_id: int | None, source: str | None,

@@ -13,6 +13,9 @@ Streamable HTTP transport. The tools:
 * ``list_sources`` (prefix, limit, offset): the stored documents by source;
 * ``build_prompt`` (question): the grounded prompt with numbered, fenced
   sources, and whether it is a refusal (no evidence passed selection);
+* ``facets`` (field, query, filter, by, limit): exact counts of a metadata field's
+  values (or source, version) over the passages (documents) that match, the most
+  frequent first;
 * ``stats``: the database's statistics;
 * with ``allow_writes`` only: ``add_text`` and ``delete``.
 
@@ -62,8 +65,9 @@ INSTRUCTIONS = """\
 A ragdb knowledge base (exact BM25 full-text search over stored documents).
 Use `search` to find passages for a question, then `get_document` to read a whole document;
 `build_prompt` returns a grounded prompt with numbered sources (refused=true: the knowledge base
-has no evidence for the question). `list_sources` pages through the stored documents, `stats`
-describes the database. Documents hidden from this server by access labels are never returned."""
+has no evidence for the question). `list_sources` pages through the stored documents, `facets`
+counts a metadata field's values (which sources, languages, years ... and how many passages each),
+`stats` describes the database. Documents hidden from this server by access labels are never returned."""
 
 # --------------------------------------------------------------------------- argument types (the JSON schemas)
 
@@ -150,6 +154,20 @@ class PromptResult(BaseModel):
     confidence: float | None = Field(description="The best confidence among the hits (null: no hit).")
     min_confidence: float = Field(description="The confidence floor applied.")
     sources: list[PromptSource]
+
+
+class FacetValue(BaseModel):
+    value: str | int | float
+    count: int
+
+
+class FacetsResult(BaseModel):
+    field: str
+    by: str = Field(description='What is counted: "chunks" (passages) or "documents".')
+    total: int = Field(description="How many passages (documents) matched.")
+    missing: int = Field(description="How many of them have no value for the field.")
+    omitted: int = Field(description="Distinct values left out by limit.")
+    values: list[FacetValue] = Field(description="The values with their counts, the most frequent first.")
 
 
 class StatsResult(BaseModel):
@@ -293,6 +311,28 @@ def build_server(db: ragdb.Database, *, principals: Any = None, allow_writes: bo
                                   end=h.end, score=h.score, confidence=h.confidence)
                      for i, h in enumerate(p.sources, 1)])
 
+    def facets(
+        field: Annotated[str, Field(description='A metadata key (e.g. "lang", "year", "tags"), or "source" or '
+                                                '"version".')],
+        query: Annotated[str | None, Field(description="Count only the passages this query matches (default: "
+                                                       "every passage the filter keeps).")] = None,
+        filter: Filter = None,
+        by: Annotated[Literal["chunks", "documents"], Field(
+            description='Count matching passages ("chunks"), or documents with a matching passage.')] = "chunks",
+        limit: Annotated[int, Field(ge=1, le=MAX_LIST, description="Most values returned, the most frequent "
+                                                                   "first.")] = 20,
+    ) -> FacetsResult:
+        """Count the values of a metadata field over what matches: which sources, languages, years or tags the
+        knowledge base (or a query's matches) holds, and how many passages of each. Exact counts over every
+        match this server may read, not only the top hits."""
+        kw: dict[str, Any] = {"principals": who}
+        if filter is not None:
+            kw["filter"] = filter
+        with library():
+            f = db.facets(field, query, by=by, limit=limit, **kw)
+        return FacetsResult(field=f.field, by=f.by, total=f.total, missing=f.missing, omitted=f.omitted,
+                            values=[FacetValue(value=v, count=n) for v, n in f])
+
     def stats() -> StatsResult:
         """Statistics of the knowledge base: documents (all, and those this server may read), chunks,
         vocabulary, file size, and whether this server accepts writes."""
@@ -302,7 +342,7 @@ def build_server(db: ragdb.Database, *, principals: Any = None, allow_writes: bo
         return StatsResult(**dataclasses.asdict(s), visible_documents=visible, writes_allowed=allow_writes)
 
     tools = [Tool.from_function(fn, annotations=read_only)
-             for fn in (search, get_document, list_sources, build_prompt, stats)]
+             for fn in (search, get_document, list_sources, build_prompt, facets, stats)]
     if not allow_writes:
         return _server(name, tools)
 
