@@ -25,7 +25,7 @@ from .chunking import Chunker, get_chunker
 from .errors import InvalidInput
 from .filters import check_finite
 from .options import check_count, check_positive_int, check_text, parse_timestamp
-from .storage import dumps
+from .storage import dumps, loads
 from .types import LoadedDocument, Span
 
 MAX_ANALYSIS_WORKERS = 3
@@ -70,6 +70,13 @@ def check_metadata(metadata: Any, label: str) -> tuple[dict[str, Any], str]:
         raise InvalidInput(f"{label}: metadata is not JSON-serialisable ({e})") from None
     if "null" in metadata_json:  # NaN and infinity come out as null: look for them only then
         check_finite(metadata, label)
+    if metadata_json != "{}":
+        # What is stored is the JSON, so everything else is derived from it too: the filter
+        # index rows and the Document returned. Values JSON writes in another form (a
+        # datetime or date as its ISO string, a UUID as a string, a tuple as a list) are
+        # then filtered as the stored document says; from the values as given, the filter
+        # index left out every datetime, date and UUID (before schema 9).
+        metadata = loads(metadata_json)
     for key, value in metadata.items():  # scalars (and list elements) go into the filter index
         for v in value if isinstance(value, list) else (value,):
             if isinstance(v, int) and not isinstance(v, bool) and not -2 ** 63 <= v < 2 ** 63:

@@ -629,3 +629,59 @@ def test_wide_filters_stay_within_sqlites_limits(kb):
     assert sources(kb, {f"k{i}": {"$ne": 1} for i in range(600)} | {"year": 2020}) == ["ops/pump.md"]
     assert sources(kb, {"$and": [{"$contains": "pump"}] * 2000}) == ["ops/pump.md"]
     assert kb.count(filter={"$or": [{"$contains": w} for w in ("valve", "revenue")] * 1500}, principals=ALL) == 2
+
+
+def test_metadata_values_are_filtered_as_json_stores_them(tmp_path):
+    """A datetime, date or UUID value is stored as its string (orjson), a tuple as a list:
+    the filter index and the returned Document take the stored form, so equality and range
+    filters match what the document says (the filter index used to leave them out)."""
+    import uuid
+
+    day = datetime(2025, 6, 1, 12, 30)
+    key = uuid.UUID(int=5)
+    with ragdb.open(tmp_path / "kb.db") as db:
+        doc = db.add("the published report", source="r.md",
+                     metadata={"published": day, "day": day.date(), "id": key, "pair": ("x", 2),
+                               "at": datetime(2025, 6, 1, 14, 30, tzinfo=timezone(timedelta(hours=2)))})
+        stored = {"published": "2025-06-01T12:30:00", "day": "2025-06-01", "id": str(key), "pair": ["x", 2],
+                  "at": "2025-06-01T14:30:00+02:00"}
+        assert dict(doc.metadata) == stored == dict(db.get(doc.id).metadata)
+        for f in ({"published": {"$gte": "2025-06-01"}}, {"published": {"$lt": "2025-06-01T12:30:00.001Z"}},
+                  {"day": "2025-06-01"}, {"day": {"$gt": "2025-05-31T23:59:59Z"}}, {"id": str(key)},
+                  {"pair": 2}, {"pair": "x"}, {"at": {"$eq": "2025-06-01T14:30:00+02:00"}},
+                  {"at": {"$gte": "2025-06-01T12:30:00Z", "$lte": "2025-06-01T12:30:00Z"}}):
+            assert [h.source for h in db.search("report", filter=f)] == ["r.md"], f
+        assert [v for v, _n in db.facets("day")] == ["2025-06-01"]
+        assert db.check() == []
+        # the same metadata again is no change; through update() too
+        assert db.add_many([{"text": "the published report", "source": "r.md",
+                             "metadata": {"published": day, "day": day.date(), "id": key, "pair": ("x", 2),
+                                          "at": datetime(2025, 6, 1, 14, 30, tzinfo=timezone(timedelta(hours=2)))}}]
+                           ).unchanged == (doc.id,)
+        db.update(doc.id, metadata={"when": day})
+        assert [h.source for h in db.search("report", filter={"when": {"$gt": "2025-01-01"}})] == ["r.md"]
+        assert db.check() == []
+
+
+def test_migration_9_restores_the_rows_the_old_write_path_left_out(tmp_path):
+    """A file written before schema 9 lacks the doc_meta rows of datetime/date/UUID values:
+    check() says so, and opening it with this version derives them again from the JSON."""
+    path = tmp_path / "old.db"
+    with ragdb.open(path) as db:
+        db.add("a dated note", source="n.md", metadata={"d": datetime(2024, 5, 1), "n": 1, "tags": ["a", "b"]})
+        db.add("an undated note", source="u.md", metadata={"n": 2})
+    written = _doc_meta(path)
+    (name,) = [p.stem for p in migration_files() if p.stem.startswith("0009_")]
+    conn = sqlite3.connect(path)  # what the old write path stored: no row for the datetime value
+    conn.execute("DELETE FROM doc_meta WHERE key = 'd'")
+    conn.commit()
+    with ragdb.open(path) as db:
+        assert [p.split(" (")[0] for p in db.check()] == ["doc_meta lacks 1 row of the documents' metadata"]
+        assert db.count(filter={"d": {"$gte": "2024-01-01"}}) == 0
+    conn.execute("DELETE FROM _sqlite_migrations WHERE name = ?", [name])  # schema 8, as it was
+    conn.commit()
+    conn.close()
+    with ragdb.open(path) as db:
+        assert _doc_meta(path) == written
+        assert [d.source for d in db.documents(filter={"d": {"$gte": "2024-01-01"}})] == ["n.md"]
+        assert db.check() == []

@@ -161,6 +161,21 @@ def test_check_sees_filter_index_damage_and_reindex_repairs_it(pg_url):
         assert [h.source for h in db.search("salaries", filter={"n": {"$lt": 2}}, principals=ragdb.ALL)] == ["hr.md"]
 
 
+def test_datetime_metadata_is_filtered_as_stored_on_postgresql(pg_url):
+    """The same rows as SQLite: a datetime, date or UUID value filtered as its stored string."""
+    import datetime as dt
+
+    meta = {"published": dt.datetime(2025, 6, 1, 12, 30), "day": dt.date(2025, 6, 1), "id": uuid.UUID(int=5)}
+    with ragdb.open(pg_url) as pg, ragdb.open(":memory:") as lite:
+        for db in (pg, lite):
+            doc = db.add("the published report", source="r.md", metadata=meta)
+            assert dict(doc.metadata) == dict(db.get(doc.id).metadata)
+            assert doc.metadata["day"] == "2025-06-01"
+            for f in ({"published": {"$gte": "2025-06-01"}}, {"day": "2025-06-01"}, {"id": str(uuid.UUID(int=5))}):
+                assert [h.source for h in db.search("report", filter=f)] == ["r.md"], f
+            assert db.check() == []
+
+
 # -- one database, the same results -------------------------------------------------------------
 
 def test_basic_round_trip_and_migrations_recorded(pg_url):
