@@ -25,8 +25,8 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from .index import Index, postings_problem
-from .storage import DTYPES, loads
-from .write import scalar_items
+from .storage import DTYPES
+from .write import stored_filter_rows
 
 if TYPE_CHECKING:
     from collections.abc import Iterable
@@ -274,8 +274,7 @@ def _text_problems(store: Store) -> list[str]:
 
 def _filter_index_problems(store: Store) -> list[str]:
     """The filter index must hold exactly the rows each document's metadata and labels
-    give, as every write derives them (:func:`ragdb.write.scalar_items`; labels one row
-    each). A missing doc_acl row hides a document from principals holding the label, an
+    give, as every write derives them (:func:`ragdb.write.stored_filter_rows`). A missing doc_acl row hides a document from principals holding the label, an
     extra one shows it to principals the document does not name; a missing or extra
     doc_meta row makes a filter miss a document or match one it should not."""
     tally = _Tally()
@@ -288,18 +287,16 @@ def _filter_index_problems(store: Store) -> list[str]:
         after = upto
     _compare_filter_rows(tally, [], *store.filter_index_rows(after, _LAST_ID), missing, extra)  # of no document
     problems = tally.problems()
-    for table, given, effect in (("doc_meta", "metadata", "filters on them miss those documents"),
-                                 ("doc_acl", "labels", "principals holding them do not see those documents")):
-        n, example = missing[table]
+    for found, table, wording, effect in (
+            (missing, "doc_meta", "{} of the documents' metadata", "filters on them miss those documents"),
+            (missing, "doc_acl", "{} of the documents' labels", "principals holding them do not see those documents"),
+            (extra, "doc_meta", "{} not in the documents' metadata", "filters on them match documents that do not say so"),
+            (extra, "doc_acl", "{} not in the documents' labels", "principals holding them see documents not labelled so")):
+        n, example = found[table]
         if n:
-            problems.append(f"{table} lacks {_count(n, 'row')} of the documents' {given} (e.g. {example}): {effect}; "
+            verb = "lacks" if found is missing else "has"
+            problems.append(f"{table} {verb} {wording.format(_count(n, 'row'))} (e.g. {example}): {effect}; "
                             f"`ragdb reindex` writes the filter index anew")
-    for table, given, effect in (("doc_meta", "metadata", "filters on them match documents that do not say so"),
-                                 ("doc_acl", "labels", "principals holding them see documents not labelled so")):
-        n, example = extra[table]
-        if n:
-            problems.append(f"{table} has {_count(n, 'row')} not in the documents' {given} (e.g. {example}): "
-                            f"{effect}; `ragdb reindex` writes the filter index anew")
     return problems
 
 
@@ -311,16 +308,16 @@ def _compare_filter_rows(tally: _Tally, docs: list[tuple[int, Any, Any]], meta_r
     want_acl: set[tuple[Any, ...]] = set()
     unreadable: set[int] = set()  # documents whose own JSON is damaged: reported, their rows not compared
     for doc_id, metadata, acl in docs:
-        meta = _json_of(tally, "documents.metadata", "a JSON object", dict, doc_id, metadata)
-        labels = _json_of(tally, "documents.acl", "a JSON array of strings", list, doc_id, acl)
-        if labels is not None and not all(isinstance(x, str) for x in labels):
+        meta, labels = stored_filter_rows(doc_id, metadata, acl)
+        if meta is None:
+            tally.add("documents.metadata is not a JSON object", "document", f"document {doc_id}")
+        if labels is None:
             tally.add("documents.acl is not a JSON array of strings", "document", f"document {doc_id}")
-            labels = None
         if meta is None or labels is None:
             unreadable.add(doc_id)
             continue
-        want_meta.update((doc_id, *row) for row in scalar_items(meta))
-        want_acl.update((doc_id, label) for label in labels)
+        want_meta.update(meta)
+        want_acl.update(labels)
     have_meta = Counter(tuple(r) for r in meta_rows if r[0] not in unreadable)
     have_acl = {tuple(r) for r in acl_rows if r[0] not in unreadable}
     for table, lacking, surplus in (("doc_meta", want_meta - have_meta, have_meta - want_meta),
@@ -338,18 +335,6 @@ def _filter_row(row: tuple[Any, ...]) -> str:
     if len(row) == 2:
         return f"document {row[0]}, label {row[1]!r}"
     return f"document {row[0]}, {row[1]!r} = {row[2]!r}"
-
-
-def _json_of(tally: _Tally, column: str, what: str, kind: type, doc_id: int, raw: Any) -> Any:
-    """A document's JSON column decoded, or None (reported) when it is not ``what``."""
-    try:
-        value = loads(raw) if isinstance(raw, (str, bytes)) else None
-    except ValueError:
-        value = None
-    if not isinstance(value, kind):
-        tally.add(f"{column} is not {what}", "document", f"document {doc_id}")
-        return None
-    return value
 
 
 def _vector_hash_problems(store: Store) -> list[str]:

@@ -378,7 +378,7 @@ class _Service:
         _fields(body, FACETS_FIELDS, required=("field",))
         query = body.get("query")
         if query is not None:
-            self._check_limits(query, "query", 1)
+            self._check_limits(query, "query", None)  # (no k)
         limit = body.get("limit", FACETS_LIMIT)
         if not (isinstance(limit, int) and not isinstance(limit, bool) and 1 <= limit <= MAX_LIST):
             raise InvalidInput(f"limit must be an integer from 1 to {MAX_LIST}, got {_brief(limit)} "

@@ -690,26 +690,45 @@ def scalar_items(metadata: Mapping[str, Any]) -> Iterable[tuple[str, Any, int | 
 
 
 
+def stored_filter_rows(doc_id: int, metadata_json: Any, acl_json: Any
+                       ) -> tuple[list[tuple[Any, ...]] | None, list[tuple[int, str]] | None]:
+    """A stored document's filter index rows, derived from its metadata and acl columns as
+    every write derives them (:func:`scalar_items`; each label once): (doc_meta rows,
+    doc_acl rows), each None when its column is damaged (not a JSON object; not a JSON
+    array of strings). Used by reindex, to write them, and by check, to compare."""
+    meta = _stored_json(metadata_json, dict)
+    labels = _stored_json(acl_json, list)
+    if labels is not None and not all(isinstance(x, str) for x in labels):
+        labels = None
+    return (None if meta is None else [(doc_id, *row) for row in scalar_items(meta)],
+            None if labels is None else [(doc_id, label) for label in dict.fromkeys(labels)])
+
+
+def _stored_json(raw: Any, kind: type) -> Any:
+    """A JSON column's value when it is text holding a ``kind``, else None."""
+    try:
+        value = loads(raw) if isinstance(raw, (str, bytes)) else None
+    except ValueError:
+        return None
+    return value if isinstance(value, kind) else None
+
+
 def rewrite_filter_index(store: Any) -> None:
     """Write the filter index (doc_meta, doc_acl) anew from every document's metadata and
-    labels, the rows a write derives (:func:`scalar_items`; each label once). Inside the
-    caller's write transaction. A document whose stored JSON is damaged raises
-    :class:`StorageError` naming it (nothing is changed then: the transaction rolls back)."""
+    labels (:func:`stored_filter_rows`), inside the caller's write transaction. A document
+    whose stored JSON is damaged raises :class:`StorageError` naming it (nothing is
+    changed then: the transaction rolls back)."""
     store.clear_filter_index()
     for block in store.document_filter_blocks():
         meta_rows: list[tuple[Any, ...]] = []
         acl_rows: list[tuple[int, str]] = []
         for doc_id, metadata, acl in block:
-            try:
-                meta, labels = loads(metadata), loads(acl)
-            except ValueError:
-                meta = labels = None
-            if not isinstance(meta, dict) or not isinstance(labels, list) or \
-                    not all(isinstance(x, str) for x in labels):
+            meta, labels = stored_filter_rows(doc_id, metadata, acl)
+            if meta is None or labels is None:
                 raise StorageError(f"document {doc_id}: its stored metadata or labels are not valid JSON "
                                    f"(an object and an array of strings); `ragdb check` reports the damage")
-            meta_rows.extend((doc_id, *row) for row in scalar_items(meta))
-            acl_rows.extend((doc_id, label) for label in dict.fromkeys(labels))
+            meta_rows += meta
+            acl_rows += labels
         store.insert_doc_index(meta_rows, acl_rows)
 
 

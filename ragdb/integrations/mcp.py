@@ -46,7 +46,7 @@ from pydantic import BaseModel, Field
 import ragdb
 from ragdb.errors import InvalidInput, RagdbError
 from ragdb.http import is_loopback
-from ragdb.integrations.common import check_write_target
+from ragdb.integrations.common import check_write_target, facets_json
 from ragdb.prompt import REFUSAL
 from ragdb.sync import escape_glob
 
@@ -330,8 +330,7 @@ def build_server(db: ragdb.Database, *, principals: Any = None, allow_writes: bo
             kw["filter"] = filter
         with library():
             f = db.facets(field, query, by=by, limit=limit, **kw)
-        return FacetsResult(field=f.field, by=f.by, total=f.total, missing=f.missing, omitted=f.omitted,
-                            values=[FacetValue(value=v, count=n) for v, n in f])
+        return FacetsResult.model_validate(facets_json(f))
 
     def stats() -> StatsResult:
         """Statistics of the knowledge base: documents (all, and those this server may read), chunks,
