@@ -13,7 +13,7 @@ import socket
 import subprocess
 import sys
 import time
-from collections.abc import AsyncIterator, Callable, Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -23,9 +23,9 @@ pytest.importorskip("mcp")
 
 import anyio  # noqa: E402  (installed with mcp)
 from mcp import Client, ClientSession  # noqa: E402
-from mcp.client.stdio import StdioServerParameters, stdio_client  # noqa: E402
 
 import ragdb  # noqa: E402
+from cli_helpers import free_port, mcp_call, mcp_session  # noqa: E402
 from ragdb.cli import cli  # noqa: E402
 from ragdb.integrations.mcp import SNIPPET_CHARS, is_loopback, parse_http_address  # noqa: E402
 
@@ -58,23 +58,12 @@ def _run(fn: Callable[[], Any]) -> Any:
     return anyio.run(fn)
 
 
-@contextlib.asynccontextmanager
-async def _session(kb: Path, *args: str) -> AsyncIterator[ClientSession]:
+def _session(kb: Path, *args: str) -> contextlib.AbstractAsyncContextManager[ClientSession]:
     """An initialized SDK ClientSession with ``ragdb mcp -d kb.db ARGS`` as its stdio subprocess."""
-    params = StdioServerParameters(command=sys.executable, args=["-m", "ragdb.cli", "mcp", "-d", kb.name, *args],
-                                   cwd=str(kb.parent), env={"PYTHONPATH": str(ROOT)})
-    with open(kb.parent / "server.err", "w") as errlog:
-        async with stdio_client(params, errlog=errlog) as (read, write), \
-                ClientSession(read, write, read_timeout_seconds=120) as session:
-            await session.initialize()
-            yield session
+    return mcp_session(kb.name, kb.parent, *args)
 
 
-async def _call(session: ClientSession, tool: str, arguments: dict[str, Any]) -> dict[str, Any]:
-    result = await session.call_tool(tool, arguments)
-    assert not result.is_error, result.content
-    assert result.structured_content is not None
-    return result.structured_content
+_call = mcp_call
 
 
 async def _error(session: ClientSession, tool: str, arguments: dict[str, Any]) -> str:
@@ -347,15 +336,9 @@ def test_writes_only_with_allow_writes(kb: Path) -> None:
 
 # --------------------------------------------------------------------------- HTTP transport
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
 @contextlib.contextmanager
 def _http_server(kb: Path, *args: str) -> Iterator[str]:
-    port = _free_port()
+    port = free_port()
     with open(kb.parent / "http.err", "w") as err:
         proc = subprocess.Popen([sys.executable, "-m", "ragdb.cli", "mcp", "-d", str(kb),
                                  "--http", f"127.0.0.1:{port}", *args],

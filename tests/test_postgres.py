@@ -26,10 +26,9 @@ from ragdb.errors import DatabaseBusy, NotADatabase, RagdbError, StorageError
 from ragdb.storage import Store, is_postgres, redact
 from ragdb.storage.backend import glob_regex, password_of
 
-from cli_helpers import cli, out_json, run
+from cli_helpers import cli, mcp_call, mcp_session, out_json, run, serving
 from conftest import with_schema
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 EXAMPLES = int(os.environ.get("RAGDB_HYPOTHESIS_EXAMPLES", "60"))
 
@@ -704,7 +703,6 @@ def test_http_server_on_postgresql(pg_url, tmp_path):
     the PostgreSQL knowledge base; every answer equals the library's on the same database."""
     pytest.importorskip("starlette")
     httpx = pytest.importorskip("httpx")
-    import socket
 
     admin = "admin-token-" + uuid.uuid4().hex
     with ragdb.open(pg_url) as db:
@@ -712,27 +710,8 @@ def test_http_server_on_postgresql(pg_url, tmp_path):
         db.add("Die Katze schläft auf der Matte.", source="docs/katze.md", metadata={"lang": "de"})
         db.add("The zanzibar plan: cats take the mat.", source="team/plan.md", acl=["team"],
                metadata={"lang": "en"})
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
-    env = {**os.environ, "RAGDB_API_TOKEN": admin, "PYTHONPATH": str(ROOT)}
-    err = tmp_path / "serve.err"
-    with open(err, "w") as errfile:
-        proc = subprocess.Popen([sys.executable, "-m", "ragdb.cli", "serve", "-d", pg_url, "--port", str(port)],
-                                env=env, stdout=subprocess.DEVNULL, stderr=errfile)
-    url = f"http://127.0.0.1:{port}"
     auth = {"Authorization": f"Bearer {admin}"}
-    try:
-        deadline = time.monotonic() + 60  # a guard against a server that never starts, not a timing assertion
-        while True:
-            assert proc.poll() is None, err.read_text()
-            try:
-                if httpx.get(url + "/healthz", timeout=5).status_code == 200:
-                    break
-            except httpx.TransportError:
-                pass
-            assert time.monotonic() < deadline, "the server did not start"
-            time.sleep(0.05)
+    with serving(pg_url, tmp_path, env={"RAGDB_API_TOKEN": admin}) as url:
         added = httpx.post(url + "/documents", json={"text": "Dogs chase cats off the mat.", "source": "docs/dogs.md",
                                                      "metadata": {"lang": "en"}}, headers=auth)
         assert added.status_code == 201 and added.json()["status"] == "added", added.text
@@ -755,10 +734,6 @@ def test_http_server_on_postgresql(pg_url, tmp_path):
         assert httpx.delete(f"{url}/documents/{dogs.id}", headers=auth).json() == {"deleted": 1}
         with ragdb.open(pg_url) as db:
             assert db.count() == 2 and db.check() == []
-    finally:
-        proc.terminate()
-        assert proc.wait(30) is not None
-    assert "Traceback" not in err.read_text(), err.read_text()
 
 
 def test_mcp_server_on_postgresql(pg_url, tmp_path):
@@ -766,8 +741,6 @@ def test_mcp_server_on_postgresql(pg_url, tmp_path):
     answer from the PostgreSQL knowledge base as the library does."""
     pytest.importorskip("mcp")
     import anyio
-    from mcp import ClientSession
-    from mcp.client.stdio import StdioServerParameters, stdio_client
 
     with ragdb.open(pg_url) as db:
         db.add("Cats sit on warm mats near the door.", source="docs/cats.md", metadata={"lang": "en"})
@@ -778,24 +751,15 @@ def test_mcp_server_on_postgresql(pg_url, tmp_path):
         want_facets = [{"value": v, "count": n} for v, n in db.facets("lang")]
 
     async def main() -> None:
-        params = StdioServerParameters(command=sys.executable, args=["-m", "ragdb.cli", "mcp", "-d", pg_url],
-                                       cwd=str(tmp_path), env={**os.environ, "PYTHONPATH": str(ROOT)})
-        with open(tmp_path / "mcp.err", "w") as errlog:
-            async with stdio_client(params, errlog=errlog) as (read, write), \
-                    ClientSession(read, write, read_timeout_seconds=120) as session:
-                await session.initialize()
+        async with mcp_session(pg_url, tmp_path) as session:
+            async def call(tool: str, arguments: dict) -> dict:
+                return await mcp_call(session, tool, arguments)
 
-                async def call(tool: str, arguments: dict) -> dict:
-                    result = await session.call_tool(tool, arguments)
-                    assert not result.is_error, result.content
-                    assert result.structured_content is not None
-                    return result.structured_content
-
-                got = await call("search", {"query": "cats mats"})
-                assert [(h["chunk_id"], h["score"]) for h in got["hits"]] == want_hits
-                assert [h["source"] for h in (await call("search", {"query": "倒排索引"}))["hits"]] == want_zh
-                assert (await call("facets", {"field": "lang"}))["values"] == want_facets
-                assert (await call("search", {"query": "zanzibar plan"}))["hits"] == []  # labelled: not for it
-                assert (await call("stats", {}))["visible_documents"] == 2
+            got = await call("search", {"query": "cats mats"})
+            assert [(h["chunk_id"], h["score"]) for h in got["hits"]] == want_hits
+            assert [h["source"] for h in (await call("search", {"query": "倒排索引"}))["hits"]] == want_zh
+            assert (await call("facets", {"field": "lang"}))["values"] == want_facets
+            assert (await call("search", {"query": "zanzibar plan"}))["hits"] == []  # labelled: not for it
+            assert (await call("stats", {}))["visible_documents"] == 2
 
     anyio.run(main)

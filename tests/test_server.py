@@ -8,11 +8,7 @@ for the same call (same principals). Auth, limits, JSON errors and ``--workers 2
 from __future__ import annotations
 
 import contextlib
-import os
 import socket
-import subprocess
-import sys
-import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -26,12 +22,12 @@ pytest.importorskip("uvicorn")
 import httpx  # noqa: E402
 
 import ragdb  # noqa: E402
+from cli_helpers import free_port, serving  # noqa: E402
 from ragdb.cli import cli  # noqa: E402
 from ragdb.errors import InvalidInput  # noqa: E402
 from ragdb.server import (  # noqa: E402
     Grant, Limits, ServerConfig, create_app, glob_prefix, hit_json, is_loopback, load_tokens, openapi_schema)
 
-ROOT = Path(__file__).resolve().parent.parent
 SECRET = "zanzibar"  # only the labelled documents say it (the probes ask for it)
 MARK = "quokkas"  # another: the probes never say it, so seeing it means seeing a labelled document
 READER = "reader-token-aaaaaaaaaaaaaaaa"   # principals team-a, no writes
@@ -60,40 +56,10 @@ def _make_kb(folder: Path) -> Path:
     return path
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
-@contextlib.contextmanager
 def _server(kb: Path, *args: str, env: dict[str, str] | None = None, root_args: tuple[str, ...] = ()
-            ) -> Iterator[str]:
+            ) -> contextlib.AbstractContextManager[str]:
     """``ragdb serve -d kb ARGS`` on a free loopback port; yields its base URL once /healthz answers."""
-    port = _free_port()
-    err_path = kb.parent / f"serve-{port}.err"
-    environment = {k: v for k, v in os.environ.items() if k != "RAGDB_API_TOKEN"}
-    environment.update(PYTHONPATH=str(ROOT), **(env or {}))
-    with open(err_path, "w") as err:
-        proc = subprocess.Popen([sys.executable, "-m", "ragdb.cli", *root_args, "serve", "-d", str(kb),
-                                 "--port", str(port), *args], env=environment, stdout=subprocess.DEVNULL, stderr=err)
-    url = f"http://127.0.0.1:{port}"
-    try:
-        deadline = time.monotonic() + 60  # a guard against a server that never starts, not a timing assertion
-        while True:
-            assert proc.poll() is None, err_path.read_text()
-            try:
-                if httpx.get(url + "/healthz", timeout=5).status_code == 200:
-                    break
-            except httpx.TransportError:
-                pass
-            assert time.monotonic() < deadline, "the server did not start"
-            time.sleep(0.05)
-        yield url
-    finally:
-        proc.terminate()
-        assert proc.wait(30) is not None
-    assert "Traceback" not in err_path.read_text(), err_path.read_text()
+    return serving(str(kb), kb.parent, *args, env=env, root_args=root_args)
 
 
 def _auth(token: str) -> dict[str, str]:
@@ -568,7 +534,7 @@ def test_the_workers_socket_gets_tcp_nodelay_on_accepted_connections() -> None:
 
     from ragdb.server import UvicornConfig
 
-    listener = UvicornConfig("ragdb.server:app_from_environment", host="127.0.0.1", port=_free_port()).bind_socket()
+    listener = UvicornConfig("ragdb.server:app_from_environment", host="127.0.0.1", port=free_port()).bind_socket()
     assert listener.proto == socket.IPPROTO_TCP
 
     async def main() -> int:
