@@ -92,6 +92,15 @@ def check(engine: Engine, quick: bool = False) -> list[str]:
             problems.append(f"{d} sources have more than one latest version")
         problems += _filter_index_problems(store)
         table = {cid: latest for cid, _length, latest, _doc, _whole in store.chunk_table()}
+        # Every chunk id ever handed out is below stats.next_chunk_id, and an open database's
+        # view of the index is sized by it: an id at or past it (in a chunk, a posting or the
+        # change log) is out of that view's bounds, and search and optimize would fail on it.
+        next_id = s["next_chunk_id"]
+        beyond = [cid for cid in table if cid >= next_id or cid < 1]
+        if beyond or s["flushed_upto"] >= next_id:
+            problems.append(f"{_count(len(beyond), 'chunk')} with an id outside 1..{next_id - 1}, flushed up to "
+                            f"{s['flushed_upto']} (stats.next_chunk_id {next_id}): search and optimize fail on "
+                            f"such ids; run `ragdb reindex`")
         tally = _Tally()
         flushed = s["flushed_upto"]
         bad_chunks: set[int] = set()
@@ -112,6 +121,9 @@ def check(engine: Engine, quick: bool = False) -> list[str]:
                 triples.append(np.stack([terms.astype(np.int64), np.full(len(terms), cid, np.int64),
                                          tfs.astype(np.int64)], axis=1))
         for seq, cid, kind, blob in store.packed_log_rows():
+            if cid >= next_id:
+                tally.add(f"chunk_log names a chunk id past stats.next_chunk_id {next_id}; run `ragdb reindex`",
+                          "entry", f"seq {seq}, chunk {cid}")
             if _packed(tally, "chunk_log.terms", "entry", f"seq {seq}, chunk {cid}", kind, blob, "<u4") is None:
                 df_known = False
         posted = []
@@ -122,6 +134,10 @@ def check(engine: Engine, quick: bool = False) -> list[str]:
                 bad_terms.add(tid)
                 continue
             ids_a, tfs_a = segment
+            if len(ids_a) and (int(ids_a[-1]) >= next_id or int(ids_a[0]) < 1):  # ids strictly increase
+                tally.add(f"postings.chunk_ids holds a chunk id outside 1..{next_id - 1} (stats.next_chunk_id "
+                          f"{next_id}): search and optimize fail on it; run `ragdb reindex`", "segment",
+                          f"term id {tid}, segment {seg}: ids {int(ids_a[0])}..{int(ids_a[-1])}")
             live = np.array([c in table and c not in bad_chunks for c in ids_a.tolist()], dtype=bool)
             posted.append(np.stack([np.full(int(live.sum()), tid, np.int64), ids_a[live], tfs_a[live]], axis=1))
         problems += tally.problems()

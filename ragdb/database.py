@@ -25,14 +25,15 @@ import threading
 import time
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from datetime import datetime
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, ParamSpec, TypeVar
 
 from . import check as _check
 from .analysis import Analyzer, describe_config
 from .chunking import Chunker, get_chunker
 from .engine import Engine
 from .fields import DEFAULT_WEIGHTS as DEFAULT_FIELD_WEIGHTS
-from .errors import AnalyzerMismatch, CollectionExists, CollectionNotFound, DocumentNotFound, InvalidInput, NotADatabase
+from .errors import (AnalyzerMismatch, CollectionExists, CollectionNotFound, DocumentNotFound, InternalError, InvalidInput,
+                     NotADatabase, RagdbError)
 from .filters import Query, build as build_filter
 from .index import Index, TermMask
 from .ingest import Prepared, check_add_arguments, ingest
@@ -59,6 +60,30 @@ __all__ = ["Database", "open_database", "MAX_K", "SCORERS", "BULK_FLUSH_CHUNKS"]
 
 BULK_FLUSH_CHUNKS = 16384  # during add_many, flush once this many chunks are pending
 PROMPT_K = 5  # hits a prompt is built from, unless k or options say otherwise
+
+
+_P = ParamSpec("_P")
+_R = TypeVar("_R")
+
+
+def _reader(method: Callable[_P, _R]) -> Callable[_P, _R]:
+    """A reading method raises nothing but a :class:`RagdbError`: any other exception is a
+    bug (or damage ``check`` does not know), re-raised as :class:`InternalError` naming the
+    database and the operation, with the original as its cause (issue 27: an IndexError
+    from a search after deletes reached servers and frameworks as a bare exception)."""
+
+    @functools.wraps(method)
+    def guarded(*args: _P.args, **kwargs: _P.kwargs) -> _R:
+        try:
+            return method(*args, **kwargs)
+        except (RagdbError, MemoryError):
+            raise
+        except Exception as e:
+            where = getattr(args[0], "path", "database") if args else "database"
+            raise InternalError(f"{where}: {method.__name__} failed unexpectedly ({type(e).__name__}: {e}); "
+                                f"run `ragdb check` (and `ragdb reindex` if it names a problem); if it finds "
+                                f"nothing, this is a bug in ragdb") from e
+    return guarded
 
 
 class Database:
@@ -457,6 +482,7 @@ class Database:
                 break
         return total
 
+    @_reader
     def vector_info(self) -> VectorInfo:
         """The recorded embedding model and how many chunks have or lack a vector."""
         store = self._engine.store
@@ -477,6 +503,7 @@ class Database:
         return self._engine.recorded_embedder()
 
     # -- reading -----------------------------------------------------------------
+    @_reader
     def search(self, query: str, k: int | None = None, *, options: SearchOptions | None = None,
                **keywords: Any) -> list[Hit]:
         """The ``k`` best chunks for ``query``, best first.
@@ -538,6 +565,7 @@ class Database:
         """
         return self._searcher.search(query, self._options(k, options, keywords))
 
+    @_reader
     def query_plan(self, query: str, *, options: SearchOptions | None = None, **keywords: Any) -> QueryPlan:
         """How :meth:`search` reads ``query`` with these options (the same keywords):
         the terms it scores and their boosts, what prefix and fuzzy words expand to,
@@ -641,6 +669,7 @@ class Database:
                                f"this database (made before fields); 'ragdb reindex' (db.reindex()) indexes them")
         self._engine.set_setting("fields", checked)
 
+    @_reader
     def get(self, doc_id: int | None = None, *, source: str | None = None, with_text: bool = True,
             principals: Principals | Sequence[str] | None = None) -> Document:
         """The stored document with this id, or the latest version of ``source``, if the
@@ -669,6 +698,7 @@ class Database:
             assert doc_id is not None
             return self._writer.document(doc_id, with_text)
 
+    @_reader
     def documents(self, source: str | None = None, *, glob: bool = True, versions: str = "latest",
                   limit: int | None = None, offset: int = 0, filter: Mapping[str, Any] | None = None,
                   principals: Principals | Sequence[str] | None = None) -> list[Document]:
@@ -694,6 +724,7 @@ class Database:
                                         public_unlabeled=view.public_unlabeled)
         return [doc_from_row(r, False) for r in rows]
 
+    @_reader
     def count(self, *, versions: str = "latest", filter: Mapping[str, Any] | None = None,
               principals: Principals | Sequence[str] | None = None) -> int:
         """How many stored documents the caller may see (``principals`` as in :meth:`search`),
@@ -706,6 +737,7 @@ class Database:
             view = self._view(principals, filter, versions)
             return store.count_documents(view.conditions, view.public_unlabeled, versions == "latest")
 
+    @_reader
     def facets(self, field: str, query: str | None = None, *, filter: Mapping[str, Any] | None = None,
                principals: Principals | Sequence[str] | None = None, since: str | datetime | float | None = None,
                until: str | datetime | float | None = None, as_of: str | datetime | float | None = None,
@@ -740,6 +772,7 @@ class Database:
         value = check_flag(value, "public_unlabeled")
         self._engine.set_setting("public_unlabeled", value)
 
+    @_reader
     def stats(self) -> Stats:
         """Collection statistics."""
         store = self._engine.store
@@ -812,6 +845,7 @@ class Database:
         return ReindexReport(previous=previous, analyzer=new.config(), documents=documents, chunks=chunks,
                              terms_before=before, terms=terms)
 
+    @_reader
     def optimize(self, *, vacuum: bool = True) -> None:
         """Flush pending postings, merge each term's segments into one (dropping
         deleted chunks), forget unused terms, then ``ANALYZE`` and ``VACUUM``."""
@@ -819,6 +853,7 @@ class Database:
         if vacuum:
             self._engine.store.vacuum_analyze()
 
+    @_reader
     def check(self, quick: bool = False) -> list[str]:
         """Verify every invariant; returns a list of problems (empty when healthy).
 

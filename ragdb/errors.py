@@ -54,6 +54,13 @@ class StorageError(RagdbError):
     """SQLite refused an operation (disk full, read-only file, corruption)."""
 
 
+class InternalError(RagdbError):
+    """An operation failed in a way ragdb did not expect: a bug, or damage that ``ragdb check``
+    does not recognise. The original exception is kept as the cause (``__cause__``); the
+    message names the database and the operation. Nothing a reader does raises anything
+    but a :class:`RagdbError`, so a reader's unexpected failure comes as this one."""
+
+
 class LoaderError(RagdbError):
     """A file could not be read as a document (binary, encrypted, empty, broken)."""
 

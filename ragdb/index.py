@@ -326,7 +326,11 @@ class Index:
         self._invalidate()
 
     def _reload(self, stats: dict[str, int]) -> None:
-        size = self.store.max_chunk_id() + 1
+        # Sized by every chunk id ever handed out (stats.next_chunk_id), not by the highest
+        # surviving chunk: postings keep the ids of deleted chunks until a merge drops them,
+        # and a view sized by max(chunks.id) failed on them after the newest chunks were
+        # deleted (issue 27). check() verifies that no stored id reaches next_chunk_id.
+        size = max(self.store.max_chunk_id(), stats["next_chunk_id"] - 1, stats["flushed_upto"]) + 1
         self.lengths = np.zeros(_capacity(size), np.float64)
         self.state = np.zeros(_capacity(size), np.int8)
         self.chunk_doc = np.zeros(_capacity(size), np.int64)

@@ -30,7 +30,10 @@ being the library's :class:`~ragdb.errors.RagdbError` message: 400 (not JSON,
 not an object), 401 (no or unknown token where one is needed), 403 (the token
 may not write; writes off), 404 (no such document, or one the caller may not
 see; unknown path), 405, 413 (body over the limit), 422 (invalid input, a
-limit on k or the query's length), 503 (database busy), 500 otherwise.
+limit on k or the query's length), 503 (database busy), 500 otherwise. A 500 from
+the database (a StorageError, or an unexpected failure: logged with its traceback and
+answered without details) makes ``GET /healthz`` answer 503 with what failed until a
+request succeeds again: a worker that cannot search does not report itself healthy.
 
 Processes: :func:`run` serves the app factory :func:`app_from_environment`
 through uvicorn; with ``workers > 1`` each worker process imports it and opens
@@ -63,7 +66,8 @@ from starlette.responses import Response
 from starlette.routing import Route
 
 import ragdb
-from ragdb.errors import DatabaseBusy, DocumentNotFound, InvalidInput, RagdbError, RemoteError
+from ragdb.errors import (DatabaseBusy, DocumentNotFound, InternalError, InvalidInput, RagdbError, RemoteError,
+                          StorageError)
 from ragdb.http import is_loopback
 from ragdb.integrations.common import check_write_target, document_json, facets_json
 from ragdb.prompt import REFUSAL
@@ -281,6 +285,9 @@ class _Service:
         self.db: ragdb.Database | None = None
         self._embedder: Any = None
         self._embedder_lock = threading.Lock()
+        #: why the last request failed unexpectedly (an InternalError, a StorageError or a bug), until a
+        #: request succeeds again: /healthz answers 503 with it, since the database cannot be served
+        self.failure: str | None = None
 
     @property
     def writable(self) -> bool:
@@ -416,6 +423,8 @@ class _Service:
 
     def health(self) -> dict[str, Any]:
         self.database.count(principals=ragdb.ALL)  # the file is readable
+        if self.failure is not None:  # ... but the last request failed where it should not have
+            raise _Refused(503, "Unhealthy", f"the database cannot be served: {self.failure}")
         return {"status": "ok", "pid": os.getpid(), "version": ragdb.__version__}
 
     def _visible_or_refuse(self, grant: Grant, doc_id: int | None, source: str | None) -> None:
@@ -531,11 +540,19 @@ def create_app(config: ServerConfig, tokens: Mapping[str, Grant] | None = None) 
             except _Refused as e:
                 headers = {"WWW-Authenticate": "Bearer"} if e.status == 401 else None
                 return _error(e.status, e.kind, e.message, headers)
+            except (InternalError, StorageError) as e:  # the database cannot serve: logged, /healthz says so
+                log.exception("%s on %s %s", type(e).__name__, request.method, request.url.path)
+                service.failure = f"{type(e).__name__} on {request.method} {request.url.path}"
+                if isinstance(e, InternalError):  # a bug's details stay in the log
+                    return _error(500, "InternalError", "internal server error")
+                return _error(500, type(e).__name__, " ".join(str(e).split()) or type(e).__name__)
             except RagdbError as e:
                 return _error(_status_of(e), type(e).__name__, " ".join(str(e).split()) or type(e).__name__)
             except Exception:  # a bug: logged, answered without its details
                 log.exception("internal error on %s %s", request.method, request.url.path)
+                service.failure = f"internal error on {request.method} {request.url.path}"
                 return _error(500, "InternalError", "internal server error")
+            service.failure = None
             return _json(result, status)
         return handle
 
@@ -809,8 +826,12 @@ def openapi_schema(limits: Limits = Limits()) -> dict[str, Any]:
                             "delete": op("Delete one stored document", "DeleteResult", params=[doc_id],
                                          write=True)},
         "/stats": {"get": op("Database statistics", "Stats")},
-        "/healthz": {"get": {"summary": "Liveness: the database is readable", "security": [{}], "responses": {
-            "200": {"description": "OK", "content": {"application/json": {"schema": _ref("Health")}}}}}},
+        "/healthz": {"get": {"summary": "Liveness: the database is readable and the last request did not fail in it",
+                             "security": [{}], "responses": {
+            "200": {"description": "OK", "content": {"application/json": {"schema": _ref("Health")}}},
+            "503": {"description": "The database cannot be read, or the last request failed in it (a 500 from "
+                                   "the database) and none has succeeded since",
+                    "content": {"application/json": {"schema": _ref("Error")}}}}}},
     }
     return {"openapi": "3.1.0",
             "info": {"title": "ragdb", "version": ragdb.__version__,

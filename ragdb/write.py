@@ -255,7 +255,7 @@ class Writer:
             new_fields = dict(fields.DEFAULT_WEIGHTS) if with_fields and "fields" not in engine.settings else None
             if new_fields is not None:
                 store.set_setting("fields", new_fields)
-            store.bump_stats()
+            store.bump_stats(next_ids=(0, top + 1))  # every chunk id below next_chunk_id again (check() asks it)
             # this connection's view is rebuilt from the file at its next read
             engine.index = idx.Index(store)
         engine.analyzer = analyzer

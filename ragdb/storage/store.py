@@ -203,6 +203,53 @@ def _translate(err: sqlite3.Error, path: str) -> RagdbError:
     return StorageError(f"{path}: {msg}")
 
 
+class _OpenFiles:
+    """The database files this process holds open (by device and inode), with how many stores.
+
+    Why: closing *any* file descriptor of a file drops every POSIX advisory lock this process
+    holds on it, SQLite's included (sqlite.org/howtocorrupt.html, section 2.2). The header
+    check below opens the file with Python's ``open``; done while another handle of this
+    process had the file open, its close dropped that handle's locks, and another process
+    closing its connection then took the file for unused and deleted the ``-wal`` under the
+    open handle ("disk I/O error" at its next write, or lost commits). A file this process
+    already holds open was checked when it was opened, so the check is skipped for it."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._count: dict[tuple[int, int], int] = {}
+
+    @staticmethod
+    def _key(path: Path) -> tuple[int, int] | None:
+        try:
+            st = path.stat()
+        except OSError:
+            return None
+        return (st.st_dev, st.st_ino)
+
+    def holds(self, path: Path) -> bool:
+        key = self._key(path)
+        with self._lock:
+            return key is not None and key in self._count
+
+    def add(self, path: Path) -> tuple[int, int] | None:
+        key = self._key(path)
+        if key is not None:
+            with self._lock:
+                self._count[key] = self._count.get(key, 0) + 1
+        return key
+
+    def remove(self, key: tuple[int, int]) -> None:
+        with self._lock:
+            n = self._count.get(key, 0) - 1
+            if n > 0:
+                self._count[key] = n
+            else:
+                self._count.pop(key, None)
+
+
+_OPEN_FILES = _OpenFiles()
+
+
 class _Shared:
     """What the stores of one file's collections share: the connection, its lock, and
     whether a read transaction is open on it."""
@@ -232,6 +279,8 @@ class Store(VectorSQL):
     #: the collection this store reads and writes (see :mod:`ragdb.storage.collections`)
     collection_id = 0
     collection = _coll.DEFAULT
+    #: this file in :data:`_OPEN_FILES` while this store owns its connection (None: not a file, or not owner)
+    file_key: tuple[int, int] | None = None
 
     def __init__(self, path: str, *, busy_timeout: float = 30.0, readonly: bool = False,
                  create: bool = True) -> None:
@@ -246,7 +295,7 @@ class Store(VectorSQL):
                 raise NotADatabase(f"{path}: no such database file")
             if p.exists() and p.is_dir():
                 raise NotADatabase(f"{path}: is a directory, not a database file")
-            if p.is_file() and p.stat().st_size > 0:
+            if p.is_file() and p.stat().st_size > 0 and not _OPEN_FILES.holds(p):
                 try:
                     with open(p, "rb") as fh:
                         head = fh.read(16)
@@ -279,6 +328,7 @@ class Store(VectorSQL):
         except BaseException:
             conn.close()
             raise
+        self.file_key = None if memory else _OPEN_FILES.add(Path(path))
 
     def _connect_readonly(self, path: str, busy_timeout: float) -> sqlite3.Connection:
         """A read-only connection (``mode=ro``). A WAL database needs its ``-shm`` file even
@@ -340,8 +390,10 @@ class Store(VectorSQL):
         raw = self.shared.raw
         view.conn = raw if collection_id == 0 else cast(sqlite3.Connection, CollectionConnection(raw, collection_id))
         view.owner = owner
+        view.file_key = None
         if owner:
             self.owner = False
+            view.file_key, self.file_key = self.file_key, None
         return view
 
     def collection_rows(self) -> list[tuple[int, str, str]]:
@@ -535,6 +587,9 @@ class Store(VectorSQL):
         with self.lock:
             self._rollback()
             self.shared.raw.close()
+            if self.file_key is not None:
+                _OPEN_FILES.remove(self.file_key)
+                self.file_key = None
 
     # -- settings and statistics ---------------------------------------------
     def settings(self) -> dict[str, Any]:
