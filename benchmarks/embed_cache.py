@@ -31,7 +31,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--data", type=Path, default=DEFAULT_DATA)
     p.add_argument("--batch", type=int, default=16)
     args = p.parse_args(argv)
-    from ragdb.embeddings import get_embedder
+    from ragdb.models.embeddings import get_embedder
 
     emb = CachingEmbedder(get_embedder(args.model))
     for key in [c.strip() for c in args.corpora.split(",") if c.strip()]:

@@ -21,7 +21,7 @@ persisted index, warm up, time each query with ``time.perf_counter``) and
 ``update`` (add one document / delete one document, each its own commit,
 median of 20). rank_bm25 cannot persist, so it builds and queries in one
 process. Quality (nDCG@10, Recall@100, MRR@10) is computed in the parent with
-:mod:`ragdb.evaluation`.
+:mod:`ragdb.answers.evaluation`.
 
 Further sections, ragdb only: ``filters`` (query latency under metadata,
 time and permission filters keeping 1%/10%/50% of a ``--scale`` database,

@@ -24,7 +24,7 @@ import time
 from pathlib import Path
 
 import ragdb
-from ragdb.embeddings import HashEmbedder
+from ragdb.models.embeddings import HashEmbedder
 
 N_DOCS, N_PARAS, N_EDITED = 200, 10, 100
 

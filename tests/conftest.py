@@ -67,7 +67,7 @@ _CLUSTER: dict[str, str] = {}
 def _pg_unavailable(reason: str) -> None:
     if os.environ.get("CI", "").lower() == "true":
         pytest.fail(f"PostgreSQL is required under CI=true: {reason}")
-    pytest.skip(f"no PostgreSQL server: {reason} (set RAGDB_TEST_PG, or install PostgreSQL: see README)")
+    pytest.skip(f"no PostgreSQL server: {reason} (set RAGDB_TEST_PG, or install PostgreSQL: see docs/postgresql.md)")
 
 
 def _start_cluster() -> dict[str, str]:

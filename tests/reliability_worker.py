@@ -51,8 +51,8 @@ from typing import Any
 from collections.abc import Callable, Iterable
 
 import ragdb
-from ragdb import loaders as rl
-from ragdb.chunking import get_chunker
+from ragdb.files import loaders as rl
+from ragdb.text.chunking import get_chunker
 from ragdb.errors import DatabaseBusy, RagdbError, StorageError
 
 CHUNKER = "window:size=6,overlap=0"   # every generated document: n chunks of exactly 6 tokens
@@ -122,7 +122,7 @@ def mp_context() -> Any:
         ctx = mp.get_context("forkserver")
     except ValueError:  # pragma: no cover - not on Linux
         return mp.get_context("spawn")
-    ctx.set_forkserver_preload([__name__, "ragdb", "ragdb.sync", "ragdb.loaders", "numpy"])
+    ctx.set_forkserver_preload([__name__, "ragdb", "ragdb.files.sync", "ragdb.files.loaders", "numpy"])
     return ctx
 
 
@@ -186,7 +186,7 @@ def cli_command() -> list[str]:
     exe = Path(sys.executable).parent / "ragdb"
     if exe.exists():
         return [str(exe)]
-    return [sys.executable, "-c", "from ragdb.cli import main; main()"]  # pragma: no cover
+    return [sys.executable, "-c", "from ragdb.cli.main import main; main()"]  # pragma: no cover
 
 
 def run_cli_check(path: str | os.PathLike[str], timeout: float = 120) -> tuple[int, str]:
@@ -596,7 +596,7 @@ def crash_child(path: str, folder: str, journal: str, seed: int, ready: Any, flu
     """Loop writes forever (the parent kills this process). Each operation is journalled as
     ``begin`` (with its effects: source -> version tag or None) before it starts and ``end`` after
     it returns."""
-    from ragdb import sync
+    from ragdb.files import sync
 
     db = ragdb.open(path, chunker=CHUNKER)
     db._settings["flush_threshold"] = flush_every  # private: flush and merge often
@@ -960,7 +960,7 @@ def _op_delete(db: ragdb.Database, _f: Path) -> Any:
 
 
 def _op_sync(db: ragdb.Database, folder: Path) -> Any:
-    from ragdb import sync
+    from ragdb.files import sync
     return sync.sync_folder(db, folder, source_prefix="files/", relative_to=folder)
 
 
@@ -1021,7 +1021,7 @@ def readonly_checks(work: Path) -> list[dict[str, Any]]:
         fresh.close()
         out.append(res)
 
-    from ragdb import sync
+    from ragdb.files import sync
     attempt("open(readonly=True)", "add", lambda: ro.add("new text here", source="doc/new"))
     attempt("open(readonly=True)", "delete", lambda: ro.delete(source="doc/s1"))
     attempt("open(readonly=True)", "optimize", lambda: ro.optimize())
@@ -1497,7 +1497,7 @@ def torture_cases(seed: int = 11, scale: float = 1.0, big_mb: int = 5, token_mb:
             known_bug="B6")
 
     def sync_bad_front_matter(t: _TortureCtx, cli: bool) -> tuple[str, str]:
-        from ragdb import sync
+        from ragdb.files import sync
         d = t.new_dir()
         (d / "good.txt").write_text("a good file next to a bad one", encoding="utf-8")
         (d / "bad.md").write_text("---\ndate: 2026-13-45\n---\nbody", encoding="utf-8")
@@ -1586,7 +1586,7 @@ def torture_cases(seed: int = 11, scale: float = 1.0, big_mb: int = 5, token_mb:
                     files = list(rl.iter_files(root))
                     return ("ok" if len(files) >= 3 else "crash"), f"{len(files)} files"
                 if ch == "sync":
-                    from ragdb import sync
+                    from ragdb.files import sync
                     rep = sync.sync_folder(t.db, root, source_prefix=f"loop{i}/", relative_to=root)
                     return "stored", f"added {len(rep.added)}, failed {len(rep.failed)}"
                 if ch == "cli add":
@@ -1633,7 +1633,7 @@ def torture_cases(seed: int = 11, scale: float = 1.0, big_mb: int = 5, token_mb:
                         return "crash", f"stored under {stored[0].source!r}, search finds {[h.source for h in hits]}"
                     return "stored", "searchable under its path"
                 if ch == "sync":
-                    from ragdb import sync
+                    from ragdb.files import sync
                     rep = sync.sync_folder(t.db, d, source_prefix=f"odd{i}/", relative_to=d)
                     if not rep.added and not rep.failed and rep.skipped:
                         # a folder walk takes text by extension: an odd suffix is skipped, with its reason

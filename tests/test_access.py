@@ -19,7 +19,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import ragdb
-from ragdb import transfer
+from ragdb.files import transfer
 from ragdb.errors import DocumentNotFound, InvalidInput
 
 

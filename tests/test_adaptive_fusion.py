@@ -8,8 +8,8 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 import ragdb
-from ragdb import fusion
-from ragdb.embeddings import HashEmbedder, get_embedder
+from ragdb.index import fusion
+from ragdb.models.embeddings import HashEmbedder, get_embedder
 from ragdb.errors import InvalidInput
 from ragdb.options import DEFAULT_FUSION, SearchOptions
 

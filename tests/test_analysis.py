@@ -10,7 +10,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import ragdb
-from ragdb.analysis import _CJK_CHAR, _TERM_RE, _WORD_RE, CHINESE_STOPWORDS, ENGLISH_STOPWORDS
+from ragdb.text.analysis import _CJK_CHAR, _TERM_RE, _WORD_RE, CHINESE_STOPWORDS, ENGLISH_STOPWORDS
 
 _STEM = Stemmer.Stemmer("english")
 

@@ -6,7 +6,7 @@ from pathlib import Path
 import pytest
 
 import ragdb
-from ragdb.analysis import ANALYZER_VERSION, Token, describe_config
+from ragdb.text.analysis import ANALYZER_VERSION, Token, describe_config
 from ragdb.errors import AnalyzerMismatch, InvalidInput
 
 V1 = {"name": "ragdb", "version": 1, "stem": "english", "stopwords": "english+chinese", "cjk": "bigram"}

@@ -1,4 +1,4 @@
-"""Approximate vector search (ragdb.ann): the graph as a cache of the SQLite vectors,
+"""Approximate vector search (ragdb.index.ann): the graph as a cache of the SQLite vectors,
 restrictions applied before the cut, exact fallback, crash safety of the cache file."""
 
 from __future__ import annotations
@@ -12,8 +12,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import ragdb
-from ragdb import ann
-from ragdb.embeddings import HashEmbedder
+from ragdb.index import ann
+from ragdb.models.embeddings import HashEmbedder
 from ragdb.errors import InvalidInput
 
 pytest.importorskip("usearch.index", reason="usearch is in the test extra (ragdb[ann])")

@@ -23,7 +23,7 @@ from hypothesis import strategies as st
 
 import ragdb
 from ragdb import AddReport, Change, Document, Restrictions, SearchOptions
-from ragdb.embeddings import HashEmbedder
+from ragdb.models.embeddings import HashEmbedder
 from ragdb.errors import DocumentNotFound, InvalidInput, RagdbError
 
 PROPERTY = settings(max_examples=60, deadline=None, database=None,
@@ -991,7 +991,7 @@ filters_ = st.lists(st.sampled_from(["k", "m", "tags", "source", "version", "abs
 
 
 def filter_matches(flt, doc):
-    """Brute force of ragdb.filters on a model document (every key must match)."""
+    """Brute force of ragdb.query.filters on a model document (every key must match)."""
     for key, value in flt.items():
         wanted = value if isinstance(value, list) else [value]
         if key == "source":

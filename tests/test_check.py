@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 import ragdb
-from ragdb.embeddings import HashEmbedder
+from ragdb.models.embeddings import HashEmbedder
 from ragdb.errors import StorageError
 
 from cli_helpers import run

@@ -14,7 +14,7 @@ import orjson
 import pytest
 
 import ragdb
-from ragdb import cli as cli_mod
+from ragdb.cli.commands import answering as cli_mod
 from cli_helpers import out_json, run
 from ragdb.cli import cli
 
@@ -67,21 +67,21 @@ def kb(tmp_path, runner, files):
     return db
 
 
-# ----------------------------------------------------------------------------- help and README
+# ----------------------------------------------------------------------------- help and the CLI reference
 
 
-README_SECTION = re.compile(r"<!-- cli-reference:start -->(.*)<!-- cli-reference:end -->", re.S)
+REFERENCE_SECTION = re.compile(r"<!-- cli-reference:start -->(.*)<!-- cli-reference:end -->", re.S)
 
 
-def test_every_command_has_help_and_is_in_the_readme(runner):
-    section = README_SECTION.search((ROOT / "README.md").read_text(encoding="utf-8")).group(1)
+def test_every_command_has_help_and_is_in_the_cli_reference(runner):
+    section = REFERENCE_SECTION.search((ROOT / "docs" / "cli.md").read_text(encoding="utf-8")).group(1)
     assert cli.help and cli.help.strip()
     names = sorted(cli.commands)
-    # The README's reference names exactly the commands the CLI has: none undocumented,
+    # docs/cli.md names exactly the commands the CLI has: none undocumented,
     # none documented that does not exist (e.g. one renamed or removed).
     named = set(re.findall(r"`ragdb ([a-z][\w-]*)", section))
-    assert named == set(names), (f"commands missing from the README reference: {sorted(set(names) - named)}; "
-                                 f"README names commands that do not exist: {sorted(named - set(names))}")
+    assert named == set(names), (f"commands missing from docs/cli.md: {sorted(set(names) - named)}; "
+                                 f"docs/cli.md names commands that do not exist: {sorted(named - set(names))}")
     for name in ["init", "add", "sync", "delete", "show", "list", "search", "stats", "check", "optimize",
                  "migrate", "export", "import", "eval", "ask", "prompt"]:
         assert name in names
@@ -91,7 +91,7 @@ def test_every_command_has_help_and_is_in_the_readme(runner):
         for param in cmd.params:
             if isinstance(param, __import__("click").Option):
                 assert param.help, f"{name} {param.opts}"
-        assert re.search(rf"`ragdb {re.escape(name)}\b", section), f"'ragdb {name}' missing from README"
+        assert re.search(rf"`ragdb {re.escape(name)}\b", section), f"'ragdb {name}' missing from docs/cli.md"
         result = run(runner, name, "--help")
         assert "Usage: ragdb " + name in result.output
     documented = set(re.findall(r"^### `ragdb (\w+)", section, re.M))
@@ -458,7 +458,7 @@ def test_eval(tmp_path, runner):
     qrels.write_text("query-id\tcorpus-id\tscore\nq1\td1\t1\nq2\td3\t1\nq3\td2\t1\nq3\td1\t1\n")
     data = out_json(run(runner, "eval", "--corpus", corpus, "--queries", queries, "--qrels", qrels, "-k", "2",
                         "--json"))
-    from ragdb.evaluation import evaluate_database, load_beir
+    from ragdb.answers.evaluation import evaluate_database, load_beir
     docs, qs, rels = load_beir((corpus, queries, qrels))
     with ragdb.open(":memory:", chunker="none") as d:
         d.add_many({"text": f"{t}\n\n{x}" if t else x, "source": i} for i, t, x in docs)

@@ -17,7 +17,7 @@ import pytest
 from werkzeug import Request, Response
 
 from cli_helpers import out_json, run
-from ragdb.embeddings import HashEmbedder
+from ragdb.models.embeddings import HashEmbedder
 
 DOCS = {
     "pump.md": "---\nteam: ops\n---\n# Pump\n\nOpen the valve slowly before starting the pump.\n",
@@ -122,7 +122,7 @@ def test_rebuild_switches_model(runner, embedded):
 
 
 def test_embed_progress_only_on_a_terminal(runner, kb, monkeypatch):
-    from ragdb import cli as cli_mod
+    from ragdb.cli import output as cli_mod
 
     calls = []
     real = cli_mod._progress

@@ -16,7 +16,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import ragdb
-from ragdb.scoring import BM25_B, BM25_K1
+from ragdb.index.scoring import BM25_B, BM25_K1
 from ragdb.errors import (AnalyzerMismatch, DocumentNotFound, InvalidInput, NotADatabase, RagdbError,
                           SchemaTooNew)
 
@@ -380,11 +380,11 @@ QUERIES = ["retrieval generation", "检索增强生成", "model answer evidence"
 @given(ops=ops, chunker=st.sampled_from(["none", "window:size=6,overlap=2"]), merge_part=st.sampled_from([1, 7, 1 << 21]),
        term_batch=st.sampled_from([1, 3, 50_000]))
 def test_incremental_equals_rebuild(ops, chunker, merge_part, term_batch):
-    import ragdb.index
+    import ragdb.index.inverted
 
     live: dict[str, str] = {}
-    with mock.patch.object(ragdb.index, "MERGE_PART_POSTINGS", merge_part), \
-            mock.patch.object(ragdb.index, "MERGE_TERM_BATCH", term_batch), \
+    with mock.patch.object(ragdb.index.inverted, "MERGE_PART_POSTINGS", merge_part), \
+            mock.patch.object(ragdb.index.inverted, "MERGE_TERM_BATCH", term_batch), \
             ragdb.open(":memory:", chunker=chunker) as db:
         db._settings["flush_threshold"] = 4
         for op, key, text in ops:
@@ -427,12 +427,12 @@ def test_writers_with_a_vocabulary_too_large_to_keep_whole(tmp_path_factory, ops
     WRITER_TERM_CACHE; forced here) and look the others up: two of them on one file, with
     new terms, deletes and optimizes that remove unused terms (which renumbers nothing but
     must not leave a cached id of a removed term), index exactly like a fresh database."""
-    import ragdb.write
+    import ragdb.engine.write
 
     path = tmp_path_factory.mktemp("vocab") / "kb.db"
     live: dict[str, str] = {}
-    with mock.patch.object(ragdb.write, "WRITER_TERM_CACHE", 0), \
-            mock.patch.object(ragdb.write, "WRITER_FREQUENT_SHARE", share), \
+    with mock.patch.object(ragdb.engine.write, "WRITER_TERM_CACHE", 0), \
+            mock.patch.object(ragdb.engine.write, "WRITER_FREQUENT_SHARE", share), \
             ragdb.open(path) as a, ragdb.open(path) as b:
         writers = (a, b)
         for w in writers:
@@ -446,11 +446,11 @@ def test_writers_with_a_vocabulary_too_large_to_keep_whole(tmp_path_factory, ops
 
 @pytest.mark.parametrize("share", [1, 1 << 20])
 def test_a_writer_forgets_terms_that_another_connections_optimize_removed(tmp_path, share):
-    import ragdb.write
+    import ragdb.engine.write
 
     path = tmp_path / "kb.db"
-    with mock.patch.object(ragdb.write, "WRITER_TERM_CACHE", 0), \
-            mock.patch.object(ragdb.write, "WRITER_FREQUENT_SHARE", share), \
+    with mock.patch.object(ragdb.engine.write, "WRITER_TERM_CACHE", 0), \
+            mock.patch.object(ragdb.engine.write, "WRITER_FREQUENT_SHARE", share), \
             ragdb.open(path) as a, ragdb.open(path) as b:
         a.add_many([{"text": f"common words here {i}", "source": f"c{i}"} for i in range(8)])
         a.add("common zeta", source="z")
@@ -487,7 +487,8 @@ def test_searching_an_up_to_date_database_does_not_import_sqlite_utils(tmp_path)
 def test_bulk_load_that_flushes_midway_ends_with_one_segment_per_term(tmp_path, monkeypatch, merge_part, term_batch):
     """(``merge_part``: postings merged at a time, so the final merge runs in parts;
     ``term_batch``: terms outside the last tail looked at a time)"""
-    from ragdb import database, index
+    from ragdb import database
+    from ragdb.index import inverted as index
 
     monkeypatch.setattr(database, "BULK_FLUSH_CHUNKS", 7)
     monkeypatch.setattr(index, "MERGE_PART_POSTINGS", merge_part)
@@ -551,7 +552,7 @@ def _load(db, texts, **kw):
 
 @pytest.mark.parametrize("workers", [1, 2])
 def test_parallel_analysis_gives_the_same_database(tmp_path, monkeypatch, workers):
-    from ragdb import ingest
+    from ragdb.engine import prepare as ingest
 
     monkeypatch.setattr(ingest, "POOL_AFTER", 5)
     monkeypatch.setattr(ingest, "ANALYSIS_PART", 3)
@@ -570,7 +571,7 @@ def test_parallel_analysis_gives_the_same_database(tmp_path, monkeypatch, worker
 
 
 def test_parallel_load_with_a_bad_record_keeps_the_batches_before_it(tmp_path, monkeypatch):
-    from ragdb import ingest
+    from ragdb.engine import prepare as ingest
 
     monkeypatch.setattr(ingest, "POOL_AFTER", 5)
     monkeypatch.setattr(ingest, "ANALYSIS_PART", 3)
@@ -591,7 +592,8 @@ def test_parallel_load_with_a_bad_record_keeps_the_batches_before_it(tmp_path, m
 
 
 def test_bulk_load_falls_back_to_one_process_when_workers_cannot_start(tmp_path, monkeypatch):
-    from ragdb import analysis, ingest
+    from ragdb.text import analysis
+    from ragdb.engine import prepare as ingest
 
     def refuse(self, *a, **kw):
         raise OSError("no processes for you")
@@ -604,7 +606,8 @@ def test_bulk_load_falls_back_to_one_process_when_workers_cannot_start(tmp_path,
 
 
 def test_analysis_worker_that_dies_is_an_error_not_a_hang(tmp_path, monkeypatch):
-    from ragdb import analysis, ingest
+    from ragdb.text import analysis
+    from ragdb.engine import prepare as ingest
 
     monkeypatch.setattr(ingest, "POOL_AFTER", 3)
     monkeypatch.setattr(ingest, "ANALYSIS_PART", 2)
@@ -667,7 +670,7 @@ def test_migration_from_schema_3_keeps_deleted_chunks_out_of_df(tmp_path):
 
 @given(st.lists(st.integers(0, 2**32 - 1) | st.integers(0, 70000), max_size=300))
 def test_stable_order_is_a_stable_argsort(keys):
-    from ragdb.index import _stable_order
+    from ragdb.index.inverted import _stable_order
 
     arr = np.array(keys, dtype=np.int64)
     assert _stable_order(arr).tolist() == np.argsort(arr, kind="stable").tolist()

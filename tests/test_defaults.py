@@ -181,7 +181,7 @@ def test_cli_readonly_on_a_read_only_folder(readonly_folder):
         db.add("read-only media hold knowledge too", source="a.md")
     _freeze(readonly_folder)
     code = ("import sys\n"
-            "from ragdb.cli import main\n"
+            "from ragdb.cli.main import main\n"
             "sys.argv = ['ragdb', '--readonly', '-d', 'kb.db'] + sys.argv[1:]\n"
             "main()\n")
     search = _as_unprivileged(code.replace("sys.argv[1:]", "['search', 'knowledge', '--json']"), readonly_folder)

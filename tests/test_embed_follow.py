@@ -16,7 +16,7 @@ import numpy as np
 import pytest
 
 import ragdb
-from ragdb.embeddings import HashEmbedder, choose_default_model
+from ragdb.models.embeddings import HashEmbedder, choose_default_model
 from ragdb.errors import InvalidInput
 
 DEADLINE_S = 120  # generous bound for waiting on a subprocess; never asserted as a timing
@@ -24,7 +24,7 @@ DEADLINE_S = 120  # generous bound for waiting on a subprocess; never asserted a
 SLOW_EMBEDDER = textwrap.dedent("""
     import sys, time
     import ragdb
-    from ragdb.embeddings import HashEmbedder
+    from ragdb.models.embeddings import HashEmbedder
 
     class Slow(HashEmbedder):
         def embed(self, texts):

@@ -1,4 +1,4 @@
-"""Tests of ragdb.embeddings (HTTP tests use a real loopback server)."""
+"""Tests of ragdb.models.embeddings (HTTP tests use a real loopback server)."""
 
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 from werkzeug import Request, Response
 
-from ragdb.embeddings import (
+from ragdb.models.embeddings import (
     E5Embedder,
     Embedder,
     HashEmbedder,
@@ -417,7 +417,7 @@ def test_wordllama_matches_reference_implementation(wordllama):
     from safetensors.numpy import load_file
     from tokenizers import Tokenizer
 
-    from ragdb.embeddings import _package_dir
+    from ragdb.models.embeddings import _package_dir
 
     root_logger = logging.getLogger()
     handlers, level = list(root_logger.handlers), root_logger.level

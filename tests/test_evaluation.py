@@ -1,4 +1,4 @@
-"""Tests of ragdb.evaluation: hand-computed metric values and the BEIR loader."""
+"""Tests of ragdb.answers.evaluation: hand-computed metric values and the BEIR loader."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ from dataclasses import dataclass
 import pytest
 
 from ragdb.errors import InvalidInput
-from ragdb.evaluation import (
+from ragdb.answers.evaluation import (
     evaluate,
     evaluate_database,
     load_beir,

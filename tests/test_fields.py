@@ -10,7 +10,7 @@ from hypothesis import HealthCheck, given, settings, strategies as st
 
 import ragdb
 from ragdb.errors import InvalidInput
-from ragdb.fields import DEFAULT_WEIGHTS, effective_title
+from ragdb.text.fields import DEFAULT_WEIGHTS, effective_title
 from ragdb.types import Span
 
 from cli_helpers import out_json, run
@@ -179,7 +179,7 @@ def test_pdf_outline_gives_sections(tmp_path):
             pdf.start_section(ch, level=1)
             pdf.cell(0, 10, f"{ch} chapter body")
     pdf.output(str(tmp_path / "book.pdf"))
-    from ragdb.loaders import load_file
+    from ragdb.files.loaders import load_file
 
     (doc,) = load_file(tmp_path / "book.pdf")
     assert [sp.metadata.get("section") for sp in doc.spans] == [

@@ -19,7 +19,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import ragdb
-from ragdb.embeddings import HashEmbedder
+from ragdb.models.embeddings import HashEmbedder
 from ragdb.errors import InvalidInput
 from ragdb.storage import migration_files
 

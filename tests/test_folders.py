@@ -16,9 +16,10 @@ import pytest
 
 import ragdb
 from cli_helpers import out_json, run
-from ragdb import sync, walk
+from ragdb.files import sync
+from ragdb.files import walk
 from ragdb.errors import InvalidInput
-from ragdb.loaders import SUPPORTED_SUFFIXES, iter_files
+from ragdb.files.loaders import SUPPORTED_SUFFIXES, iter_files
 
 BINARY = bytes(range(256)) * 8 + b"\x00\x01\x02\xff" * 64
 PNG = b"\x89PNG\r\n\x1a\n" + b"\x00" * 64

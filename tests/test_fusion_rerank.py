@@ -1,4 +1,4 @@
-"""Tests of ragdb.fusion and ragdb.rerank (HTTP tests use a real loopback server)."""
+"""Tests of ragdb.index.fusion and ragdb.models.rerank (HTTP tests use a real loopback server)."""
 
 from __future__ import annotations
 
@@ -10,8 +10,8 @@ import pytest
 from werkzeug import Request, Response
 
 from ragdb.errors import EmbeddingError, InvalidInput, MissingDependency, RemoteError, RerankError
-from ragdb.fusion import minmax_weighted, rrf
-from ragdb.rerank import CrossEncoderReranker, HTTPReranker, Reranker
+from ragdb.index.fusion import minmax_weighted, rrf
+from ragdb.models.rerank import CrossEncoderReranker, HTTPReranker, Reranker
 from ragdb.types import Hit
 
 SECRET = "rr-key-SECRET-9876543210"

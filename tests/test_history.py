@@ -9,7 +9,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import ragdb
-from ragdb import transfer
+from ragdb.files import transfer
 
 DAYS = [f"2026-01-{d:02d}T00:00:00Z" for d in range(1, 29)]
 WORDS = ["retrieval", "augmented", "generation", "index", "search", "model", "answer", "evidence",

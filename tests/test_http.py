@@ -1,4 +1,4 @@
-"""ragdb.http, the one HTTP layer of chat, embeddings and rerank, against real loopback servers.
+"""ragdb.models.http_client, the one HTTP layer of chat, embeddings and rerank, against real loopback servers.
 
 Every server here listens on 127.0.0.1 only. The redirect tests answer 302 (and
 the other 3xx) pointing at a second loopback server, the "trap", and check that
@@ -26,9 +26,9 @@ from hypothesis import strategies as st
 from pytest_httpserver import HTTPServer
 from werkzeug import Request, Response
 
-from ragdb.embeddings import OpenAIEmbedder
+from ragdb.models.embeddings import OpenAIEmbedder
 from ragdb.errors import EmbeddingError, InvalidInput, LLMError, RemoteError, RerankError
-from ragdb.http import (
+from ragdb.models.http_client import (
     Endpoint,
     check_base_url,
     display_url,
@@ -38,8 +38,8 @@ from ragdb.http import (
     resolve_api_key,
     secret_part,
 )
-from ragdb.llm import ChatClient
-from ragdb.rerank import HTTPReranker
+from ragdb.answers.llm import ChatClient
+from ragdb.models.rerank import HTTPReranker
 from ragdb.types import Hit
 
 # No run of digits in the key: a port number in a message must not look like a piece of it.
@@ -367,7 +367,7 @@ def test_errors_never_show_the_key_or_the_url_password(kind, origin, caplog):
         return Response(json.dumps({"error": {"message": text}}), status=500, content_type="application/json")
 
     origin.expect_request(path).respond_with_handler(echo)
-    caplog.set_level(logging.DEBUG)  # ragdb.http's retry lines, and httpx's own
+    caplog.set_level(logging.DEBUG)  # ragdb.models.http_client's retry lines, and httpx's own
     base = f"http://user:{PASSWORD}@127.0.0.1:{origin.port}"
     client = make(base, max_retries=1, backoff=0.001)
     _no_secret(repr(client))
@@ -446,7 +446,7 @@ def _chain(exc: BaseException) -> list[BaseException]:
 
 def _assert_clean(exc: BaseException, caplog: pytest.LogCaptureFixture, key: str = KEY, *, alone: bool = True) -> None:
     """No piece of ``key`` in ``exc``, the errors chained to it, or the log records;
-    ``alone``: ``exc`` carries no chained error at all (ragdb.http raises it so)."""
+    ``alone``: ``exc`` carries no chained error at all (ragdb.models.http_client raises it so)."""
     for e in _chain(exc):
         for text in (str(e), repr(e), repr(e.args)):
             assert not _leaks(text, key), (text, _leaks(text, key))
@@ -523,7 +523,7 @@ def test_no_piece_of_the_key_in_any_error(kind, message, body, origin, caplog):
     with pytest.raises(error) as info:
         call(make(origin.url_for("").rstrip("/"), max_retries=1, backoff=0.001))
     assert "after 2 attempts: HTTP 500: " in str(info.value) and "denied" in str(info.value)
-    assert len([r for r in caplog.records if r.name == "ragdb.http"]) == 1  # the retry line
+    assert len([r for r in caplog.records if r.name == "ragdb.models.http_client"]) == 1  # the retry line
     _assert_clean(info.value, caplog)
     assert origin.log[0][0].headers["Authorization"] == f"Bearer {KEY}"
 
@@ -546,7 +546,7 @@ def test_no_piece_of_the_key_in_chat_replies_that_are_errors(message, origin, ca
             if not isinstance(result, str):
                 list(result)
         assert shown in str(info.value)
-        _assert_clean(info.value, caplog, alone=False)  # ragdb.llm raises "not JSON" in its except block
+        _assert_clean(info.value, caplog, alone=False)  # ragdb.answers.llm raises "not JSON" in its except block
 
 
 def test_no_piece_of_the_key_in_malformed_replies(origin, caplog):

@@ -12,8 +12,8 @@ import pytest
 from werkzeug import Request, Response
 
 from ragdb.errors import InvalidInput, LLMError, RagdbError
-from ragdb.llm import LLM, Answer, ChatClient, StreamingLLM, ask
-from ragdb.prompt import REFUSAL, Prompt
+from ragdb.answers.llm import LLM, Answer, ChatClient, StreamingLLM, ask
+from ragdb.answers.prompt import REFUSAL, Prompt
 from ragdb.types import Hit
 
 KEY = "sk-test-SUPERSECRET-0123456789abcdef"
@@ -267,7 +267,7 @@ def test_500_repeated_raises_after_retries(httpserver, caplog):
         return Response(json.dumps({"error": {"message": "overloaded " + request.headers["Authorization"]}}), status=500)
 
     httpserver.expect_request(PATH).respond_with_handler(handler)
-    caplog.set_level(logging.DEBUG)  # every logger: ragdb.http, httpx, httpcore
+    caplog.set_level(logging.DEBUG)  # every logger: ragdb.models.http_client, httpx, httpcore
     with pytest.raises(LLMError) as info:
         client(httpserver, max_retries=3).complete(MESSAGES)
     message = str(info.value)
@@ -276,7 +276,7 @@ def test_500_repeated_raises_after_retries(httpserver, caplog):
     assert_no_key(message)
     assert_no_key(repr(info.value))
     assert info.value.__cause__ is None and info.value.__suppress_context__
-    assert len([r for r in caplog.records if r.name == "ragdb.http"]) == 3  # one line per retry
+    assert len([r for r in caplog.records if r.name == "ragdb.models.http_client"]) == 3  # one line per retry
     assert_no_key(caplog.text)
 
 

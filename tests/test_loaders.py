@@ -1,4 +1,4 @@
-"""Tests of ragdb.loaders with real files made in tmp_path."""
+"""Tests of ragdb.files.loaders with real files made in tmp_path."""
 
 from __future__ import annotations
 
@@ -14,7 +14,7 @@ import orjson
 import pytest
 
 from ragdb.errors import InvalidInput, LoaderError, MissingDependency, RagdbError
-from ragdb.loaders import SUPPORTED_SUFFIXES, iter_files, load_bytes, load_file
+from ragdb.files.loaders import SUPPORTED_SUFFIXES, iter_files, load_bytes, load_file
 from ragdb.types import LoadedDocument, Span
 
 fpdf = pytest.importorskip("fpdf")
@@ -111,7 +111,7 @@ def test_gbk_chinese(tmp_path: Path) -> None:
 
 
 def test_gbk_without_charset_normalizer(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    import ragdb.loaders as loaders
+    from ragdb.files import loaders
 
     monkeypatch.setattr(loaders, "_detect", lambda data: None)
     text = "中文测试，你好世界"
@@ -350,7 +350,7 @@ def test_html(tmp_path: Path) -> None:
 
 
 def test_html_stdlib_fallback(monkeypatch: pytest.MonkeyPatch) -> None:
-    import ragdb.loaders as loaders
+    from ragdb.files import loaders
 
     monkeypatch.setattr(loaders, "_html_selectolax", lambda html: None)
     _check_html(only(load_bytes(HTML.encode(), source="page.htm", kind="html")))
@@ -365,7 +365,7 @@ def test_html_declared_charset() -> None:
 
 @pytest.mark.parametrize("fallback", [False, True])
 def test_html_malformed_and_deep(monkeypatch: pytest.MonkeyPatch, fallback: bool) -> None:
-    import ragdb.loaders as loaders
+    from ragdb.files import loaders
 
     if fallback:
         monkeypatch.setattr(loaders, "_html_selectolax", lambda html: None)
@@ -555,7 +555,7 @@ def test_iter_files_follows_dir_links_once(tmp_path: Path) -> None:
 
 
 def test_links_out_of_the_folder_are_skipped(tmp_path: Path) -> None:
-    from ragdb.walk import walk
+    from ragdb.files.walk import walk
 
     write(tmp_path / "elsewhere" / "secret.txt", "not part of the folder")
     root = tmp_path / "root"
@@ -573,7 +573,7 @@ def test_links_out_of_the_folder_are_skipped(tmp_path: Path) -> None:
 
 
 def test_a_folder_inside_an_ignored_folder_can_be_walked_by_name(tmp_path: Path) -> None:
-    from ragdb.walk import walk
+    from ragdb.files.walk import walk
 
     (tmp_path / ".git").mkdir()
     write(tmp_path / ".gitignore", "generated/\n*.log\n")
@@ -619,7 +619,7 @@ def test_unknown_suffix_files_are_not_sniffed_as_jsonl(tmp_path: Path) -> None:
 def test_missing_optional_dependencies(monkeypatch: pytest.MonkeyPatch) -> None:
     import builtins
 
-    import ragdb.loaders as loaders
+    from ragdb.files import loaders
 
     real_import = builtins.__import__
 
@@ -653,7 +653,7 @@ from hypothesis import given, settings  # noqa: E402
 from hypothesis import strategies as st  # noqa: E402
 
 import ragdb  # noqa: E402
-import ragdb.loaders as loaders_mod  # noqa: E402
+from ragdb.files import loaders as loaders_mod  # noqa: E402
 
 
 def check_spans(doc: LoadedDocument) -> None:

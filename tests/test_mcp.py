@@ -27,7 +27,7 @@ from mcp import Client, ClientSession  # noqa: E402
 import ragdb  # noqa: E402
 from cli_helpers import free_port, mcp_call, mcp_session  # noqa: E402
 from ragdb.cli import cli  # noqa: E402
-from ragdb.integrations.mcp import SNIPPET_CHARS, is_loopback, parse_http_address  # noqa: E402
+from ragdb.serve.mcp import SNIPPET_CHARS, is_loopback, parse_http_address  # noqa: E402
 
 ROOT = Path(__file__).resolve().parent.parent
 READ_TOOLS = {"search", "get_document", "list_sources", "build_prompt", "facets", "stats"}
@@ -413,8 +413,8 @@ def test_without_the_sdk_the_command_says_what_to_install(kb: Path, runner: Any,
                                                           monkeypatch: pytest.MonkeyPatch) -> None:
     for name in [m for m in sys.modules if m == "mcp" or m.startswith("mcp.")]:
         monkeypatch.setitem(sys.modules, name, None)  # as if the mcp package were not installed
-    monkeypatch.delitem(sys.modules, "ragdb.integrations.mcp")
-    monkeypatch.delattr(sys.modules["ragdb.integrations"], "mcp")
+    monkeypatch.delitem(sys.modules, "ragdb.serve.mcp")
+    monkeypatch.delattr(sys.modules["ragdb.serve"], "mcp")
     result = runner.invoke(cli, ["mcp", "-d", str(kb)])
     assert result.exit_code == 1 and "pip install 'ragdb[mcp]'" in result.output
 

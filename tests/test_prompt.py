@@ -8,7 +8,7 @@ import re
 import pytest
 
 from ragdb.errors import InvalidInput, RagdbError
-from ragdb.prompt import (
+from ragdb.answers.prompt import (
     DEFAULT_TEMPLATES,
     REFUSAL,
     CitationCheck,

@@ -8,9 +8,9 @@ import pytest
 from hypothesis import HealthCheck, given, settings, strategies as st
 
 import ragdb
-from ragdb import query as q
+from ragdb.query import language as q
 from ragdb.errors import InvalidInput
-from ragdb.matching import edits1
+from ragdb.index.matching import edits1
 
 EXAMPLES = int(os.environ.get("RAGDB_HYPOTHESIS_EXAMPLES", "60"))
 
@@ -245,7 +245,7 @@ def neutral(node: q.Node, analyzer) -> bool:
 
 
 def brute_matches(node: q.Node, occur: str, text: str, analyzer) -> bool:
-    """Reference semantics (ragdb.matching's docstring), evaluated on a chunk's text."""
+    """Reference semantics (ragdb.index.matching's docstring), evaluated on a chunk's text."""
     terms = set(analyzer.terms(text))
     if isinstance(node, q.Word):
         wanted = set(analyzer.terms(node.text))

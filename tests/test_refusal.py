@@ -16,13 +16,13 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import ragdb
-from ragdb import confidence
-from ragdb.confidence import DEFAULT_MIN_CONFIDENCE
+from ragdb.index import confidence
+from ragdb.index.confidence import DEFAULT_MIN_CONFIDENCE
 from ragdb.errors import InvalidInput, LLMError
-from ragdb.evaluation import calibrate_refusal, load_questions
-from ragdb.llm import ChatClient
-from ragdb.prompt import REFUSAL, build_prompt, choose_threshold, dedupe_hits, select_evidence
-from ragdb.scoring import BM25_B, BM25_K1, bm25_idf
+from ragdb.answers.evaluation import calibrate_refusal, load_questions
+from ragdb.answers.llm import ChatClient
+from ragdb.answers.prompt import REFUSAL, build_prompt, choose_threshold, dedupe_hits, select_evidence
+from ragdb.index.scoring import BM25_B, BM25_K1, bm25_idf
 from ragdb.types import Hit
 
 from cli_helpers import out_json, run
@@ -602,7 +602,7 @@ def test_confidences_from_scores_are_python_floats_of_the_one_formula(scores, bo
     (JSON output needs Python floats), from a list or an array."""
     import numpy as np
 
-    from ragdb.confidence import from_scores
+    from ragdb.index.confidence import from_scores
 
     want = [min(1.0, max(0.0, s / bound)) for s in scores] if bound > 0 else [0.0] * len(scores)
     for given_ in (scores, np.array(scores, dtype=np.float64)):

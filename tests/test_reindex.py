@@ -8,8 +8,8 @@ import sys
 import pytest
 
 import ragdb
-from ragdb import write
-from ragdb.embeddings import HashEmbedder
+from ragdb.engine import write
+from ragdb.models.embeddings import HashEmbedder
 from ragdb.errors import AnalyzerMismatch, InvalidInput, StorageError
 from ragdb.storage import Store
 

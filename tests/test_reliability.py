@@ -274,7 +274,7 @@ def test_bug_b5_argument_types_not_checked(call: str) -> None:
 @pytest.mark.parametrize("front_matter", ["date: 2026-13-45", "n: !!int abc", "t: !!timestamp garbage",
                                           "x: !!bool maybe"])
 def test_bug_b6_front_matter_constructor_errors(tmp_path: Path, front_matter: str) -> None:
-    from ragdb import loaders
+    from ragdb.files import loaders
     p = tmp_path / "note.md"
     p.write_text(f"---\n{front_matter}\n---\n# Title\n\nbody", encoding="utf-8")
     with pytest.raises(RagdbError):     # actually ValueError / AttributeError / KeyError
@@ -282,7 +282,7 @@ def test_bug_b6_front_matter_constructor_errors(tmp_path: Path, front_matter: st
 
 
 def test_bug_b6_sync_skips_a_file_with_a_bad_front_matter_date(tmp_path: Path) -> None:
-    from ragdb import sync
+    from ragdb.files import sync
     folder = tmp_path / "docs"
     folder.mkdir()
     (folder / "good.txt").write_text("a good file", encoding="utf-8")

@@ -277,12 +277,12 @@ def small_segments():
     flush and merge boundaries (and merges in parts of a few postings); the per-chunk arrays
     get no spare capacity (1,024 slots at least otherwise), so an id past their end fails
     at once instead of only past a thousand chunks."""
-    import ragdb.index
-    import ragdb.write
+    import ragdb.index.inverted
+    import ragdb.engine.write
 
-    stack = [mock.patch.object(ragdb.write, "FLUSH_THRESHOLD", 4), mock.patch.object(ragdb.index, "MAX_SEGMENTS", 2),
-             mock.patch.object(ragdb.index, "MERGE_PART_POSTINGS", 7),
-             mock.patch.object(ragdb.index, "_capacity", lambda size: size)]
+    stack = [mock.patch.object(ragdb.engine.write, "FLUSH_THRESHOLD", 4), mock.patch.object(ragdb.index.inverted, "MAX_SEGMENTS", 2),
+             mock.patch.object(ragdb.index.inverted, "MERGE_PART_POSTINGS", 7),
+             mock.patch.object(ragdb.index.inverted, "_capacity", lambda size: size)]
     for p in stack:
         p.start()
     return stack
@@ -344,3 +344,17 @@ def test_a_second_handle_closed_in_this_process_keeps_the_first_ones_locks(tmp_p
         db.add("apple second", source="b.md")
         assert sorted(h.source for h in db.search("apple")) == ["a.md", "b.md"]
         assert db.check() == []
+
+
+@pytest.mark.parametrize("backend", ["sqlite", "postgresql"])
+def test_closing_twice_is_harmless_and_a_closed_handle_says_so(tmp_path, request, backend):
+    path = str(tmp_path / "kb.db") if backend == "sqlite" else request.getfixturevalue("pg_url")
+    db = ragdb.open(path)
+    db.add("apple", source="a.md")
+    db.close()
+    db.close()  # raised sqlite3.ProgrammingError
+    for read in (lambda: db.search("apple"), lambda: db.add("pear", source="p.md"), db.stats):
+        with pytest.raises(RagdbError, match="closed"):
+            read()
+    with ragdb.open(path) as again:
+        assert [h.source for h in again.search("apple")] == ["a.md"]

@@ -6,7 +6,7 @@ import orjson
 from werkzeug import Request, Response
 
 import ragdb
-from ragdb.rerank import HTTPReranker
+from ragdb.models.rerank import HTTPReranker
 
 
 def test_search_reranks_first_stage_hits(httpserver):

@@ -25,7 +25,7 @@ import ragdb  # noqa: E402
 from cli_helpers import free_port, serving  # noqa: E402
 from ragdb.cli import cli  # noqa: E402
 from ragdb.errors import InvalidInput  # noqa: E402
-from ragdb.server import (  # noqa: E402
+from ragdb.serve.http_api import (  # noqa: E402
     Grant, Limits, ServerConfig, create_app, glob_prefix, hit_json, is_loopback, load_tokens, openapi_schema)
 
 SECRET = "zanzibar"  # only the labelled documents say it (the probes ask for it)
@@ -532,9 +532,9 @@ def test_the_workers_socket_gets_tcp_nodelay_on_accepted_connections() -> None:
     turns Nagle's algorithm off on each connection (else keep-alive requests wait for delayed ACKs)."""
     import asyncio
 
-    from ragdb.server import UvicornConfig
+    from ragdb.serve.http_api import UvicornConfig
 
-    listener = UvicornConfig("ragdb.server:app_from_environment", host="127.0.0.1", port=free_port()).bind_socket()
+    listener = UvicornConfig("ragdb.serve.http_api:app_from_environment", host="127.0.0.1", port=free_port()).bind_socket()
     assert listener.proto == socket.IPPROTO_TCP
 
     async def main() -> int:

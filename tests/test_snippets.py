@@ -9,7 +9,7 @@ from hypothesis import HealthCheck, given, settings, strategies as st
 
 import ragdb
 from ragdb.errors import InvalidInput
-from ragdb.snippets import best_window, highlight
+from ragdb.text.snippets import best_window, highlight
 
 from cli_helpers import out_json, run
 

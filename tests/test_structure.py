@@ -3,6 +3,7 @@
 * no SQL outside the storage layer (``ragdb/storage/``): no ``execute`` calls,
   no string that reads as a statement, no ``import sqlite3``;
 * no import cycle between ragdb modules;
+* the layers: a package (concern) imports only packages of lower layers (:data:`LAYERS`);
 * no access to another module's ``_private`` names;
 * the package ships ``py.typed``;
 * docs/how-it-works.md names every table of a freshly created database.
@@ -332,6 +333,81 @@ def test_no_import_cycle_between_ragdb_modules():
     assert cycle is None, "import cycle: " + " -> ".join(cycle or [])
 
 
+# --------------------------------------------------------------------------- rule 2b: the layers
+
+#: The concerns of ``ragdb``, bottom up: a module may import its own package and the packages
+#: (or top-level modules) of lower layers, never one of its own layer or above. ``ragdb`` is the
+#: public API (``ragdb/__init__.py``): the servers, the CLI and the integrations are thin layers
+#: over it. docs/architecture.md draws the same map.
+LAYERS: tuple[frozenset[str], ...] = (
+    frozenset({"errors"}),
+    frozenset({"types", "options", "plugins"}),
+    frozenset({"storage"}),
+    frozenset({"text", "query", "models"}),
+    frozenset({"index"}),
+    frozenset({"engine", "answers"}),
+    frozenset({"database"}),
+    frozenset({"files", "compat"}),
+    frozenset({"ragdb"}),
+    frozenset({"serve"}),
+    frozenset({"cli", "integrations"}),
+)
+
+
+def concern(module: str) -> str:
+    """``ragdb.index.vectors`` -> ``index``; ``ragdb.errors`` -> ``errors``; ``ragdb`` -> ``ragdb``."""
+    parts = module.split(".")
+    return parts[1] if len(parts) > 1 else parts[0]
+
+
+def layering_violations(pkg: Path, layers: tuple[frozenset[str], ...] = LAYERS) -> list[str]:
+    """Each import that goes sideways or up the layers, and each concern no layer names."""
+    layer = {name: i for i, names in enumerate(layers) for name in names}
+    problems = []
+    for module, targets in sorted(import_graph(pkg).items()):
+        a = concern(module)
+        if a not in layer:
+            problems.append(f"{module}: its concern {a!r} is in no layer (add it to LAYERS)")
+            continue
+        for target in sorted(targets):
+            b = concern(target)
+            if b != a and layer.get(b, len(layers)) >= layer[a]:
+                problems.append(f"{module} imports {target}: {a!r} (layer {layer[a]}) may not import "
+                                f"{b!r} (layer {layer.get(b, '?')})")
+    return problems
+
+
+def test_packages_import_only_lower_layers():
+    problems = layering_violations(PACKAGE)
+    assert not problems, "imports against the layers:\n" + "\n".join(problems)
+
+
+def test_layering_catches_a_planted_upward_import(tmp_path):
+    pkg = tmp_path / "ragdb"
+    files = {
+        "__init__.py": "from .database import Database\n",
+        "errors.py": "class RagdbError(Exception): ...\n",
+        "database.py": "from .engine.state import Engine\nfrom .errors import RagdbError\n",
+        "engine/__init__.py": "",
+        "engine/state.py": "from ragdb.index import inverted\n\nclass Engine: ...\n",
+        "index/__init__.py": "",
+        "index/inverted.py": "from ragdb.errors import RagdbError\n",
+    }
+    for rel, text in files.items():
+        (pkg / rel).parent.mkdir(parents=True, exist_ok=True)
+        (pkg / rel).write_text(text)
+    assert layering_violations(pkg) == []
+    (pkg / "index" / "inverted.py").write_text("def f():\n    from ragdb.engine.state import Engine\n")  # upward
+    (pkg / "engine" / "check.py").write_text("from ragdb import database\n")  # upward, to a top-level module
+    (pkg / "oddity.py").write_text("")
+    assert layering_violations(pkg) == [
+        "ragdb.engine.check imports ragdb.database: 'engine' (layer 5) may not import 'database' (layer 6)",
+        "ragdb.index.inverted imports ragdb.engine: 'index' (layer 4) may not import 'engine' (layer 5)",
+        "ragdb.index.inverted imports ragdb.engine.state: 'index' (layer 4) may not import 'engine' (layer 5)",
+        "ragdb.oddity: its concern 'oddity' is in no layer (add it to LAYERS)",
+    ]
+
+
 def test_find_cycle_catches_planted_cycles(tmp_path):
     pkg = write_package(tmp_path, {
         "__init__.py": "from .a import A\n",
@@ -364,7 +440,7 @@ def test_find_cycle_catches_planted_cycles(tmp_path):
 
 #: (file, expression) -> why it is allowed. Every entry must still occur (a stale one fails).
 PRIVATE_ACCESS_ALLOWED = {
-    ("ragdb/analysis.py", "self.pool._receive"):
+    ("ragdb/text/analysis.py", "self.pool._receive"):
         "_Job and AnalysisPool are both defined in analysis.py: a module using its own private method",
 }
 

@@ -1,4 +1,4 @@
-"""Library-level tests of ragdb.sync (folder mirroring, add_paths) and ragdb.transfer (export/import)."""
+"""Library-level tests of ragdb.files.sync (folder mirroring, add_paths) and ragdb.files.transfer (export/import)."""
 
 from __future__ import annotations
 
@@ -10,7 +10,9 @@ import orjson
 import pytest
 
 import ragdb
-from ragdb import loaders, sync, transfer
+from ragdb.files import loaders
+from ragdb.files import sync
+from ragdb.files import transfer
 from ragdb.errors import InvalidInput, LoaderError
 
 BINARY = bytes(range(256)) * 8 + b"\x00\x01\x02\xff" * 64

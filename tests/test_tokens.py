@@ -9,7 +9,7 @@ from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
 import ragdb
-from ragdb.analysis import Token
+from ragdb.text.analysis import Token
 
 V1 = {"name": "ragdb", "version": 1, "stem": "english", "stopwords": "english+chinese", "cjk": "bigram"}
 ANALYZERS = {
@@ -111,9 +111,9 @@ def test_positions_of_with_a_memo_that_fills_up(text, pieces, budget):
     that fills up and is emptied mid-text, even a budget below one run, changes no answer."""
     from unittest import mock
 
-    import ragdb.analysis
+    import ragdb.text.analysis
 
-    with mock.patch.object(ragdb.analysis, "POS_MEMO_PAIRS", budget):
+    with mock.patch.object(ragdb.text.analysis, "POS_MEMO_PAIRS", budget):
         an = ragdb.Analyzer()
         full = ragdb.Analyzer().positions(text)
         wanted = set(an.terms(" ".join(pieces))) | set(list(full)[:2])

@@ -13,7 +13,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import ragdb
-from ragdb.embeddings import HashEmbedder
+from ragdb.models.embeddings import HashEmbedder
 from ragdb.errors import EmbeddingError, InvalidInput
 from ragdb.storage import build_migrations, migration_files
 from ragdb.storage.vectors import text_hash
@@ -273,7 +273,7 @@ def test_float16_vectors_are_copied_bytes_for_bytes(tmp_path):
 
 def test_adds_without_vectors_hash_nothing(tmp_path, monkeypatch):
     """The reuse lookups cost a database without vectors nothing: no text is hashed."""
-    from ragdb import write
+    from ragdb.engine import write
 
     hashed = []
     monkeypatch.setattr(write, "text_hash", lambda t: hashed.append(t) or text_hash(t))

@@ -12,11 +12,12 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import ragdb
-from ragdb import vectors as V
+from ragdb.index import fusion
+from ragdb.index import vectors as V
 from ragdb.storage import vectors as storage_vectors
-from ragdb.embeddings import HashEmbedder, OpenAIEmbedder
+from ragdb.models.embeddings import HashEmbedder, OpenAIEmbedder
 from ragdb.errors import EmbeddingError, InvalidInput
-from ragdb.fusion import minmax_weighted, rrf
+from ragdb.index.fusion import minmax_weighted, rrf
 
 
 def vector_search(db, query, k=10, embedder=None, **kw):
@@ -462,7 +463,7 @@ def test_hybrid_scores_match_the_reference_fusion(db, emb):
 @settings(max_examples=40, deadline=None)
 def test_numpy_minmax_weighted_equals_reference(lex, den, alpha):
     pools = [(np.array(list(d), np.int64), np.array(list(d.values()), np.float64)) for d in (lex, den)]
-    ids, fused = V.minmax_weighted_pools(pools[0], pools[1], alpha)
+    ids, fused = fusion.minmax_weighted_pools(pools[0], pools[1], alpha)
     assert list(zip(ids.tolist(), fused.tolist())) == minmax_weighted(lex, den, alpha)
 
 

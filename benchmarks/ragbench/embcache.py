@@ -101,7 +101,7 @@ class CachingEmbedder:
         have = self.cache.get("q", [text])
         if 0 in have:
             return np.array(have[0], np.float32)
-        from ragdb.embeddings import embed_query
+        from ragdb.models.embeddings import embed_query
 
         vec = embed_query(self.inner, text)
         self.cache.put("q", [text], [vec])

@@ -231,18 +231,18 @@ def worker_main(spec_json: str) -> int:
 
 
 def load_evaluation(src: Path):
-    """ragdb.evaluation from ``src``; if the ragdb package itself does not import
+    """ragdb.answers.evaluation from ``src``; if the ragdb package itself does not import
     (its core being unfinished), load the module without running ragdb/__init__.py."""
     sys.path.insert(0, str(src))
     try:
-        return importlib.import_module("ragdb.evaluation")
+        return importlib.import_module("ragdb.answers.evaluation")
     except Exception:  # noqa: BLE001 - any failure of ragdb/__init__
         for name in [m for m in sys.modules if m == "ragdb" or m.startswith("ragdb.")]:
             del sys.modules[name]
         pkg = types.ModuleType("ragdb")
         pkg.__path__ = [str(src / "ragdb")]  # type: ignore[attr-defined]
         sys.modules["ragdb"] = pkg
-        return importlib.import_module("ragdb.evaluation")
+        return importlib.import_module("ragdb.answers.evaluation")
 
 
 @dataclass

@@ -4,7 +4,7 @@ To check that ragdb's ranking is exact (issue 17: a pruning top-k must return wh
 scoring every document would), this stage scores every document of a corpus for
 every plain query, the slow way: ragdb's own analyzer (the default of a new
 database, :meth:`ragdb.Database.analyzer`) and its BM25 functions
-(:mod:`ragdb.scoring`), applied as ragdb's exhaustive path applies them -- every
+(:mod:`ragdb.index.scoring`), applied as ragdb's exhaustive path applies them -- every
 distinct query term in the order of its first appearance, each term's
 contributions added into one float64 array, a chunk's length its terms' count less
 the compound whole forms (``TermCounts.overlaps``) -- and the ``k`` best, equal
@@ -51,7 +51,7 @@ def _analyze_range(args: tuple[str, dict, list[str], int, int, list[int]]) -> di
     """Analyze documents ``[lo, hi)`` of a docs file: ids, lengths, language, the postings
     of the query terms, per-language document frequencies and the vocabulary at ``marks``."""
     docs_path, config, qterms, lo, hi, marks = args
-    from ragdb.analysis import Analyzer
+    from ragdb.text.analysis import Analyzer
 
     analyzer = Analyzer.from_config(config)
     qset = frozenset(qterms)
@@ -95,7 +95,7 @@ def _analyze_range(args: tuple[str, dict, list[str], int, int, list[int]]) -> di
 def _plain(text: str) -> bool:
     """Whether ragdb reads ``text`` as plain words (no phrases or operators)."""
     try:
-        from ragdb import query as qlang
+        from ragdb.query import language as qlang
 
         return bool(qlang.parse(text).plain)
     except Exception:  # noqa: BLE001 - a ragdb without the query language: every query is plain
@@ -107,8 +107,8 @@ def stage_reference(spec: dict) -> dict:
     import numpy as np
 
     import ragdb
-    from ragdb import scoring
-    from ragdb.analysis import Analyzer
+    from ragdb.index import scoring
+    from ragdb.text.analysis import Analyzer
 
     t0 = time.perf_counter()
     with ragdb.open(":memory:") as db:  # a new database's analyzer and settings
@@ -223,7 +223,7 @@ def cache_key(docs_fingerprint: str, queries_path: Path, src: Path, k: int) -> s
     return h.hexdigest()[:16]
 
 
-#: What the reference uses of ragdb.scoring: a change elsewhere in that module (a pruning
+#: What the reference uses of ragdb.index.scoring: a change elsewhere in that module (a pruning
 #: scorer's bounds, say) leaves a cached reference valid.
 SCORING_NAMES = ("BM25_K1", "BM25_B", "bm25_idf", "bm25_length_norm", "bm25_term_scores")
 

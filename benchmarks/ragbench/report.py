@@ -147,7 +147,7 @@ def write_report(ctx: Context, bodies: list[str], started: float, command: str) 
         "",
         "- Each corpus document is one chunk: `title + \"\\n\\n\" + text`; ragdb indexes it with "
         "`add_many(..., chunker=\"none\")` and `source=<corpus id>`, with its default analyzer.",
-        f"- Every system retrieves the top {K} per query; quality from `ragdb.evaluation` (nDCG@10 with "
+        f"- Every system retrieves the top {K} per query; quality from `ragdb.answers.evaluation` (nDCG@10 with "
         "log2 discount and ideal DCG from the qrels, Recall@100, MRR@10; judged queries only).",
         "- Tokenization of the peers: SciFact — bm25s and rank_bm25 use `bm25s.tokenize` with PyStemmer "
         "English and English stopwords; tantivy the `en_stem` tokenizer (queries analyzed with the same "

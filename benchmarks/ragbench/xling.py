@@ -51,7 +51,7 @@ def read_qrels() -> list[tuple[str, str, str]]:
 def build(db_path: str) -> None:
     """The collection of ``ragdb add README.md docs/`` in a database at ``db_path``."""
     import ragdb
-    from ragdb import sync
+    from ragdb.files import sync
 
     with ragdb.open(db_path) as db:
         sync.add_paths(db, [REPO / p for p in INPUTS], relative_to=REPO)
@@ -97,7 +97,7 @@ def corpus_texts(key: str, data: Path) -> tuple[list[str], list[str]]:
             build(path)
             texts = [t for _s, _o, t in chunks(path)]
         return texts, [q["text"] for q in read_queries()]
-    from ragdb.evaluation import load_beir
+    from ragdb.answers.evaluation import load_beir
 
     base = "scifact" if key == "scifact-sub" else key
     folder, split = {"scifact": ("scifact", "train"), "cmrc": ("cmrc2018-trial", None)}[base]

@@ -1,10 +1,9 @@
 """Integrations of ragdb with the frameworks RAG applications are built with.
 
 Each is an optional extra and its own module, imported on demand (``import ragdb``
-imports none of them): :mod:`ragdb.integrations.mcp` (``pip install 'ragdb[mcp]'``)
-serves a database to MCP clients (``ragdb mcp``); :mod:`ragdb.integrations.langchain`
+imports none of them): :mod:`ragdb.integrations.langchain`
 (``pip install 'ragdb[langchain]'``) and :mod:`ragdb.integrations.llama_index`
 (``pip install 'ragdb[llama-index]'``) give retrievers and add paths. Importing one
 without its framework installed raises :class:`ragdb.errors.MissingDependency`
-naming the extra.
+naming the extra. The MCP server (``ragdb mcp``) is :mod:`ragdb.serve.mcp`, beside the HTTP API.
 """

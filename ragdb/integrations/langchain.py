@@ -32,7 +32,7 @@ from typing import Any
 
 from ragdb.database import Database
 from ragdb.errors import DocumentNotFound, InvalidInput, MissingDependency
-from ragdb.integrations.common import (
+from ragdb.serve.shapes import (
     DEFAULT_K,
     PrincipalsArg,
     check_distinct_sources,

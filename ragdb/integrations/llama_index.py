@@ -32,7 +32,7 @@ from typing import Any
 
 from ragdb.database import Database
 from ragdb.errors import InvalidInput, MissingDependency
-from ragdb.integrations.common import (
+from ragdb.serve.shapes import (
     NUMERIC_KEYS,
     PrincipalsArg,
     check_distinct_sources,

@@ -9,11 +9,10 @@ other modules call its methods; none of them holds SQL.
 
 from __future__ import annotations
 
-from .backend import is_postgres, redact
-from .codec import dumps, loads, utcnow_iso
-from .store import (MIGRATION_SET, Store, build_migrations, migration_files, migration_state,
-                    migrations_dir)
-from .vectors import DTYPES, check_model_args, model_mismatch
+from ragdb.storage.backend import is_postgres, redact
+from ragdb.storage.codec import dumps, loads, utcnow_iso
+from ragdb.storage.store import MIGRATION_SET, Store, build_migrations, migration_files, migration_state, migrations_dir
+from ragdb.storage.vectors import DTYPES, check_model_args, model_mismatch
 
 __all__ = ["MIGRATION_SET", "DTYPES", "Store", "build_migrations", "check_model_args", "dumps", "is_postgres",
            "loads", "migration_files", "migration_state", "migrations_dir", "model_mismatch", "open_store",
@@ -25,7 +24,7 @@ def open_store(path: str, *, busy_timeout: float = 30.0, readonly: bool = False,
     or connection string (:func:`is_postgres`; :class:`ragdb.storage.postgres.PgStore`),
     else a SQLite file (:class:`Store`). Both have the same methods and semantics."""
     if is_postgres(path):
-        from .postgres import PgStore
+        from ragdb.storage.postgres import PgStore
 
         return PgStore(path, busy_timeout=busy_timeout, readonly=readonly, create=create)
     return Store(path, busy_timeout=busy_timeout, readonly=readonly, create=create)
@@ -35,7 +34,7 @@ def database_state(path: str) -> tuple[list[tuple[str, str]], list[str]]:
     """(applied (name, when), pending names) of the migrations of the database ``path``
     names (either backend), read without writing anything."""
     if is_postgres(path):
-        from .postgres import pg_migration_state
+        from ragdb.storage.postgres import pg_migration_state
 
         return pg_migration_state(path)
     return migration_state(path)

@@ -134,7 +134,7 @@ class CollectionConnection:
 def check_name(name: object, what: str = "collection name") -> str:
     """A valid collection name: a non-empty string of at most 128 characters, without
     control characters or surrounding whitespace (any language; it is only ever a value)."""
-    from ..errors import InvalidInput
+    from ragdb.errors import InvalidInput
 
     if not isinstance(name, str):
         raise InvalidInput(f"{what} must be a string, got {type(name).__name__}")

@@ -52,12 +52,12 @@ from decimal import Decimal
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, cast
 
-from ..errors import (CollectionNotFound, DatabaseBusy, InvalidInput, MissingDependency, NotADatabase, RagdbError,
-                      SchemaTooNew, StorageError)
-from . import collections as _coll
-from .backend import glob_regex, password_of, redact
-from .codec import dumps, utcnow_iso
-from .store import DOC_SETS, WHOLE_CHUNK, Store, balanced, migrations_dir
+from ragdb.errors import CollectionNotFound, DatabaseBusy, InvalidInput, MissingDependency, NotADatabase, RagdbError, SchemaTooNew, StorageError
+from ragdb.storage import collections as _coll
+from ragdb.storage.backend import glob_regex, password_of, redact
+from ragdb.storage.codec import dumps, utcnow_iso
+from ragdb.storage.conditions import COMPARE, Dialect, condition_sql, doc_set_sql
+from ragdb.storage.store import WHOLE_CHUNK, Store, migrations_dir
 
 if TYPE_CHECKING:
     import sqlite3
@@ -69,7 +69,6 @@ if TYPE_CHECKING:
 MIGRATIONS_TABLE = "ragdb_migrations"
 _STATS = ("generation", "n_docs", "n_chunks", "total_length", "flushed_upto", "vocab_epoch", "flush_count",
           "next_doc_id", "next_chunk_id")  # the columns of Store.stats_row
-_COMPARE = {"gt": ">", "ge": ">=", "lt": "<", "le": "<="}
 
 # psycopg_pool reports failed connection attempts as warnings of this logger; with no
 # handler configured Python would print them to stderr (the library never prints).
@@ -372,7 +371,7 @@ def _meta_row(row: Sequence[Any]) -> tuple[Any, ...]:
 #: here; tests/test_postgres.py fails when a Store method is in neither group, so a method
 #: added to Store is looked at for PostgreSQL before it ships.
 PLAIN_SQL = (
-    "_bump_vector_epoch", "_decode_vectors", "_existing_chunks", "_insert_vectors", "_maybe_cut_vector_log",
+    "_bump_vector_epoch", "_decode_vectors", "_existing_chunks", "_insert_vectors", "_maybe_cut_vector_log", "_open_or_refuse",
     "_write_vector_model", "add_df", "add_terms", "all_dfs", "all_term_ids", "all_vectors", "bump_vocab_epoch",
     "chunk_sort_keys", "chunk_table", "chunk_texts_of", "copy_vectors",
     "count_chunks_since", "count_documents", "dead_terms", "delete_segments", "doc_chunks", "doc_hit_rows",
@@ -782,11 +781,11 @@ class PgStore(Store):
 
     @staticmethod
     def _condition(c: Any, public_unlabeled: bool, params: list[Any]) -> str:
-        return _pg_condition_sql(c, public_unlabeled, params)
+        return condition_sql(POSTGRES, c, public_unlabeled, params)
 
     @staticmethod
     def _doc_set(c: Any, params: list[Any]) -> str:
-        return _pg_doc_set_sql(c, params)
+        return doc_set_sql(POSTGRES, c, params)
 
     def facet_rows(self, field: str) -> list[tuple[int, Any]]:
         pg = self.pg
@@ -938,11 +937,11 @@ class PgStore(Store):
         size = self.pg.execute("SELECT octet_length(vector) FROM vectors WHERE chunk_id = ?", [cid]).fetchone()[0]
         return int(n), int(cid), "blob", int(size)
 
-    # -- copying between backends (ragdb.transfer.copy_database) ------------------------
+    # -- copying between backends (ragdb.files.transfer.copy_database) ------------------------
     def table_rows(self, table: str, columns: Sequence[str]) -> Iterator[tuple[Any, ...]]:
         """As :meth:`Store.table_rows`, with rows as SQLite holds them (doc_meta's value and
         num as Python scalars), streamed through a server-side cursor."""
-        from .store import COPY_ORDER, copy_columns
+        from ragdb.storage.store import COPY_ORDER, copy_columns
 
         cols = copy_columns(table, columns)
         order = ", ".join(_quote(c) for c in COPY_ORDER[table])
@@ -968,7 +967,7 @@ class PgStore(Store):
 
     def insert_table_rows(self, table: str, columns: Sequence[str], rows: Iterable[Sequence[Any]]) -> int:
         """As :meth:`Store.insert_table_rows` (doc_meta rows converted to jsonb/numeric)."""
-        from .store import copy_columns
+        from ragdb.storage.store import copy_columns
 
         cols = copy_columns(table, columns)
         batch = [tuple(r) for r in rows]
@@ -979,7 +978,7 @@ class PgStore(Store):
         return len(batch)
 
     def clear_table(self, table: str) -> None:
-        from .store import COPY_COLUMNS, copy_columns
+        from ragdb.storage.store import COPY_COLUMNS, copy_columns
 
         copy_columns(table, COPY_COLUMNS.get(table, ()))
         self.pg.execute(f"DELETE FROM {table}")
@@ -998,92 +997,48 @@ def _quote(column: str) -> str:
 
 
 # -- filters in PostgreSQL's SQL ------------------------------------------------------------
-def _values(c: Any) -> list[Any]:
-    return [int(v) if isinstance(v, bool) else v for v in c.values]
+class _PgDialect(Dialect):
+    """PostgreSQL's pieces of the filter SQL (:mod:`ragdb.storage.conditions` walks the
+    conditions): lists bound as arrays, globs as regular expressions, metadata values
+    compared as JSON scalars (1 = 1.0 = true, "1" is another value), exact numerics."""
 
+    true, false = "true", "false"
+    find = "strpos"
 
-def _pg_doc_set_sql(c: Any, params: list[Any]) -> str:
-    """``SELECT doc_id FROM doc_meta ...`` of a meta, tags or value condition (as
-    ``ragdb.storage.store._doc_set_sql``): values compare as JSON scalars (1 = 1.0 =
-    true, "1" is another value), ranges on the exact ``num`` or on ``at``."""
-    if c.kind in ("meta", "tags"):
-        params.append(c.key if c.kind == "meta" else "tags")
-        params.append([_jsonb(v) for v in _values(c)])
-        return "SELECT doc_id FROM doc_meta WHERE key = ? AND value = ANY(?::jsonb[])"
-    tests = ["key = ?"]
-    params.append(c.key)
-    for test in c.values:
-        if test[0] == "in":
-            if not test[1]:
-                tests.append("false")
-                continue
-            tests.append("value = ANY(?::jsonb[])")
-            params.append([_jsonb(int(v) if isinstance(v, bool) else v) for v in test[1]])
-        elif test[0] == "num":
-            tests.append(f"num {_COMPARE[test[1]]} ?::numeric")
-            params.append(_exact(test[2]))
-        else:
-            tests.append(f"at {_COMPARE[test[1]]} ?::double precision")
-            params.append(float(test[2]))
-    return f"SELECT doc_id FROM doc_meta WHERE {' AND '.join(tests)}"
+    def one_of(self, column: str, values: Sequence[Any], params: list[Any], sql_type: str) -> str:
+        params.append(list(values))
+        return f"{column} = ANY(?::{sql_type}[])"
 
+    def label_in(self, values: Sequence[Any], params: list[Any]) -> str:
+        params.append(list(values))
+        return "label = ANY(?::text[])"
 
-def _pg_condition_sql(c: Any, public_unlabeled: bool, params: list[Any]) -> str:
-    """One condition (a ragdb.filters.Condition) on ``documents d`` (and ``chunks c``
-    for ``contains``), as ``ragdb.storage.store._condition_sql`` in PostgreSQL's SQL;
-    every fragment is true or false, never NULL."""
-    kind = c.kind
-    if kind in ("and", "or"):
-        if not c.values:
-            return "true" if kind == "and" else "false"
-        return balanced([_pg_condition_sql(x, public_unlabeled, params) for x in c.values], kind.upper())
-    if kind == "not":
-        return f"NOT ({_pg_condition_sql(c.values[0], public_unlabeled, params)})"
-    if kind in DOC_SETS:
-        return f"d.id IN ({_pg_doc_set_sql(c, params)})"
-    vals = _values(c)
-    if kind == "source":
-        params.append(vals)
-        return "d.source = ANY(?::text[])"
-    if kind == "source_glob":
-        regexes = [r for r in (glob_regex(v) for v in vals) if r is not None]
+    def glob_any(self, column: str, patterns: Sequence[str], params: list[Any]) -> str:
+        regexes = [r for r in (glob_regex(v) for v in patterns) if r is not None]
         if not regexes:
             return "false"
         params.extend(regexes)
-        return "(" + " OR ".join(["d.source ~ ?"] * len(regexes)) + ")"
-    if kind == "version":
-        params.append(vals)
-        return "coalesce(d.version = ANY(?::text[]), false)"
-    if kind == "version_set":
-        return "d.version IS NOT NULL"
-    if kind == "ts":
-        if vals[0] == "in":
-            params.append([float(v) for v in vals[1:]])
-            return "d.ts = ANY(?::double precision[])"
-        params.append(float(vals[1]))
-        return f"d.ts {_COMPARE[str(vals[0])]} ?"
-    if kind == "contains":
-        params.append(vals[0])
-        return "strpos(coalesce(c.text, d.text), ?) > 0"
-    if kind == "since":
-        params.append(float(vals[0]))
-        return "d.ts >= ?"
-    if kind == "until":
-        params.append(float(vals[0]))
-        return "d.ts <= ?"
-    if kind == "as_of":
-        params.extend([float(vals[0])] * 2)
-        return "(d.ts <= ? AND (d.valid_to IS NULL OR d.valid_to > ?))"
-    if kind == "principals":
-        def allowed(t: str) -> str:  # t: a constant table alias
-            params.extend([vals, public_unlabeled])
-            return f"({t}.id IN (SELECT doc_id FROM doc_acl WHERE label = ANY(?::text[])) OR (? AND {t}.acl = '[]'))"
+        return "(" + " OR ".join([f"{column} ~ ?"] * len(regexes)) + ")"
 
-        mine = allowed("d")
-        latest = allowed("l")
-        return (f"({mine} AND (d.latest = 1 OR EXISTS (SELECT 1 FROM documents l "
-                f"WHERE l.source = d.source AND l.latest = 1 AND {latest})))")
-    raise ValueError(f"unknown condition {kind}")  # pragma: no cover - ragdb.filters makes only the kinds above
+    def time(self, value: Any) -> Any:
+        return float(value)
+
+    def flag(self, value: bool) -> Any:
+        return value
+
+    def value_in(self, values: Sequence[Any], params: list[Any]) -> str:
+        params.append([_jsonb(int(v) if isinstance(v, bool) else v) for v in values])
+        return "value = ANY(?::jsonb[])"
+
+    def bound(self, column: str, op: str, value: Any, params: list[Any]) -> str:
+        if column == "num":
+            params.append(_exact(value))
+            return f"num {COMPARE[op]} ?::numeric"
+        params.append(float(value))
+        return f"at {COMPARE[op]} ?::double precision"
+
+
+POSTGRES = _PgDialect()
 
 
 def pg_migration_state(path: str) -> tuple[list[tuple[str, str]], list[str]]:

@@ -22,12 +22,12 @@ from collections.abc import Iterable, Iterator, Sequence
 if TYPE_CHECKING:
     import sqlite_utils
 
-from ..errors import (CollectionNotFound, DatabaseBusy, DatabaseCorrupt, InvalidInput, NotADatabase, RagdbError,
-                      SchemaTooNew, StorageError)
-from . import collections as _coll
-from .codec import dumps, iso_instant, loads, utcnow_iso
-from .collections import CollectionConnection
-from .vectors import VectorSQL
+from ragdb.errors import CollectionNotFound, DatabaseBusy, DatabaseCorrupt, InvalidInput, NotADatabase, RagdbError, SchemaTooNew, StorageError
+from ragdb.storage import collections as _coll
+from ragdb.storage.codec import dumps, iso_instant, loads, utcnow_iso
+from ragdb.storage.conditions import DOC_SETS, SQLITE, balanced, condition_sql, doc_set_sql, mentions_chunks
+from ragdb.storage.collections import CollectionConnection
+from ragdb.storage.vectors import VectorSQL
 
 MIGRATION_SET = "ragdb"
 _PARAM_CHUNK = 900  # stay under SQLITE_MAX_VARIABLE_NUMBER on old builds
@@ -140,7 +140,7 @@ def migration_state(path: str) -> tuple[list[tuple[str, str]], list[str]]:
         conn.close()
 
 
-#: The per-collection tables a copy between databases moves (``ragdb.transfer.copy_database``),
+#: The per-collection tables a copy between databases moves (``ragdb.files.transfer.copy_database``),
 #: parents first, with their columns; every row is copied as it is, ids and sequence numbers too.
 COPY_TABLES: tuple[tuple[str, tuple[str, ...]], ...] = (
     ("settings", ("key", "value")),
@@ -254,12 +254,13 @@ class _Shared:
     """What the stores of one file's collections share: the connection, its lock, and
     whether a read transaction is open on it."""
 
-    __slots__ = ("raw", "lock", "reading", "db")
+    __slots__ = ("raw", "lock", "reading", "db", "closed")
 
     def __init__(self, raw: sqlite3.Connection, lock: threading.RLock) -> None:
         self.raw = raw
         self.lock = lock
         self.reading = False  # a read transaction (``read``) is open: writes must not nest in it
+        self.closed = False  # closed by its owner's close(): a second close does nothing
         self.db: sqlite_utils.Database | None = None
 
 
@@ -532,6 +533,7 @@ class Store(VectorSQL):
     def write(self) -> Iterator[sqlite3.Connection]:
         """One write transaction (``BEGIN IMMEDIATE``); rolled back on any error."""
         with self.lock:
+            self._open_or_refuse()
             if self.conn.in_transaction:
                 if self.shared.reading:
                     # its savepoint would be undone when the read ends (a read always rolls back)
@@ -559,6 +561,7 @@ class Store(VectorSQL):
     def read(self) -> Iterator[sqlite3.Connection]:
         """A read transaction: every statement inside sees one snapshot."""
         with self.lock:
+            self._open_or_refuse()
             if self.conn.in_transaction:
                 yield self.conn
                 return
@@ -571,6 +574,10 @@ class Store(VectorSQL):
             finally:
                 self.shared.reading = False
                 self._rollback()
+
+    def _open_or_refuse(self) -> None:
+        if self.shared.closed:
+            raise StorageError(f"{self.path}: this database handle is closed; open the database again")
 
     def _rollback(self) -> None:
         if self.conn.in_transaction:
@@ -585,8 +592,11 @@ class Store(VectorSQL):
         if not self.owner:
             return
         with self.lock:
+            if self.shared.closed:  # closing twice is harmless, as for files
+                return
             self._rollback()
             self.shared.raw.close()
+            self.shared.closed = True
             if self.file_key is not None:
                 _OPEN_FILES.remove(self.file_key)
                 self.file_key = None
@@ -830,11 +840,11 @@ class Store(VectorSQL):
 
     @staticmethod
     def _condition(c: Any, public_unlabeled: bool, params: list[Any]) -> str:
-        return _condition_sql(c, public_unlabeled, params)
+        return condition_sql(SQLITE, c, public_unlabeled, params)
 
     @staticmethod
     def _doc_set(c: Any, params: list[Any]) -> str:
-        return _doc_set_sql(c, params)
+        return doc_set_sql(SQLITE, c, params)
 
     @staticmethod
     def _source_test(column: str, source: str, glob: bool) -> tuple[str, list[Any]]:
@@ -843,14 +853,14 @@ class Store(VectorSQL):
 
     def _filter_sql(self, conditions: Sequence[Any], public_unlabeled: bool, per_chunk: bool = False
                     ) -> tuple[list[str], list[Any]]:
-        """WHERE terms on ``documents d`` for filter conditions (see ragdb.filters.Condition).
+        """WHERE terms on ``documents d`` for filter conditions (see ragdb.query.filters.Condition).
 
         ``per_chunk``: the statement also reads ``chunks c`` (joined to ``d``), and a
         ``contains`` condition looks at that chunk's text. Otherwise the conditions
         holding one become a single ``EXISTS`` over the document's chunks: a document
         matches when one of its chunks meets all of them.
 
-        The SQL text is assembled from the constant fragments of ``_condition_sql``;
+        The SQL text is assembled from the constant fragments of :mod:`ragdb.storage.conditions`;
         every key and value is a bound parameter."""
         where: list[str] = []
         params: list[Any] = []
@@ -901,7 +911,7 @@ class Store(VectorSQL):
 
     def filtered_doc_ids(self, conditions: Sequence[Any], public_unlabeled: bool,
                          doc_id: int | None = None) -> list[int]:
-        """Ids of documents meeting every condition (see ragdb.filters.Condition), of
+        """Ids of documents meeting every condition (see ragdb.query.filters.Condition), of
         ``doc_id`` alone when given."""
         if doc_id is None and 0 < len(conditions) <= _MAX_INTERSECT and all(c.kind in DOC_SETS for c in conditions):
             # only conditions on metadata: their document ids straight from doc_meta's indexes
@@ -1033,7 +1043,7 @@ class Store(VectorSQL):
                                  [prefix, prefix + "\U0010ffff"]).fetchone() is not None
 
     def field_term_ids(self) -> list[int]:
-        """Ids of the vocabulary's field terms (:mod:`ragdb.fields`: they start with its mark)."""
+        """Ids of the vocabulary's field terms (:mod:`ragdb.text.fields`: they start with its mark)."""
         return [r[0] for r in self.conn.execute("SELECT id FROM vocabulary WHERE term >= ? AND term < ?",
                                                 ["\x1f", "\x20"])]
 
@@ -1075,7 +1085,7 @@ class Store(VectorSQL):
     # -- postings ----------------------------------------------------------------
     def postings(self, term_ids: Sequence[int]) -> list[tuple[int, int, bytes, bytes]]:
         """(term id, n, chunk ids blob, tfs blob) of every segment of these terms
-        (``ragdb.index.unpack_postings`` reads the blobs)."""
+        (``ragdb.index.inverted.unpack_postings`` reads the blobs)."""
         out: list[tuple[int, int, bytes, bytes]] = []
         for part in _chunks(list(term_ids)):
             q = ",".join("?" * len(part))
@@ -1305,7 +1315,7 @@ class Store(VectorSQL):
         if block:
             yield block
 
-    # -- copying between databases (ragdb.transfer.copy_database) ---------------------
+    # -- copying between databases (ragdb.files.transfer.copy_database) ---------------------
     def table_rows(self, table: str, columns: Sequence[str]) -> Iterator[tuple[Any, ...]]:
         """Every row of the per-collection ``table`` (one of :data:`COPY_TABLES`, with its
         ``columns``), in :data:`COPY_ORDER`, streamed (call inside a read)."""
@@ -1338,103 +1348,7 @@ class Store(VectorSQL):
             "WHERE doc_id > ? AND doc_id <= ? ORDER BY doc_id, id", [after_doc, upto_doc]).fetchall()
 
 
-_COMPARE = {"gt": ">", "ge": ">=", "lt": "<", "le": "<="}  # ragdb.filters' range names -> SQL
-
-
-def mentions_chunks(c: Any) -> bool:
-    """Whether a condition (or one inside it) is on the chunk's text."""
-    return c.kind == "contains" or (c.kind in ("and", "or", "not") and any(mentions_chunks(x) for x in c.values))
-
-
-DOC_SETS = ("meta", "tags", "value")  # conditions that are a set of document ids from doc_meta
 _MAX_INTERSECT = 100  # SQLite allows 500 terms in a compound SELECT
-
-
-def balanced(parts: Sequence[str], op: str) -> str:
-    """``(a OP b OP ...)`` nested as a balanced tree: SQLite refuses expressions deeper
-    than 1000, which a left-deep chain of a long ``$or`` list would be."""
-    if len(parts) <= 8:
-        return "(" + f" {op} ".join(parts) + ")"
-    mid = len(parts) // 2
-    return f"({balanced(parts[:mid], op)} {op} {balanced(parts[mid:], op)})"
-
-
-def _doc_set_sql(c: Any, params: list[Any]) -> str:
-    """``SELECT doc_id FROM doc_meta ...`` of a meta, tags or value condition (see
-    ``_condition_sql``), its parameters appended to ``params``."""
-    if c.kind in ("meta", "tags"):
-        params.append(c.key if c.kind == "meta" else "tags")
-        params.extend(int(v) if isinstance(v, bool) else v for v in c.values)
-        return f"SELECT doc_id FROM doc_meta WHERE key = ? AND value IN ({','.join('?' * len(c.values))})"
-    tests = ["key = ?"]
-    params.append(c.key)
-    for test in c.values:
-        if test[0] == "in":
-            if not test[1]:
-                tests.append("0")
-                continue
-            tests.append(f"value IN ({','.join('?' * len(test[1]))})")
-            params.extend(int(v) if isinstance(v, bool) else v for v in test[1])
-        else:  # ("num" | "date", op, bound): numbers compare with numbers (num), dates with dates (at)
-            tests.append(f"{'num' if test[0] == 'num' else 'at'} {_COMPARE[test[1]]} ?")
-            params.append(test[2])
-    return f"SELECT doc_id FROM doc_meta WHERE {' AND '.join(tests)}"
-
-
-def _condition_sql(c: Any, public_unlabeled: bool, params: list[Any]) -> str:
-    """The SQL of one condition (a ragdb.filters.Condition) on ``documents d`` (and, for
-    ``contains``, ``chunks c``), its parameters appended to ``params``. Every fragment
-    is true or false, never NULL, so ``NOT`` is the complement."""
-    vals = [int(v) if isinstance(v, bool) else v for v in c.values]
-    marks = ",".join("?" * len(vals))
-    kind = c.kind
-    if kind in ("and", "or"):
-        if not vals:
-            return "1" if kind == "and" else "0"
-        return balanced([_condition_sql(x, public_unlabeled, params) for x in c.values], kind.upper())
-    if kind == "not":
-        return f"NOT ({_condition_sql(c.values[0], public_unlabeled, params)})"
-    if kind in DOC_SETS:
-        return f"d.id IN ({_doc_set_sql(c, params)})"
-    if kind == "source":
-        sql = f"d.source IN ({marks})"
-    elif kind == "source_glob":
-        sql = "(" + " OR ".join(["d.source GLOB ?"] * len(vals)) + ")"
-    elif kind == "version":
-        sql = f"coalesce(d.version IN ({marks}), 0)"  # no version: false, not NULL
-    elif kind == "version_set":
-        sql = "d.version IS NOT NULL"
-    elif kind == "ts":
-        if vals[0] == "in":
-            sql = f"d.ts IN ({','.join('?' * (len(vals) - 1))})"
-        else:
-            sql = f"d.ts {_COMPARE[str(vals[0])]} ?"
-        vals = vals[1:]
-    elif kind == "contains":
-        # a chunk's text: its own copy, or (NULL) the whole document's
-        sql = "instr(coalesce(c.text, d.text), ?) > 0"
-    elif kind == "since":
-        sql = "d.ts >= ?"
-    elif kind == "until":
-        sql = "d.ts <= ?"
-    elif kind == "as_of":
-        sql = "(d.ts <= ? AND (d.valid_to IS NULL OR d.valid_to > ?))"
-        vals = vals * 2
-    elif kind == "principals":
-        # A version is visible when its own labels allow it and, for a kept
-        # older version, the latest version's labels allow it too: revoking
-        # access to a source revokes it for its history.
-        def allowed(t: str) -> str:  # t: a constant table alias
-            return (f"({t}.id IN (SELECT doc_id FROM doc_acl WHERE label IN ({marks or 'NULL'})) "
-                    f"OR (? AND {t}.acl = '[]'))")
-
-        sql = (f"({allowed('d')} AND (d.latest = 1 OR EXISTS (SELECT 1 FROM documents l "
-               f"WHERE l.source = d.source AND l.latest = 1 AND {allowed('l')})))")
-        vals = (vals + [int(public_unlabeled)]) * 2
-    else:  # pragma: no cover - ragdb.filters makes only the kinds above
-        raise ValueError(f"unknown condition {kind}")
-    params.extend(vals)
-    return sql
 
 
 def _chunks(items: list[Any], size: int = _PARAM_CHUNK) -> Iterator[list[Any]]:

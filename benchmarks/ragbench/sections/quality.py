@@ -1,6 +1,6 @@
 """Section ``quality``: quality, speed, memory and disk of every system on SciFact and CMRC.
 
-Builds, queries (quality from ``ragdb.evaluation``) and add/delete of each system in
+Builds, queries (quality from ``ragdb.answers.evaluation``) and add/delete of each system in
 rounds, the ratios to the peers and their bars; and the worker stage ``update_split``:
 where ragdb's time to add and delete one document goes (SQLite, analysis, the rest).
 """
@@ -221,7 +221,7 @@ def _stage_update_split(spec: dict) -> dict:
     """ragdb's add and delete (as in the update stage) with every SQLite call and the
     analysis timed: the part of each operation spent in SQLite, in analysis, and in
     the rest of ragdb's Python."""
-    from ragdb import analysis
+    from ragdb.text import analysis
 
     folder = Path(spec["index_dir"])
     sample = []

@@ -40,8 +40,8 @@ def _stage_refusal(spec: dict) -> dict:
     """Best hit confidence of every judged query and off-topic question, on the whole corpus
     (BM25 and TF-IDF) and on smaller databases cut from it (BM25)."""
     import ragdb
-    from ragdb.confidence import DEFAULT_MIN_CONFIDENCE, best_confidence
-    from ragdb.evaluation import load_questions
+    from ragdb.index.confidence import DEFAULT_MIN_CONFIDENCE, best_confidence
+    from ragdb.answers.evaluation import load_questions
 
     docs = dict(read_pairs(Path(spec["docs"])))
     judged = read_pairs(Path(spec["queries"]))
@@ -114,7 +114,7 @@ def section_refusal(ctx: Context) -> str:
         for name in names:
             bar(ctx, name, None, "ragdb not available")
         return "\n".join(head + ["ragdb not available: not measured.", ""])
-    prompt = importlib.import_module("ragdb.prompt")  # from the run's snapshot (load_evaluation put it first)
+    prompt = importlib.import_module("ragdb.answers.prompt")  # from the run's snapshot (load_evaluation put it first)
     measured: dict[str, dict] = {}
     for key in ("scifact", "cmrc"):
         corpus = ctx.corpora[key]
@@ -155,9 +155,9 @@ def section_refusal(ctx: Context) -> str:
         "`prompt` and `ask` drop evidence whose `Hit.confidence` is below a floor and refuse without calling "
         "the model when none is left. The confidence is the hit's BM25 score over the highest score any chunk "
         "could reach for the query (every distinct query term fully matched; terms the collection lacks at "
-        "df 0), the same measure for every scorer (`ragdb/confidence.py`). The default floor, "
-        f"`ragdb.confidence.DEFAULT_MIN_CONFIDENCE` = **{floor}**, was chosen with "
-        "`ragdb.prompt.choose_threshold` (best F1 of answer decisions) on the questions below; "
+        "df 0), the same measure for every scorer (`ragdb/index/confidence.py`). The default floor, "
+        f"`ragdb.index.confidence.DEFAULT_MIN_CONFIDENCE` = **{floor}**, was chosen with "
+        "`ragdb.answers.prompt.choose_threshold` (best F1 of answer decisions) on the questions below; "
         "`ragdb eval --calibrate` does the same on a user's own judged queries. Real questions: each corpus's "
         "judged queries (should be answered). Off-topic questions: `benchmarks/data/offtopic-en.jsonl` and "
         "`offtopic-zh.jsonl` (60 each, written for this benchmark: general knowledge and other domains; "

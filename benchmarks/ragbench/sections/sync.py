@@ -25,8 +25,8 @@ def _stage_sync(spec: dict) -> dict:
     """Mirror a folder of SYNC_FILES Markdown files, then edit / touch / delete / add one
     file at a time, counting the files sync loads and hashes."""
     import ragdb
-    import ragdb.loaders as rloaders
-    import ragdb.sync as rsync
+    from ragdb.files import loaders as rloaders
+    from ragdb.files import sync as rsync
 
     n_files = spec.get("n_files", SYNC_FILES)
     root = Path(spec["index_dir"])
@@ -141,9 +141,9 @@ def section_sync(ctx: Context) -> str:
     ctx.results["sync"] = r
     lines = head + [
         f"Setup: the first {n:,} SciFact documents written as Markdown files (`# title`, blank line, abstract; "
-        "about 1.5 KB each) into one folder; `ragdb.sync.sync_folder(db, folder)` into a fresh database, in one "
-        "worker process. The benchmark counts calls by wrapping `ragdb.loaders.load_file` (a file read, parsed "
-        "and loaded) and `ragdb.sync.file_sha256` (a file read to compare its hash; sync hashes only files whose "
+        "about 1.5 KB each) into one folder; `ragdb.files.sync.sync_folder(db, folder)` into a fresh database, in one "
+        "worker process. The benchmark counts calls by wrapping `ragdb.files.loaders.load_file` (a file read, parsed "
+        "and loaded) and `ragdb.files.sync.file_sha256` (a file read to compare its hash; sync hashes only files whose "
         "size or mtime differ from the stored ones); every sync also `stat`s each file. Each single-file step "
         f"is repeated {SYNC_REPEATS} times, each time on another file and followed by its own sync; the time is "
         "the median, the counts are per sync (identical in every repeat unless a range is shown).",
@@ -176,7 +176,7 @@ def section_sync(ctx: Context) -> str:
         f"one-edit sync / initial sync: {xfmt(ratio(edit['ms'], initial['ms']), '.3f')}. "
         f"Writing the {r['files']:,} files took {r['write_s']:.2f} s (not part of any sync).",
         "- A touched file (new mtime, same bytes) is hashed but not loaded; ragdb keeps its stored mtime, so "
-        "it is hashed again on every later sync until its content changes (documented in `ragdb/sync.py`).",
+        "it is hashed again on every later sync until its content changes (documented in `ragdb/files/sync.py`).",
         "",
     ]
     ok_edit = (edit["loaded"] == 1 and edit["changed"] == 1 and edit["added"] == 0 and edit["deleted"] == 0

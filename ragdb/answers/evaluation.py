@@ -1,0 +1,466 @@
+"""Retrieval evaluation: BEIR-layout loaders and ranking metrics.
+
+The metrics are pure functions of a ranked list of document ids and the
+relevance judgements ("qrels") of one query:
+
+* :func:`ndcg_at_k` -- normalised discounted cumulative gain, log2 discount,
+  ideal DCG computed from the judgements;
+* :func:`recall_at_k` -- share of the relevant documents found in the top k;
+* :func:`mrr_at_k` -- reciprocal rank of the first relevant document.
+
+:func:`evaluate` averages them over a whole run and :func:`evaluate_database`
+runs a query set against a ragdb database first.  :func:`calibrate_refusal`
+chooses a database's refusal floor (``min_confidence``) from judged queries
+and off-topic questions.  Nothing here prints.
+
+A BEIR folder (Thakur et al., 2021) holds ``corpus.jsonl`` (``{"_id", "title",
+"text"}`` a line), ``queries*.jsonl`` (``{"_id", "text"}``) and ``qrels*.tsv``
+(``query-id<TAB>corpus-id<TAB>score`` with an optional header line), the qrels
+possibly in a ``qrels/`` sub-folder as ``qrels/<split>.tsv``.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+from collections.abc import Callable, Iterable, Mapping, Sequence
+
+import orjson
+
+from ragdb.errors import InvalidInput
+
+if TYPE_CHECKING:
+    from ragdb.answers.prompt import ThresholdReport
+
+__all__ = [
+    "load_beir",
+    "load_questions",
+    "best_confidences",
+    "calibrate_refusal",
+    "ndcg_at_k",
+    "recall_at_k",
+    "mrr_at_k",
+    "evaluate",
+    "evaluate_database",
+]
+
+Corpus = list[tuple[str, str, str]]
+Queries = dict[str, str]
+Qrels = dict[str, dict[str, int]]
+
+
+# --------------------------------------------------------------------------
+# Loading
+# --------------------------------------------------------------------------
+
+
+def _read_jsonl(path: Path) -> Iterable[tuple[int, dict[str, Any]]]:
+    try:
+        # Opened apart from the ``with`` below so that only a failed open is reported as "cannot read".
+        handle = open(path, "rb")  # noqa: SIM115 - closed by ``with handle:`` below
+    except OSError as exc:
+        raise InvalidInput(f"{path}: cannot read: {exc.strerror or exc}") from exc
+    with handle:
+        for lineno, line in enumerate(handle, 1):
+            if not line.strip():
+                continue
+            try:
+                obj = orjson.loads(line)
+            except orjson.JSONDecodeError as exc:
+                raise InvalidInput(f"{path}:{lineno}: invalid JSON: {exc}") from exc
+            if not isinstance(obj, dict):
+                raise InvalidInput(f"{path}:{lineno}: expected a JSON object, got {type(obj).__name__}")
+            yield lineno, obj
+
+
+def _field(obj: Mapping[str, Any], key: str, path: Path, lineno: int, *, required: bool) -> str:
+    value = obj.get(key)
+    if value is None:
+        if required:
+            raise InvalidInput(f"{path}:{lineno}: missing {key!r}")
+        return ""
+    if isinstance(value, (str, int)) and not isinstance(value, bool):
+        return str(value)
+    raise InvalidInput(f"{path}:{lineno}: {key!r} must be a string, got {type(value).__name__}")
+
+
+def _load_corpus(path: Path) -> Corpus:
+    corpus: Corpus = []
+    seen: set[str] = set()
+    for lineno, obj in _read_jsonl(path):
+        doc_id = _field(obj, "_id", path, lineno, required=True)
+        if doc_id in seen:
+            raise InvalidInput(f"{path}:{lineno}: duplicate _id {doc_id!r}")
+        seen.add(doc_id)
+        corpus.append(
+            (
+                doc_id,
+                _field(obj, "title", path, lineno, required=False),
+                _field(obj, "text", path, lineno, required=False),
+            )
+        )
+    return corpus
+
+
+def _load_queries(path: Path) -> Queries:
+    queries: Queries = {}
+    for lineno, obj in _read_jsonl(path):
+        qid = _field(obj, "_id", path, lineno, required=True)
+        queries[qid] = _field(obj, "text", path, lineno, required=True)
+    return queries
+
+
+def _load_qrels(path: Path) -> Qrels:
+    qrels: Qrels = {}
+    try:
+        # Opened apart from the ``with`` below so that only a failed open is reported as "cannot read".
+        handle = open(path, encoding="utf-8")  # noqa: SIM115 - closed by ``with handle:`` below
+    except OSError as exc:
+        raise InvalidInput(f"{path}: cannot read: {exc.strerror or exc}") from exc
+    except UnicodeDecodeError as exc:  # pragma: no cover - open() does not decode
+        raise InvalidInput(f"{path}: not UTF-8 text") from exc
+    with handle:
+        try:
+            for lineno, line in enumerate(handle, 1):
+                line = line.rstrip("\r\n")
+                if not line.strip():
+                    continue
+                cols = line.split("\t")
+                if len(cols) != 3:
+                    raise InvalidInput(
+                        f"{path}:{lineno}: expected 3 tab-separated columns "
+                        f"(query-id, corpus-id, score), got {len(cols)}"
+                    )
+                qid, did, raw = (c.strip() for c in cols)
+                try:
+                    score = float(raw)
+                except ValueError:
+                    if lineno == 1:  # header line: query-id corpus-id score
+                        continue
+                    raise InvalidInput(f"{path}:{lineno}: score {raw!r} is not a number") from None
+                if not math.isfinite(score) or score != int(score):
+                    raise InvalidInput(f"{path}:{lineno}: score {raw!r} is not an integer")
+                if not qid or not did:
+                    raise InvalidInput(f"{path}:{lineno}: empty query-id or corpus-id")
+                qrels.setdefault(qid, {})[did] = int(score)
+        except UnicodeDecodeError as exc:
+            raise InvalidInput(f"{path}: not UTF-8 text ({exc.reason})") from exc
+    return qrels
+
+
+def _pick(folder: Path, candidates: list[Path], what: str, split: str | None) -> Path:
+    if split is not None:
+        wanted = [p for p in candidates if p.stem in (f"{what}-{split}", f"{what}_{split}", split)]
+        if len(wanted) == 1:
+            return wanted[0]
+        if not wanted and len(candidates) == 1 and candidates[0].stem == what:
+            return candidates[0]
+        names = ", ".join(str(p.relative_to(folder)) for p in candidates) or "none"
+        raise InvalidInput(f"{folder}: no single {what} file for split {split!r} (found: {names})")
+    if len(candidates) == 1:
+        return candidates[0]
+    if not candidates:
+        raise InvalidInput(f"{folder}: no {what} file found")
+    names = ", ".join(str(p.relative_to(folder)) for p in candidates)
+    raise InvalidInput(f"{folder}: several {what} files ({names}); pass split= to choose one")
+
+
+def load_beir(
+    folder_or_paths: str | os.PathLike[str] | Sequence[str | os.PathLike[str]] | Mapping[str, str | os.PathLike[str]],
+    *,
+    split: str | None = None,
+) -> tuple[Corpus, Queries, Qrels]:
+    """Load a retrieval collection in the BEIR layout.
+
+    ``folder_or_paths`` is either a folder, searched for ``corpus.jsonl``, one
+    ``queries*.jsonl`` and one ``qrels*.tsv`` (or ``qrels/*.tsv``), or the
+    three files given explicitly: a ``(corpus, queries, qrels)`` sequence or a
+    mapping with those keys.  When a folder holds several query or qrels
+    files (``queries-train.jsonl``, ``queries-test.jsonl``...), ``split``
+    chooses one (``"train"`` picks ``queries-train.jsonl`` and
+    ``qrels-train.tsv`` or ``qrels/train.tsv``).
+
+    Returns ``(corpus, queries, qrels)``: ``corpus`` is a list of
+    ``(id, title, text)`` in file order (a missing title is ``""``),
+    ``queries`` maps query id to text, and ``qrels`` maps query id to
+    ``{doc id: relevance}``.  Ids are always strings.
+
+    Raises :class:`~ragdb.errors.InvalidInput` naming the file (and line) when
+    a file is missing, unreadable or malformed.
+    """
+    if isinstance(folder_or_paths, Mapping):
+        try:
+            paths = [Path(folder_or_paths[key]) for key in ("corpus", "queries", "qrels")]
+        except KeyError as exc:
+            raise InvalidInput(f"load_beir: mapping lacks the {exc.args[0]!r} path") from None
+    elif isinstance(folder_or_paths, (str, os.PathLike)):
+        folder = Path(folder_or_paths)
+        if not folder.is_dir():
+            raise InvalidInput(f"{folder}: not a folder")
+        corpus_path = folder / "corpus.jsonl"
+        if not corpus_path.is_file():
+            raise InvalidInput(f"{folder}: no corpus.jsonl")
+        query_files = sorted(folder.glob("queries*.jsonl"))
+        qrels_files = sorted(folder.glob("qrels*.tsv"))
+        if (folder / "qrels").is_dir():
+            qrels_files += sorted((folder / "qrels").glob("*.tsv"))
+        paths = [
+            corpus_path,
+            _pick(folder, query_files, "queries", split),
+            _pick(folder, qrels_files, "qrels", split),
+        ]
+    else:
+        items = list(folder_or_paths)
+        if len(items) != 3:
+            raise InvalidInput(
+                f"load_beir: expected a folder or 3 paths (corpus, queries, qrels), got {len(items)}"
+            )
+        paths = [Path(p) for p in items]
+    for path in paths:
+        if not path.is_file():
+            raise InvalidInput(f"{path}: no such file")
+    return _load_corpus(paths[0]), _load_queries(paths[1]), _load_qrels(paths[2])
+
+
+def load_questions(path: str | os.PathLike[str]) -> list[str]:
+    """Questions from a file: a ``.jsonl`` file of ``{"text": ...}`` objects (a BEIR
+    ``queries.jsonl``; other keys are ignored), else plain text with one question
+    a line (blank lines and lines starting with ``#`` skipped)."""
+    path = Path(path)
+    if path.suffix.lower() == ".jsonl":
+        return [_field(obj, "text", path, lineno, required=True) for lineno, obj in _read_jsonl(path)]
+    try:
+        text = path.read_text(encoding="utf-8")
+    except OSError as exc:
+        raise InvalidInput(f"{path}: cannot read: {exc.strerror or exc}") from exc
+    except UnicodeDecodeError as exc:
+        raise InvalidInput(f"{path}: not UTF-8 text ({exc.reason})") from exc
+    return [line.strip() for line in text.splitlines() if line.strip() and not line.lstrip().startswith("#")]
+
+
+# --------------------------------------------------------------------------
+# Metrics
+# --------------------------------------------------------------------------
+
+
+def _top_k(ranked_ids: Iterable[str], k: int) -> list[str]:
+    """First ``k`` distinct ids (a repeated id counts once, at its first rank)."""
+    if k < 1:
+        raise InvalidInput(f"k must be at least 1, got {k}")
+    out: list[str] = []
+    seen: set[str] = set()
+    for doc_id in ranked_ids:
+        if doc_id in seen:
+            continue
+        seen.add(doc_id)
+        out.append(doc_id)
+        if len(out) == k:
+            break
+    return out
+
+
+def ndcg_at_k(
+    ranked_ids: Sequence[str],
+    qrels_for_query: Mapping[str, int],
+    k: int,
+    *,
+    gain: str = "linear",
+) -> float:
+    """Normalised discounted cumulative gain of the top ``k`` of a ranking.
+
+    ``DCG@k = sum(g(rel_i) / log2(i + 1))`` over ranks ``i = 1..k``, where
+    ``rel_i`` is the judged relevance of the document at rank ``i`` (0 when
+    unjudged or negative).  The gain ``g`` is ``rel`` for ``gain="linear"``
+    (as trec_eval/pytrec_eval and the BEIR tooling compute it) or
+    ``2**rel - 1`` for ``gain="exponential"``; the two agree for binary
+    judgements.  The ideal DCG is the DCG of the judged documents sorted by
+    relevance, cut at ``k``.  Returns a value in ``[0, 1]``, ``0.0`` when the
+    query has no relevant document.  A document id repeated in
+    ``ranked_ids`` counts once, at its first rank.
+    """
+    g: Callable[[int], float]
+    if gain == "linear":
+        g = float
+    elif gain == "exponential":
+        g = lambda rel: 2.0**rel - 1.0  # noqa: E731
+    else:
+        raise InvalidInput(f"gain must be 'linear' or 'exponential', got {gain!r}")
+    ideal = sorted((r for r in qrels_for_query.values() if r > 0), reverse=True)[:k]
+    idcg = sum(g(rel) / math.log2(i + 2) for i, rel in enumerate(ideal))
+    if idcg <= 0:
+        _top_k((), k)  # still validate k
+        return 0.0
+    dcg = 0.0
+    for i, doc_id in enumerate(_top_k(ranked_ids, k)):
+        rel = qrels_for_query.get(doc_id, 0)
+        if rel > 0:
+            dcg += g(rel) / math.log2(i + 2)
+    return dcg / idcg
+
+
+def recall_at_k(ranked_ids: Sequence[str], qrels_for_query: Mapping[str, int], k: int) -> float:
+    """Share of the relevant documents (relevance > 0) found in the top ``k``.
+
+    Returns ``0.0`` when the query has no relevant document.  A repeated id
+    counts once.
+    """
+    top = _top_k(ranked_ids, k)
+    relevant = {d for d, r in qrels_for_query.items() if r > 0}
+    if not relevant:
+        return 0.0
+    return sum(1 for d in top if d in relevant) / len(relevant)
+
+
+def mrr_at_k(ranked_ids: Sequence[str], qrels_for_query: Mapping[str, int], k: int) -> float:
+    """Reciprocal rank of the first relevant document in the top ``k``.
+
+    ``1/rank`` (rank starting at 1) of the first document with relevance > 0,
+    ``0.0`` when none is in the top ``k``.  A repeated id counts once.
+    """
+    for i, doc_id in enumerate(_top_k(ranked_ids, k)):
+        if qrels_for_query.get(doc_id, 0) > 0:
+            return 1.0 / (i + 1)
+    return 0.0
+
+
+def evaluate(
+    run: Mapping[str, Sequence[str]],
+    qrels: Mapping[str, Mapping[str, int]],
+    k_values: Sequence[int] = (10, 100),
+) -> dict[str, float]:
+    """Mean nDCG, Recall and MRR of a run over the judged queries.
+
+    ``run`` maps query id to its ranked document ids (best first); ``qrels``
+    maps query id to ``{doc id: relevance}``.  Queries are the keys of
+    ``qrels`` that have at least one relevant (> 0) judgement: queries
+    without judgements are skipped (they cannot score), and a judged query
+    absent from ``run`` counts as an empty ranking (it scores 0).
+
+    Returns ``{"ndcg@k", "recall@k", "mrr@k"}`` for each ``k`` in
+    ``k_values`` (the report's headline figures are ``ndcg@10``,
+    ``recall@100`` and ``mrr@10``), plus ``"queries"`` (judged queries
+    averaged over) and ``"missing"`` (judged queries absent from ``run``).
+    Every mean is ``0.0`` when no query is judged.
+    """
+    ks = sorted({int(k) for k in k_values})
+    if not ks:
+        raise InvalidInput("k_values is empty")
+    for k in ks:
+        if k < 1:
+            raise InvalidInput(f"k must be at least 1, got {k}")
+    sums: dict[str, float] = {}
+    for k in ks:
+        for name in ("ndcg", "recall", "mrr"):
+            sums[f"{name}@{k}"] = 0.0
+    judged = 0
+    missing = 0
+    for qid, judgements in qrels.items():
+        if not any(r > 0 for r in judgements.values()):
+            continue
+        judged += 1
+        ranked = run.get(qid)
+        if ranked is None:
+            missing += 1
+            continue
+        ranked = _top_k(ranked, ks[-1])
+        for k in ks:
+            sums[f"ndcg@{k}"] += ndcg_at_k(ranked, judgements, k)
+            sums[f"recall@{k}"] += recall_at_k(ranked, judgements, k)
+            sums[f"mrr@{k}"] += mrr_at_k(ranked, judgements, k)
+    result: dict[str, float] = {
+        key: (total / judged if judged else 0.0) for key, total in sums.items()
+    }
+    result["queries"] = judged
+    result["missing"] = missing
+    return result
+
+
+def evaluate_database(
+    db: Any,
+    queries: Mapping[str, str],
+    qrels: Mapping[str, Mapping[str, int]],
+    k: int = 100,
+    scorer: str | None = None,
+    *,
+    options: Any = None,
+    **search_kwargs: Any,
+) -> dict[str, float]:
+    """Search ``db`` with every judged query and :func:`evaluate` the run.
+
+    Each query text is passed to ``db.search(text, k=k, scorer=scorer,
+    options=options, **search_kwargs)`` (``scorer`` default: the options',
+    else bm25); every hit is mapped to a collection document id
+    through ``hit.source`` (so the documents must have been added with
+    ``source=<corpus id>``), keeping the first occurrence of each source,
+    since several chunks of one document may be hit.  Only queries that
+    have a relevant judgement are searched (the others would be skipped by
+    :func:`evaluate`); a judged query missing from ``queries`` counts as an
+    empty ranking.  Metrics are computed at 10 and at ``k``.
+    """
+    if k < 1:
+        raise InvalidInput(f"k must be at least 1, got {k}")
+    if scorer is not None:
+        search_kwargs["scorer"] = scorer
+    if options is not None:
+        search_kwargs["options"] = options
+    run: dict[str, list[str]] = {}
+    for qid, judgements in qrels.items():
+        if qid not in queries or not any(r > 0 for r in judgements.values()):
+            continue
+        hits = db.search(queries[qid], k=k, **search_kwargs)
+        run[qid] = _top_k((hit.source for hit in hits), k)
+    return evaluate(run, qrels, k_values=(10, k))
+
+
+# --------------------------------------------------------------------------
+# Refusal
+# --------------------------------------------------------------------------
+
+
+def best_confidences(db: Any, questions: Iterable[str], k: int = 10, **search_kwargs: Any) -> list[float]:
+    """The best :attr:`~ragdb.types.Hit.confidence` of each question's top ``k`` hits
+    (``db.search(text, k=k, **search_kwargs)``), 0.0 for a question with no hit:
+    the number a prompt's confidence floor is compared with."""
+    from ragdb.index.confidence import best_confidence
+
+    if k < 1:
+        raise InvalidInput(f"k must be at least 1, got {k}")
+    out = []
+    for text in questions:
+        best = best_confidence(db.search(text, k=k, **search_kwargs)) if text.strip() else None
+        out.append(best if best is not None else 0.0)
+    return out
+
+
+def calibrate_refusal(
+    db: Any,
+    queries: Mapping[str, str],
+    qrels: Mapping[str, Mapping[str, int]],
+    off_topic: Sequence[str] = (),
+    k: int = 10,
+    **search_kwargs: Any,
+) -> ThresholdReport:
+    """Choose a refusal floor (``min_confidence``) for ``db`` with
+    :func:`ragdb.answers.prompt.choose_threshold`.
+
+    Each judged query (one with a relevant judgement, as :func:`evaluate`
+    counts them) should be answered, each ``off_topic`` question (one the
+    knowledge base cannot answer) refused; a question's score is its
+    :func:`best_confidences` value. The returned report's ``threshold`` is the
+    floor with the best F1 of answer decisions; ``false_negatives`` are the
+    judged queries it refuses, ``true_negatives`` the off-topic questions it
+    refuses. Store it with ``db.set_min_confidence(report.threshold)``
+    (``ragdb eval --calibrate`` does). Without ``off_topic`` the floor is the
+    lowest best confidence of the judged queries: it refuses none of them.
+    """
+    from ragdb.answers.prompt import choose_threshold
+
+    judged = [queries[qid] for qid, judgements in qrels.items()
+              if qid in queries and any(r > 0 for r in judgements.values())]
+    if not judged:
+        raise InvalidInput("calibrate_refusal: no judged query (a query with a relevant judgement) to answer")
+    positives = best_confidences(db, judged, k, **search_kwargs)
+    negatives = best_confidences(db, list(off_topic), k, **search_kwargs)
+    return choose_threshold([(c, True) for c in positives] + [(c, False) for c in negatives])

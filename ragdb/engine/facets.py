@@ -1,0 +1,97 @@
+"""Facets: exact counts of one field's values over the chunks (or documents) that match.
+
+What matches is what a search under the same restrictions could return: the
+chunks the restrictions' mask allows (filter, time, versions, principals:
+:meth:`ragdb.index.inverted.Index.allowed`, the mask searches use), and with a query
+those of them the query matches (a BM25 score above 0: the chunk holds one of
+the query's terms), all of them, not the top k. So a caller never counts a
+chunk they could not see. Values come from the filter index (``doc_meta``):
+the document's metadata, as filters see it (:mod:`ragdb.query.filters`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from ragdb.errors import InvalidInput
+from ragdb.options import Restrictions, SearchOptions, check_positive_int, check_text
+from ragdb.types import Facets
+
+if TYPE_CHECKING:
+    from ragdb.engine.state import Engine
+    from ragdb.engine.search import Searcher
+
+FACET_BY = ("chunks", "documents")
+
+
+def check_facet_args(field: Any, query: Any, by: Any, limit: Any) -> None:
+    if not isinstance(field, str) or not field:
+        raise InvalidInput(f"facets: field must be a non-empty string (a metadata key, source or version), "
+                           f"got {field!r}")
+    check_text(field, "facets: field")
+    if field == "timestamp" or field.startswith("$"):
+        raise InvalidInput(f"facets: cannot count values of {field!r}; give a metadata key, source or version")
+    if query is not None and not isinstance(query, str):
+        raise InvalidInput(f"facets: query must be a string or None, got {type(query).__name__}")
+    if by not in FACET_BY:
+        raise InvalidInput(f"facets: by must be 'chunks' or 'documents', got {by!r}")
+    if limit is not None:
+        check_positive_int(limit, "facets: limit")
+
+
+def facets(engine: Engine, searcher: Searcher, field: str, query: str | None, restrictions: Restrictions,
+           by: str = "chunks", limit: int | None = None) -> Facets:
+    """Count ``field``'s values over what matches (see the module docstring)."""
+    check_facet_args(field, query, by, limit)
+    store = engine.store
+    with store.read():  # one snapshot for the mask, the query's matches and the values
+        engine.sync()
+        index = engine.index
+        mask = index.allowed(engine.restrictions(restrictions))
+        if query is None:
+            ids = np.flatnonzero(mask)
+        else:
+            ids = searcher.matching(query, SearchOptions(restrictions=restrictions), mask)
+        docs = index.chunk_doc[ids]
+        rows = store.facet_rows(field) if len(ids) else []
+    weight = np.bincount(docs, minlength=1) if len(docs) else np.zeros(1, np.int64)
+    if by == "documents":
+        weight = (weight > 0).astype(np.int64)
+    return _count(field, by, weight, rows, limit)
+
+
+_RANK = {int: 0, float: 1, bool: 2}  # which of equal values is shown: 1 before 1.0 before True
+
+
+def _count(field: str, by: str, weight: np.ndarray, rows: Sequence[tuple[int, Any]], limit: int | None) -> Facets:
+    """Facets from each matched document's weight (its matching chunks, or 1) and the
+    (doc id, value) rows of the field."""
+    total = int(weight.sum())
+    docs = np.fromiter((d for d, _ in rows), np.int64, len(rows))
+    inside = docs < len(weight)
+    w = np.zeros(len(rows), np.int64)
+    w[inside] = weight[docs[inside]]
+    keep = np.flatnonzero(w)
+    if not len(keep):
+        return Facets(field=field, by=by, total=total, missing=total)
+    # a code per distinct value, equal values (1, 1.0, True) one code, as $eq sees them
+    code_of: dict[Any, int] = {}
+    codes = np.fromiter((code_of.setdefault(rows[i][1], len(code_of)) for i in keep.tolist()), np.int64, len(keep))
+    shown = list(code_of)
+    for kind, v in {(type(rows[i][1]), rows[i][1]) for i in keep.tolist()}:
+        c = code_of[v]
+        if _RANK.get(kind, 3) < _RANK.get(type(shown[c]), 3):
+            shown[c] = v
+    docs, w = docs[keep], w[keep]
+    # a document counts once per value (a list may hold it twice, or 1 and 1.0)
+    _, first = np.unique(np.stack([docs, codes], axis=1), axis=0, return_index=True)
+    counts = np.bincount(codes[first], weights=w[first], minlength=len(shown)).astype(np.int64)
+    with_value = np.unique(docs)
+    missing = total - int(weight[with_value].sum())
+    ordered = sorted(zip(shown, counts.tolist()), key=lambda vn: (-vn[1], isinstance(vn[0], str), vn[0]))
+    kept = ordered if limit is None else ordered[:limit]
+    return Facets(field=field, by=by, counts=tuple(kept), total=total, missing=missing,
+                  omitted=len(ordered) - len(kept))

@@ -1,0 +1,254 @@
+"""The ingest stage: validating records, chunking and analyzing them, in batches.
+
+:func:`prepare` turns one record (a mapping with the keywords of
+``Database.add``, or a :class:`~ragdb.types.LoadedDocument`) into a
+:class:`Prepared` document, or raises :class:`~ragdb.errors.InvalidInput`
+naming the record and the problem. :func:`ingest` runs a whole ``add_many``:
+batches of ``batch_size`` records, each handed to the write stage as one
+transaction; a bulk load's text is analyzed by worker processes while the
+previous batch is written.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import sys
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import orjson
+
+from ragdb.text.analysis import AnalysisPool, Analyzer, PackedCounts, is_blank
+from ragdb.text.chunking import Chunker, get_chunker
+from ragdb.errors import InvalidInput
+from ragdb.query.filters import check_finite
+from ragdb.options import check_count, check_positive_int, check_text, parse_timestamp
+from ragdb.storage import dumps, loads
+from ragdb.types import LoadedDocument, Span
+
+MAX_ANALYSIS_WORKERS = 3
+POOL_AFTER = 256     # records of one add_many analyzed here before it starts analysis workers
+ANALYSIS_PART = 64   # chunk texts sent to a worker at a time
+RECORD_KEYS = frozenset({"text", "source", "version", "timestamp", "metadata", "title", "acl", "spans", "chunker"})
+
+Counts = dict[str, int] | PackedCounts
+
+
+@dataclass
+class Prepared:
+    """A validated document, chunked; its chunks' term counts are filled in by :func:`ingest`
+    (in parts, here or in worker processes)."""
+
+    source: str
+    version: str | None
+    timestamp: str
+    ts: float
+    title: str | None
+    text: str
+    metadata: dict[str, Any]
+    metadata_json: str
+    acl: tuple[str, ...]
+    content_hash: str
+    chunker: str
+    chunks: list[tuple[int, int, dict[str, Any], Counts]]  # start, end, metadata, term counts
+    #: False when the record gave no ``acl`` (None): replacing a stored version then keeps
+    #: that version's labels, so an edit never makes a labelled document public
+    acl_given: bool = True
+
+
+def check_metadata(metadata: Any, label: str) -> tuple[dict[str, Any], str]:
+    """Validated metadata and its JSON text."""
+    metadata = metadata or {}
+    if not isinstance(metadata, Mapping):
+        raise InvalidInput(f"{label}: metadata must be a mapping, got {type(metadata).__name__}")
+    metadata = dict(metadata)
+    try:
+        metadata_json = dumps(metadata)
+    except (TypeError, orjson.JSONEncodeError) as e:
+        raise InvalidInput(f"{label}: metadata is not JSON-serialisable ({e})") from None
+    if "null" in metadata_json:  # NaN and infinity come out as null: look for them only then
+        check_finite(metadata, label)
+    if metadata_json != "{}":
+        # What is stored is the JSON, so everything else is derived from it too: the filter
+        # index rows and the Document returned. Values JSON writes in another form (a
+        # datetime or date as its ISO string, a UUID as a string, a tuple as a list) are
+        # then filtered as the stored document says; from the values as given, the filter
+        # index left out every datetime, date and UUID (before schema 9).
+        metadata = loads(metadata_json)
+    for key, value in metadata.items():  # scalars (and list elements) go into the filter index
+        for v in value if isinstance(value, list) else (value,):
+            if isinstance(v, int) and not isinstance(v, bool) and not -2 ** 63 <= v < 2 ** 63:
+                raise InvalidInput(f"{label}: metadata {key!r} holds {v}, outside the 64-bit integer range")
+    return metadata, metadata_json
+
+
+def check_acl(acl_in: Any, label: str) -> tuple[str, ...]:
+    """Validated access labels, distinct and sorted."""
+    acl_in = acl_in or ()
+    if not isinstance(acl_in, (list, tuple, set, frozenset)) or not all(isinstance(a, str) and a for a in acl_in):
+        raise InvalidInput(f"{label}: acl must be a list of non-empty strings, got {acl_in!r}")
+    return tuple(sorted({check_text(a, f"{label}: acl label") for a in acl_in}))
+
+
+def prepare(record: Mapping[str, Any] | LoadedDocument, chunker: Chunker, n: int,
+            now: tuple[str, float]) -> Prepared:
+    """Validate and chunk record number ``n`` (its chunks' counts left empty); ``now`` is the
+    timestamp of records without one."""
+    if isinstance(record, LoadedDocument):
+        meta = dict(record.metadata)
+        record = {"text": record.text, "source": record.source, "title": record.title,
+                  "version": meta.pop("version", None), "timestamp": meta.pop("timestamp", None),
+                  "metadata": meta, "spans": record.spans, "acl": record.acl}
+    if not isinstance(record, Mapping):
+        raise InvalidInput(f"record {n}: expected a mapping with 'text', got {type(record).__name__}")
+    unknown = set(record) - RECORD_KEYS
+    if unknown:
+        raise InvalidInput(f"record {n}: unknown keys {sorted(unknown, key=repr)}")
+    text = record.get("text")
+    source = record.get("source")
+    label = f"document {source!r}" if source is not None else f"record {n}"
+    if not isinstance(text, str):
+        raise InvalidInput(f"{label}: text must be a string, got {type(text).__name__}")
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError as e:
+        raise InvalidInput(f"{label}: text is not valid Unicode (lone surrogate at offset {e.start})") from None
+    if is_blank(text):
+        raise InvalidInput(f"{label}: text is empty (only whitespace or invisible characters)")
+    content_hash = hashlib.sha256(text.encode("utf-8")).hexdigest()
+    if source is None:
+        source = f"sha256:{content_hash[:16]}"
+    if not isinstance(source, str) or not source:
+        raise InvalidInput(f"record {n}: source must be a non-empty string, got {source!r}")
+    check_text(source, f"record {n}: source")
+    version = record.get("version")
+    if version is not None:
+        if isinstance(version, (int, float)) and not isinstance(version, bool):
+            version = str(version)
+        if not isinstance(version, str):
+            raise InvalidInput(f"{label}: version must be a string, got {version!r}")
+        check_text(version, f"{label}: version")
+    if record.get("timestamp") is None:
+        timestamp, ts = now  # one "now" for the whole call
+    else:
+        timestamp, ts = parse_timestamp(record.get("timestamp"), label)
+    metadata, metadata_json = check_metadata(record.get("metadata"), label)
+    title = record.get("title")
+    if title is not None and not isinstance(title, str):
+        raise InvalidInput(f"{label}: title must be a string")
+    if title is not None:
+        check_text(title, f"{label}: title")
+    acl = check_acl(record.get("acl"), label)
+    rec_chunker = get_chunker(record["chunker"]) if record.get("chunker") else chunker
+    spans: Sequence[Span] = record.get("spans") or ()
+    if not isinstance(spans, (list, tuple)) or not all(isinstance(sp, Span) for sp in spans):
+        raise InvalidInput(f"{label}: spans must be a sequence of ragdb.types.Span")
+    chunks: list[tuple[int, int, dict[str, Any], Counts]] = []
+    for start, end in rec_chunker.split(text):
+        cmeta: dict[str, Any] = {}
+        for sp in spans:
+            if sp.start <= start < sp.end:
+                cmeta.update(sp.metadata)
+        chunks.append((start, end, cmeta, {}))
+    return Prepared(source, version, timestamp, ts, title, text, metadata, metadata_json, acl,
+                    content_hash, rec_chunker.spec(), chunks, record.get("acl") is not None)
+
+
+def check_add_arguments(records: Any, batch_size: Any, workers: Any) -> None:
+    check_positive_int(batch_size, "batch_size")
+    if workers is not None:
+        check_count(workers, "workers")
+    if isinstance(records, (str, bytes, Mapping)) or not hasattr(records, "__iter__"):
+        raise InvalidInput(f"records must be an iterable of mappings or LoadedDocument, "
+                           f"got {type(records).__name__}")
+
+
+def analysis_pool(analyzer: Analyzer, workers: int | None) -> AnalysisPool | None:
+    """Worker processes for a bulk load, or None to analyze in this process."""
+    if workers is None:
+        if not sys.platform.startswith("linux"):  # fork is unsafe on macOS, absent on Windows
+            return None
+        workers = min((os.cpu_count() or 1) - 1, MAX_ANALYSIS_WORKERS)
+    if workers < 1 or not AnalysisPool.available():
+        return None
+    try:
+        return AnalysisPool(analyzer, workers)
+    except OSError:  # no processes to be had (limits, memory): analyze here
+        return None
+
+
+def _dispatch(analyzer: Analyzer, pool: AnalysisPool | None, texts: list[str], backlog: int) -> Any:
+    """Analyze a part of a batch in the pool, or here when there is none or the workers
+    are behind (more than a batch of parts per worker still waiting: they need that
+    much queued to stay busy while this process writes the previous batch)."""
+    if pool is None or pool.backlog() > backlog * pool.workers:
+        return analyzer.term_counts_many(texts)
+    return pool.submit(texts)
+
+
+def ingest(records: Iterable[Mapping[str, Any] | LoadedDocument], *, analyzer: Analyzer, chunker: Chunker,
+           batch_size: int, workers: int | None, write: Callable[[list[Prepared]], None],
+           after_batch: Callable[[], None]) -> None:
+    """Prepare ``records`` and ``write`` them a batch at a time (each call one
+    transaction, in record order), calling ``after_batch`` after each. Nothing of
+    a written batch is kept here: a load streams in bounded memory (what
+    ``write`` keeps is the caller's). An invalid record raises before its batch
+    is written (the batches before it are written)."""
+    now = parse_timestamp(None, "now")
+    pool: AnalysisPool | None = None
+    backlog = max(2, -(-batch_size // ANALYSIS_PART))  # parts a worker may have queued (a batch)
+    # Batches are analyzed while the previous one is written: the texts go to
+    # the worker processes in parts; this process analyzes a part itself
+    # when there are no workers (yet) or they are behind (see _dispatch). Parts are
+    # analyzed together (Analyzer.term_counts_many learns their new words at once).
+    pending: tuple[list[Prepared], list[Prepared], list[Any]] | None = None
+
+    def flush_batch(batch: list[Prepared], pooled: list[Prepared], parts: list[Any]) -> None:
+        if pooled:
+            counts = iter([c for part in parts for c in (part if isinstance(part, list) else part.get())])
+            for p in pooled:
+                p.chunks[:] = [(s, e, m, next(counts)) for s, e, m, _ in p.chunks]
+        write(batch)
+        after_batch()
+
+    it = iter(records)
+    try:
+        n = 0
+        while True:
+            batch: list[Prepared] = []
+            pooled: list[Prepared] = []  # records of this batch, analyzed in parts
+            parts: list[Any] = []         # their analysis: lists of counts, or pool jobs
+            texts: list[str] = []         # texts not yet sent
+            try:
+                for record in it:
+                    if pool is None and n == POOL_AFTER and workers != 0:
+                        pool = analysis_pool(analyzer, workers)  # a bulk load: analyze in parallel
+                    p = prepare(record, chunker, n, now)
+                    n += 1
+                    batch.append(p)
+                    pooled.append(p)
+                    texts.extend(p.text[s:e] for s, e, _, _ in p.chunks)
+                    if len(texts) >= ANALYSIS_PART:
+                        parts.append(_dispatch(analyzer, pool, texts, backlog))
+                        texts = []
+                    if len(batch) >= batch_size:
+                        break
+                if texts:
+                    parts.append(_dispatch(analyzer, pool, texts, backlog))
+            except BaseException:
+                if pending is not None:  # the batches before the bad record are written
+                    flush_batch(*pending)
+                    pending = None
+                raise
+            if not batch:
+                break
+            if pending is not None:
+                flush_batch(*pending)  # while the workers analyze this batch
+            pending = (batch, pooled, parts)
+        if pending is not None:
+            flush_batch(*pending)
+    finally:
+        if pool is not None:
+            pool.close(wait=False)

@@ -1,0 +1,614 @@
+"""The search stage: restrictions, lexical / vector / hybrid scoring, rerank.
+
+:class:`Searcher` answers :class:`~ragdb.options.SearchOptions` on an
+:class:`~ragdb.engine.state.Engine`. Restrictions become one boolean mask over
+chunk ids (:meth:`ragdb.index.inverted.Index.allowed`) applied before any top-k cut,
+so ``k`` hits come back whenever ``k`` matching chunks exist. Lexical scores
+come from the inverted index (:mod:`ragdb.index.inverted`), dense ones from the
+vector index (:mod:`ragdb.index.vectors`); hits are built and ordered by
+:mod:`ragdb.index.hits` for every scorer alike.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Callable, Mapping
+from typing import TYPE_CHECKING, Any, NamedTuple
+
+import numpy as np
+
+from ragdb.index import confidence
+from ragdb.text import fields
+from ragdb.query import filters
+from ragdb.query import language as qlang
+from ragdb.index import scoring
+from ragdb.text import snippets
+from ragdb.errors import EmbeddingError, InvalidInput
+from ragdb.index.hits import Pool, content_order, cut_with_ties, hit_order, hits_from_scored, make_hits
+from ragdb.index.matching import Compiled, Lookup, Matcher, Unit, compile_query, edits1
+from ragdb.options import ALL, SearchOptions, to_epoch
+from ragdb.query.language import ParsedQuery
+from ragdb.storage import model_mismatch
+from ragdb.types import Hit, QueryPlan
+from ragdb.index.fusion import empty_pool, minmax_weighted_pools, rrf_pools
+from ragdb.models.embedder import dimensions_of
+
+if TYPE_CHECKING:
+    from ragdb.models.embedder import Embedder
+    from ragdb.engine.state import Engine
+
+
+def _clean_query(query: object) -> str:
+    if not isinstance(query, str):
+        raise InvalidInput(f"query must be a string, got {type(query).__name__}")
+    # a query never fails on encoding: lone surrogates become U+FFFD
+    return query.encode("utf-8", "replace").decode("utf-8") if not query.isascii() else query
+
+
+class QueryTerms(NamedTuple):
+    """A query's terms as scoring sees them: ``counts`` (every analyzed term),
+    ``known`` (term -> (id, live df) for those in the vocabulary), ``order`` (the
+    terms scored, in query order), ``bound``, the highest BM25 score a chunk
+    could reach for the query (:func:`ragdb.index.confidence.query_bound`), ``units`` (what
+    is scored: one per term of ``order``, or the query language's units) and, for a
+    query that uses the query language, its ``compiled`` form and ``parsed`` tree."""
+
+    counts: Counter[str]
+    known: dict[str, tuple[int, int]]
+    order: list[str]
+    bound: float
+    units: tuple[Unit, ...] = ()
+    compiled: Compiled | None = None
+    parsed: ParsedQuery | None = None
+
+
+class Searcher:
+    """Runs searches on one engine."""
+
+    def __init__(self, engine: Engine) -> None:
+        self.engine = engine
+        self._keys: tuple[int, dict[str, bool]] = (-1, {})  # (generation, metadata key -> stored)
+        self._indexed_fields: tuple[int, set[str]] = (-1, set())  # (generation, fields with index terms)
+
+    def search(self, query: str, opts: SearchOptions) -> list[Hit]:
+        """The hits ``[offset, offset + k)`` of the ranking (equal scores in :func:`hit_order`,
+        so pages neither repeat nor skip a hit)."""
+        query = _clean_query(query)
+        depth = opts.depth
+        if opts.reranker is not None:
+            first = self._first_stage(query, opts, opts.first_stage_k)
+            hits = list(opts.reranker.rerank(query, first, top_n=depth))[:depth]
+        else:
+            hits = self._first_stage(query, opts, depth)
+        hits = hits[opts.offset:] if opts.offset else hits
+        if opts.highlight and hits:
+            self._highlight(query, opts, hits)
+        return hits
+
+    def _highlight(self, query: str, opts: SearchOptions, hits: list[Hit]) -> None:
+        """Fill each hit's ``highlights`` and ``snippet`` (:mod:`ragdb.text.snippets`) in place
+        (the hits were made by this search and are not yet anyone else's)."""
+        eng = self.engine
+        with eng.store.read():
+            eng.sync()
+            terms = self.query_terms(query, opts, eng.index.allowed(eng.restrictions(opts.restrictions)))
+        compiled = terms.compiled
+        wanted = snippets.query_terms(terms.order, compiled.expansions if compiled else {})
+        phrases = compiled.phrase_seqs if compiled else ()
+        for h in hits:
+            spans, snip = snippets.snippet(eng.analyzer, h.text, wanted, phrases, opts.snippet_chars)
+            object.__setattr__(h, "highlights", spans)
+            object.__setattr__(h, "snippet", snip)
+
+    def _first_stage(self, query: str, opts: SearchOptions, k: int) -> list[Hit]:
+        if opts.scorer == "vector":
+            return self._vector(query, opts, k)
+        if opts.scorer == "hybrid":
+            return self._hybrid(query, opts, k)
+        return self._lexical_hits(query, opts, k)
+
+    # -- lexical --------------------------------------------------------------------
+    def _lexical_hits(self, query: str, opts: SearchOptions, k: int) -> list[Hit]:
+        eng = self.engine
+        with eng.store.read():
+            eng.sync()  # first: the restrictions read the access setting, which another connection may change
+            index = eng.index
+            cand, sc, contributions, terms = self.lexical(query, k, opts,
+                                                          index.allowed(eng.restrictions(opts.restrictions)))
+            if len(cand) == 0:
+                return []
+            cids, scores = cand.tolist(), sc.tolist()
+            if opts.lexical == "bm25" and all(u.field is None for u in terms.units):
+                conf = confidence.from_scores(sc, terms.bound)  # the score over the query's maximum
+            else:  # TF-IDF, or BM25 with fields: the text's BM25 of these chunks over its maximum
+                conf = self._confidences(terms, cand, opts)
+            protos = index.hit_protos(cids)
+        hits = make_hits(protos, cids, scores, contributions if opts.explain else None, conf)
+        if len(sc) > 1 and bool(np.any(sc[1:] == sc[:-1])):
+            # equal scores: order by source and position, which do not depend on history
+            hits.sort(key=hit_order)
+        return hits[:k]
+
+    def matching(self, query: str, opts: SearchOptions, mask: np.ndarray) -> np.ndarray:
+        """Ids of every chunk ``mask`` allows that ``query`` matches: a BM25 score above 0,
+        i.e. the chunk holds one of the query's terms (inside a read transaction, after
+        ``sync``); not cut to any ``k``."""
+        terms = self.query_terms(_clean_query(query), opts)
+        if not terms.order:
+            return np.zeros(0, np.int64)
+        k1, b = self._bm25_params(opts)
+        scores, _ = self.engine.index.bm25([terms.known[t] for t in terms.order], k1, b)
+        n = min(len(mask), len(scores))
+        return np.flatnonzero(mask[:n] & (scores[:n] > 0))
+
+    def _bm25_params(self, opts: SearchOptions) -> tuple[float, float]:
+        """(k1, b) of a search: its options, else the database's settings, else the defaults."""
+        settings = self.engine.settings
+        k1 = float(settings.get("bm25_k1", scoring.BM25_K1) if opts.k1 is None else opts.k1)
+        b = float(settings.get("bm25_b", scoring.BM25_B) if opts.b is None else opts.b)
+        return k1, b
+
+    def parse(self, query: str, opts: SearchOptions) -> ParsedQuery:
+        """``query`` parsed with the search's syntax; ``field:`` is a field for the built-in
+        fields and the metadata keys stored documents have (inside a read transaction)."""
+        if opts.syntax == "plain":
+            return qlang.plain(query)
+        if ":" not in query:
+            return qlang.parse(query)
+        store = self.engine.store
+        generation = self.engine.index.generation
+        if self._keys[0] != generation:
+            self._keys = (generation, {})
+        keys = self._keys[1]
+
+        def is_field(name: str) -> bool:
+            if name in qlang.BUILTIN_FIELDS:
+                return True
+            if name not in keys:
+                keys[name] = store.has_metadata_key(name)
+            return keys[name]
+
+        return qlang.parse(query, is_field=is_field)
+
+    def query_terms(self, query: str, opts: SearchOptions, mask: np.ndarray | None = None) -> QueryTerms:
+        """The query's terms as scoring sees them (inside a read transaction, after ``sync``);
+        ``mask``: the chunks the search may see (prefix/fuzzy expansions come from them)."""
+        parsed = None  # plain words need no tree (plan() parses them when asked)
+        if opts.fuzzy or (opts.syntax != "plain" and not qlang.searched_as_plain(query)):
+            parsed = self.parse(query, opts)
+            if not parsed.plain or opts.fuzzy:
+                return self._compiled_terms(parsed, opts, mask)
+        eng = self.engine
+        counts = Counter(eng.analyzer.terms(query))
+        if not counts:
+            return QueryTerms(counts, {}, [], 0.0, parsed=parsed)
+        index = eng.index
+        weights = self._indexed_field_weights()  # the words in the fields too (ragdb.text.fields), also those the texts lack
+        in_fields = [(f, w, t, fields.PREFIX[f] + t) for f, w in weights.items() for t in counts]
+        found = index.lookup_terms([*counts, *(key for *_, key in in_fields)])  # one read for both
+        known = {t: found[t] for t in counts if t in found}
+        # Terms found only in kept older versions (df 0) cannot match a latest
+        # chunk; leaving them out keeps the TF-IDF query vector equal to a
+        # fresh database's. Searches of history keep them, unless no stored
+        # chunk holds them any more (deleted documents' terms wait for
+        # ``optimize`` in the vocabulary; a fresh database has none of them).
+        order = [t for t in counts if t in known and known[t][1] > 0]
+        if opts.restrictions.history:
+            rare = [known[t][0] for t in counts if t in known and known[t][1] == 0]
+            stored = index.stored_terms(rare) if rare else set()
+            order = [t for t in counts if t in known and (known[t][1] > 0 or known[t][0] in stored)]
+        # every distinct query term counts in the maximum, one no chunk holds with df 0
+        bound = confidence.query_bound(index.n_chunks, [known[t][1] if t in known else 0 for t in counts])
+        units = tuple(Unit(t, (known[t][0],), known[t][1]) for t in order)
+        if in_fields:
+            units += tuple(Unit(f"{f}:{t}", (hit[0],), hit[1], w, f) for f, w, t, key in in_fields
+                           if (hit := found.get(key)) is not None and hit[1] > 0)
+        return QueryTerms(counts, known, order, bound, units, parsed=parsed)
+
+    def _indexed_field_weights(self) -> dict[str, float]:
+        """:meth:`_field_weights` of the fields some chunk has words in (a database without
+        titles or headings looks no field terms up), per generation."""
+        weights = self._field_weights()
+        if not weights:
+            return weights
+        generation = self.engine.index.generation
+        if self._indexed_fields[0] != generation:
+            store = self.engine.store
+            self._indexed_fields = (generation, {f for f, prefix in fields.PREFIX.items()
+                                                 if store.has_term_with_prefix(prefix)})
+        indexed = self._indexed_fields[1]
+        return {f: w for f, w in weights.items() if f in indexed}
+
+    def _field_weights(self) -> dict[str, float]:
+        """The database's positive field weights (none for a database made before fields)."""
+        stored = self.engine.settings.get("fields")
+        return {f: float(w) for f, w in stored.items() if w} if isinstance(stored, dict) else {}
+
+    def _compiled_terms(self, parsed: ParsedQuery, opts: SearchOptions, mask: np.ndarray | None) -> QueryTerms:
+        """The units and match tree of a query that uses the query language (or ``fuzzy``)."""
+        eng = self.engine
+        index = eng.index
+        store = eng.store
+
+        def visible(term_id: int) -> bool:
+            if mask is None:
+                return True
+            p = index.term_postings([term_id]).get(term_id)
+            if p is None:
+                return False
+            ids = p[0][p[0] < len(mask)]
+            return bool(np.any(mask[ids]))
+
+        def prefixed(prefix: str, limit: int) -> list[tuple[str, int, int]]:
+            return [(t, tid, index.effective_df(tid, df)) for t, tid, df in store.terms_with_prefix(prefix, limit)]
+
+        lookup = Lookup(index.lookup_terms, prefixed, visible, index.union_df,
+                        index.stored_terms if opts.restrictions.history else None)
+        compiled = compile_query(parsed, eng.analyzer, lookup, fuzzy=opts.fuzzy, field_weights=self._field_weights())
+        # Units in the order a plain search of the query's positive words would sum them, so
+        # a query with operators scores its hits bit for bit like that plain search.
+        positive = " ".join(w.text for w, _f, _b in parsed.words())
+        rank = {t: i for i, t in enumerate(dict.fromkeys(eng.analyzer.terms(positive)))}
+        units = tuple(sorted(compiled.units, key=lambda u: rank.get(u.key, len(rank))))
+        # the maximum of the text's score alone: confidence is the text's support for the query
+        bound = sum(u.weight * scoring.bm25_idf(index.n_chunks, u.df) for u in units if u.field is None)
+        bound += confidence.query_bound(index.n_chunks, [0] * len(compiled.unknown))
+        counts = Counter({u.key: 1 for u in units})
+        known = {u.key: (u.ids[0], u.df) for u in units}
+        return QueryTerms(counts, known, [u.key for u in units], bound, units, compiled, parsed)
+
+    def _confidences(self, terms: QueryTerms, chunk_ids: np.ndarray, opts: SearchOptions) -> list[float]:
+        """:attr:`Hit.confidence` of these chunks for a query (BM25 of just them over the
+        query's maximum; see :mod:`ragdb.index.confidence`)."""
+        text_units = [u for u in terms.units if u.field is None]  # the text's support, fields aside
+        if not text_units or terms.bound <= 0:
+            return [0.0] * len(chunk_ids)
+        k1, b = self._bm25_params(opts)
+        index = self.engine.index
+        if all(len(u.ids) == 1 and u.weight == 1.0 for u in text_units):
+            scores = confidence.chunk_bm25(index, [(u.ids[0], u.df) for u in text_units], chunk_ids, k1, b)
+        else:  # weighted or expanded units: score them all, pick these chunks
+            full, _ = index.bm25_units([(u.ids, u.df, u.weight) for u in text_units], k1, b)
+            scores = full[np.asarray(chunk_ids, dtype=np.intp)]
+        return confidence.from_scores(scores.tolist(), terms.bound)
+
+    def lexical(self, query: str, k: int, opts: SearchOptions, mask: np.ndarray
+                ) -> tuple[np.ndarray, np.ndarray, dict[int, dict[str, float]], QueryTerms]:
+        """Lexical scoring without building hits (inside a read transaction, after ``sync``).
+
+        Returns the ids and scores of the ``k`` best chunks that ``mask`` allows
+        and the query matches (plus any tied with the k-th), best first, equal
+        scores by chunk id, per-term contributions when ``opts.explain``, and the
+        query's terms (with the maximum score for confidences). Shared by lexical
+        and hybrid search.
+        """
+        k1, b = self._bm25_params(opts)
+        terms = self.query_terms(query, opts, mask)
+        none: tuple[np.ndarray, np.ndarray, dict[int, dict[str, float]], QueryTerms] = (
+            np.zeros(0, np.int64), np.zeros(0), {}, terms)
+        if not terms.units:
+            return none
+        index = self.engine.index
+        explain = opts.explain
+        compiled = terms.compiled
+        keys = terms.order
+        with_fields = any(u.field is not None for u in terms.units)
+        if compiled is None and not (with_fields and opts.lexical == "bm25"):
+            counts, known, order = terms.counts, terms.known, terms.order
+            if opts.lexical == "bm25":
+                scores, per_term = index.bm25([known[t] for t in order], k1, b, explain)
+            else:
+                scores, per_term = index.tfidf([(*known[t], counts[t]) for t in order], explain)
+        elif opts.lexical == "bm25":
+            keys = [u.key for u in terms.units]
+            scores, per_term = index.bm25_units([(u.ids, u.df, u.weight) for u in terms.units], k1, b, explain,
+                                                [u.field is not None for u in terms.units])
+        else:  # TF-IDF scores the text: a chunk's vector holds no field terms
+            text_units = [u for u in terms.units if u.field is None]
+            keys = [u.key for u in text_units]
+            scores, per_term = index.tfidf_units([(u.ids, u.df, u.weight) for u in text_units], explain)
+        n = min(len(mask), len(scores))
+        allowed = mask[:n] & (scores[:n] > 0)
+        tree = compiled.tree if compiled is not None else None
+        verify: tuple[np.ndarray, Callable[[int], bool]] | None = None
+        if tree is not None:
+            matcher = self._matcher(opts)
+            certain, possible = matcher.bounds(tree)
+            allowed &= possible[:n]
+            verify = (certain, lambda c: matcher.verdict(tree, c))
+        cand = np.flatnonzero(allowed)
+        if opts.min_score is not None and opts.scorer != "hybrid":  # hybrid thresholds the fused score
+            cand = cand[scores[cand] >= opts.min_score]
+        if verify is not None and not bool(np.all(verify[0][cand])):
+            cand, sc = _verified_top(cand, scores, k, *verify, prefetch=matcher.prefetch)
+        else:
+            if len(cand) > k:
+                top = np.argpartition(-scores[cand], k - 1)[:k]
+                kth = scores[cand[top]].min()
+                cand = cand[scores[cand] >= kth]  # keep ties at the cut for the stable order
+            sc = scores[cand]
+            by_score = np.lexsort((cand, -sc))
+            cand, sc = cand[by_score], sc[by_score]
+        contributions: dict[int, dict[str, float]] = {}
+        if explain:
+            for cid in cand.tolist():
+                contributions[cid] = {t: float(c[cid]) for t, c in zip(keys, per_term)
+                                      if len(c) and c[cid] != 0.0}
+        return cand, sc, contributions, terms
+
+    def plan(self, query: str, opts: SearchOptions) -> QueryPlan:
+        """How ``query`` is searched under ``opts`` (see :class:`ragdb.types.QueryPlan`)."""
+        query = _clean_query(query)
+        eng = self.engine
+        with eng.store.read():
+            eng.sync()
+            index = eng.index
+            mask = index.allowed(eng.restrictions(opts.restrictions))
+            terms = self.query_terms(query, opts, mask)
+            parsed = terms.parsed if terms.parsed is not None else self.parse(query, opts)
+            compiled = terms.compiled
+            if compiled is None:
+                in_fields = {u.key.split(":", 1)[1] for u in terms.units if u.field is not None}
+                unknown = [t for t in terms.counts if t not in terms.order and t not in in_fields]
+                dropped = tuple(eng.analyzer.dropped(query))
+                expansions: Mapping[str, tuple[str, ...]] = {}
+            else:
+                unknown = list(compiled.unknown)
+                dropped = compiled.dropped
+                expansions = compiled.expansions
+            # a term only hidden chunks hold is as unknown to this caller as one no chunk holds
+            visible_counts = self._visible_counts(mask, list(terms.units))
+            unknown += [u.key for u in terms.units
+                        if u.field is None and visible_counts.get(u.key, 0) == 0 and u.key not in unknown]
+            suggestions = {t: self._suggest(t, mask) for t in unknown}
+            # every term of the query, in query order; those no visible chunk holds are in ``unknown`` too
+            all_terms = tuple(terms.counts) if compiled is None else \
+                tuple(dict.fromkeys([u.key for u in terms.units] + list(compiled.unknown)))
+        return QueryPlan(
+            query=query, syntax=parsed.syntax, error=parsed.error, terms=all_terms,
+            weights={u.key: u.weight for u in terms.units if u.weight != 1.0}, expansions=dict(expansions),
+            phrases=tuple(p.text for p, _f, _b in parsed.words() if isinstance(p, qlang.Phrase)),
+            excluded=tuple(w.text for w, _f, _b in parsed.words(negated=True)),
+            dropped=tuple(dropped), unknown=tuple(unknown),
+            suggestions={t: s for t, s in suggestions.items() if s})
+
+    def _visible_counts(self, mask: np.ndarray, units: list[Unit]) -> dict[str, int]:
+        """unit key -> how many chunks the search may see hold it."""
+        out = {}
+        index = self.engine.index
+        for u in units:
+            p = index.unit_postings(u.ids)
+            if p is None:
+                out[u.key] = 0
+                continue
+            ids = p[0][p[0] < len(mask)].astype(np.intp)
+            out[u.key] = int(np.count_nonzero(mask[ids]))
+        return out
+
+    def _suggest(self, term: str, mask: np.ndarray, limit: int = 3) -> tuple[str, ...]:
+        """Index terms one edit from ``term`` that chunks the search may see hold, the most
+        frequent among those chunks first: counts over visible chunks only, so a term of a
+        hidden document is never suggested (nor does its frequency order the suggestions)."""
+        index = self.engine.index
+        found = index.lookup_terms([t for t in edits1(term) if t != term])
+        counts = self._visible_counts(mask, [Unit(t, (tid,), df) for t, (tid, df) in found.items()])
+        ranked = sorted((t for t, c in counts.items() if c > 0), key=lambda t: (-counts[t], t))
+        return tuple(ranked[:limit])
+
+    def _matcher(self, opts: SearchOptions) -> Matcher:
+        eng = self.engine
+        index = eng.index
+
+        def mask_of(flt: Mapping[str, Any]) -> np.ndarray:
+            return index.allowed(filters.build(flt, principals=ALL, versions=opts.restrictions.versions,
+                                               to_epoch=to_epoch))
+
+        texts: dict[int, str] = {}
+
+        def text_of(cid: int, field: str | None) -> str:
+            if field is not None:  # a title or heading path: from the hit fields
+                return str(index.hit_protos([cid])[cid][0][field] or "")
+            if cid not in texts:
+                texts.update(index.texts([cid]))
+            return texts.get(cid, "")
+
+        matcher = Matcher(index, eng.analyzer, mask_of, text_of)
+        matcher.prefetch = lambda ids: texts.update(index.texts([c for c in ids if c not in texts]))
+        return matcher
+
+    # -- dense -----------------------------------------------------------------------
+    def _vector_pool(self, qvec: np.ndarray, embedder: Embedder, k: int, mask: np.ndarray) -> Pool:
+        """(chunk ids, cosines) of the ``k`` chunks (plus ties) with the highest
+        positive cosine among those ``mask`` allows, best first, equal cosines by
+        chunk id (inside a read transaction)."""
+        eng = self.engine
+        vi = eng.vectors
+        vi.sync()
+        info = vi.model  # the recorded model, re-read whenever the vectors changed
+        name, dims = embedder.name, dimensions_of(embedder)
+        if info is None:
+            if eng.store.has_chunks():
+                raise EmbeddingError("the database has no vectors: embed it first (ragdb embed --model wordllama)")
+            return empty_pool()
+        if (info["model"], int(info["dimensions"])) != (name, dims):
+            raise EmbeddingError(model_mismatch(info, name, dims))
+        return vi.search_arrays(qvec, k, mask, min_score=0.0, with_ties=True)
+
+    def _vector(self, query: str, opts: SearchOptions, k: int) -> list[Hit]:
+        """The ``k`` chunks most similar to ``query`` (exact cosine), best first;
+        only chunks with positive similarity (never padding)."""
+        from ragdb.models.embedder import embed_query
+
+        eng = self.engine
+        eng.restrictions(opts.restrictions)  # refuse bad restrictions before embedding the query
+        emb = eng.query_embedder(opts.embedder)
+        if not query.strip():
+            return []
+        qvec = embed_query(emb, query)  # outside the transaction: an endpoint may be slow
+        with eng.store.read():
+            eng.sync()
+            mask = eng.index.allowed(eng.restrictions(opts.restrictions))
+            terms = self.query_terms(query, opts, mask)
+            mask, check = self._constraints(terms, opts, mask)
+            ids, sims = self._vector_pool(qvec, emb, k, mask)
+            if check is not None:
+                keep = np.fromiter((check(c) for c in ids.tolist()), bool, len(ids))
+                ids, sims = ids[keep], sims[keep]
+            if opts.min_score is not None:
+                keep = sims >= opts.min_score
+                ids, sims = ids[keep], sims[keep]
+            pool = list(zip(ids.tolist(), sims.tolist()))
+            # a vector hit's confidence is the lexical support of its chunk (ragdb.index.confidence)
+            conf = dict(zip(ids.tolist(), self._confidences(terms, ids, opts)))
+            protos = eng.index.hit_protos([c for c, _ in pool])
+        return hits_from_scored(protos, ((c, s, {"vector:cosine": s} if opts.explain else {})
+                                         for c, s in pool), conf)[:k]
+
+    def _constraints(self, terms: QueryTerms, opts: SearchOptions, mask: np.ndarray
+                     ) -> tuple[np.ndarray, Callable[[int], bool] | None]:
+        """The query language's constraints on a vector search's candidates: ``mask`` less the
+        chunks the query cannot match (an excluded word, a missing required one), and a
+        check for the chunks that only may (a phrase), or None when there is none."""
+        compiled = terms.compiled
+        if compiled is None or compiled.tree is None:
+            return mask, None
+        tree = compiled.tree
+        matcher = self._matcher(opts)
+        certain, possible = matcher.bounds(tree)
+        n = min(len(mask), len(possible))
+        out = np.zeros(len(mask), bool)
+        out[:n] = mask[:n] & possible[:n]
+        if not compiled.phrases:
+            return out, None
+        return out, lambda c: bool(certain[c]) or matcher.matches(tree, c)
+
+    def _adaptive_alpha(self, query: str, opts: SearchOptions, emb: Embedder, lex: Pool, terms: QueryTerms) -> float:
+        """The vector weight of fusion ``adaptive`` for this query (:func:`ragdb.index.fusion.adaptive_alpha`):
+        the base weight (``alpha``, else the one fitted for the model and the query's language),
+        raised when the best lexical hit covers little of the query."""
+        from ragdb.index.fusion import adaptive_alpha, base_alpha
+
+        base = opts.alpha if opts.alpha is not None else base_alpha(emb.name, query)
+        if len(lex[0]) == 0:
+            return adaptive_alpha(float(base), 0.0)
+        top = int(np.argmax(lex[1]))
+        if opts.lexical == "bm25":  # the lexical scores are BM25: the confidence is the score over the bound
+            coverage = confidence.from_scores([float(lex[1][top])], terms.bound)[0]
+        else:
+            coverage = self._confidences(terms, lex[0][top:top + 1], opts)[0]
+        return adaptive_alpha(float(base), float(coverage))
+
+    def _hybrid_confidences(self, terms: QueryTerms, ids: np.ndarray, lex: Pool, opts: SearchOptions
+                            ) -> dict[int, float]:
+        """Confidences of the fused hits: from the BM25 scores already computed for those in
+        the lexical pool, from their postings for the others (vector-only candidates)."""
+        if opts.lexical != "bm25" or not len(lex[0]) or any(u.field is not None for u in terms.units):
+            return dict(zip(ids.tolist(), self._confidences(terms, ids, opts)))
+        known = dict(zip(lex[0].tolist(), confidence.from_scores(lex[1].tolist(), terms.bound)))
+        rest = np.array([c for c in ids.tolist() if c not in known], np.int64)
+        if len(rest):
+            known.update(zip(rest.tolist(), self._confidences(terms, rest, opts)))
+        return {c: known[c] for c in ids.tolist()}
+
+    def _hybrid(self, query: str, opts: SearchOptions, k: int) -> list[Hit]:
+        """Lexical and vector candidates fused into one ranking, best first.
+
+        Candidate pools, both under the same restrictions (applied before the
+        cut) and read from one snapshot: the ``max(pool, k)`` best BM25 chunks
+        (positive scores only) and the ``max(pool, k)`` chunks with the highest
+        positive cosine (ties at either cut are kept). ``fusion="weighted"``:
+        ``alpha * minmax(cosine) + (1 - alpha) * minmax(lexical)``, each min-max
+        over its own pool, a side where a chunk is absent counting 0;
+        ``fusion="adaptive"`` (default): the same with ``alpha`` chosen per query
+        (:meth:`_adaptive_alpha`);
+        ``fusion="rrf"``: reciprocal rank fusion with constant ``rrf_k``.
+        ``min_score`` drops fused scores below it. Chunks in neither pool are
+        never returned."""
+        from ragdb.models.embedder import embed_query
+
+        eng = self.engine
+        size = max(opts.pool_size, k)
+        eng.restrictions(opts.restrictions)  # refuse bad restrictions before embedding the query
+        emb = eng.query_embedder(opts.embedder)
+        qvec = embed_query(emb, query) if query.strip() else None  # outside the transaction
+        store = eng.store
+        with store.read():  # one snapshot for both sides
+            eng.sync()
+            index = eng.index
+            mask = index.allowed(eng.restrictions(opts.restrictions))
+            cand, scores, contrib, terms = self.lexical(query, size, opts, mask)
+            lex: Pool = (cand.astype(np.int64), scores)
+            vmask, check = self._constraints(terms, opts, mask)  # the lexical pool met them already
+            dense = self._vector_pool(qvec, emb, size, vmask) if qvec is not None else empty_pool()
+            if check is not None:
+                keep = np.fromiter((check(c) for c in dense[0].tolist()), bool, len(dense[0]))
+                dense = (dense[0][keep], dense[1][keep])
+            lex, dense = content_order(lex, store.chunk_sort_keys), content_order(dense, store.chunk_sort_keys)
+            alpha: float | None = None
+            if opts.fusion_method == "rrf":
+                ids, fused = rrf_pools(lex, dense, opts.fusion_rrf_k)
+            else:
+                alpha = opts.fusion_alpha if opts.fusion_method == "weighted" else \
+                    self._adaptive_alpha(query, opts, emb, lex, terms)
+                ids, fused = minmax_weighted_pools(lex, dense, alpha)
+            if opts.min_score is not None:
+                keep = fused >= opts.min_score
+                ids, fused = ids[keep], fused[keep]
+            ids, fused = cut_with_ties(ids, fused, k)
+            conf = self._hybrid_confidences(terms, ids, lex, opts)
+            protos = index.hit_protos(ids.tolist())
+        lex_scores = dict(zip(lex[0].tolist(), lex[1].tolist())) if opts.explain else {}
+        dense_scores = dict(zip(dense[0].tolist(), dense[1].tolist())) if opts.explain else {}
+        scored = []
+        for cid, score in zip(ids.tolist(), fused.tolist()):
+            ex: dict[str, float] = {}
+            if opts.explain:
+                ex.update(contrib.get(cid, {}))
+                if cid in lex_scores:
+                    ex[f"lexical:{opts.lexical}"] = lex_scores[cid]
+                if cid in dense_scores:
+                    ex["vector:cosine"] = dense_scores[cid]
+                if alpha is not None:
+                    ex["fusion:alpha"] = alpha
+            scored.append((cid, score, ex))
+        return hits_from_scored(protos, scored, conf)[:k]
+
+
+def _verified_top(cand: np.ndarray, scores: np.ndarray, k: int, certain: np.ndarray,
+                  matches: Callable[[int], bool], prefetch: Callable[[list[int]], object] | None = None
+                  ) -> tuple[np.ndarray, np.ndarray]:
+    """The ``k`` best of ``cand`` (plus ties with the k-th) that match, best first, equal
+    scores by chunk id: candidates are taken in score order, in rounds of a few times
+    ``k``, and those not ``certain`` are checked with ``matches`` (a phrase on the chunk's
+    text) until ``k`` are accepted and the next score is lower."""
+    sc_all = scores[cand]
+    remaining = np.arange(len(cand))
+    accepted: list[int] = []
+    kth: float | None = None
+    step = max(2 * k, 32)
+    while len(remaining):
+        if len(remaining) > step:
+            part = np.argpartition(-sc_all[remaining], step - 1)[:step]
+            batch, rest = remaining[part], np.delete(remaining, part)
+        else:
+            batch, rest = remaining, remaining[:0]
+        batch = batch[np.lexsort((cand[batch], -sc_all[batch]))]
+        if prefetch is not None:  # the texts of the batch's uncertain chunks, in one read
+            ids = cand[batch]
+            prefetch(ids[~certain[ids]].tolist())
+        for i in batch.tolist():
+            s = float(sc_all[i])
+            if kth is not None and s < kth:
+                rest = rest[:0]
+                break
+            c = int(cand[i])
+            if certain[c] or matches(c):
+                accepted.append(i)
+                if len(accepted) == k:
+                    kth = s
+        remaining = rest
+        step *= 2
+    idx = np.asarray(accepted, dtype=np.intp)
+    out, sc = cand[idx], sc_all[idx]
+    order = np.lexsort((out, -sc))
+    return out[order], sc[order]

@@ -1,0 +1,611 @@
+"""Which files of a folder ragdb indexes, and why it skips the others.
+
+:func:`walk` goes through a folder depth first, in name order, and returns
+the files to load and every path it skipped with a reason
+(:class:`Skipped`). The rules, in the order they are applied to each entry:
+
+1. ``vcs`` -- version-control folders (``.git``, ``.hg``, ``.svn``, ...);
+   never entered, whatever the ignore files say.
+2. ``excluded`` -- matches an ``exclude`` pattern (a matching folder is not
+   entered); ``not included`` -- a file that matches none of the
+   ``include`` patterns (when some are given).
+3. by type (these cannot be turned back on): ``image`` (SVG too),
+   ``font``, ``media`` (audio and video), ``archive``, ``office``,
+   ``binary`` (compiled code, databases, model weights ...), by extension.
+4. default rules: ``virtualenv`` (a folder holding ``pyvenv.cfg`` or
+   ``conda-meta``), ``node_modules``, ``cache`` (``__pycache__``,
+   ``.mypy_cache``, ``.tox`` ...), ``build`` (``build``, ``dist``,
+   ``target``, ``_build``, ``*.egg-info`` ...), ``lockfile``
+   (``package-lock.json``, ``uv.lock``, ``*.lock`` ...), ``minified``
+   (``*.min.js``, ``*.min.css``, ``*.map``), ``hidden`` (a name starting with
+   ``.``), ``unsupported`` (an extension that is not text or markup: see
+   :data:`TEXT_SUFFIXES`).
+5. ``ignored`` -- ``.gitignore`` and ``.ragdbignore`` files (git's syntax and
+   semantics, through ``pathspec``): a file's patterns are relative to its
+   folder, deeper files win, ``.ragdbignore`` wins over ``.gitignore`` of
+   the same folder, an ignored folder is not entered (so nothing inside it
+   can be re-included). When the walked folder lies inside a git work tree,
+   the ``.gitignore`` files from the top of that tree down to it and
+   ``.git/info/exclude`` count too.
+
+The default rules of step 4 behave like patterns listed before the ignore
+files: a negation there (``!build/``, ``!*.csv``, ``!.github/`` in a
+``.ragdbignore``) turns one off for the paths it matches. The folder given
+to :func:`walk` is never skipped itself, and callers take a file named
+explicitly as it is; when it lies inside a folder its work tree ignores (a
+build folder named on purpose), the ignore files above it are not applied.
+Symbolic links are followed inside the folder only: ``link outside`` is a
+link whose target lies elsewhere (git does not follow links either).
+
+Two checks need the file's content and are made when it is loaded, not
+while walking (a sync reads nothing but ``stat`` for unchanged files):
+:func:`content_reason` finds ``binary`` content (NUL or control bytes) and
+``minified`` bundles (code whose lines are extremely long).
+
+Skipped folders are reported once (their path ends with ``/``); what they
+hold is not walked, so a huge ``node_modules`` costs one entry.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import stat
+from collections.abc import Iterable, Iterator, Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import pathspec
+
+from ragdb import plugins
+from ragdb.errors import InvalidInput, LoaderError
+
+__all__ = ["Skipped", "Walk", "Patterns", "TEXT_SUFFIXES", "TEXT_NAMES", "REASONS", "walk", "file_reason",
+           "content_reason", "looks_binary", "read_head", "expand_braces", "skip_counts", "reason_summary"]
+
+#: Every skip reason, in the order a summary lists them when counts tie.
+REASONS: tuple[str, ...] = (
+    "vcs", "virtualenv", "node_modules", "cache", "build", "hidden", "ignored", "excluded", "not included",
+    "lockfile", "minified", "image", "font", "media", "archive", "office", "binary", "unsupported", "not a file",
+    "link outside",
+)
+
+#: Suffixes (lower case) of the files a walk picks: documents and markup, source code, config text.
+TEXT_SUFFIXES: frozenset[str] = frozenset(
+    # documents and markup (see ragdb.files.loaders.SUPPORTED_SUFFIXES)
+    ".txt .text .md .markdown .mdown .mkd .mdx .rst .rest .html .htm .xhtml .pdf .jsonl .ndjson .adoc .asciidoc"
+    " .org .tex .bib .man .pod"
+    # source code
+    " .py .pyi .pyx .pxd .js .mjs .cjs .jsx .ts .mts .cts .tsx .vue .svelte .c .h .cc .cpp .cxx .hpp .hh .hxx"
+    " .m .mm .go .rs .java .kt .kts .scala .groovy .gradle .swift .cs .fs .fsx .vb .rb .php .pl .pm .lua .r .jl"
+    " .dart .ex .exs .erl .hrl .hs .ml .mli .clj .cljs .elm .zig .nim .sql .sh .bash .zsh .fish .ps1 .psm1 .bat"
+    " .cmd .awk .sed .vim .el .lisp .scm .rkt .proto .graphql .gql .css .scss .sass .less .cmake .mk .make"
+    " .dockerfile .tf .hcl .nix .asm .s .sv .vhd .vhdl .f90 .for .pas .d .cu .cuh .ipp .inl"
+    # config text
+    " .toml .yaml .yml .ini .cfg .conf .json .json5 .xml .properties .editorconfig .in .spec"
+    .split()
+)
+
+#: File names (lower case) without a telling suffix that a walk picks.
+TEXT_NAMES: frozenset[str] = frozenset(
+    "makefile gnumakefile dockerfile containerfile jenkinsfile vagrantfile gemfile rakefile procfile brewfile"
+    " justfile readme license licence copying notice authors contributors changelog changes history install"
+    " todo codeowners manifest.in setup.cfg".split()
+)
+
+_TYPE_SUFFIXES: dict[str, str] = {
+    **dict.fromkeys(".png .jpg .jpeg .gif .bmp .tif .tiff .webp .ico .icns .heic .heif .avif .psd .xcf .svg .svgz"
+                    " .eps .ai .raw .cr2 .nef .dng .jxl".split(), "image"),
+    **dict.fromkeys(".ttf .otf .woff .woff2 .eot .pfb .pfm .fon".split(), "font"),
+    **dict.fromkeys(".mp3 .wav .flac .ogg .oga .opus .m4a .aac .wma .aiff .aif .mid .midi .mp4 .m4v .mkv .mov"
+                    " .avi .wmv .webm .flv .mpg .mpeg .3gp".split(), "media"),
+    **dict.fromkeys(".zip .tar .gz .tgz .bz2 .tbz2 .xz .txz .zst .7z .rar .jar .war .ear .whl .egg .apk .dmg .iso"
+                    " .deb .rpm .cab .lz .lzma .lz4 .z".split(), "archive"),
+    **dict.fromkeys(".doc .docx .xls .xlsx .ppt .pptx .odt .ods .odp .rtf .pages .numbers .key .epub .mobi"
+                    .split(), "office"),
+    **dict.fromkeys(".exe .dll .so .dylib .o .a .lib .obj .pyc .pyo .pyd .class .wasm .bin .dat .db .sqlite"
+                    " .sqlite3 .db-wal .db-shm .pkl .pickle .npy .npz .parquet .feather .arrow .h5 .hdf5 .onnx"
+                    " .pt .pth .ckpt .safetensors .gguf .tflite .pb .idx .pack .lockb".split(), "binary"),
+}
+#: Reasons no ignore-file negation turns off.
+_FIXED = frozenset({"vcs", "image", "font", "media", "archive", "office", "binary"})
+
+_VCS_NAMES = frozenset({".git", ".hg", ".svn", ".bzr", "_darcs", "CVS", ".jj"})
+_NODE_DIRS = frozenset({"node_modules", "bower_components", "jspm_packages"})
+_CACHE_DIRS = frozenset({"__pycache__", ".mypy_cache", ".pytest_cache", ".ruff_cache", ".hypothesis", ".tox",
+                         ".nox", ".eggs", ".ipynb_checkpoints", ".sass-cache", ".parcel-cache", ".gradle",
+                         ".cache", ".pyre", ".pytype"})
+_BUILD_DIRS = frozenset({"build", "dist", "target", "_build", "htmlcov", ".next", ".nuxt", ".svelte-kit",
+                         "__pypackages__"})
+_VENV_NAMES = frozenset({"venv", ".venv", "env", ".env", "virtualenv"})
+_LOCKFILES = frozenset({"package-lock.json", "npm-shrinkwrap.json", "yarn.lock", "pnpm-lock.yaml", "poetry.lock",
+                        "cargo.lock", "uv.lock", "pipfile.lock", "gemfile.lock", "composer.lock", "go.sum",
+                        "flake.lock", "pdm.lock", "bun.lockb", "mix.lock", "packages.lock.json", "podfile.lock",
+                        "pubspec.lock", "gradle.lockfile", "conda-lock.yml", "deno.lock", "shrinkwrap.yaml"})
+_MINIFIED_ENDINGS = (".min.js", ".min.mjs", ".min.css", ".map", "-min.js", ".bundle.js")
+#: Suffixes of prose and markup: their long lines are paragraphs, not bundles.
+_PROSE_SUFFIXES = frozenset(".txt .text .md .markdown .mdown .mkd .mdx .rst .rest .html .htm .xhtml .adoc"
+                            " .asciidoc .org .tex .pdf .jsonl .ndjson".split())
+_IGNORE_FILES = (".gitignore", ".ragdbignore")
+
+# ---------------------------------------------------------------------------- results
+
+
+@dataclass(frozen=True)
+class Skipped:
+    """A path a walk left out: ``path`` as walked (the folder given joined with
+    the path inside it; a folder's ends with ``/``), ``reason`` (one of
+    :data:`REASONS`) and, for ``ignored``/``excluded``, the rule that matched."""
+
+    path: str
+    reason: str
+    detail: str = ""
+
+
+def skip_counts(skipped: Iterable[Skipped]) -> dict[str, int]:
+    """Reason -> number of skipped paths, most frequent first."""
+    counts: dict[str, int] = {}
+    for s in skipped:
+        counts[s.reason] = counts.get(s.reason, 0) + 1
+    order = {r: i for i, r in enumerate(REASONS)}
+    return dict(sorted(counts.items(), key=lambda kv: (-kv[1], order.get(kv[0], len(order)), kv[0])))
+
+
+@dataclass(frozen=True)
+class Walk:
+    """What :func:`walk` found: ``files`` holds (path, path relative to the
+    root in posix form) in walk order; ``unmatched`` the include/exclude
+    patterns (as given) that matched no path at all."""
+
+    root: str
+    files: tuple[tuple[str, str], ...]
+    skipped: tuple[Skipped, ...] = ()
+    unmatched: tuple[str, ...] = ()
+
+    @property
+    def skip_counts(self) -> dict[str, int]:
+        return skip_counts(self.skipped)
+
+
+# ---------------------------------------------------------------------------- patterns
+
+
+def expand_braces(pattern: str) -> list[str]:
+    """``*.{md,rst}`` -> ``["*.md", "*.rst"]`` (nested and several groups too).
+
+    gitignore syntax has no braces, but shells and most glob tools do, and a
+    pattern such as ``*.{md,rst}`` that silently matched nothing was the
+    complaint. Hand-written (a dozen lines) rather than a dependency: a
+    ``{`` without a matching ``}`` or without a comma stays literal, and a
+    backslash escapes a brace.
+    """
+    depth = 0
+    start = -1
+    commas: list[int] = []
+    i = 0
+    while i < len(pattern):
+        c = pattern[i]
+        if c == "\\":
+            i += 2
+            continue
+        if c == "{":
+            if depth == 0:
+                start, commas = i, []
+            depth += 1
+        elif c == "}" and depth:
+            depth -= 1
+            if depth == 0:
+                if commas:
+                    head, tail = pattern[:start], pattern[i + 1:]
+                    cuts = [start, *commas, i]
+                    out: list[str] = []
+                    for a, b in zip(cuts, cuts[1:]):
+                        for rest in expand_braces(head + pattern[a + 1:b] + tail):
+                            if rest not in out:
+                                out.append(rest)
+                    return out
+                start = -1
+        elif c == "," and depth == 1:
+            commas.append(i)
+        i += 1
+    return [pattern]
+
+
+def _compile(lines: Sequence[str], label: str) -> pathspec.GitIgnoreSpec:
+    try:
+        return pathspec.GitIgnoreSpec.from_lines(lines)
+    except (re.error, ValueError, TypeError) as e:
+        raise InvalidInput(f"{label}: not a valid gitignore-style pattern ({e})") from None
+
+
+class Patterns:
+    """Gitignore-style patterns relative to a walk's root (``--include``/``--exclude``).
+
+    Each pattern is brace-expanded; the whole list is one spec (a later
+    ``!pattern`` overrides an earlier match, as in a ``.gitignore``).
+    :meth:`match` tells whether a relative path (a folder's ending with
+    ``/``) matches; the patterns that ever matched are remembered so that
+    :meth:`unmatched` can name the ones that matched nothing.
+    """
+
+    def __init__(self, patterns: Iterable[str] | None, option: str) -> None:
+        self.option = option
+        self.given: tuple[str, ...] = ()
+        self._lines: list[str] = []
+        self._owner: list[int] = []  # line -> index of the given pattern it came from
+        if patterns is None:
+            patterns = ()
+        if isinstance(patterns, (str, bytes)) or not isinstance(patterns, Iterable):
+            raise InvalidInput(f"{option} must be a list of patterns, got {patterns!r}")
+        given = []
+        for p in patterns:
+            if not isinstance(p, str) or not p.strip() or p.lstrip().startswith("#"):
+                raise InvalidInput(f"{option}: {p!r} is not a pattern (a non-empty gitignore-style glob)")
+            given.append(p)
+            for line in expand_braces(p.strip()):
+                self._lines.append(line)
+                self._owner.append(len(given) - 1)
+        self.given = tuple(given)
+        self._spec = _compile(self._lines, f"{option} {', '.join(repr(g) for g in self.given)}")
+        self._each = [_compile([line], f"{option} {line!r}") for line in self._lines]
+        self._hit = [False] * len(self.given)
+
+    def __bool__(self) -> bool:
+        return bool(self.given)
+
+    def match(self, rel: str) -> bool:
+        if not self.given:
+            return False
+        for n, spec in enumerate(self._each):
+            if not self._hit[self._owner[n]] and not self._lines[n].startswith("!") and spec.match_file(rel):
+                self._hit[self._owner[n]] = True
+        return bool(self._spec.match_file(rel))
+
+    def test(self, rel: str) -> bool:
+        """Like :meth:`match`, without recording hits (for stored sources)."""
+        return bool(self.given) and bool(self._spec.match_file(rel))
+
+    def unmatched(self) -> tuple[str, ...]:
+        return tuple(g for g, hit in zip(self.given, self._hit)
+                     if not hit and not g.lstrip().startswith("!"))
+
+
+# ---------------------------------------------------------------------------- ignore files
+
+
+@dataclass
+class _IgnoreFile:
+    base: str   # folder relative to the top, "" or ending with "/"
+    label: str  # for Skipped.detail
+    spec: pathspec.GitIgnoreSpec
+
+
+def _read_ignore(path: Path, base: str, label: str) -> _IgnoreFile | None:
+    try:
+        if path.stat().st_size > (1 << 20):  # a megabyte of ignore rules is not one
+            return None
+        text = path.read_bytes().decode("utf-8", errors="replace")
+    except OSError:
+        return None
+    lines = []
+    for line in text.splitlines():
+        try:  # git skips a pattern it cannot parse; so does this
+            pathspec.GitIgnoreSpec.from_lines([line])
+        except (re.error, ValueError, TypeError):
+            continue
+        lines.append(line)
+    if not any(line.strip() and not line.startswith("#") for line in lines):
+        return None
+    return _IgnoreFile(base, label, pathspec.GitIgnoreSpec.from_lines(lines))
+
+
+def _folder_rules(folder: Path, base: str, display: str) -> list[_IgnoreFile]:
+    out = []
+    for name in _IGNORE_FILES:
+        f = _read_ignore(folder / name, base, os.path.normpath(os.path.join(display, name)))
+        if f is not None:
+            out.append(f)
+    return out
+
+
+def _state(rules: Sequence[_IgnoreFile], full: str) -> tuple[bool | None, str]:
+    """(True: ignored, False: re-included by a negation, None: no rule matched; the rule).
+
+    Only a ``.ragdbignore`` negation gives False: one in a ``.gitignore``
+    is about git's own ignores and says nothing about ragdb's default
+    rules (so it gives None once it has undone an earlier match)."""
+    state: bool | None = None
+    detail = ""
+    for r in rules:
+        if not full.startswith(r.base):
+            continue
+        res = r.spec.check_file(full[len(r.base):])
+        if res.include is not None:
+            state = True if res.include else (False if r.label.endswith(".ragdbignore") else None)
+            assert res.index is not None
+            pattern = r.spec.patterns[res.index].pattern
+            detail = f"{r.label}: {pattern if isinstance(pattern, str) else ''}"
+    return state, detail
+
+
+def _git_top(root: Path) -> Path | None:
+    """The top of the git work tree holding ``root`` (a folder with a ``.git`` entry), or None."""
+    try:
+        here = Path(os.path.abspath(root))
+    except OSError:  # pragma: no cover - cwd gone
+        return None
+    for folder in (here, *here.parents):
+        if os.path.lexists(folder / ".git"):
+            return folder
+    return None
+
+
+def _outer_rules(root: Path, display: str) -> tuple[list[_IgnoreFile], str]:
+    """The ignore rules above ``root`` within its git work tree, and the root's path from the top."""
+    top = _git_top(root)
+    if top is None:
+        return [], ""
+    here = Path(os.path.abspath(root))
+    rel = here.relative_to(top).as_posix()
+    prefix = "" if rel == "." else rel + "/"
+    rules: list[_IgnoreFile] = []
+    ups = len([p for p in prefix.split("/") if p])
+    shown = os.path.join(display, *([os.pardir] * ups))
+    info = top / ".git" / "info" / "exclude"
+    if info.is_file():
+        f = _read_ignore(info, "", os.path.normpath(os.path.join(shown, ".git", "info", "exclude")))
+        if f is not None:
+            rules.append(f)
+    folder, base = top, ""
+    parts = [p for p in prefix.split("/") if p]
+    for part in parts:
+        rules.extend(_folder_rules(folder, base, shown))
+        folder, base = folder / part, f"{base}{part}/"
+        shown = os.path.join(shown, part)
+    return rules, prefix
+
+
+# ---------------------------------------------------------------------------- classification
+
+
+def _suffix(name: str) -> str:
+    dot = name.rfind(".")
+    return name[dot:].lower() if dot > 0 else ""
+
+
+def file_reason(name: str) -> str | None:
+    """Why a walk skips a file called ``name`` (a reason from :data:`REASONS`), or None to pick it."""
+    lower = name.lower()
+    if name in _VCS_NAMES:  # a worktree's or submodule's ".git" file
+        return "vcs"
+    suffix = _suffix(name)
+    if suffix and suffix in plugins.loader_suffixes():  # a plugin loader reads it (ragdb.plugins)
+        return None
+    kind = _TYPE_SUFFIXES.get(suffix)
+    if kind is not None:
+        return kind
+    if lower in _LOCKFILES or suffix == ".lock":
+        return "lockfile"
+    if lower.endswith(_MINIFIED_ENDINGS):
+        return "minified"
+    if name.startswith("."):
+        return "hidden"
+    if not suffix or suffix in TEXT_SUFFIXES or lower in TEXT_NAMES:
+        return None  # no suffix at all: the content check decides when it is loaded
+    return "unsupported"
+
+
+def _dir_reason(path: str, name: str) -> str | None:
+    if name in _VCS_NAMES:
+        return "vcs"
+    if name in _NODE_DIRS:
+        return "node_modules"
+    if name in _CACHE_DIRS:
+        return "cache"
+    if name in _BUILD_DIRS or name.endswith(".egg-info"):
+        return "build"
+    if os.path.isfile(os.path.join(path, "pyvenv.cfg")) or os.path.isdir(os.path.join(path, "conda-meta")):
+        return "virtualenv"
+    if name in _VENV_NAMES and (os.path.isfile(os.path.join(path, "bin", "activate"))
+                                or os.path.isfile(os.path.join(path, "Scripts", "activate.bat"))):
+        return "virtualenv"
+    if name.startswith("."):
+        return "hidden"
+    return None
+
+
+_BOMS = (b"\xef\xbb\xbf", b"\xff\xfe", b"\xfe\xff")
+# C0 controls that never appear in text (tab, LF, VT, FF, CR and ESC are allowed), and DEL.
+_CONTROL_DELETE = bytes(sorted(set(range(0x00, 0x09)) | set(range(0x0E, 0x1B)) | set(range(0x1C, 0x20)) | {0x7F}))
+_CONTROL_RATIO = 0.05
+SNIFF_BYTES = 8192
+_BUNDLE_SAMPLE = 1 << 16
+_BUNDLE_LINE = 10_000     # one line this long is generated code
+_BUNDLE_MEAN = 1_000      # nor do people write code whose lines average this
+
+
+def looks_binary(data: bytes) -> bool:
+    """NUL bytes or more than 5% control bytes in the first 8 KiB (text with a
+    byte-order mark is text: UTF-16 holds NULs)."""
+    sample = data[:SNIFF_BYTES]
+    if not sample or sample.startswith(_BOMS):
+        return False
+    if b"\x00" in sample:
+        return True
+    controls = len(sample) - len(sample.translate(None, _CONTROL_DELETE))
+    return controls / len(sample) > _CONTROL_RATIO
+
+
+def content_reason(head: bytes, name: str) -> str | None:
+    """``binary`` or ``minified`` for a file called ``name`` whose first bytes
+    (64 KiB are enough) are ``head``; None when it reads as text. PDFs are
+    not checked here (the PDF loader reads them)."""
+    suffix = _suffix(name)
+    if suffix == ".pdf" or head.startswith(b"%PDF-") or (suffix and suffix in plugins.loader_suffixes()):
+        return None  # the PDF loader (or the plugin loader of the suffix) reads them
+    if looks_binary(head):
+        return "binary"
+    if suffix not in _PROSE_SUFFIXES and name.lower() not in TEXT_NAMES:
+        sample = head[:_BUNDLE_SAMPLE]
+        lines = sample.split(b"\n")
+        longest = max(len(line) for line in lines)
+        if longest >= _BUNDLE_LINE or (len(sample) >= 4096 and len(sample) / len(lines) >= _BUNDLE_MEAN):
+            return "minified"
+    return None
+
+
+def read_head(path: str | os.PathLike[str], n: int = _BUNDLE_SAMPLE) -> bytes:
+    """The first ``n`` bytes of a file (raises OSError)."""
+    with open(path, "rb") as fh:
+        return fh.read(n)
+
+
+# ---------------------------------------------------------------------------- the walk
+
+
+def _sorted_entries(directory: str) -> list[os.DirEntry[str]]:
+    try:
+        with os.scandir(directory) as it:
+            entries = list(it)
+    except OSError:
+        return []
+    entries.sort(key=lambda e: e.name)
+    return entries
+
+
+@dataclass
+class _Frame:
+    entries: Iterator[os.DirEntry[str]]
+    rel: str  # relative to the root, "" or ending with "/"
+    rules: list[_IgnoreFile] = field(default_factory=list)
+
+
+def _inside(path: str, folder: str) -> bool:
+    """Whether the real path ``path`` is ``folder`` or below it (links are not followed out
+    of the folder walked, as git does not follow them: a link to ``/etc`` or to another
+    project would otherwise pull files the folder does not hold into the index)."""
+    return path == folder or path.startswith(folder.rstrip(os.sep) + os.sep)
+
+
+def walk(root: str | os.PathLike[str], *, recursive: bool = True, include: Patterns | Sequence[str] | None = None,
+         exclude: Patterns | Sequence[str] | None = None) -> Walk:
+    """The files under ``root`` ragdb would index and the paths it skips (see the module docs).
+
+    ``include``/``exclude``: gitignore-style patterns relative to ``root``
+    (``*.md``, ``docs/``, ``/top.txt``, ``**/api/*.rst``; braces expand).
+    A ``root`` that is a file is the one file (if ``include`` lets it).
+    Symbolic links are followed within ``root`` (each real folder entered once); a link
+    leading outside it is skipped ("link outside").
+    Raises :class:`~ragdb.errors.LoaderError` when ``root`` does not exist.
+    """
+    inc = include if isinstance(include, Patterns) else Patterns(include, "include")
+    exc = exclude if isinstance(exclude, Patterns) else Patterns(exclude, "exclude")
+    where = os.fspath(root)
+    try:
+        st = os.stat(where)
+    except OSError as e:
+        raise LoaderError(f"{where}: no such file or folder ({e.strerror or e})") from None
+    if stat.S_ISREG(st.st_mode):
+        name = os.path.basename(where)
+        if exc.match(name):
+            return Walk(where, (), (Skipped(where, "excluded"),), inc.unmatched())
+        if inc and not inc.match(name):
+            return Walk(where, (), (Skipped(where, "not included"),), inc.unmatched())
+        return Walk(where, ((where, name),), (), inc.unmatched() + exc.unmatched())
+    if not stat.S_ISDIR(st.st_mode):
+        return Walk(where, (), (Skipped(where, "not a file"),))
+    outer, top_rel = _outer_rules(Path(where), where)
+    parts = [p for p in top_rel.split("/") if p]
+    if any(_state(outer, "/".join(parts[:i]) + "/")[0] for i in range(1, len(parts) + 1)):
+        # The folder asked for lies in a folder the work tree ignores (a build or cache folder
+        # named on purpose): the ignore rules above it would drop every file, so they are not
+        # applied; its own .gitignore/.ragdbignore files still are.
+        outer = []
+    base_real = os.path.realpath(where)
+    lead = "" if os.path.normpath(where) == os.curdir else where  # "./x" is shown as "x"
+    files: list[tuple[str, str]] = []
+    skipped: list[Skipped] = []
+    seen: set[str] = {os.path.realpath(where)}
+    stack = [_Frame(iter(_sorted_entries(where)), "", outer + _folder_rules(Path(where), top_rel, where))]
+    while stack:
+        frame = stack[-1]
+        entry = next(frame.entries, None)
+        if entry is None:
+            stack.pop()
+            continue
+        name = entry.name
+        rel = frame.rel + name
+        shown = os.path.join(lead, rel) if lead else rel
+        try:
+            is_dir = entry.is_dir()  # follows links; False for broken links
+            is_file = not is_dir and entry.is_file()
+        except OSError:  # ELOOP on a self-referencing link, permission problems
+            is_dir = is_file = False
+        if is_dir:
+            if not recursive:
+                continue
+            rel += "/"
+            reason = _dir_reason(entry.path, name)
+            if reason == "vcs":
+                skipped.append(Skipped(shown + "/", "vcs"))
+                continue
+            excluded = exc.match(rel)
+            inc.match(rel)  # a folder pattern ("docs/") counts as matched by the folder
+            if excluded:
+                skipped.append(Skipped(shown + "/", "excluded"))
+                continue
+            state, detail = _state(frame.rules, top_rel + rel)
+            if reason is not None and state is not False:
+                skipped.append(Skipped(shown + "/", reason))
+                continue
+            if state is True:
+                skipped.append(Skipped(shown + "/", "ignored", detail))
+                continue
+            try:
+                real = os.path.realpath(entry.path)
+            except (OSError, RuntimeError):  # pragma: no cover - realpath rarely raises
+                continue
+            if real in seen:
+                continue
+            if not _inside(real, base_real):
+                skipped.append(Skipped(shown + "/", "link outside", real))
+                continue
+            seen.add(real)
+            stack.append(_Frame(iter(_sorted_entries(entry.path)), rel,
+                                frame.rules + _folder_rules(Path(entry.path), top_rel + rel, shown)))
+            continue
+        if not is_file:
+            skipped.append(Skipped(shown, "not a file"))
+            continue
+        if entry.is_symlink() and not _inside(os.path.realpath(entry.path), base_real):
+            skipped.append(Skipped(shown, "link outside", os.path.realpath(entry.path)))
+            continue
+        reason = file_reason(name)
+        if reason == "vcs":
+            skipped.append(Skipped(shown, "vcs"))
+            continue
+        excluded = exc.match(rel)
+        included = inc.match(rel) if inc else True
+        if excluded:
+            skipped.append(Skipped(shown, "excluded"))
+            continue
+        if not included:
+            skipped.append(Skipped(shown, "not included"))
+            continue
+        if reason in _FIXED:
+            skipped.append(Skipped(shown, reason or ""))
+            continue
+        state, detail = _state(frame.rules, top_rel + rel)
+        if reason is not None and state is not False:
+            skipped.append(Skipped(shown, reason))
+            continue
+        if state is True:
+            skipped.append(Skipped(shown, "ignored", detail))
+            continue
+        files.append((shown, rel))
+    return Walk(where, tuple(files), tuple(skipped), inc.unmatched() + exc.unmatched())
+
+
+def reason_summary(counts: Mapping[str, int]) -> str:
+    """``"1,100 node_modules, 80 binary"`` from :func:`skip_counts`."""
+    return ", ".join(f"{n:,} {reason}" for reason, n in counts.items())

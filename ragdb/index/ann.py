@@ -1,0 +1,236 @@
+"""Approximate nearest-neighbour search for large collections: an HNSW graph (usearch) kept as a cache.
+
+The SQLite ``vectors`` table stays the source of truth, and the in-memory matrix
+of :class:`ragdb.index.vectors.VectorIndex` its exact copy; this module adds an HNSW
+graph over the same vectors (`usearch <https://github.com/unum-cloud/usearch>`_,
+``pip install 'ragdb[ann]'``: a maintained single-file HNSW library with
+float16/int8 storage, fast multi-threaded inserts and removals, and
+save/restore; hnswlib is unmaintained since 2023 and faiss-cpu is a 30 MB wheel
+whose HNSW cannot remove vectors). The graph only *proposes* candidates: every
+candidate is scored exactly from the matrix (the same float64 arithmetic as the
+exact scan), checked against the search's restrictions, and ordered as exact
+search orders, so an ANN answer differs from the exact one only by chunks the
+graph failed to propose, never by a wrong score or a chunk outside the filter.
+
+When it is used (:func:`ann_mode`): ``auto`` (default) once a collection holds
+:data:`ANN_MIN_VECTORS` vectors (below that the exact numpy scan is fast enough;
+the threshold is measured in BENCHMARKS.md, section ``ann``), ``on`` always,
+``off`` never; ``RAGDB_ANN`` or :attr:`ragdb.Database.ann` choose. Without
+usearch installed, search stays exact.
+
+The cache file
+    ``<database>.ann/c<collection id>-e<epoch>-s<seq>.usearch``, next to the
+    database (none for ``:memory:`` or when the folder cannot be written): the
+    graph as of vector-log position ``(epoch, seq)``, written to a temporary
+    file and renamed, so a kill leaves either the old file or the new one.
+    On first use a process loads the newest file of its collection's epoch
+    whose ``seq`` is not ahead of the database, applies the logged changes
+    since (removing and re-adding the chunks they name), and checks that the
+    graph holds exactly the live chunk ids and that sampled vectors equal the
+    stored ones; anything else (missing, corrupt, another epoch, a cut log, a
+    different model) rebuilds it from the vectors. It is saved after a
+    rebuild, and on ``Database.close`` once its unsaved changes reach
+    :data:`SAVE_AFTER` or :data:`SAVE_FRACTION` of its size (fewer are cheaper
+    to replay from the log than a large file is to rewrite).
+
+Restrictions (filters, principals, time, versions)
+    are applied before the top-k cut, as for BM25: when the allowed set is
+    small (fewer than :data:`EXACT_ALLOWED` chunks, or under
+    :data:`SELECTIVE_FRACTION` of the collection) the allowed rows are
+    scanned exactly; otherwise the graph is asked for enough candidates that
+    ``k`` allowed ones are expected among them, and asked again for more when
+    fewer came back; if ``k`` allowed candidates with a score above the floor
+    still are not found, the search falls back to the exact scan of the allowed
+    rows. So a search returns ``k`` hits whenever ``k`` qualify, and never one
+    outside the restrictions.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import re
+import tempfile
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from ragdb.errors import InvalidInput
+
+__all__ = ["ANN_MIN_VECTORS", "ANN_MODES", "AnnGraph", "ann_available", "ann_mode", "cache_folder"]
+
+#: Collections with at least this many vectors use the graph in mode ``auto``.
+#: Measured (BENCHMARKS.md, section ann): the exact scan of 384-d float32
+#: vectors costs about 1 ms per 10,000 on this machine's cores, so it passes
+#: the graph's ~2 ms somewhere near 20,000-50,000 vectors; below 50,000 the
+#: scan is exact and fast enough that the graph's build and memory are not worth it.
+ANN_MIN_VECTORS = 50_000
+ANN_MODES = ("auto", "on", "off")
+#: Allowed sets at most this large are scanned exactly instead of searched in the graph.
+EXACT_ALLOWED = 20_000
+#: Allowed sets under this fraction of the collection are scanned exactly too
+#: (the graph would need ~k/fraction candidates to find k allowed ones).
+SELECTIVE_FRACTION = 0.05
+CONNECTIVITY = 16        # HNSW M
+EXPANSION_ADD = 128      # efConstruction (64 built graphs whose recall@10 fell to 0.83 at 1M vectors)
+EXPANSION_SEARCH = 256   # ef at query time (raised to the candidate count when larger)
+STORAGE = "i8"           # vectors in the graph: int8 (a quarter of float32; inserts 5x faster than float16
+                         # here, whose arithmetic has no hardware support); candidates are re-scored exactly
+#: Candidates asked of the graph for k hits (before the allowed fraction): int8 distances
+#: misorder near neighbours a little, and re-scoring 4k candidates exactly restores them
+#: (measured: recall@10 0.90 with 10 candidates, 1.00 with 40, at 100k clustered vectors).
+OVERSAMPLE = 4
+MIN_CANDIDATES = 40
+#: A graph whose unsaved changes reach max(SAVE_AFTER, SAVE_FRACTION of its size) is written
+#: back when its database is closed; fewer are applied from the vector log by the next process.
+SAVE_AFTER = 1_000
+SAVE_FRACTION = 0.01
+_NAME = re.compile(r"c(\d+)-e(\d+)-s(\d+)\.usearch")
+
+
+def ann_mode(value: str | None = None) -> str:
+    """The mode in force: ``value`` if given, else ``$RAGDB_ANN``, else ``auto``."""
+    mode = value if value is not None else (os.environ.get("RAGDB_ANN") or "auto")
+    mode = mode.strip().lower() if isinstance(mode, str) else mode
+    if mode not in ANN_MODES:
+        raise InvalidInput(f"ann mode must be one of {', '.join(ANN_MODES)}, got {mode!r}"
+                           + (" (from RAGDB_ANN)" if value is None else ""))
+    return str(mode)
+
+
+def ann_available() -> bool:
+    try:
+        import usearch.index  # noqa: F401
+    except ImportError:
+        return False
+    return True
+
+
+def cache_folder(db_path: str) -> Path | None:
+    """Where the graphs of a database file are kept (None for an in-memory database)."""
+    if not db_path or db_path == ":memory:" or db_path.startswith("file:"):
+        return None
+    return Path(db_path + ".ann")
+
+
+class AnnGraph:
+    """An HNSW graph over chunk ids -> vectors, with the vector-log position it reflects."""
+
+    def __init__(self, dims: int) -> None:
+        from usearch.index import Index
+
+        self.dims = dims
+        self.index = Index(ndim=dims, metric="ip", dtype=STORAGE, connectivity=CONNECTIVITY,
+                           expansion_add=EXPANSION_ADD, expansion_search=EXPANSION_SEARCH)
+        self.version: tuple[int, int] = (-1, -1)
+        self.unsaved = 0          # changes applied since the file was written
+
+    def __len__(self) -> int:
+        return int(len(self.index))
+
+    @property
+    def memory_bytes(self) -> int:
+        return int(self.index.memory_usage)
+
+    def add(self, ids: np.ndarray, mat: np.ndarray) -> None:
+        if len(ids):
+            # small batches in one thread: the same graph every time (concurrent inserts link
+            # nodes in a varying order) at no cost worth having
+            self.index.add(np.ascontiguousarray(ids, np.uint64), np.ascontiguousarray(mat, np.float32),
+                           threads=_threads() if len(ids) >= 10_000 else 1)
+            self.unsaved += len(ids)
+
+    def remove(self, ids: np.ndarray) -> None:
+        if len(ids):
+            present = np.asarray(self.index.contains(np.ascontiguousarray(ids, np.uint64)), bool).reshape(-1)
+            if present.any():
+                self.index.remove(np.ascontiguousarray(ids[present], np.uint64))
+            self.unsaved += int(present.sum())
+
+    def search(self, q: np.ndarray, count: int) -> np.ndarray:
+        """Chunk ids of (about) the ``count`` vectors nearest to ``q``."""
+        count = max(1, min(count, len(self)))
+        setattr(self.index, "expansion_search", max(EXPANSION_SEARCH, count))  # noqa: B010 - a setter the stubs omit
+        found = self.index.search(np.ascontiguousarray(q, np.float32), count, threads=1)
+        return np.asarray(found.keys, np.int64).reshape(-1)
+
+    def keys(self) -> np.ndarray:
+        return np.asarray(self.index.keys, np.int64)
+
+    def vectors_of(self, ids: np.ndarray) -> np.ndarray:
+        return np.asarray(self.index.get(np.ascontiguousarray(ids, np.uint64), dtype="f32"), np.float32)
+
+    # -- the cache file ------------------------------------------------------------
+    def save(self, folder: Path | None, collection_id: int) -> bool:
+        """Write the graph as ``c<id>-e<epoch>-s<seq>.usearch`` (temporary file, then rename) and
+        remove the collection's older files. False (nothing written) when the folder cannot be."""
+        if folder is None or self.version[0] < 0:
+            return False
+        epoch, seq = self.version
+        try:
+            folder.mkdir(exist_ok=True)
+            fd, tmp = tempfile.mkstemp(prefix=f".c{collection_id}-", suffix=".tmp", dir=folder)
+            os.close(fd)
+            try:
+                self.index.save(tmp)
+                with open(tmp, "rb+") as fh:
+                    os.fsync(fh.fileno())
+                final = folder / f"c{collection_id}-e{epoch}-s{seq}.usearch"
+                os.replace(tmp, final)
+            except BaseException:
+                with contextlib.suppress(OSError):
+                    os.unlink(tmp)
+                raise
+        except OSError:
+            return False
+        for other in _files(folder, collection_id):
+            if other[2] != final:
+                with contextlib.suppress(OSError):
+                    other[2].unlink()
+        self.unsaved = 0
+        return True
+
+    @classmethod
+    def load(cls, folder: Path | None, collection_id: int, dims: int, epoch: int, seq: int) -> AnnGraph | None:
+        """The newest saved graph of this collection and epoch not ahead of ``seq``, or None
+        (none, unreadable, or of other dimensions)."""
+        if folder is None:
+            return None
+        files = [f for f in _files(folder, collection_id) if f[0] == epoch and f[1] <= seq]
+        if not files:
+            return None
+        _e, s, path = max(files, key=lambda f: f[1])
+        try:
+            graph = cls(dims)
+            graph.index.load(str(path))
+            if int(graph.index.ndim) != dims:
+                return None
+        except Exception:  # a corrupt or foreign file is only a cache miss
+            return None
+        graph.version = (epoch, s)
+        graph.unsaved = 0
+        return graph
+
+
+def _files(folder: Path, collection_id: int) -> list[tuple[int, int, Path]]:
+    try:
+        names = os.listdir(folder)
+    except OSError:
+        return []
+    out = []
+    for name in names:
+        m = _NAME.fullmatch(name)
+        if m and int(m.group(1)) == collection_id:
+            out.append((int(m.group(2)), int(m.group(3)), folder / name))
+    return out
+
+
+def _threads() -> int:
+    return max(1, min(4, os.cpu_count() or 1))
+
+
+def describe(graph: Any) -> dict[str, Any]:
+    """Size and memory of a graph, for stats and the benchmark."""
+    return {"vectors": len(graph), "memory_bytes": graph.memory_bytes, "storage": STORAGE,
+            "connectivity": CONNECTIVITY, "expansion_search": EXPANSION_SEARCH}

@@ -1,0 +1,1012 @@
+"""The inverted index: packed postings in SQLite, scored with numpy.
+
+Layout (see ``migrations/0001_initial.sql``):
+
+* every chunk row carries its forward index (term ids in analyzer order,
+  term frequencies);
+* ``postings`` holds, per term, segments of sorted chunk ids and tfs;
+* chunks newer than ``stats.flushed_upto`` are not in ``postings`` yet:
+  their postings come from their forward index, kept in memory as a small
+  "tail" index. A flush (when the tail grows past a threshold, or on
+  ``optimize``) writes the tail as one new segment per term, so a single
+  ``add`` only writes its own rows and document frequencies;
+* deleting a chunk deletes its row and lowers the document frequencies of its
+  terms at once (IDF never drifts); its ids stay in old segments until the
+  next merge, and readers skip them because the chunk no longer exists.
+
+Each process keeps per-chunk lengths and states in numpy arrays, reloaded
+when ``stats.generation`` shows that another connection wrote. Queries read
+only the segments of the query's terms.
+"""
+
+from __future__ import annotations
+
+import sys
+from collections import Counter
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+from collections.abc import Callable, Collection, Container, Iterable, Iterator, Sequence
+
+import numpy as np
+import orjson
+
+from ragdb.index import scoring
+from ragdb.errors import StorageError
+from ragdb.text.fields import effective_title
+from ragdb.storage import Store
+
+if TYPE_CHECKING:
+    from ragdb.query.filters import Query
+
+# chunk states in the in-memory table
+ABSENT, LATEST, OLD = 0, 1, 2
+
+FLUSH_THRESHOLD = 2048      # tail chunks that trigger a flush
+HIT_CACHE_BYTES = 12 << 20  # hit fields (text, metadata) kept for building hits, about 12 MiB
+HIT_ENTRY_OVERHEAD = 500    # bytes of one cache entry besides its text (measured: dict, tuple, source)
+_NO_META: dict[str, Any] = {}  # shared by cache entries without metadata; never mutated
+POSTINGS_CACHE_ENTRIES = 300_000  # decoded postings kept between queries (~2 MB; 1M added ~3 MiB of RSS at 100k chunks, no speed)
+MAX_SEGMENTS = 16           # segments per term before they are merged
+MERGE_TERM_BATCH = 50_000   # terms outside the tail a flush looks at (counts, merges) at a time
+MERGE_PART_POSTINGS = 1 << 21  # postings merged (read, rewritten) at a time: ~12 MiB of blobs, ~50 MiB of work arrays
+
+
+def pack_ids(a: np.ndarray) -> bytes:
+    return np.ascontiguousarray(a, dtype="<u4").tobytes()
+
+
+def pack_tfs(a: np.ndarray) -> bytes:
+    return np.ascontiguousarray(np.minimum(np.asarray(a, dtype=np.int64), 65535), dtype="<u2").tobytes()
+
+
+def unpack_ids(b: bytes) -> np.ndarray:
+    return np.frombuffer(b, dtype="<u4")
+
+
+def unpack_tfs(b: bytes) -> np.ndarray:
+    return np.frombuffer(b, dtype="<u2")
+
+
+# -- packed postings (schema 8) -----------------------------------------------------
+#
+# A segment's ``chunk_ids`` blob is either raw (``4 * n`` bytes: uint32 ids) or packed:
+# one byte ``w`` (1 or 2), then the ids' gaps (the first id itself, then each id minus
+# the one before) as ``n`` unsigned ``w``-byte values, a gap too large for them written
+# as the escape value (255, 65535) there and as a uint32 in a list after them, in order.
+# A term's postings are packed when that is smaller than raw (so a packed blob is never
+# ``4 * n`` bytes long: the length tells the two apart, and segments written before
+# schema 8 read as they are). ``tfs`` is ``n`` uint8 values when every tf fits in one
+# byte, else ``2 * n`` uint16 values.
+#
+# Byte-aligned gaps with exceptions rather than variable-byte or bit-packing: numpy
+# decodes them in three or four whole-array calls (a ``frombuffer``, the exceptions put
+# back, a ``cumsum``), measured at 3.5 ns a posting on the realistic 100k corpus, about
+# what reading the raw bytes' extra pages cost; variable-byte needs a per-byte loop or
+# several passes. Measured there: chunk ids 45.4 -> 20.3 MiB, tfs 22.7 -> 11.6 MiB, the
+# postings table 90 -> 48 MiB; query p50 unchanged on SciFact and English, +4% on Chinese
+# (more of its terms' postings are decoded per query).
+PACK_MIN = 128  # shorter postings stay raw: packing saves them little, and costs a call per term in flushes
+
+
+def pack_postings(ids: np.ndarray, tfs: np.ndarray) -> tuple[bytes, bytes]:
+    """(chunk_ids blob, tfs blob) of one segment: ``ids`` strictly increasing, in [0, 2**32)."""
+    n = len(ids)
+    tf = np.minimum(np.asarray(tfs, dtype=np.int64), 65535)
+    tfs_blob = tf.astype("u1").tobytes() if n and int(tf.max()) <= 255 else tf.astype("<u2").tobytes()
+    if n < PACK_MIN:
+        return pack_ids(ids), tfs_blob
+    gaps = np.diff(np.asarray(ids, dtype=np.int64), prepend=0)
+    best: bytes | None = None
+    for width, escape, dtype in ((1, 255, "u1"), (2, 65535, "<u2")):
+        big = gaps >= escape
+        exceptions = int(np.count_nonzero(big))
+        size = 1 + width * n + 4 * exceptions
+        if size < (4 * n if best is None else len(best)):
+            best = bytes((width,)) + np.where(big, escape, gaps).astype(dtype).tobytes() \
+                + gaps[big].astype("<u4").tobytes()
+    return (best if best is not None else pack_ids(ids)), tfs_blob
+
+
+def _packed_width(ids_blob: bytes, n: int) -> int:
+    """The gap width (1 or 2) of a packed chunk ids blob of ``n`` postings, or 0 when its
+    width byte or length does not fit the packed layout (O(1): the shape only)."""
+    width = ids_blob[0] if ids_blob else 0
+    rest = len(ids_blob) - 1 - width * n
+    return width if width in (1, 2) and rest >= 0 and rest % 4 == 0 else 0
+
+
+def unpack_postings(ids_blob: bytes, tfs_blob: bytes, n: int) -> tuple[np.ndarray, np.ndarray]:
+    """(chunk ids, tfs) of a segment of ``n`` postings (see :func:`pack_postings`): raw
+    blobs as uint32 views of the bytes, without a copy; packed ones decoded as intp.
+    ``ragdb.engine.check`` validates stored blobs with :func:`postings_problem`; this trusts them."""
+    if len(tfs_blob) not in (n, 2 * n):
+        raise ValueError(f"a tfs blob of {len(tfs_blob)} bytes for {n} postings")
+    tfs = np.frombuffer(tfs_blob, "u1" if len(tfs_blob) == n else "<u2")
+    if len(ids_blob) == 4 * n:
+        return np.frombuffer(ids_blob, "<u4"), tfs
+    width = _packed_width(ids_blob, n)
+    if not width:
+        raise ValueError(f"a chunk ids blob of {len(ids_blob)} bytes for {n} postings is neither raw nor packed")
+    escape, dtype = (255, "u1") if width == 1 else (65535, "<u2")
+    # decoded as intp, the type numpy indexes with (a uint32 index array is converted on
+    # every use, which the raw form pays in the scorer instead)
+    gaps = np.frombuffer(ids_blob, dtype, n, 1).astype(np.intp)
+    if len(ids_blob) > 1 + width * n:
+        gaps[gaps == escape] = np.frombuffer(ids_blob, "<u4", offset=1 + width * n)
+    return np.cumsum(gaps, out=gaps), tfs
+
+
+def postings_problem(ids_blob: bytes, tfs_blob: bytes, n: int) -> tuple[str, str, np.ndarray, np.ndarray]:
+    """("", "", chunk ids as int64, tfs as int64) of a stored segment of ``n`` postings, or
+    (what is wrong, details, empty, empty) when its blobs are not well-formed (raw or packed,
+    see :func:`pack_postings`), or its ids not strictly increasing below 2**32. The blobs'
+    shape is checked here; :func:`unpack_postings` then decodes them."""
+    none = np.zeros(0, np.int64)
+    if len(tfs_blob) not in (n, 2 * n):
+        return ("postings.tfs is not postings.n uint8 or uint16 values",
+                f"{len(tfs_blob)} bytes for n {n}", none, none)
+    if len(ids_blob) != 4 * n:
+        width = _packed_width(ids_blob, n)
+        if not width:
+            return ("postings.chunk_ids is neither postings.n uint32 values nor postings.n packed gaps",
+                    f"{len(ids_blob)} bytes for n {n}" + (f", width byte {ids_blob[0]}" if ids_blob else ""), none, none)
+        rest = len(ids_blob) - 1 - width * n
+        escape, dtype = (255, "u1") if width == 1 else (65535, "<u2")
+        escapes = int(np.count_nonzero(np.frombuffer(ids_blob, dtype, n, 1) == escape))
+        if escapes != rest // 4:
+            return ("postings.chunk_ids has a different number of large gaps than escapes",
+                    f"{rest // 4} large gaps, {escapes} escapes", none, none)
+    ids_u, tfs_u = unpack_postings(ids_blob, tfs_blob, n)
+    ids, tfs = ids_u.astype(np.int64), tfs_u.astype(np.int64)
+    if len(ids) and int(ids[-1]) >= 1 << 32:  # (gaps are not negative: the last id is the largest)
+        return "postings.chunk_ids holds a chunk id of 2**32 or more", f"{int(ids[-1])}", none, none
+    if len(ids) > 1 and not bool(np.all(ids[1:] > ids[:-1])):
+        return "postings.chunk_ids is not strictly increasing", "", none, none
+    return "", "", ids, tfs
+
+
+def _stable_order(keys: np.ndarray) -> np.ndarray:
+    """``np.argsort(keys, kind="stable")`` for ids in [0, 2**32): a two-pass LSD radix
+    sort on 16-bit halves, because numpy radix-sorts 16-bit keys (3-4x faster than
+    its stable sort of wider ones, which was the slowest step of a flush)."""
+    if len(keys) and (int(keys.min()) < 0 or int(keys.max()) >= 1 << 32):
+        return np.argsort(keys, kind="stable")
+    order = np.argsort(keys.astype(np.uint16), kind="stable")  # (the low 16 bits: astype wraps)
+    if len(keys) and int(keys.max()) >= 1 << 16:
+        high = (keys >> 16).astype(np.uint16)[order]
+        order = order[np.argsort(high, kind="stable")]
+    return order
+
+
+@dataclass
+class _Tail:
+    """Postings of unflushed chunks, grouped by term (CSR by term id)."""
+
+    term_ids: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int64))   # sorted unique
+    starts: np.ndarray = field(default_factory=lambda: np.zeros(1, np.int64))
+    chunk_ids: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int64))
+    tfs: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int64))
+    count: int = 0  # chunks in the tail
+
+    @classmethod
+    def build(cls, entries: Sequence[tuple[int, np.ndarray, np.ndarray]]) -> "_Tail":
+        if not entries:
+            return cls()
+        # Forward indexes' own types (uint32 term ids, uint16 tfs) and uint32 chunk ids
+        # while ids fit: a bulk load's flush of 16,384 chunks (~2M postings) peaked
+        # ~45 MiB higher with every array widened to int64 first.
+        terms = np.concatenate([t for _, t, _ in entries])
+        tfs = np.concatenate([f for _, _, f in entries])
+        lens = np.fromiter((len(t) for _, t, _ in entries), np.int64, len(entries))
+        top = max(cid for cid, _, _ in entries)
+        cids = np.repeat(np.fromiter((cid for cid, _, _ in entries), np.uint32 if top < 1 << 32 else np.int64,
+                                     len(entries)), lens)
+        del lens
+        order = _stable_order(terms)  # chunk ids stay ascending within a term
+        terms = terms[order]
+        tfs = tfs[order]
+        cids = cids[order]
+        del order
+        if not len(terms):
+            return cls(count=len(entries))
+        starts = np.flatnonzero(np.concatenate(([True], terms[1:] != terms[:-1])))  # terms are sorted
+        return cls(terms[starts].astype(np.int64), np.append(starts, len(terms)), cids, tfs, len(entries))
+
+    def segment_rows(self, segment: int | Callable[[int], int], skip: Container[int] = frozenset()
+                     ) -> Iterator[tuple[int, int, int, bytes, bytes]]:
+        """One postings row (term id, segment number, n, chunk ids, tfs) per term not in
+        ``skip``, numbered ``segment`` or ``segment(term id)``: postings of ``PACK_MIN`` or more
+        packed (:func:`pack_postings`), shorter ones raw, sliced from one buffer each (cheaper
+        than a numpy slice and tobytes per term). Made as they are written (a list of a
+        16,384-chunk flush's ~140k rows held ~24 MiB)."""
+        number = segment if callable(segment) else (lambda _t: segment)
+        ids32 = self.chunk_ids.astype("<u4").tobytes()
+        tfs16 = np.minimum(self.tfs, 65535).astype("<u2").tobytes()
+        starts = self.starts.tolist()
+        for t, a, b in zip(self.term_ids.tolist(), starts[:-1], starts[1:]):
+            if t in skip:
+                continue
+            if b - a >= PACK_MIN:
+                yield (t, number(t), b - a, *pack_postings(self.chunk_ids[a:b], self.tfs[a:b]))
+            else:
+                yield (t, number(t), b - a, ids32[4 * a:4 * b], tfs16[2 * a:2 * b])
+
+    def sizes(self, term_ids: Sequence[int]) -> dict[int, int]:
+        """term id -> its number of tail postings, for those of ``term_ids`` in the tail
+        (one searchsorted for all of them)."""
+        if not len(self.term_ids) or not len(term_ids):
+            return {}
+        want = np.asarray(term_ids, dtype=np.int64)
+        at = np.minimum(np.searchsorted(self.term_ids, want), len(self.term_ids) - 1)
+        found = self.term_ids[at] == want
+        counts = self.starts[at + 1] - self.starts[at]
+        return dict(zip(want[found].tolist(), counts[found].tolist()))
+
+    def get(self, term_id: int) -> tuple[np.ndarray, np.ndarray] | None:
+        i = int(np.searchsorted(self.term_ids, term_id))
+        if i < len(self.term_ids) and self.term_ids[i] == term_id:
+            a, b = self.starts[i], self.starts[i + 1]
+            return self.chunk_ids[a:b], self.tfs[a:b]
+        return None
+
+
+class Index:
+    """In-memory view of one database's index, kept in step with its generation."""
+
+    def __init__(self, store: Store) -> None:
+        self.store = store
+        self.generation = -1
+        self.lengths = np.zeros(0, np.float64)
+        self.state = np.zeros(0, np.int8)
+        self.chunk_doc = np.zeros(0, np.int64)
+        self.whole = np.zeros(0, bool)  # chunk is its whole document, no metadata of its own
+        # (generation, filter) -> allowed-chunk mask, for repeated filters
+        self.masks: dict[Any, np.ndarray] = {}
+        self.n_chunks = 0
+        self.total_length = 0
+        self.flushed_upto = 0
+        self.flush_count = -1
+        self.max_id = 0       # highest chunk id this view has seen
+        self.log_seq = 0      # last chunk_log entry applied
+        self.tail_entries: list[tuple[int, np.ndarray, np.ndarray]] = []
+        self._tail: _Tail | None = None
+        # term id -> number of deleted flushed latest chunks holding it (chunk_log terms)
+        self.dead: Counter[int] = Counter()
+        self._norms: np.ndarray | None = None
+        self._norms_generation = -1
+        self._length_norm: tuple[Any, np.ndarray] | None = None  # BM25 length part per chunk
+        self._lookup_cache: dict[str, tuple[int, int] | None] = {}
+        self._rows: dict[int, tuple[dict[str, Any], dict[str, Any]]] = {}
+        self._rows_bytes = 0
+        self._scratch: dict[str, np.ndarray] = {}
+        self._shared_strings: dict[str, str] = {}
+        self._postings_cache: dict[int, tuple[np.ndarray, np.ndarray] | None] = {}
+        self._postings_cached = 0
+        # term -> id of terms known to exist; ids change only when optimize
+        # removes unused terms, which bumps stats.vocab_epoch.
+        self.term_cache: dict[str, int] = {}
+        # When >= 0, term_cache holds every term with an id up to this one:
+        # set by a scan of the vocabulary, advanced as this connection adds
+        # terms. Ids only grow (until a vocabulary clean-up, which changes
+        # vocab_epoch and empties the cache), so after another connection's
+        # write only the terms above it need reading (term_cache_stale).
+        self.term_cache_upto = -1
+        self.term_cache_stale = False
+        # Whether term_cache holds the vocabulary's frequent terms (a vocabulary too large to
+        # keep whole: see ragdb.engine.write.WRITER_FREQUENT_SHARE).
+        self.term_cache_frequent = False
+        self.vocab_epoch = -1
+        self.next_ids = (0, 0)  # next free (document id, chunk id), as of the last sync
+
+    # -- keeping in step -----------------------------------------------------
+    def sync(self) -> None:
+        """Bring this view up to date with the file. Call inside a transaction.
+
+        After writes by another connection, read only what changed (new
+        chunks and the change log) unless a flush or a vocabulary clean-up
+        happened since, which needs a full reload."""
+        stats = self.store.stats_row()
+        self.next_ids = (stats["next_doc_id"], stats["next_chunk_id"])  # for a writer, in this transaction
+        if stats["generation"] == self.generation:
+            return
+        # another connection wrote: it may have added terms this cache lacks
+        self.term_cache_stale = True
+        if stats["vocab_epoch"] != self.vocab_epoch:
+            self.forget_terms()
+            self.vocab_epoch = stats["vocab_epoch"]
+        if (self.generation >= 0 and stats["flush_count"] == self.flush_count
+                and stats["flushed_upto"] == self.flushed_upto):
+            self._catch_up()
+        else:
+            self._reload(stats)
+        self.n_chunks = stats["n_chunks"]
+        self.total_length = stats["total_length"]
+        self.flush_count = stats["flush_count"]
+        self.generation = stats["generation"]
+        self._invalidate()
+
+    def _reload(self, stats: dict[str, int]) -> None:
+        # Sized by every chunk id ever handed out (stats.next_chunk_id), not by the highest
+        # surviving chunk: postings keep the ids of deleted chunks until a merge drops them,
+        # and a view sized by max(chunks.id) failed on them after the newest chunks were
+        # deleted (issue 27). check() verifies that no stored id reaches next_chunk_id.
+        size = max(self.store.max_chunk_id(), stats["next_chunk_id"] - 1, stats["flushed_upto"]) + 1
+        self.lengths = np.zeros(_capacity(size), np.float64)
+        self.state = np.zeros(_capacity(size), np.int8)
+        self.chunk_doc = np.zeros(_capacity(size), np.int64)
+        self.whole = np.zeros(_capacity(size), bool)
+        # In blocks: a list of every row as Python tuples would be the largest
+        # thing a searching process ever holds (~15 MB at 100k chunks).
+        for rows in self.store.chunk_table_blocks():
+            arr = np.array(rows, dtype=np.int64).reshape(-1, 5)
+            self.lengths[arr[:, 0]] = arr[:, 1]
+            self.state[arr[:, 0]] = np.where(arr[:, 2] == 1, LATEST, OLD)
+            self.chunk_doc[arr[:, 0]] = arr[:, 3]
+            self.whole[arr[:, 0]] = arr[:, 4] == 1
+        self.max_id = size - 1
+        self.flushed_upto = stats["flushed_upto"]
+        self.tail_entries = [(cid, unpack_ids(t), unpack_tfs(f))
+                             for cid, t, f in self.store.forward_since(self.flushed_upto)]
+        self.dead = Counter()
+        for blob in self.store.dead_terms():
+            self.dead.update(unpack_ids(blob).tolist())
+        self.log_seq = self.store.log_seq()
+        # the change log that told which chunks' fields changed is gone with the flush
+        self.forget_hits(None)
+
+    def _catch_up(self) -> None:
+        """Apply other connections' writes since this view was current."""
+        new = self.store.chunks_since(self.max_id)
+        if new:
+            self._grow(new[-1][0] + 1)
+            for cid, length, latest, doc_id, terms, tfs, whole in new:
+                self.lengths[cid] = length
+                self.state[cid] = LATEST if latest == 1 else OLD
+                self.chunk_doc[cid] = doc_id
+                self.whole[cid] = whole == 1
+                self.tail_entries.append((cid, unpack_ids(terms), unpack_tfs(tfs)))
+            self.max_id = new[-1][0]
+        log = self.store.log_since(self.log_seq)
+        if log:
+            for _seq, cid, state, dead_terms in log:
+                if cid < len(self.state) and self.state[cid] != ABSENT:
+                    if dead_terms is not None:  # a flushed latest chunk deleted: its terms leave df
+                        self.dead.update(unpack_ids(dead_terms).tolist())
+                    self.set_state([cid], state)
+            # a logged chunk may have new fields (metadata or labels changed in place)
+            self.forget_hits([row[1] for row in log])
+            self.log_seq = log[-1][0]
+
+    def forget_terms(self) -> None:
+        """Empty the writer's term cache (term ids changed: a vocabulary clean-up)."""
+        self.term_cache.clear()
+        self.term_cache_upto = -1
+        self.term_cache_frequent = False
+
+    def forget_hits(self, chunk_ids: Sequence[int] | None) -> None:
+        """Drop cached hit fields of these chunks (``None``: of every chunk)."""
+        if chunk_ids is None:
+            self._rows = {}
+            self._rows_bytes = 0
+            return
+        for cid in chunk_ids:
+            entry = self._rows.pop(cid, None)
+            if entry is not None:
+                self._rows_bytes -= sys.getsizeof(entry[0]["text"]) + HIT_ENTRY_OVERHEAD
+
+    def _invalidate(self) -> None:
+        self.masks.clear()
+        self._lookup_cache.clear()
+        self._postings_cache.clear()
+        self._postings_cached = 0
+        self._tail = None
+        self._norms = None
+        self._length_norm = None
+
+    def note_write(self, generation: int, n_chunks: int, total_length: int, log_seq: int | None = None) -> None:
+        """This connection wrote (and updated this view itself) up to ``generation``."""
+        self.generation = generation
+        self.n_chunks = n_chunks
+        self.total_length = total_length
+        if log_seq is not None:
+            self.log_seq = log_seq
+        self._invalidate()
+
+    def live_dfs(self) -> dict[int, int]:
+        """term id -> live document frequency, for every term (call inside a transaction)."""
+        dfs = dict(self.store.all_dfs())
+        for t, c in self.df_corrections().items():
+            dfs[t] = dfs.get(t, 0) + c
+        return dfs
+
+    def add_chunks(self, chunks: Sequence[tuple[int, int, int, np.ndarray, np.ndarray, bool]]) -> None:
+        """Record new latest chunks (id, doc id, length, term ids, tfs, whole) written by this connection."""
+        if not chunks:
+            return
+        top = max(c[0] for c in chunks)
+        self._grow(top + 1)
+        self.max_id = max(self.max_id, top)
+        for cid, doc_id, length, terms, tfs, whole in chunks:
+            self.lengths[cid] = length
+            self.state[cid] = LATEST
+            self.chunk_doc[cid] = doc_id
+            self.whole[cid] = whole
+            self.tail_entries.append((cid, terms, tfs))
+        self._tail = None
+
+    def set_state(self, chunk_ids: Sequence[int], state: int) -> None:
+        ids = np.asarray(chunk_ids, dtype=np.int64)
+        self.state[ids] = state
+        if state == ABSENT:
+            self.lengths[ids] = 0.0
+            self.chunk_doc[ids] = 0
+            if self.tail_entries:
+                gone = set(chunk_ids)
+                self.tail_entries = [e for e in self.tail_entries if e[0] not in gone]
+                self._tail = None
+
+    def _grow(self, size: int) -> None:
+        if size > len(self.lengths):
+            cap = _capacity(size)
+            self.lengths = np.concatenate([self.lengths, np.zeros(cap - len(self.lengths))])
+            self.state = np.concatenate([self.state, np.zeros(cap - len(self.state), np.int8)])
+            self.chunk_doc = np.concatenate([self.chunk_doc, np.zeros(cap - len(self.chunk_doc), np.int64)])
+            self.whole = np.concatenate([self.whole, np.zeros(cap - len(self.whole), bool)])
+
+    @property
+    def tail(self) -> _Tail:
+        if self._tail is None:
+            self._tail = _Tail.build(self.tail_entries)
+        return self._tail
+
+    # -- document frequencies ------------------------------------------------------
+    def df_corrections(self) -> dict[int, int]:
+        """term id -> live df minus ``vocabulary.df``: latest unflushed chunks
+        holding the term, minus deleted flushed chunks that held it."""
+        tail = self.tail
+        corr: dict[int, int] = {}
+        if len(tail.term_ids):
+            latest = (self.state[tail.chunk_ids] == LATEST).astype(np.int64)
+            counts = np.add.reduceat(latest, tail.starts[:-1])
+            corr = dict(zip(tail.term_ids.tolist(), counts.tolist()))
+        for t, c in self.dead.items():
+            corr[t] = corr.get(t, 0) - c
+        return corr
+
+    def effective_df(self, term_id: int, base: int) -> int:
+        """The live document frequency of a term whose ``vocabulary.df`` is ``base``."""
+        n = base - self.dead.get(term_id, 0)
+        p = self.tail.get(term_id)
+        if p is not None:
+            n += int(np.count_nonzero(self.state[p[0]] == LATEST))
+        return n
+
+    # -- flushing and merging (inside a write transaction) ---------------------
+    def flush(self, *, merge_all: bool = False, merge_terms: Collection[int] | np.ndarray = ()) -> None:
+        """Write the tail's postings as new segments; merge terms with too many segments,
+        and the terms of ``merge_terms`` that would have more than one.
+
+        Terms outside the tail are looked at ``MERGE_TERM_BATCH`` at a time: after a bulk
+        load ``merge_terms`` is the whole vocabulary, and dicts of per-term counts for all
+        of it (and sets of it) held ~400 bytes a term (~600 MiB at a million chunks)."""
+        tail = self.tail
+        # fold the live corrections into vocabulary.df, then the tail becomes segments
+        corrections = [(d, t) for t, d in self.df_corrections().items() if d]
+        self.store.add_df(corrections)  # (finish_flush then empties chunk_log, deleted chunks' terms with it)
+        self.dead = Counter()
+        top = max((e[0] for e in self.tail_entries), default=self.flushed_upto)
+        new_upto = max(self.flushed_upto, top, self.store.max_chunk_id())
+        wanted = np.asarray(merge_terms, dtype=np.int64)
+        if tail.count == 0 and not merge_all and not len(wanted):
+            self.store.finish_flush(new_upto)
+            self.flushed_upto = new_upto
+            self.flush_count += 1
+            self.log_seq = 0
+            return
+        store = self.store
+        in_tail = tail.term_ids
+        term_list = in_tail.tolist()
+        # the tail's terms: segment numbers, and which are merged (with their tail postings)
+        counts = store.segment_counts(term_list) if (term_list and store.has_postings()) else {}
+        if merge_all:
+            merge = set(term_list)
+            wanted = np.setdiff1d(np.asarray(store.segment_counts_all(), dtype=np.int64), in_tail)
+        else:
+            asked = set(in_tail[np.isin(in_tail, wanted)].tolist())  # the tail's terms asked for
+            merge = {t for t, (n, _) in counts.items() if n + 1 > MAX_SEGMENTS or t in asked}
+            wanted = np.setdiff1d(wanted, in_tail)  # sorted, unique, outside the tail
+        store.insert_segments(tail.segment_rows(lambda t: counts[t][1] + 1 if t in counts else 0, merge))
+        if merge:
+            self._merge(sorted(merge), tail)
+        # the other terms asked for: merged where they have more than one segment (all: merge_all)
+        for a in range(0, len(wanted), MERGE_TERM_BATCH):
+            batch = wanted[a:a + MERGE_TERM_BATCH].tolist()
+            if not merge_all:
+                batch = [t for t, (n, _) in sorted(store.segment_counts(batch).items()) if n > 1]
+            if batch:
+                self._merge(batch, tail)
+        store.finish_flush(new_upto)
+        self.flushed_upto = new_upto
+        self.flush_count += 1
+        self.log_seq = 0
+        self.tail_entries = []
+        self._tail = None
+
+    def _merge(self, term_ids: list[int], tail: _Tail) -> None:
+        """Rewrite these terms' segments (plus their tail postings) as one, dropping deleted chunks.
+
+        In parts of about ``MERGE_PART_POSTINGS`` postings, each read, merged, deleted and
+        written before the next is read: merging every term of a bulk load at once held
+        the whole corpus's postings two or three times over (the realistic 100k build's
+        peak RSS went from 402 to 742 MiB in its final merge)."""
+        store = self.store
+        sizes = store.posting_counts(term_ids)
+        for t, n in tail.sizes(term_ids).items():
+            sizes[t] = sizes.get(t, 0) + n
+        for terms in _parts(term_ids, sizes, MERGE_PART_POSTINGS):
+            grouped: dict[int, list[tuple[np.ndarray, np.ndarray]]] = {t: [] for t in terms}
+            for tid, n, ids_blob, tfs_blob in store.postings(terms):
+                grouped[tid].append(unpack_postings(ids_blob, tfs_blob, n))
+            rows = []
+            for t in terms:
+                extra = tail.get(t)
+                if extra is not None:
+                    grouped[t].append(extra)
+                parts = grouped.pop(t)
+                if not parts:
+                    continue
+                ids = np.concatenate([g[0] for g in parts]).astype(np.int64)
+                tfs = np.concatenate([g[1] for g in parts])
+                keep = self.state[ids] != ABSENT
+                ids, tfs = ids[keep], tfs[keep]
+                order = np.argsort(ids, kind="stable")
+                if len(ids):
+                    rows.append((t, 0, len(ids), *pack_postings(ids[order], tfs[order])))
+            store.delete_segments(terms)
+            store.insert_segments(rows)
+
+    # -- which chunks a search sees ---------------------------------------------
+    def allowed(self, query: Query) -> np.ndarray:
+        """Boolean mask over chunk ids for a ``ragdb.query.filters.Query`` (call inside a read transaction)."""
+        versions_all = query.versions == "all" or any(c.kind == "as_of" for c in query.conditions)
+        base = self.state != ABSENT if versions_all else self.state == LATEST
+        if not query.needs_sql:
+            return base
+        key = (query.conditions, query.public_unlabeled, versions_all)
+        mask = self.masks.pop(key, None)
+        if mask is not None:
+            self.masks[key] = mask  # last used last: filters in steady use outlive one-off ones
+        else:
+            if query.per_chunk:  # a condition on the chunk's text: the chunks themselves
+                ids = np.array(self.store.filtered_chunk_ids(query.conditions, query.public_unlabeled), dtype=np.int64)
+                ok = np.zeros(len(base), bool)
+                ok[ids[ids < len(ok)]] = True
+                mask = base & ok
+            else:
+                docs = np.array(self.store.filtered_doc_ids(query.conditions, query.public_unlabeled), dtype=np.int64)
+                doc_ok = np.zeros(int(max(self.chunk_doc.max(initial=0), docs.max(initial=0))) + 1, bool)
+                doc_ok[docs] = True
+                doc_ok[0] = False  # chunk_doc is 0 for absent chunks
+                mask = base & doc_ok[self.chunk_doc]
+            if len(self.masks) >= 16:
+                self.masks.pop(next(iter(self.masks)))  # the least recently used
+            self.masks[key] = mask
+        return mask
+
+    # -- scoring ----------------------------------------------------------------
+    def hit_protos(self, chunk_ids: Sequence[int]) -> dict[int, tuple[dict[str, Any], dict[str, Any]]]:
+        """chunk id -> (its :class:`~ragdb.types.Hit` fields but score, metadata, explain
+        and confidence; its metadata, the document's merged with the chunk's), for
+        building hits, through a cache.
+
+        A chunk's text and position never change (replacing a document creates
+        new chunks; ids are never reused); its metadata can (``Database.update``),
+        which logs the chunk in chunk_log, and :meth:`sync` drops the entries
+        of logged chunks (all of them after a flush, which empties the log).
+        A deleted chunk's entry is simply never asked for again. The cache is
+        bounded by size (``HIT_CACHE_BYTES``, mostly text) and is a plain dict
+        emptied oldest-first (FIFO) down to 3/4 of it: an LRU's bookkeeping on
+        every hit cost more than its better hit rate saved."""
+        cache = self._rows
+        missing = [c for c in chunk_ids if c not in cache]
+        if not missing:
+            return cache
+        out = {c: cache[c] for c in chunk_ids if c in cache}
+        ids = np.asarray(missing, dtype=np.intp)
+        whole = self.whole[ids]
+        rows = self.store.hit_rows(ids[~whole].tolist()) if not whole.all() else {}
+        if whole.any():
+            # chunks that are their whole document: one read of the document row
+            by_doc = dict(zip(ids[whole].tolist(), self.chunk_doc[ids[whole]].tolist()))
+            docs = self.store.doc_hit_rows(sorted(set(by_doc.values())))
+            for cid, doc_id in by_doc.items():
+                if doc_id in docs:
+                    source, version, timestamp, text, dmeta, title = docs[doc_id]
+                    rows[cid] = (doc_id, source, version, timestamp, text, 0, len(text), 0, "{}", dmeta, title)
+        shared = self._shared_strings
+        if len(shared) > 10_000:
+            shared.clear()
+        for cid, (doc_id, source, version, timestamp, text, start, end, ordinal, cmeta, dmeta, title) in rows.items():
+            meta = orjson.loads(dmeta) if dmeta != "{}" else _NO_META
+            section = None
+            if cmeta != "{}":
+                own = orjson.loads(cmeta)
+                meta = {**meta, **own}
+                section = own.get("section") if isinstance(own.get("section"), str) else None
+            # documents loaded together share their timestamp and version: keep one copy
+            timestamp = shared.setdefault(timestamp, timestamp)
+            if version is not None:
+                version = shared.setdefault(version, version)
+            out[cid] = cache[cid] = ({"chunk_id": cid, "doc_id": doc_id, "source": source, "version": version,
+                                      "timestamp": timestamp, "text": text, "start": start, "end": end,
+                                      "ordinal": ordinal, "title": effective_title(title, source),
+                                      "section": section, "highlights": (), "snippet": None}, meta)
+            self._rows_bytes += sys.getsizeof(text) + HIT_ENTRY_OVERHEAD
+        if self._rows_bytes > HIT_CACHE_BYTES:
+            evict = []
+            for c, (fields, _meta) in cache.items():  # oldest first
+                evict.append(c)
+                self._rows_bytes -= sys.getsizeof(fields["text"]) + HIT_ENTRY_OVERHEAD
+                if self._rows_bytes <= HIT_CACHE_BYTES * 3 // 4:
+                    break
+            for c in evict:
+                del cache[c]
+        return out
+
+    def texts(self, chunk_ids: Sequence[int]) -> dict[int, str]:
+        """chunk id -> its text, read from the text columns alone (a chunk that is its whole
+        document from the document row), for checking phrases; chunks cached for hits are
+        taken from that cache."""
+        out: dict[int, str] = {}
+        own, whole = [], []
+        for cid in chunk_ids:
+            cached = self._rows.get(cid)
+            if cached is not None:
+                out[cid] = cached[0]["text"]
+            elif self.whole[cid]:
+                whole.append(cid)
+            else:
+                own.append(cid)
+        if own or whole:
+            texts, docs = self.store.texts_by_id(own, sorted({int(self.chunk_doc[c]) for c in whole}))
+            out.update(texts)
+            for cid in whole:
+                doc = int(self.chunk_doc[cid])
+                if doc in docs:
+                    out[cid] = docs[doc]
+        return out
+
+    def lookup_terms(self, terms: Sequence[str]) -> dict[str, tuple[int, int]]:
+        """term -> (id, live df) for the terms in the vocabulary (inside a read transaction).
+
+        ``vocabulary`` rows change only in writes, which advance the
+        generation, so lookups are cached until it changes."""
+        cache = self._lookup_cache
+        missing = [t for t in terms if t not in cache]
+        if missing:
+            found = self.store.term_ids(missing)
+            for t in missing:
+                v = found.get(t)
+                cache[t] = None if v is None else (v[0], self.effective_df(v[0], v[1]))
+            if len(cache) > 200_000:
+                cache.clear()
+                return self.lookup_terms(terms)
+        out = {}
+        for t in terms:
+            v = cache[t]
+            if v is not None:
+                out[t] = v
+        return out
+
+    def term_postings(self, term_ids: Sequence[int]) -> dict[int, tuple[np.ndarray, np.ndarray]]:
+        """term id -> (chunk ids, tfs), segments and tail together (may include deleted chunks).
+
+        Decoded postings are cached until the generation changes (segments and
+        the tail change only with writes), up to ``POSTINGS_CACHE_ENTRIES``."""
+        cache = self._postings_cache
+        found = {t: cache[t] for t in term_ids if t in cache}
+        missing = [t for t in term_ids if t not in found]
+        if missing:
+            tail = self.tail
+            parts: dict[int, list[tuple[np.ndarray, np.ndarray]]] = {t: [] for t in missing}
+            for tid, n, ids, tfs in self.store.postings(missing):
+                try:
+                    parts[tid].append(unpack_postings(ids, tfs, n))
+                except (ValueError, TypeError) as damage:  # a damaged row: say where, not numpy's words
+                    raise StorageError(f"the postings of term id {tid} are damaged ({damage}); `ragdb check` "
+                                       f"lists what is damaged, and `ragdb reindex` rebuilds the postings from "
+                                       f"the chunks") from damage
+            for t in missing:
+                # ids stay uint32 views of the blobs (no copy); numpy indexes with them directly
+                extra = tail.get(t) if tail.count else None
+                if extra is not None:
+                    parts[t].append((extra[0].astype("<u4"), extra[1].astype("<u2")))
+                if not parts[t]:
+                    entry = None
+                elif len(parts[t]) == 1:
+                    entry = parts[t][0]
+                else:
+                    entry = (np.concatenate([p[0] for p in parts[t]]), np.concatenate([p[1] for p in parts[t]]))
+                size = 0 if entry is None else len(entry[0])
+                if self._postings_cached + size > POSTINGS_CACHE_ENTRIES:
+                    cache.clear()  # entries this query already looked up are kept in ``found``
+                    self._postings_cached = 0
+                cache[t] = entry
+                found[t] = entry
+                self._postings_cached += size
+        return {t: e for t in term_ids if (e := found[t] if t in found else cache[t]) is not None}
+
+    def stored_terms(self, term_ids: Sequence[int]) -> set[int]:
+        """The ids among ``term_ids`` that some stored chunk (latest or kept older
+        version) holds. A term whose chunks were all deleted keeps its vocabulary
+        row (df 0) until ``optimize``; to searches of history it does not exist,
+        as in a fresh database of the stored documents."""
+        state = self.state
+        out = set()
+        for t, (ids, _tfs) in self.term_postings(term_ids).items():
+            if len(ids) and bool(np.any(state[ids.astype(np.intp)] != ABSENT)):
+                out.add(t)
+        return out
+
+    def scratch(self, name: str, size: int, dtype: Any = np.float64) -> np.ndarray:
+        """A reusable array of ``size`` elements (contents undefined), valid until the
+        next call with the same ``name``.
+
+        Queries need a few arrays as large as the chunk table; allocating them
+        afresh each time (1 MB at 100k chunks) made every query page-fault them
+        in, whenever the C allocator handed such blocks back to the OS."""
+        buf = self._scratch.get(name)
+        if buf is None or len(buf) < size or buf.dtype != dtype:
+            buf = self._scratch[name] = np.empty(size, dtype)
+        return buf[:size]
+
+    def _accumulate(self, term_ids: Sequence[int], weigh: Callable[[int, np.ndarray, np.ndarray], np.ndarray],
+                    contributions: bool) -> tuple[np.ndarray, list[np.ndarray]]:
+        """Sum ``weigh(i, chunk ids, tfs)`` over the query's terms, in query order,
+        into a dense score array; optionally keep each term's contributions.
+
+        Deleted chunks still listed in old segments get a (meaningless) score
+        here; every caller masks results with ``allowed()``, which excludes them."""
+        posting = self.term_postings(term_ids)
+        return self._accumulate_postings([posting.get(t) for t in term_ids], weigh, contributions)
+
+    def _accumulate_postings(self, postings: Sequence[tuple[np.ndarray, np.ndarray] | None],
+                             weigh: Callable[[int, np.ndarray, np.ndarray], np.ndarray],
+                             contributions: bool) -> tuple[np.ndarray, list[np.ndarray]]:
+        """:meth:`_accumulate` over each term's or unit's (chunk ids, tfs), None for none."""
+        scores = self.scratch("scores", len(self.lengths))
+        scores.fill(0.0)
+        per_term: list[np.ndarray] = []
+        for i, p in enumerate(postings):
+            if p is None:
+                if contributions:
+                    per_term.append(np.zeros(0))
+                continue
+            # numpy converts uint32 indexes to intp on every fancy index (a gather
+            # in weigh, a gather and a scatter below): convert once
+            ids = np.asarray(p[0], dtype=np.intp)  # (no copy when it is intp already)
+            w = weigh(i, ids, p[1])
+            scores[ids] += w
+            if contributions:
+                c = np.zeros(len(self.lengths))
+                c[ids] = w
+                per_term.append(c)
+        return scores, per_term
+
+    def _bm25_length_norm(self, k1: float, b: float) -> np.ndarray:
+        """BM25's length part of every chunk (:func:`ragdb.index.scoring.bm25_length_norm`), per
+        generation and parameters."""
+        key = (self.generation, k1, b, len(self.lengths))
+        if self._length_norm is None or self._length_norm[0] != key:
+            self._length_norm = (key, scoring.bm25_length_norm(self.lengths, self.total_length / self.n_chunks, k1, b))
+        return self._length_norm[1]
+
+    def bm25(self, query: Sequence[tuple[int, int]], k1: float, b: float,
+             contributions: bool = False) -> tuple[np.ndarray, list[np.ndarray]]:
+        """BM25 scores over all chunk ids for ``query`` = [(term id, df)] in query order."""
+        if self.n_chunks == 0:
+            return np.zeros(len(self.lengths), np.float64), []
+        norm = self._bm25_length_norm(k1, b)
+        idfs = [scoring.bm25_idf(self.n_chunks, df) for _, df in query]
+        return self._accumulate(
+            [t for t, _ in query],
+            lambda i, ids, tfs: scoring.bm25_term_scores(tfs, norm[ids], idfs[i]),
+            contributions)
+
+    def unit_postings(self, ids: Sequence[int]) -> tuple[np.ndarray, np.ndarray] | None:
+        """(chunk ids, tfs) of index terms ``ids`` scored as one term: one term's postings,
+        or for several the chunks holding any of them with their term frequencies summed
+        (a prefix or fuzzy word's expansions; see :mod:`ragdb.index.matching`)."""
+        postings = self.term_postings(ids)
+        found = [postings[t] for t in ids if t in postings]
+        if not found:
+            return None
+        if len(found) == 1:
+            return found[0]
+        cids = np.concatenate([p[0] for p in found]).astype(np.int64)
+        tfs = np.concatenate([p[1] for p in found]).astype(np.int64)
+        uniq, inverse = np.unique(cids, return_inverse=True)
+        return uniq, np.bincount(inverse, weights=tfs).astype(np.int64)
+
+    def union_df(self, ids: Sequence[int]) -> int:
+        """Latest chunks holding any of the index terms ``ids`` (the df of a unit of several)."""
+        p = self.unit_postings(ids)
+        return 0 if p is None else int(np.count_nonzero(self.state[p[0].astype(np.intp)] == LATEST))
+
+    def bm25_units(self, units: Sequence[tuple[Sequence[int], int, float]], k1: float, b: float,
+                   contributions: bool = False, fields: Sequence[bool] = ()) -> tuple[np.ndarray, list[np.ndarray]]:
+        """BM25 over all chunk ids for scoring units (index term ids scored as one term, live
+        df, weight), in order: each unit's :func:`~ragdb.index.scoring.bm25_term_scores` times its weight.
+        ``fields[i]``: unit ``i`` is a field's (:mod:`ragdb.text.fields`): no length normalisation."""
+        if self.n_chunks == 0:
+            return np.zeros(len(self.lengths), np.float64), []
+        norm = self._bm25_length_norm(k1, b)
+        idfs = [scoring.bm25_idf(self.n_chunks, df) for _, df, _ in units]
+        flat = np.float64(k1)  # k1 * (1 - b + b * dl / avgdl) with b = 0
+
+        def weigh(i: int, ids: np.ndarray, tfs: np.ndarray) -> np.ndarray:
+            return scoring.bm25_term_scores(tfs, flat if i < len(fields) and fields[i] else norm[ids], idfs[i]) \
+                * units[i][2]
+
+        return self._accumulate_units(units, weigh, contributions)
+
+    def tfidf_units(self, units: Sequence[tuple[Sequence[int], int, float]], contributions: bool = False
+                    ) -> tuple[np.ndarray, list[np.ndarray]]:
+        """TF-IDF cosine for scoring units (each a query term of frequency 1 times its weight)."""
+        if self.n_chunks == 0 or not units:
+            return np.zeros(len(self.lengths), np.float64), []
+        idfs = [scoring.tfidf_idf(self.n_chunks, df) for _, df, _ in units]
+        qw = [float(idf) * w for idf, (_, _, w) in zip(idfs, units)]
+        qnorm = float(np.sqrt(np.sum(np.square(qw))))
+        scores, per_term = self._accumulate_units(
+            units, lambda i, ids, tfs: qw[i] * scoring.tfidf_tf(tfs) * idfs[i], contributions)
+        return self._cosine(scores, per_term, qnorm)
+
+    def _accumulate_units(self, units: Sequence[tuple[Sequence[int], int, float]],
+                          weigh: Callable[[int, np.ndarray, np.ndarray], np.ndarray],
+                          contributions: bool) -> tuple[np.ndarray, list[np.ndarray]]:
+        """:meth:`_accumulate` for scoring units (each unit's terms' postings as one)."""
+        self.term_postings(sorted({t for ids, _df, _w in units for t in ids}))  # one read for every unit
+        return self._accumulate_postings([self.unit_postings(ids) for ids, _df, _w in units], weigh, contributions)
+
+    def tfidf(self, query: Sequence[tuple[int, int, int]], contributions: bool = False
+              ) -> tuple[np.ndarray, list[np.ndarray]]:
+        """Cosine similarity of TF-IDF vectors; ``query`` = [(term id, df, query tf)]."""
+        if self.n_chunks == 0 or not query:
+            return np.zeros(len(self.lengths), np.float64), []
+        n = self.n_chunks
+        idfs = [scoring.tfidf_idf(n, df) for _, df, _ in query]
+        qw = [float(scoring.tfidf_tf(np.array([qtf]))[0] * idf) for (_, _, qtf), idf in zip(query, idfs)]
+        qnorm = float(np.sqrt(np.sum(np.square(qw))))
+        scores, per_term = self._accumulate(
+            [t for t, _, _ in query],
+            lambda i, ids, tfs: qw[i] * scoring.tfidf_tf(tfs) * idfs[i],
+            contributions)
+        return self._cosine(scores, per_term, qnorm)
+
+    def _cosine(self, scores: np.ndarray, per_term: list[np.ndarray], qnorm: float
+                ) -> tuple[np.ndarray, list[np.ndarray]]:
+        """Dot products (and each term's part) divided by the chunks' and the query's norms
+        (0 where either is 0): TF-IDF cosine."""
+        denom = self.norms() * qnorm
+        nz = denom > 0
+        scores[nz] /= denom[nz]
+        scores[~nz] = 0.0
+        for c in per_term:
+            if len(c):
+                c[nz] /= denom[nz]
+        return scores, per_term
+
+    def norms(self) -> np.ndarray:
+        """TF-IDF vector norm of every chunk under the current statistics.
+
+        Every add or delete changes N and so every IDF, so norms are
+        recomputed lazily, at the first TF-IDF query after a write: one pass
+        over all forward indexes with numpy (measured in BENCHMARKS.md).
+        """
+        if self._norms is not None and self._norms_generation == self.generation:
+            return self._norms
+        size = len(self.lengths)
+        norms = np.zeros(size)
+        df_pairs = np.array(self.store.all_dfs(), dtype=np.int64).reshape(-1, 2)
+        df = np.zeros(int(df_pairs[:, 0].max(initial=0)) + 1, np.int64)
+        df[df_pairs[:, 0]] = df_pairs[:, 1]
+        for t, c in self.df_corrections().items():
+            df[t] += c
+        idf = scoring.tfidf_idf(self.n_chunks, df)
+        idf[self.store.field_term_ids()] = 0.0  # a chunk's vector is its text's: field terms weigh nothing
+        # In blocks of chunks, to keep memory flat on large databases; a
+        # chunk's terms are summed in their stored order either way.
+        block: list[tuple[int, bytes, bytes]] = []
+        for row in self.store.forward_all():
+            block.append(row)
+            if len(block) >= 8192:
+                _norm_block(block, idf, norms)
+                block = []
+        if block:
+            _norm_block(block, idf, norms)
+        self._norms = norms
+        self._norms_generation = self.generation
+        return self._norms
+
+
+class TermMask:
+    """A set of term ids as one byte a vocabulary entry (a bulk load's flushed terms:
+    a Python set of a million-term vocabulary held ~70 MiB, this ~1.5 MiB)."""
+
+    def __init__(self) -> None:
+        self._mask = np.zeros(0, dtype=bool)
+
+    def add(self, term_ids: np.ndarray) -> None:
+        if not len(term_ids):
+            return
+        top = int(term_ids.max()) + 1
+        if top > len(self._mask):
+            grown = np.zeros(max(top, 2 * len(self._mask)), dtype=bool)
+            grown[:len(self._mask)] = self._mask
+            self._mask = grown
+        self._mask[term_ids] = True
+
+    def ids(self) -> np.ndarray:
+        """The ids added, sorted."""
+        return np.flatnonzero(self._mask).astype(np.int64)
+
+
+def write_all_postings(store: Store, batches: Iterable[Sequence[tuple[int, np.ndarray, np.ndarray]]]) -> None:
+    """Write the postings of every chunk from forward indexes given in batches of
+    (chunk id, term ids, tfs) in chunk id order (``Database.reindex``, into emptied
+    postings): each batch becomes one segment per term, then a term's segments are
+    merged into one, so memory holds one batch (and one merge part) at a time."""
+    segment = 0
+    for batch in batches:
+        tail = _Tail.build(batch)
+        if not len(tail.term_ids):
+            continue
+        store.insert_segments(tail.segment_rows(segment))
+        segment += 1
+    if segment <= 1:
+        return
+    several = [t for t, (n, _top) in store.segment_counts(store.segment_counts_all()).items() if n > 1]
+    for terms in _parts(several, store.posting_counts(several), MERGE_PART_POSTINGS):
+        grouped: dict[int, list[tuple[np.ndarray, np.ndarray]]] = {t: [] for t in terms}
+        for tid, n, ids_blob, tfs_blob in store.postings(terms):  # segments in order: chunk ids ascending
+            grouped[tid].append(unpack_postings(ids_blob, tfs_blob, n))
+        store.delete_segments(terms)
+        store.insert_segments(
+            (t, 0, sum(len(i) for i, _f in grouped[t]),
+             *pack_postings(np.concatenate([i for i, _f in grouped[t]]), np.concatenate([f for _i, f in grouped[t]])))
+            for t in terms)
+
+
+def _parts(term_ids: Sequence[int], sizes: dict[int, int], budget: int) -> Iterator[list[int]]:
+    """``term_ids`` in order, in runs whose ``sizes`` sum to at most ``budget`` (a term
+    larger than it alone), and of at most 2,000 terms."""
+    part: list[int] = []
+    total = 0
+    for t in term_ids:
+        n = sizes.get(t, 0)
+        if part and (total + n > budget or len(part) >= 2000):
+            yield part
+            part, total = [], 0
+        part.append(t)
+        total += n
+    if part:
+        yield part
+
+
+def _norm_block(block: Sequence[tuple[int, bytes, bytes]], idf: np.ndarray, out: np.ndarray) -> None:
+    """TF-IDF norms of a block of (chunk id, terms, tfs) forward indexes, written into ``out``."""
+    ids = np.array([cid for cid, _, _ in block], dtype=np.int64)
+    terms = [unpack_ids(t) for _, t, _ in block]
+    lens = np.array([len(t) for t in terms], dtype=np.int64)
+    term_arr = np.concatenate(terms).astype(np.int64)
+    tfs = np.concatenate([unpack_tfs(f) for _, _, f in block])
+    w = scoring.tfidf_tf(tfs) * idf[term_arr]
+    out[ids] = scoring.cosine_norms(np.repeat(np.arange(len(block)), lens), w, len(block))
+
+
+def _capacity(size: int) -> int:
+    cap = 1024
+    while cap < size:
+        cap *= 2
+    return cap

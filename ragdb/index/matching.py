@@ -1,0 +1,549 @@
+"""A parsed query (:mod:`ragdb.query.language`) on the index: the units it scores and the chunks it matches.
+
+:func:`compile_query` turns the parse tree into
+
+* scoring **units**: each distinct term of the words and phrases that are not
+  excluded, with its boost (the largest, when a term comes twice), and for a prefix
+  or fuzzy word one unit for all the index terms it expands to, scored as one term
+  (term frequencies summed per chunk, document frequency the number of chunks
+  holding any of them: Lucene's ``SynonymQuery``);
+* a **match tree** of the boolean structure: words, phrases, metadata fields and
+  groups with ``must``/``should``/``must_not`` clauses.
+
+Scores do not depend on the operators: a hit's score is the BM25 (or TF-IDF) sum of
+the query's units it holds; the operators decide which chunks may be hits. So the
+ranking order is known before any phrase is checked, and :class:`Matcher` checks
+phrases lazily, best-scored candidate first, until ``k`` hits are certain: bounds
+(:meth:`Matcher.bounds`) say which chunks certainly match (every phrase of theirs
+proven by its terms alone, or not needed) and which may (their phrases' terms are all
+there); only the second kind is verified, on the chunk's text with the analyzer's
+token positions (:meth:`ragdb.text.analysis.Analyzer.tokens`).
+
+Rules for a word (it may analyze to several index terms: ``node.js``, ``检索增强``):
+a ``should`` word matches a chunk holding any of its terms; a ``must`` or
+``must_not`` word one holding all of them; a prefix or fuzzy word any of its
+expansions. A term is held in the text or in a field of positive weight (the fields
+where it also scores, :mod:`ragdb.text.fields`). A word the analyzer drops entirely (a stopword) is ignored wherever it
+stands; a ``must`` word with a term the vocabulary lacks matches nothing. A bare
+metadata field (``lang:en``, ``source:docs/*``) is a ``must`` filter: it restricts,
+never scores.
+"""
+
+from __future__ import annotations
+
+import unicodedata
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, NamedTuple
+
+import numpy as np
+
+from ragdb.text import fields
+from ragdb.query import language as q
+
+if TYPE_CHECKING:
+    from ragdb.text.analysis import Analyzer
+    from ragdb.index.inverted import Index
+
+ANY, ALL = "any", "all"
+
+
+class Unit(NamedTuple):
+    """One scoring unit: ``key`` (how explain names it), the index ``ids`` scored as one
+    term, its live document frequency ``df``, ``weight`` (the boost, times a field's weight)
+    and ``field`` (None: the text). A named tuple, not a frozen dataclass: every search
+    makes one per query term, and a frozen dataclass's ``__init__`` costs 4x as much."""
+
+    key: str
+    ids: tuple[int, ...]
+    df: int
+    weight: float = 1.0
+    field: str | None = None  #: a field's unit (:mod:`ragdb.text.fields`): BM25 without length normalisation
+
+
+@dataclass(frozen=True)
+class Terms:
+    """A word: ``groups`` of index term ids, one a term (its alternatives: the term in the
+    text and in each weighted field; a prefix or fuzzy word's expansions); chunks holding
+    any of them (``mode`` ANY) or, for every group, one of its ids (ALL). ``missing``: a
+    term of a ``must`` word is nowhere in the vocabulary, so nothing matches."""
+
+    groups: tuple[tuple[int, ...], ...]
+    mode: str
+    missing: bool = False
+    text_only: bool = True  #: every id a term of the text (none of a field)
+
+
+@dataclass(frozen=True)
+class PhraseNode:
+    """A phrase: ``seq`` its (term, position relative to its first) pairs, ``ids`` the
+    ids of its distinct terms (None when one is not in the vocabulary: nothing matches)."""
+
+    text: str
+    seq: tuple[tuple[str, int], ...]
+    ids: tuple[int, ...] | None
+    field: str | None = None  #: the phrase is searched in this field's text (title, section)
+
+    @property
+    def single(self) -> bool:
+        """One position only: holding the terms is holding the phrase."""
+        return len({p for _, p in self.seq}) <= 1
+
+
+@dataclass(frozen=True)
+class MaskNode:
+    """A metadata/source field: chunks of the documents matching ``filter``."""
+
+    filter: Mapping[str, Any]
+
+
+@dataclass(frozen=True)
+class GroupNode:
+    clauses: tuple[tuple[str, MatchNode], ...]
+
+
+MatchNode = Terms | PhraseNode | MaskNode | GroupNode
+
+
+@dataclass(frozen=True)
+class Compiled:
+    """A query ready to run: its scoring units, its match tree (None: any chunk a unit
+    scores matches), and what the plan reports (see :class:`ragdb.types.QueryPlan`)."""
+
+    units: tuple[Unit, ...]
+    tree: MatchNode | None
+    phrases: bool
+    expansions: Mapping[str, tuple[str, ...]] = field(default_factory=dict)
+    dropped: tuple[tuple[str, str], ...] = ()
+    unknown: tuple[str, ...] = ()
+    #: (term, relative position) sequences of the phrases that are not excluded (highlighting)
+    phrase_seqs: tuple[tuple[tuple[str, int], ...], ...] = ()
+
+
+class Lookup:
+    """What compiling needs from the database (inside a read transaction): term ids and
+    live dfs, prefix candidates, whether a term shows in chunks the search may see."""
+
+    def __init__(self, terms: Callable[[Sequence[str]], dict[str, tuple[int, int]]],
+                 prefixed: Callable[[str, int], list[tuple[str, int, int]]],
+                 visible: Callable[[int], bool], union_df: Callable[[Sequence[int]], int],
+                 stored: Callable[[Sequence[int]], set[int]] | None = None) -> None:
+        self._terms = terms
+        self.prefixed = prefixed
+        self.visible = visible
+        self.union_df = union_df
+        self._stored = stored
+
+    def terms(self, terms: Sequence[str]) -> dict[str, tuple[int, int]]:
+        """term -> (id, live df) of the terms a search can match: in latest chunks (df > 0),
+        or, for a search of history (``stored`` given), in any stored chunk."""
+        found = self._terms(terms)
+        if self._stored is None:
+            return {t: v for t, v in found.items() if v[1] > 0}
+        rare = [v[0] for v in found.values() if v[1] == 0]
+        kept = self._stored(rare) if rare else set()
+        return {t: v for t, v in found.items() if v[1] > 0 or v[0] in kept}
+
+
+def compile_query(parsed: q.ParsedQuery, analyzer: Analyzer, lookup: Lookup, *, fuzzy: int = 0,
+                  field_weights: Mapping[str, float] | None = None) -> Compiled:
+    """Compile ``parsed`` (see the module docstring). ``fuzzy=1`` makes every word fuzzy.
+    ``field_weights``: the database's (:mod:`ragdb.text.fields`); a word searched in the text also
+    scores in each field of positive weight, and ``title:word`` in that field alone."""
+    weights = {f: w for f, w in (field_weights or {}).items() if w > 0}
+    units: dict[tuple[int, ...], Unit] = {}
+    expansions: dict[str, tuple[str, ...]] = {}
+    dropped: list[tuple[str, str]] = []
+    unknown: list[str] = []
+    phrases = False
+    seqs: list[tuple[tuple[str, int], ...]] = []
+
+    def add_unit(key: str, ids: tuple[int, ...], df: int, weight: float, fld: str | None = None) -> None:
+        old = units.get(ids)
+        if old is None or old.weight < weight:
+            units[ids] = Unit(old.key if old else key, ids, df, weight, fld)
+
+    def field_alternatives(terms: Sequence[str], boost: float, scored: bool) -> dict[str, list[int]]:
+        """term -> its ids in the weighted fields: a text word is found, and scores, in those
+        fields too (a unit each, weighted by the field's weight)."""
+        if not weights:
+            return {}
+        names = [fields.PREFIX[f] + t for f in weights for t in terms]
+        found = lookup.terms(names)
+        out: dict[str, list[int]] = {}
+        for f, w in weights.items():
+            for t in terms:
+                hit = found.get(fields.PREFIX[f] + t)
+                if hit is not None:
+                    out.setdefault(t, []).append(hit[0])
+                    if scored:
+                        add_unit(f"{f}:{t}", (hit[0],), hit[1], boost * w, f)
+        return out
+
+    def field_word(word: q.Word, fld: str, occur: str, boost: float, scored: bool) -> MatchNode | None:
+        """``title:word``: the word's terms in that field alone."""
+        terms = list(dict.fromkeys(analyzer.terms(word.text)))
+        if not terms:
+            dropped.extend(analyzer.dropped(word.text) or [(word.text, "no index terms")])
+            return None
+        names = [fields.PREFIX[fld] + t for t in terms]
+        known = lookup.terms(names)
+        unknown.extend(f"{fld}:{t}" for t, n in zip(terms, names) if n not in known)
+        if scored:
+            for t, n in zip(terms, names):
+                if n in known:
+                    add_unit(f"{fld}:{t}", (known[n][0],), known[n][1], boost, fld)
+        groups = tuple((known[n][0],) for n in names if n in known)
+        if occur == q.SHOULD:
+            return Terms(groups, ANY, missing=not groups, text_only=False)
+        return Terms(groups, ALL, missing=len(groups) < len(names), text_only=False)
+
+    def word_terms(word: q.Word, occur: str, boost: float, scored: bool) -> MatchNode | None:
+        if word.prefix or word.fuzzy or fuzzy:
+            expanded = _expand(word, analyzer, lookup, fuzzy or word.fuzzy, dropped)
+            if expanded is None:
+                return None
+            key, found = expanded
+            if not found:
+                unknown.append(key)
+                expansions[key] = ()
+                return Terms((), ANY, missing=True)
+            ids = tuple(i for _, i, _ in found)
+            expansions[key] = tuple(t for t, _, _ in found)
+            if scored:
+                add_unit(key, ids, lookup.union_df(ids) if len(ids) > 1 else found[0][2], boost)
+            return Terms((ids,), ANY)
+        terms = list(dict.fromkeys(analyzer.terms(word.text)))
+        if not terms:
+            dropped.extend(analyzer.dropped(word.text) or [(word.text, "no index terms")])
+            return None
+        known = lookup.terms(terms)
+        if scored:
+            for t in terms:
+                if t in known:
+                    add_unit(t, (known[t][0],), known[t][1], boost)
+        in_fields = field_alternatives(terms, boost, scored)
+        groups = []
+        missing = []
+        for t in terms:
+            alternatives = ((known[t][0],) if t in known else ()) + tuple(in_fields.get(t, ()))
+            if alternatives:
+                groups.append(alternatives)
+            else:
+                missing.append(t)
+        unknown.extend(missing)
+        only_text = not in_fields
+        if occur == q.SHOULD:
+            return Terms(tuple(groups), ANY, missing=not groups, text_only=only_text)
+        return Terms(tuple(groups), ALL, missing=bool(missing), text_only=only_text)
+
+    def phrase_node(phrase: q.Phrase, boost: float, scored: bool, fld: str | None = None) -> MatchNode | None:
+        nonlocal phrases
+        tokens = analyzer.tokens(phrase.text)
+        if not tokens:
+            dropped.extend(analyzer.dropped(phrase.text) or [(phrase.text, "no index terms")])
+            return None
+        base = min(t.position for t in tokens)
+        seq = tuple(dict.fromkeys((t.term, t.position - base) for t in tokens))
+        terms = list(dict.fromkeys(t for t, _ in seq))
+        names = [fields.PREFIX[fld] + t for t in terms] if fld else terms
+        known = lookup.terms(names)
+        missing = [t for t, n in zip(terms, names) if n not in known]
+        unknown.extend(f"{fld}:{t}" if fld else t for t in missing)
+        if scored:
+            for t, n in zip(terms, names):
+                if n in known:
+                    add_unit(f"{fld}:{t}" if fld else t, (known[n][0],), known[n][1], boost, fld)
+            if not fld:
+                field_alternatives(terms, boost, scored)
+        node = PhraseNode(phrase.text, seq, None if missing else tuple(known[n][0] for n in names), fld)
+        phrases = phrases or not node.single
+        if scored and not fld:
+            seqs.append(seq)
+        return node
+
+    def compile_group(group: q.Group, fld: str | None, boost: float, under_not: bool) -> MatchNode | None:
+        fld = group.field or fld
+        boost *= group.boost
+        clauses: list[tuple[str, MatchNode]] = []
+        for clause in group.clauses:
+            node = clause.node
+            occur = clause.occur
+            excluded = under_not ^ (occur == q.MUST_NOT)
+            node_field = node.field if not isinstance(node, q.Group) else None
+            compiled: MatchNode | None
+            if isinstance(node, q.Group):
+                compiled = compile_group(node, fld, boost, excluded)
+            elif (node_field or fld) not in (None, *fields.FIELDS):
+                # a metadata key or source: a filter on documents, required unless negated
+                compiled = MaskNode(_field_filter(node_field or fld or "", node.text))
+                occur = q.MUST if occur == q.SHOULD else occur
+            elif isinstance(node, q.Phrase):
+                compiled = phrase_node(node, boost * node.boost, not excluded, node_field or fld)
+            elif node_field or fld:  # title:word, section:word
+                compiled = field_word(node, node_field or fld or "", occur, boost * node.boost, not excluded)
+            else:
+                compiled = word_terms(node, occur, boost * node.boost, not excluded)
+            if compiled is not None:
+                clauses.append((occur, compiled))
+        return GroupNode(tuple(clauses)) if clauses else None
+
+    tree = compile_group(parsed.root, None, 1.0, False)
+    return Compiled(tuple(units.values()), tree, phrases, expansions, tuple(dropped),
+                    tuple(dict.fromkeys(unknown)), tuple(seqs))
+
+
+def _field_filter(key: str, text: str) -> dict[str, Any]:
+    """The filter of ``key:text``: the text, and the number it spells when it spells one."""
+    values: list[Any] = [text]
+    for convert in (int, float):
+        try:
+            number = convert(text)
+        except ValueError:
+            continue
+        if number == number and number not in values:  # not NaN
+            values.append(number)
+    if text in ("true", "false"):
+        values.append(text == "true")
+    return {key: values}
+
+
+# -- prefix and fuzzy expansion ------------------------------------------------------------
+
+def _normalized(text: str) -> str:
+    return unicodedata.normalize("NFKC", text).casefold()
+
+
+def _expand(word: q.Word, analyzer: Analyzer, lookup: Lookup, fuzzy: int,
+            dropped: list[tuple[str, str]]) -> tuple[str, list[tuple[str, int, int]]] | None:
+    """(explain key, [(term, id, live df)]) of a prefix or fuzzy word: at most
+    ``MAX_EXPANSIONS`` index terms that chunks the search may see hold, the most
+    frequent first. None when the word has nothing to expand (a stopword)."""
+    if word.prefix:
+        stem = _normalized(word.text)
+        own = list(dict.fromkeys(analyzer.terms(word.text)))  # the word itself counts (deleted* finds delet)
+        found: dict[str, tuple[int, int]] = {}
+        for term, tid, df in lookup.prefixed(stem, q.MAX_EXPANSIONS * 16):
+            if df > 0 and lookup.visible(tid):
+                found[term] = (tid, df)
+            if len(found) >= q.MAX_EXPANSIONS:
+                break
+        for term, (tid, df) in lookup.terms(own).items():
+            if term not in found and lookup.visible(tid):
+                found[term] = (tid, df)
+        ranked = sorted(found.items(), key=lambda kv: (-kv[1][1], kv[0]))[:q.MAX_EXPANSIONS]
+        return f"{word.text}*", [(t, i, d) for t, (i, d) in ranked]
+    terms = list(dict.fromkeys(analyzer.terms(word.text)))
+    if not terms:
+        dropped.extend(analyzer.dropped(word.text) or [(word.text, "no index terms")])
+        return None
+    candidates: list[str] = []
+    for term in terms:
+        candidates.extend(edits1(term) if fuzzy else [term])
+    known = lookup.terms(list(dict.fromkeys(candidates)))
+    hits = [(t, tid, df) for t, (tid, df) in known.items() if lookup.visible(tid)]
+    hits.sort(key=lambda x: (-x[2], x[0]))
+    return f"{word.text}~", hits[:q.MAX_EXPANSIONS]
+
+
+_ALPHABET = "abcdefghijklmnopqrstuvwxyz0123456789"
+
+
+def edits1(term: str) -> list[str]:
+    """Every string one edit from ``term`` (Damerau-Levenshtein: delete, insert,
+    substitute a character, swap two neighbours), ``term`` itself first. Insertions and
+    substitutions use ASCII letters and digits plus the term's own characters. A term
+    with a CJK character (single characters and bigrams of the index) gets none:
+    an edit of one would be another word, not a typo. (Norvig, "How to Write a
+    Spelling Corrector", 2007.)"""
+    from ragdb.text.analysis import is_cjk
+
+    if is_cjk(term):
+        return [term]
+    letters = "".join(dict.fromkeys(_ALPHABET + term))
+    splits = [(term[:i], term[i:]) for i in range(len(term) + 1)]
+    out = [term]
+    out += [a + b[1:] for a, b in splits if b]
+    out += [a + b[1] + b[0] + b[2:] for a, b in splits if len(b) > 1]
+    out += [a + c + b[1:] for a, b in splits if b for c in letters if c != b[0]]
+    out += [a + c + b for a, b in splits for c in letters]
+    return [t for t in dict.fromkeys(out) if t]
+
+
+# -- matching ------------------------------------------------------------------------------------
+
+class Matcher:
+    """Evaluates a match tree on one index snapshot: :meth:`bounds` for every chunk at once,
+    :meth:`matches` for one chunk exactly (phrases checked on its text)."""
+
+    def __init__(self, index: Index, analyzer: Analyzer, mask_of: Callable[[Mapping[str, Any]], np.ndarray],
+                 text_of: Callable[[int, str | None], str]) -> None:
+        self.index = index
+        self.analyzer = analyzer
+        self.mask_of = mask_of
+        self.text_of = text_of
+        self.size = len(index.lengths)
+        self.phrase_terms: set[str] = set()  # the terms of the tree's phrases (see bounds)
+        self._term_masks: dict[int, np.ndarray] = {}
+        self._node_masks: dict[int, np.ndarray] = {}  # id(MaskNode) -> its mask (the tree outlives the matcher)
+        self._positions: dict[tuple[int, str | None], dict[str, list[int]]] = {}
+        self._by_text: dict[str, dict[str, list[int]]] = {}
+        self._bounds: dict[int, tuple[np.ndarray, np.ndarray]] = {}  # id(node) -> bounds (the tree outlives this)
+        self._verdicts: dict[str, bool] = {}
+        #: reads the texts of candidate chunks a batch at a time (see ragdb.engine.search)
+        self.prefetch: Callable[[list[int]], object] = lambda _ids: None
+        self._text_only: bool | None = None
+
+    def term_mask(self, term_id: int) -> np.ndarray:
+        m = self._term_masks.get(term_id)
+        if m is None:
+            m = np.zeros(self.size, bool)
+            p = self.index.term_postings([term_id]).get(term_id)
+            if p is not None:
+                m[p[0]] = True
+            self._term_masks[term_id] = m
+        return m
+
+    def _terms_mask(self, node: Terms) -> np.ndarray:
+        if node.missing or not node.groups:
+            return np.zeros(self.size, bool)
+        out: np.ndarray | None = None
+        for group in node.groups:
+            m = self.term_mask(group[0]).copy()
+            for t in group[1:]:
+                m |= self.term_mask(t)
+            if out is None:
+                out = m
+            elif node.mode == ANY:
+                out |= m
+            else:
+                out &= m
+        assert out is not None
+        return out
+
+    def bounds(self, node: MatchNode) -> tuple[np.ndarray, np.ndarray]:
+        """(certainly matching, possibly matching) masks over chunk ids (worked out once a node)."""
+        found = self._bounds.get(id(node))
+        if found is None:
+            found = self._bounds[id(node)] = self._bounds_of(node)
+        return found
+
+    def _bounds_of(self, node: MatchNode) -> tuple[np.ndarray, np.ndarray]:
+        if isinstance(node, Terms):
+            m = self._terms_mask(node)
+            return m, m
+        if isinstance(node, MaskNode):
+            cached = self._node_masks.get(id(node))
+            if cached is None:
+                cached = self.mask_of(node.filter)[:self.size]
+                if len(cached) < self.size:
+                    cached = np.concatenate([cached, np.zeros(self.size - len(cached), bool)])
+                self._node_masks[id(node)] = cached
+            return cached, cached
+        if isinstance(node, PhraseNode):
+            self.phrase_terms.update(t for t, _p in node.seq)
+            if node.ids is None:
+                none = np.zeros(self.size, bool)
+                return none, none
+            hi = self._terms_mask(Terms(tuple((i,) for i in node.ids), ALL))
+            return (hi if node.single else np.zeros(self.size, bool)), hi
+        return self._combine([(occur, self.bounds(child)) for occur, child in node.clauses])
+
+    def _combine(self, parts: Sequence[tuple[str, tuple[np.ndarray, np.ndarray]]]) -> tuple[np.ndarray, np.ndarray]:
+        must = [b for o, b in parts if o == q.MUST]
+        should = [b for o, b in parts if o == q.SHOULD]
+        nots = [b for o, b in parts if o == q.MUST_NOT]
+        lo = np.ones(self.size, bool)
+        hi = np.ones(self.size, bool)
+        for m_lo, m_hi in must:
+            lo &= m_lo
+            hi &= m_hi
+        if should and not must:
+            s_lo = np.zeros(self.size, bool)
+            s_hi = np.zeros(self.size, bool)
+            for m_lo, m_hi in should:
+                s_lo |= m_lo
+                s_hi |= m_hi
+            lo &= s_lo
+            hi &= s_hi
+        for n_lo, n_hi in nots:
+            lo &= ~n_hi
+            hi &= ~n_lo
+        return lo, hi
+
+    def matches(self, node: MatchNode, cid: int) -> bool:
+        """Whether chunk ``cid`` matches ``node`` exactly."""
+        if isinstance(node, (Terms, MaskNode)):
+            return bool(self.bounds(node)[0][cid])
+        if isinstance(node, PhraseNode):
+            return node.ids is not None and bool(self.bounds(node)[1][cid]) and self.phrase_at(node, cid)
+        lo, hi = self.bounds(node)
+        if lo[cid] or not hi[cid]:  # settled without reading a text
+            return bool(lo[cid])
+        must = [self.matches(c, cid) for o, c in node.clauses if o == q.MUST]
+        if not all(must):
+            return False
+        if any(self.matches(c, cid) for o, c in node.clauses if o == q.MUST_NOT):
+            return False
+        should = [c for o, c in node.clauses if o == q.SHOULD]
+        return bool(must) or not should or any(self.matches(c, cid) for c in should)
+
+    def verdict(self, tree: MatchNode, cid: int) -> bool:
+        """:meth:`matches` of the whole tree, remembered by text when the tree depends on the
+        text alone (words and phrases of the text, no field or metadata): chunks with the
+        same text (copies, unchanged boilerplate) are decided once."""
+        if self._text_only is None:
+            self._text_only = _text_only(tree)
+        if not self._text_only:
+            return self.matches(tree, cid)
+        text = self.text_of(cid, None)
+        found = self._verdicts.get(text)
+        if found is None:
+            found = self._verdicts[text] = self.matches(tree, cid)
+        return found
+
+    def positions(self, cid: int, field: str | None = None) -> dict[str, list[int]]:
+        """term -> sorted token positions in chunk ``cid``'s text (or the text of its ``field``), for
+        the terms of the query's phrases."""
+        found = self._positions.get((cid, field))
+        if found is None:
+            # by text too: chunks with the same text (copies, unchanged boilerplate) are read once
+            text = self.text_of(cid, field)
+            found = self._by_text.get(text)
+            if found is None:
+                found = self._by_text[text] = self.analyzer.positions_of(text, self.phrase_terms)
+            self._positions[(cid, field)] = found
+        return found
+
+    def phrase_at(self, node: PhraseNode, cid: int) -> bool:
+        return phrase_in(node.seq, self.positions(cid, node.field))
+
+
+def _text_only(node: MatchNode) -> bool:
+    """Whether a chunk matches ``node`` follows from its text alone."""
+    if isinstance(node, GroupNode):
+        return all(_text_only(c) for _o, c in node.clauses)
+    if isinstance(node, PhraseNode):
+        return node.field is None
+    if isinstance(node, Terms):  # the text's own terms only (no field alternatives)
+        return node.text_only
+    return False
+
+
+def phrase_in(seq: Sequence[tuple[str, int]], positions: Mapping[str, Sequence[int]]) -> bool:
+    """Whether ``positions`` (term -> its positions in a text) hold every (term, offset) of
+    ``seq`` at one common start."""
+    if not seq:
+        return False
+    sets = []
+    for term, _ in seq:
+        found = positions.get(term)
+        if not found:
+            return False
+        sets.append(set(found))
+    first, off0 = seq[0]
+    for p in positions[first]:
+        start = p - off0
+        if all(start + off in s for (_t, off), s in zip(seq, sets)):
+            return True
+    return False

@@ -1,0 +1,121 @@
+"""The embedder contract: what ragdb needs from an embedding model, and the checks that hold
+every embedder, built-in or a plugin's, to it (shape, finite values, L2-normalized rows, a
+zero row for blank text).
+
+This module depends on nothing but numpy and :mod:`ragdb.errors`, so the vector index
+(:mod:`ragdb.index.vectors`), the engine and the embedders (:mod:`ragdb.models.embeddings`)
+all import it without importing each other.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Protocol, runtime_checkable
+
+import numpy as np
+
+from ragdb.errors import EmbeddingError, InvalidInput
+
+__all__ = ["Embedder", "check_texts", "dimensions_of", "embed_batched", "embed_query", "is_blank", "normalize_rows"]
+
+
+@runtime_checkable
+class Embedder(Protocol):
+    """What ragdb needs from an embedding model.
+
+    ``embed`` returns float32 ``(len(texts), dimensions)`` with L2-normalized
+    rows (zero rows for empty texts).  An embedder may also define
+    ``embed_query(text) -> ndarray (dimensions,)`` when queries must be
+    embedded differently from documents (e5's ``"query: "`` prefix); callers
+    use :func:`embed_query`, which falls back to ``embed([text])[0]``.
+    """
+
+    name: str
+
+    @property
+    def dimensions(self) -> int:
+        """The vector size (an attribute or a read-only property)."""
+        ...
+
+    def embed(self, texts: Sequence[str]) -> np.ndarray: ...
+
+
+def embed_query(embedder: Embedder, text: str) -> np.ndarray:
+    """Embed one query: ``embedder.embed_query(text)`` if defined, else ``embed([text])[0]``."""
+    fn = getattr(embedder, "embed_query", None)
+    if callable(fn):
+        vec = np.asarray(fn(text), dtype=np.float32)
+    else:
+        vec = np.asarray(embedder.embed([text]), dtype=np.float32)
+        if vec.ndim != 2 or vec.shape[0] != 1:
+            raise EmbeddingError(
+                f"embedder {embedder.name!r} returned shape {vec.shape} for one query"
+            )
+        vec = vec[0]
+    dims = dimensions_of(embedder)
+    if vec.shape != (dims,):
+        raise EmbeddingError(
+            f"embedder {embedder.name!r} returned a query vector of shape {vec.shape}, "
+            f"expected ({dims},)"
+        )
+    return vec
+
+
+def embed_batched(embedder: Embedder, texts: Sequence[str], batch_size: int = 256) -> np.ndarray:
+    """Embed ``texts`` in batches of ``batch_size`` and check every batch's output.
+
+    Returns float32 ``(len(texts), embedder.dimensions)``.  Raises
+    :class:`EmbeddingError` if the embedder returns a wrong shape or non-finite
+    values, so a misbehaving custom embedder cannot corrupt a database.
+    """
+    if isinstance(texts, str):
+        raise InvalidInput("texts must be a sequence of strings, not a single string")
+    if not isinstance(batch_size, int) or isinstance(batch_size, bool) or batch_size < 1:
+        raise InvalidInput(f"batch_size must be a positive integer, got {batch_size!r}")
+    texts = list(texts)
+    dims = dimensions_of(embedder)
+    out = np.empty((len(texts), dims), dtype=np.float32)
+    for start in range(0, len(texts), batch_size):
+        batch = texts[start : start + batch_size]
+        vecs = np.asarray(embedder.embed(batch))
+        if vecs.shape != (len(batch), dims):
+            raise EmbeddingError(
+                f"embedder {embedder.name!r} returned shape {vecs.shape} for a batch of "
+                f"{len(batch)} texts, expected ({len(batch)}, {dims})"
+            )
+        if not np.all(np.isfinite(vecs)):
+            raise EmbeddingError(f"embedder {embedder.name!r} returned NaN or infinite values")
+        out[start : start + len(batch)] = vecs
+    return out
+
+
+def check_texts(texts: Sequence[str]) -> list[str]:
+    if isinstance(texts, str):
+        raise InvalidInput("texts must be a sequence of strings, not a single string")
+    texts = list(texts)
+    for i, t in enumerate(texts):
+        if not isinstance(t, str):
+            raise InvalidInput(f"texts[{i}] is {type(t).__name__}, expected str")
+    return texts
+
+
+def normalize_rows(mat: np.ndarray) -> np.ndarray:
+    """L2-normalize rows in place (float32); all-zero rows stay zero."""
+    norms = np.linalg.norm(mat, axis=1, keepdims=True)
+    np.divide(mat, norms, out=mat, where=norms > 0)
+    return mat
+
+
+def is_blank(text: str) -> bool:
+    return not text.strip()
+
+
+def dimensions_of(embedder: Embedder) -> int:
+    """``embedder.dimensions``, a custom embedder's failure there an :class:`EmbeddingError`."""
+    try:
+        d = int(embedder.dimensions)
+    except EmbeddingError:
+        raise
+    except Exception as e:  # a custom embedder's property failing
+        raise EmbeddingError(f"embedder {getattr(embedder, 'name', embedder)!r}: cannot read dimensions ({e})") from e
+    return d

@@ -1,0 +1,834 @@
+"""An HTTP API over one ragdb database (``ragdb serve``): a small Starlette app served by uvicorn.
+
+``pip install 'ragdb[server]'``. Endpoints (JSON in, JSON out; the schema is at
+``GET /openapi.json``):
+
+* ``POST /search`` (query, k, offset, scorer, filter, min_score, since, until, syntax, fuzzy,
+  highlight, snippet_chars): the hits
+  of :meth:`ragdb.Database.search`, best first (``offset``: a later page);
+* ``POST /prompt`` (question, k, scorer, filter, min_confidence, budget_tokens,
+  language): :meth:`ragdb.Database.build_prompt`'s grounded prompt;
+* ``POST /facets`` (field, query, filter, since, until, by, limit): exact counts of a
+  metadata field's values (or source, version) over the chunks (documents) the caller may
+  see that match, :meth:`ragdb.Database.facets`, the most frequent first;
+* ``GET /documents?prefix=&limit=&offset=``: the stored documents (latest
+  versions) by source, a page at a time; ``GET /documents/{id}``: one, with its text;
+* ``GET /stats``, ``GET /healthz``;
+* writes, only for a token allowed to write: ``POST /documents`` (text, source,
+  metadata, version, timestamp, title, acl) and ``DELETE /documents/{id}``.
+
+Access: who reads is the caller's bearer token's, never the request's. Tokens
+are ``RAGDB_API_TOKEN`` (an administrator's token: it writes and reads
+everything) and the entries of a tokens file (``--tokens``, JSON or TOML; see
+:func:`load_tokens`), each with its principals and whether it may write. A
+request without a token is anonymous: public chunks only, no writes; a token
+the server does not know is refused (401), never read as anonymous. A body
+field ``principals`` is refused (422).
+
+Errors are JSON, ``{"error": {"status", "type", "message"}}``, the message
+being the library's :class:`~ragdb.errors.RagdbError` message: 400 (not JSON,
+not an object), 401 (no or unknown token where one is needed), 403 (the token
+may not write; writes off), 404 (no such document, or one the caller may not
+see; unknown path), 405, 413 (body over the limit), 422 (invalid input, a
+limit on k or the query's length), 503 (database busy), 500 otherwise. A 500 from
+the database (a StorageError, or an unexpected failure: logged with its traceback and
+answered without details) makes ``GET /healthz`` answer 503 with what failed until a
+request succeeds again: a worker that cannot search does not report itself healthy.
+
+Processes: :func:`run` serves the app factory :func:`app_from_environment`
+through uvicorn; with ``workers > 1`` each worker process imports it and opens
+its own connection to the database when it starts (the lifespan handler), so
+workers share nothing but the file (SQLite's WAL: readers never block).
+Inside a worker, requests run the blocking library calls in Starlette's thread
+pool; a :class:`ragdb.Database` serializes its own operations.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import hmac
+import logging
+import os
+import socket
+import threading
+from collections.abc import AsyncIterator, Callable, Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+import orjson
+import uvicorn
+from starlette.applications import Starlette
+from starlette.concurrency import run_in_threadpool
+from starlette.exceptions import HTTPException
+from starlette.requests import ClientDisconnect, Request
+from starlette.responses import Response
+from starlette.routing import Route
+
+import ragdb
+from ragdb.errors import (DatabaseBusy, DocumentNotFound, InternalError, InvalidInput, RagdbError, RemoteError,
+                          StorageError)
+from ragdb.models.http_client import is_loopback
+from ragdb.serve.shapes import check_write_target, document_json, facets_json, hit_json, stats_json
+from ragdb.answers.prompt import REFUSAL
+from ragdb.files.sync import escape_glob
+
+__all__ = ["Grant", "Limits", "ServerConfig", "load_tokens", "create_app", "app_from_environment", "run",
+           "is_loopback", "UvicornConfig", "CONFIG_ENV", "TOKEN_ENV", "MIN_TOKEN_LENGTH"]
+
+log = logging.getLogger("ragdb.serve.http_api")
+
+#: The administrator's token (writes, reads everything), from the environment.
+TOKEN_ENV = "RAGDB_API_TOKEN"
+#: Where :func:`run` hands the configuration to the worker processes (JSON; no secrets in it).
+CONFIG_ENV = "RAGDB_SERVE_CONFIG"
+#: The shortest token accepted (a guessable token is refused when the server starts).
+MIN_TOKEN_LENGTH = 16
+MAX_LIST = 1000  # the largest page of GET /documents
+
+
+@dataclasses.dataclass(frozen=True)
+class Grant:
+    """What a token may do: read as ``principals`` (a tuple of labels, or :data:`ragdb.ALL`) and
+    whether it may write."""
+
+    principals: Any = ()
+    write: bool = False
+
+
+ANONYMOUS = Grant()
+
+
+@dataclasses.dataclass(frozen=True)
+class Limits:
+    """Request limits: body size (bytes), k of a search or prompt, query length (characters)."""
+
+    max_body_bytes: int = 4 * 1024 * 1024
+    max_k: int = 100
+    max_query_chars: int = 4000
+
+
+@dataclasses.dataclass(frozen=True)
+class ServerConfig:
+    """What each worker process needs to serve: the database file, whether it is opened
+    read-only, the tokens file (read by each worker; secrets stay out of this value) and the limits."""
+
+    database: str
+    readonly: bool = False
+    tokens_file: str | None = None
+    limits: Limits = Limits()
+    collection: str | None = None  #: the collection served (None: the default one)
+
+    def to_json(self) -> str:
+        return orjson.dumps(dataclasses.asdict(self)).decode()
+
+    @classmethod
+    def from_json(cls, text: str) -> ServerConfig:
+        data = orjson.loads(text)
+        return cls(database=data["database"], readonly=data["readonly"], tokens_file=data["tokens_file"],
+                   limits=Limits(**data["limits"]), collection=data.get("collection"))
+
+
+# --------------------------------------------------------------------------- tokens
+
+def load_tokens(path: str | os.PathLike[str] | None = None, *,
+                env: Mapping[str, str] | None = None) -> dict[str, Grant]:
+    """The tokens the server accepts, each with its :class:`Grant`.
+
+    ``path``: a JSON (``.json``) or TOML (other names) file mapping each token to
+    ``{"principals": [labels...], "write": false}`` (``"all": true`` instead of
+    principals: the full view); at least one of principals or all. Example::
+
+        {"3f9c...a long random token": {"principals": ["team-a"], "write": false},
+         "b71e...another one":       {"all": true, "write": true}}
+
+    ``env`` (default ``os.environ``): :data:`TOKEN_ENV`, when set, is one more
+    token, with the full view and writes. A token shorter than
+    :data:`MIN_TOKEN_LENGTH` characters, or with spaces, is refused."""
+    env = os.environ if env is None else env
+    tokens: dict[str, Grant] = {}
+    if path is not None:
+        where = os.fspath(path)
+        try:
+            raw = Path(where).read_bytes()
+        except OSError as e:
+            raise InvalidInput(f"tokens file {where}: {e.strerror or e}") from None
+        data = _parse_tokens_file(where, raw)
+        if not isinstance(data, Mapping) or not data:
+            raise InvalidInput(f"tokens file {where}: expected a mapping of tokens to "
+                               f'{{"principals": [...], "write": false}}')
+        for n, (token, entry) in enumerate(data.items(), 1):
+            tokens[_check_token(token, f"tokens file {where}, token {n}")] = \
+                _grant(entry, f"tokens file {where}, token {n}")
+    admin = env.get(TOKEN_ENV)
+    if admin:
+        tokens[_check_token(admin, TOKEN_ENV)] = Grant(principals=ragdb.ALL, write=True)
+    return tokens
+
+
+def _parse_tokens_file(where: str, raw: bytes) -> Any:
+    if where.endswith(".json"):
+        try:
+            return orjson.loads(raw)
+        except orjson.JSONDecodeError as e:
+            raise InvalidInput(f"tokens file {where}: not valid JSON: {e}") from None
+    try:
+        import tomllib  # Python 3.11+
+    except ImportError:  # pragma: no cover - Python 3.10
+        raise InvalidInput(f"tokens file {where}: TOML needs Python 3.11 or later; write it as JSON "
+                           f"(a name ending in .json)") from None
+    try:
+        return tomllib.loads(raw.decode("utf-8"))
+    except (tomllib.TOMLDecodeError, UnicodeDecodeError) as e:
+        raise InvalidInput(f"tokens file {where}: not valid TOML: {e}") from None
+
+
+def _check_token(token: Any, where: str) -> str:
+    if not isinstance(token, str) or len(token) < MIN_TOKEN_LENGTH or any(c.isspace() for c in token):
+        raise InvalidInput(f"{where}: a token must be at least {MIN_TOKEN_LENGTH} characters without spaces "
+                           f"(e.g. python -c 'import secrets; print(secrets.token_urlsafe(32))')")
+    return token
+
+
+def _grant(entry: Any, where: str) -> Grant:
+    if not isinstance(entry, Mapping):
+        raise InvalidInput(f'{where}: expected {{"principals": [...], "write": false}}, got {entry!r}')
+    unknown = sorted(set(entry) - {"principals", "all", "write"})
+    if unknown:
+        raise InvalidInput(f"{where}: unknown key{'s' if len(unknown) > 1 else ''} {', '.join(map(repr, unknown))} "
+                           f"(known: principals, all, write)")
+    write, full = entry.get("write", False), entry.get("all", False)
+    for name, value in (("write", write), ("all", full)):
+        if not isinstance(value, bool):
+            raise InvalidInput(f"{where}: {name} must be true or false, got {value!r}")
+    if full:
+        if "principals" in entry:
+            raise InvalidInput(f"{where}: all=true already sees everything: drop principals")
+        return Grant(principals=ragdb.ALL, write=write)
+    labels = entry.get("principals")
+    if not isinstance(labels, list) or not labels:
+        raise InvalidInput(f"{where}: principals must be a non-empty list of labels (or all=true), got {labels!r}")
+    return Grant(principals=tuple(labels), write=write)
+
+
+def _bearer(header: str | None) -> str | None:
+    """The token of an ``Authorization: Bearer TOKEN`` header (None without the header)."""
+    if header is None:
+        return None
+    scheme, _, token = header.strip().partition(" ")
+    if scheme.lower() != "bearer" or not token.strip():
+        raise _Refused(401, "Unauthorized", "the Authorization header must be 'Bearer TOKEN'")
+    return token.strip()
+
+
+def _lookup(tokens: Mapping[str, Grant], token: str) -> Grant | None:
+    """The grant of ``token``: every configured token is compared, each in constant time
+    (:func:`hmac.compare_digest`), so the time taken says nothing about which, if any, matched."""
+    given = token.encode("utf-8", "surrogatepass")
+    found: Grant | None = None
+    for known, grant in tokens.items():
+        if hmac.compare_digest(given, known.encode("utf-8", "surrogatepass")):
+            found = grant
+    return found
+
+
+# --------------------------------------------------------------------------- errors
+
+class _Refused(Exception):
+    """A request refused before it reaches the library (auth, body, routing)."""
+
+    def __init__(self, status: int, kind: str, message: str) -> None:
+        super().__init__(message)
+        self.status, self.kind, self.message = status, kind, message
+
+
+def _error(status: int, kind: str, message: str, headers: Mapping[str, str] | None = None) -> Response:
+    body = {"error": {"status": status, "type": kind, "message": message}}
+    return Response(orjson.dumps(body), status_code=status, media_type="application/json", headers=headers)
+
+
+def _status_of(e: RagdbError) -> int:
+    if isinstance(e, DocumentNotFound):
+        return 404
+    if isinstance(e, InvalidInput):
+        return 422
+    if isinstance(e, DatabaseBusy):
+        return 503
+    if isinstance(e, RemoteError):
+        return 502
+    return 500
+
+
+def _json(obj: Any, status: int = 200) -> Response:
+    return Response(orjson.dumps(obj, option=orjson.OPT_NON_STR_KEYS), status_code=status,
+                    media_type="application/json")
+
+
+# --------------------------------------------------------------------------- the app
+
+SEARCH_FIELDS = ("query", "k", "scorer", "filter", "min_score", "since", "until", "offset", "syntax", "fuzzy",
+                 "highlight", "snippet_chars")
+PROMPT_FIELDS = ("question", "k", "scorer", "filter", "min_confidence", "budget_tokens", "language")
+FACETS_FIELDS = ("field", "query", "filter", "since", "until", "by", "limit")
+FACETS_LIMIT = 100  # the default number of values of POST /facets (at most MAX_LIST)
+ADD_FIELDS = ("text", "source", "metadata", "version", "timestamp", "title", "acl")
+
+
+class _Service:
+    """One worker's database and configuration; each method is one request's library work
+    (called in the thread pool)."""
+
+    def __init__(self, config: ServerConfig, tokens: Mapping[str, Grant]) -> None:
+        self.config = config
+        self.limits = config.limits
+        self.tokens = dict(tokens)
+        self.db: ragdb.Database | None = None
+        self._embedder: Any = None
+        self._embedder_lock = threading.Lock()
+        #: why the last request failed unexpectedly (an InternalError, a StorageError or a bug), until a
+        #: request succeeds again: /healthz answers 503 with it, since the database cannot be served
+        self.failure: str | None = None
+
+    @property
+    def writable(self) -> bool:
+        return not self.config.readonly and any(g.write for g in self.tokens.values())
+
+    def open(self) -> None:
+        self.db = ragdb.open(self.config.database, readonly=self.config.readonly,
+                             create=None if self.config.readonly else False, collection=self.config.collection)
+
+    def close(self) -> None:
+        if self.db is not None:
+            self.db.close()
+            self.db = None
+
+    @property
+    def database(self) -> ragdb.Database:
+        if self.db is None:
+            raise _Refused(503, "Unavailable", "the database is not open (the server is starting or stopping)")
+        return self.db
+
+    def grant(self, request: Request) -> Grant:
+        token = _bearer(request.headers.get("authorization"))
+        if token is None:
+            return ANONYMOUS
+        grant = _lookup(self.tokens, token) if self.tokens else None
+        if grant is None:
+            raise _Refused(401, "Unauthorized", "unknown API token")
+        return grant
+
+    def writer(self, request: Request) -> Grant:
+        if self.config.readonly:
+            raise _Refused(403, "Forbidden", "writes are off: the server opened the database read-only")
+        if not self.writable:
+            raise _Refused(403, "Forbidden", f"writes are off: no token may write (set {TOKEN_ENV}, or give "
+                                             f"a token write=true in the --tokens file)")
+        if request.headers.get("authorization") is None:
+            raise _Refused(401, "Unauthorized", "writing needs an API token: 'Authorization: Bearer TOKEN'")
+        grant = self.grant(request)
+        if not grant.write:
+            raise _Refused(403, "Forbidden", "this API token may not write")
+        return grant
+
+    # -- library calls ----------------------------------------------------------------
+    def _who(self, grant: Grant) -> Any:
+        return ragdb.ALL if grant.principals is ragdb.ALL else (list(grant.principals) or None)
+
+    def _search_keywords(self, body: Mapping[str, Any], grant: Grant, fields: Sequence[str]) -> dict[str, Any]:
+        db = self.database
+        kw: dict[str, Any] = {name: body[name] for name in fields if name in body and body[name] is not None}
+        kw["principals"] = self._who(grant)
+        if kw.get("scorer") in ("vector", "hybrid") and db.embedder is None:
+            kw["embedder"] = self.recorded_embedder(kw["scorer"])
+        return kw
+
+    def recorded_embedder(self, scorer: str) -> Any:
+        with self._embedder_lock:  # made once per worker: a model may take a while to load
+            if self._embedder is None:
+                self._embedder = self.database.recorded_embedder()
+            if self._embedder is None:
+                raise InvalidInput(f"scorer {scorer!r} needs vectors, and this database has none "
+                                   f"(make them with 'ragdb embed')")
+            return self._embedder
+
+    def _check_limits(self, text: Any, what: str, k: Any, offset: Any = 0) -> None:
+        if not isinstance(text, str):
+            raise InvalidInput(f"{what} must be a string, got {_brief(text)}")
+        if len(text) > self.limits.max_query_chars:
+            raise InvalidInput(f"{what} is {len(text):,} characters long, over this server's limit of "
+                               f"{self.limits.max_query_chars:,}")
+        if isinstance(k, int) and not isinstance(k, bool) and k > self.limits.max_k:
+            raise InvalidInput(f"k={k} is over this server's limit of {self.limits.max_k}")
+        # a page ranks offset + k hits: the limit bounds that work too
+        if all(isinstance(v, int) and not isinstance(v, bool) for v in (k, offset)) and offset + k > self.limits.max_k:
+            raise InvalidInput(f"offset + k = {offset + k} is over this server's limit of {self.limits.max_k}")
+
+    def search(self, body: Mapping[str, Any], grant: Grant) -> dict[str, Any]:
+        _fields(body, SEARCH_FIELDS, required=("query",))
+        self._check_limits(body["query"], "query", body.get("k", 5), body.get("offset"))
+        kw = self._search_keywords(body, grant, SEARCH_FIELDS[2:])
+        hits = self.database.search(body["query"], body.get("k", 5), **kw)
+        return {"query": body["query"], "hits": [hit_json(h, i) for i, h in enumerate(hits, 1 + kw.get("offset", 0))]}
+
+    def prompt(self, body: Mapping[str, Any], grant: Grant) -> dict[str, Any]:
+        _fields(body, PROMPT_FIELDS, required=("question",))
+        self._check_limits(body["question"], "question", body.get("k"))
+        kw = self._search_keywords(body, grant, ("scorer", "filter"))
+        p = self.database.build_prompt(body["question"], k=body.get("k"), min_confidence=body.get("min_confidence"),
+                                       budget_tokens=body.get("budget_tokens"), language=body.get("language"), **kw)
+        return {"refused": p.refused, "refusal": REFUSAL[p.language], "language": p.language, "system": p.system,
+                "user": p.user, "messages": p.messages, "confidence": p.confidence,
+                "min_confidence": p.min_confidence,
+                "sources": [{"number": i, **hit_json(h, i)} for i, h in enumerate(p.sources, 1)]}
+
+    def facets(self, body: Mapping[str, Any], grant: Grant) -> dict[str, Any]:
+        _fields(body, FACETS_FIELDS, required=("field",))
+        query = body.get("query")
+        if query is not None:
+            self._check_limits(query, "query", None)  # (no k)
+        limit = body.get("limit", FACETS_LIMIT)
+        if not (isinstance(limit, int) and not isinstance(limit, bool) and 1 <= limit <= MAX_LIST):
+            raise InvalidInput(f"limit must be an integer from 1 to {MAX_LIST}, got {_brief(limit)} "
+                               f"(omitted: how many values were left out)")
+        kw = {name: body[name] for name in ("filter", "since", "until", "by") if body.get(name) is not None}
+        return facets_json(self.database.facets(body["field"], query, limit=limit, principals=self._who(grant),
+                                                **kw))
+
+    def documents(self, params: Mapping[str, str], grant: Grant) -> dict[str, Any]:
+        unknown = sorted(set(params) - {"prefix", "limit", "offset"})
+        if unknown:
+            raise InvalidInput(f"unknown query parameter{'s' if len(unknown) > 1 else ''} "
+                               f"{', '.join(map(repr, unknown))} (known: prefix, limit, offset)")
+        prefix = params.get("prefix", "")
+        limit = _int_param(params, "limit", 100)
+        offset = _int_param(params, "offset", 0)
+        if not 1 <= limit <= MAX_LIST:
+            raise InvalidInput(f"limit must be from 1 to {MAX_LIST}, got {limit}")
+        docs = self.database.documents(glob_prefix(prefix) if prefix else None, glob=True, limit=limit + 1,
+                                       offset=offset, principals=self._who(grant))
+        more = len(docs) > limit
+        return {"documents": [document_json(d) for d in docs[:limit]],
+                "next_offset": offset + limit if more else None}
+
+    def document(self, doc_id: int, grant: Grant) -> dict[str, Any]:
+        return document_json(self.database.get(doc_id, principals=self._who(grant)))
+
+    def stats(self, grant: Grant) -> dict[str, Any]:
+        db = self.database
+        out: dict[str, Any] = stats_json(db.stats())
+        out["visible_documents"] = db.count(principals=self._who(grant))
+        out["writes_allowed"] = grant.write and not self.config.readonly
+        out["version"] = ragdb.__version__
+        return out
+
+    def health(self) -> dict[str, Any]:
+        self.database.count(principals=ragdb.ALL)  # the file is readable
+        if self.failure is not None:  # ... but the last request failed where it should not have
+            raise _Refused(503, "Unhealthy", f"the database cannot be served: {self.failure}")
+        return {"status": "ok", "pid": os.getpid(), "version": ragdb.__version__}
+
+    def _visible_or_refuse(self, grant: Grant, doc_id: int | None, source: str | None) -> None:
+        check_write_target(self.database, self._who(grant), doc_id, source, "this token")
+
+    def add(self, body: Mapping[str, Any], grant: Grant) -> dict[str, Any]:
+        _fields(body, ADD_FIELDS, required=("text", "source"))
+        source = body["source"]
+        if not isinstance(source, str) or not source:
+            raise InvalidInput(f"source must be a non-empty string, got {_brief(source)}")
+        record = {name: body[name] for name in ADD_FIELDS if name in body}
+        db = self.database
+        with db.transaction():
+            self._visible_or_refuse(grant, None, source)
+            change = db.add_many([record]).changes[0]
+        d = change.document
+        return {"status": change.status, "id": d.id, "source": d.source, "version": d.version,
+                "chunks": d.chunk_count, "previous": change.previous}
+
+    def delete(self, doc_id: int, grant: Grant) -> dict[str, Any]:
+        db = self.database
+        with db.transaction():
+            self._visible_or_refuse(grant, doc_id, None)
+            return {"deleted": db.delete(doc_id)}
+
+
+def glob_prefix(prefix: str) -> str:
+    """A GLOB pattern (the rule of :meth:`ragdb.Database.documents`) matching sources that start
+    with ``prefix`` literally."""
+    return escape_glob(prefix) + "*"
+
+
+def _brief(value: Any) -> str:
+    text = repr(value)
+    return text if len(text) <= 80 else text[:77] + "..."
+
+
+def _fields(body: Mapping[str, Any], known: Sequence[str], required: Sequence[str]) -> None:
+    if "principals" in body:
+        raise InvalidInput("principals cannot be given in a request: they come from the API token "
+                           "(no token: an anonymous caller, who sees public documents only)")
+    unknown = sorted(set(body) - set(known))
+    if unknown:
+        raise InvalidInput(f"unknown field{'s' if len(unknown) > 1 else ''} {', '.join(map(repr, unknown))} "
+                           f"(known: {', '.join(known)})")
+    missing = [name for name in required if name not in body]
+    if missing:
+        raise InvalidInput(f"missing field{'s' if len(missing) > 1 else ''} {', '.join(map(repr, missing))}")
+
+
+def _int_param(params: Mapping[str, str], name: str, default: int) -> int:
+    text = params.get(name)
+    if text is None:
+        return default
+    try:
+        value = int(text, 10)
+    except ValueError:
+        raise InvalidInput(f"{name} must be an integer, got {text!r}") from None
+    if value < 0:
+        raise InvalidInput(f"{name} must not be negative, got {value}")
+    return value
+
+
+async def _body(request: Request, limit: int) -> dict[str, Any]:
+    """The request's JSON object, read at most ``limit`` bytes far."""
+    declared = request.headers.get("content-length")
+    if declared is not None and declared.isdigit() and int(declared) > limit:
+        raise _Refused(413, "PayloadTooLarge", f"request body of {int(declared):,} bytes is over this server's "
+                                               f"limit of {limit:,} bytes")
+    chunks: list[bytes] = []
+    size = 0
+    try:
+        async for chunk in request.stream():
+            size += len(chunk)
+            if size > limit:
+                raise _Refused(413, "PayloadTooLarge", f"request body is over this server's limit of {limit:,} bytes")
+            chunks.append(chunk)
+    except ClientDisconnect:
+        raise _Refused(400, "BadRequest", "the client went away before sending the whole body") from None
+    try:
+        data = orjson.loads(b"".join(chunks))
+    except orjson.JSONDecodeError as e:
+        raise _Refused(400, "BadRequest", f"request body is not JSON: {e}") from None
+    if not isinstance(data, dict):
+        raise _Refused(400, "BadRequest", f"request body must be a JSON object, got {type(data).__name__}")
+    return data
+
+
+def create_app(config: ServerConfig, tokens: Mapping[str, Grant] | None = None) -> Starlette:
+    """The ASGI app serving ``config.database``: it opens the database when it starts
+    (lifespan) and closes it when it stops. ``tokens``: default :func:`load_tokens` of
+    ``config.tokens_file`` (and :data:`TOKEN_ENV`), read now."""
+    service = _Service(config, load_tokens(config.tokens_file) if tokens is None else tokens)
+
+    def endpoint(work: Callable[[Request, Grant], Any], *, write: bool = False,
+                 status: int = 200) -> Callable[[Request], Any]:
+        async def handle(request: Request) -> Response:
+            try:
+                grant = service.writer(request) if write else service.grant(request)
+                result = await work(request, grant)
+            except _Refused as e:
+                headers = {"WWW-Authenticate": "Bearer"} if e.status == 401 else None
+                return _error(e.status, e.kind, e.message, headers)
+            except (InternalError, StorageError) as e:  # the database cannot serve: logged, /healthz says so
+                log.exception("%s on %s %s", type(e).__name__, request.method, request.url.path)
+                service.failure = f"{type(e).__name__} on {request.method} {request.url.path}"
+                if isinstance(e, InternalError):  # a bug's details stay in the log
+                    return _error(500, "InternalError", "internal server error")
+                return _error(500, type(e).__name__, " ".join(str(e).split()) or type(e).__name__)
+            except RagdbError as e:
+                return _error(_status_of(e), type(e).__name__, " ".join(str(e).split()) or type(e).__name__)
+            except Exception:  # a bug: logged, answered without its details
+                log.exception("internal error on %s %s", request.method, request.url.path)
+                service.failure = f"internal error on {request.method} {request.url.path}"
+                return _error(500, "InternalError", "internal server error")
+            service.failure = None
+            return _json(result, status)
+        return handle
+
+    limit = config.limits.max_body_bytes
+
+    async def search(request: Request, grant: Grant) -> Any:
+        return await run_in_threadpool(service.search, await _body(request, limit), grant)
+
+    async def prompt(request: Request, grant: Grant) -> Any:
+        return await run_in_threadpool(service.prompt, await _body(request, limit), grant)
+
+    async def facets(request: Request, grant: Grant) -> Any:
+        return await run_in_threadpool(service.facets, await _body(request, limit), grant)
+
+    async def list_documents(request: Request, grant: Grant) -> Any:
+        return await run_in_threadpool(service.documents, dict(request.query_params), grant)
+
+    async def get_document(request: Request, grant: Grant) -> Any:
+        return await run_in_threadpool(service.document, request.path_params["doc_id"], grant)
+
+    async def stats(request: Request, grant: Grant) -> Any:
+        return await run_in_threadpool(service.stats, grant)
+
+    async def add(request: Request, grant: Grant) -> Any:
+        return await run_in_threadpool(service.add, await _body(request, limit), grant)
+
+    async def delete(request: Request, grant: Grant) -> Any:
+        return await run_in_threadpool(service.delete, request.path_params["doc_id"], grant)
+
+    async def healthz(request: Request) -> Response:
+        try:
+            return _json(await run_in_threadpool(service.health))
+        except _Refused as e:
+            return _error(e.status, e.kind, e.message)
+        except RagdbError as e:
+            return _error(503, type(e).__name__, " ".join(str(e).split()))
+
+    async def openapi(request: Request) -> Response:
+        return _json(openapi_schema(config.limits))
+
+    async def http_error(request: Request, exc: Exception) -> Response:
+        assert isinstance(exc, HTTPException)
+        kind = {404: "NotFound", 405: "MethodNotAllowed"}.get(exc.status_code, "HTTPError")
+        message = f"no endpoint {request.method} {request.url.path}" if exc.status_code in (404, 405) \
+            else str(exc.detail)
+        return _error(exc.status_code, kind, message, exc.headers)
+
+    @contextlib.asynccontextmanager
+    async def lifespan(app: Starlette) -> AsyncIterator[None]:
+        await run_in_threadpool(service.open)  # this process's own connection
+        try:
+            yield
+        finally:
+            await run_in_threadpool(service.close)
+
+    routes = [
+        Route("/search", endpoint(search), methods=["POST"]),
+        Route("/prompt", endpoint(prompt), methods=["POST"]),
+        Route("/facets", endpoint(facets), methods=["POST"]),
+        Route("/documents", endpoint(list_documents), methods=["GET"]),
+        Route("/documents", endpoint(add, write=True, status=201), methods=["POST"]),
+        Route("/documents/{doc_id:int}", endpoint(get_document), methods=["GET"]),
+        Route("/documents/{doc_id:int}", endpoint(delete, write=True), methods=["DELETE"]),
+        Route("/stats", endpoint(stats), methods=["GET"]),
+        Route("/healthz", healthz, methods=["GET"]),
+        Route("/openapi.json", openapi, methods=["GET"]),
+    ]
+    return Starlette(routes=routes, lifespan=lifespan, exception_handlers={HTTPException: http_error})
+
+
+def app_from_environment() -> Starlette:
+    """The app factory uvicorn calls in each worker process: the :class:`ServerConfig` that
+    :func:`run` put in :data:`CONFIG_ENV`."""
+    text = os.environ.get(CONFIG_ENV)
+    if not text:
+        raise InvalidInput(f"{CONFIG_ENV} is not set: start the server with 'ragdb serve'")
+    return create_app(ServerConfig.from_json(text))
+
+
+# --------------------------------------------------------------------------- running it
+
+def check_config(config: ServerConfig) -> dict[str, Grant]:
+    """Read the tokens and check each one's principals against the database (a bad label
+    fails here, when the server starts, not at a request); returns the tokens."""
+    tokens = load_tokens(config.tokens_file)
+    with ragdb.open(config.database, readonly=config.readonly, create=None if config.readonly else False,
+                    collection=config.collection) as db:
+        for grant in tokens.values():
+            db.count(principals=ragdb.ALL if grant.principals is ragdb.ALL else list(grant.principals))
+    return tokens
+
+
+class UvicornConfig(uvicorn.Config):
+    """uvicorn's ``Config``, binding its TCP socket with ``proto=IPPROTO_TCP``.
+
+    uvicorn binds the socket it hands to its worker processes (``workers > 1``)
+    with proto 0; accepted connections inherit it, and asyncio then leaves
+    Nagle's algorithm on (it sets TCP_NODELAY only for IPPROTO_TCP sockets), so
+    on Linux every keep-alive request after the first waits ~40 ms for the
+    client's delayed ACK (uvicorn issue #3149, open as of uvicorn 0.54). Binding
+    the socket here, as uvicorn does but with the protocol named, avoids that."""
+
+    def bind_socket(self) -> socket.socket:
+        if self.uds is not None or self.fd is not None:
+            return super().bind_socket()
+        family = socket.AF_INET6 if self.host and ":" in self.host else socket.AF_INET
+        sock = socket.socket(family, socket.SOCK_STREAM, socket.IPPROTO_TCP)
+        try:
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+            sock.bind((self.host, self.port))
+        except OSError:
+            sock.close()
+            raise
+        sock.set_inheritable(True)
+        return sock
+
+
+def run(config: ServerConfig, *, host: str = "127.0.0.1", port: int = 8000, workers: int = 1,
+        access_log: bool = False) -> None:
+    """Serve until stopped, with uvicorn: ``workers`` processes, each importing
+    :func:`app_from_environment` and opening its own connection. Binding a host other
+    than loopback is the caller's decision (``ragdb serve`` asks for --allow-remote).
+    A server that could not start raises :class:`~ragdb.errors.RagdbError` (uvicorn
+    logged why); a port in use raises :class:`OSError`."""
+    from uvicorn.supervisors import Multiprocess
+
+    os.environ[CONFIG_ENV] = config.to_json()  # inherited by uvicorn's worker processes
+    settings = UvicornConfig("ragdb.serve.http_api:app_from_environment", factory=True, host=host, port=port,
+                             workers=workers, log_level="warning", access_log=access_log, server_header=False)
+    try:
+        if workers > 1:
+            Multiprocess(settings, sockets=[settings.bind_socket()]).run()
+            return
+        server = uvicorn.Server(settings)
+        server.run()
+    except KeyboardInterrupt:
+        return
+    if not server.started:
+        raise RagdbError("the server did not start (see uvicorn's messages above)")
+
+
+# --------------------------------------------------------------------------- the OpenAPI schema
+
+def _obj(properties: Mapping[str, Any], required: Sequence[str] = ()) -> dict[str, Any]:
+    out: dict[str, Any] = {"type": "object", "properties": dict(properties), "additionalProperties": False}
+    if required:
+        out["required"] = list(required)
+    return out
+
+
+def openapi_schema(limits: Limits = Limits()) -> dict[str, Any]:
+    """The API's OpenAPI 3.1 description (served at ``GET /openapi.json``). Written by hand:
+    Starlette's schema generator only collects YAML from docstrings, and this keeps the
+    request bodies' limits next to the code that enforces them."""
+    any_obj = {"type": "object"}
+    nullable_str = {"type": ["string", "null"]}
+    scorer = {"type": "string", "enum": ["bm25", "tfidf", "vector", "hybrid"], "default": "bm25"}
+    k = {"type": "integer", "minimum": 1, "maximum": limits.max_k}
+    filt = {"type": "object", "description": 'Keep documents matching every key: "source" (a glob), "version", '
+                                             '"timestamp", "tags" or a metadata key; a list value means any of '
+                                             'them; a mapping of operators ($eq $ne $gt $gte $lt $lte $in $nin '
+                                             '$exists $not) compares, and $and/$or/$not/$contains stand where keys '
+                                             'do (README: Filters).'}
+    span = {"type": "array", "items": {"type": "integer"}, "minItems": 2, "maxItems": 2}
+    hit = _obj({"rank": {"type": "integer"}, "source": {"type": "string"}, "doc_id": {"type": "integer"},
+                "chunk_id": {"type": "integer"}, "version": nullable_str, "timestamp": nullable_str,
+                "start": {"type": "integer"}, "end": {"type": "integer"}, "ordinal": {"type": "integer"},
+                "score": {"type": "number"}, "confidence": {"type": ["number", "null"]}, "text": {"type": "string"},
+                "metadata": any_obj,
+                "highlights": {"type": "array", "items": span,
+                               "description": "Spans of the query's terms and phrases in text (with highlight)."},
+                "snippet": _obj({"text": {"type": "string"}, "start": {"type": "integer"}, "end": {"type": "integer"},
+                                 "highlights": {"type": "array", "items": span}})})
+    document = _obj({"id": {"type": "integer"}, "source": {"type": "string"}, "version": nullable_str,
+                     "timestamp": nullable_str, "content_hash": {"type": "string"}, "metadata": any_obj,
+                     "acl": {"type": "array", "items": {"type": "string"}}, "chunks": {"type": "integer"},
+                     "latest": {"type": "boolean"}, "text": {"type": "string"}})
+    error = _obj({"error": _obj({"status": {"type": "integer"}, "type": {"type": "string"},
+                                 "message": {"type": "string"}}, ["status", "type", "message"])}, ["error"])
+    schemas = {
+        "SearchRequest": _obj({"query": {"type": "string", "maxLength": limits.max_query_chars},
+                               "k": {**k, "default": 5}, "offset": {"type": "integer", "minimum": 0, "default": 0,
+                                                                    "description": "Skip this many hits (a later "
+                                                                                   "page; offset + k at most "
+                                                                                   f"{limits.max_k})."},
+                               "scorer": scorer, "filter": filt,
+                               "min_score": {"type": "number"}, "since": {"type": "string"},
+                               "until": {"type": "string"},
+                               "syntax": {"type": "string", "enum": ["query", "plain"], "default": "query",
+                                          "description": "query: the query language (\"phrases\", -exclude, "
+                                                         "+require, OR, prefix*, word~, field:, ^boost); plain: "
+                                                         "words only."},
+                               "fuzzy": {"type": "integer", "enum": [0, 1], "default": 0},
+                               "highlight": {"type": "boolean", "default": False,
+                                             "description": "Add highlights and a snippet to each hit."},
+                               "snippet_chars": {"type": "integer", "minimum": 1, "default": 240}}, ["query"]),
+        "SearchResult": _obj({"query": {"type": "string"}, "hits": {"type": "array", "items": _ref("Hit")}}),
+        "Hit": hit,
+        "PromptRequest": _obj({"question": {"type": "string", "maxLength": limits.max_query_chars},
+                               "k": {**k, "default": 5}, "scorer": scorer, "filter": filt,
+                               "min_confidence": {"type": "number", "minimum": 0, "maximum": 1},
+                               "budget_tokens": {"type": "integer", "minimum": 1},
+                               "language": {"type": "string", "enum": ["en", "zh"]}}, ["question"]),
+        "Prompt": _obj({"refused": {"type": "boolean"}, "refusal": {"type": "string"}, "language": {"type": "string"},
+                        "system": {"type": "string"}, "user": {"type": "string"},
+                        "messages": {"type": "array", "items": any_obj},
+                        "confidence": {"type": ["number", "null"]}, "min_confidence": {"type": "number"},
+                        "sources": {"type": "array", "items": any_obj}}),
+        "FacetsRequest": _obj({"field": {"type": "string", "description": 'A metadata key, or "source" or '
+                                                                           '"version".'},
+                               "query": {"type": "string", "maxLength": limits.max_query_chars,
+                                         "description": "Count only what the query matches (BM25 score above "
+                                                        "0); without it, everything the filters keep."},
+                               "filter": filt, "since": {"type": "string"}, "until": {"type": "string"},
+                               "by": {"type": "string", "enum": ["chunks", "documents"], "default": "chunks"},
+                               "limit": {"type": "integer", "minimum": 1, "maximum": MAX_LIST,
+                                         "default": FACETS_LIMIT}}, ["field"]),
+        "Facets": _obj({"field": {"type": "string"}, "by": {"type": "string"},
+                        "total": {"type": "integer", "description": "Chunks (documents) matched."},
+                        "missing": {"type": "integer", "description": "Of those, how many have no value."},
+                        "omitted": {"type": "integer", "description": "Distinct values left out by limit."},
+                        "values": {"type": "array", "items": _obj({"value": {"type": ["string", "number"]},
+                                                                   "count": {"type": "integer"}})}}),
+        "Document": document,
+        "DocumentList": _obj({"documents": {"type": "array", "items": _ref("Document")},
+                              "next_offset": {"type": ["integer", "null"]}}),
+        "AddRequest": _obj({"text": {"type": "string"}, "source": {"type": "string", "minLength": 1},
+                            "metadata": any_obj, "version": {"type": "string"}, "timestamp": {"type": "string"},
+                            "title": {"type": "string"}, "acl": {"type": "array", "items": {"type": "string"}}},
+                           ["text", "source"]),
+        "AddResult": _obj({"status": {"type": "string", "enum": ["added", "replaced", "unchanged"]},
+                           "id": {"type": "integer"}, "source": {"type": "string"}, "version": nullable_str,
+                           "chunks": {"type": "integer"}, "previous": {"type": ["integer", "null"]}}),
+        "DeleteResult": _obj({"deleted": {"type": "integer"}}),
+        "Stats": any_obj,
+        "Health": _obj({"status": {"type": "string"}, "pid": {"type": "integer"}, "version": {"type": "string"}}),
+        "Error": error,
+    }
+    errors = {str(s): {"description": d, "content": {"application/json": {"schema": _ref("Error")}}}
+              for s, d in ((400, "Not JSON, or not a JSON object"), (401, "No or unknown API token"),
+                           (403, "The token may not write"), (404, "No such document (or not visible)"),
+                           (413, f"Body over {limits.max_body_bytes} bytes"), (422, "Invalid input"))}
+
+    def op(summary: str, result: str, body: str | None = None, params: Sequence[Any] = (),
+           status: str = "200", write: bool = False) -> dict[str, Any]:
+        out: dict[str, Any] = {"summary": summary, "responses": {
+            status: {"description": "OK", "content": {"application/json": {"schema": _ref(result)}}}, **errors}}
+        if body is not None:
+            out["requestBody"] = {"required": True, "content": {"application/json": {"schema": _ref(body)}}}
+        if params:
+            out["parameters"] = list(params)
+        out["security"] = [{"bearer": []}] if write else [{}, {"bearer": []}]
+        return out
+
+    doc_id = {"name": "id", "in": "path", "required": True, "schema": {"type": "integer", "minimum": 1}}
+    paging = [{"name": "prefix", "in": "query", "schema": {"type": "string"},
+               "description": "Only sources starting with this text (literally)."},
+              {"name": "limit", "in": "query", "schema": {"type": "integer", "minimum": 1, "maximum": MAX_LIST,
+                                                          "default": 100}},
+              {"name": "offset", "in": "query", "schema": {"type": "integer", "minimum": 0, "default": 0}}]
+    paths = {
+        "/search": {"post": op("The best chunks for a query, best first", "SearchResult", "SearchRequest")},
+        "/prompt": {"post": op("A grounded prompt with numbered sources", "Prompt", "PromptRequest")},
+        "/facets": {"post": op("Exact counts of a field's values over what matches, most frequent first", "Facets",
+                               "FacetsRequest")},
+        "/documents": {"get": op("Stored documents (latest versions) by source, a page at a time", "DocumentList",
+                                 params=paging),
+                       "post": op("Add a document, or replace the one with its source", "AddResult", "AddRequest",
+                                  status="201", write=True)},
+        "/documents/{id}": {"get": op("One document, with its text", "Document", params=[doc_id]),
+                            "delete": op("Delete one stored document", "DeleteResult", params=[doc_id],
+                                         write=True)},
+        "/stats": {"get": op("Database statistics", "Stats")},
+        "/healthz": {"get": {"summary": "Liveness: the database is readable and the last request did not fail in it",
+                             "security": [{}], "responses": {
+            "200": {"description": "OK", "content": {"application/json": {"schema": _ref("Health")}}},
+            "503": {"description": "The database cannot be read, or the last request failed in it (a 500 from "
+                                   "the database) and none has succeeded since",
+                    "content": {"application/json": {"schema": _ref("Error")}}}}}},
+    }
+    return {"openapi": "3.1.0",
+            "info": {"title": "ragdb", "version": ragdb.__version__,
+                     "description": "A ragdb knowledge base over HTTP. Reads without a token are anonymous "
+                                    "(public documents only); a bearer token reads as its principals."},
+            "paths": paths,
+            "components": {"schemas": schemas,
+                           "securitySchemes": {"bearer": {"type": "http", "scheme": "bearer"}}}}
+
+
+def _ref(name: str) -> dict[str, str]:
+    return {"$ref": f"#/components/schemas/{name}"}

@@ -1,0 +1,450 @@
+"""An MCP server over one ragdb database (``ragdb mcp``), on the official ``mcp`` SDK.
+
+``pip install 'ragdb[mcp]'``. :func:`build_server` makes an SDK ``MCPServer``
+whose tools answer from the database through the public library API only;
+:func:`serve` runs it over stdio (what desktop assistants launch) or the SDK's
+Streamable HTTP transport. The tools:
+
+* ``search`` (query, k, offset, scorer, filter): the best chunks, each with its source,
+  character span, a snippet (the chunk's text; of a longer chunk than :data:`SNIPPET_CHARS`,
+  its part with the most query terms) with the query's matches marked by their spans,
+  score and confidence, exactly as :meth:`ragdb.Database.search` ranks them;
+* ``get_document`` (doc_id or source): one document and a page of its text;
+* ``list_sources`` (prefix, limit, offset): the stored documents by source;
+* ``build_prompt`` (question): the grounded prompt with numbered, fenced
+  sources, and whether it is a refusal (no evidence passed selection);
+* ``facets`` (field, query, filter, by, limit): exact counts of a metadata field's
+  values (or source, version) over the passages (documents) that match, the most
+  frequent first;
+* ``stats``: the database's statistics;
+* with ``allow_writes`` only: ``add_text`` and ``delete``.
+
+Access: who reads is fixed when the server is built (``principals``, as in
+:meth:`ragdb.Database.search`: None is an anonymous caller who sees public
+documents only, :data:`ragdb.ALL` the full view). No tool has a principals
+argument, so a model cannot widen its own view. A write that would replace or
+delete a document the server cannot see is refused as not found.
+
+Errors: bad arguments (the SDK validates each call against the tool's JSON
+schema) and every :class:`~ragdb.errors.RagdbError` come back as MCP tool errors
+(``isError`` results carrying the library's message); the server keeps serving.
+"""
+
+import contextlib
+import threading
+from collections.abc import Iterator, Mapping, Sequence
+from typing import Annotated, Any, Literal
+
+from mcp.server.context import CallNext, HandlerResult, ServerRequestContext
+from mcp.server.mcpserver import MCPServer
+from mcp.server.mcpserver.exceptions import ToolError
+from mcp.server.mcpserver.tools import Tool
+from mcp.types import CallToolResult, TextContent, ToolAnnotations
+from pydantic import BaseModel, Field
+
+import ragdb
+from ragdb.errors import InvalidInput, RagdbError
+from ragdb.models.http_client import is_loopback
+from ragdb.serve.shapes import check_write_target, facets_json, stats_json
+from ragdb.answers.prompt import REFUSAL
+from ragdb.files.sync import escape_glob
+
+__all__ = ["SNIPPET_CHARS", "build_server", "serve", "parse_http_address", "is_loopback"]
+
+#: The longest snippet of a search hit, in characters (a longer chunk is cut and marked ``truncated``).
+SNIPPET_CHARS = 2000
+#: The default and the largest page of text ``get_document`` returns, in characters.
+TEXT_PAGE_CHARS = 20_000
+MAX_TEXT_PAGE_CHARS = 1_000_000
+MAX_K = 100
+MAX_OFFSET = 900  # a page ranks offset + k hits
+MAX_LIST = 1000
+
+INSTRUCTIONS = """\
+A ragdb knowledge base (exact BM25 full-text search over stored documents).
+Use `search` to find passages for a question, then `get_document` to read a whole document;
+`build_prompt` returns a grounded prompt with numbered sources (refused=true: the knowledge base
+has no evidence for the question). `list_sources` pages through the stored documents, `facets`
+counts a metadata field's values (which sources, languages, years ... and how many passages each),
+`stats` describes the database. Documents hidden from this server by access labels are never returned."""
+
+# --------------------------------------------------------------------------- argument types (the JSON schemas)
+
+Scorer = Literal["bm25", "tfidf", "vector", "hybrid"]
+Filter = Annotated[dict[str, Any] | None, Field(
+    description='Restrict to documents matching every key: "source" (a source or a glob such as "docs/*.md"), '
+                '"version", "timestamp", "tags", or any metadata key; a list value means any of them. A key may '
+                'take operators ($eq, $ne, $gt, $gte, $lt, $lte on numbers or ISO dates, $in, $nin, $exists), '
+                'and "$and"/"$or" (lists of filters), "$not" and "$contains" (text of the passage) stand where '
+                'keys do. Example: {"source": "docs/*", "lang": ["en", "de"], "year": {"$gte": 2020}}.')]
+
+
+# --------------------------------------------------------------------------- results (the output schemas)
+
+class SearchHit(BaseModel):
+    rank: int = Field(description="1 for the best hit.")
+    source: str
+    doc_id: int
+    chunk_id: int
+    version: str | None
+    start: int = Field(description="Character offset of the chunk in its document's text.")
+    end: int = Field(description="Character offset just past the chunk.")
+    score: float = Field(description="The scorer's score (higher is better; BM25 scores are unbounded).")
+    confidence: float | None = Field(description="How much of the query the chunk supports, 0 to 1.")
+    snippet: str = Field(description="The chunk's text; of a chunk longer than the snippet limit, the part "
+                                     "with the most query terms.")
+    snippet_start: int = Field(description="Offset of the snippet in the chunk's text.")
+    highlights: list[tuple[int, int]] = Field(description="Spans of the query's terms and phrases in the snippet "
+                                                          "(start, end offsets into snippet).")
+    truncated: bool = Field(description="True when the snippet is shorter than the chunk.")
+    metadata: dict[str, Any]
+
+
+class SearchResult(BaseModel):
+    query: str
+    hits: list[SearchHit]
+
+
+class DocumentResult(BaseModel):
+    id: int
+    source: str
+    version: str | None
+    timestamp: str | None
+    latest: bool
+    chunks: int
+    metadata: dict[str, Any]
+    text: str = Field(description="The requested page of the document's text.")
+    offset: int = Field(description="Where the page starts in the text, in characters.")
+    text_length: int = Field(description="Length of the whole text, in characters.")
+    next_offset: int | None = Field(description="Offset of the next page; null at the end of the text.")
+
+
+class SourceEntry(BaseModel):
+    id: int
+    source: str
+    version: str | None
+    timestamp: str | None
+    chunks: int
+
+
+class SourceList(BaseModel):
+    sources: list[SourceEntry]
+    next_offset: int | None = Field(description="Offset of the next page; null when there is none.")
+
+
+class PromptSource(BaseModel):
+    number: int = Field(description="The source's number in the prompt, as cited: [1], [2], ...")
+    source: str
+    doc_id: int
+    chunk_id: int
+    start: int
+    end: int
+    score: float
+    confidence: float | None
+
+
+class PromptResult(BaseModel):
+    refused: bool = Field(description="True when no evidence passed selection: do not answer; say `refusal`.")
+    refusal: str = Field(description="The sentence to answer with when refused.")
+    language: str
+    system: str
+    user: str
+    messages: list[dict[str, str]]
+    confidence: float | None = Field(description="The best confidence among the hits (null: no hit).")
+    min_confidence: float = Field(description="The confidence floor applied.")
+    sources: list[PromptSource]
+
+
+class FacetValue(BaseModel):
+    value: str | int | float
+    count: int
+
+
+class FacetsResult(BaseModel):
+    field: str
+    by: str = Field(description='What is counted: "chunks" (passages) or "documents".')
+    total: int = Field(description="How many passages (documents) matched.")
+    missing: int = Field(description="How many of them have no value for the field.")
+    omitted: int = Field(description="Distinct values left out by limit.")
+    values: list[FacetValue] = Field(description="The values with their counts, the most frequent first.")
+
+
+class StatsResult(BaseModel):
+    documents: int = Field(description="Latest documents in the whole collection.")
+    visible_documents: int = Field(description="Latest documents this server may read.")
+    chunks: int
+    vocabulary: int
+    postings: int
+    avg_chunk_length: float
+    stored_documents: int
+    stored_chunks: int
+    pending_chunks: int
+    segments: int
+    file_size: int
+    collection: str = Field(description="The collection of the database file this server reads.")
+    writes_allowed: bool
+
+
+class AddResult(BaseModel):
+    status: str = Field(description='"added", "replaced" (a new version of the source) or "unchanged".')
+    id: int
+    source: str
+    version: str | None
+    chunks: int
+    previous: int | None = Field(description="Id of the version it replaced, if any.")
+
+
+class DeleteResult(BaseModel):
+    deleted: int = Field(description="How many stored documents (versions) were deleted.")
+
+
+# --------------------------------------------------------------------------- the server
+
+def build_server(db: ragdb.Database, *, principals: Any = None, allow_writes: bool = False,
+                 name: str = "ragdb") -> MCPServer:
+    """An SDK ``MCPServer`` serving ``db`` to MCP clients, reading as ``principals``
+    (fixed here: None is anonymous, :data:`ragdb.ALL` the full view, else a
+    sequence of access labels). ``allow_writes`` adds ``add_text`` and ``delete``.
+    The tools call ``db`` one at a time (the SDK runs tools in worker threads)."""
+    if principals is not None and principals is not ragdb.ALL:
+        if isinstance(principals, str) or not isinstance(principals, Sequence):
+            raise InvalidInput(f"principals must be None, ragdb.ALL or a list of labels, got {principals!r}")
+        principals = list(principals)
+    db.count(principals=principals)  # a bad label fails here, at start, not at the first call
+    who = principals
+    lock = threading.Lock()
+    read_only = ToolAnnotations(read_only_hint=True, open_world_hint=False)
+
+    @contextlib.contextmanager
+    def library() -> Iterator[None]:
+        """One database call at a time; a library error becomes the tool error's message."""
+        with lock:
+            try:
+                yield
+            except RagdbError as e:
+                raise ToolError(" ".join(str(e).split()) or type(e).__name__) from None
+
+    def search_keywords(scorer: str, filter: Mapping[str, Any] | None) -> dict[str, Any]:
+        kw: dict[str, Any] = {"scorer": scorer, "principals": who}
+        if filter is not None:
+            kw["filter"] = filter
+        if scorer in ("vector", "hybrid") and db.embedder is None:
+            embedder = db.recorded_embedder()
+            if embedder is None:
+                raise InvalidInput(f"scorer {scorer!r} needs vectors, and this database has none "
+                                   f"(make them with 'ragdb embed')")
+            kw["embedder"] = embedder
+        return kw
+
+    def search(
+        query: Annotated[str, Field(description="What to look for, in natural language or keywords.")],
+        k: Annotated[int, Field(ge=1, le=MAX_K, description="How many hits to return.")] = 5,
+        scorer: Annotated[Scorer, Field(description='"bm25" (default, exact lexical), "tfidf", or, on a '
+                                                    'database with embeddings, "vector" or "hybrid".')] = "bm25",
+        filter: Filter = None,
+        offset: Annotated[int, Field(ge=0, le=MAX_OFFSET, description="Skip this many hits: k=5, offset=5 is "
+                                                                      "the second page of five.")] = 0,
+    ) -> SearchResult:
+        """Search the knowledge base: the k best passages (chunks) for the query, best first, each with its
+        source, character span (start, end), a snippet of its text, score and confidence (0-1)."""
+        with library():
+            hits = db.search(query, k, offset=offset, highlight=True, snippet_chars=SNIPPET_CHARS,
+                             **search_keywords(scorer, filter))
+        return SearchResult(query=query, hits=[_search_hit(h, i) for i, h in enumerate(hits, offset + 1)])
+
+    def get_document(
+        doc_id: Annotated[int | None, Field(description="The document's id (as in search hits' doc_id).")] = None,
+        source: Annotated[str | None, Field(description="The document's source (its latest version).")] = None,
+        offset: Annotated[int, Field(ge=0, description="First character of the text page.")] = 0,
+        max_chars: Annotated[int, Field(ge=1, le=MAX_TEXT_PAGE_CHARS,
+                                        description="Longest text page, in characters.")] = TEXT_PAGE_CHARS,
+    ) -> DocumentResult:
+        """Read one stored document, by doc_id or by source (give exactly one): its metadata and a page of
+        its text (offset, max_chars; next_offset says where the next page starts)."""
+        with library():
+            doc = db.get(doc_id, source=source, principals=who)
+        text = doc.text or ""
+        page = text[offset:offset + max_chars]
+        end = offset + len(page)
+        return DocumentResult(id=doc.id, source=doc.source, version=doc.version, timestamp=doc.timestamp,
+                              latest=doc.latest, chunks=doc.chunk_count, metadata=dict(doc.metadata),
+                              text=page, offset=offset, text_length=len(text),
+                              next_offset=end if end < len(text) else None)
+
+    def list_sources(
+        prefix: Annotated[str, Field(description="Only sources starting with this text (literally).")] = "",
+        limit: Annotated[int, Field(ge=1, le=MAX_LIST, description="Most sources in one page.")] = 100,
+        offset: Annotated[int, Field(ge=0, description="Sources to skip (for the next page).")] = 0,
+    ) -> SourceList:
+        """List the stored documents (latest versions) ordered by source, a page at a time."""
+        pattern = escape_glob(prefix) + "*" if prefix else None
+        with library():
+            docs = db.documents(pattern, glob=True, limit=limit + 1, offset=offset, principals=who)
+        more = len(docs) > limit
+        return SourceList(sources=[SourceEntry(id=d.id, source=d.source, version=d.version, timestamp=d.timestamp,
+                                               chunks=d.chunk_count) for d in docs[:limit]],
+                          next_offset=offset + limit if more else None)
+
+    def build_prompt(
+        question: Annotated[str, Field(description="The question to answer from the knowledge base.")],
+        k: Annotated[int, Field(ge=1, le=MAX_K, description="Hits retrieved before evidence selection.")] = 5,
+        scorer: Annotated[Scorer, Field(description="As in search.")] = "bm25",
+        filter: Filter = None,
+        min_confidence: Annotated[float | None, Field(
+            ge=0.0, le=1.0, description="Drop evidence below this confidence (0: never refuse by confidence; "
+                                        "default: the database's floor).")] = None,
+        budget_tokens: Annotated[int | None, Field(ge=1, description="Token budget of the sources.")] = None,
+        language: Annotated[Literal["en", "zh"] | None, Field(
+            description="Language of the prompt (default: detected from the question).")] = None,
+    ) -> PromptResult:
+        """Build a grounded prompt for the question: the system and user messages with the evidence as
+        numbered, fenced sources and the rules to answer only from them and cite them as [n]. When
+        refused is true no evidence passed selection: answer with the refusal sentence instead."""
+        with library():
+            p = db.build_prompt(question, k=k, min_confidence=min_confidence, budget_tokens=budget_tokens,
+                                language=language, **search_keywords(scorer, filter))
+        return PromptResult(
+            refused=p.refused, refusal=REFUSAL[p.language], language=p.language, system=p.system, user=p.user,
+            messages=p.messages, confidence=p.confidence, min_confidence=p.min_confidence,
+            sources=[PromptSource(number=i, source=h.source, doc_id=h.doc_id, chunk_id=h.chunk_id, start=h.start,
+                                  end=h.end, score=h.score, confidence=h.confidence)
+                     for i, h in enumerate(p.sources, 1)])
+
+    def facets(
+        field: Annotated[str, Field(description='A metadata key (e.g. "lang", "year", "tags"), or "source" or '
+                                                '"version".')],
+        query: Annotated[str | None, Field(description="Count only the passages this query matches (default: "
+                                                       "every passage the filter keeps).")] = None,
+        filter: Filter = None,
+        by: Annotated[Literal["chunks", "documents"], Field(
+            description='Count matching passages ("chunks"), or documents with a matching passage.')] = "chunks",
+        limit: Annotated[int, Field(ge=1, le=MAX_LIST, description="Most values returned, the most frequent "
+                                                                   "first.")] = 20,
+    ) -> FacetsResult:
+        """Count the values of a metadata field over what matches: which sources, languages, years or tags the
+        knowledge base (or a query's matches) holds, and how many passages of each. Exact counts over every
+        match this server may read, not only the top hits."""
+        kw: dict[str, Any] = {"principals": who}
+        if filter is not None:
+            kw["filter"] = filter
+        with library():
+            f = db.facets(field, query, by=by, limit=limit, **kw)
+        return FacetsResult.model_validate(facets_json(f))
+
+    def stats() -> StatsResult:
+        """Statistics of the knowledge base: documents (all, and those this server may read), chunks,
+        vocabulary, file size, and whether this server accepts writes."""
+        with library():
+            s = db.stats()
+            visible = db.count(principals=who)
+        return StatsResult(**stats_json(s), visible_documents=visible, writes_allowed=allow_writes)
+
+    tools = [Tool.from_function(fn, annotations=read_only)
+             for fn in (search, get_document, list_sources, build_prompt, facets, stats)]
+    if not allow_writes:
+        return _server(name, tools)
+
+    def visible_or_refuse(doc_id: int | None, source: str | None) -> None:
+        check_write_target(db, who, doc_id, source, "this server")
+
+    def add_text(
+        text: Annotated[str, Field(description="The document's text.")],
+        source: Annotated[str, Field(min_length=1, description="Its source (an id or path); adding a source "
+                                                              "that exists stores a new version of it.")],
+        metadata: Annotated[dict[str, Any] | None, Field(description="Metadata to store (filterable).")] = None,
+        version: Annotated[str | None, Field(description="A version label.")] = None,
+        title: Annotated[str | None, Field(description="A title.")] = None,
+    ) -> AddResult:
+        """Add a document to the knowledge base (chunked and indexed at once), or replace the stored document
+        with the same source. A replaced document keeps its access labels."""
+        with library(), db.transaction():
+            visible_or_refuse(None, source)
+            change = db.add_many([{"text": text, "source": source, "metadata": metadata, "version": version,
+                                   "title": title}]).changes[0]
+        d = change.document
+        return AddResult(status=change.status, id=d.id, source=d.source, version=d.version, chunks=d.chunk_count,
+                         previous=change.previous)
+
+    def delete(
+        doc_id: Annotated[int | None, Field(description="Delete this stored document (one version).")] = None,
+        source: Annotated[str | None, Field(description="Delete every version of this source.")] = None,
+    ) -> DeleteResult:
+        """Delete a document from the knowledge base: by doc_id (one version) or by source (every version);
+        give exactly one."""
+        if (doc_id is None) == (source is None):
+            raise ToolError("delete: give exactly one of doc_id or source")
+        with library(), db.transaction():
+            visible_or_refuse(doc_id, source)
+            n = db.delete(doc_id) if doc_id is not None else db.delete(source=source)
+        return DeleteResult(deleted=n)
+
+    tools.append(Tool.from_function(add_text, annotations=ToolAnnotations(
+        read_only_hint=False, destructive_hint=False, open_world_hint=False)))
+    tools.append(Tool.from_function(delete, annotations=ToolAnnotations(
+        read_only_hint=False, destructive_hint=True, idempotent_hint=True, open_world_hint=False)))
+    return _server(name, tools)
+
+
+def _server(name: str, tools: list[Tool]) -> MCPServer:
+    """The SDK server holding ``tools``, each with a closed argument schema: an argument a tool
+    does not declare (a model's guess such as ``principals``) is a tool error, not silently dropped
+    (the SDK's own argument models ignore unknown keys)."""
+    known: dict[str, frozenset[str]] = {}
+    for tool in tools:
+        tool.parameters["additionalProperties"] = False
+        known[tool.name] = frozenset(tool.parameters.get("properties", {}))
+
+    async def reject_unknown_arguments(ctx: ServerRequestContext[Any, Any], call_next: CallNext) -> HandlerResult:
+        params = ctx.params
+        if ctx.method == "tools/call" and isinstance(params, Mapping):
+            allowed = known.get(params.get("name"))  # type: ignore[arg-type]
+            arguments = params.get("arguments")
+            if allowed is not None and isinstance(arguments, Mapping):
+                unknown = sorted(str(a) for a in arguments if a not in allowed)
+                if unknown:
+                    takes = ", ".join(sorted(allowed)) or "none"
+                    text = (f"{params['name']}: unknown argument{'s' if len(unknown) > 1 else ''} "
+                            f"{', '.join(map(repr, unknown))} (it takes: {takes})")
+                    return CallToolResult(is_error=True, content=[TextContent(type="text", text=text)])
+        return await call_next(ctx)
+
+    return MCPServer(name, instructions=INSTRUCTIONS, version=ragdb.__version__, log_level="WARNING",
+                     tools=tools, middleware=[reject_unknown_arguments])
+
+
+def _search_hit(h: ragdb.Hit, rank: int) -> SearchHit:
+    snip = h.snippet if h.snippet is not None else ragdb.types.Snippet(h.text[:SNIPPET_CHARS], 0,
+                                                                      min(len(h.text), SNIPPET_CHARS))
+    return SearchHit(rank=rank, source=h.source, doc_id=h.doc_id, chunk_id=h.chunk_id, version=h.version,
+                     start=h.start, end=h.end, score=h.score, confidence=h.confidence, snippet=snip.text,
+                     snippet_start=snip.start, highlights=list(snip.highlights),
+                     truncated=len(snip.text) < len(h.text), metadata=dict(h.metadata))
+
+
+# --------------------------------------------------------------------------- running it
+
+def parse_http_address(text: str) -> tuple[str, int]:
+    """``HOST:PORT`` (``[::1]:PORT`` for IPv6; a bare ``PORT`` is 127.0.0.1) as ``(host, port)``."""
+    value = text.strip()
+    host, sep, port = value.rpartition(":")
+    if not sep:
+        host, port = "127.0.0.1", value
+    if host.startswith("[") and host.endswith("]"):
+        host = host[1:-1]
+    if not host or not port.isdigit() or not 0 < int(port) < 65536:
+        raise InvalidInput(f"{text!r} is not HOST:PORT (a port from 1 to 65535, e.g. 127.0.0.1:8765)")
+    return host, int(port)
+
+
+def serve(db: ragdb.Database, *, principals: Any = None, allow_writes: bool = False,
+          http: tuple[str, int] | None = None) -> None:
+    """Serve ``db`` until the client goes away (stdio) or the process is stopped
+    (``http``: the SDK's Streamable HTTP transport on ``(host, port)``, endpoint
+    ``/mcp``; on a loopback host the SDK also checks Host/Origin headers against
+    DNS rebinding). Binding another host is the caller's decision: the transport
+    has no authentication."""
+    server = build_server(db, principals=principals, allow_writes=allow_writes)
+    if http is None:
+        server.run("stdio")
+    else:
+        server.run("streamable-http", host=http[0], port=http[1])

@@ -1,0 +1,1226 @@
+"""Text analysis: turning text into index terms, the same way for documents and queries.
+
+The default analyzer handles English and Chinese (and both mixed in one text):
+
+* Unicode NFKC normalization, so full-width forms (``ＡＢＣ``, ``１２３``) match
+  their ASCII forms, then case folding.
+* Latin/Cyrillic/other words: English stopwords removed, Snowball English
+  stemming (PyStemmer); technical words kept (version 2, below).
+* CJK runs (Han ideographs, kana): character unigrams plus bigrams. Unigrams
+  give recall for one-character words, bigrams give most of the precision of
+  a word segmenter without a dictionary. Chinese question words are stopwords.
+* Optionally (``cjk="jieba"``, extra ``ragdb[jieba]``) CJK runs are segmented
+  with jieba's search mode instead.
+
+The configuration is stored in the database (:meth:`Analyzer.config`) and a
+database refuses to be opened with another one, so indexing and querying
+always agree. ``ragdb reindex`` (:meth:`ragdb.Database.reindex`) rebuilds a
+database's index with another analyzer.
+
+Versions
+--------
+The word rules have a version, stored with the configuration; a database keeps
+the version it was built with (its terms and scores never change under it), and
+new databases get :data:`ANALYZER_VERSION`.
+
+Version 1 splits words at every character that is not a letter or digit and
+drops one-letter words: ``C++`` and ``C#`` are ``c`` (dropped), ``node.js`` is
+``node`` and ``js``.
+
+Version 2 (the default) keeps technical words. Text is split at whitespace and
+punctuation, except the characters ``. - _ : + # '`` inside a token, which it
+reads as follows (results after case folding and stemming):
+
+* Symbols: a word ending in ``++`` (``c++``, ``g++``, ``notepad++``) and one
+  letter ending in ``#`` (``c#``, ``f#``) are one term each, not stemmed.
+* Compounds joined by ``.``, runs of ``_`` or ``::`` (``node.js``,
+  ``x86_64``, ``CMAKE_CXX_STANDARD``, ``std::vector``, version numbers
+  ``3.11`` and ``v2.0.1``) are indexed as the whole compound, not stemmed,
+  and as each of their parts, stemmed like other words: ``node.js``, ``node``,
+  ``js``. A leading dot belongs to the word: ``.NET`` is ``.net`` and ``net``.
+* Letters joined by dots are an abbreviation, one word of its letters:
+  ``U.S.A.`` is ``usa``; ``e.g.`` and ``i.e.`` are stopwords.
+* Hyphens join weaker: each part between hyphens is a word or compound of its
+  own (``tissue-resident``: ``tissu``, ``resid``; ``0.5-9.6``: ``0.5`` ... ``9.6``
+  ...). When the first part is a single letter, which means little alone, it
+  also forms one word with the second, so ``e-mail`` meets ``email``
+  (``e-mail`` is ``email``, ``e``, ``mail``; ``x-ray``, ``T-cell``). Joining
+  every hyphenated compound cost SciFact nDCG@10 0.003 (measured): a rare
+  joined term outweighed the words that matter.
+* One-letter words are terms (``C``, ``R``, ``vitamin D``, ``T`` cells); the
+  English stopwords are NLTK's less the one-letter ``t d m o y``, which are
+  there for contractions: version 2 drops the endings ``'s 't 'd 'm 'll 're
+  've`` after a word instead (``don't`` is ``don``, a stopword). ``a``, ``i``
+  and ``s`` (mostly a plural mark: ``protein(s)``) stay stopwords.
+* A leading ``-`` or ``+`` is not part of a word (``-5`` is ``5``), so a query
+  parser can read ``-word`` and ``+word`` as operators; ``"`` is a separator.
+
+A chunk's length for BM25 counts its terms less the compound whole forms that
+share the position of their first part (as Lucene discounts overlapping
+tokens): writing ``node.js`` instead of ``node js`` does not make a text
+longer (:class:`TermCounts`).
+
+Measured (SciFact train and CMRC 2018 trial, full query sets): nDCG@10 0.70229
+(version 1) and 0.70226 (version 2), 0.99275 and 0.99275; of the choices above,
+joining every hyphenated compound cost 0.003 and counting whole forms in the
+length 0.001. Cost: version 2 analyzes SciFact's abstracts in 1.07-1.15x the
+time of version 1 once their words are known (the memo) and 1.35-1.4x while
+learning new ones (a compound is parsed once, a plain word only stemmed);
+Chinese text costs the same.
+
+Tokens and positions
+--------------------
+:meth:`Analyzer.tokens` gives each term with its character span in the original
+text (before normalization) and its position, for phrase adjacency: each word
+(a part of a compound, a piece of a word cut at ``MAX_TOKEN_CHARS``, a symbol
+such as ``c++``) takes one position, and so does a dropped word (a stopword,
+and in version 1 a one-letter word), so ``state of the art`` keeps the gap; a
+compound's whole form has the position of its first part (``node.js`` at p:
+``node.js`` p, ``node`` p, ``js`` p+1); a dropped clitic takes none. In CJK
+text each character takes one position; a bigram (or jieba word) has the
+position of its first character.
+"""
+
+from __future__ import annotations
+
+import collections
+import re
+import sys
+import unicodedata
+from array import array
+from collections import Counter, _count_elements  # type: ignore[attr-defined]
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence, Set
+from itertools import chain, accumulate
+from typing import Any, NamedTuple
+
+from ragdb.errors import InvalidInput, MissingDependency, RagdbError
+
+# CJK ideographs (unified + extension A + compatibility + supplementary planes)
+# and Japanese kana. Hangul is space-delimited, so it is treated as words.
+_CJK = "\u3040-\u30ff\u3400-\u4dbf\u4e00-\u9fff\uf900-\ufaff\U00020000-\U0003134f"
+_TERM_RE = re.compile(rf"[{_CJK}]+|[^\W_{_CJK}]+")
+# Words: two or more letters/digits (longer ones are cut at MAX_TOKEN_CHARS),
+# or a single digit. Single letters carry no meaning as index terms.
+_WORD_RE = re.compile(r"[^\W_]{2,64}|\d")
+# For chunking: every CJK character is one token, words are tokens.
+_SPAN_RE = re.compile(rf"[{_CJK}]|[^\W_{_CJK}]+")
+_CJK_CHAR = re.compile(rf"[{_CJK}]")
+
+# English stopwords (the NLTK list, which bm25s and most BM25 setups use).
+ENGLISH_STOPWORDS = frozenset(
+    """a about above after again against ain all am an and any are aren aren't as at be
+    because been before being below between both but by can couldn couldn't d did didn
+    didn't do does doesn doesn't doing don don't down during each few for from further had
+    hadn hadn't has hasn hasn't have haven haven't having he her here hers herself him
+    himself his how i if in into is isn isn't it it's its itself just ll m ma me mightn
+    mightn't more most mustn mustn't my myself needn needn't no nor not now o of off on once
+    only or other our ours ourselves out over own re s same shan shan't she she's should
+    should've shouldn shouldn't so some such t than that that'll the their theirs them
+    themselves then there these they this those through to too under until up ve very was
+    wasn wasn't we were weren weren't what when where which while who whom why will with won
+    won't wouldn wouldn't y you you'd you'll you're you've your yours yourself
+    yourselves""".split()
+)
+
+# Chinese stopwords: the interrogatives and question particles, the
+# counterparts of the interrogatives in the English list (what, which, who,
+# how...). Questions are full of them and encyclopedic or technical text
+# rarely has them, so their high IDF made a document that merely contains
+# "什么" outrank the one that answers "X 是什么？" (measured on CMRC 2018:
+# nDCG@10 0.9904 -> 0.9928; BENCHMARKS.md). With bigram analysis these are
+# the unigram and bigram terms dropped; a bigram that holds a stopword
+# character but means something else (几乎, 茶几) is kept.
+CHINESE_STOPWORDS = frozenset(
+    "什 么 哪 谁 几 吗 呢 什么 哪些 哪个 哪里 怎么 怎样 如何 为何 多少 为什么 是什么".split()
+)
+# Version 2 keeps one-letter words as terms (T cells, vitamin D, the C language, R).
+# The single letters of the NLTK list are there for contractions (don't, I'd, I'm),
+# whose endings version 2 drops as clitics instead; of them "a", "i" and "s" stay
+# stopwords ("s" is mostly a plural mark, "protein(s)").
+ENGLISH_STOPWORDS_V2 = ENGLISH_STOPWORDS - frozenset("t d m o y".split())
+# Abbreviations written with dots that are function words: "e.g." and "i.e." give no
+# term (while "IE" and "u.s.a." do).
+DOTTED_STOPWORDS = frozenset({"eg", "ie"})
+STOPWORD_LISTS = {None: frozenset(), "english": ENGLISH_STOPWORDS, "chinese": CHINESE_STOPWORDS,
+                  "english+chinese": ENGLISH_STOPWORDS | CHINESE_STOPWORDS}
+
+# Upper bound on the length of one word token. A 1 MB "word" is not a word;
+# cutting it keeps the vocabulary and the stemmer sane.
+MAX_TOKEN_CHARS = 64  # keep in step with _WORD_RE
+
+# ASCII text is split by bytes.translate: every byte that is not an ASCII
+# letter or digit becomes a space (for ASCII, ``[^\W_]`` is exactly [A-Za-z0-9]).
+_ASCII_SPLIT = bytes(c if chr(c).isascii() and chr(c).isalnum() else 0x20 for c in range(256))
+# Bound of the token memo (distinct tokens); it is emptied when full.
+MEMO_SIZE = 200_000
+# Bound of the positions memo (phrase checks) in (term, position) pairs, not runs: a CJK
+# run is a whole clause, hundreds of pairs, so 200,000 runs of them could be gigabytes.
+# Measured about 250 bytes a pair (the memo, its indexes, the CJK terms' strings): about
+# 16 MiB. The 15 phrase queries of the realistic 100k benchmark held 80,000 pairs (20 MiB).
+POS_MEMO_PAIRS = 64_000
+
+
+# -- version 2 -----------------------------------------------------------------
+#: The analyzer version new databases get; stored configurations keep theirs.
+ANALYZER_VERSION = 2
+ANALYZER_VERSIONS = (1, 2)
+
+# Version 2 keeps the characters that join a word's parts or mark it in the raw
+# tokens text is split into (ASCII text with one bytes.translate + split, like
+# version 1), and _plan2 reads each raw token: ``.`` ``-`` ``_`` ``::`` join
+# compounds, ``++`` and ``#`` end symbols, an apostrophe starts a clitic.
+_RAW2 = re.compile(r"[\w.\-:+#'\u2019]+")  # text without CJK (\w includes "_")
+_TERM2_RE = re.compile(rf"[{_CJK}]+|(?:[^\W{_CJK}]|[.\-:+#'\u2019])+")
+_ASCII_SPLIT2 = bytes(c if (chr(c).isascii() and chr(c).isalnum()) or chr(c) in "._-:+#'" else 0x20
+                      for c in range(256))
+# The units of a raw token, in order of preference at each place:
+# * sym: a word ending in ``++`` (c++, g++, notepad++) or one letter ending in ``#`` (c#, f#);
+# * clitic: ``'s 't 'd 'm 'll 're 've`` after a word (dropped: "don't" is "don", a stopword);
+# * a word or compound, optionally after a leading dot (.net): words joined by single
+#   ``.`` or ``-``, runs of ``_``, or ``::`` (node.js, e-mail, x86_64, std::vector, 3.11).
+_UNIT2 = re.compile(r"(?P<sym>[^\W_]+\+\+(?!\+)|(?<![^\W_])[^\W\d_]\#)"
+                    r"|(?P<clitic>(?<=[^\W_])['\u2019](?:s|t|d|m|ll|re|ve)(?![^\W_]))"
+                    r"|(?P<lead>(?<![^\W_.])\.(?=[^\W\d_]))?(?P<body>[^\W_]+(?:(?:[.\-]|_+|::)[^\W_]+)*)")
+_RUN = re.compile(r"[^\W_]+")
+_CLITIC_WORD = re.compile(r"([^\W_]+)(['\u2019](?:s|t|d|m|ll|re|ve))")
+# The parts of a compound between hyphens: words joined by ``.`` ``_`` ``::``.
+_SEGMENT = re.compile(r"[^\W_]+(?:(?:\.|_+|::)[^\W_]+)*")
+# Version 1's words for tokens(): a run is cut like _WORD_RE cuts it, and a lone letter,
+# which _WORD_RE skips, is a dropped word of its own (it keeps its position).
+_WORD1_ALL = re.compile(r"[^\W_]{2,64}|[^\W_]")
+_DIGIT = re.compile(r"\d")
+# Items of a plan: a word (word rules decide its term), a final term, a dropped clitic
+# (version 1: a lone letter), and a compound's whole form as a word or as a final term
+# (it shares the position of the compound's first part, the item after it).
+_WORD, _TERM, _DROP, _WHOLE_WORD, _WHOLE_TERM = 0, 1, 2, 3, 4
+_WORDS = (_WORD, _WHOLE_WORD)
+# Counted among a raw token's terms for each whole form that overlaps a part (never a term:
+# analysis never keeps a NUL); term_counts takes them out as TermCounts.overlaps.
+_OVERLAP = "\0"
+_TERMS = (_TERM, _WHOLE_TERM)
+_EDGE_JOINERS = ".-_:'\u2019"
+# Punctuation around a query word, left out when naming it (``"the?"`` is "the").
+_PIECE_EDGES = re.compile(r"^[^\w.]+|[^\w+#]+$")
+
+Plan = list[tuple[int, str, int, int, int]]  # (kind, value, start, end, position)
+
+
+def _core(raw: str) -> str | None:
+    """A version 2 raw token without the joining characters at its ends (``word.``, ``(word``,
+    ``-0.5``), or None when an end matters (``.net``, ``c++``, ``c#.``: _plan2 reads those)."""
+    left = raw.lstrip("-_:'\u2019+#")
+    if left[:1] == ".":
+        return None
+    core = left.rstrip(_EDGE_JOINERS)
+    return core if core and core[-1] not in "+#" else None
+
+
+def _compound_items(core: str) -> list[tuple[int, str]] | None:
+    """The (kind, value) items _plan2 gives a token core made of words joined by single
+    hyphens and dots, or of a word and a clitic: the common compounds (well-known, 0.05,
+    node.js, 0.5-9.6, Alzheimer's), found without the unit parser; None for any other core."""
+    if "'" in core or "\u2019" in core:
+        m = _CLITIC_WORD.fullmatch(core)
+        return None if m is None or len(m.group(1)) > MAX_TOKEN_CHARS else [(_WORD, m.group(1)), (_DROP, m.group(2))]
+    segments = core.split("-")
+    items: list[tuple[int, str]] = []
+    if len(segments) > 1:
+        first, second = segments[0], segments[1]
+        if len(first) == 1 and not first.isdecimal() and second.isalnum() and len(second) < MAX_TOKEN_CHARS:
+            items.append((_WHOLE_WORD, first + second))
+    for seg in segments:
+        if seg.isalnum():
+            if len(seg) > MAX_TOKEN_CHARS:
+                return None
+            items.append((_WORD, seg))
+            continue
+        parts = seg.split(".")
+        for p in parts:
+            if not p.isalnum() or len(p) > MAX_TOKEN_CHARS:
+                return None
+        if len(seg) == 2 * len(parts) - 1 and not any(p.isdecimal() for p in parts):  # u.s.a, e.g
+            letters = "".join(parts)
+            items.append((_DROP, seg) if letters in DOTTED_STOPWORDS else (_WORD, letters))
+            continue
+        if len(seg) <= MAX_TOKEN_CHARS:
+            items.append((_WHOLE_TERM, seg))
+        items += [(_WORD, p) for p in parts]
+    return items
+
+
+def _word_items(word: str, start: int, pos: int, out: Plan) -> int:
+    """Append a word's items (cut at MAX_TOKEN_CHARS, one position each); returns the positions used."""
+    if len(word) <= MAX_TOKEN_CHARS:
+        out.append((_WORD, word, start, start + len(word), pos))
+        return 1
+    n = 0
+    for i in range(0, len(word), MAX_TOKEN_CHARS):
+        piece = word[i:i + MAX_TOKEN_CHARS]
+        out.append((_WORD, piece, start + i, start + i + len(piece), pos + n))
+        n += 1
+    return n
+
+
+def _plan2(raw: str) -> tuple[Plan, int]:
+    """Version 2: the items of one raw token (offsets into it, positions from 0) and
+    the number of positions it takes. See the module docstring for the rules."""
+    out: Plan = []
+    pos = 0
+    for m in _UNIT2.finditer(raw):
+        kind = m.lastgroup
+        if kind == "sym":
+            out.append((_TERM, m.group(), m.start(), m.end(), pos))
+            pos += 1
+        elif kind == "clitic":
+            out.append((_DROP, m.group(), m.start(), m.end(), max(pos - 1, 0)))
+        elif m.start("lead") >= 0 and m.group("body").isalnum():  # .net: the whole and the word
+            if len(m.group()) <= MAX_TOKEN_CHARS:
+                out.append((_WHOLE_TERM, m.group(), m.start(), m.end(), pos))
+            pos += _word_items(m.group("body"), m.start("body"), pos, out)
+        else:
+            lead = m.start("lead") >= 0
+            segments = list(_SEGMENT.finditer(m.string, m.start() + lead, m.end()))
+            if len(segments) > 1:
+                # Hyphens join words weaker than the other joiners: each part between
+                # hyphens is a word or compound of its own (tissue-resident: tissue,
+                # resident, at adjacent positions; 0.5-9.6: 0.5 and 9.6), and when the
+                # first is a single letter, which means little alone, it also makes one
+                # word with the second (e-mail: email, e, mail; x-ray, T-cell). Joining
+                # every hyphenated compound cost SciFact nDCG@10 0.003 (a rare joined
+                # term outweighed the words that matter).
+                first, second = segments[0].group(), segments[1].group()
+                if len(first) == 1 and not first.isdecimal() and second.isalnum() \
+                        and len(second) < MAX_TOKEN_CHARS:
+                    out.append((_WHOLE_WORD, first + second, segments[0].start(), segments[1].end(), pos))
+            for seg in segments:
+                pos += _segment_items(seg, pos, out)
+    return out, pos
+
+
+def _segment_items(seg: re.Match[str], pos: int, out: Plan) -> int:
+    """Append the items of a word or a compound joined by ``.`` ``_`` ``::`` (no hyphen);
+    returns the positions used. A compound is its whole form (not stemmed, at the first
+    part's position) then its parts; letters joined by dots are one word (u.s.a, e.g)."""
+    text, s0 = seg.group(), seg.start()
+    if text.isalnum():
+        return _word_items(text, s0, pos, out)
+    runs = list(_RUN.finditer(text))
+    if all(len(r.group()) == 1 and not r.group().isdecimal() for r in runs) \
+            and all(text[a.end():b.start()] == "." for a, b in zip(runs, runs[1:])):
+        letters = "".join(r.group() for r in runs)
+        out.append((_DROP, text, s0, seg.end(), pos) if letters in DOTTED_STOPWORDS else
+                   (_WORD, letters, s0, seg.end(), pos))
+        return 1
+    if len(text) <= MAX_TOKEN_CHARS:
+        out.append((_WHOLE_TERM, text, s0, seg.end(), pos))
+    n = 0
+    for r in runs:
+        n += _word_items(r.group(), s0 + r.start(), pos + n, out)
+    return n
+
+
+def _plan1(run: str) -> tuple[Plan, int]:
+    """Version 1: the items of an alphanumeric run for tokens() (each its own position)."""
+    out: Plan = []
+    for i, m in enumerate(_WORD1_ALL.finditer(run)):
+        w = m.group()
+        kind = _DROP if len(w) == 1 and _DIGIT.match(w) is None else _WORD
+        out.append((kind, w, m.start(), m.end(), i))
+    return out, len(out)
+
+
+def _normalize_map(text: str) -> tuple[str, list[int] | None, list[int] | None]:
+    """``NFKC(text).casefold()`` (what analysis reads) and, per character of it, the start
+    and end of the original characters it came from (None, None: the same offsets).
+
+    The text is cut into clusters (a character and the combining marks after it),
+    each normalized on its own; a cluster that composes with the one before it
+    (Hangul jamo, half-width voiced marks) is merged into it. Should the pieces
+    still not add up to the whole, every character maps to the whole text."""
+    if text.isascii():
+        return text.lower(), None, None
+    if unicodedata.is_normalized("NFKC", text):
+        folded = text.casefold()
+        if len(folded) == len(text):  # casefold maps each character to one
+            return folded, None, None
+    nfkc = unicodedata.normalize
+    bounds = [0] + [i for i in range(1, len(text)) if not unicodedata.combining(text[i])] + [len(text)]
+    segs: list[tuple[int, int, str]] = []
+    for a, b in zip(bounds, bounds[1:]):
+        norm = nfkc("NFKC", text[a:b])
+        if segs and not text[a].isascii():
+            pa, _pb, pn = segs[-1]
+            joined = nfkc("NFKC", text[pa:b])
+            if joined != pn + norm:
+                segs[-1] = (pa, b, joined)
+                continue
+        segs.append((a, b, norm))
+    whole = unicodedata.normalize("NFKC", text).casefold()
+    starts: list[int] = []
+    ends: list[int] = []
+    for a, b, norm in segs:
+        n = len(norm.casefold())
+        starts.extend([a] * n)
+        ends.extend([b] * n)
+    if "".join(norm.casefold() for _a, _b, norm in segs) != whole:  # pragma: no cover - no known text does this
+        return whole, [0] * len(whole), [len(text)] * len(whole)
+    return whole, starts, ends
+
+
+def is_cjk(text: str) -> bool:
+    """True when ``text`` contains at least one CJK ideograph or kana."""
+    return _CJK_CHAR.search(text) is not None
+
+
+def describe_config(config: Any) -> str:
+    """A stored analyzer configuration in words (see :meth:`Analyzer.describe`)."""
+    if isinstance(config, Mapping) and isinstance(config.get("name"), str) and config.get("name") != "ragdb":
+        name = config["name"]
+        return f"{name} (a plugin analyzer{'' if _plugin_analyzer(name) is not None else ', plugin not installed'})"
+    if not isinstance(config, Mapping) or config.get("name") != "ragdb":
+        return f"an unknown analyzer ({config!r})"
+    stem, stop, cjk = config.get("stem"), config.get("stopwords"), config.get("cjk", "bigram")
+    parts = ["English stemming" if stem == "english" else "no stemming",
+             f"{stop.replace('+', ' and ')} stopwords".replace("english", "English").replace("chinese", "Chinese")
+             if stop else "no stopwords",
+             "CJK bigrams" if cjk == "bigram" else "jieba word segmentation"]
+    names = {("english", "english+chinese", "bigram"): "default", ("english", "english+chinese", "jieba"): "jieba",
+             (None, None, "bigram"): "simple"}
+    name = names.get((stem, stop, cjk), "custom")
+    version = config.get("version")
+    if version != ANALYZER_VERSION:  # the current version goes without saying
+        parts.append(f"version {version}")
+    return f"{name} ({', '.join(parts)})"
+
+
+class TermCounts(Counter[str]):
+    """Term frequencies (:meth:`Analyzer.term_counts`, version 2) that also know how many
+    of the terms are a compound's whole form sharing the position of its first part
+    (``node.js`` beside ``node``): ``overlaps``. A chunk's length for BM25 is the sum of
+    the counts less ``overlaps`` (as Lucene discounts overlapping tokens), so writing a
+    word as a compound does not make a text longer."""
+
+    overlaps: int = 0
+
+
+class Token(NamedTuple):
+    """One index term of a text where it occurs (:meth:`Analyzer.tokens`).
+
+    ``start``/``end``: character offsets into the original text (before
+    normalization), so ``text[start:end]`` is what produced the term.
+    ``position``: the token position for phrase adjacency (see the module
+    docstring: a word takes one position, a dropped stopword keeps its own,
+    each CJK character takes one)."""
+
+    term: str
+    start: int
+    end: int
+    position: int
+
+
+class Analyzer:
+    """Turns text into index terms.
+
+    Parameters are part of the stored configuration: ``stem`` (``"english"``
+    or ``None``), ``stopwords`` (``"english+chinese"``, ``"english"``,
+    ``"chinese"`` or ``None``), ``cjk`` (``"bigram"`` or ``"jieba"``), and
+    ``version``, the word rules (1: the first analyzer; 2, the default for new
+    databases: technical words such as ``c++`` and ``node.js`` are kept; see the
+    module docstring). English stopwords are dropped from words, Chinese ones
+    from CJK terms.
+    """
+
+    def __init__(self, *, stem: str | None = "english", stopwords: str | None = "english+chinese",
+                 cjk: str = "bigram", version: int = ANALYZER_VERSION) -> None:
+        if stem not in (None, "english"):
+            raise InvalidInput(f"analyzer stem={stem!r}: only 'english' or None are supported")
+        if stopwords not in STOPWORD_LISTS:
+            raise InvalidInput(f"analyzer stopwords={stopwords!r}: choose one of "
+                               f"{', '.join(repr(k) for k in STOPWORD_LISTS)}")
+        if cjk not in ("bigram", "jieba"):
+            raise InvalidInput(f"analyzer cjk={cjk!r}: choose 'bigram' or 'jieba'")
+        if version not in ANALYZER_VERSIONS or isinstance(version, bool):
+            raise InvalidInput(f"analyzer version={version!r}: this ragdb knows versions "
+                               f"{', '.join(map(str, ANALYZER_VERSIONS))} (a newer ragdb may know more)")
+        self.stem = stem
+        self.stopwords = stopwords
+        self.cjk = cjk
+        self.version = version
+        self._v1 = version == 1
+        english = stopwords in ("english", "english+chinese")
+        self._stop = (ENGLISH_STOPWORDS if self._v1 else ENGLISH_STOPWORDS_V2) if english else frozenset()
+        self._cjk_stop = CHINESE_STOPWORDS if stopwords in ("chinese", "english+chinese") else frozenset()
+        self._stemmer: Any = None
+        if stem == "english":
+            import Stemmer  # PyStemmer, a core dependency
+
+            self._stemmer = Stemmer.Stemmer("english", 0)  # no cache: _memo is ours (its cache made new words ~2.5x slower)
+        self._jieba: Any = None
+        if cjk == "jieba":
+            try:
+                import jieba
+            except ImportError as e:  # pragma: no cover - depends on environment
+                raise MissingDependency(
+                    "the jieba analyzer needs jieba: pip install 'ragdb[jieba]'"
+                ) from e
+            jieba.setLogLevel(60)  # jieba logs its dictionary loading otherwise
+            self._jieba = jieba
+        # Version 1: memo of raw word token -> its index term ("" for none; see _tokens);
+        # version 2: raw token -> the tuple of its index terms (see _learn2).
+        self._memo: dict[Any, Any] = {}
+        self._multi: dict[Any, tuple[str, ...]] = {}  # version 1: tokens that yield several terms
+        self._pos_memo: dict[Any, tuple[list[tuple[str, int]], int, bool]] = {}  # run -> _pos_info
+        self._runs_of: dict[str, set[Any]] = {}  # term -> the remembered runs holding it
+        self._width: dict[Any, int] = {}  # run -> its width in positions
+        self._nonsimple: set[Any] = set()  # runs of other than one position
+        self._pos_pairs = 0  # (term, position) pairs held by _pos_memo
+        self._tok_memo: dict[str, tuple[list[tuple[str, int, int, int]], int]] = {}  # the same with offsets
+        self._words: dict[str, str] = {}  # version 2: word -> its term after word rules ("" dropped)
+
+    # -- configuration ---------------------------------------------------
+    def config(self) -> dict[str, Any]:
+        """The configuration stored in the database."""
+        return {"name": "ragdb", "version": self.version, "stem": self.stem,
+                "stopwords": self.stopwords, "cjk": self.cjk}
+
+    def describe(self) -> str:
+        """The configuration in words: its spec name when it has one, then what it does
+        (``"simple (no stemming, no stopwords, CJK bigrams)"``)."""
+        return describe_config(self.config())
+
+    @classmethod
+    def from_config(cls, config: Mapping[str, Any]) -> "Analyzer":
+        """The analyzer of a stored configuration: ragdb's own (``"name": "ragdb"``), or
+        one a plugin provides under the configuration's ``name`` (see :mod:`ragdb.plugins`);
+        a plugin that is not installed is an :class:`InvalidInput` saying so."""
+        name = config.get("name") if isinstance(config, Mapping) else None
+        if name == "ragdb" and config.get("version") in ANALYZER_VERSIONS \
+                and not isinstance(config.get("version"), bool):
+            return Analyzer(stem=config.get("stem"), stopwords=config.get("stopwords"),
+                            cjk=config.get("cjk", "bigram"), version=config["version"])
+        if name == "ragdb" and isinstance(config.get("version"), int) and not isinstance(config.get("version"), bool) \
+                and config["version"] > ANALYZER_VERSION:
+            raise InvalidInput(f"analyzer version {config['version']} was written by a newer ragdb (this one knows "
+                               f"versions {', '.join(map(str, ANALYZER_VERSIONS))}); upgrade ragdb to open the "
+                               f"database (stored configuration {dict(config)!r})")
+        if isinstance(name, str) and name != "ragdb":
+            found = _plugin_analyzer(name)
+            if found is None:
+                raise InvalidInput(
+                    f"the analyzer {name!r} of this database comes from a plugin that is not installed (or "
+                    f"failed to load: 'ragdb plugins' lists them and their problems); install the package "
+                    f"that provides it to open the database (stored configuration {dict(config)!r})")
+            factory = found.obj
+            overridden = getattr(getattr(factory, "from_config", None), "__func__", None) is not \
+                Analyzer.from_config.__func__  # type: ignore[attr-defined]
+            made = _checked_plugin_analyzer(found, lambda: factory.from_config(config) if overridden else factory())
+            if made.config() != dict(config):
+                raise InvalidInput(f"analyzer {name!r} (plugin {found.plugin!r}) cannot rebuild the stored "
+                                   f"configuration {dict(config)!r}: it gives {made.config()!r}")
+            return made
+        raise InvalidInput(f"unknown analyzer configuration {dict(config) if isinstance(config, Mapping) else config!r}")
+
+    @classmethod
+    def from_spec(cls, spec: "str | Analyzer | Mapping[str, Any] | None") -> "Analyzer":
+        """``None``/``"default"``, ``"jieba"``, ``"simple"`` (no stemming or stopwords),
+        the name of an analyzer an installed plugin provides, a config mapping (e.g. a
+        stored version 1 configuration), or an :class:`Analyzer`. The names give the
+        current version (:data:`ANALYZER_VERSION`); they go through :func:`ragdb.plugins.find`
+        (ragdb's own are registered by :func:`register_builtins`)."""
+        if spec is None:
+            spec = "default"
+        if isinstance(spec, Analyzer):
+            return spec
+        if isinstance(spec, Mapping):
+            return cls.from_config(spec)
+        from ragdb import plugins
+
+        found = plugins.find("analyzer", spec) if isinstance(spec, str) else None
+        if found is not None and found.arg is None:
+            if found.provided.builtin:
+                made: Analyzer = found.build()
+                return made
+            return _checked_plugin_analyzer(found.provided, found.build)
+        listed = ", ".join(repr(name) for name in plugins.names("analyzer"))
+        raise InvalidInput(f"analyzer {spec!r}: use {listed} or an Analyzer "
+                           f"('ragdb plugins' lists the installed plugins)")
+
+    # -- analysis --------------------------------------------------------
+    # Speed matters here: analysis is most of the work of adding a document.
+    # Text is split into raw word tokens first (ASCII text with one C-level
+    # bytes.translate + split instead of a Unicode regex), and each distinct
+    # token is expanded once through a memo of token -> index terms
+    # (stopwords dropped, Snowball stem applied, words over MAX_TOKEN_CHARS
+    # cut; in version 2 also compounds and symbols, see _plan2).
+    # Version 1: the memo maps a token to its one term ("" for none; the rare
+    # token with several is in _multi). The result is the same as applying
+    # ``_WORD_RE`` to the whole text: that regex never matches across a
+    # non-alphanumeric character, and it is what expands a token on a miss.
+    # Version 2: raw tokens keep the joining characters (``_RAW2``), and the
+    # memo maps a token to the tuple of its terms, chained in C.
+    def _tokens(self, text: str) -> tuple[list[Any], list[str]]:
+        """Raw word tokens (bytes for ASCII text, else str) and CJK terms, both in text order."""
+        if not text.isascii():
+            text = unicodedata.normalize("NFKC", text).casefold()
+        if self._v1:
+            if text.isascii():
+                return text.lower().encode("ascii").translate(_ASCII_SPLIT).split(), []
+            if _CJK_CHAR.search(text) is None:
+                return _WORD_RE.findall(text), []
+            term_re, word_re = _TERM_RE, _WORD_RE
+        else:
+            if text.isascii():
+                return text.lower().encode("ascii").translate(_ASCII_SPLIT2).split(), []
+            if _CJK_CHAR.search(text) is None:
+                return _RAW2.findall(text), []
+            term_re, word_re = _TERM2_RE, None
+        words: list[Any] = []
+        cjk: list[str] = []
+        for run in term_re.findall(text):
+            if _CJK_CHAR.match(run):
+                cjk.extend(self._cjk_terms(run))
+            elif word_re is not None:
+                words.extend(word_re.findall(run))
+            else:
+                words.append(run)
+        return words, cjk
+
+    def _word_terms(self, words: list[Any]) -> list[str]:
+        """Version 1: the index term of each raw token, in order ("" where a token yields none)."""
+        memo = self._memo
+        try:
+            terms = list(map(memo.__getitem__, words))
+        except KeyError:
+            self._learn(words)
+            terms = list(map(memo.__getitem__, words))
+        multi = self._multi
+        if multi and not multi.keys().isdisjoint(words):  # rare: words over MAX_TOKEN_CHARS
+            terms = [t for tok, term in zip(words, terms) for t in multi.get(tok, (term,))]
+        return terms
+
+    def _learn(self, words: list[Any]) -> None:
+        """Version 1: memoize the terms of the tokens of ``words`` not seen before (stemmed in one batch)."""
+        memo = self._memo
+        missing = set(words).difference(memo)
+        if len(memo) + len(missing) > MEMO_SIZE:
+            memo.clear()
+            self._multi.clear()
+            missing = set(words)
+        stop = self._stop
+        pending: list[Any] = []
+        plain: list[str] = []
+        for tok in missing:
+            if isinstance(tok, bytes):  # an ASCII alphanumeric run: cut or dropped like _WORD_RE does
+                word = tok.decode("ascii")
+                if len(word) > MAX_TOKEN_CHARS:
+                    found = [w for w in _WORD_RE.findall(word) if w not in stop]
+                    if self._stemmer is not None:
+                        found = self._stemmer.stemWords(found)
+                    memo[tok] = found[0] if len(found) == 1 else ""
+                    if len(found) > 1:
+                        self._multi[tok] = tuple(found)
+                    continue
+                if len(word) == 1 and not ("0" <= word <= "9"):
+                    memo[tok] = ""
+                    continue
+            else:  # already a _WORD_RE match
+                word = tok
+            if word in stop:
+                memo[tok] = ""
+            else:
+                pending.append(tok)
+                plain.append(word)
+        if plain and self._stemmer is not None:
+            plain = self._stemmer.stemWords(plain)
+        memo.update(zip(pending, plain))
+
+
+    def _learn2(self, words: list[Any]) -> None:
+        """Version 2: memoize the terms of the raw tokens of ``words`` not seen before. A token
+        that is one plain word once joining characters at its ends are stripped (most are:
+        ``word``, ``word.``, ``word:``) skips the unit parser; words are stemmed in one batch.
+        A compound's whole form that overlaps its first part adds an :data:`_OVERLAP` to the
+        token's terms, which term_counts takes out again as ``TermCounts.overlaps``."""
+        memo = self._memo
+        missing = set(words).difference(memo)
+        if len(memo) + len(missing) > MEMO_SIZE:
+            memo.clear()
+            missing = set(words)
+        stop = self._stop
+        pending: list[Any] = []  # tokens that are one word to stem, and the word
+        plain: list[str] = []
+        compounds: list[tuple[Any, list[tuple[int, str]]]] = []  # tokens of several items, and the items
+        for tok in missing:
+            raw = tok.decode("ascii") if type(tok) is bytes else tok
+            if raw.isalnum():
+                word = raw
+            elif raw[-1] in ".:" and raw[:-1].isalnum():  # the most common other token: a word ending a sentence
+                known = memo.get(tok[:-1])
+                if known is not None:
+                    memo[tok] = known
+                    continue
+                word = raw[:-1]
+            else:
+                core = _core(raw)
+                if core is None or not core.isalnum():
+                    items = _compound_items(core) if core is not None else None
+                    compounds.append((tok, items if items is not None else [(i[0], i[1]) for i in _plan2(raw)[0]]))
+                    continue
+                word = core
+            if len(word) > MAX_TOKEN_CHARS:
+                compounds.append((tok, [(i[0], i[1]) for i in _plan2(raw)[0]]))
+            elif word in stop:
+                memo[tok] = ()
+            else:
+                pending.append(tok)
+                plain.append(word)
+        parts: list[str] = []
+        if compounds:
+            stems = {v: "" for _tok, items in compounds for kind, v in items if kind in _WORDS}
+            parts = [w for w in stems if w not in stop]
+        # one stemming batch for all: plain words (the most: stemmed like version 1 does) and parts
+        stemmed = self._stemmer.stemWords(plain + parts) if self._stemmer is not None else plain + parts
+        memo.update(zip(pending, zip(stemmed)))  # (zip makes the 1-tuples)
+        if not compounds:
+            return
+        stems.update(zip(parts, stemmed[len(plain):]))
+        for tok, items in compounds:
+            terms: list[str] = []
+            whole = False  # the item before was a whole form with a term: this one is its first part
+            for kind, v in items:
+                t = stems[v] if kind in _WORDS else v if kind in _TERMS else ""
+                if t:
+                    terms.append(t)
+                    if whole:
+                        terms.append(_OVERLAP)
+                whole = kind >= _WHOLE_WORD and bool(t)
+            memo[tok] = tuple(terms)
+
+    def _learn_words(self, words: Iterable[str]) -> None:
+        """Version 2, for tokens(): the term of each word not known yet (stopwords dropped, the
+        rest stemmed), as _learn2 gives it."""
+        table = self._words
+        missing = set(words).difference(table)
+        if not missing:
+            return
+        if len(table) + len(missing) > MEMO_SIZE:
+            table.clear()
+        stop = self._stop
+        plain = [w for w in missing if w not in stop]
+        table.update((w, "") for w in missing if w in stop)
+        table.update(zip(plain, self._stemmer.stemWords(plain) if self._stemmer is not None else plain))
+
+    def terms(self, text: str) -> list[str]:
+        """Index terms of ``text``: word terms first, then CJK terms (with repeats).
+
+        The order is deterministic (queries sum term scores in this order)."""
+        words, cjk = self._tokens(text)
+        if self._v1:
+            out = [t for t in self._word_terms(words) if t] if words else []
+        else:
+            out = []
+            if words:
+                if not self._memo.keys() >= set(words):
+                    self._learn2(words)
+                out = list(chain.from_iterable(map(self._memo.__getitem__, words)))
+                if _OVERLAP in out:
+                    out = [t for t in out if t != _OVERLAP]
+        if cjk:
+            out.extend(cjk)
+        return out
+
+    def term_counts(self, text: str) -> dict[str, int]:
+        """Term frequencies of ``text`` (the terms of :meth:`terms`, counted, in order of
+        first appearance). Version 2 returns a :class:`TermCounts`, a dict that also
+        counts the compound whole forms that overlap a part (``overlaps``), which the
+        chunk's length for BM25 leaves out."""
+        return self._counts(*self._tokens(text))
+
+    def term_counts_many(self, texts: Iterable[str]) -> list[dict[str, int]]:
+        """:meth:`term_counts` of each text. (Learning a part's new words in one batch was
+        measured: it cost more than it saved, the set of every word of the part included.)"""
+        return [self.term_counts(t) for t in texts]
+
+    def _counts(self, words: list[Any], cjk: list[str]) -> dict[str, int]:
+        """term_counts from a text's raw word tokens and CJK terms (see _tokens)."""
+        if self._v1:
+            counts = Counter(self._word_terms(words)) if words else Counter()
+            counts.pop("", None)
+            if cjk:
+                counts.update(cjk)  # CJK terms never equal word terms: they follow them
+            return dict(counts)
+        out = TermCounts()
+        if words:
+            memo = self._memo
+            try:  # (Counter's own C loop, without the Python-level update around it)
+                _count_elements(out, chain.from_iterable(map(memo.__getitem__, words)))
+            except KeyError:
+                self._learn2(words)
+                out = TermCounts()
+                _count_elements(out, chain.from_iterable(map(memo.__getitem__, words)))
+            if _OVERLAP in out:
+                out.overlaps = out.pop(_OVERLAP)
+        if cjk:
+            _count_elements(out, cjk)
+        return out
+
+    def _cjk_terms(self, run: str) -> list[str]:
+        if self._jieba is not None:
+            terms = [w for w in self._jieba.cut_for_search(run) if w.strip()]
+        elif len(run) == 1:
+            terms = [run]
+        else:
+            terms = list(run)
+            terms.extend(run[i:i + 2] for i in range(len(run) - 1))
+        stop = self._cjk_stop
+        if stop:
+            terms = [t for t in terms if t not in stop]
+        return terms
+
+    # -- where terms come from -------------------------------------------------
+    def tokens(self, text: str) -> list[Token]:
+        """The index terms of ``text`` where they occur, in text order: each a
+        :class:`Token` (term, start, end, position). Their terms are those of
+        :meth:`term_counts` (the same multiset); ``start``/``end`` are offsets into
+        ``text`` itself, mapped back through normalization (a full-width ``Ａ`` or a
+        ligature ``ﬁ`` is the span of the original characters). Positions: see the
+        module docstring."""
+        if type(self).term_counts is not Analyzer.term_counts and type(self).tokens is Analyzer.tokens:
+            raise InvalidInput(f"analyzer {self.config().get('name')!r} analyzes text its own way and does not "
+                               f"provide tokens() (its plugin would have to)")
+        norm, starts, ends = _normalize_map(text)
+        out: list[Token] = []
+        pos = 0
+        memo = self._tok_memo
+        for m in (_TERM_RE if self._v1 else _TERM2_RE).finditer(norm):
+            run, base = m.group(), m.start()
+            if _CJK_CHAR.match(run):
+                found = [(t, s, e, p) for t, s, e, p in self._cjk_spans(run)]
+                width = len(run)
+            else:
+                cached = memo.get(run)
+                if cached is None:
+                    plan, width = (_plan1 if self._v1 else _plan2)(run)
+                    cached = ([(t, s, e, p) for t, s, e, p, _why in self._resolve(plan) if t], width)
+                    if len(memo) >= MEMO_SIZE:
+                        memo.clear()
+                    memo[run] = cached
+                found, width = cached
+            for term, s, e, p in found:
+                a, b = base + s, base + e
+                out.append(Token(term, a if starts is None else starts[a], b if ends is None else ends[b - 1],
+                                 pos + p))
+            pos += width
+        return out
+
+    def positions(self, text: str) -> dict[str, list[int]]:
+        """term -> its positions in ``text``, in order: the terms and positions of
+        :meth:`tokens` without their character offsets, several times faster (each
+        distinct word's terms are worked out once and remembered). Phrase queries check
+        candidates with it."""
+        if type(self).term_counts is not Analyzer.term_counts and type(self).tokens is Analyzer.tokens:
+            raise InvalidInput(f"analyzer {self.config().get('name')!r} analyzes text its own way and does not "
+                               f"provide positions() (its plugin would have to)")
+        return self._positions(text, None)
+
+    def positions_of(self, text: str, wanted: Set[str]) -> dict[str, list[int]]:
+        """:meth:`positions` of the ``wanted`` terms only (a phrase's): the text's distinct
+        words are looked at once each, and a text holding none of them is done with then."""
+        return self._positions(text, wanted)
+
+    def _pos_info(self, run: str | bytes) -> tuple[list[tuple[str, int]], int, bool]:
+        """A run's (term, relative position) pairs, its width in positions, and whether it is
+        simple (width 1, every term at 0): remembered. ``run``: text, or ASCII bytes."""
+        memo = self._pos_memo
+        found = memo.get(run)
+        if found is None:
+            text = run.decode("ascii") if isinstance(run, bytes) else run
+            if _CJK_CHAR.match(text):
+                pairs = [(t, p) for t, _s, _e, p in self._cjk_spans(text)]
+                width = len(text)
+            else:
+                plan, width = (_plan1 if self._v1 else _plan2)(text)
+                pairs = [(t, p) for t, _s, _e, p, _why in self._resolve(plan) if t]
+            found = (pairs, width, width == 1 and all(p == 0 for _t, p in pairs))
+            if len(memo) >= MEMO_SIZE or self._pos_pairs + len(pairs) > POS_MEMO_PAIRS:
+                memo.clear()
+                self._runs_of.clear()
+                self._width.clear()
+                self._nonsimple.clear()
+                self._pos_pairs = 0
+            memo[run] = found
+            self._pos_pairs += len(pairs)
+            self._width[run] = width
+            if not found[2]:
+                self._nonsimple.add(run)
+            for t, _p in pairs:
+                self._runs_of.setdefault(t, set()).add(run)
+        return found
+
+    def _runs(self, text: str) -> list[Any]:
+        """The runs of ``text`` that :meth:`tokens` reads, in order (ASCII text as bytes, split
+        in C by ``bytes.translate``: the same runs as the regular expression)."""
+        if text.isascii() and not self._v1:
+            return text.lower().encode("ascii").translate(_ASCII_SPLIT2).split()
+        norm = text.lower() if text.isascii() else unicodedata.normalize("NFKC", text).casefold()
+        return (_TERM_RE if self._v1 else _TERM2_RE).findall(norm)
+
+    def _positions(self, text: str, wanted: Set[str] | None) -> dict[str, list[int]]:
+        runs = self._runs(text)
+        info = self._pos_info
+        out: dict[str, list[int]] = {}
+        if wanted is not None:
+            # Set operations in C on what the memo knows: the runs that hold a wanted term
+            # (term -> its runs), whether any run takes other than one position.
+            distinct = set(runs)
+            for run in distinct.difference(self._pos_memo):
+                info(run)
+            if not self._pos_memo.keys() >= distinct:
+                # the memo filled up and was emptied on the way: read the runs one by one
+                return {t: p for t, p in self._positions(text, None).items() if t in wanted}
+            runs_of = self._runs_of
+            holding: set[Any] = set()
+            for t in wanted:
+                found = runs_of.get(t)
+                if found:
+                    holding |= distinct & found
+            if not holding:
+                return out
+            hits = [i for i, run in enumerate(runs) if run in holding]
+            if distinct.isdisjoint(self._nonsimple):  # a run is a position
+                starts: Sequence[int] = hits
+            else:
+                acc = list(accumulate(map(self._width.__getitem__, runs), initial=0))
+                starts = [acc[i] for i in hits]
+            memo = self._pos_memo
+            for i, start in zip(hits, starts):
+                for term, p in memo[runs[i]][0]:
+                    if term in wanted:
+                        out.setdefault(term, []).append(start + p)
+            return out
+        pos = 0
+        for run in runs:
+            pairs, width, _simple = info(run)
+            for term, p in pairs:
+                entry = out.get(term)
+                if entry is None:
+                    out[term] = [pos + p]
+                else:
+                    entry.append(pos + p)
+            pos += width
+        return out
+
+    def _resolve(self, plan: list[tuple[int, str, int, int, int]]) -> list[tuple[str, int, int, int, str]]:
+        """(term or "", start, end, position, why it is dropped) of the items of a plan."""
+        out = []
+        if self._v1:
+            for kind, value, s, e, p in plan:
+                if kind == _WORD:
+                    term = self._word_terms([value])[0]
+                    out.append((term, s, e, p, "" if term else "English stopword"))
+                else:
+                    out.append(("", s, e, p, "one letter: too short"))
+            return out
+        self._learn_words(v for kind, v, *_ in plan if kind in _WORDS)
+        for kind, value, s, e, p in plan:
+            if kind in _WORDS:
+                term = self._words[value]
+                why = "" if term else "English stopword" if value in self._stop else "one letter"
+                out.append((term, s, e, p, why))
+            elif kind in _TERMS:
+                out.append((value, s, e, p, ""))
+            else:
+                out.append(("", s, e, p, "apostrophe ending" if value[0] in "'\u2019" else "English stopword"))
+        return out
+
+    def _cjk_spans(self, run: str) -> list[tuple[str, int, int, int]]:
+        """(term, start, end, position) of the CJK terms of a run, in text order: a
+        character is one position, a bigram or word has its first character's."""
+        if self._jieba is not None:
+            found = sorted(((w, s, e) for w, s, e in self._jieba.tokenize(run, mode="search") if w.strip()),
+                           key=lambda t: (t[1], t[2]))
+            spans = [(w, s, e, s) for w, s, e in found]
+        else:
+            spans = []
+            for i, ch in enumerate(run):
+                spans.append((ch, i, i + 1, i))
+                if i + 1 < len(run):
+                    spans.append((run[i:i + 2], i, i + 2, i))
+        stop = self._cjk_stop
+        return [sp for sp in spans if sp[0] not in stop] if stop else spans
+
+    def dropped(self, text: str) -> list[tuple[str, str]]:
+        """The words of ``text`` (split at whitespace) that give no index term, each with
+        why: ``("the", "English stopword")``, ``("什么", "Chinese stopword")``,
+        ``("x", "one letter: too short")`` (version 1), ``("?", "no letters or digits")``.
+        A query made only of such words finds nothing; the CLI says so with these."""
+        out: list[tuple[str, str]] = []
+        for piece in text.split():
+            if self.terms(piece):
+                continue
+            word = _PIECE_EDGES.sub("", piece) or piece
+            out.append((word, self._why_dropped(piece)))
+        return out
+
+    def _why_dropped(self, piece: str) -> str:
+        if self.config().get("name") != "ragdb":
+            return "the analyzer gives it no index term"
+        norm = unicodedata.normalize("NFKC", piece).casefold()
+        reasons: list[str] = []
+        for m in (_TERM_RE if self._v1 else _TERM2_RE).finditer(norm):
+            run = m.group()
+            if _CJK_CHAR.match(run):
+                reasons.append("Chinese stopword")
+                continue
+            plan, _width = (_plan1 if self._v1 else _plan2)(run)
+            reasons.extend(why for _t, _s, _e, _p, why in self._resolve(plan) if why)
+        if len(reasons) > 1 and "apostrophe ending" in reasons:
+            reasons = [r for r in reasons if r != "apostrophe ending"]
+        return " and ".join(dict.fromkeys(reasons)) or "no letters or digits"
+
+
+def _jieba_analyzer() -> Analyzer:
+    return Analyzer(cjk="jieba")
+
+
+def _simple_analyzer() -> Analyzer:
+    return Analyzer(stem=None, stopwords=None)
+
+
+def register_builtins(register: Callable[..., None]) -> None:
+    """Register ragdb's own analyzers with the ``register`` callback of the
+    ``register_analyzers`` hook (called by the default plugin :mod:`ragdb.text.builtins`).
+    ``ragdb``, the name their stored configuration carries, is an alias of ``default``
+    (so that no plugin can take it)."""
+    register("default", Analyzer, aliases=["ragdb"])
+    register("jieba", _jieba_analyzer)
+    register("simple", _simple_analyzer)
+
+
+def _plugin_analyzer(name: str) -> Any:
+    from ragdb import plugins
+
+    return plugins.lookup("analyzer", name)
+
+
+def _checked_plugin_analyzer(found: Any, make: Any) -> Analyzer:
+    """Build a plugin's analyzer; it must be an :class:`Analyzer` whose stored
+    configuration carries the plugin's name for it (how the database finds it again)."""
+    try:
+        made = make()
+    except RagdbError:
+        raise
+    except Exception as e:  # a plugin's bug: one clear error naming it
+        raise InvalidInput(f"analyzer {found.name!r} (plugin {found.plugin!r}) failed to start: "
+                           f"{type(e).__name__}: {e}") from e
+    if not isinstance(made, Analyzer):
+        raise InvalidInput(f"analyzer {found.name!r} (plugin {found.plugin!r}) is a {type(made).__name__}, "
+                           f"not a ragdb.text.analysis.Analyzer subclass")
+    config = made.config()
+    if not isinstance(config, Mapping) or config.get("name") != found.name:
+        raise InvalidInput(f"analyzer {found.name!r} (plugin {found.plugin!r}): its config() must have "
+                           f"'name': {found.name!r} (the name the database stores), got {config!r}")
+    return made
+
+
+# Whitespace and the invisible format characters text editors and converters
+# leave behind (zero-width space/joiners, direction marks, word joiner, BOM).
+_BLANK_RE = re.compile(r"[\s\u00ad\u200b-\u200f\u202a-\u202e\u2060-\u2064\ufeff]*")
+
+
+def is_blank(text: str) -> bool:
+    """True when ``text`` has nothing to read: only whitespace and invisible format
+    characters. Such a document would be stored but could never be found."""
+    return _BLANK_RE.fullmatch(text) is not None
+
+
+def token_spans(text: str) -> Iterator[tuple[int, int]]:
+    """Character spans of the chunking tokens of ``text``: words, and every CJK
+    character on its own. Computed on the original text so spans index it."""
+    for m in _SPAN_RE.finditer(text):
+        yield m.start(), m.end()
+
+
+# -- analysis in worker processes (bulk loads) ------------------------------
+# Analysis is pure Python and holds the GIL, so threads cannot overlap it with
+# the SQLite writes of a bulk load; worker processes can. Workers are forked
+# (fast to start, no re-import); where fork is unavailable bulk loads analyze
+# in-process. Not multiprocessing.Pool: its task and result threads in the
+# writing process wait for the GIL while that process is busy, which left a
+# worker idle most of the time. Here the writing process sends and receives on
+# a pipe itself, and each worker has a reading and a sending thread, so
+# neither side ever waits on the other's pipe buffer.
+
+
+def _pack(analyzer: Analyzer, texts: list[str]) -> list[tuple[str, bytes, int]]:
+    """Term counts of each text, packed for the trip back: the terms joined by NUL
+    (never part of a term), the counts as uint32s, and their ``overlaps``. Unpickling a
+    dict of a hundred terms per text cost the writing process more than the analysis it saved."""
+    return [("\0".join(counts), array("I", counts.values()).tobytes(), getattr(counts, "overlaps", 0))
+            for counts in analyzer.term_counts_many(texts)]
+
+
+class PackedCounts:
+    """Term counts as a worker sends them: the terms (in order of first appearance)
+    and their counts. Iterates like the dict :meth:`Analyzer.term_counts` returns
+    (terms, ``values()``, ``overlaps``), which is all the writer needs, without building one."""
+
+    __slots__ = ("terms", "counts", "overlaps")
+
+    def __init__(self, terms: list[str], counts: array, overlaps: int = 0) -> None:
+        self.terms, self.counts, self.overlaps = terms, counts, overlaps
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self.terms)
+
+    def __len__(self) -> int:
+        return len(self.terms)
+
+    def values(self) -> array:
+        return self.counts
+
+    def items(self) -> Iterator[tuple[str, int]]:
+        return zip(self.terms, self.counts)
+
+
+def _unpack_counts(packed: list[tuple[str, bytes, int]]) -> list[PackedCounts]:
+    out = []
+    for joined, raw, overlaps in packed:
+        counts = array("I")
+        counts.frombytes(raw)
+        out.append(PackedCounts(joined.split("\0") if raw else [], counts, overlaps))
+    return out
+
+
+def _worker_main(conn: Any, config: dict[str, Any]) -> None:
+    """A worker: texts in, packed term counts out (or ("error", message)), in order."""
+    import queue
+    import threading
+
+    analyzer = Analyzer.from_config(config)
+    # Analysis holds the GIL; let the reading and sending threads in promptly
+    # (the default 5 ms switch interval left the writer blocked on a full pipe).
+    sys.setswitchinterval(0.0005)
+    tasks: queue.SimpleQueue[Any] = queue.SimpleQueue()
+    results: queue.SimpleQueue[Any] = queue.SimpleQueue()
+
+    def receive() -> None:
+        while True:
+            try:
+                msg = conn.recv()
+            except (EOFError, OSError):
+                msg = None
+            tasks.put(msg)
+            if msg is None:
+                return
+
+    def send() -> None:
+        while (msg := results.get()) is not None:
+            try:
+                conn.send(msg)
+            except (BrokenPipeError, OSError):
+                return
+
+    threading.Thread(target=receive, daemon=True).start()
+    sender = threading.Thread(target=send, daemon=True)
+    sender.start()
+    while (texts := tasks.get()) is not None:
+        try:
+            results.put(("ok", _pack(analyzer, texts)))
+        except Exception as e:  # reported to the writing process, which raises it
+            results.put(("error", f"{type(e).__name__}: {e}"))
+    results.put(None)
+    sender.join()
+
+
+class AnalysisPool:
+    """Worker processes running :meth:`Analyzer.term_counts` with one configuration."""
+
+    def __init__(self, analyzer: Analyzer, workers: int) -> None:
+        import multiprocessing
+
+        ctx = multiprocessing.get_context("fork")
+        self.workers = workers
+        self._conns: list[Any] = []
+        self._procs: list[Any] = []
+        self._waiting: list[collections.deque[_Job]] = []  # per worker, in send order
+        self._jobs: collections.deque[_Job] = collections.deque()
+        self._next = 0
+        try:
+            for _ in range(workers):
+                parent, child = ctx.Pipe()
+                proc = ctx.Process(target=_worker_main, args=(child, analyzer.config()), daemon=True)
+                proc.start()
+                child.close()
+                self._conns.append(parent)
+                self._procs.append(proc)
+                self._waiting.append(collections.deque())
+        except BaseException:
+            self.close(wait=False)
+            raise
+
+    @staticmethod
+    def available() -> bool:
+        import multiprocessing
+
+        return "fork" in multiprocessing.get_all_start_methods()
+
+    def submit(self, texts: list[str]) -> _Job:
+        """Start analyzing ``texts``; ``.get()`` on the result gives their term counts in order."""
+        w = self._next
+        self._next = (w + 1) % self.workers
+        job = _Job(self, w)
+        self._conns[w].send(texts)
+        self._waiting[w].append(job)
+        self._jobs.append(job)
+        return job
+
+    def _receive(self, w: int, block: bool) -> None:
+        """Hand worker ``w``'s finished results to its oldest waiting jobs."""
+        conn, waiting = self._conns[w], self._waiting[w]
+        while waiting and (block or conn.poll()):
+            try:
+                status, value = conn.recv()
+            except (EOFError, OSError):  # (a reset connection, when the worker died mid-send)
+                raise RagdbError("an analysis worker process ended unexpectedly") from None
+            job = waiting.popleft()
+            job.done, job.value = True, value
+            if status != "ok":
+                raise RagdbError(f"text analysis failed in a worker process: {value}")
+            if block:
+                return
+
+    def backlog(self) -> int:
+        """Submitted parts not finished yet."""
+        for w in range(self.workers):
+            self._receive(w, block=False)
+        jobs = self._jobs
+        while jobs and jobs[0].done:
+            jobs.popleft()
+        return len(jobs)
+
+    def close(self, *, wait: bool = True) -> None:
+        for conn in self._conns:
+            try:
+                conn.send(None)
+            except OSError:
+                pass
+        for proc in self._procs:
+            proc.join(timeout=5 if wait else 0.2)
+            if proc.is_alive():
+                proc.terminate()
+                proc.join()
+        for conn in self._conns:
+            conn.close()
+
+
+class _Job:
+    def __init__(self, pool: AnalysisPool, worker: int) -> None:
+        self.pool, self.worker = pool, worker
+        self.done = False
+        self.value: Any = None
+
+    def get(self) -> list[PackedCounts]:
+        while not self.done:
+            self.pool._receive(self.worker, block=True)
+        return _unpack_counts(self.value)
