@@ -13,7 +13,7 @@ SIGKILLs of the writing worker (random delay 0-0.5 s), each followed by the
 integrity check; and 10x the hostile cases (~10,700, a quarter through the CLI,
 in-process CliRunner) with 50 MB single-line files. It rewrites the *Long run*
 section of RELIABILITY.md. ``--ci`` runs the scenarios at the sizes
-``tests/test_reliability.py`` uses (the test suite asserts them but writes
+``tests/engine/test_reliability.py`` uses (the test suite asserts them but writes
 nothing) and rewrites the *CI run* section. ``--no-write``: only print. The
 trial options (``--only``, ``--kills``, ``--seconds``, ``--torture-scale``,
 ``--big-mb``) imply it; e.g. ``--only crashes --kills 30`` or ``--only torture
@@ -46,7 +46,7 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     size = ap.add_mutually_exclusive_group()
     size.add_argument("--ci", action="store_true",
-                      help="the CI sizes of tests/test_reliability.py; rewrites the CI run section")
+                      help="the CI sizes of tests/engine/test_reliability.py; rewrites the CI run section")
     size.add_argument("--quick", action="store_true", help="the CI sizes as a trial (implies --no-write)")
     ap.add_argument("--no-write", action="store_true", help="print the figures, do not touch RELIABILITY.md")
     ap.add_argument("--only", choices=rw.SCENARIOS, action="append",
@@ -109,7 +109,7 @@ def main(argv: list[str] | None = None) -> int:
 
 SECTIONS = {
     "ci": ("CI run", "`.venv/bin/python benchmarks/reliability.py --ci` (the scenarios and sizes that "
-                     "`tests/test_reliability.py` runs and asserts in the test suite)"),
+                     "`tests/engine/test_reliability.py` runs and asserts in the test suite)"),
     "long": ("Long run", "`.venv/bin/python benchmarks/reliability.py`"),
 }
 
@@ -248,7 +248,7 @@ HEADER = """# Reliability
 
 This file is written by `benchmarks/reliability.py`; do not edit it by hand.
 `.venv/bin/python benchmarks/reliability.py --ci` rewrites the *CI run* section: the
-scenarios at the sizes `tests/test_reliability.py` runs and asserts in the test suite
+scenarios at the sizes `tests/engine/test_reliability.py` runs and asserts in the test suite
 (under ~90 s on 2 busy cores; the test suite itself writes nothing here).
 `.venv/bin/python benchmarks/reliability.py` (the long version, ~11 min on 2 cores: 8 reader
 and 2 writer processes for 60 s, 1,000 SIGKILLs, over 10,000 hostile inputs) rewrites the
@@ -301,7 +301,7 @@ def write_report(kind: str, figures: dict[str, Any], path: Path = REPORT) -> Non
         body = sections.get(key) or f"## {title}\n\nnot run yet\n"
         out.append(f"<!-- section: {key} -->\n{body}<!-- end: {key} -->\n")
     bugs = ["## Library bugs found by these tests", "",
-            "Each was fixed; its test in `tests/test_reliability.py` (once a strict xfail) now guards the fix:", ""]
+            "Each was fixed; its test in `tests/engine/test_reliability.py` (once a strict xfail) now guards the fix:", ""]
     bugs += [f"- **{k}** (fixed): {v}" for k, v in rw.KNOWN_BUGS.items()]
     out.append("\n".join(bugs) + "\n")
     tmp = path.with_suffix(".md.tmp")

@@ -142,3 +142,30 @@ def pg_url(pg_server):
     yield with_schema(pg_server, schema)
     with psycopg.connect(pg_server, autocommit=True) as conn:
         conn.execute(f"DROP SCHEMA IF EXISTS {schema} CASCADE")
+
+
+# -- markers ---------------------------------------------------------------------------------------
+# The whole suite runs by default (CI, and the README's second command). For the development loop,
+# `pytest -m "not slow"` leaves out what takes most of the time; the markers are given here, from
+# what a test is, so that a new test is marked without anyone remembering to:
+#   postgres     it uses the PostgreSQL server (the pg_server, pg_url or pg_replica fixture);
+#   reliability  the reliability scenarios (tests/engine/test_reliability.py: crashes, concurrency);
+#   slow         any of those, a hypothesis property test, or a test that starts servers/processes.
+_SLOW_MODULES = {"test_reliability", "test_server", "test_mcp", "test_embed_follow", "test_langchain",
+                 "test_llama_index", "test_reopen"}
+_PG_FIXTURES = {"pg_server", "pg_url", "pg_replica"}
+
+
+def pytest_collection_modifyitems(config, items):
+    for item in items:
+        module = item.path.stem
+        slow = module in _SLOW_MODULES
+        if _PG_FIXTURES & set(getattr(item, "fixturenames", ())):
+            item.add_marker(pytest.mark.postgres)
+            slow = True
+        if module == "test_reliability":
+            item.add_marker(pytest.mark.reliability)
+        if getattr(getattr(item, "obj", None), "is_hypothesis_test", False):
+            slow = True
+        if slow:
+            item.add_marker(pytest.mark.slow)

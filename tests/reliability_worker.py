@@ -1,4 +1,4 @@
-"""The reliability scenarios behind ``tests/test_reliability.py`` and
+"""The reliability scenarios behind ``tests/engine/test_reliability.py`` and
 ``benchmarks/reliability.py``: the worker processes, the four scenarios, their
 sizes (:data:`SIZES`: ``"ci"`` for the test suite and ``reliability.py --ci``,
 ``"long"`` for the long run) and the expectations (:func:`failures`).
@@ -87,7 +87,7 @@ TARGETS: dict[str, dict[str, float]] = {
              "seconds": 60.0},
 }
 
-#: Library bugs these tests found; all fixed, each guarded by a regression test in tests/test_reliability.py.
+#: Library bugs these tests found; all fixed, each guarded by a regression test in tests/engine/test_reliability.py.
 KNOWN_BUGS = {
     "B1": "a string holding a lone surrogate (what os.fsdecode makes of a file name that is not UTF-8, and what "
           "Python puts in sys.argv for such bytes) as a source, title, version, ACL label, delete pattern, filter "

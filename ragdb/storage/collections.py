@@ -41,7 +41,7 @@ TABLES = ("settings", "stats", "chunk_log", "documents", "chunks", "vocabulary",
 OTHER_OBJECTS = ("documents_source", "documents_ts", "chunks_doc", "doc_meta_kv", "doc_meta_doc", "doc_acl_doc",
                  "chunks_delete_vectors", "vectors_text_hash", "doc_meta_num", "doc_meta_at")
 #: Every per-collection schema object name; a migration adding a table, index or trigger
-#: adds its name here (tests/test_collections.py fails until it does).
+#: adds its name here (tests/storage/test_collections.py fails until it does).
 OBJECTS = frozenset(TABLES + OTHER_OBJECTS)
 
 DEFAULT = "default"  #: the name of collection 0, whose tables have the plain names

@@ -8,7 +8,7 @@ psycopg's ``%s`` (and renames the tables of a collection, like SQLite's
 collection connection); every statement that uses something SQLite-specific
 (``GLOB``, ``max(a, b)``, ``INSERT OR IGNORE``, ``typeof``, ``lastrowid``,
 ``LIMIT -1``, the untyped ``doc_meta.value``, PRAGMAs) is overridden here.
-``tests/test_postgres.py`` checks that nothing SQLite-only is left inherited.
+``tests/storage/test_postgres.py`` checks that nothing SQLite-only is left inherited.
 
 Transactions and locking (the "locking order" of docs/postgresql.md):
 
@@ -368,7 +368,7 @@ def _meta_row(row: Sequence[Any]) -> tuple[Any, ...]:
 
 #: The :class:`Store` methods PgStore inherits: their SQL is plain (it runs on PostgreSQL as it
 #: is, ``?`` rewritten), or they only call other methods. Every other method is overridden
-#: here; tests/test_postgres.py fails when a Store method is in neither group, so a method
+#: here; tests/storage/test_postgres.py fails when a Store method is in neither group, so a method
 #: added to Store is looked at for PostgreSQL before it ships.
 PLAIN_SQL = (
     "_bump_vector_epoch", "_decode_vectors", "_existing_chunks", "_insert_vectors", "_maybe_cut_vector_log", "_open_or_refuse",

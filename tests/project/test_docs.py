@@ -23,7 +23,7 @@ import pytest
 
 import ragdb
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 README = ROOT / "README.md"
 DOCS = ROOT / "docs"
 CLI_DOC = DOCS / "cli.md"

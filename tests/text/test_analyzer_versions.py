@@ -11,7 +11,7 @@ from ragdb.errors import AnalyzerMismatch, InvalidInput
 
 V1 = {"name": "ragdb", "version": 1, "stem": "english", "stopwords": "english+chinese", "cjk": "bigram"}
 V2 = dict(V1, version=2)
-PINS = json.loads((Path(__file__).parent / "analyzer_v1_pins.json").read_text(encoding="utf-8"))
+PINS = json.loads((Path(__file__).resolve().parents[1] / "analyzer_v1_pins.json").read_text(encoding="utf-8"))
 
 
 # --------------------------------------------------------------------------- version 1, pinned

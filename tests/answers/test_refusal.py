@@ -27,7 +27,7 @@ from ragdb.types import Hit
 
 from cli_helpers import out_json, run
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 
 EN_DOCS = {
     "cmake/shared-libraries.md": "Building a shared library with CMake: call add_library(name SHARED sources...) and "

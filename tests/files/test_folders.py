@@ -32,7 +32,7 @@ def write(path: Path, data: str | bytes) -> Path:
 
 
 def ragdb_proc(*args, cwd=None, input=None):
-    env = {**os.environ, "RAGDB_DATABASE": "", "PYTHONPATH": str(Path(__file__).resolve().parent.parent)}
+    env = {**os.environ, "RAGDB_DATABASE": "", "PYTHONPATH": str(Path(__file__).resolve().parents[2])}
     return subprocess.run([sys.executable, "-m", "ragdb.cli", *map(str, args)], capture_output=True, cwd=cwd,
                           env=env, input=input, timeout=120)
 

@@ -35,8 +35,8 @@ from ragdb.files.loaders import load_bytes, load_file
 from ragdb.models.rerank import get_reranker
 from ragdb.types import LoadedDocument
 
-ROOT = Path(__file__).resolve().parent.parent
-PLUGIN_PKG = Path(__file__).resolve().parent / "plugin_pkg"
+ROOT = Path(__file__).resolve().parents[2]
+PLUGIN_PKG = Path(__file__).resolve().parents[1] / "plugin_pkg"
 
 
 # ----------------------------------------------------------------------------- an in-process plugin

@@ -284,7 +284,7 @@ def test_keywords_override_options(vdb):
 
 
 # The prompt tests below compare prompts with searches: min_confidence=0 keeps the refusal
-# floor (tests/test_refusal.py) from dropping the weaker of these five small documents' hits.
+# floor (tests/answers/test_refusal.py) from dropping the weaker of these five small documents' hits.
 def test_build_prompt_uses_options(vdb):
     opts = SearchOptions(restrictions=Restrictions(filter={"lang": "de"}, principals=ragdb.ALL))
     prompt = vdb.build_prompt(QUERY, options=opts, min_confidence=0)

@@ -18,7 +18,7 @@ from ragdb.cli.commands import answering as cli_mod
 from cli_helpers import out_json, run
 from ragdb.cli import cli
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 BINARY = bytes(range(256)) * 8 + b"\x00\xff" * 100
 GBK_TEXT = ("检索增强生成是一种先检索再生成的方法。知识库需要定期更新，删除过期的文档，"
             "并且保证每一次回答都有可靠的出处。这份说明用中文写成，文件的编码是国标扩展码。") * 3

@@ -24,7 +24,7 @@ from ragdb.models.rerank import HTTPReranker, get_reranker
 from ragdb.text.analysis import Analyzer
 from ragdb.text.chunking import NoneChunker, WindowChunker, get_chunker
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 
 BUILTIN = {
     "embedder": ["hash", "wordllama", "e5", "usem3", "openai", "st"],

@@ -24,7 +24,7 @@ import pytest
 import ragdb
 from ragdb.errors import InvalidInput, RagdbError, StorageError
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))  # also under --import-mode=importlib
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # also under --import-mode=importlib
 import reliability_worker as rw  # noqa: E402
 
 pytestmark = pytest.mark.skipif(os.name != "posix", reason="SIGKILL, fork server, FIFOs: POSIX only")

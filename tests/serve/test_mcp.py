@@ -29,7 +29,7 @@ from cli_helpers import free_port, mcp_call, mcp_session  # noqa: E402
 from ragdb.cli import cli  # noqa: E402
 from ragdb.serve.mcp import SNIPPET_CHARS, is_loopback, parse_http_address  # noqa: E402
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 READ_TOOLS = {"search", "get_document", "list_sources", "build_prompt", "facets", "stats"}
 SECRET = "zanzibar"  # a word only the labelled document holds (the probes ask for it)
 MARK = "quokkas"  # another: the probes never say it, so seeing it means seeing the document

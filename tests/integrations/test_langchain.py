@@ -30,7 +30,7 @@ from langchain_core.runnables import RunnablePassthrough  # noqa: E402
 
 from ragdb.integrations.langchain import RagdbLoader, RagdbRetriever, add_documents  # noqa: E402
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 
 #: (source, text, metadata, acl, version)
 DOCS = (

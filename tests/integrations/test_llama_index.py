@@ -27,7 +27,7 @@ from llama_index.core.schema import Document, MetadataMode, NodeRelationship, No
 
 from ragdb.integrations.llama_index import RagdbRetriever, add_documents, add_nodes  # noqa: E402
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 
 #: (source, text, metadata, acl, version)
 DOCS = (

@@ -25,7 +25,7 @@ import pytest
 
 import ragdb
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 PACKAGE = ROOT / "ragdb"
 STORAGE = "storage"  # the storage layer: ragdb/storage/, the only place SQL may live
 
