@@ -76,22 +76,25 @@ class Searcher:
         query = _clean_query(query)
         depth = opts.depth
         if opts.reranker is not None:
-            first = self._first_stage(query, opts, opts.first_stage_k)
+            first, terms = self._first_stage(query, opts, opts.first_stage_k)
             hits = list(opts.reranker.rerank(query, first, top_n=depth))[:depth]
         else:
-            hits = self._first_stage(query, opts, depth)
+            hits, terms = self._first_stage(query, opts, depth)
         hits = hits[opts.offset:] if opts.offset else hits
         if opts.highlight and hits:
-            self._highlight(query, opts, hits)
+            self._highlight(query, opts, hits, terms)
         return hits
 
-    def _highlight(self, query: str, opts: SearchOptions, hits: list[Hit]) -> None:
+    def _highlight(self, query: str, opts: SearchOptions, hits: list[Hit], terms: QueryTerms | None) -> None:
         """Fill each hit's ``highlights`` and ``snippet`` (:mod:`ragdb.text.snippets`) in place
-        (the hits were made by this search and are not yet anyone else's)."""
+        (the hits were made by this search and are not yet anyone else's). ``terms``: the
+        query's terms as the search derived them, in its snapshot (derived here only when
+        the search had none to give)."""
         eng = self.engine
-        with eng.store.read():
-            eng.sync()
-            terms = self.query_terms(query, opts, eng.index.allowed(eng.restrictions(opts.restrictions)))
+        if terms is None:
+            with eng.store.read():
+                eng.sync()
+                terms = self.query_terms(query, opts, eng.index.allowed(eng.restrictions(opts.restrictions)))
         compiled = terms.compiled
         wanted = snippets.query_terms(terms.order, compiled.expansions if compiled else {})
         phrases = compiled.phrase_seqs if compiled else ()
@@ -100,7 +103,9 @@ class Searcher:
             object.__setattr__(h, "highlights", spans)
             object.__setattr__(h, "snippet", snip)
 
-    def _first_stage(self, query: str, opts: SearchOptions, k: int) -> list[Hit]:
+    def _first_stage(self, query: str, opts: SearchOptions, k: int) -> tuple[list[Hit], QueryTerms | None]:
+        """The hits of the first stage, and the query's terms as it derived them (for the
+        highlights: one derivation, one snapshot)."""
         if opts.scorer == "vector":
             return self._vector(query, opts, k)
         if opts.scorer == "hybrid":
@@ -108,7 +113,7 @@ class Searcher:
         return self._lexical_hits(query, opts, k)
 
     # -- lexical --------------------------------------------------------------------
-    def _lexical_hits(self, query: str, opts: SearchOptions, k: int) -> list[Hit]:
+    def _lexical_hits(self, query: str, opts: SearchOptions, k: int) -> tuple[list[Hit], QueryTerms]:
         eng = self.engine
         with eng.store.read():
             eng.sync()  # first: the restrictions read the access setting, which another connection may change
@@ -116,7 +121,7 @@ class Searcher:
             cand, sc, contributions, terms = self.lexical(query, k, opts,
                                                           index.allowed(eng.restrictions(opts.restrictions)))
             if len(cand) == 0:
-                return []
+                return [], terms
             cids, scores = cand.tolist(), sc.tolist()
             if opts.lexical == "bm25" and all(u.field is None for u in terms.units):
                 conf = confidence.from_scores(sc, terms.bound)  # the score over the query's maximum
@@ -127,7 +132,7 @@ class Searcher:
         if len(sc) > 1 and bool(np.any(sc[1:] == sc[:-1])):
             # equal scores: order by source and position, which do not depend on history
             hits.sort(key=hit_order)
-        return hits[:k]
+        return hits[:k], terms
 
     def matching(self, query: str, opts: SearchOptions, mask: np.ndarray) -> np.ndarray:
         """Ids of every chunk ``mask`` allows that ``query`` matches: a BM25 score above 0,
@@ -434,7 +439,7 @@ class Searcher:
             raise EmbeddingError(model_mismatch(info, name, dims))
         return vi.search_arrays(qvec, k, mask, min_score=0.0, with_ties=True)
 
-    def _vector(self, query: str, opts: SearchOptions, k: int) -> list[Hit]:
+    def _vector(self, query: str, opts: SearchOptions, k: int) -> tuple[list[Hit], QueryTerms | None]:
         """The ``k`` chunks most similar to ``query`` (exact cosine), best first;
         only chunks with positive similarity (never padding)."""
         from ragdb.models.embedder import embed_query
@@ -443,7 +448,7 @@ class Searcher:
         eng.restrictions(opts.restrictions)  # refuse bad restrictions before embedding the query
         emb = eng.query_embedder(opts.embedder)
         if not query.strip():
-            return []
+            return [], None
         qvec = embed_query(emb, query)  # outside the transaction: an endpoint may be slow
         with eng.store.read():
             eng.sync()
@@ -462,7 +467,7 @@ class Searcher:
             conf = dict(zip(ids.tolist(), self._confidences(terms, ids, opts)))
             protos = eng.index.hit_protos([c for c, _ in pool])
         return hits_from_scored(protos, ((c, s, {"vector:cosine": s} if opts.explain else {})
-                                         for c, s in pool), conf)[:k]
+                                         for c, s in pool), conf)[:k], terms
 
     def _constraints(self, terms: QueryTerms, opts: SearchOptions, mask: np.ndarray
                      ) -> tuple[np.ndarray, Callable[[int], bool] | None]:
@@ -510,7 +515,7 @@ class Searcher:
             known.update(zip(rest.tolist(), self._confidences(terms, rest, opts)))
         return {c: known[c] for c in ids.tolist()}
 
-    def _hybrid(self, query: str, opts: SearchOptions, k: int) -> list[Hit]:
+    def _hybrid(self, query: str, opts: SearchOptions, k: int) -> tuple[list[Hit], QueryTerms]:
         """Lexical and vector candidates fused into one ranking, best first.
 
         Candidate pools, both under the same restrictions (applied before the
@@ -571,7 +576,7 @@ class Searcher:
                 if alpha is not None:
                     ex["fusion:alpha"] = alpha
             scored.append((cid, score, ex))
-        return hits_from_scored(protos, scored, conf)[:k]
+        return hits_from_scored(protos, scored, conf)[:k], terms
 
 
 def _verified_top(cand: np.ndarray, scores: np.ndarray, k: int, certain: np.ndarray,
