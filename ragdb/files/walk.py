@@ -59,6 +59,7 @@ import pathspec
 
 from ragdb import plugins
 from ragdb.errors import InvalidInput, LoaderError
+from ragdb.storage import held_open
 
 __all__ = ["Skipped", "Walk", "Patterns", "TEXT_SUFFIXES", "TEXT_NAMES", "REASONS", "walk", "file_reason",
            "content_reason", "looks_binary", "read_head", "expand_braces", "skip_counts", "reason_summary"]
@@ -395,6 +396,18 @@ def file_reason(name: str) -> str | None:
     return "unsupported"
 
 
+def _sqlite_file(entry: os.DirEntry[str]) -> bool:
+    """A database file this process holds open, whatever its name (``kb``, ``notes.ragdb``), or
+    the ``-wal``, ``-shm`` or ``-journal`` file beside a database: reading one and closing it
+    would drop every SQLite lock this process holds on it (sqlite.org/howtocorrupt.html 2.2),
+    after which another process may delete the write-ahead log under an open handle."""
+    name = entry.name
+    for tail in ("-wal", "-shm", "-journal"):
+        if name.endswith(tail) and len(name) > len(tail) and os.path.isfile(entry.path[:-len(tail)]):
+            return True
+    return held_open(entry.path)
+
+
 def _dir_reason(path: str, name: str) -> str | None:
     if name in _VCS_NAMES:
         return "vcs"
@@ -579,6 +592,9 @@ def walk(root: str | os.PathLike[str], *, recursive: bool = True, include: Patte
             continue
         if entry.is_symlink() and not _inside(os.path.realpath(entry.path), base_real):
             skipped.append(Skipped(shown, "link outside", os.path.realpath(entry.path)))
+            continue
+        if _sqlite_file(entry):  # never opened: closing a descriptor of it drops this process's SQLite locks
+            skipped.append(Skipped(shown, "binary"))
             continue
         reason = file_reason(name)
         if reason == "vcs":

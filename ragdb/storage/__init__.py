@@ -11,12 +11,13 @@ from __future__ import annotations
 
 from ragdb.storage.backend import is_postgres, redact
 from ragdb.storage.codec import dumps, loads, utcnow_iso
-from ragdb.storage.store import MIGRATION_SET, Store, build_migrations, migration_files, migration_state, migrations_dir
+from ragdb.storage.store import (MIGRATION_SET, Store, build_migrations, held_open, migration_files, migration_state,
+                                 migrations_dir)
 from ragdb.storage.vectors import DTYPES, check_model_args, model_mismatch
 
 __all__ = ["MIGRATION_SET", "DTYPES", "Store", "build_migrations", "check_model_args", "dumps", "is_postgres",
            "loads", "migration_files", "migration_state", "migrations_dir", "model_mismatch", "open_store",
-           "database_state", "redact", "utcnow_iso"]
+           "database_state", "held_open", "redact", "utcnow_iso"]
 
 
 def open_store(path: str, *, busy_timeout: float = 30.0, readonly: bool = False, create: bool = True) -> Store:

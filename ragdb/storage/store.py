@@ -250,6 +250,13 @@ class _OpenFiles:
 _OPEN_FILES = _OpenFiles()
 
 
+def held_open(path: str | os.PathLike[str]) -> bool:
+    """Whether this process holds the database file ``path`` open (a :class:`Store` owns a
+    connection to it). Code that reads files (a folder walk) must leave such a file alone:
+    closing any descriptor of it would drop this process's SQLite locks (see :class:`_OpenFiles`)."""
+    return _OPEN_FILES.holds(Path(path))
+
+
 class _Shared:
     """What the stores of one file's collections share: the connection, its lock, and
     whether a read transaction is open on it."""

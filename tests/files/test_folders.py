@@ -505,3 +505,31 @@ def test_relative_to_must_be_a_folder(tmp_path):
             with pytest.raises(InvalidInput, match="relative_to .*not an existing folder"):
                 sync.sync_folder(db, tmp_path / "d", relative_to=bad)
         assert db.count(principals=ragdb.ALL) == 0
+
+
+def test_a_walk_never_reads_a_database_this_process_holds_open(tmp_path):
+    """A knowledge base kept inside the folder it indexes, under a name no suffix rule skips
+    (``kb``), and its -wal/-shm files: the walk skips them without opening them (closing a
+    descriptor of the file would drop this process's SQLite locks, and another process could
+    then delete the -wal under the open handle). Adding the folder twice, with another
+    process opening and closing the database in between, leaves it whole."""
+    root = tmp_path / "notes"
+    root.mkdir()
+    (root / "a.md").write_text("# Pumps\n\nThe pump starts slowly.\n")
+    with ragdb.open(root / "kb") as db:
+        db.add("seed", source="seed.md")
+        assert (root / "kb-wal").exists()
+        found = walk.walk(root)
+        assert [rel for _, rel in found.files] == ["a.md"]
+        assert {(Path(s.path).name, s.reason) for s in found.skipped} >= {
+            ("kb", "binary"), ("kb-wal", "binary"), ("kb-shm", "binary")}
+        sync.add_paths(db, [str(root)])
+        other = subprocess.run([sys.executable, "-c", "import ragdb, sys; ragdb.open(sys.argv[1]).close()",
+                                str(root / "kb")], env={**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[2])},
+                               capture_output=True, text=True, timeout=60)
+        assert other.returncode == 0, other.stderr
+        assert (root / "kb-wal").exists()
+        (root / "b.md").write_text("The valve closes first.\n")
+        sync.add_paths(db, [str(root)])
+        assert db.count(principals=ragdb.ALL) == 3 and len(db.search("valve")) == 1
+        assert db.check() == []
