@@ -562,6 +562,14 @@ class Database:
         return self._searcher.search(query, self._options(k, options, keywords))
 
     @_reader
+    def search_and_plan(self, query: str, k: int | None = None, *, options: SearchOptions | None = None,
+                        **keywords: Any) -> tuple[list[Hit], QueryPlan]:
+        """:meth:`search` and :meth:`query_plan` of one query at once (the same options): for a
+        lexical search (BM25, TF-IDF) the query is worked out once, and both come from one
+        snapshot, so the plan describes exactly the search that ran."""
+        return self._searcher.search_and_plan(query, self._options(k, options, keywords))
+
+    @_reader
     def query_plan(self, query: str, *, options: SearchOptions | None = None, **keywords: Any) -> QueryPlan:
         """How :meth:`search` reads ``query`` with these options (the same keywords):
         the terms it scores and their boosts, what prefix and fuzzy words expand to,

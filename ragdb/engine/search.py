@@ -73,7 +73,21 @@ class Searcher:
     def search(self, query: str, opts: SearchOptions) -> list[Hit]:
         """The hits ``[offset, offset + k)`` of the ranking (equal scores in :func:`hit_order`,
         so pages neither repeat nor skip a hit)."""
+        return self._search(_clean_query(query), opts)[0]
+
+    def search_and_plan(self, query: str, opts: SearchOptions) -> tuple[list[Hit], QueryPlan]:
+        """:meth:`search` and :meth:`plan` of one query from one derivation of its terms in one
+        snapshot (what ``ragdb search`` shows). A vector or hybrid search, or one with a
+        reranker, embeds or reranks outside any transaction, so its plan is read apart."""
         query = _clean_query(query)
+        if opts.scorer in ("vector", "hybrid") or opts.reranker is not None:
+            return self._search(query, opts)[0], self.plan(query, opts)
+        eng = self.engine
+        with eng.store.read():
+            hits, terms = self._search(query, opts)
+            return hits, self.plan(query, opts, terms)
+
+    def _search(self, query: str, opts: SearchOptions) -> tuple[list[Hit], QueryTerms | None]:
         depth = opts.depth
         if opts.reranker is not None:
             first, terms = self._first_stage(query, opts, opts.first_stage_k)
@@ -83,7 +97,7 @@ class Searcher:
         hits = hits[opts.offset:] if opts.offset else hits
         if opts.highlight and hits:
             self._highlight(query, opts, hits, terms)
-        return hits
+        return hits, terms
 
     def _highlight(self, query: str, opts: SearchOptions, hits: list[Hit], terms: QueryTerms | None) -> None:
         """Fill each hit's ``highlights`` and ``snippet`` (:mod:`ragdb.text.snippets`) in place
@@ -341,15 +355,17 @@ class Searcher:
                                       if len(c) and c[cid] != 0.0}
         return cand, sc, contributions, terms
 
-    def plan(self, query: str, opts: SearchOptions) -> QueryPlan:
-        """How ``query`` is searched under ``opts`` (see :class:`ragdb.types.QueryPlan`)."""
+    def plan(self, query: str, opts: SearchOptions, terms: QueryTerms | None = None) -> QueryPlan:
+        """How ``query`` is searched under ``opts`` (see :class:`ragdb.types.QueryPlan`);
+        ``terms``: the query's terms as a search in this snapshot derived them."""
         query = _clean_query(query)
         eng = self.engine
         with eng.store.read():
             eng.sync()
             index = eng.index
             mask = index.allowed(eng.restrictions(opts.restrictions))
-            terms = self.query_terms(query, opts, mask)
+            if terms is None:
+                terms = self.query_terms(query, opts, mask)
             parsed = terms.parsed if terms.parsed is not None else self.parse(query, opts)
             compiled = terms.compiled
             if compiled is None:

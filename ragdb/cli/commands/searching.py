@@ -117,8 +117,7 @@ def search(database: str | None, query: str, k: int, scorer: str, fusion: str | 
         if opts.embedder is not None:
             check_model(db, opts.embedder, embed_model or "")
         warn_pending(db, scorer)
-        hits = db.search(query, options=opts)
-        plan = db.query_plan(query, options=opts)
+        hits, plan = db.search_and_plan(query, options=opts)  # one derivation, one snapshot
         if explain:
             for line in _plan_lines(plan):
                 click.echo(line, err=not output.table)
