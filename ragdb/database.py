@@ -35,7 +35,7 @@ from ragdb.text.fields import DEFAULT_WEIGHTS as DEFAULT_FIELD_WEIGHTS
 from ragdb.errors import AnalyzerMismatch, CollectionExists, CollectionNotFound, DocumentNotFound, InternalError, InvalidInput, NotADatabase, RagdbError
 from ragdb.query.filters import Query, build as build_filter
 from ragdb.index.inverted import Index, TermMask
-from ragdb.engine.prepare import Prepared, check_add_arguments, ingest
+from ragdb.engine.prepare import check_add_arguments, prepared_batches
 from ragdb.options import ALL, MAX_K, SCORERS, Principals, Restrictions, SearchOptions, check_busy_timeout, check_count, check_embedder, check_flag, check_id, check_number, check_optional_flag, check_path, check_principals, check_text, to_epoch
 from ragdb.engine.search import Searcher
 from ragdb.storage import Store, is_postgres, loads, open_store
@@ -342,14 +342,14 @@ class Database:
 
         changes = Changes()  # compact: ~130 bytes a record (see Changes)
 
-        def write(batch: list[Prepared]) -> None:
-            changes.extend(self._writer.write(batch, tally, analyzer))
-
-        def after_batch() -> None:  # bound the memory of a bulk load: flush large tails between batches
-            bulk_terms.add(self._writer.maybe_flush(BULK_FLUSH_CHUNKS))
-
-        ingest(records, analyzer=analyzer, chunker=ch, batch_size=batch_size, workers=workers,
-                         write=write, after_batch=after_batch)
+        # Validation, chunking and analysis (of the texts, titles and headings) happen in
+        # prepared_batches, outside the write lock; each batch is then one write transaction.
+        batches = prepared_batches(records, analyzer=analyzer, chunker=ch, batch_size=batch_size, workers=workers,
+                                   fields=eng.settings.get("fields") is not None)
+        with contextlib.closing(batches):
+            for batch in batches:
+                changes.extend(self._writer.write(batch, tally, analyzer))
+                bulk_terms.add(self._writer.maybe_flush(BULK_FLUSH_CHUNKS))  # bound a bulk load's memory
         # After a bulk load that flushed in mid-load, flush the rest and merge the
         # segments it wrote, so each term it touched is one segment again
         # (queries then read one row per term, not one per mid-load flush).

@@ -11,16 +11,18 @@ previous batch is written.
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import os
 import sys
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Generator, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 import orjson
 
 from ragdb.text.analysis import AnalysisPool, Analyzer, PackedCounts, is_blank
+from ragdb.text import fields as fields_mod
 from ragdb.text.chunking import Chunker, get_chunker
 from ragdb.errors import InvalidInput
 from ragdb.query.filters import check_finite
@@ -56,6 +58,8 @@ class Prepared:
     #: False when the record gave no ``acl`` (None): replacing a stored version then keeps
     #: that version's labels, so an edit never makes a labelled document public
     acl_given: bool = True
+    #: each chunk's field terms, when analyzed before the write (:func:`prepared_batches`)
+    field_counts: list[dict[str, int]] | None = None
 
 
 def check_metadata(metadata: Any, label: str) -> tuple[dict[str, Any], str]:
@@ -190,28 +194,45 @@ def _dispatch(analyzer: Analyzer, pool: AnalysisPool | None, texts: list[str], b
 
 def ingest(records: Iterable[Mapping[str, Any] | LoadedDocument], *, analyzer: Analyzer, chunker: Chunker,
            batch_size: int, workers: int | None, write: Callable[[list[Prepared]], None],
-           after_batch: Callable[[], None]) -> None:
+           after_batch: Callable[[], None], fields: bool = False) -> None:
     """Prepare ``records`` and ``write`` them a batch at a time (each call one
     transaction, in record order), calling ``after_batch`` after each. Nothing of
     a written batch is kept here: a load streams in bounded memory (what
     ``write`` keeps is the caller's). An invalid record raises before its batch
-    is written (the batches before it are written)."""
+    is written (the batches before it are written). See :func:`prepared_batches`."""
+    with contextlib.closing(prepared_batches(records, analyzer=analyzer, chunker=chunker, batch_size=batch_size,
+                                             workers=workers, fields=fields)) as batches:
+        for batch in batches:
+            write(batch)
+            after_batch()
+
+
+def prepared_batches(records: Iterable[Mapping[str, Any] | LoadedDocument], *, analyzer: Analyzer,
+                     chunker: Chunker, batch_size: int, workers: int | None, fields: bool = False
+                     ) -> Generator[list[Prepared], None, None]:
+    """``records`` validated, chunked and analyzed, ``batch_size`` at a time, in record
+    order: everything a write does that needs no lock. With ``fields`` (the database
+    indexes titles and headings) each chunk's field terms are analyzed here too
+    (:attr:`Prepared.field_counts`), outside the write transaction.
+
+    A batch is analyzed while the one before it is written (the texts go to worker
+    processes in parts; this process analyzes a part itself when there are no workers
+    or they are behind). An invalid record raises after the batches before it were
+    yielded. Close the generator when done early (the worker pool stops with it)."""
     now = parse_timestamp(None, "now")
     pool: AnalysisPool | None = None
     backlog = max(2, -(-batch_size // ANALYSIS_PART))  # parts a worker may have queued (a batch)
-    # Batches are analyzed while the previous one is written: the texts go to
-    # the worker processes in parts; this process analyzes a part itself
-    # when there are no workers (yet) or they are behind (see _dispatch). Parts are
-    # analyzed together (Analyzer.term_counts_many learns their new words at once).
     pending: tuple[list[Prepared], list[Prepared], list[Any]] | None = None
 
-    def flush_batch(batch: list[Prepared], pooled: list[Prepared], parts: list[Any]) -> None:
+    def finish(batch: list[Prepared], pooled: list[Prepared], parts: list[Any]) -> list[Prepared]:
         if pooled:
             counts = iter([c for part in parts for c in (part if isinstance(part, list) else part.get())])
             for p in pooled:
                 p.chunks[:] = [(s, e, m, next(counts)) for s, e, m, _ in p.chunks]
-        write(batch)
-        after_batch()
+        if fields:
+            for p in batch:
+                p.field_counts = field_counts_of(analyzer, p)
+        return batch
 
     it = iter(records)
     try:
@@ -239,16 +260,24 @@ def ingest(records: Iterable[Mapping[str, Any] | LoadedDocument], *, analyzer: A
                     parts.append(_dispatch(analyzer, pool, texts, backlog))
             except BaseException:
                 if pending is not None:  # the batches before the bad record are written
-                    flush_batch(*pending)
-                    pending = None
+                    done, pending = pending, None
+                    yield finish(*done)
                 raise
             if not batch:
                 break
             if pending is not None:
-                flush_batch(*pending)  # while the workers analyze this batch
+                done, pending = pending, None
+                yield finish(*done)  # while the workers analyze this batch
             pending = (batch, pooled, parts)
         if pending is not None:
-            flush_batch(*pending)
+            done, pending = pending, None
+            yield finish(*done)
     finally:
         if pool is not None:
             pool.close(wait=False)
+
+
+def field_counts_of(analyzer: Analyzer, p: Prepared) -> list[dict[str, int]]:
+    """Each chunk's field terms (its document's title, its heading path: :mod:`ragdb.text.fields`)."""
+    title = fields_mod.field_counts(analyzer, "title", fields_mod.effective_title(p.title, p.source))
+    return [fields_mod.chunk_field_counts(analyzer, title, cmeta) for _s, _e, cmeta, _c in p.chunks]

@@ -30,7 +30,7 @@ from ragdb.text import fields
 from ragdb.index import inverted as idx
 from ragdb.errors import DocumentNotFound, EmbeddingError, InvalidInput, StorageError
 from ragdb.index.inverted import FLUSH_THRESHOLD
-from ragdb.engine.prepare import Prepared, check_acl, check_metadata
+from ragdb.engine.prepare import Prepared, check_acl, check_metadata, field_counts_of
 from ragdb.options import check_positive_int
 from ragdb.storage import dumps, loads, model_mismatch, utcnow_iso
 from ragdb.storage.codec import meta_number
@@ -402,6 +402,7 @@ class Writer:
             if analyzer is not None and analyzer is not current:
                 for p in batch:
                     p.chunks = [(s, e, m, current.term_counts(p.text[s:e])) for s, e, m, _counts in p.chunks]
+                    p.field_counts = None  # analyzed again below, with the database's analyzer
             changes = _Changes()
             # text hash -> vector bytes of the versions this batch replaces (read before
             # they are deleted); None: no vectors stored, nothing to reuse, nothing hashed.
@@ -469,8 +470,8 @@ class Writer:
         if self.engine.settings.get("fields") is not None:
             analyzer = self.engine.analyzer
             for doc_id, p in docs:
-                title = fields.field_counts(analyzer, "title", fields.effective_title(p.title, p.source))
-                field_terms[doc_id] = [fields.chunk_field_counts(analyzer, title, cmeta) for _s, _e, cmeta, _c in p.chunks]
+                # analyzed before the write transaction (prepared_batches), else here
+                field_terms[doc_id] = p.field_counts if p.field_counts is not None else field_counts_of(analyzer, p)
                 for fc in field_terms[doc_id]:
                     all_terms.update(fc)
         missing = list(all_terms.difference(ids))  # (sorted below, where order matters)

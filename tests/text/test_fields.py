@@ -187,3 +187,32 @@ def test_pdf_outline_gives_sections(tmp_path):
     with ragdb.open(":memory:", chunker="window:size=4,overlap=0") as db:
         db.add_many([doc])
         assert {h.section for h in db.search("section:configure")} == {"Part One > Configure"}
+
+
+def test_titles_and_headings_are_analyzed_outside_the_write_transaction(tmp_path, monkeypatch):
+    """add_many analyzes every chunk's field terms (title, heading path) while preparing a
+    batch, before its write transaction takes the lock, and the result equals analyzing
+    them in the write (a database built one document at a time)."""
+    import ragdb.text.fields as fields_module
+
+    calls: list[bool] = []
+    real = fields_module.chunk_field_counts
+    with ragdb.open(tmp_path / "bulk.db", chunker="none") as db:
+        store = db._engine.store  # the test looks at the transaction state; ragdb code may not
+
+        def spy(*args, **kwargs):
+            calls.append(store.in_transaction())
+            return real(*args, **kwargs)
+
+        monkeypatch.setattr(fields_module, "chunk_field_counts", spy)
+        records = [{"text": f"# Pumps {i}\n\nThe pump starts slowly.", "source": f"pumps/{i}.md",
+                    "title": f"Pump manual {i}"} for i in range(5)]
+        db.add_many(records)
+        assert calls and not any(calls)
+        monkeypatch.setattr(fields_module, "chunk_field_counts", real)
+        with ragdb.open(tmp_path / "one.db", chunker="none") as one:
+            for r in records:
+                one.add(r["text"], source=r["source"], title=r["title"])
+            for q in ("pump manual", "title:manual", "pumps"):
+                assert [(h.source, h.score) for h in db.search(q, k=10)] == \
+                    [(h.source, h.score) for h in one.search(q, k=10)]
