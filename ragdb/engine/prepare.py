@@ -3,19 +3,18 @@
 :func:`prepare` turns one record (a mapping with the keywords of
 ``Database.add``, or a :class:`~ragdb.types.LoadedDocument`) into a
 :class:`Prepared` document, or raises :class:`~ragdb.errors.InvalidInput`
-naming the record and the problem. :func:`ingest` runs a whole ``add_many``:
-batches of ``batch_size`` records, each handed to the write stage as one
-transaction; a bulk load's text is analyzed by worker processes while the
-previous batch is written.
+naming the record and the problem. :func:`prepared_batches` prepares a whole
+``add_many``: batches of ``batch_size`` records, each then written by the write
+stage as one transaction; a bulk load's text is analyzed by worker processes while
+the previous batch is written.
 """
 
 from __future__ import annotations
 
-import contextlib
 import hashlib
 import os
 import sys
-from collections.abc import Callable, Generator, Iterable, Mapping, Sequence
+from collections.abc import Generator, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -40,7 +39,7 @@ Counts = dict[str, int] | PackedCounts
 
 @dataclass
 class Prepared:
-    """A validated document, chunked; its chunks' term counts are filled in by :func:`ingest`
+    """A validated document, chunked; its chunks' term counts are filled in by :func:`prepared_batches`
     (in parts, here or in worker processes)."""
 
     source: str
@@ -190,21 +189,6 @@ def _dispatch(analyzer: Analyzer, pool: AnalysisPool | None, texts: list[str], b
     if pool is None or pool.backlog() > backlog * pool.workers:
         return analyzer.term_counts_many(texts)
     return pool.submit(texts)
-
-
-def ingest(records: Iterable[Mapping[str, Any] | LoadedDocument], *, analyzer: Analyzer, chunker: Chunker,
-           batch_size: int, workers: int | None, write: Callable[[list[Prepared]], None],
-           after_batch: Callable[[], None], fields: bool = False) -> None:
-    """Prepare ``records`` and ``write`` them a batch at a time (each call one
-    transaction, in record order), calling ``after_batch`` after each. Nothing of
-    a written batch is kept here: a load streams in bounded memory (what
-    ``write`` keeps is the caller's). An invalid record raises before its batch
-    is written (the batches before it are written). See :func:`prepared_batches`."""
-    with contextlib.closing(prepared_batches(records, analyzer=analyzer, chunker=chunker, batch_size=batch_size,
-                                             workers=workers, fields=fields)) as batches:
-        for batch in batches:
-            write(batch)
-            after_batch()
 
 
 def prepared_batches(records: Iterable[Mapping[str, Any] | LoadedDocument], *, analyzer: Analyzer,

@@ -227,6 +227,8 @@ class _OpenFiles:
         return (st.st_dev, st.st_ino)
 
     def holds(self, path: Path) -> bool:
+        if not self._count:  # nothing open: no need to look at the file
+            return False
         key = self._key(path)
         with self._lock:
             return key is not None and key in self._count
