@@ -9,19 +9,51 @@
 
 from __future__ import annotations
 
+import importlib
 import os
-from typing import Any
 from collections.abc import Mapping
+from typing import TYPE_CHECKING, Any
 
-from ragdb import compat, options
-from ragdb.text.analysis import Analyzer
-from ragdb.database import Database, open_database
+from ragdb import compat
 from ragdb.errors import RagdbError
-from ragdb.options import ALL, PUBLIC, Restrictions, SearchOptions
-from ragdb.files.transfer import CopyReport, copy_database
-from ragdb.types import AddReport, Change, Changes, CollectionInfo, Document, Facets, Hit, QueryPlan, ReindexReport, Stats, VectorInfo
+
+if TYPE_CHECKING:  # the names below are imported on first use (``__getattr__``): ``ragdb --help`` stays fast
+    from ragdb import options
+    from ragdb.database import Database
+    from ragdb.files.transfer import CopyReport, copy_database
+    from ragdb.options import ALL, PUBLIC, Restrictions, SearchOptions
+    from ragdb.text.analysis import Analyzer
+    from ragdb.types import (AddReport, Change, Changes, CollectionInfo, Document, Facets, Hit, QueryPlan,
+                             ReindexReport, Stats, VectorInfo)
 
 compat.install()  # old module paths (ragdb.embeddings, ragdb.server, ...) keep importing
+
+#: public name -> the module that defines it; imported on first access (PEP 562), so that
+#: importing ``ragdb`` (every CLI start does) costs no numpy, no SQLite schema code, no models
+_LAZY = {
+    "Database": "ragdb.database",
+    "copy_database": "ragdb.files.transfer", "CopyReport": "ragdb.files.transfer",
+    "ALL": "ragdb.options", "PUBLIC": "ragdb.options", "Restrictions": "ragdb.options",
+    "SearchOptions": "ragdb.options",
+    "Analyzer": "ragdb.text.analysis",
+    **dict.fromkeys(("AddReport", "Change", "Changes", "CollectionInfo", "Document", "Facets", "Hit", "QueryPlan", "ReindexReport", "Stats", "VectorInfo"), "ragdb.types"),
+}
+
+
+def __getattr__(name: str) -> Any:
+    if name == "options":
+        return importlib.import_module("ragdb.options")
+    where = _LAZY.get(name)
+    if where is None:
+        raise AttributeError(f"module 'ragdb' has no attribute {name!r}")
+    value = getattr(importlib.import_module(where), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(_LAZY) | {"options"})
+
 
 __version__ = "0.1.0"
 __all__ = ["open", "copy_database", "Database", "Hit", "Document", "Stats", "AddReport", "Change", "Changes",
@@ -82,6 +114,8 @@ def open(path: str | os.PathLike[str] = ":memory:", *, analyzer: "str | Analyzer
     (then :class:`~ragdb.errors.CollectionNotFound`).
     ``":memory:"`` opens a private in-memory database.
     """
+    from ragdb.database import open_database
+
     return open_database(path, analyzer=analyzer, chunker=chunker, keep_versions=keep_versions,
                          public_unlabeled=public_unlabeled, readonly=readonly, create=create,
                          busy_timeout=busy_timeout, embedder=embedder, embed_on_add=embed_on_add,

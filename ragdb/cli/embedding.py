@@ -12,7 +12,8 @@ import click
 
 import ragdb
 from ragdb.cli.options import VECTOR_SCORERS
-from ragdb.cli.output import one_line, progress_bar, warn
+from ragdb.cli.main import one_line
+from ragdb.cli.output import progress_bar, warn
 from ragdb.errors import EmbeddingError
 
 

@@ -23,15 +23,20 @@ commands share are in :mod:`ragdb.cli.options`, their printing in :mod:`ragdb.cl
 from __future__ import annotations
 
 import errno
+import importlib
 import os
 from typing import Any
 
 import click
 
 import ragdb
-from ragdb.cli.commands import answering, databases, documents, maintenance, searching, serving
-from ragdb.cli.output import one_line
 from ragdb.errors import RagdbError
+
+
+def one_line(err: BaseException) -> str:
+    """An error's message on one line (whitespace collapsed); its class name when it has none."""
+    text = " ".join(str(err).split())
+    return text or type(err).__name__
 
 
 # --------------------------------------------------------------------------- the group
@@ -66,7 +71,99 @@ def _os_error(e: OSError) -> str:
     return f"{what}: {reason}" if what else reason
 
 
-@click.group("ragdb", cls=_Group, context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100})
+#: Each command of the group: the module of :mod:`ragdb.cli.commands` that defines it (in its
+#: ``COMMANDS``) and the first paragraph of its help, which ``ragdb --help`` lists. A command's
+#: module is imported when the command runs (or its own ``--help`` is asked), never for the
+#: listing: a CLI start imports click and this table, not numpy, SQLite code or models.
+#: tests/cli/test_cli_start.py checks the table against the modules.
+COMMANDS: dict[str, tuple[str, str]] = {
+    'init': ('databases',
+            'Create a database with the chosen analyzer and chunker settings.'),
+    'collections': ('databases',
+                   'List the collections of the file (or create or drop one).'),
+    'config': ('databases',
+              "List the database's settings; show one (KEY); or change one (KEY VALUE)."),
+    'add': ('documents',
+           'Add files, folders, or - (standard input) to the database.'),
+    'sync': ('documents',
+            'Make the knowledge base mirror FOLDER: add new files, replace changed ones, delete vanished ones.'),
+    'delete': ('documents',
+              'Delete a document by id, every document whose source matches a pattern, or those matching --filter/--where.'),
+    'show': ('documents',
+            'Show a document (by id, or the latest version of a source): metadata, chunk count, text.'),
+    'list': ('documents',
+            'List stored documents (id, source, version, chunks, timestamp) the caller may see.'),
+    'export': ('documents',
+              'Write the stored documents (text, metadata, labels, chunker, versions) to a JSON Lines file (- for stdout).'),
+    'import': ('documents',
+              'Add the documents of an exported JSON Lines file (- for stdin), in one transaction.'),
+    'copy': ('documents',
+            'Copy a knowledge base from SRC to DST, between SQLite files and PostgreSQL databases (either way), with its ids, versions, timestamps, labels, metadata and vectors.'),
+    'search': ('searching',
+              'Search the knowledge base; the best chunks first.'),
+    'facets': ('searching',
+              'Count the values of metadata KEY (or source, version) over the chunks that match QUERY and the filters.'),
+    'eval': ('searching',
+            'Evaluate retrieval on a BEIR-layout collection: nDCG@10, Recall@k, MRR@10.'),
+    'prompt': ('answering',
+              "Print the grounded prompt that 'ask' would send for QUESTION; sends nothing."),
+    'ask': ('answering',
+           'Answer QUESTION from the knowledge base with a language model, listing the sources under it.'),
+    'embed': ('maintenance',
+             'Embed the chunks that have no vector yet, for --scorer vector and hybrid.'),
+    'stats': ('maintenance',
+             'Collection statistics: documents, chunks, vocabulary, postings, file size, vectors.'),
+    'check': ('maintenance',
+             'Verify every invariant (df = real postings, statistics, no orphans, SQLite integrity, well-formed packed columns, the filter index = metadata and labels, texts matching their hashes).'),
+    'optimize': ('maintenance',
+                'Merge postings, drop deleted entries and reclaim space (ANALYZE, VACUUM).'),
+    'reindex': ('maintenance',
+               'Rebuild the lexical index with the current analyzer (or --analyzer), in place.'),
+    'migrate': ('maintenance',
+               'Apply pending schema migrations (opening a database applies them too).'),
+    'plugins': ('maintenance',
+               'List the installed plugins: name, version, what each provides (embedders, rerankers, loaders, analyzers) and any problem.'),
+    'mcp': ('serving',
+           'Serve the database to MCP clients (assistants, agents) over stdio, or HTTP with --http.'),
+    'serve': ('serving',
+             'Serve the database over HTTP (a JSON API; schema at /openapi.json).'),
+}
+
+
+class _LazyGroup(_Group):
+    """The ``ragdb`` group: its commands load on first use (click's documented lazy-group pattern,
+    https://click.palletsprojects.com/en/stable/complex/#lazily-loading-subcommands), and the
+    listing in ``--help`` comes from :data:`COMMANDS`."""
+
+    def list_commands(self, ctx: click.Context) -> list[str]:
+        return sorted(set(super().list_commands(ctx)) | set(COMMANDS))
+
+    def get_command(self, ctx: click.Context, cmd_name: str) -> click.Command | None:
+        found = super().get_command(ctx, cmd_name)
+        if found is not None or cmd_name not in COMMANDS:
+            return found
+        module = importlib.import_module(f"ragdb.cli.commands.{COMMANDS[cmd_name][0]}")
+        for command in module.COMMANDS:
+            self.add_command(command)
+        return super().get_command(ctx, cmd_name)
+
+    def format_commands(self, ctx: click.Context, formatter: click.HelpFormatter) -> None:
+        names = [n for n in self.list_commands(ctx) if n in COMMANDS or not self.commands[n].hidden]
+        if not names:
+            return
+        limit = formatter.width - 6 - max(len(n) for n in names)
+        rows = []
+        for name in names:
+            if name in self.commands:
+                rows.append((name, self.commands[name].get_short_help_str(limit)))
+            else:
+                # a stand-in command with the same help shortens it the way click shortens the real one
+                rows.append((name, click.Command(name, help=COMMANDS[name][1]).get_short_help_str(limit)))
+        with formatter.section("Commands"):
+            formatter.write_dl(rows)
+
+
+@click.group("ragdb", cls=_LazyGroup, context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100})
 @click.option("-d", "--database", envvar="RAGDB_DATABASE", default=None, metavar="PATH",
               help="Database file, or a PostgreSQL URL / libpq string (postgresql://..., service=NAME); "
                    "also read from RAGDB_DATABASE.")
@@ -91,19 +188,6 @@ def cli(database: str | None, collection: str | None, readonly: bool) -> None:
 
 
 # --------------------------------------------------------------------------- its commands
-
-#: The modules of :mod:`ragdb.cli.commands` whose ``COMMANDS`` make up the group.
-COMMAND_MODULES = (databases, documents, searching, answering, maintenance, serving)
-
-
-def _add_commands(group: click.Group) -> None:
-    for module in COMMAND_MODULES:
-        for command in module.COMMANDS:
-            group.add_command(command)
-
-
-_add_commands(cli)
-
 
 # --------------------------------------------------------------------------- entry point
 

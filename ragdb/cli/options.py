@@ -26,7 +26,8 @@ import click
 import orjson
 
 import ragdb
-from ragdb.cli.output import OUTPUT_FORMATS, Output, one_line
+from ragdb.cli.main import one_line
+from ragdb.cli.output import OUTPUT_FORMATS, Output
 from ragdb.errors import InvalidInput
 from ragdb.storage import is_postgres, redact
 

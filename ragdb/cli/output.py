@@ -27,21 +27,14 @@ from typing import Any
 
 import click
 import orjson
-import tabulate as tabulate_module
-from tabulate import tabulate
 
 import ragdb
 import ragdb.index.confidence
+from ragdb.cli.main import one_line as one_line  # where the group needs it without this module's imports
 from ragdb.text.analysis import describe_config
 
 
 # --------------------------------------------------------------------------- errors and notes on stderr
-
-
-def one_line(err: BaseException) -> str:
-    """An error's message on one line (whitespace collapsed); its class name when it has none."""
-    text = " ".join(str(err).split())
-    return text or type(err).__name__
 
 
 def warn(message: str) -> None:
@@ -114,9 +107,15 @@ class _CellWidth:
                    for c in text)
 
 
-if tabulate_module.wcwidth is None:  # pragma: no cover - depends on the environment
-    tabulate_module.wcwidth = _CellWidth
-    tabulate_module.WIDE_CHARS_MODE = True
+def _tabulate() -> Any:
+    """tabulate, imported on the first table (with wcwidth it takes ~0.1 s: more than a
+    ``ragdb search`` without a table spends on everything else)."""
+    import tabulate as tabulate_module
+
+    if tabulate_module.wcwidth is None:  # pragma: no cover - depends on the environment
+        tabulate_module.wcwidth = _CellWidth
+        tabulate_module.WIDE_CHARS_MODE = True
+    return tabulate_module.tabulate
 
 
 def emit_table(headers: Sequence[str], rows: Sequence[Sequence[Any]], right: Sequence[int] = ()) -> None:
@@ -125,7 +124,7 @@ def emit_table(headers: Sequence[str], rows: Sequence[Sequence[Any]], right: Seq
     shown as given (no number parsing: a version "1.10" stays "1.10")."""
     cells = [[("" if v is None else str(v)) for v in row] for row in rows]
     align = ["right" if i in right else "left" for i in range(len(headers))]
-    text = tabulate(cells, headers=list(headers), tablefmt="simple", disable_numparse=True,
+    text = _tabulate()(cells, headers=list(headers), tablefmt="simple", disable_numparse=True,
                     colalign=align)
     for line in text.splitlines():
         click.echo(line.rstrip())
@@ -135,7 +134,7 @@ def emit_pairs(rows: Sequence[tuple[str, Any]]) -> None:
     """Label/value lines (``ragdb stats``): labels padded to one width, two spaces, the value."""
     if not rows:
         return
-    text = tabulate([[k, "" if v is None else str(v)] for k, v in rows], tablefmt="plain",
+    text = _tabulate()([[k, "" if v is None else str(v)] for k, v in rows], tablefmt="plain",
                     disable_numparse=True, colalign=["left", "left"])
     for line in text.splitlines():
         click.echo(line.rstrip())

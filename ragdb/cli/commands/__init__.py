@@ -1,5 +1,5 @@
 """The ``ragdb`` commands, one module a group (each lists its commands in ``COMMANDS``;
-:mod:`ragdb.cli.main` adds them to the ``ragdb`` group):
+:mod:`ragdb.cli.main` names them in its ``COMMANDS`` table and imports a module when one of its commands runs):
 
 * :mod:`~ragdb.cli.commands.databases`: init, collections, config;
 * :mod:`~ragdb.cli.commands.documents`: add, sync, delete, show, list, export, import, copy;

@@ -13,7 +13,8 @@ from ragdb.cli.options import (
     open_database,
     principals_arg,
 )
-from ragdb.cli.output import one_line, warn
+from ragdb.cli.main import one_line
+from ragdb.cli.output import warn
 from ragdb.errors import InvalidInput
 
 
