@@ -1,10 +1,14 @@
 """The storage layer: every SQL statement ragdb runs is in this package.
 
 :class:`Store` is one SQLite connection with ragdb's schema (``migrations/``),
-its transactions, and the statements of the engine: documents and chunks,
-vocabulary and document frequencies, packed postings, the chunk change log,
-the filter index (:mod:`.store`) and dense vectors (:mod:`.vectors`). The
-other modules call its methods; none of them holds SQL.
+its transactions, and the statements of the engine, assembled (:mod:`.store`) from
+sections, a module each: the connection, migrations and transactions
+(:mod:`.connection`), documents and chunks (:mod:`.documents`), the filter index and
+filtered reads (:mod:`.metadata`), vocabulary, postings and the chunk change log
+(:mod:`.lexical`), checks and copying (:mod:`.maintenance`) and dense vectors
+(:mod:`.vectors`), over what they share and SQLite's dialect (:mod:`.base`).
+:class:`ragdb.storage.postgres.PgStore` overrides them for PostgreSQL, section by section.
+The other modules call its methods; none of them holds SQL.
 """
 
 from __future__ import annotations

@@ -9,6 +9,9 @@ collection connection); every statement that uses something SQLite-specific
 (``GLOB``, ``max(a, b)``, ``INSERT OR IGNORE``, ``typeof``, ``lastrowid``,
 ``LIMIT -1``, the untyped ``doc_meta.value``, PRAGMAs) is overridden here.
 ``tests/storage/test_postgres.py`` checks that nothing SQLite-only is left inherited.
+The overrides are grouped by the sections :class:`Store` is assembled from
+(``connection.py``, the dialect of ``base.py``, ``documents.py``, ``metadata.py``,
+``lexical.py``, ``maintenance.py``, ``vectors.py``), and so is :data:`PLAIN_SQL`.
 
 Transactions and locking (the "locking order" of docs/postgresql.md):
 
@@ -366,33 +369,38 @@ def _meta_row(row: Sequence[Any]) -> tuple[Any, ...]:
     return doc_id, key, _jsonb(value), None if num is None else _exact(num), at
 
 
-#: The :class:`Store` methods PgStore inherits: their SQL is plain (it runs on PostgreSQL as it
-#: is, ``?`` rewritten), or they only call other methods. Every other method is overridden
-#: here; tests/storage/test_postgres.py fails when a Store method is in neither group, so a method
+#: The :class:`Store` methods PgStore inherits, by the section (module) that defines them: their
+#: SQL is plain (it runs on PostgreSQL as it is, ``?`` rewritten), or they only call other methods.
+#: Every other method is overridden in :class:`PgStore`, under the same sections; tests/storage/test_postgres.py fails when a Store method is in neither group, so a method
 #: added to Store is looked at for PostgreSQL before it ships.
 PLAIN_SQL = (
-    "_bump_vector_epoch", "_decode_vectors", "_existing_chunks", "_insert_vectors", "_maybe_cut_vector_log", "_open_or_refuse",
-    "_write_vector_model", "add_df", "add_terms", "all_dfs", "all_term_ids", "all_vectors", "bump_vocab_epoch",
-    "chunk_sort_keys", "chunk_table", "chunk_texts_of", "copy_vectors",
-    "count_chunks_since", "count_documents", "dead_terms", "delete_segments", "doc_chunks", "doc_hit_rows",
-    "doc_row", "doc_source", "doc_vectors", "embedded_upto", "filtered_chunk_ids", "finish_flush", "frequent_term_ids",
-    "generation", "has_chunks", "has_postings", "has_private_labels", "has_vectors", "hit_rows",
-    "in_transaction", "insert_chunks", "insert_documents", "insert_segments", "iter_chunk_spans",
-    "iter_documents", "latest_by_source", "latest_mismatch", "log_seq", "log_since", "max_chunk_id",
-    "newest_older_version", "next_term_id", "orphan_chunks", "orphan_vectors", "put_vectors", "real_counts",
-    "posting_counts", "reset_vector_model", "segment_counts", "segment_counts_all", "segment_total", "set_latest", "set_setting",
-    "set_text_hashes", "set_valid_to", "set_vector_model", "settings", "source_versions",
-    "stored_counts", "term_id_map", "term_ids", "term_ids_after", "unembedded_below_watermark", "unembedded_count",
-    "unhashed_vectors", "vector_count", "vector_model", "vector_version", "vectors_by_hash",
-    "vectors_changed_since", "vectors_for",
-    # reindex, fields, the query language, the default embedding model
-    "chunk_metadata", "chunk_text_sample", "chunk_texts_after", "clear_lexical_index", "field_term_ids",
-    "finish_reindex", "has_metadata_key", "has_term_with_prefix", "set_forward_indexes", "terms_with_prefix", "vocabulary_size",
-    "texts_by_id",
-    # check() and reindex: the filter index
-    "clear_filter_index", "document_filter_blocks", "filter_index_rows",
-    # filters: the dialect's pieces are _condition, _doc_set, _source_test and _NO_LIMIT
-    "_filter_sql", "doc_rows_matching", "hashed_vector_texts", "filtered_doc_ids", "list_documents", "source_docs_with_chunks",
+    # connection.py
+    "_open_or_refuse", "generation", "in_transaction", "set_setting", "settings",
+    # base.py: the filter SQL, built from the dialect's pieces
+    "_filter_sql",
+    # documents.py
+    "chunk_metadata", "chunk_sort_keys", "chunk_table", "count_chunks_since", "count_documents", "doc_chunks",
+    "doc_hit_rows", "doc_row", "doc_source", "hit_rows", "insert_chunks", "insert_documents", "iter_chunk_spans",
+    "iter_documents", "latest_by_source", "list_documents", "max_chunk_id", "newest_older_version", "set_latest",
+    "set_valid_to", "source_docs_with_chunks", "source_versions", "texts_by_id",
+    # metadata.py
+    "clear_filter_index", "doc_rows_matching", "document_filter_blocks", "filter_index_rows", "filtered_chunk_ids",
+    "filtered_doc_ids", "has_metadata_key", "has_private_labels",
+    # lexical.py
+    "add_df", "add_terms", "all_dfs", "all_term_ids", "bump_vocab_epoch", "chunk_texts_after", "clear_lexical_index",
+    "dead_terms", "delete_segments", "field_term_ids", "finish_flush", "finish_reindex", "frequent_term_ids",
+    "has_postings", "has_term_with_prefix", "insert_segments", "log_seq", "log_since", "next_term_id",
+    "posting_counts", "segment_counts", "segment_counts_all", "segment_total", "set_forward_indexes", "term_id_map",
+    "term_ids", "term_ids_after", "terms_with_prefix", "vocabulary_size",
+    # maintenance.py
+    "latest_mismatch", "orphan_chunks", "real_counts", "stored_counts",
+    # vectors.py
+    "_bump_vector_epoch", "_decode_vectors", "_existing_chunks", "_insert_vectors", "_maybe_cut_vector_log",
+    "_write_vector_model", "all_vectors", "chunk_text_sample", "chunk_texts_of", "copy_vectors", "doc_vectors",
+    "embedded_upto", "has_chunks", "has_vectors", "hashed_vector_texts", "orphan_vectors", "put_vectors",
+    "reset_vector_model", "set_text_hashes", "set_vector_model", "unembedded_below_watermark", "unembedded_count",
+    "unhashed_vectors", "vector_count", "vector_model", "vector_version", "vectors_by_hash", "vectors_changed_since",
+    "vectors_for",
 )
 
 
@@ -402,6 +410,7 @@ class PgStore(Store):
     backend = "postgresql"
     shared: _PgShared  # type: ignore[assignment]
 
+    # -- connection (connection.py): opening and migrations ------------------------------------------
     def __init__(self, path: str, *, busy_timeout: float = 30.0, readonly: bool = False,
                  create: bool = True, _check: bool = True) -> None:
         _psycopg()
@@ -459,7 +468,6 @@ class PgStore(Store):
     def db(self) -> sqlite_utils.Database:  # pragma: no cover - SQLite only
         raise StorageError(f"{self.path}: sqlite-utils does not apply to a PostgreSQL database")
 
-    # -- opening and migrations -------------------------------------------------
     def _open(self, *, readonly: bool, memory: bool, busy_timeout: float) -> None:  # pragma: no cover
         raise StorageError("SQLite's open does not apply to a PostgreSQL database")
 
@@ -532,7 +540,7 @@ class PgStore(Store):
                        [int(path.stem[:4]), path.stem, utcnow_iso()])
         return [p.stem for p in pending]
 
-    # -- transactions --------------------------------------------------------------
+    # -- connection (connection.py): transactions ----------------------------------------------------
     @contextlib.contextmanager
     def _transaction(self, lock: str) -> Iterator[Any]:
         """An outermost transaction: ``lock`` is "read" (a read-only snapshot),
@@ -653,7 +661,7 @@ class PgStore(Store):
                 self.shared.closed = True
                 self.shared.pool.close()
 
-    # -- collections ------------------------------------------------------------------
+    # -- connection (connection.py): collections -----------------------------------------------------
     def view(self, collection_id: int, name: str, *, owner: bool = False) -> Store:
         view = object.__new__(PgStore)
         view.conninfo = self.conninfo
@@ -716,7 +724,7 @@ class PgStore(Store):
                 out.append((kind, plain, plain_table))
         return sorted(out)
 
-    # -- settings and statistics ----------------------------------------------------
+    # -- connection (connection.py): settings and statistics -----------------------------------------
     def bump_stats(self, *, docs: int = 0, chunks: int = 0, length: int = 0,
                    next_ids: tuple[int, int] = (0, 0)) -> int:
         return int(self.pg.execute(
@@ -725,16 +733,34 @@ class PgStore(Store):
             "next_chunk_id = greatest(next_chunk_id, ?) WHERE id = 1 RETURNING generation",
             [docs, chunks, length, *next_ids]).fetchone()[0])
 
-    # -- documents ----------------------------------------------------------------------
-    def insert_doc_index(self, meta_rows: Iterable[tuple[int, str, Any, Any, Any]],
-                         acl_rows: Iterable[tuple[int, str]]) -> None:
-        meta = [_meta_row(r) for r in meta_rows]
-        if meta:
-            self.pg.executemany("INSERT INTO doc_meta (doc_id, key, value, num, at) VALUES (?, ?, ?, ?, ?)", meta)
-        acl = list(acl_rows)
-        if acl:
-            self.pg.executemany("INSERT INTO doc_acl (doc_id, label) VALUES (?, ?) ON CONFLICT DO NOTHING", acl)
+    # -- the dialect (base.py): filters, source tests, packed blobs ----------------------------------
+    _NO_LIMIT = None  # LIMIT NULL: no limit
 
+    @staticmethod
+    def _condition(c: Any, public_unlabeled: bool, params: list[Any]) -> str:
+        return condition_sql(POSTGRES, c, public_unlabeled, params)
+
+    @staticmethod
+    def _doc_set(c: Any, params: list[Any]) -> str:
+        return doc_set_sql(POSTGRES, c, params)
+
+    @staticmethod
+    def _source_test(column: str, source: str, glob: bool) -> tuple[str, list[Any]]:
+        """``column = ?`` or, for a pattern, the regular expression of SQLite's GLOB."""
+        if not glob:
+            return f"{column} = ?", [source]
+        regex = glob_regex(source)
+        if regex is None:
+            return "false", []
+        return f"{column} ~ ?", [regex]
+
+    # Packed blobs come back in PostgreSQL's binary format: as the bytes themselves, where
+    # the text format would send (and psycopg decode) twice as many hex digits.
+    def _binary(self, sql: str, params: Sequence[Any] = ()) -> Any:
+        pg = self.pg
+        return pg.run(pg.rewrite(sql), params, binary=True)
+
+    # -- documents and chunks (documents.py) ---------------------------------------------------------
     def delete_document(self, doc_id: int, *, indexed: tuple[bool, bool] = (True, True)) -> None:
         """As :meth:`Store.delete_document`, in one statement (one round trip): the filter
         index rows, the chunks' vectors (logged, as SQLite's trigger does), the chunks and
@@ -748,16 +774,6 @@ class PgStore(Store):
             "ch AS (DELETE FROM chunks WHERE doc_id = ?) "
             "DELETE FROM documents WHERE id = ?",
             [doc_id, bool(indexed[0]), doc_id, bool(indexed[1]), doc_id, doc_id, doc_id])
-
-    @staticmethod
-    def _source_test(column: str, source: str, glob: bool) -> tuple[str, list[Any]]:
-        """``column = ?`` or, for a pattern, the regular expression of SQLite's GLOB."""
-        if not glob:
-            return f"{column} = ?", [source]
-        regex = glob_regex(source)
-        if regex is None:
-            return "false", []
-        return f"{column} ~ ?", [regex]
 
     def update_document_fields(self, doc_id: int, *, metadata: tuple[str, list[tuple[str, Any, Any, Any]]] | None = None,
                                acl: tuple[str, list[str]] | None = None) -> list[int]:
@@ -776,16 +792,26 @@ class PgStore(Store):
                                [(doc_id, label) for label in acl[1]])
         return [r[0] for r in pg.execute("SELECT id FROM chunks WHERE doc_id = ? ORDER BY id", [doc_id])]
 
-    # -- filters ------------------------------------------------------------------------
-    _NO_LIMIT = None  # LIMIT NULL: no limit
+    def chunk_table_blocks(self, size: int = 8192) -> Iterator[list[tuple[int, int, int, int, int]]]:
+        cur = self._binary(f"SELECT id, length, latest, doc_id, ({WHOLE_CHUNK})::int FROM chunks")
+        while rows := cur.fetchmany(size):
+            yield rows
 
-    @staticmethod
-    def _condition(c: Any, public_unlabeled: bool, params: list[Any]) -> str:
-        return condition_sql(POSTGRES, c, public_unlabeled, params)
+    def forward_since(self, after_id: int) -> list[tuple[int, bytes, bytes]]:
+        return self._binary("SELECT id, terms, tfs FROM chunks WHERE id > ? ORDER BY id", [after_id]).fetchall()
 
-    @staticmethod
-    def _doc_set(c: Any, params: list[Any]) -> str:
-        return doc_set_sql(POSTGRES, c, params)
+    def forward_all(self) -> Iterator[tuple[int, bytes, bytes]]:
+        yield from self._binary("SELECT id, terms, tfs FROM chunks ORDER BY id")
+
+    # -- metadata and filters (metadata.py) ----------------------------------------------------------
+    def insert_doc_index(self, meta_rows: Iterable[tuple[int, str, Any, Any, Any]],
+                         acl_rows: Iterable[tuple[int, str]]) -> None:
+        meta = [_meta_row(r) for r in meta_rows]
+        if meta:
+            self.pg.executemany("INSERT INTO doc_meta (doc_id, key, value, num, at) VALUES (?, ?, ?, ?, ?)", meta)
+        acl = list(acl_rows)
+        if acl:
+            self.pg.executemany("INSERT INTO doc_acl (doc_id, label) VALUES (?, ?) ON CONFLICT DO NOTHING", acl)
 
     def facet_rows(self, field: str) -> list[tuple[int, Any]]:
         pg = self.pg
@@ -803,12 +829,11 @@ class PgStore(Store):
             rows = [(d, bool(v)) if (d, v) in bools else (d, v) for d, v in rows]
         return rows
 
-    # -- postings and the change log ---------------------------------------------------
-    # Packed blobs come back in PostgreSQL's binary format: as the bytes themselves, where
-    # the text format would send (and psycopg decode) twice as many hex digits.
-    def _binary(self, sql: str, params: Sequence[Any] = ()) -> Any:
-        pg = self.pg
-        return pg.run(pg.rewrite(sql), params, binary=True)
+    # -- the lexical index (lexical.py) --------------------------------------------------------------
+    def delete_unused_terms(self) -> int:
+        cur = self.pg.execute("DELETE FROM vocabulary v WHERE df = 0 AND NOT EXISTS "
+                               "(SELECT 1 FROM postings p WHERE p.term_id = v.id)")
+        return int(cur.rowcount)
 
     def postings(self, term_ids: Sequence[int]) -> list[tuple[int, int, bytes, bytes]]:
         if not term_ids:
@@ -816,26 +841,6 @@ class PgStore(Store):
         return self._binary(
             "SELECT term_id, n, chunk_ids, tfs FROM postings WHERE term_id = ANY(?) ORDER BY term_id, segment",
             [list(term_ids)]).fetchall()
-
-    def forward_since(self, after_id: int) -> list[tuple[int, bytes, bytes]]:
-        return self._binary("SELECT id, terms, tfs FROM chunks WHERE id > ? ORDER BY id", [after_id]).fetchall()
-
-    def forward_all(self) -> Iterator[tuple[int, bytes, bytes]]:
-        yield from self._binary("SELECT id, terms, tfs FROM chunks ORDER BY id")
-
-    def chunks_since(self, after_id: int) -> list[tuple[int, int, int, int, bytes, bytes, int]]:
-        return self._binary(f"SELECT id, length, latest, doc_id, terms, tfs, ({WHOLE_CHUNK})::int FROM chunks "
-                            f"WHERE id > ? ORDER BY id", [after_id]).fetchall()
-
-    def chunk_table_blocks(self, size: int = 8192) -> Iterator[list[tuple[int, int, int, int, int]]]:
-        cur = self._binary(f"SELECT id, length, latest, doc_id, ({WHOLE_CHUNK})::int FROM chunks")
-        while rows := cur.fetchmany(size):
-            yield rows
-
-    def delete_unused_terms(self) -> int:
-        cur = self.pg.execute("DELETE FROM vocabulary v WHERE df = 0 AND NOT EXISTS "
-                               "(SELECT 1 FROM postings p WHERE p.term_id = v.id)")
-        return int(cur.rowcount)
 
     def log_states(self, rows: Sequence[tuple[int, int, bytes | None]]) -> int:
         pg = self.pg
@@ -845,7 +850,11 @@ class PgStore(Store):
         pg.executemany("INSERT INTO chunk_log (chunk_id, state, terms) VALUES (?, ?, ?)", rows)
         return self.log_seq()
 
-    # -- checks and maintenance --------------------------------------------------------
+    def chunks_since(self, after_id: int) -> list[tuple[int, int, int, int, bytes, bytes, int]]:
+        return self._binary(f"SELECT id, length, latest, doc_id, terms, tfs, ({WHOLE_CHUNK})::int FROM chunks "
+                            f"WHERE id > ? ORDER BY id", [after_id]).fetchall()
+
+    # -- checks, maintenance, copying (maintenance.py) -----------------------------------------------
     def integrity_problems(self) -> list[str]:
         """PostgreSQL keeps its own pages and constraints (foreign keys are enforced on
         every write); the database being readable is what is checked here."""
@@ -856,33 +865,6 @@ class PgStore(Store):
         return int(self.pg.execute(
             "SELECT count(*) FROM (SELECT source FROM documents WHERE latest = 1 GROUP BY source "
             "HAVING count(*) > 1) dup").fetchone()[0])
-
-    def vacuum_analyze(self) -> None:
-        """VACUUM ANALYZE the collection's tables (outside a transaction, as VACUUM must be)."""
-        import psycopg
-
-        with self.lock:
-            if self.shared.conn is not None:
-                raise InvalidInput(f"{self.path}: optimize runs VACUUM, which cannot run inside a transaction")
-            conn = self.shared.checkout()
-            try:
-                for table in self._tables():
-                    conn.execute(f"VACUUM ANALYZE {table}")  # a constant name (collections.TABLES, renamed)
-            except psycopg.Error as e:
-                raise translate(e, self.shared) from None
-            finally:
-                self.shared.checkin(conn)
-
-    def _tables(self) -> list[str]:
-        return [_coll.object_name(self.collection_id, t) for t in _coll.TABLES if t != "dead_chunks"]
-
-    def file_size(self) -> int:
-        """Bytes on disk of the collection's tables with their indexes and TOAST data."""
-        return int(self.pg.run(
-            "SELECT coalesce(sum(pg_total_relation_size(c.oid)), 0) FROM pg_class c "
-            "WHERE c.relnamespace = (SELECT oid FROM pg_namespace WHERE nspname = current_schema()) "
-            "AND c.relkind = 'r' AND c.relname = ANY(%s)",
-            [self._tables()]).fetchone()[0])
 
     def packed_forward_rows(self) -> Iterator[tuple[int, str, bytes | None, str, bytes | None]]:
         yield from self.pg.execute("SELECT id, 'blob', terms, 'blob', tfs FROM chunks ORDER BY id").fetchall()
@@ -914,30 +896,33 @@ class PgStore(Store):
             "convert_to(text, 'UTF8') FROM chunks WHERE doc_id > ? AND doc_id <= ? ORDER BY doc_id, id",
             [after_doc, upto_doc]).fetchall()
 
-    # -- vectors ---------------------------------------------------------------------------
-    _CHUNK_TEXT_BYTES = "convert_to(coalesce(c.text, d.text), 'UTF8')"
+    def vacuum_analyze(self) -> None:
+        """VACUUM ANALYZE the collection's tables (outside a transaction, as VACUUM must be)."""
+        import psycopg
 
-    def advance_embedded_upto(self, upto: int, seen_from: int) -> None:
-        self.pg.execute("UPDATE vector_stats SET embedded_upto = greatest(embedded_upto, ?) "
-                         "WHERE id = 1 AND embedded_upto >= ?", [upto, seen_from])
+        with self.lock:
+            if self.shared.conn is not None:
+                raise InvalidInput(f"{self.path}: optimize runs VACUUM, which cannot run inside a transaction")
+            conn = self.shared.checkout()
+            try:
+                for table in self._tables():
+                    conn.execute(f"VACUUM ANALYZE {table}")  # a constant name (collections.TABLES, renamed)
+            except psycopg.Error as e:
+                raise translate(e, self.shared) from None
+            finally:
+                self.shared.checkin(conn)
 
-    def unembedded_chunks(self, limit: int | None = None, after: int | None = None) -> list[tuple[int, str]]:
-        if after is None:
-            after = self.embedded_upto()
-        return self.pg.execute(
-            "SELECT c.id, coalesce(c.text, d.text) FROM chunks c JOIN documents d ON d.id = c.doc_id "
-            "WHERE c.id > ? AND NOT EXISTS (SELECT 1 FROM vectors v WHERE v.chunk_id = c.id) "
-            "ORDER BY c.id LIMIT ?", [after, None if limit is None else int(limit)]).fetchall()
+    def _tables(self) -> list[str]:
+        return [_coll.object_name(self.collection_id, t) for t in _coll.TABLES if t != "dead_chunks"]
 
-    def malformed_vectors(self, width: int) -> tuple[int, int | None, str | None, int | None]:
-        n, cid = self.pg.execute(
-            "SELECT count(*), min(chunk_id) FROM vectors WHERE octet_length(vector) != ?", [width]).fetchone()
-        if not n:
-            return 0, None, None, None
-        size = self.pg.execute("SELECT octet_length(vector) FROM vectors WHERE chunk_id = ?", [cid]).fetchone()[0]
-        return int(n), int(cid), "blob", int(size)
+    def file_size(self) -> int:
+        """Bytes on disk of the collection's tables with their indexes and TOAST data."""
+        return int(self.pg.run(
+            "SELECT coalesce(sum(pg_total_relation_size(c.oid)), 0) FROM pg_class c "
+            "WHERE c.relnamespace = (SELECT oid FROM pg_namespace WHERE nspname = current_schema()) "
+            "AND c.relkind = 'r' AND c.relname = ANY(%s)",
+            [self._tables()]).fetchone()[0])
 
-    # -- copying between backends (ragdb.files.transfer.copy_database) ------------------------
     def table_rows(self, table: str, columns: Sequence[str]) -> Iterator[tuple[Any, ...]]:
         """As :meth:`Store.table_rows`, with rows as SQLite holds them (doc_meta's value and
         num as Python scalars), streamed through a server-side cursor."""
@@ -990,6 +975,29 @@ class PgStore(Store):
             name = _coll.object_name(self.collection_id, table)
             self.pg.run("SELECT setval(pg_get_serial_sequence(%s, 'seq'), "
                          f"greatest((SELECT coalesce(max(seq), 0) FROM {name}), 1))", [name])
+
+    # -- vectors (vectors.py) ------------------------------------------------------------------------
+    _CHUNK_TEXT_BYTES = "convert_to(coalesce(c.text, d.text), 'UTF8')"
+
+    def advance_embedded_upto(self, upto: int, seen_from: int) -> None:
+        self.pg.execute("UPDATE vector_stats SET embedded_upto = greatest(embedded_upto, ?) "
+                         "WHERE id = 1 AND embedded_upto >= ?", [upto, seen_from])
+
+    def unembedded_chunks(self, limit: int | None = None, after: int | None = None) -> list[tuple[int, str]]:
+        if after is None:
+            after = self.embedded_upto()
+        return self.pg.execute(
+            "SELECT c.id, coalesce(c.text, d.text) FROM chunks c JOIN documents d ON d.id = c.doc_id "
+            "WHERE c.id > ? AND NOT EXISTS (SELECT 1 FROM vectors v WHERE v.chunk_id = c.id) "
+            "ORDER BY c.id LIMIT ?", [after, None if limit is None else int(limit)]).fetchall()
+
+    def malformed_vectors(self, width: int) -> tuple[int, int | None, str | None, int | None]:
+        n, cid = self.pg.execute(
+            "SELECT count(*), min(chunk_id) FROM vectors WHERE octet_length(vector) != ?", [width]).fetchone()
+        if not n:
+            return 0, None, None, None
+        size = self.pg.execute("SELECT octet_length(vector) FROM vectors WHERE chunk_id = ?", [cid]).fetchone()[0]
+        return int(n), int(cid), "blob", int(size)
 
 
 def _quote(column: str) -> str:
