@@ -94,8 +94,13 @@ _MAX_FRONT_MATTER_NODES = 10_000
 _MAX_FRONT_MATTER_DEPTH = 50
 # Above this (estimated) element nesting depth, lexbor's tree builder becomes
 # quadratic (20 000 nested <div>s take a second, 100 000 take minutes), so such
-# documents go to the streaming html.parser extractor, which is linear in depth.
+# documents go to the streaming html.parser extractor, which is linear in depth
+# (see _lexbor_fits).
 _MAX_LEXBOR_DEPTH = 1000
+# Above this many distinct tag and attribute names, lexbor's parse becomes quadratic (it
+# interns each new name in a table searched linearly: 40,000 attributes on a tag took 5.5 s),
+# so such documents go to html.parser too. Real pages use a few hundred at most.
+_MAX_LEXBOR_NAMES = 5000
 
 
 # ============================================================================ public API
@@ -920,7 +925,11 @@ _CELL_TAGS = frozenset({"td", "th"})
 _AUTOCLOSE_TAGS = frozenset({"p", "li", "dt", "dd", "option", "optgroup", "tr", "td", "th", "thead", "tbody",
                              "tfoot", "colgroup", "rp", "rt", "html", "head", "body"})
 _WS = re.compile(r"\s+")
-_TAG_RE = re.compile(r"<(/?)([A-Za-z][A-Za-z0-9:-]*)([^<>]*?)(/?)>")
+# A tag for _lexbor_fits: each alternative starts with a different character, so the
+# repetition never backtracks (an unclosed quote ends the tag where it opens).
+_TAG_SPAN = re.compile(r"""</?([A-Za-z][^\s/>"']*)(?:[^>"']+|"[^"]*"|'[^']*')*""")
+_TAG_WORD = re.compile(r"""[^\s/>="'<]+""")
+_ATTR_VALUE = re.compile(r"""=\s*(?:"[^"]*"|'[^']*'|[^\s>"']*)""")
 _META_CHARSET = re.compile(rb"""<meta[^>]{0,512}?charset\s*=\s*["']?\s*([A-Za-z0-9._:-]{1,40})""", re.I)
 
 
@@ -1088,22 +1097,39 @@ def _html_sections(text: str, headings: list[tuple[int, int, int]]) -> tuple[lis
     return _section_spans(text, titled), _first_h1(titled)
 
 
-def _nesting_estimate(html: str) -> int:
-    """Rough maximum element depth from tag names (a guard, not a parser)."""
+def _lexbor_fits(html: str) -> bool:
+    """Whether lexbor parses ``html`` in about linear time (a guard, not a parser).
+
+    Two things make lexbor's tree builder quadratic: nesting (20,000 nested ``<div>`` take a
+    second, 100,000 minutes) and distinct tag and attribute names (it interns each new name
+    in a table it searches linearly: 40,000 attributes on one tag took 5.5 s, a million never
+    ended; issue 32, item 5). Past :data:`_MAX_LEXBOR_DEPTH` levels (estimated from tag
+    names) or :data:`_MAX_LEXBOR_NAMES` names, the page goes to the streaming html.parser
+    extractor, which is linear in both.
+
+    A tag here runs from ``<`` and a letter to the next ``>`` outside quotes (a quote anywhere
+    in it opens a quoted stretch, so a ``>`` in an attribute value does not end it); its words
+    outside attribute values are names. Comments count as tags: that can only over-count,
+    and an over-count only sends a page to the slower parser.
+    """
     depth = top = 0
-    for m in _TAG_RE.finditer(html):
-        name = m.group(2).lower()
-        if name in _VOID_TAGS or name in _AUTOCLOSE_TAGS or m.group(4):
-            continue
-        if m.group(1):
-            depth = max(0, depth - 1)
+    names: set[str] = set()
+    for m in _TAG_SPAN.finditer(html):
+        name = m.group(1).lower()
+        span = m.group(0)
+        if name not in _VOID_TAGS and name not in _AUTOCLOSE_TAGS and not span.endswith("/"):
+            if span[1] == "/":
+                depth = max(0, depth - 1)
+            else:
+                depth += 1
+                top = max(top, depth)
+        if m.end(1) < m.end():  # attributes after the name
+            names.update(_TAG_WORD.findall(_ATTR_VALUE.sub(" ", span).lower()))
         else:
-            depth += 1
-            if depth > top:
-                top = depth
-                if top > _MAX_LEXBOR_DEPTH:
-                    break
-    return top
+            names.add(name)
+        if top > _MAX_LEXBOR_DEPTH or len(names) > _MAX_LEXBOR_NAMES:
+            return False
+    return True
 
 
 def _html_selectolax(html: str) -> tuple[str, str | None] | None:
@@ -1276,7 +1302,7 @@ def _load_html(data: bytes, where: str, source: str, base: Mapping[str, Any]) ->
     html = _MARKS.sub("", html)  # the heading marks must be the extractor's own
     try:
         result = None
-        if _nesting_estimate(html) <= _MAX_LEXBOR_DEPTH:
+        if _lexbor_fits(html):
             result = _html_selectolax(html)
         if result is None:
             result = _html_stdlib(html)

@@ -191,6 +191,30 @@ def test_gitignore_semantics(tmp_path):
                                            ("doc/a.txt", "ignored"), ("sub/local.md", "ignored")}
 
 
+@pytest.mark.parametrize("stars", [20, 200])
+def test_a_backtracking_ignore_line_does_not_stall_a_walk(tmp_path, stars):
+    """Issue 32, item 4: ``a*`` x 20 + ``b`` against a 30-letter name backtracked for 9 s in
+    Python's re (x 200: never ended). The walk runs in a subprocess so that a regression
+    fails the test (after a minute) instead of hanging the suite; semantics are git's."""
+    root = tmp_path / "r"
+    write(root / ".gitignore", "a*" * stars + "b\n" + "x*" * stars + "\n")
+    name = "a" * (stars + 10)  # 30 letters for 20 wildcards, as in the issue
+    write(root / name, "kept: no b")
+    write(root / (name + "b"), "ignored: ends with b")
+    write(root / ("x" * 250 + ".md"), "ignored: x* repeated")
+    code = ("import sys; from ragdb.files import walk; "
+            "print(sorted(rel for _, rel in walk.walk(sys.argv[1]).files))")
+    try:
+        done = subprocess.run([sys.executable, "-c", code, str(root)], capture_output=True, text=True, timeout=60,
+                              env={**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)})
+    except subprocess.TimeoutExpired:
+        pytest.fail(f"a walk with a .gitignore line of {stars} wildcards did not end within a minute")
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == repr([name])
+    inc = walk.Patterns(["a*" * stars + "b"], "include")  # --include/--exclude match the same way
+    assert inc.match(name + "b") and not inc.test(name)
+
+
 def test_ragdbignore_wins_over_gitignore_and_turns_default_rules_off(tmp_path):
     root = tmp_path / "r"
     write(root / ".gitignore", "notes/\n")

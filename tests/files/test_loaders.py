@@ -385,6 +385,33 @@ def test_html_malformed_and_deep(monkeypatch: pytest.MonkeyPatch, fallback: bool
     assert "head never closed" in only(load_bytes(cases[1].encode(), source="s", kind="html")).text
 
 
+def test_html_with_many_distinct_names_is_not_given_to_lexbor(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Issue 32, item 5: lexbor interns every new tag or attribute name in a table it searches
+    linearly (40,000 attributes on a tag: 5.5 s; a million: no end), so a page with more
+    distinct names than any real page goes to the streaming html.parser extractor, and
+    reads the same (hidden elements stay hidden, whatever precedes the attribute)."""
+    from ragdb.files import loaders
+
+    given: list[int] = []
+    lexbor = loaders._html_selectolax
+    monkeypatch.setattr(loaders, "_html_selectolax", lambda html: given.append(len(html)) or lexbor(html))
+    many = " ".join(f"a{i}=x" for i in range(6000))
+    pages = {
+        "one tag": f"<p {many}>visible words</p><div {many} hidden>hidden words</div>",
+        "quoted >": "<p " + " ".join(f'a{i}=">"' for i in range(6000)) + ">visible words</p>",
+        "boolean": "<p " + " ".join(f"b{i}" for i in range(6000)) + ">visible words</p>",
+        "spread": "".join(f"<p a{i}=x>visible words</p>" for i in range(6000)),
+        "tag names": "".join(f"<x{i}>visible words</x{i}>" for i in range(6000)),
+    }
+    for label, page in pages.items():
+        text = only(load_bytes(page.encode(), source=f"{label}.html", kind="html")).text
+        assert "visible words" in text and "hidden words" not in text, label
+    assert given == []
+    normal = "".join(f"<p class='c' id='p{i}'><a href='#s{i}' title='t{i}'>visible words</a></p>" for i in range(6000))
+    assert "visible words" in only(load_bytes(normal.encode(), source="normal.html", kind="html")).text
+    assert given == [len(normal)]  # distinct values are not names: a real page still goes to lexbor
+
+
 def test_html_without_visible_text(tmp_path: Path) -> None:
     p = write(tmp_path / "blank.html", "<html><head><title>T</title><script>x=1</script></head><body></body></html>")
     with pytest.raises(LoaderError, match="blank.html.*no visible text"):
