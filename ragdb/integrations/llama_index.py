@@ -111,7 +111,7 @@ class RagdbRetriever(BaseRetriever):
 
     def search(self, query: str) -> list[Hit]:
         """The ragdb hits behind :meth:`retrieve`'s nodes, best first."""
-        return self._db.search(query, options=self._options)
+        return self._db.search(query, options=self._options.as_question())  # a question: plain words unless syntax='query'
 
     def _retrieve(self, query_bundle: QueryBundle) -> list[NodeWithScore]:
         return [to_node(hit) for hit in self.search(query_bundle.query_str)]

@@ -53,6 +53,10 @@ MAX_BOOST = 1000.0
 MAX_DEPTH = 32            #: parentheses (and NOT/-) nested deeper: the query is searched as plain words
 #: fields every database has; stored metadata keys are fields too
 BUILTIN_FIELDS = ("title", "section", "source")
+#: metadata keys the file loaders add to every file (ragdb.files.loaders): never a field in a
+#: query, since ``encoding:utf8`` or ``path:src`` in a question is text, not a filter that
+#: silently keeps or drops every file (a filter= mapping or --filter still filters on them)
+AUTOMATIC_KEYS = frozenset({"path", "content_hash", "size", "mtime", "loader", "encoding", "pages", "line"})
 
 # Only the ASCII quote (and its full-width form, which NFKC maps to it) quotes a phrase.
 # Typographic quotes (“ ” 「 」) are punctuation: Chinese and Japanese questions use them
@@ -246,7 +250,7 @@ def _tokenize(text: str, is_field: Callable[[str], bool]) -> list[_Tok]:
         # (only at the start of a token: after "(H2A)" a "-" is part of the text)
         at_start = i == 0 or text[i - 1].isspace() or text[i - 1] == "("
         if at_start and ch in "+-" and i + 1 < n and not text[i + 1].isspace() and text[i + 1] not in "+-)" \
-                and not text[i + 1].isdigit():
+                and not text[i + 1].isdigit() and (ch == "+" or _excludes(text, i + 1, is_field)):
             out.append(_Tok("sign", ch))
             i += 1
             continue
@@ -300,6 +304,32 @@ def _tokenize(text: str, is_field: Callable[[str], bool]) -> list[_Tok]:
             continue
         out.append(_Tok("word", word, field))
     return out
+
+
+# What may follow "-" for an exclusion (see _excludes): lower-case letters, then the
+# suffix operators of a word (prefix*, word~, word^2).
+_EXCLUDED_WORD_RE = re.compile(r"(?:[^\W\d_]{2,})(?:\*|~\d*)?(?:\^(?:\d+(?:\.\d+)?|\.\d+))?")
+
+
+def _excludes(text: str, i: int, is_field: Callable[[str], bool]) -> bool:
+    """Whether the ``-`` before ``text[i]`` excludes what follows: a phrase (``-"a b"``), a
+    group (``-(a b)``), a known field (``-lang:en``) or a word of two or more letters none
+    of which is upper case (``-draft``, ``-草稿``, ``-draft*``). Anything else is a word as
+    typed, sign included: command-line flags (``-g``, ``-r``, ``-fPIC``, ``-Wall``, ``-O2``,
+    ``-DCMAKE_BUILD_TYPE=Release``, ``-std=c++17``) are what technical questions search for."""
+    ch = text[i]
+    if ch in _OPEN_QUOTES or ch == "(":
+        return True
+    m = _FIELD_RE.match(text, i)
+    if m and is_field(m.group(1)):
+        return True
+    j = i
+    while j < len(text) and not text[j].isspace() and text[j] not in ')"':
+        if text[j] == "(" and j > i:
+            break
+        j += 1
+    word = text[i:j]
+    return _EXCLUDED_WORD_RE.fullmatch(word) is not None and not any(c.isupper() for c in word)
 
 
 class _Parser:

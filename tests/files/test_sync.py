@@ -312,7 +312,9 @@ def test_add_paths_files_folders_and_stdin(db, folder, monkeypatch, tmp_path):
     monkeypatch.chdir(tmp_path)
     report = sync.add_paths(db, ["kb/alpha.md", "./kb/sub", "-"], stdin=b"Text piped in about leptons.\n",
                             version="3", metadata={"team": "physics"}, source_prefix="p/")
-    assert sorted(report.added) == ["p/kb/alpha.md", "p/kb/sub/gamma.txt", "p/stdin"]
+    piped = sync.stdin_source(b"Text piped in about leptons.\n", "p/")
+    assert piped.startswith("p/stdin-") and len(piped) == len("p/stdin-") + 12
+    assert sorted(report.added) == ["p/kb/alpha.md", "p/kb/sub/gamma.txt", piped]
     doc = db.documents("p/kb/alpha.md")[0]
     assert doc.version == "3" and doc.metadata["team"] == "physics"
     again = sync.add_paths(db, ["kb/alpha.md"], version="3", metadata={"team": "physics"}, source_prefix="p/")
@@ -501,3 +503,16 @@ def test_glob_with_a_folder_does_not_reach_other_folders(db, tmp_path, monkeypat
     report = sync.sync_folder(db, root, glob="docs/*.md")
     assert report.deleted == ("docs/a.md",)
     assert sources(db) == ["sub/docs/b.md"]
+
+
+def test_stdin_without_a_source_never_replaces_other_stdin(db):
+    """Issue 30, item 9: two texts piped in without a source are two documents; the same text
+    again is unchanged; a source given replaces, and the report says so."""
+    first = sync.add_paths(db, ["-"], stdin=b"first text about muons")
+    second = sync.add_paths(db, ["-"], stdin=b"second text about taus")
+    assert len(db.documents()) == 2 and first.added != second.added
+    assert second.replaced == ()
+    assert sync.add_paths(db, ["-"], stdin=b"first text about muons").unchanged == first.added
+    sync.add_paths(db, ["-"], stdin=b"a", source="named")
+    again = sync.add_paths(db, ["-"], stdin=b"b", source="named")
+    assert again.added == ("named",) and again.replaced == ("named",)

@@ -325,3 +325,85 @@ def test_plain_words_parse_as_the_parser_would(pieces):
     assert fast.plain == (q._parse(text, normal, None).plain)
     if q.searched_as_plain(text):  # searches skip the parser for these
         assert fast.plain, text
+
+
+# -- a question is read as the user wrote it (issue 30) ----------------------------------------
+
+@pytest.mark.parametrize("text, word", [
+    ("what does -fPIC do", "-fPIC"), ("-Wall", "-Wall"), ("-DCMAKE_BUILD_TYPE=Release", "-DCMAKE_BUILD_TYPE=Release"),
+    ("npm install -g", "-g"), ("node -r", "-r"), ("gcc -O2", "-O2"), ("g++ -std=c++17", "-std=c++17"),
+    ("git -C path", "-C"), ("cmake -Python", "-Python"),
+])
+def test_command_line_flags_are_words(text, word):
+    parsed = q.parse(text)
+    assert parsed.error is None and parsed.plain
+    assert words(parsed, negated=True) == []
+    assert ("Word", word) in words(parsed)
+
+
+@pytest.mark.parametrize("text, excluded", [
+    ("python -snake", ["snake"]), ("a -draft*", ["draft"]), ('a -"x y"', ["x y"]), ("a -(b c)", ["b", "c"]),
+    ("a -title:x", ["x"]), ("检索 -草稿", ["草稿"]), ("tar -xvf", ["xvf"]),
+])
+def test_lower_case_words_phrases_groups_and_fields_are_excluded(text, excluded):
+    assert [w for _k, w in words(q.parse(text), negated=True)] == excluded
+
+
+def test_a_flag_finds_its_chunk(small):
+    small.add("compile with -fPIC for position independent code (policy CMP0018)", source="f")
+    assert sources(small.search("what does -fPIC do")) == ["f"]
+    assert small.query_plan("what does -fPIC do").excluded == ()
+    assert sources(small.search("documents -deleted")) == ["c", "e"]  # an ordinary exclusion still works
+
+
+def test_questions_are_plain_words_unless_asked(small):
+    options = ragdb.SearchOptions()
+    assert options.syntax is None and options.as_question().syntax == "plain"
+    assert ragdb.SearchOptions(syntax="query").as_question().syntax == "query"
+    # "-deleted" in a question is a word: the chunks about deletion are its evidence
+    p = small.build_prompt("what about documents -deleted", min_confidence=0)
+    assert "a" in [h.source for h in p.sources]
+    p = small.build_prompt("what about documents -deleted", min_confidence=0, syntax="query")
+    assert "a" not in [h.source for h in p.sources]
+
+
+def test_loader_metadata_keys_are_not_fields(tmp_path):
+    f = tmp_path / "fs.md"
+    f.write_text("# fs\n\nfs.readFile reads a whole file; pass the encoding utf8 for a string.\n", encoding="utf-8")
+    with ragdb.open(tmp_path / "kb.db") as db:
+        from ragdb.files.sync import add_paths
+        add_paths(db, [str(f)])
+        doc = db.get(source=db.documents()[0].source)
+        assert set(doc.metadata) - {"title"} <= q.AUTOMATIC_KEYS | {"front_matter"}, doc.metadata
+        for key in sorted(doc.metadata.keys() & q.AUTOMATIC_KEYS):
+            query = f"fs.readFile {key}:{doc.metadata[key]}"
+            assert len(db.search(query)) == 1, query
+            assert db.query_plan(query).filters == ()
+        db.add("other", source="u", metadata={"team": "docs"})
+        assert db.query_plan("x team:docs").filters == ("team:docs",)
+
+
+def test_plan_names_filters_and_exclusions(small):
+    plan = small.query_plan('documents lang:en -draft -source:c -"x y" delet*')
+    assert plan.filters == ("lang:en",)
+    assert plan.excluded == ("draft", "source:c", "x y")
+
+
+def test_suggestions_are_words_a_document_holds():
+    with ragdb.open(":memory:") as db:
+        db.add("Set the environment variables before the build.", source="a")
+        plan = db.query_plan("enviroment")
+        assert plan.suggestions == {"enviro": ("environment",)}  # not the stem "environ"
+
+
+def test_a_question_in_a_script_the_knowledge_base_lacks_says_so():
+    with ragdb.open(":memory:") as db:
+        db.add("Environment variables configure the build.", source="a")
+        plan = db.query_plan("什么是环境变量")
+        assert len(plan.notes) == 1 and "ragdb embed --cross-lingual" in plan.notes[0]
+        assert db.query_plan("environment").notes == ()
+        assert db.query_plan("enviroment").notes == ()  # a typo is not another script: the KB has Latin text
+    with ragdb.open(":memory:") as db:
+        db.add("环境变量用于配置构建。", source="z")
+        assert "ragdb embed --cross-lingual" in db.query_plan("what are environment variables").notes[0]
+        assert db.query_plan("环境变量").notes == ()

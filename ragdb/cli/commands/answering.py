@@ -17,10 +17,12 @@ import ragdb.answers.llm
 import ragdb.index.confidence
 from ragdb.cli.embedding import check_model, warn_pending
 from ragdb.cli.options import (
+    QueryCommand,
     database_option,
     filter_options,
     json_option,
     open_database,
+    question_option,
     scorer_options,
     search_kwargs,
     search_options,
@@ -52,32 +54,36 @@ def _generation_options(f: Callable[..., Any]) -> Callable[..., Any]:
 
 
 def _retrieve(database: str | None, question: str, opts: ragdb.SearchOptions, embed_model: str | None = None,
-              model_flag: str = "--model") -> tuple[list[ragdb.Hit], float]:
-    """The hits for ``question`` and the database's confidence floor (``Database.min_confidence``)."""
+              model_flag: str = "--model") -> tuple[list[ragdb.Hit], float, tuple[str, ...]]:
+    """The hits for ``question``, the database's confidence floor (``Database.min_confidence``)
+    and the notes of the question's plan (e.g. a script the knowledge base lacks)."""
     if not question.strip():
         raise click.BadParameter("the question is empty", param_hint="QUESTION")
     with open_database(database) as db:
         if opts.embedder is not None:
             check_model(db, opts.embedder, embed_model or "", model_flag)
         warn_pending(db, opts.scorer)
-        hits = db.search(question, options=opts)
+        hits, plan = db.search_and_plan(question, options=opts.as_question())  # plain words unless --query-language
         if not hits:
             hidden_note(db, opts.restrictions.principals)
-        return hits, db.min_confidence
+        return hits, db.min_confidence, plan.notes
 
 
 #: Exit status of prompt/ask when the question is refused (see the module docstring).
 EXIT_REFUSED = 3
 
 
-def _refusal_reason(p: Any, hits: Sequence[ragdb.Hit]) -> str:
-    """Why a prompt has no sources, for the refusal line on stderr."""
+def _refusal_reason(p: Any, hits: Sequence[ragdb.Hit], notes: Sequence[str] = ()) -> str:
+    """Why a prompt has no sources, for the refusal line on stderr (``notes``: the question's
+    plan's, e.g. that its script has no counterpart in the knowledge base, and the remedy)."""
     if not hits:
-        return "no chunk matches the question"
-    if p.min_confidence and p.confidence is not None and p.confidence < p.min_confidence:
-        return (f"the best evidence has confidence {p.confidence:.3f}, below min_confidence "
-                f"{p.min_confidence:.3f} (--min-confidence, 'ragdb config min_confidence')")
-    return "no evidence passed --min-score/--relative/--budget"
+        reason = "no chunk matches the question"
+    elif p.min_confidence and p.confidence is not None and p.confidence < p.min_confidence:
+        reason = (f"the best evidence has confidence {p.confidence:.3f}, below min_confidence "
+                  f"{p.min_confidence:.3f} (--min-confidence, 'ragdb config min_confidence')")
+    else:
+        reason = "no evidence passed --min-score/--relative/--budget"
+    return "; ".join([reason, *notes])
 
 
 def _source_lines(sources: Sequence[ragdb.Hit], cited: Sequence[int] = ()) -> list[str]:
@@ -90,12 +96,13 @@ def _source_lines(sources: Sequence[ragdb.Hit], cited: Sequence[int] = ()) -> li
 
 # --------------------------------------------------------------------------- prompt
 
-@click.command()
+@click.command(cls=QueryCommand)
 @database_option
 @click.argument("question")
 @_generation_options
 @scorer_options()
 @filter_options
+@question_option
 @json_option
 def prompt(database: str | None, question: str, k: int, min_confidence: float | None, min_score: float | None,
            relative: float | None, budget: int | None, language: str | None, scorer: str, fusion: str | None,
@@ -114,7 +121,7 @@ def prompt(database: str | None, question: str, k: int, min_confidence: float | 
     opts = search_options(k, scorer, fusion, alpha, rrf_k, embed_model,
                           **search_kwargs(filters, since, until, principals, as_of, all_versions, all_principals,
                                           where))
-    hits, stored = _retrieve(database, question, opts, embed_model)
+    hits, stored, notes = _retrieve(database, question, opts, embed_model)
     p = build_prompt(question, hits, language=language, budget_tokens=budget, min_score=min_score,
                      relative=relative,
                      min_confidence=effective_min_confidence(min_confidence, min_score=min_score, stored=stored))
@@ -125,7 +132,7 @@ def prompt(database: str | None, question: str, k: int, min_confidence: float | 
     else:
         click.echo(p.text)
     if p.refused:
-        warn(f"refused: {_refusal_reason(p, hits)}; 'ask' would answer "
+        warn(f"refused: {_refusal_reason(p, hits, notes)}; 'ask' would answer "
              f"\"{REFUSAL[p.language]}\" without calling the model")
         click.get_current_context().exit(EXIT_REFUSED)
 
@@ -136,7 +143,7 @@ def _stream_to_terminal() -> bool:
     return stdout_is_tty()
 
 
-@click.command()
+@click.command(cls=QueryCommand)
 @database_option
 @click.argument("question")
 @_generation_options
@@ -147,6 +154,7 @@ def _stream_to_terminal() -> bool:
               help="Seconds to wait for the model.")
 @scorer_options(("--embed-model",))
 @filter_options
+@question_option
 @json_option
 def ask(database: str | None, question: str, k: int, min_confidence: float | None, min_score: float | None,
         relative: float | None, budget: int | None, language: str | None, model: str | None,
@@ -171,7 +179,7 @@ def ask(database: str | None, question: str, k: int, min_confidence: float | Non
                           **search_kwargs(filters, since, until, principals, as_of, all_versions, all_principals,
                                           where))
     client = ChatClient(base_url=base_url, model=model, timeout=timeout)  # first: no endpoint fails at once
-    hits, stored = _retrieve(database, question, opts, embed_model, "--embed-model")
+    hits, stored, notes = _retrieve(database, question, opts, embed_model, "--embed-model")
     stream = _stream_to_terminal() and not as_json
 
     def show(piece: str) -> None:
@@ -191,7 +199,7 @@ def ask(database: str | None, question: str, k: int, min_confidence: float | Non
                    "citations": {"cited": citations.cited, "invalid": citations.invalid,
                                  "uncited": citations.uncited},
                    "sources": [hit_json(h, i) for i, h in enumerate(sources, 1)]})
-        _ask_exit(p, hits, refused, without_model)
+        _ask_exit(p, hits, refused, without_model, notes)
         return
     if not stream:
         click.echo(text)
@@ -204,15 +212,16 @@ def ask(database: str | None, question: str, k: int, min_confidence: float | Non
         warn(f"warning: the answer cites sources that do not exist: {', '.join(map(str, citations.invalid))}")
     elif citations.uncited and not refused:
         warn("warning: the answer cites no source")
-    _ask_exit(p, hits, refused, without_model)
+    _ask_exit(p, hits, refused, without_model, notes)
 
 
-def _ask_exit(p: Any, hits: Sequence[ragdb.Hit], refused: bool, without_model: bool) -> None:
+def _ask_exit(p: Any, hits: Sequence[ragdb.Hit], refused: bool, without_model: bool,
+              notes: Sequence[str] = ()) -> None:
     """Say why an answer is a refusal, and exit with :data:`EXIT_REFUSED`."""
     if not refused:
         return
     if without_model:
-        warn(f"refused without calling the model: {_refusal_reason(p, hits)}")
+        warn(f"refused without calling the model: {_refusal_reason(p, hits, notes)}")
     else:
         warn("refused: the model answered that the sources do not suffice")
     click.get_current_context().exit(EXIT_REFUSED)

@@ -28,6 +28,7 @@ from ragdb.cli.options import (
     json_option,
     key_values,
     load_embedder,
+    metadata_value,
     open_database,
     output_options,
     principals_arg,
@@ -118,7 +119,9 @@ def _report_skips(skipped: Sequence[Any], unmatched: Sequence[tuple[str, str]], 
 @click.option("--source", default=None, metavar="NAME", help="Source of the document (one input only).")
 @click.option("--version", "doc_version", default=None, help="Version label of the documents.")
 @click.option("--metadata", "metadata", multiple=True, metavar="KEY=VALUE",
-              help="Metadata set on every document (repeatable; values are strings).")
+              help="Metadata set on every document (repeatable): a JSON number or boolean is typed "
+                   "(year=2024 is a number, draft=true a boolean), a JSON string forces text (year='\"2024\"'), "
+                   "anything else is text.")
 @click.option("--kind", default=None, metavar="KIND", help="Format of standard input (md, rst, html, txt, pdf ...).")
 @click.option("--strict", is_flag=True, help="Fail on the first unreadable file, writing nothing.")
 @selection_options
@@ -134,7 +137,10 @@ def add(database: str | None, paths: tuple[str, ...], recursive: bool, source_pr
     A file's source is its path relative to the working folder (absolute
     outside it), after --source-prefix: docs/a.md, ./docs/a.md and its
     absolute path are one document, the one 'ragdb sync docs' keeps. A
-    source already stored is replaced, identical content is left alone.
+    source already stored is replaced (the summary says how many were),
+    identical content is left alone. Standard input without --source is
+    named stdin-HASH after its content (12 hex digits of its SHA-256): another
+    text piped in is another document, never a replacement of the first.
     Folders: .gitignore/.ragdbignore, --include/--exclude and the default
     skips (VCS folders, virtualenvs, node_modules, build output, lockfiles,
     binaries, hidden files ...) choose the files; a summary says what was
@@ -154,7 +160,8 @@ def add(database: str | None, paths: tuple[str, ...], recursive: bool, source_pr
 
     meta: dict[str, Any] = {}
     for k, v in key_values(metadata, "--metadata").items():
-        meta[k] = v[0] if len(v) == 1 else v
+        values = [metadata_value(x) for x in v]
+        meta[k] = values[0] if len(values) == 1 else values
     labels = _labels(acl, public)
     embedder = load_embedder(embed_model) if embed_model is not None else None
     selection = sync.select_paths(paths, recursive=recursive, include=[*include, *globs], exclude=exclude,
@@ -174,7 +181,7 @@ def add(database: str | None, paths: tuple[str, ...], recursive: bool, source_pr
             embedded, embed_error = embed_after_write(db, embedder)
     nothing = not report.added and not report.unchanged
     if as_json:
-        emit_json({"added": report.added, "unchanged": report.unchanged,
+        emit_json({"added": report.added, "replaced": report.replaced, "unchanged": report.unchanged,
                    "failed": [{"source": f.source, "path": f.path, "error": f.error} for f in report.failed],
                    "documents": report.documents, "removed": report.removed,
                    **_skip_json(report.skipped, report.unmatched),
@@ -182,7 +189,8 @@ def add(database: str | None, paths: tuple[str, ...], recursive: bool, source_pr
     else:
         for f in report.failed:
             warn(f"failed {f.error}")
-        click.echo(f"added {len(report.added)} document{'s' * (len(report.added) != 1)}, "
+        replaced = f" ({len(report.replaced)} replacing a stored version)" if report.replaced else ""
+        click.echo(f"added {len(report.added)} document{'s' * (len(report.added) != 1)}{replaced}, "
                    f"{len(report.unchanged)} unchanged, {len(report.failed)} failed"
                    + (f", {report.removed} stale record{'s' * (report.removed != 1)} removed"
                       if report.removed else ""))

@@ -12,6 +12,7 @@ import ragdb
 import ragdb.index.confidence
 from ragdb.cli.embedding import check_model, warn_pending
 from ragdb.cli.options import (
+    QueryCommand,
     VECTOR_SCORERS,
     check_analyzer,
     database_missing,
@@ -52,7 +53,7 @@ HIT_COLUMNS = ("rank", "score", "source", "doc_id", "chunk_id", "version", "time
                "metadata", "text")
 
 
-@click.command()
+@click.command(cls=QueryCommand)
 @database_option
 @click.argument("query")
 @click.option("-k", "k", type=click.IntRange(1, 10_000), default=10, show_default=True, help="Number of hits.")
@@ -122,10 +123,13 @@ def search(database: str | None, query: str, k: int, scorer: str, fusion: str | 
             for line in _plan_lines(plan):
                 click.echo(line, err=not output.table)
         if not hits and not offset:
-            if not plan.terms:
+            if plan.filters or plan.excluded:
+                warn(_no_hits_by_query_language(plan))
+            elif not plan.terms:
                 warn(_no_terms_message(db, query, plan.dropped))
             hidden_note(db, opts.restrictions.principals)
-    _plan_notes(plan, bool(hits))
+        typed = _typed_words(db, query)
+    _plan_notes(plan, bool(hits), typed)
     if not output.table:
         emit_records(output, [hit_json(h, i) for i, h in enumerate(hits, offset + 1)], HIT_COLUMNS)
         return
@@ -173,6 +177,26 @@ def _quoted(words: Sequence[tuple[str, str]]) -> str:
     return ", ".join(f"{_dq(w)} ({why})" for w, why in words)
 
 
+def _no_hits_by_query_language(plan: ragdb.QueryPlan) -> str:
+    """Why a query whose filters or exclusions (its own ``field:value`` and ``-word``) may
+    have removed every hit found nothing: what they were, and how to search the words as typed."""
+    parts = []
+    if plan.filters:
+        parts.append(f"filter{'s' * (len(plan.filters) > 1)} {', '.join(plan.filters)}")
+    if plan.excluded:
+        parts.append(f"exclusion{'s' * (len(plan.excluded) > 1)} {', '.join('-' + w for w in plan.excluded)}")
+    return (f"no hits: the query language read {' and '.join(parts)} from the query, and no chunk "
+            f"passes them; --plain searches every word as typed")
+
+
+def _typed_words(db: ragdb.Database, query: str) -> dict[str, str]:
+    """index term -> the word of the query it comes from (for messages about terms)."""
+    try:
+        return {t.term: query[t.start:t.end] for t in reversed(db.analyzer.tokens(query))}
+    except ragdb.RagdbError:  # an analyzer that gives no token offsets
+        return {}
+
+
 def _no_terms_message(db: ragdb.Database, query: str, dropped: Sequence[tuple[str, str]]) -> str:
     """Why a query whose every word the analyzer dropped finds nothing; for an older analyzer
     version that drops words the current one keeps, how to get them."""
@@ -207,19 +231,27 @@ def _plan_lines(plan: ragdb.QueryPlan) -> list[str]:
         lines.append(f"phrases: {', '.join(map(_dq, plan.phrases))}")
     if plan.excluded:
         lines.append(f"excluded: {', '.join(map(_dq, plan.excluded))}")
+    if plan.filters:
+        lines.append(f"filters from the query: {', '.join(map(_dq, plan.filters))}")
     if plan.unknown:
         lines.append(f"not in the knowledge base: {', '.join(map(_dq, plan.unknown))}")
+    lines.extend(f"note: {n}" for n in plan.notes)
     return lines
 
 
-def _plan_notes(plan: ragdb.QueryPlan, found: bool) -> None:
-    """On stderr: that a query found nothing as plain words because it could not be parsed, and
-    "did you mean" for words the knowledge base lacks."""
+def _plan_notes(plan: ragdb.QueryPlan, found: bool, typed: dict[str, str] | None = None) -> None:
+    """On stderr: that a query found nothing as plain words because it could not be parsed,
+    "did you mean" for words the knowledge base lacks (``typed``: the query's word of each
+    term), and the plan's notes (a question whose script the knowledge base lacks)."""
+    typed = typed or {}
     if not found and plan.error:
         warn(f"note: the query was searched as plain words ({plan.error})")
     if plan.suggestions:
-        warn("did you mean: " + "; ".join(f"{' or '.join(s)} (for {t})" for t, s in plan.suggestions.items())
+        warn("did you mean: " + "; ".join(f"{' or '.join(s)} (for {typed.get(t, t)})"
+                                          for t, s in plan.suggestions.items())
              + "? (or search with --fuzzy)")
+    for note in plan.notes:
+        warn(f"note: {note}")
 
 
 # --------------------------------------------------------------------------- facets
