@@ -22,16 +22,37 @@ a LangChain pipeline, and a LangChain pipeline filling a ragdb database.
   ``doc_id`` and, for labelled documents, ``acl``) to the caller it is made for.
 * :func:`add_documents`: LangChain documents into a database, one ragdb document
   each (ragdb chunks them), in one :meth:`ragdb.Database.add_many` call.
+* :class:`RagdbVectorStore`: a LangChain ``VectorStore`` kept in a ragdb database:
+  each LangChain document is one ragdb document of one chunk whose source is the
+  document's id, searched by ragdb's hybrid search when an embedding model and
+  vectors exist, by BM25 otherwise; scores are ragdb's confidence, in [0, 1].
+  Usable by LangChain's ``index()`` API (a ``RecordManager`` keeps it in sync).
+* :class:`RagdbEmbeddings` (a ragdb embedder as LangChain ``Embeddings``) and
+  :class:`LangChainEmbedder` (LangChain ``Embeddings`` as a ragdb embedder).
 """
 
 from __future__ import annotations
 
 import asyncio
+import uuid
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from typing import Any
 
+import numpy as np
+
+import ragdb
 from ragdb.database import Database
 from ragdb.errors import DocumentNotFound, InvalidInput, MissingDependency
+from ragdb.integrations.stores import (
+    STORE_CHUNKER,
+    call_options,
+    check_filter,
+    check_store_labels,
+    relevance,
+    writable,
+)
+from ragdb.models.embedder import Embedder, check_texts, embed_query, normalize_rows
+from ragdb.models.embeddings import get_embedder
 from ragdb.serve.shapes import (
     DEFAULT_K,
     PrincipalsArg,
@@ -41,19 +62,22 @@ from ragdb.serve.shapes import (
     retriever_options,
     to_record,
 )
-from ragdb.options import SearchOptions, check_principals
+from ragdb.options import SearchOptions, check_principals, check_text
 from ragdb.types import AddReport, Hit
 
 try:
     from langchain_core.callbacks import AsyncCallbackManagerForRetrieverRun, CallbackManagerForRetrieverRun
     from langchain_core.document_loaders import BaseLoader
     from langchain_core.documents import Document
+    from langchain_core.embeddings import Embeddings
     from langchain_core.retrievers import BaseRetriever
+    from langchain_core.vectorstores import VectorStore
     from pydantic import ConfigDict, SkipValidation
 except ImportError as exc:  # the optional extra is not installed
     raise MissingDependency.of("langchain-core", "langchain", exc) from exc
 
-__all__ = ["RagdbRetriever", "RagdbLoader", "add_documents", "to_document"]
+__all__ = ["RagdbRetriever", "RagdbLoader", "RagdbVectorStore", "RagdbEmbeddings", "LangChainEmbedder",
+           "add_documents", "to_document"]
 
 
 def to_document(hit: Hit) -> Document:
@@ -67,10 +91,15 @@ class RagdbRetriever(BaseRetriever):
     ``RagdbRetriever(db, k=4, scorer="bm25", filter={"lang": "en"},
     principals=["staff"])``; ``options`` (a :class:`ragdb.options.SearchOptions`)
     gives any other search option, with ``k``, ``scorer`` and ``filter`` over it
-    where given (``k`` without either: 4). Invalid options raise
-    :class:`~ragdb.errors.InvalidInput` when the retriever is made. The retriever
-    is frozen: its principals cannot be changed after it is made, and query-time
-    arguments never reach the search.
+    where given (``k`` without either: 4). Invalid options (a bad filter included)
+    raise :class:`~ragdb.errors.InvalidInput` when the retriever is made. The
+    retriever is frozen: its principals cannot be changed after it is made.
+
+    A call may give search options for itself: ``invoke(q, k=1)``,
+    ``invoke(q, filter={"lang": "de"})`` (and-ed with the retriever's own filter: a
+    call narrows, never widens), ``scorer=`` or any other
+    :class:`~ragdb.options.SearchOptions` keyword; ``principals`` cannot be given
+    (:class:`~ragdb.errors.InvalidInput`).
     """
 
     # Frozen: principals are fixed on the object. Fields are not validated by pydantic
@@ -90,6 +119,7 @@ class RagdbRetriever(BaseRetriever):
         if not isinstance(db, Database):
             raise InvalidInput(f"RagdbRetriever: db must be a ragdb.Database, got {type(db).__name__}")
         checked = retriever_options(k, scorer, filter, principals, options)
+        check_filter(checked.restrictions.filter, "RagdbRetriever")
         fields: dict[str, Any] = {"db": db, "k": checked.k, "scorer": checked.scorer,
                                   "filter": checked.restrictions.filter, "principals": check_principals(principals),
                                   "options": options}
@@ -102,21 +132,23 @@ class RagdbRetriever(BaseRetriever):
         ``model_copy(update=...)`` searches with its own fields, validated then."""
         return retriever_options(self.k, self.scorer, self.filter, self.principals, self.options)
 
-    def search(self, query: str) -> list[Hit]:
-        """The ragdb hits behind :meth:`invoke`'s documents, best first."""
-        return self.db.search(query, options=self.search_options.as_question())  # a question: plain words unless syntax='query'
+    def search(self, query: str, **options: Any) -> list[Hit]:
+        """The ragdb hits behind :meth:`invoke`'s documents, best first (``options``: a
+        call's own search options, as :meth:`invoke` takes them). A question: plain words
+        unless the options say ``syntax='query'``."""
+        return self.db.search(query, options=call_options(self.search_options, options, "RagdbRetriever").as_question())
 
-    def _get_relevant_documents(self, query: str, *, run_manager: CallbackManagerForRetrieverRun
-                                ) -> list[Document]:
-        return [to_document(hit) for hit in self.search(query)]
+    def _get_relevant_documents(self, query: str, *, run_manager: CallbackManagerForRetrieverRun,
+                                **options: Any) -> list[Document]:
+        return [to_document(hit) for hit in self.search(query, **options)]
 
-    async def _aget_relevant_documents(self, query: str, *, run_manager: AsyncCallbackManagerForRetrieverRun
-                                       ) -> list[Document]:
+    async def _aget_relevant_documents(self, query: str, *, run_manager: AsyncCallbackManagerForRetrieverRun,
+                                       **options: Any) -> list[Document]:
         # ragdb is synchronous (SQLite, and scoring in numpy): the search runs in a worker
         # thread so that it does not block the event loop. A Database may be used from
         # several threads (its connection is shared under a lock), and the thread sees one
         # consistent snapshot, so the result is the same as the synchronous search's.
-        hits = await asyncio.to_thread(self.search, query)
+        hits = await asyncio.to_thread(self.search, query, **options)
         return [to_document(hit) for hit in hits]
 
 
@@ -181,3 +213,280 @@ def add_documents(db: Database, documents: Iterable[Document], *, acl: Sequence[
                                  f"add_documents: document {n}"))
     check_distinct_sources(records, "add_documents: documents")
     return db.add_many(records, chunker=chunker, batch_size=batch_size)
+
+
+# ------------------------------------------------------------------------------------ embeddings
+class LangChainEmbedder:
+    """LangChain ``Embeddings`` as a ragdb embedder (:class:`ragdb.models.embedder.Embedder`):
+    rows L2-normalized, a zero row for blank text, as ragdb's contract asks.
+
+    ``name`` is what the database records as its embedding model (a database holding
+    vectors refuses another): by default ``"langchain:<class>"`` plus ``":<model>"``
+    when the object has a ``model`` or ``model_name``. ``dimensions`` is asked of the
+    model once (one query embedded) unless given."""
+
+    def __init__(self, embeddings: Embeddings, *, name: str | None = None, dimensions: int | None = None) -> None:
+        if not isinstance(embeddings, Embeddings):
+            raise InvalidInput(f"LangChainEmbedder: embeddings must be a langchain_core Embeddings, "
+                               f"got {type(embeddings).__name__}")
+        if name is None:
+            model = getattr(embeddings, "model", None) or getattr(embeddings, "model_name", None)
+            name = f"langchain:{type(embeddings).__name__}" + (f":{model}" if isinstance(model, str) else "")
+        self.name = check_text(name, "LangChainEmbedder: name")
+        if dimensions is not None and (not isinstance(dimensions, int) or dimensions < 1):
+            raise InvalidInput(f"LangChainEmbedder: dimensions must be a positive integer, got {dimensions!r}")
+        self.embeddings = embeddings
+        self._dimensions = dimensions
+
+    def __repr__(self) -> str:
+        return f"LangChainEmbedder({self.embeddings!r}, name={self.name!r})"
+
+    @property
+    def dimensions(self) -> int:
+        if self._dimensions is None:
+            self._dimensions = len(self.embeddings.embed_query("dimensions"))
+        return self._dimensions
+
+    def embed(self, texts: Sequence[str]) -> np.ndarray:
+        texts = check_texts(texts)
+        out = np.zeros((len(texts), self.dimensions), dtype=np.float32)
+        keep = [n for n, text in enumerate(texts) if text.strip()]
+        if keep:
+            out[keep] = np.asarray(self.embeddings.embed_documents([texts[n] for n in keep]), dtype=np.float32)
+        return normalize_rows(out)
+
+    def embed_query(self, text: str) -> np.ndarray:
+        if not text.strip():
+            return np.zeros(self.dimensions, dtype=np.float32)
+        vec = np.asarray(self.embeddings.embed_query(text), dtype=np.float32)[None, :]
+        return normalize_rows(vec)[0]
+
+
+class RagdbEmbeddings(Embeddings):
+    """A ragdb embedder (an object, or a spec such as ``"wordllama"``, offline) as
+    LangChain ``Embeddings``: ``embed_documents`` and ``embed_query`` give its vectors
+    as lists of floats (its query form for queries, e5's ``"query: "`` prefix)."""
+
+    def __init__(self, embedder: Embedder | str) -> None:
+        self.embedder: Embedder = get_embedder(embedder) if isinstance(embedder, str) else embedder
+        if not isinstance(self.embedder, Embedder):
+            raise InvalidInput(f"RagdbEmbeddings: embedder must be a ragdb embedder or a spec, "
+                               f"got {type(embedder).__name__}")
+
+    def embed_documents(self, texts: list[str]) -> list[list[float]]:
+        return [row.tolist() for row in np.asarray(self.embedder.embed(check_texts(texts)), dtype=np.float32)]
+
+    def embed_query(self, text: str) -> list[float]:
+        return [float(x) for x in embed_query(self.embedder, text)]
+
+
+def _ragdb_embedder(embedding: Embeddings | Embedder | str | None) -> Embedder | None:
+    if embedding is None:
+        return None
+    if isinstance(embedding, RagdbEmbeddings):
+        return embedding.embedder  # ragdb's own model, recorded under its own name
+    if isinstance(embedding, Embeddings):
+        return LangChainEmbedder(embedding)
+    if isinstance(embedding, str):
+        return get_embedder(embedding)
+    if isinstance(embedding, Embedder):
+        return embedding
+    raise InvalidInput(f"RagdbVectorStore: embedding must be LangChain Embeddings, a ragdb embedder or a spec "
+                       f"(e.g. 'wordllama'), got {type(embedding).__name__}")
+
+
+# ---------------------------------------------------------------------------------- vector store
+class RagdbVectorStore(VectorStore):
+    """A LangChain ``VectorStore`` kept in a ragdb database.
+
+    ``RagdbVectorStore(db, embedding, principals=None, acl=None)``: ``embedding`` is
+    LangChain ``Embeddings``, a ragdb embedder or a spec (``"wordllama"``); omitted, the
+    database's own embedder (:attr:`ragdb.Database.embedder`), else none: the store is
+    then lexical (BM25) only.
+
+    * Each LangChain ``Document`` is one ragdb document of one chunk (chunker
+      ``"none"``: split text before adding it, as for any vector store) whose source is
+      the document's id (given in ``ids=``, else ``Document.id``, else a new UUID); its
+      metadata is stored and returned as it is (JSON values). Adding an id again
+      replaces that document; two documents with one id in one call are refused.
+    * Searches read the question as plain words (``syntax="plain"``) and use ragdb's
+      hybrid search (BM25 and the vectors, fused) when an embedding model is at hand and
+      the database holds vectors, BM25 otherwise; ``scorer=`` or any other ragdb search
+      option may be given per call. ``filter`` is ragdb's filter mapping
+      (``{"year": {"$gte": 2024}}``; the key ``source`` is the document's id). Like every
+      ragdb search, a hit needs a positive cosine or a query word: ``k`` is at most
+      ``k``, never padded with unrelated documents.
+    * Scores (``similarity_search_with_score``, ``..._with_relevance_scores``) are
+      ragdb's confidence in [0, 1] (:func:`ragdb.integrations.stores.relevance`): the
+      lexical support of the hit, comparable across queries, the number ragdb's own
+      refusal floor uses. A hit found by meaning alone has confidence 0.
+    * ``principals`` (omitted: an anonymous caller; ``ragdb.ALL``: everything) bound what
+      it reads, and what it deletes or replaces: an id it cannot read is treated as
+      missing by ``delete`` and ``get_by_ids`` and refused by ``add_documents``. ``acl``
+      labels what it adds; it must lie within ``principals``.
+    """
+
+    def __init__(self, db: Database, embedding: Embeddings | Embedder | str | None = None, *,
+                 principals: PrincipalsArg = None, acl: Sequence[str] | None = None, owns_db: bool = False
+                 ) -> None:
+        if not isinstance(db, Database):
+            raise InvalidInput(f"RagdbVectorStore: db must be a ragdb.Database, got {type(db).__name__}")
+        self.db = db
+        self.principals = check_principals(principals)
+        self.acl = check_store_labels(acl, self.principals, "RagdbVectorStore")
+        self._embedding = embedding if isinstance(embedding, Embeddings) else None
+        self.embedder = _ragdb_embedder(embedding)
+        self.owns_db = bool(owns_db)
+
+    def close(self) -> None:
+        """Close the database when the store owns it (``owns_db=True``; :meth:`from_texts` without ``db``)."""
+        if self.owns_db:
+            self.db.close()
+
+    @property
+    def embeddings(self) -> Embeddings | None:
+        if self._embedding is not None:
+            return self._embedding
+        embedder = self.embedder if self.embedder is not None else self.db.embedder
+        return RagdbEmbeddings(embedder) if embedder is not None else None
+
+    # -- writing -------------------------------------------------------------------------------
+    def add_texts(self, texts: Iterable[str], metadatas: list[dict[str, Any]] | None = None, *,
+                  ids: list[str] | None = None, **kwargs: Any) -> list[str]:
+        texts = list(texts)
+        if metadatas is not None and len(metadatas) != len(texts):
+            raise InvalidInput(f"add_texts: {len(metadatas)} metadatas for {len(texts)} texts")
+        metas = metadatas if metadatas is not None else [{}] * len(texts)
+        docs = [Document(page_content=text, metadata=meta or {}) for text, meta in zip(texts, metas)]
+        return self.add_documents(docs, ids=ids, **kwargs)
+
+    def add_documents(self, documents: list[Document], **kwargs: Any) -> list[str]:
+        """Add or replace documents (ids: ``ids=``, else each ``Document.id``, else a new
+        UUID); returns the ids. One transaction for the text (``batch_size`` documents a
+        batch of it), then the new chunks are embedded when the store has an embedding model."""
+        ids = kwargs.pop("ids", None)
+        batch_size = kwargs.pop("batch_size", 1000)  # index() passes its batch size
+        if kwargs:
+            raise InvalidInput(f"add_documents: unknown arguments {sorted(kwargs)}")
+        documents = list(documents)
+        if ids is not None and len(ids) != len(documents):
+            raise InvalidInput(f"add_documents: {len(ids)} ids for {len(documents)} documents")
+        records = []
+        out: list[str] = []
+        for n, document in enumerate(documents):
+            if not isinstance(document, Document):
+                raise InvalidInput(f"add_documents: document {n} must be a langchain_core Document, "
+                                   f"got {type(document).__name__}")
+            given = ids[n] if ids is not None else document.id
+            doc_id = str(uuid.uuid4()) if given is None else given
+            if not isinstance(doc_id, str) or not doc_id:
+                raise InvalidInput(f"add_documents: document {n}: id must be a non-empty string, got {doc_id!r}")
+            check_text(doc_id, f"add_documents: document {n}: id")
+            records.append({"text": document.page_content, "source": doc_id, "metadata": document.metadata,
+                            "acl": self.acl})
+            out.append(doc_id)
+        check_distinct_sources(records, "add_documents: documents")
+        if not records:
+            return []
+        with self.db.transaction():
+            for doc_id in out:
+                if not writable(self.db, doc_id, self.principals):
+                    raise DocumentNotFound(f"add_documents: no document with id {doc_id!r} visible to this "
+                                           f"store; not replacing it")
+            self.db.add_many(records, chunker=STORE_CHUNKER, batch_size=batch_size)
+        if self.embedder is not None and self.embedder is not self.db.embedder:
+            self.db.embed(self.embedder)  # the chunks just added (and any other pending one)
+        return out
+
+    def delete(self, ids: list[str] | None = None, **kwargs: Any) -> bool | None:
+        """Delete the documents with these ids (every version), in one transaction; an id
+        that does not exist, or that this store's principals cannot read, is skipped."""
+        if ids is None:
+            raise InvalidInput("delete: give the ids to delete")
+        if kwargs:
+            raise InvalidInput(f"delete: unknown arguments {sorted(kwargs)}")
+        with self.db.transaction():
+            for doc_id in ids:
+                if not isinstance(doc_id, str) or not doc_id:
+                    raise InvalidInput(f"delete: ids must be non-empty strings, got {doc_id!r}")
+                if self._readable(doc_id):
+                    self.db.delete(source=doc_id)
+        return True
+
+    def _readable(self, doc_id: str) -> bool:
+        try:
+            self.db.get(source=doc_id, with_text=False, principals=self.principals)
+            return True
+        except DocumentNotFound:
+            return False
+
+    # -- reading -------------------------------------------------------------------------------
+    def get_by_ids(self, ids: Sequence[str], /) -> list[Document]:
+        """The documents with these ids that exist and this store may read, in the order of ``ids``."""
+        found = []
+        for doc_id in ids:
+            if not isinstance(doc_id, str) or not doc_id:
+                raise InvalidInput(f"get_by_ids: ids must be non-empty strings, got {doc_id!r}")
+            try:
+                doc = self.db.get(source=doc_id, principals=self.principals)
+            except DocumentNotFound:
+                continue
+            found.append(Document(page_content=doc.text or "", metadata=dict(doc.metadata), id=doc.source))
+        return found
+
+    def search_options(self, k: int = 4, filter: Mapping[str, Any] | None = None, **options: Any) -> SearchOptions:
+        """The ragdb options a search of this store runs with (see the class's docstring)."""
+        if "scorer" not in options:
+            options["scorer"] = self._scorer()
+        if options["scorer"] in ("vector", "hybrid") and "embedder" not in options and self.embedder is not None:
+            options["embedder"] = self.embedder
+        base = SearchOptions.from_keywords(None, k=k, syntax="plain", principals=self.principals)
+        if filter is not None:
+            options["filter"] = filter
+        return call_options(base, options, "RagdbVectorStore")
+
+    def _scorer(self) -> str:
+        embedder = self.embedder if self.embedder is not None else self.db.embedder
+        if embedder is not None and self.db.vector_info().vectors:
+            return "hybrid"
+        return "bm25"
+
+    def search_hits(self, query: str, k: int = 4, filter: Mapping[str, Any] | None = None,
+                    **options: Any) -> list[Hit]:
+        """The ragdb hits behind the similarity searches (raw scores, spans, confidence)."""
+        return self.db.search(query, options=self.search_options(k, filter, **options))
+
+    def similarity_search(self, query: str, k: int = 4, filter: Mapping[str, Any] | None = None,
+                          **kwargs: Any) -> list[Document]:
+        return [doc for doc, _ in self.similarity_search_with_score(query, k, filter, **kwargs)]
+
+    def similarity_search_with_score(self, query: str, k: int = 4, filter: Mapping[str, Any] | None = None,
+                                     **kwargs: Any) -> list[tuple[Document, float]]:
+        """Documents and their ragdb confidence in [0, 1], best first (ranked by the search's own score)."""
+        return [(Document(page_content=hit.text, metadata=dict(hit.metadata), id=hit.source), relevance(hit))
+                for hit in self.search_hits(query, k, filter, **kwargs)]
+
+    def _select_relevance_score_fn(self) -> Any:
+        return lambda score: score  # the scores are already ragdb's confidence, in [0, 1]
+
+    @classmethod
+    def from_texts(cls, texts: list[str], embedding: Embeddings | None = None,
+                   metadatas: list[dict[str, Any]] | None = None, *, ids: list[str] | None = None,
+                   db: Database | None = None, path: str = ":memory:", principals: PrincipalsArg = None,
+                   acl: Sequence[str] | None = None, **kwargs: Any) -> RagdbVectorStore:
+        """A store over ``db``, else over ``ragdb.open(path, **kwargs)`` (``":memory:"`` by
+        default; closed by the store's :meth:`close`), with these texts added."""
+        owned = db is None
+        if db is None:
+            db = ragdb.open(path, **kwargs)
+        elif kwargs:
+            raise InvalidInput(f"from_texts: unknown arguments {sorted(kwargs)} (ragdb.open's arguments "
+                               f"apply only without db=)")
+        try:
+            store = cls(db, embedding, principals=principals, acl=acl, owns_db=owned)
+            store.add_texts(texts, metadatas, ids=ids)
+        except BaseException:
+            if owned:
+                db.close()
+            raise
+        return store

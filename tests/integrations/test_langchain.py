@@ -191,8 +191,11 @@ def test_a_labelled_document_never_reaches_a_retriever_without_its_principal(kb)
         assert retriever.invoke(query) == []
         assert asyncio.run(retriever.ainvoke(query)) == []
         assert all(d.metadata["source"] != "hr/salaries.md" for d in retriever.invoke("cats"))
-        # query-time arguments never widen the retriever's principals
-        assert retriever.invoke(query, principals=ragdb.ALL) == []
+        # query-time arguments never widen the retriever's principals: asking is an error
+        with pytest.raises(InvalidInput, match="principals are fixed"):
+            retriever.invoke(query, principals=ragdb.ALL)
+        with pytest.raises(InvalidInput, match="principals are fixed"):
+            retriever.invoke(query, restrictions=ragdb.Restrictions(principals=ragdb.ALL))
         assert retriever.invoke(query, config={"configurable": {"principals": ragdb.ALL}}) == []
     for principals in (["hr"], ["hr", "staff"], ragdb.ALL):
         docs = RagdbRetriever(kb, k=10, principals=principals).invoke(query)

@@ -1,0 +1,226 @@
+"""ragdb.integrations.langchain's vector store and the retriever's per-call options,
+against the real langchain-core: scores in [0, 1], hybrid with vectors and BM25
+without, LangChain's ``index()`` API with its ``InMemoryRecordManager``, principals
+bounding reads and writes. (LangChain's standard suites: test_langchain_standard.py.)"""
+
+from __future__ import annotations
+
+import asyncio
+
+import pytest
+
+import ragdb
+from ragdb.errors import DocumentNotFound, InvalidInput
+
+pytest.importorskip("langchain_core")
+
+from langchain_core.documents import Document  # noqa: E402
+from langchain_core.embeddings import DeterministicFakeEmbedding  # noqa: E402
+from langchain_core.indexing import InMemoryRecordManager, index  # noqa: E402
+
+from ragdb.integrations.langchain import (  # noqa: E402
+    LangChainEmbedder,
+    RagdbEmbeddings,
+    RagdbRetriever,
+    RagdbVectorStore,
+)
+
+DOCS = [
+    Document(page_content="Cats sleep most of the day and purr when content.", id="cats",
+             metadata={"topic": "pets", "year": 2023, "source": "notes/cats.md"}),
+    Document(page_content="Dogs chase cats in the park.", id="dogs", metadata={"topic": "pets", "year": 2024}),
+    Document(page_content="Black holes bend light; quantum physics describes particles.", id="physics",
+             metadata={"topic": "science", "year": 2024}),
+]
+
+
+@pytest.fixture
+def store(tmp_path):
+    with ragdb.open(tmp_path / "store.db") as db:
+        s = RagdbVectorStore(db, RagdbEmbeddings("wordllama"))
+        s.add_documents(DOCS)
+        yield s
+
+
+def test_documents_come_back_as_added_with_their_ids_and_metadata(store):
+    assert store.get_by_ids(["physics", "missing", "cats"]) == [DOCS[2], DOCS[0]]
+    found = store.similarity_search("do cats sleep", k=1)
+    assert found == [DOCS[0]]  # metadata as given: its own "source" key included, nothing of ragdb's added
+    stored = store.db.get(source="cats")
+    assert stored.chunk_count == 1 and stored.metadata == DOCS[0].metadata
+
+
+def test_scores_are_ragdb_confidence_in_0_1(store):
+    scored = store.similarity_search_with_score("cats sleep purr", k=3)
+    hits = store.search_hits("cats sleep purr", k=3)
+    assert store.search_options().scorer == "hybrid"  # vectors exist: hybrid search
+    assert [d.id for d, _ in scored] == [h.source for h in hits]
+    assert [s for _, s in scored] == [h.confidence for h in hits]
+    assert all(0.0 <= s <= 1.0 for _, s in scored)
+    assert scored[0][0].id == "cats" and scored[0][1] > 0.3
+    assert store.similarity_search_with_relevance_scores("cats sleep purr", k=3) == scored
+    # a threshold on it, through LangChain's own retriever
+    retriever = store.as_retriever(search_type="similarity_score_threshold",
+                                   search_kwargs={"k": 3, "score_threshold": 0.3})
+    assert [d.id for d in retriever.invoke("cats sleep purr")] == [d.id for d, s in scored if s >= 0.3]
+
+
+def test_without_vectors_the_store_is_lexical(tmp_path):
+    with ragdb.open(tmp_path / "plain.db") as db:
+        store = RagdbVectorStore(db)
+        assert store.embeddings is None
+        store.add_documents(DOCS)
+        assert db.vector_info().vectors == 0
+        assert store.search_options().scorer == "bm25"
+        scored = store.similarity_search_with_score("quantum light", k=4)
+        assert [(d.id, s) for d, s in scored] == [(h.source, h.confidence) for h in db.search("quantum light", k=4)]
+        assert [d.id for d, _ in scored] == ["physics"]  # BM25 returns what matches, never padding
+
+
+def test_a_question_is_read_as_plain_words(store):
+    # "-day" is a word of the question, not an exclusion (issue 30: a flag is a word)
+    assert [d.id for d in store.similarity_search("-day cats", k=1)] == ["cats"]
+
+
+def test_as_retriever_search_kwargs_and_filters(store):
+    retriever = store.as_retriever(search_kwargs={"k": 2, "filter": {"year": {"$gte": 2024}}})
+    docs = retriever.invoke("cats")
+    assert docs and {d.id for d in docs} <= {"dogs", "physics"}
+    assert [d.id for d in store.similarity_search("bend light", k=3, filter={"topic": "science"})] == ["physics"]
+    assert [d.id for d in store.similarity_search("cats", k=3, filter={"source": "dogs"})] == ["dogs"]
+    with pytest.raises(InvalidInput, match="unknown operator"):
+        store.similarity_search("cats", filter={"year": {"$bad": 1}})
+    with pytest.raises(InvalidInput, match="principals are fixed"):
+        store.similarity_search("cats", principals=ragdb.ALL)
+
+
+def test_async_variants_equal_sync(store):
+    async def main():
+        return (await store.asimilarity_search("cats", k=2),
+                await store.asimilarity_search_with_relevance_scores("cats", k=2),
+                await store.aget_by_ids(["dogs"]))
+
+    found, scored, got = asyncio.run(main())
+    assert found == store.similarity_search("cats", k=2)
+    assert scored == store.similarity_search_with_relevance_scores("cats", k=2)
+    assert got == [DOCS[1]]
+
+
+def test_langchain_index_api_with_a_record_manager(tmp_path):
+    """LangChain's index(): unchanged documents skipped, changed ones replaced, a source's
+    removed documents cleaned up, all through the store's add_documents and delete."""
+    with ragdb.open(tmp_path / "indexed.db") as db:
+        store = RagdbVectorStore(db, DeterministicFakeEmbedding(size=8))
+        manager = InMemoryRecordManager(namespace="ragdb/test")
+        manager.create_schema()
+        docs = [Document(page_content=f"page {n} about owls", metadata={"source": "owls.md", "page": n})
+                for n in range(3)]
+        first = index(docs, manager, store, cleanup="incremental", source_id_key="source", key_encoder="sha256")
+        assert first == {"num_added": 3, "num_updated": 0, "num_skipped": 0, "num_deleted": 0}
+        assert db.count() == 3
+        again = index(docs, manager, store, cleanup="incremental", source_id_key="source", key_encoder="sha256")
+        assert again == {"num_added": 0, "num_updated": 0, "num_skipped": 3, "num_deleted": 0}
+        changed = [docs[0], Document(page_content="page 1 about owls, rewritten", metadata=docs[1].metadata)]
+        third = index(changed, manager, store, cleanup="incremental", source_id_key="source", key_encoder="sha256")
+        assert third == {"num_added": 1, "num_updated": 0, "num_skipped": 1, "num_deleted": 2}
+        assert sorted(d.page_content for d in store.similarity_search("owls", k=10)) == \
+            ["page 0 about owls", "page 1 about owls, rewritten"]
+        assert db.count() == 2 and db.vector_info().model == "langchain:DeterministicFakeEmbedding"
+        full = index([], manager, store, cleanup="full", key_encoder="sha256")
+        assert full["num_deleted"] == 2 and db.count() == 0
+
+
+def test_from_texts_opens_a_database_and_closes_it(tmp_path):
+    path = tmp_path / "fresh.db"
+    store = RagdbVectorStore.from_texts(["alpha owls", "beta bats"], DeterministicFakeEmbedding(size=8),
+                                       metadatas=[{"n": 1}, {"n": 2}], ids=["a", "b"], path=str(path))
+    try:
+        assert store.get_by_ids(["b"]) == [Document(page_content="beta bats", metadata={"n": 2}, id="b")]
+        assert store.similarity_search("owls", k=1)[0].id == "a"
+    finally:
+        store.close()
+    with ragdb.open(path) as db:
+        assert db.count() == 2
+    with ragdb.open(tmp_path / "mine.db") as db:
+        RagdbVectorStore.from_texts(["gamma"], db=db)
+        assert db.count() == 1
+        with pytest.raises(InvalidInput, match="apply only without db="):
+            RagdbVectorStore.from_texts(["gamma"], db=db, chunker="none")
+
+
+def test_principals_bound_what_the_store_reads_writes_and_deletes(tmp_path):
+    with ragdb.open(tmp_path / "acl.db") as db:
+        db.add("salary bands are secret", source="hr-doc", acl=["hr"])
+        public = RagdbVectorStore(db)
+        assert public.get_by_ids(["hr-doc"]) == [] and public.similarity_search("salary secret") == []
+        public.delete(["hr-doc"])  # not visible: skipped, as a missing id is
+        assert db.count(principals=ragdb.ALL) == 1
+        with pytest.raises(DocumentNotFound, match="not replacing it"):
+            public.add_documents([Document(page_content="overwritten", id="hr-doc")])
+        assert db.get(source="hr-doc", principals=ragdb.ALL).text == "salary bands are secret"
+        with pytest.raises(InvalidInput, match="not among its principals"):
+            RagdbVectorStore(db, principals=["staff"], acl=["hr"])
+        hr = RagdbVectorStore(db, principals=["hr"], acl=["hr"])
+        hr.add_documents([Document(page_content="bonus pool is secret too", id="hr-2")])
+        assert db.get(source="hr-2", principals=["hr"]).acl == ("hr",)
+        assert {d.id for d in hr.similarity_search("secret", k=5)} == {"hr-doc", "hr-2"}
+        hr.delete(["hr-doc"])
+        assert db.count(principals=ragdb.ALL) == 1
+
+
+@pytest.mark.parametrize("call, message", [
+    (lambda s: s.add_documents([Document(page_content="a", id="x"), Document(page_content="b", id="x")]),
+     "have the same source 'x'"),
+    (lambda s: s.add_texts(["a", "b"], ids=["only-one"]), "1 ids for 2 documents"),
+    (lambda s: s.add_texts(["a"], metadatas=[{"bad": object()}]), "not JSON-serialisable"),
+    (lambda s: s.delete(), "give the ids"),
+    (lambda s: s.get_by_ids([3]), "ids must be non-empty strings"),
+])
+def test_bad_input_is_refused_and_writes_nothing(tmp_path, call, message):
+    with ragdb.open(tmp_path / "bad.db") as db:
+        store = RagdbVectorStore(db, DeterministicFakeEmbedding(size=8))
+        with pytest.raises(InvalidInput, match=message):
+            call(store)
+        assert db.count(principals=ragdb.ALL) == 0
+
+
+def test_langchain_embeddings_as_a_ragdb_embedder():
+    fake = DeterministicFakeEmbedding(size=6)
+    emb = LangChainEmbedder(fake)
+    assert emb.name == "langchain:DeterministicFakeEmbedding" and emb.dimensions == 6
+    rows = emb.embed(["foo", "  ", "bar"])
+    assert rows.shape == (3, 6) and not rows[1].any()
+    assert abs(float((rows[0] ** 2).sum()) - 1.0) < 1e-5
+    with ragdb.open(":memory:", embedder=emb) as db:
+        db.add("foo", source="f")
+        assert db.search("foo", scorer="vector", k=1)[0].source == "f"
+
+
+# ------------------------------------------------------------------------- retriever per call
+@pytest.fixture
+def kb(tmp_path):
+    with ragdb.open(tmp_path / "kb.db") as db:
+        for n, (text, lang) in enumerate([("cats sleep", "en"), ("cats purr", "en"), ("Katzen schlafen cats", "de")]):
+            db.add(text, source=f"d{n}", metadata={"lang": lang})
+        yield db
+
+
+def test_invoke_k_and_filter_per_call(kb):
+    retriever = RagdbRetriever(kb, k=3)
+    assert len(retriever.invoke("cats")) == 3
+    assert len(retriever.invoke("cats", k=1)) == 1
+    assert [d.metadata["source"] for d in retriever.invoke("cats", filter={"lang": "de"})] == ["d2"]
+    assert len(asyncio.run(retriever.ainvoke("cats", k=2))) == 2
+    # a call's filter narrows the retriever's own: both hold
+    english = RagdbRetriever(kb, k=3, filter={"lang": "en"})
+    assert english.invoke("cats", filter={"lang": "de"}) == []
+    with pytest.raises(InvalidInput, match="unknown search option"):
+        retriever.invoke("cats", top_k=1)
+
+
+def test_a_bad_filter_fails_when_the_retriever_is_made(kb):
+    for bad in ({"year": {"$bad": 1}}, {"lang": {"$in": "en"}}, {"$or": "x"}):
+        with pytest.raises(InvalidInput, match="RagdbRetriever"):
+            RagdbRetriever(kb, filter=bad)
+    with pytest.raises(InvalidInput, match="RagdbRetriever"):
+        RagdbRetriever(kb, k=1).invoke("cats", filter={"year": {"$bad": 1}})
