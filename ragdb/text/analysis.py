@@ -84,8 +84,10 @@ position of its first character.
 from __future__ import annotations
 
 import collections
+import os
 import re
 import sys
+import time
 import unicodedata
 from array import array
 from collections import Counter, _count_elements  # type: ignore[attr-defined]
@@ -1092,11 +1094,45 @@ def _unpack_counts(packed: list[tuple[str, bytes, int]]) -> list[PackedCounts]:
     return out
 
 
-def _worker_main(conn: Any, config: dict[str, Any]) -> None:
-    """A worker: texts in, packed term counts out (or ("error", message)), in order."""
+#: How often a worker looks whether the process that started it is still there (seconds).
+PARENT_POLL = 0.5
+
+
+def _watch_parent(parent: int) -> None:
+    """End this worker as soon as the process that forked it is gone (issue 32, item 9: the
+    workers of a SIGKILLed bulk load lived on forever, holding the database's file open).
+
+    Two watches, both portable to any fork platform: the pipe (the worker closes every copy
+    of the pool's parent-side ends it inherited, so the parent's death is an end of file on
+    its pipe, see :func:`_worker_main`), and this thread, which polls the parent's pid (a
+    reparented worker sees another ``getppid()``). Not ``PR_SET_PDEATHSIG``: Linux sends it
+    when the forking *thread* ends, and a pool may outlive the thread that started it."""
+    import threading
+
+    def poll() -> None:
+        while os.getppid() == parent:
+            time.sleep(PARENT_POLL)
+        os._exit(0)
+
+    threading.Thread(target=poll, name="ragdb-parent-watch", daemon=True).start()
+
+
+def _worker_main(conn: Any, config: dict[str, Any], parent: int = 0, inherited: Sequence[Any] = ()) -> None:
+    """A worker: texts in, packed term counts out (or ("error", message)), in order.
+
+    ``parent``: the pid of the writing process (the worker exits when it is gone);
+    ``inherited``: the parent-side connections of the pool's pipes, which a forked worker
+    holds copies of and closes, so that its pipe ends when the parent dies."""
     import queue
     import threading
 
+    for other in inherited:
+        try:
+            other.close()
+        except OSError:  # pragma: no cover - already closed
+            pass
+    if parent:
+        _watch_parent(parent)
     analyzer = Analyzer.from_config(config)
     # Analysis holds the GIL; let the reading and sending threads in promptly
     # (the default 5 ms switch interval left the writer blocked on a full pipe).
@@ -1108,8 +1144,8 @@ def _worker_main(conn: Any, config: dict[str, Any]) -> None:
         while True:
             try:
                 msg = conn.recv()
-            except (EOFError, OSError):
-                msg = None
+            except (EOFError, OSError):  # the writing process is gone: nobody wants the results
+                os._exit(0)
             tasks.put(msg)
             if msg is None:
                 return
@@ -1149,7 +1185,8 @@ class AnalysisPool:
         try:
             for _ in range(workers):
                 parent, child = ctx.Pipe()
-                proc = ctx.Process(target=_worker_main, args=(child, analyzer.config()), daemon=True)
+                proc = ctx.Process(target=_worker_main, daemon=True,
+                                   args=(child, analyzer.config(), os.getpid(), [*self._conns, parent]))
                 proc.start()
                 child.close()
                 self._conns.append(parent)
