@@ -32,6 +32,7 @@ import ragdb
 from ragdb.cli.commands import answering, databases, documents, maintenance, searching, serving
 from ragdb.cli.output import one_line
 from ragdb.errors import RagdbError
+from ragdb.index import kernel
 
 
 # --------------------------------------------------------------------------- the group
@@ -76,7 +77,8 @@ def _os_error(e: OSError) -> str:
 @click.option("--readonly", is_flag=True, envvar="RAGDB_READONLY",
               help="Open the database read-only (nothing written, no migrations; on read-only media SQLite's "
                    "immutable mode). Commands that write fail.")
-@click.version_option(ragdb.__version__, prog_name="ragdb")
+@click.version_option(ragdb.__version__, prog_name="ragdb",
+                      message=f"%(prog)s, version %(version)s (scoring kernel: {kernel.name()})")
 def cli(database: str | None, collection: str | None, readonly: bool) -> None:
     """ragdb: build, keep and query a retrieval knowledge base (one SQLite file, or PostgreSQL).
 
