@@ -169,3 +169,21 @@ def pytest_collection_modifyitems(config, items):
             slow = True
         if slow:
             item.add_marker(pytest.mark.slow)
+
+
+@pytest.fixture(params=["compiled", "numpy"])
+def each_kernel(request):
+    """Runs the test once per scoring kernel (``ragdb.index.kernel``): the compiled one and the
+    numpy reference, so property tests hold the two to the same hits, order and scores. Where
+    the compiled kernel is not installed its run skips, except under CI=true, where it fails."""
+    from ragdb.index import kernel
+
+    if request.param not in kernel.available():
+        if os.environ.get("CI") == "true":
+            pytest.fail("the compiled kernel is not installed (setup.py could not build it)")
+        pytest.skip("the compiled kernel is not installed")
+    before = kernel.use(request.param)
+    try:
+        yield request.param
+    finally:
+        kernel.use(before)

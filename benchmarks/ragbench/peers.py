@@ -138,6 +138,25 @@ class RagdbTfidfAdapter(RagdbAdapter):
     index_of = "ragdb"
 
 
+@system("ragdb-numpy")
+class RagdbNumpyAdapter(RagdbAdapter):
+    """ragdb's BM25 on ragdb's index, scored by the numpy fallback kernel (what ragdb does
+    without its compiled kernel, or with RAGDB_KERNEL=numpy): the same hits, slower."""
+
+    label = "ragdb (bm25, numpy kernel)"
+    index_of = "ragdb"
+
+    @classmethod
+    def open(cls, folder: Path, lang: str):
+        try:
+            from ragdb.index import kernel
+        except ImportError:  # a ragdb from before the compiled kernel: numpy is all it has
+            pass
+        else:
+            kernel.use("numpy")
+        return super().open(folder, lang)
+
+
 @system("fts5")
 class Fts5Adapter(Adapter):
     label = "SQLite FTS5"

@@ -71,6 +71,17 @@ def _os_error(e: OSError) -> str:
     return f"{what}: {reason}" if what else reason
 
 
+def _print_version(ctx: click.Context, _param: click.Parameter, value: bool) -> None:
+    """``--version``: the version and the scoring kernel (imported here only: a start that does
+    not ask for it pays nothing for the kernel module)."""
+    if not value or ctx.resilient_parsing:
+        return
+    from ragdb.index import kernel
+
+    click.echo(f"ragdb, version {ragdb.__version__} (scoring kernel: {kernel.name()})")
+    ctx.exit()
+
+
 #: Each command of the group: the module of :mod:`ragdb.cli.commands` that defines it (in its
 #: ``COMMANDS``) and the first paragraph of its help, which ``ragdb --help`` lists. A command's
 #: module is imported when the command runs (or its own ``--help`` is asked), never for the
@@ -173,7 +184,8 @@ class _LazyGroup(_Group):
 @click.option("--readonly", is_flag=True, envvar="RAGDB_READONLY",
               help="Open the database read-only (nothing written, no migrations; on read-only media SQLite's "
                    "immutable mode). Commands that write fail.")
-@click.version_option(ragdb.__version__, prog_name="ragdb")
+@click.option("--version", is_flag=True, expose_value=False, is_eager=True, callback=_print_version,
+              help="Show the version and the scoring kernel, and exit.")
 def cli(database: str | None, collection: str | None, readonly: bool) -> None:
     """ragdb: build, keep and query a retrieval knowledge base (one SQLite file, or PostgreSQL).
 

@@ -21,7 +21,7 @@ from ragdb.index import confidence
 from ragdb.text import fields
 from ragdb.query import filters
 from ragdb.query import language as qlang
-from ragdb.index import scoring
+from ragdb.index import kernel, scoring
 from ragdb.text import snippets
 from ragdb.errors import EmbeddingError, InvalidInput
 from ragdb.index.hits import Pool, content_order, cut_with_ties, hit_order, hits_from_scored, make_hits
@@ -349,8 +349,14 @@ class Searcher:
             keys = [u.key for u in text_units]
             scores, per_term = index.tfidf_units([(u.ids, u.df, u.weight) for u in text_units], explain)
         n = min(len(mask), len(scores))
-        allowed = mask[:n] & (scores[:n] > 0)
         tree = compiled.tree if compiled is not None else None
+        fast = kernel.compiled()
+        if tree is None and fast is not None and k >= 1:
+            # the compiled kernel's selection: the same chunks in the same order as below
+            floor = opts.min_score if opts.min_score is not None and opts.scorer != "hybrid" else -np.inf
+            cand, sc = fast.top_k(scores[:n], np.ascontiguousarray(mask[:n]).view(np.uint8), k, float(floor))
+            return cand, sc, self._contributions(cand, keys, per_term) if explain else {}, terms
+        allowed = mask[:n] & (scores[:n] > 0)
         verify: tuple[np.ndarray, Callable[[int], bool]] | None = None
         if tree is not None:
             matcher = self._matcher(opts)
@@ -370,12 +376,13 @@ class Searcher:
             sc = scores[cand]
             by_score = np.lexsort((cand, -sc))
             cand, sc = cand[by_score], sc[by_score]
-        contributions: dict[int, dict[str, float]] = {}
-        if explain:
-            for cid in cand.tolist():
-                contributions[cid] = {t: float(c[cid]) for t, c in zip(keys, per_term)
-                                      if len(c) and c[cid] != 0.0}
-        return cand, sc, contributions, terms
+        return cand, sc, self._contributions(cand, keys, per_term) if explain else {}, terms
+
+    @staticmethod
+    def _contributions(cand: np.ndarray, keys: list[str], per_term: list[np.ndarray]) -> dict[int, dict[str, float]]:
+        """chunk id -> {term: its part of the score} of the chosen chunks (``explain``)."""
+        return {cid: {t: float(c[cid]) for t, c in zip(keys, per_term) if len(c) and c[cid] != 0.0}
+                for cid in cand.tolist()}
 
     def plan(self, query: str, opts: SearchOptions, terms: QueryTerms | None = None) -> QueryPlan:
         """How ``query`` is searched under ``opts`` (see :class:`ragdb.types.QueryPlan`);

@@ -30,7 +30,7 @@ from collections.abc import Callable, Collection, Container, Iterable, Iterator,
 import numpy as np
 import orjson
 
-from ragdb.index import scoring
+from ragdb.index import kernel, scoring
 from ragdb.errors import StorageError
 from ragdb.text.fields import effective_title
 from ragdb.storage import Store
@@ -808,10 +808,25 @@ class Index:
             return np.zeros(len(self.lengths), np.float64), []
         norm = self._bm25_length_norm(k1, b)
         idfs = [scoring.bm25_idf(self.n_chunks, df) for _, df in query]
+        compiled = kernel.compiled()
+        if compiled is not None and not contributions:
+            term_ids = [t for t, _ in query]
+            posting = self.term_postings(term_ids)
+            return self._compiled_bm25(compiled, [posting.get(t) for t in term_ids], norm, idfs,
+                                       [1.0] * len(idfs), [False] * len(idfs), k1), []
         return self._accumulate(
             [t for t, _ in query],
             lambda i, ids, tfs: scoring.bm25_term_scores(tfs, norm[ids], idfs[i]),
             contributions)
+
+    def _compiled_bm25(self, compiled: Any, postings: list[tuple[np.ndarray, np.ndarray] | None], norm: np.ndarray,
+                       idfs: list[float], weights: list[float], flats: list[bool], k1: float) -> np.ndarray:
+        """BM25 scores of every chunk from the compiled kernel (:mod:`ragdb.index.kernel`): the
+        numpy path's operations in its order (``_accumulate_postings`` with
+        :func:`~ragdb.index.scoring.bm25_term_scores` times the weight), bit for bit, without the GIL."""
+        scores = self.scratch("scores", len(self.lengths))
+        compiled.bm25_accumulate(scores, norm, postings, idfs, weights, flats, float(k1))
+        return scores
 
     def unit_postings(self, ids: Sequence[int]) -> tuple[np.ndarray, np.ndarray] | None:
         """(chunk ids, tfs) of index terms ``ids`` scored as one term: one term's postings,
@@ -843,6 +858,12 @@ class Index:
         norm = self._bm25_length_norm(k1, b)
         idfs = [scoring.bm25_idf(self.n_chunks, df) for _, df, _ in units]
         flat = np.float64(k1)  # k1 * (1 - b + b * dl / avgdl) with b = 0
+        compiled = kernel.compiled()
+        if compiled is not None and not contributions:
+            self.term_postings(sorted({t for ids, _df, _w in units for t in ids}))  # one read for every unit
+            return self._compiled_bm25(compiled, [self.unit_postings(ids) for ids, _df, _w in units], norm, idfs,
+                                       [float(w) for _ids, _df, w in units],
+                                       [i < len(fields) and bool(fields[i]) for i in range(len(units))], k1), []
 
         def weigh(i: int, ids: np.ndarray, tfs: np.ndarray) -> np.ndarray:
             return scoring.bm25_term_scores(tfs, flat if i < len(fields) and fields[i] else norm[ids], idfs[i]) \

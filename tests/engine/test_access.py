@@ -69,7 +69,7 @@ principals_strategy = st.one_of(st.none(), st.just(ragdb.ALL), st.lists(st.sampl
 @settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(docs=docs_strategy, principals=principals_strategy, public_unlabeled=st.booleans(),
        keep_versions=st.booleans())
-def test_no_read_path_leaks(tmp_path_factory, docs, principals, public_unlabeled, keep_versions):
+def test_no_read_path_leaks(tmp_path_factory, docs, principals, public_unlabeled, keep_versions, each_kernel):
     path = tmp_path_factory.mktemp("acl") / "kb.db"
     with ragdb.open(path, public_unlabeled=public_unlabeled, keep_versions=keep_versions,
                     embedder="hash:16") as db:

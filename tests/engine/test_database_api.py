@@ -872,7 +872,7 @@ def comparable(hits):
 
 @PROPERTY
 @given(ops=operations, keep=st.booleans())
-def test_writes_then_search_equal_a_fresh_build(ops, keep):
+def test_writes_then_search_equal_a_fresh_build(ops, keep, each_kernel):
     with tempfile.TemporaryDirectory() as folder:
         path = Path(folder) / "p.db"
         db = ragdb.open(path, keep_versions=keep, chunker="paragraph")

@@ -376,10 +376,11 @@ def apply_op(db, op: str, source: str, text: str, live: dict[str, str]) -> None:
 QUERIES = ["retrieval generation", "检索增强生成", "model answer evidence", "知识库 search", "向量"]
 
 
-@settings(max_examples=int(__import__("os").environ.get("RAGDB_HYPOTHESIS_EXAMPLES", "60")), deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=int(__import__("os").environ.get("RAGDB_HYPOTHESIS_EXAMPLES", "60")), deadline=None,
+          suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture])
 @given(ops=ops, chunker=st.sampled_from(["none", "window:size=6,overlap=2"]), merge_part=st.sampled_from([1, 7, 1 << 21]),
        term_batch=st.sampled_from([1, 3, 50_000]))
-def test_incremental_equals_rebuild(ops, chunker, merge_part, term_batch):
+def test_incremental_equals_rebuild(ops, chunker, merge_part, term_batch, each_kernel):
     import ragdb.index.inverted
 
     live: dict[str, str] = {}

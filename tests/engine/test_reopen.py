@@ -291,7 +291,7 @@ def small_segments():
 @settings(max_examples=EXAMPLES, deadline=None,
           suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture])
 @given(ops=histories, chunker=st.sampled_from(["none", "window:size=6,overlap=2"]))
-def test_handles_opened_after_any_history_equal_a_fresh_build(tmp_path_factory, ops, chunker):
+def test_handles_opened_after_any_history_equal_a_fresh_build(tmp_path_factory, ops, chunker, each_kernel):
     """After any history of adds, replaces, deletes (newest, oldest, middle, all), optimizes
     and reopenings, on a file that flushes every few chunks: a reopened handle, a second
     handle, a fresh process and the writer after another handle's optimize all answer like

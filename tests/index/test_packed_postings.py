@@ -118,7 +118,7 @@ def test_a_database_of_raw_segments_answers_alike_and_is_packed_by_optimize(tmp_
 
 @settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(order=st.permutations(range(60)), flush=st.sampled_from([3, 17, 2048]))
-def test_packed_segments_score_like_a_fresh_build_after_updates(tmp_path_factory, order, flush):
+def test_packed_segments_score_like_a_fresh_build_after_updates(tmp_path_factory, order, flush, each_kernel):
     """Adds in any order, deletes and flushes at several sizes (so segments of every length,
     raw and packed, are merged with each other and with the tail) score as a fresh build."""
     path = tmp_path_factory.mktemp("packed") / "kb.db"

@@ -268,9 +268,10 @@ docs_ = st.lists(st.lists(st.sampled_from(VOCAB + ["filler", "words", "the", "of
     lambda ws: " ".join(ws) if len(ws) % 3 else "".join(ws)), min_size=1, max_size=14)  # CJK runs glued too
 
 
-@settings(max_examples=EXAMPLES, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=EXAMPLES, deadline=None,
+          suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture])
 @given(docs=docs_, query=query_tree(), deletes=st.lists(st.integers(0, 13), max_size=4), k=st.integers(1, 5))
-def test_operators_equal_brute_force(docs, query, deletes, k):
+def test_operators_equal_brute_force(docs, query, deletes, k, each_kernel):
     """Hits of a query = the hits of a plain search of its positive words, kept where the
     reference semantics match: same chunks, same order, same scores; the first k of them at
     any k (operators apply before the cut), before and after deletes."""

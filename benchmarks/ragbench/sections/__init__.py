@@ -7,4 +7,4 @@ measurements are worker stages ``fn(spec) -> dict`` registered with
 in BENCHMARKS.md) in the order of the imports below.
 """
 
-from . import quality, scale, filters, operators, fields, sync, hybrid, ann, tfidf, refusal, serve, postgres, cli  # noqa: F401 - registration order = report order
+from . import quality, scale, kernel, filters, operators, fields, sync, hybrid, ann, tfidf, refusal, serve, postgres, cli  # noqa: F401 - registration order = report order

@@ -80,7 +80,7 @@ def scale_sizes(n: int) -> list[int]:
 # ---------------------------------------------------------------- the corpora and queries
 
 
-def _queries(ctx: Context) -> tuple[Path, dict[str, dict[str, int]], dict[str, str]]:
+def judged_queries(ctx: Context) -> tuple[Path, dict[str, dict[str, int]], dict[str, str]]:
     """The judged queries of SciFact (train) and CMRC (trial) interleaved evenly (so every
     prefix mixes both), their qrels, and each query's language."""
     folder = ctx.workdir / "data" / "realistic"
@@ -290,7 +290,7 @@ def measure_size(ctx: Context, corpus: Corpus, meta: dict, qlang: dict[str, str]
 def section_scale(ctx: Context) -> str:
     started = time.perf_counter()
     sizes = scale_sizes(ctx.args.scale)
-    queries, qrels, qlang = _queries(ctx)
+    queries, qrels, qlang = judged_queries(ctx)
     log(f"== scale: the realistic corpus at {', '.join(tag(s) for s in sizes)} chunks")
     base, base_exact = _base_corpora(ctx)
     results: dict[int, dict] = {}

@@ -23,6 +23,7 @@ from ragdb.cli.options import (
 from ragdb.serve.shapes import stats_json
 from ragdb.cli.output import Output, analyzer_name, emit_json, emit_pairs, emit_records, emit_table, fmt_size, warn
 from ragdb.storage import database_state
+from ragdb.index import kernel
 
 
 # --------------------------------------------------------------------------- embed
@@ -124,7 +125,7 @@ def stats(database: str | None, output: Output) -> None:
     data = {"database": db.path, **stats_json(s), "analyzer": settings.get("analyzer"), "chunker": settings.get("chunker"),
             "keep_versions": bool(settings.get("keep_versions")), "vectors": vec["vectors"],
             "vectors_pending": vec["pending"], "embedding_model": vec["model"],
-            "embedding_dimensions": vec["dimensions"]}
+            "embedding_dimensions": vec["dimensions"], "kernel": kernel.name()}
     if not output.table:
         emit_records(output, [data], list(data), json_value=data)
         return
@@ -141,7 +142,10 @@ def stats(database: str | None, output: Output) -> None:
                 ("vectors pending", f"{vec['pending']:,}" + (" (run 'ragdb embed')" if vec["pending"] and vec["model"]
                                                              else "")),
                 ("embedding model", f"{vec['model']} ({vec['dimensions']} dimensions)" if vec["model"]
-                 else "none (ragdb embed --model wordllama)")])
+                 else "none (ragdb embed --model wordllama)"),
+                ("scoring kernel", kernel.name() + ("" if kernel.name() == "compiled" else
+                                                    " (RAGDB_KERNEL=numpy)" if "compiled" in kernel.available()
+                                                    else " (the compiled kernel is not installed)"))])
 
 
 @click.command()

@@ -1,0 +1,118 @@
+"""The compiled scoring kernel (ragdb/index/ckernel.pyx) against the numpy reference: the same
+hits in the same order with the same scores, bit for bit, under filters, principals,
+exclusions, phrases, fields, boosts, prefixes, fuzzy words, min_score, explain and any k; and
+how the kernel is chosen (RAGDB_KERNEL, ``ragdb --version``, ``ragdb stats``)."""
+
+import os
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+import ragdb
+from ragdb.errors import InvalidInput
+from ragdb.index import kernel
+
+from cli_helpers import ROOT
+
+compiled_only = pytest.mark.skipif("compiled" not in kernel.available() and os.environ.get("CI") != "true",
+                                   reason="the compiled kernel is not installed")
+
+WORDS = ["retrieval", "index", "document", "deleted", "search", "model", "answer", "evidence", "apple",
+         "检索", "增强", "生成", "知识库", "向量"]
+
+docs_ = st.lists(st.tuples(st.lists(st.sampled_from(WORDS), min_size=1, max_size=12).map(" ".join),
+                           st.sampled_from(["", "Retrieval guide", "Apple notes", "知识库 说明"]),
+                           st.integers(0, 2), st.sampled_from([(), ("a",), ("b",), ("a", "b")])),
+                 min_size=1, max_size=25)
+word_ = st.sampled_from(WORDS + ["retriev*", "docum*", "serch~", "evidense~", "title:apple", "title:retrieval"])
+query_ = st.lists(st.one_of(word_, word_.map(lambda w: f"{w}^2" if "~" not in w and "*" not in w else w),
+                            st.sampled_from(WORDS).map(lambda w: f"-{w}"),
+                            st.tuples(st.sampled_from(WORDS), st.sampled_from(WORDS)).map(lambda p: f'"{p[0]} {p[1]}"'),
+                            st.just("OR")),
+                  min_size=1, max_size=5).map(" ".join)
+options_ = st.fixed_dictionaries({}, optional={
+    "k": st.integers(1, 12), "scorer": st.sampled_from(["bm25", "tfidf"]), "filter": st.sampled_from([{"g": 1}, {"g": {"$ne": 2}}]),
+    "principals": st.sampled_from([ragdb.ALL, ["a"], ["b"], []]), "min_score": st.sampled_from([0.5, 2.0]),
+    "explain": st.booleans(), "syntax": st.sampled_from(["plain", "query"]), "fuzzy": st.sampled_from([0, 1])})
+
+
+def _run(db, queries, options):
+    return [[(h.chunk_id, h.source, h.score, dict(h.explain), h.confidence) for h in db.search(q, **options)]
+            for q in queries]
+
+
+@compiled_only
+@settings(max_examples=int(os.environ.get("RAGDB_HYPOTHESIS_EXAMPLES", "60")), deadline=None,
+          suppress_health_check=[HealthCheck.too_slow])
+@given(docs=docs_, queries=st.lists(query_, min_size=1, max_size=4), options=options_,
+       deletes=st.lists(st.integers(0, 24), max_size=3))
+def test_the_kernels_give_the_same_hits_order_and_scores(docs, queries, options, deletes):
+    with ragdb.open(":memory:", chunker="none") as db:
+        for i, (text, title, g, acl) in enumerate(docs):
+            db.add(text, source=f"d{i:02d}", title=title or None, metadata={"g": g}, acl=list(acl))
+        for d in deletes:
+            db.delete(source=f"d{d:02d}")
+        before = kernel.use("compiled")
+        try:
+            got = _run(db, queries, options)
+            kernel.use("numpy")
+            want = _run(db, queries, options)
+        finally:
+            kernel.use(before)
+        assert got == want  # exact: chunk ids, order, float scores, explain, confidences
+
+
+@compiled_only
+def test_top_k_keeps_ties_at_the_cut_and_orders_equal_scores_by_id():
+    from ragdb.index import ckernel
+
+    scores = np.array([0.0, 2.0, 1.0, 2.0, 1.0, 3.0, 1.0, -1.0, 5.0])
+    mask = np.array([1, 1, 1, 1, 1, 1, 1, 1, 0], np.uint8)
+    ids, sc = ckernel.top_k(scores, mask, 4, -np.inf)  # the 4th best is 1.0: all three 1.0s stay
+    assert ids.tolist() == [5, 1, 3, 2, 4, 6] and sc.tolist() == [3.0, 2.0, 2.0, 1.0, 1.0, 1.0]
+    ids, sc = ckernel.top_k(scores, mask, 2, 2.5)  # the floor first, then k
+    assert ids.tolist() == [5] and sc.tolist() == [3.0]
+    ids, _ = ckernel.top_k(scores, mask, 100, -np.inf)  # never 0, negative or masked scores
+    assert ids.tolist() == [5, 1, 3, 2, 4, 6]
+
+
+@compiled_only
+def test_a_posting_outside_the_scored_chunks_is_an_error_not_a_write_past_the_array():
+    from ragdb.index import ckernel
+
+    scores, norm = np.zeros(4), np.ones(4)
+    with pytest.raises(IndexError):
+        ckernel.bm25_accumulate(scores, norm, [(np.array([1, 4], np.uint32), np.array([1, 1], np.uint8))],
+                                [1.0], [1.0], [False], 1.2)
+    with pytest.raises(ValueError):  # ids and tfs of different lengths
+        ckernel.bm25_accumulate(scores, norm, [(np.array([1, 2], np.int64), np.array([1], np.uint16))],
+                                [1.0], [1.0], [False], 1.2)
+    with pytest.raises(TypeError):  # a float array is no postings
+        ckernel.bm25_accumulate(scores, norm, [(np.array([1.0]), np.array([1], np.uint16))],
+                                [1.0], [1.0], [False], 1.2)
+
+
+def test_an_unknown_kernel_is_refused():
+    with pytest.raises(InvalidInput, match="unknown kernel"):
+        kernel.use("fortran")
+
+
+def _cli(args, env_kernel):
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "RAGDB_KERNEL": env_kernel}
+    return subprocess.run([sys.executable, "-c", "from ragdb.cli.main import main; main()", *args],
+                          capture_output=True, text=True, env=env, check=True).stdout
+
+
+def test_ragdb_version_and_stats_say_which_kernel_runs(tmp_path):
+    assert "scoring kernel: numpy" in _cli(["--version"], "numpy")
+    path = str(tmp_path / "kb.db")
+    with ragdb.open(path) as db:
+        db.add("one document", source="a")
+    assert '"kernel": "numpy"' in _cli(["-d", path, "stats", "--json"], "numpy")
+    if "compiled" in kernel.available():
+        assert "scoring kernel: compiled" in _cli(["--version"], "")
+        assert "compiled" in _cli(["-d", path, "stats"], "")
