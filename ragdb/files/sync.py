@@ -701,9 +701,11 @@ def add_paths(db: Database, inputs: Sequence[str | os.PathLike[str]] | Selection
                 skipped.append(Skipped(path, e.reason))
             except (RagdbError, OSError) as e:
                 where = "-" if path == STDIN else path
+                # stdin's own name (stdin-HASH) holds a "-": say "-:" first all the same
+                text = _failure_text(where, e) if path != STDIN else f"-: {_error_text(e)}"
                 if strict:
-                    raise LoaderError(_failure_text(where, e)) from None
-                failed.append(FileFailure(src, where, _failure_text(where, e)))
+                    raise LoaderError(text) from None
+                failed.append(FileFailure(src, where, text))
             else:
                 for d in docs:
                     yield _with_extra(d, extra)

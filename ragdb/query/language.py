@@ -21,7 +21,12 @@ A query is words, as before, plus operators in their syntactic form only::
 Operators are recognised only in their syntactic form: ``AND``/``OR``/``NOT`` in
 capitals between words, ``+``/``-`` glued to the start of a word (``C++``, ``e-mail``,
 ``--force`` and the numbers ``-2``, ``+1`` are words), ``*``/``~``/``^N`` glued to the end, ``field:`` only for a
-known field. A natural-language question has none of them and passes through
+known field. ``-`` excludes only a word of two or more letters none upper case, a
+phrase, a group or a field: command-line flags (``-g``, ``-fPIC``, ``-Wall``, ``-O2``,
+``-DCMAKE_BUILD_TYPE=Release``) are words (see :func:`_excludes`). The metadata keys
+the file loaders add (:data:`AUTOMATIC_KEYS`) are never fields. A question
+(``build_prompt``, ``ask``, the retrievers) is not parsed at all unless its caller asks
+(``syntax="query"``; :meth:`ragdb.options.SearchOptions.as_question`). A natural-language question has none of them and passes through
 unchanged: it is searched exactly as with ``syntax="plain"``. A query that cannot be
 parsed (an unbalanced quote or parenthesis, a lone ``-``) never raises: it is searched
 as plain words, and :attr:`ParsedQuery.error` (``--explain``) says why.

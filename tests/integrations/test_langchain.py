@@ -379,3 +379,12 @@ def test_the_loader_skips_a_document_deleted_while_it_loads(kb):
     assert first.metadata["source"] == "guide/cats.md"
     kb.delete(source="guide/dogs.md")
     assert [d.metadata["source"] for d in docs] == ["guide/physics.md"]
+
+
+def test_a_question_is_read_as_plain_words_unless_asked(tmp_path):
+    """Issue 30, item 1: "-fPIC" or "-snake" in a question is a word, not an exclusion."""
+    with ragdb.open(tmp_path / "q.db") as db:
+        db.add("A python is a snake that squeezes.", source="snake.md")
+        assert [d.metadata["source"] for d in RagdbRetriever(db).invoke("python -snake")] == ["snake.md"]
+        asked = RagdbRetriever(db, options=SearchOptions(syntax="query"))
+        assert asked.invoke("python -snake") == []

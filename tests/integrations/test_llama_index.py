@@ -246,3 +246,11 @@ def test_import_ragdb_does_not_import_llama_index_and_a_missing_extra_is_named()
     p = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, env=env)
     assert p.returncode == 0, p.stderr
     assert "MISSING llama-index-core is not installed; install it with: pip install 'ragdb[llama-index]'" in p.stdout
+
+
+def test_a_question_is_read_as_plain_words_unless_asked(tmp_path):
+    """Issue 30, item 1: "-snake" in a question is a word, not an exclusion."""
+    with ragdb.open(tmp_path / "q.db") as db:
+        db.add("A python is a snake that squeezes.", source="snake.md")
+        assert [n.node.metadata["source"] for n in RagdbRetriever(db).retrieve("python -snake")] == ["snake.md"]
+        assert RagdbRetriever(db, options=SearchOptions(syntax="query")).retrieve("python -snake") == []

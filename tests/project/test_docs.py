@@ -43,7 +43,7 @@ python3 -m venv .venv && .venv/bin/pip install -q -e '.[test]' && .venv/bin/pyth
 ```
 """
 
-FENCE = re.compile(r"^(`{3,}|~{3,})\s*([\w+-]*)")
+FENCE = re.compile(r"^(?P<indent>[ \t]*)(`{3,}|~{3,})\s*([\w+-]*)")  # indented: inside a list item
 NO_TEST = re.compile(r"^\s*<!--\s*no-test:\s*(?P<reason>\S.*?)\s*-->\s*$")
 HEADING = re.compile(r"^(#{1,6})\s+(.+?)\s*#*\s*$")
 LINK = re.compile(r"!?\[(?:[^\]\\]|\\.)*\]\(\s*<?(?P<target>[^)\s>]+)>?(?:\s+\"[^\"]*\")?\s*\)")
@@ -70,12 +70,13 @@ def fenced_blocks(text: str) -> list[tuple[int, str, str, str]]:
         if not m:
             i += 1
             continue
-        fence, lang = m.group(1), m.group(2).lower()
+        indent, fence, lang = len(m.group("indent")), m.group(2), m.group(3).lower()
         start = i
         i += 1
         body = []
         while i < len(lines) and not closes(lines[i], fence):
-            body.append(lines[i])
+            line = lines[i]
+            body.append(line[indent:] if line[:indent].strip() == "" else line)  # the list item's indent off
             i += 1
         blocks.append((start + 1, lang, "\n".join(body) + "\n", lines[start - 1] if start else ""))
         i += 1
@@ -89,7 +90,7 @@ def prose(text: str) -> str:
     for line in text.splitlines():
         m = FENCE.match(line)
         if fence is None and m:
-            fence = m.group(1)
+            fence = m.group(2)
             out.append("")
         elif fence is not None:
             if closes(line, fence):
@@ -195,6 +196,13 @@ def test_no_test_marker_is_recognised():
     assert [(b[0], b[1], b[2]) for b in blocks] == [(4, "python", "x = 1\n"), (8, "python", "y = 2\n")]
     assert NO_TEST.match(blocks[0][3]).group("reason") == "needs PostgreSQL"
     assert not NO_TEST.match(blocks[1][3])
+
+
+def test_a_block_inside_a_list_item_is_found_and_dedented():
+    """Every Python block runs (issue 30, item 11), those indented under a list item too."""
+    text = "- a step:\n\n  ```python\n  x = 1\n  if x:\n      y = 2\n  ```\n\n- next\n"
+    assert [(b[1], b[2]) for b in fenced_blocks(text)] == [("python", "x = 1\nif x:\n    y = 2\n")]
+    assert "x = 1" not in prose(text)
 
 
 # ----------------------------------------------------------------------------- (b) links
