@@ -48,6 +48,7 @@ if TYPE_CHECKING:
     from ragdb.models.embedder import Embedder
     from ragdb.answers.llm import Answer
     from ragdb.answers.prompt import Prompt
+    from ragdb.answers.evaluation import SelfCalibration
 
 if sys.byteorder != "little":  # pragma: no cover - the blobs are little-endian
     raise ImportError("ragdb stores packed little-endian integers and needs a little-endian machine")
@@ -96,6 +97,7 @@ class Database:
         self._writer = Writer(self._engine)
         self._searcher = Searcher(self._engine)
         self._embed_on_add = True
+        self._self_calibration: SelfCalibration | None = None  # where it could not be stored
         self.path = store.path
 
     # -- lifecycle -------------------------------------------------------------
@@ -639,18 +641,61 @@ class Database:
     def min_confidence(self) -> float:
         """The confidence floor of :meth:`build_prompt` / :meth:`ask` when the caller
         gives neither ``min_confidence`` nor ``min_score``: the stored one
-        (:meth:`set_min_confidence`, ``ragdb eval --calibrate``), else
-        :data:`ragdb.index.confidence.DEFAULT_MIN_CONFIDENCE`."""
+        (:meth:`set_min_confidence`, ``ragdb calibrate``, ``ragdb eval --calibrate``), else
+        the one the database measured on itself (:meth:`self_calibration`), else (an empty
+        base) :data:`ragdb.index.confidence.DEFAULT_MIN_CONFIDENCE`."""
         return self._confidence_floor(None, None)
 
     def _confidence_floor(self, min_confidence: float | None, min_score: float | None) -> float:
         from ragdb.index.confidence import effective_min_confidence, stored_min_confidence
 
+        if min_confidence is not None or min_score is not None:
+            return effective_min_confidence(min_confidence, min_score=min_score)
         eng = self._engine
         with eng.store.read():
             eng.sync()  # another connection may have calibrated it
             stored = stored_min_confidence(eng.settings, str(self.path))
-        return effective_min_confidence(min_confidence, min_score=min_score, stored=stored)
+        if stored is None:
+            cal = self.self_calibration()
+            stored = cal.floor if cal is not None else None
+        return effective_min_confidence(None, stored=stored)
+
+    @_reader
+    def self_calibration(self, *, refresh: bool = False) -> SelfCalibration | None:
+        """The refusal floor this database measured on its own text: questions made from its
+        chunks (answer) against bundled general-knowledge questions (refuse), as
+        :func:`ragdb.answers.evaluation.self_calibrate` says; None for an empty base. Made
+        when first needed and again when the base grew or shrank by a fifth (or ``refresh``),
+        and stored in the database's settings (kept in memory only where the database cannot
+        be written now: read-only, or inside :meth:`transaction`). A floor set with
+        :meth:`set_min_confidence` takes precedence over it."""
+        from ragdb.answers.evaluation import (PROMPT_K, PSEUDO_QUESTIONS, SELF_CALIBRATION, SelfCalibration,
+                                              needs_recalibration, self_calibrate)
+        from ragdb.index.confidence import best_confidence
+
+        eng = self._engine
+        with eng.store.read():
+            eng.sync()
+            chunks = eng.index.n_chunks
+            stored = SelfCalibration.from_setting(eng.settings.get(SELF_CALIBRATION))
+        if chunks == 0:
+            return None
+        for cal in (stored, self._self_calibration):
+            if cal is not None and not refresh and not needs_recalibration(cal, chunks):
+                return cal
+        chunks, texts = self._searcher.sample_texts(PSEUDO_QUESTIONS)
+        if chunks == 0:
+            return None
+
+        def best(question: str) -> float:
+            hits = self.search(question, k=PROMPT_K, principals=ALL, syntax="plain")
+            return best_confidence(hits) or 0.0
+
+        cal = self_calibrate(best, texts, chunks)
+        self._self_calibration = cal
+        if not eng.store.readonly and not eng.store.in_transaction():
+            eng.set_setting(SELF_CALIBRATION, cal.to_setting())
+        return cal
 
     def set_min_confidence(self, value: float | None) -> None:
         """Store the confidence floor of prompts and answers (one transaction): a

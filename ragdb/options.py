@@ -333,6 +333,7 @@ class SearchOptions:
     fuzzy: int = 0                     # 1: every word also matches index terms one edit away
     highlight: bool = False            # fill Hit.highlights and Hit.snippet
     snippet_chars: int = 240           # with highlight: the snippet's length, at most
+    collapse: bool = True              # one hit per passage: copies named in Hit.duplicates (False: every copy)
 
     def __post_init__(self) -> None:
         check_k(self.k)
@@ -381,6 +382,8 @@ class SearchOptions:
             check_embedder(self.embedder)
         if self.reranker is not None and not callable(getattr(self.reranker, "rerank", None)):
             raise InvalidInput("reranker must have a rerank(query, hits, top_n) method", param="reranker")
+        if not isinstance(self.collapse, bool):
+            raise InvalidInput(f"collapse must be True or False, got {self.collapse!r}", param="collapse")
         if self.syntax is not None and self.syntax not in SYNTAXES:
             raise InvalidInput(f"syntax must be one of {', '.join(map(repr, SYNTAXES))}, got {self.syntax!r}", param="syntax")
         if not isinstance(self.fuzzy, int) or isinstance(self.fuzzy, bool) or self.fuzzy not in (0, 1):

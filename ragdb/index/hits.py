@@ -9,12 +9,15 @@ the same order as a fresh build of the same documents.
 
 from __future__ import annotations
 
+import dataclasses
+import re
+import unicodedata
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any
 
 import numpy as np
 
-from ragdb.types import Hit
+from ragdb.types import Duplicate, Hit
 
 #: chunk id -> (Hit fields but score/metadata/explain/confidence, metadata): ``Index.hit_protos`` entries
 Protos = Mapping[int, tuple[dict[str, Any], dict[str, Any]]]
@@ -93,3 +96,108 @@ def cut_with_ties(ids: np.ndarray, scores: np.ndarray, k: int) -> Pool:
         return ids, scores
     keep = scores >= scores[k - 1]
     return ids[keep], scores[keep]
+
+
+# -- one hit per passage ---------------------------------------------------------------
+#
+# The same section often reaches a knowledge base several times (a page as Markdown and
+# as HTML, and again in an all-in-one page), each copy a chunk of its own with slightly
+# different markup and chunk boundaries. Two passages are the same when their sets of word
+# 3-shingles (Broder, "On the resemblance and containment of documents", 1997) have a
+# Jaccard similarity of at least DUPLICATE_JACCARD, or the smaller set, when it has at
+# least DUPLICATE_MIN_SHINGLES shingles, lies DUPLICATE_CONTAINMENT inside the other
+# (Broder's containment: a short chunk cut from the middle of the same section). Shingles
+# are over the words a reader sees: NFKC, case folded, letters and digits only (markup
+# punctuation, Markdown link targets and HTML tags are not words), each CJK character a
+# word. The sets are compared exactly, through an inverted index of the kept passages'
+# shingles: a search collapses at most a few thousand hits, where exact Jaccard costs less
+# than estimating it with MinHash (datasketch), which pays off only across millions.
+
+#: Jaccard similarity of word 3-shingle sets from which two passages are one.
+DUPLICATE_JACCARD = 0.6
+#: Containment of the smaller shingle set in the larger from which two passages are one...
+DUPLICATE_CONTAINMENT = 0.9
+#: ... when the smaller set has at least this many shingles.
+DUPLICATE_MIN_SHINGLES = 16
+SHINGLE = 3
+
+_CJK = "\u3040-\u30ff\u3400-\u4dbf\u4e00-\u9fff\uac00-\ud7af\uf900-\ufaff"
+_WORDS = re.compile(f"[{_CJK}]|[^\\W_{_CJK}]+")
+_MARKUP = re.compile(r"\]\([^)\s]*\)|<[^>\n]{1,200}>")  # a Markdown link's target, an HTML tag
+
+
+def passage_shingles(text: str) -> np.ndarray:
+    """The word 3-shingles of ``text`` as a reader sees it, each hashed to an integer, sorted
+    and distinct (a text of fewer words: one shingle of them all; none for a text without
+    words). Hashes of one process: compare shingles of the same process only."""
+    if not text.isascii() and not unicodedata.is_normalized("NFKC", text):
+        text = unicodedata.normalize("NFKC", text)
+    words = _WORDS.findall(_MARKUP.sub(" ", text).casefold())
+    if len(words) < SHINGLE:
+        return np.array([hash(tuple(words))] if words else [], dtype=np.int64)
+    h = np.fromiter(map(hash, words), np.int64, len(words)).astype(np.uint64)
+    # a polynomial of the three words' hashes (wrapping uint64 arithmetic)
+    mixed = h[:-2] * np.uint64(0x9E3779B97F4A7C15) + h[1:-1] * np.uint64(0xC2B2AE3D27D4EB4F) + h[2:]
+    return np.unique(mixed.view(np.int64))
+
+
+def same_passage(shared: int, a: int, b: int) -> bool:
+    """Whether two passages whose shingle sets have ``a`` and ``b`` members, ``shared`` of
+    them in common, are one (Jaccard, or containment of a large enough smaller set)."""
+    if shared <= 0:
+        return False
+    if shared >= DUPLICATE_JACCARD * (a + b - shared):
+        return True
+    small = min(a, b)
+    return small >= DUPLICATE_MIN_SHINGLES and shared >= DUPLICATE_CONTAINMENT * small
+
+
+def shared_shingles(sets: Sequence[np.ndarray]) -> np.ndarray:
+    """The matrix of how many shingles each two of ``sets`` (sorted, distinct) share: all
+    sets sorted together, equal neighbours ``d`` apart counted for d = 1, 2, ... while any
+    remain, in a few numpy calls (a shingle is in few of the sets)."""
+    n = len(sets)
+    out = np.zeros((n, n), np.int64)
+    if n < 2:
+        return out
+    vals = np.concatenate(sets) if n else np.zeros(0, np.int64)
+    owner = np.repeat(np.arange(n), [len(s) for s in sets])
+    order = np.lexsort((owner, vals))
+    vals, owner = vals[order], owner[order]
+    for d in range(1, n):
+        same = np.flatnonzero(vals[d:] == vals[:-d])
+        if not len(same):
+            break
+        np.add.at(out, (owner[same], owner[same + d]), 1)
+    return out + out.T
+
+
+def _versions_of_one_source(a: Hit, b: Hit) -> bool:
+    return a.source == b.source and a.doc_id != b.doc_id
+
+
+def collapse_duplicates(hits: Sequence[Hit],
+                        shingles: Callable[[Hit], np.ndarray] | None = None) -> list[Hit]:
+    """``hits`` (best first) with each passage once: the first hit of a passage stays, its
+    later copies go into its :attr:`Hit.duplicates` (in ranking order). Deterministic in the
+    ranking: the passages kept from a prefix of it are the same however long it is (the copies
+    named grow with it: a search names those among the hits it ranked).
+    Versions of one source (a search of history) are never copies of each other.
+    ``shingles``: a hit's :func:`passage_shingles` (a cache of them), else computed."""
+    if len(hits) < 2:
+        return list(hits)
+    sets = [shingles(h) if shingles is not None else passage_shingles(h.text) for h in hits]
+    shared = shared_shingles(sets).tolist()
+    sizes = [len(s) for s in sets]
+    kept: list[tuple[int, list[Hit]]] = []
+    for i, hit in enumerate(hits):
+        row = shared[i]
+        group = next((g for g, (lead, _) in enumerate(kept) if same_passage(row[lead], sizes[i], sizes[lead])
+                      and not _versions_of_one_source(hits[lead], hit)), None)
+        if group is not None:
+            kept[group][1].append(hit)
+        else:
+            kept.append((i, []))
+    return [dataclasses.replace(hits[lead], duplicates=tuple(Duplicate(d.source, d.chunk_id, d.doc_id, d.score)
+                                                            for d in copies)) if copies else hits[lead]
+            for lead, copies in kept]

@@ -144,6 +144,9 @@ def hit_json(h: Hit, rank: int | None = None) -> dict[str, Any]:
     out.update(score=h.score, source=h.source, doc_id=h.doc_id, chunk_id=h.chunk_id, version=h.version,
                timestamp=h.timestamp, start=h.start, end=h.end, ordinal=h.ordinal, confidence=h.confidence,
                metadata=dict(h.metadata), text=h.text)
+    if h.duplicates:  # the other copies of this passage that the search collapsed into it
+        out["duplicates"] = [{"source": d.source, "chunk_id": d.chunk_id, "doc_id": d.doc_id, "score": d.score}
+                             for d in h.duplicates]
     if h.explain:
         out["explain"] = dict(h.explain)
     if h.snippet is not None:

@@ -248,16 +248,17 @@ def test_chunk_bm25_with_no_terms_or_chunks_is_zero(en_db):
 
 def test_prompt_refuses_off_topic_and_answers_on_topic_by_default(en_db, zh_db):
     for db, on, off in ((en_db, EN_ON, EN_OFF), (zh_db, ZH_ON, ZH_OFF)):
-        assert db.min_confidence == DEFAULT_MIN_CONFIDENCE
+        floor = db.min_confidence  # the one the database measured on itself (issue 30)
+        assert floor == db.self_calibration().floor
         for question, source in on:
             p = db.build_prompt(question)
             assert not p.refused and p.sources[0].source == source, question
-            assert all(h.confidence >= DEFAULT_MIN_CONFIDENCE for h in p.sources)
-            assert p.min_confidence == DEFAULT_MIN_CONFIDENCE and p.confidence == p.sources[0].confidence
+            assert all(h.confidence >= floor for h in p.sources)
+            assert p.min_confidence == floor and p.confidence == p.sources[0].confidence
         for question in off:
             p = db.build_prompt(question)
             assert p.refused and p.sources == (), question
-            assert p.min_confidence == DEFAULT_MIN_CONFIDENCE
+            assert p.min_confidence == floor
     # the issue's case: weak hits exist, yet the prompt is refused and says how weak
     hits = en_db.search("What is the capital of Mongolia?", k=8)
     assert len(hits) == 2
@@ -308,7 +309,7 @@ def test_bad_min_confidence_is_refused(en_db, bad):
         build_prompt("q?", [], min_confidence=bad)
     with pytest.raises(InvalidInput, match="min_confidence"):
         en_db.set_min_confidence(bad)
-    assert en_db.min_confidence == DEFAULT_MIN_CONFIDENCE
+    assert en_db.min_confidence == en_db.self_calibration().floor
 
 
 def test_stored_floor_is_the_default_of_every_connection(kb):
@@ -323,12 +324,12 @@ def test_stored_floor_is_the_default_of_every_connection(kb):
         a.set_min_confidence(0)
         assert b.min_confidence == 0.0 and not b.build_prompt(EN_OFF[0]).refused
         a.set_min_confidence(None)  # back to the default
-        assert b.min_confidence == DEFAULT_MIN_CONFIDENCE and b.build_prompt(EN_OFF[0]).refused
+        assert b.min_confidence == b.self_calibration().floor and b.build_prompt(EN_OFF[0]).refused
         with pytest.raises(InvalidInput, match="transaction"), a.transaction():
             a.set_min_confidence(0.5)
-        assert a.min_confidence == DEFAULT_MIN_CONFIDENCE
+        assert a.min_confidence == a.self_calibration().floor
     with ragdb.open(kb) as again:
-        assert again.min_confidence == DEFAULT_MIN_CONFIDENCE
+        assert again.min_confidence == again.self_calibration().floor
 
 
 def test_effective_min_confidence_rules():
@@ -537,14 +538,14 @@ def test_eval_calibrate_chinese(runner, tmp_path, no_llm_env):
 def test_config_min_confidence(runner, kb):
     listing = out_json(run(runner, "-d", kb, "config", "--json"))
     assert listing["min_confidence"] is None
-    assert f"default ({DEFAULT_MIN_CONFIDENCE})" in run(runner, "-d", kb, "config", "min_confidence").stdout
+    assert "default (the floor the database measures on itself" in run(runner, "-d", kb, "config", "min_confidence").stdout
     changed = out_json(run(runner, "-d", kb, "config", "min_confidence", "0.35", "--json"))
     assert changed == {"setting": "min_confidence", "old": None, "value": 0.35, "changed": True}
     with ragdb.open(kb) as db:
         assert db.min_confidence == 0.35
     assert "0.35 -> default" in run(runner, "-d", kb, "config", "min_confidence", "default").stdout
     with ragdb.open(kb) as db:
-        assert db.min_confidence == DEFAULT_MIN_CONFIDENCE
+        assert db.min_confidence == db.self_calibration().floor
     for bad in ("high", "1.5", "2", "nan"):
         result = run(runner, "-d", kb, "config", "min_confidence", bad, ok=False)
         assert result.exit_code == 2 and "min_confidence" in result.stderr

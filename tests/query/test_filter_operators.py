@@ -272,7 +272,7 @@ def facet_reference(docs: dict[int, dict], chunks: list[tuple[int, int, str]], k
 
 def stored_chunks(db: ragdb.Database) -> list[tuple[int, int, str]]:
     """(chunk id, doc id, text) of every stored chunk, read through one unfiltered search."""
-    hits = db.search(EVERYTHING, k=MAX, principals=ALL, versions="all")
+    hits = db.search(EVERYTHING, k=MAX, principals=ALL, versions="all", collapse=False)
     assert len(hits) == db.stats().stored_chunks  # the query matches every chunk
     return sorted((h.chunk_id, h.doc_id, h.text) for h in hits)
 
@@ -283,7 +283,7 @@ def stored_chunks(db: ragdb.Database) -> list[tuple[int, int, str]]:
 def _check(db: ragdb.Database, docs: dict[int, dict], flt: dict, principals: Any, public: bool) -> None:
     chunks = stored_chunks(db)
     want = [(c, d, t) for c, d, t in chunks if visible(docs[d], principals, public) and matches(flt, docs[d], t)]
-    got = db.search(EVERYTHING, k=MAX, filter=flt, principals=principals)
+    got = db.search(EVERYTHING, k=MAX, filter=flt, principals=principals, collapse=False)
     assert sorted(h.chunk_id for h in got) == [c for c, _, _ in want], flt
     want_docs = sorted({d for _, d, _ in want})
     listed = db.documents(filter=flt, principals=principals)
@@ -355,7 +355,7 @@ def test_facets_of_a_query_count_every_match_the_caller_may_see(docs, flt, princ
         assert f.omitted == len(ordered) - len(f)
         # the chunks a search of the same query sees are the ones counted
         if by == "chunks" and f.total:
-            hits = db.search(query, k=MAX, filter=flt, principals=principals)
+            hits = db.search(query, k=MAX, filter=flt, principals=principals, collapse=False)
             assert len(hits) == f.total
 
 

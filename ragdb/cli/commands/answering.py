@@ -27,7 +27,7 @@ from ragdb.cli.options import (
     search_kwargs,
     search_options,
 )
-from ragdb.cli.output import emit_json, fmt_score, hidden_note, stdout_is_tty, warn
+from ragdb.cli.output import emit_json, emit_pairs, fmt_score, hidden_note, setting_text, stdout_is_tty, warn
 from ragdb.serve.shapes import hit_json
 
 
@@ -37,8 +37,8 @@ def _generation_options(f: Callable[..., Any]) -> Callable[..., Any]:
                      help="Hits retrieved before evidence selection."),
         click.option("--min-confidence", type=click.FloatRange(0.0, 1.0), default=None,
                      help="Drop evidence whose confidence (0-1) is below this; 0: never refuse by confidence "
-                          "(default: the database's, 'ragdb config min_confidence', else "
-                          f"{ragdb.index.confidence.DEFAULT_MIN_CONFIDENCE}; none with --min-score)."),
+                          "(default: the database's, 'ragdb config min_confidence', else the one it measures on "
+                          "itself, 'ragdb calibrate'; none with --min-score)."),
         click.option("--min-score", type=float, default=None,
                      help="Drop evidence scoring below this raw score (replaces the confidence floor)."),
         click.option("--relative", type=click.FloatRange(0.0, 1.0), default=None,
@@ -227,5 +227,72 @@ def _ask_exit(p: Any, hits: Sequence[ragdb.Hit], refused: bool, without_model: b
     click.get_current_context().exit(EXIT_REFUSED)
 
 
+@click.command()
+@database_option
+@click.option("--answerable", "answerable", multiple=True, type=click.Path(dir_okay=False), metavar="FILE",
+              help="Questions the knowledge base answers (one a line, or a .jsonl of {\"text\": ...}); repeatable.")
+@click.option("--off-topic", "off_topic", multiple=True, type=click.Path(dir_okay=False), metavar="FILE",
+              help="Questions it should refuse (the same formats); repeatable.")
+@click.option("--bundled/--no-bundled", default=True, show_default=True,
+              help="Also refuse ragdb's bundled general-knowledge questions (English and Chinese).")
+@click.option("--dry-run", is_flag=True, help="Show the floor without storing it.")
+@json_option
+def calibrate(database: str | None, answerable: tuple[str, ...], off_topic: tuple[str, ...], bundled: bool,
+              dry_run: bool, as_json: bool) -> None:
+    """Choose the refusal floor (min_confidence) of prompt and ask.
+
+    Without files: the floor the database measures on itself (questions made from its own
+    chunks against bundled off-topic questions), made again now; it applies while no floor is
+    stored. With --answerable (and --off-topic): the floor with the best F1 of answering the
+    answerable questions and refusing the off-topic ones, stored in the database.
+    """
+    from ragdb.answers.evaluation import PROMPT_K, bundled_off_topic, calibrate_questions, load_questions
+
+    if off_topic and not answerable:
+        raise click.UsageError("--off-topic needs --answerable: questions the knowledge base should answer")
+    with open_database(database) as db:
+        stored = db.settings.get(ragdb.index.confidence.SETTING)
+        if not answerable:
+            cal = db.self_calibration(refresh=True)
+            data: dict[str, Any] = {"self_calibration": cal.to_setting() if cal is not None else None,
+                                    "stored_min_confidence": stored, "min_confidence": db.min_confidence}
+            if as_json:
+                emit_json(data)
+                return
+            if cal is None:
+                click.echo("the knowledge base is empty: nothing to calibrate on")
+                return
+            emit_pairs([("self-calibrated floor", f"{cal.floor:.4f}"), ("chunks", cal.chunks),
+                        ("languages", ", ".join(cal.languages)),
+                        ("off-topic refused", f"{100 * cal.off_topic_refused:.1f}% (95th percentile "
+                                              f"{cal.off_topic_p95:.3f})"),
+                        ("own questions answered", f"{100 * cal.pseudo_answered:.1f}% (5th percentile "
+                                                   f"{cal.pseudo_p5:.3f})")])
+            if stored is not None:
+                warn(f"note: the stored min_confidence {stored} applies instead "
+                     "('ragdb config min_confidence default' to use the self-calibrated one)")
+            return
+        positives = [q for path in answerable for q in load_questions(path)]
+        negatives = [q for path in off_topic for q in load_questions(path)]
+        if bundled:
+            negatives += bundled_off_topic("en") + bundled_off_topic("zh")
+        report = calibrate_questions(db, positives, negatives, k=PROMPT_K, principals=ragdb.ALL, syntax="plain")
+        if not dry_run:
+            db.set_min_confidence(report.threshold)
+    n_pos = report.true_positives + report.false_negatives
+    n_neg = report.false_positives + report.true_negatives
+    data = {"min_confidence": report.threshold, "stored": not dry_run, "previous": stored,
+            "answerable": n_pos, "answerable_refused": report.false_negatives,
+            "off_topic": n_neg, "off_topic_refused": report.true_negatives, "f1": report.f1}
+    if as_json:
+        emit_json(data)
+        return
+    emit_pairs([("min_confidence", f"{report.threshold:.4f}" + (" (not stored: --dry-run)" if dry_run else
+                                                               f" (stored; was {setting_text('min_confidence', stored)})")),
+                ("answerable refused", f"{report.false_negatives} of {n_pos}"),
+                ("off-topic refused", f"{report.true_negatives} of {n_neg}" if n_neg else "none given"),
+                ("F1 of answering", f"{report.f1:.4f}")])
+
+
 #: The commands of this module (:mod:`ragdb.cli.main` adds them to the ``ragdb`` group).
-COMMANDS: tuple[click.Command, ...] = (prompt, ask)
+COMMANDS: tuple[click.Command, ...] = (prompt, ask, calibrate)

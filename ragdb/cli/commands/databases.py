@@ -233,7 +233,7 @@ def config_cmd(database: str | None, key: str | None, value: str | None, output:
       keep_versions true|false     keep replaced versions for --all-versions/--as-of searches
       chunker SPEC                 default chunker of adds (recursive, paragraph, none, window:size=200 ...)
       min_confidence 0..1|default  confidence floor of prompt/ask (0: never refuse by confidence;
-                                   'ragdb eval --calibrate' chooses one)
+                                   default: measured by the database, 'ragdb calibrate')
       fields title=W,section=W     weights of a chunk's title and heading path in scoring (0: off)
 
     The analyzer is chosen at creation ('ragdb reindex' changes it). A change is one transaction; databases

@@ -75,13 +75,17 @@ HIT_COLUMNS = ("rank", "score", "source", "doc_id", "chunk_id", "version", "time
                    "an http(s):// URL, cross-encoder:MODEL, or one a plugin provides ('ragdb plugins').")
 @click.option("--rerank-top", type=click.IntRange(min=1), default=50, show_default=True,
               help="How many first-stage hits the re-ranker sees.")
+@click.option("--all-copies", "all_copies", is_flag=True,
+              help="Every copy of a passage as its own hit (default: one hit per passage, the other "
+                   "copies named under it).")
 @output_options
 def search(database: str | None, query: str, k: int, scorer: str, fusion: str | None, alpha: float | None,
            rrf_k: int | None, embed_model: str | None, min_score: float | None,
            filters: tuple[str, ...], where: dict[str, Any] | None, since: str | None, until: str | None,
            principals: tuple[str, ...], all_principals: bool, as_of: str | None, all_versions: bool, explain: bool,
            offset: int, rerank_url: str | None,
-           rerank_model: str | None, reranker_spec: str | None, rerank_top: int, snippet_chars: int, output: Output) -> None:
+           rerank_model: str | None, reranker_spec: str | None, rerank_top: int, snippet_chars: int, all_copies: bool,
+           output: Output) -> None:
     """Search the knowledge base; the best chunks first.
 
     --scorer vector ranks by cosine of embeddings and hybrid fuses BM25 with
@@ -96,6 +100,8 @@ def search(database: str | None, query: str, k: int, scorer: str, fusion: str | 
         kw["min_score"] = min_score
     if explain:
         kw["explain"] = True
+    if all_copies:
+        kw["collapse"] = False
     if reranker_spec is not None and (rerank_url is not None or rerank_model is not None):
         raise click.UsageError("--reranker and --rerank-url/--rerank-model exclude each other")
     if reranker_spec is not None:
@@ -145,6 +151,8 @@ def search(database: str | None, query: str, k: int, scorer: str, fusion: str | 
                 extra += f"  {key} {h.metadata[key]}"
         click.echo(f"{i:>2}. {fmt_score(h.score)}  {span}{extra}")
         click.echo(f"    {_marked(h.snippet, len(h.text), tty) if h.snippet is not None else short(h.text, 160)}")
+        if h.duplicates:
+            click.echo(f"    also in: {', '.join(d.source for d in h.duplicates)}")
         if explain and h.explain:
             for term, c in sorted(h.explain.items(), key=lambda kv: -kv[1]):
                 click.echo(f"      {c:>9.4f}  {term}")

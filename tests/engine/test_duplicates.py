@@ -1,0 +1,162 @@
+"""One hit per passage (issue 30, item 7): copies of a section (a page as Markdown, as HTML,
+again in an all-in-one page) collapse into the best one, which names the others; ``k``
+means ``k`` distinct passages; ``collapse=False`` returns every copy; both backends alike."""
+
+from __future__ import annotations
+
+import pytest
+
+import ragdb
+from ragdb.index.hits import collapse_duplicates, passage_shingles as _shingles, same_passage, shared_shingles
+from ragdb.serve.shapes import hit_json
+from ragdb.types import Duplicate
+
+def passage_shingles(text: str) -> frozenset[int]:
+    return frozenset(_shingles(text).tolist())
+
+
+READ = ("The fs.readFile method reads the entire contents of a file asynchronously. When the "
+        "encoding option is given the contents are decoded into a string; without it a Buffer "
+        "is returned. The callback receives an error first and the data second.")
+STAT = ("The fs.stat method returns information about a path: its size, its modification time "
+        "and whether it is a file or a directory. Symbolic links are followed; use fs.lstat to "
+        "read the link itself.")
+WRITE = ("The fs.writeFile method replaces the contents of a file, creating the file when it does "
+         "not exist. The data may be a string or a Buffer, and the encoding option applies to "
+         "strings only.")
+SECTIONS = {"read": READ, "stat": STAT, "write": WRITE}
+
+
+def copies(name: str, text: str) -> list[dict]:
+    """A section as the three copies a documentation tree holds: Markdown, HTML, all-in-one."""
+    md = "## " + name + "\n\n" + text.replace("fs.", "`fs.").replace(" method", "` method") + \
+        "\n\nSee [the guide](https://nodejs.org/api/fs.html#guide)."
+    html = name + "\n" + text + "\nSee the guide."
+    return [{"source": f"api/{name}.md", "text": md},
+            {"source": f"api/{name}.html", "text": html},
+            {"source": f"api/all.html#{name}", "text": "Node.js file system " + text + " copy"}]
+
+
+def records() -> list[dict]:
+    out = [r for name, text in SECTIONS.items() for r in copies(name, text)]
+    out.append({"source": "streams.md", "text": "Streams read a file piece by piece: fs.createReadStream "
+                                                 "returns a readable stream; the encoding option sets the "
+                                                 "string encoding of its chunks."})
+    return out
+
+
+def test_shingles_see_through_markup_and_case():
+    a = passage_shingles("## fs.readFile\n\nThe `fs.readFile` method **reads** [files](x.html#a).")
+    b = passage_shingles("<h2>fs.readFile</h2><p>the fs.readFile method reads files.</p>")
+    assert a == b
+    assert passage_shingles("") == frozenset()
+    assert passage_shingles("一个中文段落") == passage_shingles("一个 中文 段落")
+
+
+def test_shared_shingles_counts_every_pair():
+    sets = [_shingles(t) for t in (READ, STAT, READ + " More words here.", WRITE, READ)]
+    got = shared_shingles(sets)
+    for i, a in enumerate(sets):
+        for j, b in enumerate(sets):
+            assert got[i, j] == (len(set(a.tolist()) & set(b.tolist())) if i != j else 0)
+
+
+def test_same_passage_thresholds():
+    assert same_passage(8, 10, 10)          # Jaccard 8/12
+    assert not same_passage(7, 10, 10)      # Jaccard 7/13 < 0.6, sets too small for containment
+    assert same_passage(18, 20, 100)        # 18 of a 20-shingle passage inside a longer one
+    assert not same_passage(9, 10, 100)     # a 10-shingle passage is too short to be contained
+    assert not same_passage(0, 0, 0)
+
+
+def test_search_keeps_one_hit_per_passage(tmp_path):
+    with ragdb.open(str(tmp_path / "kb.db")) as db:
+        db.add_many(records())
+        hits = db.search("fs.readFile encoding option", k=3)
+        texts = [h.text for h in hits]
+        assert len(hits) == 3
+        # three distinct passages: no two hits hold the same section
+        for i, a in enumerate(hits):
+            for b in hits[i + 1:]:
+                assert passage_shingles(a.text) != passage_shingles(b.text)
+        top = hits[0]
+        assert "readFile" in top.text
+        assert len(top.duplicates) == 2
+        assert {d.source for d in top.duplicates} | {top.source} == {"api/read.md", "api/read.html",
+                                                                      "api/all.html#read"}
+        assert all(isinstance(d, Duplicate) and d.score <= top.score for d in top.duplicates)
+        every = db.search("fs.readFile encoding option", k=3, collapse=False)
+        assert [h.duplicates for h in every] == [(), (), ()]
+        assert all("reads the entire contents" in h.text for h in every)  # the same section 3 times
+        assert texts != [h.text for h in every]
+
+
+def test_k_counts_distinct_passages_and_pages_follow(tmp_path):
+    with ragdb.open(str(tmp_path / "kb.db")) as db:
+        db.add_many(records())
+        hits = db.search("fs file encoding method", k=4)
+        assert len(hits) == 4  # the three sections and the streams page: 10 chunks, 4 passages
+        # copies are named among the hits ranked: all ten when the ranking is read that far
+        assert sum(1 + len(h.duplicates) for h in db.search("fs file encoding method", k=10)) == 10
+        page = db.search("fs file encoding method", k=2, offset=2)
+        assert [h.chunk_id for h in page] == [h.chunk_id for h in hits[2:]]
+        assert len(db.search("fs file encoding method", k=10)) == 4
+
+
+def test_collapse_option_is_checked():
+    with ragdb.open(":memory:") as db, pytest.raises(ragdb.errors.InvalidInput, match="collapse"):
+        db.search("x", collapse="no")
+
+
+def test_distinct_passages_sharing_words_stay_apart():
+    base = [{"source": f"s{i}", "text": text} for i, text in enumerate(SECTIONS.values())]
+    with ragdb.open(":memory:") as db:
+        db.add_many(base)
+        assert all(not h.duplicates for h in db.search("fs method file encoding", k=3))
+
+
+def test_collapse_is_a_prefix_property():
+    """The passages kept from the first n hits are the first passages kept from any longer ranking."""
+    with ragdb.open(":memory:") as db:
+        db.add_many(records())
+        ranking = db.search("fs file encoding method", k=10, collapse=False)
+    whole = [h.chunk_id for h in collapse_duplicates(ranking)]
+    for n in range(1, len(ranking) + 1):
+        part = [h.chunk_id for h in collapse_duplicates(ranking[:n])]
+        assert whole[:len(part)] == part
+
+
+def test_prompt_and_json_carry_one_copy(tmp_path):
+    with ragdb.open(str(tmp_path / "kb.db")) as db:
+        db.add_many(records())
+        p = db.build_prompt("What does the encoding option of fs.readFile do?", k=3, min_confidence=0)
+        assert not p.refused and len(p.sources) >= 2
+        assert len({passage_shingles(h.text) for h in p.sources}) == len(p.sources)
+        assert p.user.count("reads the entire contents") == 1
+        top = db.search("fs.readFile encoding option", k=1)[0]
+    out = hit_json(top)
+    assert out["duplicates"] == [{"source": d.source, "chunk_id": d.chunk_id, "doc_id": d.doc_id,
+                                  "score": d.score} for d in top.duplicates]
+    assert len(out["duplicates"]) == 2
+
+
+@pytest.mark.parametrize("scorer", ["bm25", "tfidf"])
+def test_postgres_collapses_like_sqlite(tmp_path, pg_url, scorer):
+    results = []
+    for path in (str(tmp_path / "kb.db"), pg_url):
+        with ragdb.open(path) as db:
+            db.add_many(records())
+            hits = db.search("fs.readFile encoding option", k=3, scorer=scorer)
+            results.append([(h.source, round(h.score, 9), tuple((d.source, round(d.score, 9)) for d in h.duplicates))
+                            for h in hits])
+    assert results[0] == results[1]
+    assert len(results[0][0][2]) == 2
+
+
+def test_versions_of_one_source_are_not_copies(tmp_path):
+    with ragdb.open(str(tmp_path / "kb.db"), keep_versions=True) as db:
+        db.add(READ, source="api/read.md", version="1")
+        db.add(READ + " Changed in v2.", source="api/read.md", version="2")
+        hits = db.search("fs.readFile encoding", versions="all")
+        assert sorted((h.source, h.version) for h in hits) == [("api/read.md", "1"), ("api/read.md", "2")]
+        assert all(not h.duplicates for h in hits)
