@@ -22,7 +22,8 @@ from typing import Any
 import ragdb
 from ragdb.errors import DocumentNotFound, InvalidInput, RagdbError
 
-__all__ = ["WriteScope", "WriteForbidden", "FULL_SCOPE", "check_write", "visible_or_missing", "scope_for", "client_message"]
+__all__ = ["WriteScope", "WriteForbidden", "FULL_SCOPE", "check_write", "visible_or_missing", "scope_for",
+           "client_message"]
 
 
 class WriteForbidden(RagdbError):

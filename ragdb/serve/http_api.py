@@ -952,8 +952,8 @@ def openapi_schema(limits: Limits = Limits()) -> dict[str, Any]:
                         "messages": {"type": "array", "items": any_obj},
                         "confidence": {"type": ["number", "null"]}, "min_confidence": {"type": "number"},
                         "sources": {"type": "array", "items": any_obj}}),
-        "FacetsRequest": _request({"field": {"type": "string", "minLength": 1, "description": 'A metadata key, or "source" or '
-                                                                           '"version".'},
+        "FacetsRequest": _request({"field": {"type": "string", "minLength": 1,
+                                             "description": 'A metadata key, or "source" or "version".'},
                                "query": {"type": "string", "maxLength": limits.max_query_chars,
                                          "description": "Count only what the query matches (BM25 score above "
                                                         "0); without it, everything the filters keep."},

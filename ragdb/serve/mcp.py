@@ -35,6 +35,8 @@ import threading
 from collections.abc import Iterator, Mapping, Sequence
 from typing import Annotated, Any, Literal
 
+import orjson
+
 from mcp.server.context import CallNext, HandlerResult, ServerRequestContext
 from mcp.server.mcpserver import MCPServer
 from mcp.server.mcpserver.exceptions import ToolError
@@ -266,15 +268,16 @@ def build_server(db: ragdb.Database, *, principals: Any = None, allow_writes: bo
         scorer: Annotated[Scorer, Field(description='"bm25" (default, exact lexical), "tfidf", or, on a '
                                                     'database with embeddings, "vector" or "hybrid".')] = "bm25",
         filter: Filter = None,
-        offset: Annotated[int, Field(strict=True, ge=0, le=MAX_OFFSET, description="Skip this many hits: k=5, offset=5 is "
-                                                                      "the second page of five.")] = 0,
-    ) -> SearchResult:
+        offset: Annotated[int, Field(strict=True, ge=0, le=MAX_OFFSET,
+                                     description="Skip this many hits: k=5, offset=5 is the second page "
+                                                 "of five.")] = 0,
+    ) -> Annotated[CallToolResult, SearchResult]:
         """Search the knowledge base: the k best passages (chunks) for the query, best first, each with its
         source, character span (start, end), a snippet of its text, score and confidence (0-1)."""
         with library():
             hits = db.search(query, k, offset=offset, highlight=True, snippet_chars=SNIPPET_CHARS,
                              **search_keywords(scorer, filter))
-        return SearchResult(query=query, hits=[_search_hit(h, i) for i, h in enumerate(hits, offset + 1)])
+        return _compact(SearchResult(query=query, hits=[_search_hit(h, i) for i, h in enumerate(hits, offset + 1)]))
 
     def get_document(
         doc_id: Annotated[int | None, Field(description="The document's id (as in search hits' doc_id).")] = None,
@@ -282,7 +285,7 @@ def build_server(db: ragdb.Database, *, principals: Any = None, allow_writes: bo
         offset: Annotated[int, Field(ge=0, description="First character of the text page.")] = 0,
         max_chars: Annotated[int, Field(ge=1, le=MAX_TEXT_PAGE_CHARS,
                                         description="Longest text page, in characters.")] = TEXT_PAGE_CHARS,
-    ) -> DocumentResult:
+    ) -> Annotated[CallToolResult, DocumentResult]:
         """Read one stored document, by doc_id or by source (give exactly one): its metadata and a page of
         its text (offset, max_chars; next_offset says where the next page starts)."""
         with library():
@@ -290,24 +293,24 @@ def build_server(db: ragdb.Database, *, principals: Any = None, allow_writes: bo
         text = doc.text or ""
         page = text[offset:offset + max_chars]
         end = offset + len(page)
-        return DocumentResult(id=doc.id, source=doc.source, version=doc.version, timestamp=doc.timestamp,
+        return _compact(DocumentResult(id=doc.id, source=doc.source, version=doc.version, timestamp=doc.timestamp,
                               latest=doc.latest, chunks=doc.chunk_count, metadata=dict(doc.metadata),
                               text=page, offset=offset, text_length=len(text),
-                              next_offset=end if end < len(text) else None)
+                              next_offset=end if end < len(text) else None))
 
     def list_sources(
         prefix: Annotated[str, Field(description="Only sources starting with this text (literally).")] = "",
         limit: Annotated[int, Field(ge=1, le=MAX_LIST, description="Most sources in one page.")] = 100,
         offset: Annotated[int, Field(ge=0, description="Sources to skip (for the next page).")] = 0,
-    ) -> SourceList:
+    ) -> Annotated[CallToolResult, SourceList]:
         """List the stored documents (latest versions) ordered by source, a page at a time."""
         pattern = escape_glob(prefix) + "*" if prefix else None
         with library():
             docs = db.documents(pattern, glob=True, limit=limit + 1, offset=offset, principals=who)
         more = len(docs) > limit
-        return SourceList(sources=[SourceEntry(id=d.id, source=d.source, version=d.version, timestamp=d.timestamp,
-                                               chunks=d.chunk_count) for d in docs[:limit]],
-                          next_offset=offset + limit if more else None)
+        entries = [SourceEntry(id=d.id, source=d.source, version=d.version, timestamp=d.timestamp,
+                               chunks=d.chunk_count) for d in docs[:limit]]
+        return _compact(SourceList(sources=entries, next_offset=offset + limit if more else None))
 
     def build_prompt(
         question: Annotated[Query, Field(description="The question to answer from the knowledge base.")],
@@ -320,19 +323,19 @@ def build_server(db: ragdb.Database, *, principals: Any = None, allow_writes: bo
         budget_tokens: Annotated[int | None, Field(ge=1, description="Token budget of the sources.")] = None,
         language: Annotated[Literal["en", "zh"] | None, Field(
             description="Language of the prompt (default: detected from the question).")] = None,
-    ) -> PromptResult:
+    ) -> Annotated[CallToolResult, PromptResult]:
         """Build a grounded prompt for the question: the system and user messages with the evidence as
         numbered, fenced sources and the rules to answer only from them and cite them as [n]. When
         refused is true no evidence passed selection: answer with the refusal sentence instead."""
         with library():
             p = db.build_prompt(question, k=k, min_confidence=min_confidence, budget_tokens=budget_tokens,
                                 language=language, **search_keywords(scorer, filter))
-        return PromptResult(
+        return _compact(PromptResult(
             refused=p.refused, refusal=REFUSAL[p.language], language=p.language, system=p.system, user=p.user,
             messages=p.messages, confidence=p.confidence, min_confidence=p.min_confidence,
             sources=[PromptSource(number=i, source=h.source, doc_id=h.doc_id, chunk_id=h.chunk_id, start=h.start,
                                   end=h.end, score=h.score, confidence=h.confidence)
-                     for i, h in enumerate(p.sources, 1)])
+                     for i, h in enumerate(p.sources, 1)]))
 
     def facets(
         field: Annotated[str, Field(description='A metadata key (e.g. "lang", "year", "tags"), or "source" or '
@@ -344,7 +347,7 @@ def build_server(db: ragdb.Database, *, principals: Any = None, allow_writes: bo
             description='Count matching passages ("chunks"), or documents with a matching passage.')] = "chunks",
         limit: Annotated[int, Field(ge=1, le=MAX_LIST, description="Most values returned, the most frequent "
                                                                    "first.")] = 20,
-    ) -> FacetsResult:
+    ) -> Annotated[CallToolResult, FacetsResult]:
         """Count the values of a metadata field over what matches: which sources, languages, years or tags the
         knowledge base (or a query's matches) holds, and how many passages of each. Exact counts over every
         match this server may read, not only the top hits."""
@@ -353,19 +356,20 @@ def build_server(db: ragdb.Database, *, principals: Any = None, allow_writes: bo
             kw["filter"] = filter
         with library():
             f = db.facets(field, query, by=by, limit=limit, **kw)
-        return FacetsResult.model_validate(facets_json(f))
+        return _compact(FacetsResult.model_validate(facets_json(f)))
 
-    def stats() -> StatsResult:
+    def stats() -> Annotated[CallToolResult, StatsResult]:
         """Statistics of the knowledge base: documents (all, and those this server may read), chunks,
         vocabulary, file size, and whether this server accepts writes."""
         with library():
             if who is ragdb.ALL:
                 s = db.stats()
-                return StatsResult(**stats_json(s), visible_documents=s.documents, writes_allowed=allow_writes)
+                return _compact(StatsResult(**stats_json(s), visible_documents=s.documents,
+                                            writes_allowed=allow_writes))
             visible = db.count(principals=who)
             chunks = db.facets("source", limit=1, principals=who).total  # the chunks it may see
-            return StatsResult(documents=visible, visible_documents=visible, chunks=chunks,
-                               collection=db.collection_name, writes_allowed=allow_writes)
+            return _compact(StatsResult(documents=visible, visible_documents=visible, chunks=chunks,
+                               collection=db.collection_name, writes_allowed=allow_writes))
 
     tools = [Tool.from_function(fn, annotations=read_only)
              for fn in (search, get_document, list_sources, build_prompt, facets, stats)]
@@ -379,7 +383,7 @@ def build_server(db: ragdb.Database, *, principals: Any = None, allow_writes: bo
         metadata: Annotated[dict[str, Any] | None, Field(description="Metadata to store (filterable).")] = None,
         version: Annotated[str | None, Field(description="A version label.")] = None,
         title: Annotated[str | None, Field(description="A title.")] = None,
-    ) -> AddResult:
+    ) -> Annotated[CallToolResult, AddResult]:
         """Add a document to the knowledge base (chunked and indexed at once), or replace the stored document
         with the same source. It is stored with this server's write labels (a server with the full view:
         a replaced document keeps its labels)."""
@@ -388,13 +392,13 @@ def build_server(db: ragdb.Database, *, principals: Any = None, allow_writes: bo
             change = db.add_many([{"text": text, "source": source, "metadata": metadata, "version": version,
                                    "title": title, "acl": acl}]).changes[0]
         d = change.document
-        return AddResult(status=change.status, id=d.id, source=d.source, version=d.version, chunks=d.chunk_count,
-                         previous=change.previous)
+        return _compact(AddResult(status=change.status, id=d.id, source=d.source, version=d.version,
+                                  chunks=d.chunk_count, previous=change.previous))
 
     def delete(
         doc_id: Annotated[int | None, Field(description="Delete this stored document (one version).")] = None,
         source: Annotated[str | None, Field(description="Delete every version of this source.")] = None,
-    ) -> DeleteResult:
+    ) -> Annotated[CallToolResult, DeleteResult]:
         """Delete a document from the knowledge base: by doc_id (one version) or by source (every version);
         give exactly one."""
         if (doc_id is None) == (source is None):
@@ -404,7 +408,7 @@ def build_server(db: ragdb.Database, *, principals: Any = None, allow_writes: bo
             if check_write(db, who, scope, holder="this server", doc_id=doc_id, source=source) is None:
                 raise DocumentNotFound(f"no document with source {source!r}")
             n = db.delete(doc_id) if doc_id is not None else db.delete(source=source)
-        return DeleteResult(deleted=n)
+        return _compact(DeleteResult(deleted=n))
 
     tools.append(Tool.from_function(add_text, annotations=ToolAnnotations(
         read_only_hint=False, destructive_hint=False, open_world_hint=False)))
@@ -438,6 +442,14 @@ def _server(name: str, tools: list[Tool]) -> MCPServer:
 
     return MCPServer(name, instructions=INSTRUCTIONS, version=ragdb.__version__, log_level="WARNING",
                      tools=tools, middleware=[reject_unknown_arguments])
+
+
+def _compact(result: BaseModel) -> CallToolResult:
+    """A tool's result: its structured content, and as text the same JSON without indentation
+    or spaces (the SDK indents it by default, a third more characters for the model to read)."""
+    data = result.model_dump(mode="json")
+    return CallToolResult(content=[TextContent(type="text", text=orjson.dumps(data).decode())],
+                          structured_content=data)
 
 
 def _search_hit(h: ragdb.Hit, rank: int) -> SearchHit:

@@ -8,6 +8,7 @@ what the library returns for the same call.
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import socket
 import subprocess
@@ -515,5 +516,22 @@ def test_query_length_and_k_are_bounded(kb: Path) -> None:
             assert "valid integer" in await _error(s, "build_prompt", {"question": "cats", "k": True})
             assert "valid integer" in await _error(s, "search", {"query": "cats", "offset": True})
             assert (await _call(s, "search", {"query": "cats " * 10}))["hits"]
+
+    _run(main)
+
+
+def test_results_are_compact_json(kb: Path) -> None:
+    """Each tool's text is its structured result as JSON without indentation (what a model reads)."""
+    async def main() -> None:
+        async with _session(kb, "--allow-writes") as s:
+            for tool, args in (("search", {"query": "cats mat"}), ("list_sources", {}), ("stats", {}),
+                               ("get_document", {"source": "docs/cats.md"}), ("facets", {"field": "lang"}),
+                               ("build_prompt", {"question": "where do cats sit?"}),
+                               ("add_text", {"text": "Compact.", "source": "c.md"}), ("delete", {"source": "c.md"})):
+                result = await s.call_tool(tool, args)
+                assert not result.is_error, result.content
+                text = result.content[0].text  # type: ignore[union-attr]
+                assert json.loads(text) == result.structured_content
+                assert text == json.dumps(result.structured_content, ensure_ascii=False, separators=(",", ":"))
 
     _run(main)
