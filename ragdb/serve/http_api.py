@@ -14,8 +14,9 @@
 * ``GET /documents?prefix=&limit=&offset=``: the stored documents (latest
   versions) by source, a page at a time; ``GET /documents/{id}``: one, with its text;
 * ``GET /stats``, ``GET /healthz``;
-* writes, only for a token allowed to write: ``POST /documents`` (text, source,
-  metadata, version, timestamp, title, acl) and ``DELETE /documents/{id}``.
+* writes, only for a token allowed to write, within its write scope: ``POST /documents`` (text,
+  source, metadata, version, timestamp, title, acl), ``POST /documents/batch`` (many in one
+  transaction), ``PATCH /documents/{id}`` (metadata, acl) and ``DELETE /documents/{id}``.
 
 Access: who reads is the caller's bearer token's, never the request's. Tokens
 are ``RAGDB_API_TOKEN`` (an administrator's token: it writes and reads
@@ -82,7 +83,7 @@ from ragdb.errors import (DatabaseBusy, DocumentNotFound, InternalError, Invalid
                           StorageError)
 from ragdb.models.http_client import is_loopback
 from ragdb.serve.access import WriteForbidden, WriteScope, check_write, client_message, scope_for
-from ragdb.serve.shapes import document_json, facets_json, hit_json, stats_json
+from ragdb.serve.shapes import check_distinct_sources, document_json, facets_json, hit_json, stats_json
 from ragdb.answers.prompt import REFUSAL
 from ragdb.files.sync import escape_glob
 
@@ -366,6 +367,8 @@ PROMPT_FIELDS = ("question", "k", "scorer", "filter", "min_confidence", "budget_
 FACETS_FIELDS = ("field", "query", "filter", "since", "until", "by", "limit")
 FACETS_LIMIT = 100  # the default number of values of POST /facets (at most MAX_LIST)
 ADD_FIELDS = ("text", "source", "metadata", "version", "timestamp", "title", "acl")
+UPDATE_FIELDS = ("metadata", "acl")
+MAX_BATCH = 1000  # the most documents of one POST /documents/batch
 
 
 class _Service:
@@ -558,6 +561,48 @@ class _Service:
         return {"status": change.status, "id": d.id, "source": d.source, "version": d.version,
                 "chunks": d.chunk_count, "previous": change.previous}
 
+    def add_batch(self, body: Mapping[str, Any], grant: Grant) -> dict[str, Any]:
+        """Add (or replace) many documents in one transaction: each checked as :meth:`add` checks
+        one, and none written unless every one may be."""
+        _fields(body, ("documents",), required=("documents",))
+        docs = body["documents"]
+        if not isinstance(docs, list) or not 1 <= len(docs) <= MAX_BATCH:
+            raise InvalidInput(f"documents must be a list of 1 to {MAX_BATCH} documents, got {_brief(docs)}")
+        records = []
+        for n, item in enumerate(docs):
+            if not isinstance(item, dict):
+                raise InvalidInput(f"documents[{n}] must be a JSON object, got {_brief(item)}")
+            item = _normalized(item)
+            _fields(item, ADD_FIELDS, required=("text", "source"))
+            if not isinstance(item["source"], str) or not item["source"]:
+                raise InvalidInput(f"documents[{n}]: source must be a non-empty string, got {_brief(item['source'])}")
+            if not isinstance(item.get("metadata", {}), dict):
+                raise InvalidInput(f"documents[{n}]: metadata must be a JSON object")
+            records.append(item)
+        check_distinct_sources(records, "documents")
+        db = self.database
+        with db.transaction():
+            for record in records:
+                check_write(db, self._who(grant), grant.write_scope, holder="this token", source=record["source"],
+                            acl=record.get("acl"), new=True)
+            changes = db.add_many(records).changes
+        return {"documents": [{"status": c.status, "id": c.document.id, "source": c.document.source,
+                               "version": c.document.version, "chunks": c.document.chunk_count,
+                               "previous": c.previous} for c in changes]}
+
+    def update(self, doc_id: int, body: Mapping[str, Any], grant: Grant) -> dict[str, Any]:
+        """Change a document's metadata and/or labels in place (:meth:`ragdb.Database.update`)."""
+        _fields(body, UPDATE_FIELDS, required=())
+        if not body:
+            raise InvalidInput("give metadata and/or acl to change")
+        if not isinstance(body.get("metadata", {}), dict):
+            raise InvalidInput(f"metadata must be a JSON object, got {_brief(body['metadata'])}")
+        db = self.database
+        with db.transaction():
+            check_write(db, self._who(grant), grant.write_scope, holder="this token", doc_id=doc_id,
+                        acl=body.get("acl"))
+            return document_json(db.update(doc_id, metadata=body.get("metadata"), acl=body.get("acl")))
+
     def delete(self, doc_id: int, grant: Grant) -> dict[str, Any]:
         db = self.database
         with db.transaction():
@@ -706,6 +751,14 @@ def create_app(config: ServerConfig, tokens: Mapping[str, Grant] | None = None) 
     async def add(request: Request, grant: Grant) -> Any:
         return await run_in_threadpool(service.add, await _body(request, limit, config.limits.body_timeout), grant)
 
+    async def add_batch(request: Request, grant: Grant) -> Any:
+        return await run_in_threadpool(service.add_batch, await _body(request, limit, config.limits.body_timeout),
+                                       grant)
+
+    async def update(request: Request, grant: Grant) -> Any:
+        body = await _body(request, limit, config.limits.body_timeout)
+        return await run_in_threadpool(service.update, request.path_params["doc_id"], body, grant)
+
     async def delete(request: Request, grant: Grant) -> Any:
         return await run_in_threadpool(service.delete, request.path_params["doc_id"], grant)
 
@@ -748,8 +801,10 @@ def create_app(config: ServerConfig, tokens: Mapping[str, Grant] | None = None) 
         # one route per path, so that a 405's Allow header lists every method of the path
         Route("/documents", by_method(GET=endpoint(list_documents), POST=endpoint(add, write=True, status=201)),
               methods=["GET", "POST"]),
-        Route("/documents/{doc_id:int}", by_method(GET=endpoint(get_document), DELETE=endpoint(delete, write=True)),
-              methods=["GET", "DELETE"]),
+        Route("/documents/batch", endpoint(add_batch, write=True, status=201), methods=["POST"]),
+        Route("/documents/{doc_id:int}", by_method(GET=endpoint(get_document), PATCH=endpoint(update, write=True),
+                                                   DELETE=endpoint(delete, write=True)),
+              methods=["GET", "PATCH", "DELETE"]),
         Route("/stats", endpoint(stats), methods=["GET"]),
         Route("/healthz", healthz, methods=["GET"]),
         Route("/openapi.json", openapi, methods=["GET"]),
@@ -978,6 +1033,11 @@ def openapi_schema(limits: Limits = Limits()) -> dict[str, Any]:
         "AddResult": _obj({"status": {"type": "string", "enum": ["added", "replaced", "unchanged"]},
                            "id": {"type": "integer"}, "source": {"type": "string"}, "version": nullable_str,
                            "chunks": {"type": "integer"}, "previous": {"type": ["integer", "null"]}}),
+        "BatchRequest": _obj({"documents": {"type": "array", "items": _ref("AddRequest"), "minItems": 1,
+                                            "maxItems": MAX_BATCH}}, ["documents"]),
+        "BatchResult": _obj({"documents": {"type": "array", "items": _ref("AddResult")}}),
+        "UpdateRequest": _request({"metadata": any_obj,
+                                   "acl": {"type": "array", "items": {"type": "string", "minLength": 1}}}),
         "DeleteResult": _obj({"deleted": {"type": "integer"}}),
         "Stats": any_obj,
         "Health": _obj({"status": {"type": "string"}, "pid": {"type": "integer"}, "version": {"type": "string"}}),
@@ -1019,7 +1079,11 @@ def openapi_schema(limits: Limits = Limits()) -> dict[str, Any]:
                                  params=paging),
                        "post": op("Add a document, or replace the one with its source", "AddResult", "AddRequest",
                                   status="201", write=True)},
+        "/documents/batch": {"post": op("Add many documents (or replace those with their sources) in one "
+                                        "transaction", "BatchResult", "BatchRequest", status="201", write=True)},
         "/documents/{id}": {"get": op("One document, with its text", "Document", params=[doc_id]),
+                            "patch": op("Change a document's metadata and/or labels in place", "Document",
+                                        "UpdateRequest", params=[doc_id], write=True),
                             "delete": op("Delete one stored document", "DeleteResult", params=[doc_id],
                                          write=True)},
         "/stats": {"get": op("Database statistics", "Stats")},

@@ -254,3 +254,40 @@ def test_a_trickling_body_is_answered_408(url: str) -> None:
         answer = _read_all(sock)
         assert answer.startswith(b"HTTP/1.1 408"), answer
         assert b"not sent within 1 s" in answer
+
+
+# --------------------------------------------------------------------------- batches and updates, within the scope
+
+def test_batch_add_and_update_stay_within_the_scope(tmp_path: Path) -> None:
+    kb = _kb(tmp_path)
+    with ragdb.open(kb) as db:
+        ids = {d.source: d.id for d in db.documents(principals=ragdb.ALL)}
+    with _serve(kb) as url:
+        batch = lambda token, docs: httpx.post(url + "/documents/batch", json={"documents": docs},  # noqa: E731
+                                               headers=_auth(token))
+        patch = lambda token, doc_id, body: httpx.patch(f"{url}/documents/{doc_id}", json=body,  # noqa: E731
+                                                        headers=_auth(token))
+        r = batch(TEAM_A, [{"text": "First team note.", "source": "b/1", "acl": ["team-a"]},
+                           {"text": "Second team note.", "source": "b/2", "acl": ["team-a"]}])
+        assert r.status_code == 201, r.text
+        assert [d["status"] for d in r.json()["documents"]] == ["added", "added"]
+        # one record outside the scope: none of them is written
+        assert "labelled []" in _error(batch(TEAM_A, [{"text": "Third.", "source": "b/3", "acl": ["team-a"]},
+                                                      {"text": "Public.", "source": "b/4"}]), 403)
+        assert "same source" in _error(batch(TEAM_A, [{"text": "x", "source": "b/5", "acl": ["team-a"]},
+                                                      {"text": "y", "source": "b/5", "acl": ["team-a"]}]), 422)
+        assert _error(batch(TEAM_A, []), 422)
+        # updates: its own documents, to labels within its scope
+        got = patch(TEAM_A, ids["team/a.md"], {"metadata": {"reviewed": True}})
+        assert got.status_code == 200 and got.json()["metadata"] == {"reviewed": True}
+        assert _error(patch(TEAM_A, ids["team/a.md"], {"acl": []}), 403)  # would make it public
+        assert _error(patch(TEAM_A, ids["team/a.md"], {"acl": ["team-b"]}), 403)
+        assert _error(patch(TEAM_A, ids["team/ab.md"], {"metadata": {"x": 1}}), 403)
+        assert _error(patch(TEAM_A, ids["team/b.md"], {"metadata": {"x": 1}}), 404) == \
+            _error(patch(TEAM_A, 999999, {"metadata": {"x": 1}}), 404).replace("999999", str(ids["team/b.md"]))
+        assert patch(ADMIN, ids["team/b.md"], {"acl": ["team-a"]}).json()["acl"] == ["team-a"]
+        assert httpx.patch(f"{url}/documents/{ids['team/b.md']}", json={"acl": []}).status_code == 401
+    with ragdb.open(kb) as db:
+        assert {d.source for d in db.documents(principals=ragdb.ALL)} == {s for s, _, _ in DOCS} | {"b/1", "b/2"}
+        assert db.get(source="team/a.md", principals=ragdb.ALL).acl == ("team-a",)
+        assert dict(db.get(source="team/ab.md", principals=ragdb.ALL).metadata) == {}
