@@ -14,19 +14,26 @@
 * ``GET /documents?prefix=&limit=&offset=``: the stored documents (latest
   versions) by source, a page at a time; ``GET /documents/{id}``: one, with its text;
 * ``GET /stats``, ``GET /healthz``;
-* writes, only for a token allowed to write: ``POST /documents`` (text, source,
-  metadata, version, timestamp, title, acl) and ``DELETE /documents/{id}``.
+* writes, only for a token allowed to write, within its write scope: ``POST /documents`` (text,
+  source, metadata, version, timestamp, title, acl), ``POST /documents/batch`` (many in one
+  transaction), ``PATCH /documents/{id}`` (metadata, acl) and ``DELETE /documents/{id}``.
 
 Access: who reads is the caller's bearer token's, never the request's. Tokens
 are ``RAGDB_API_TOKEN`` (an administrator's token: it writes and reads
 everything) and the entries of a tokens file (``--tokens``, JSON or TOML; see
-:func:`load_tokens`), each with its principals and whether it may write. A
-request without a token is anonymous: public chunks only, no writes; a token
-the server does not know is refused (401), never read as anonymous. A body
-field ``principals`` is refused (422).
+:func:`load_tokens`), each with its principals and whether, and what, it may
+write (a write scope, :mod:`ragdb.serve.access`: a token writes only documents
+labelled within its scope, and nothing it cannot read). A request without a token
+is anonymous: public chunks only, no writes; a token the server does not know is
+refused (401), never read as anonymous. A body field ``principals`` is refused
+(422). Only the Host header names in :attr:`ServerConfig.allowed_hosts` are
+answered (400 otherwise: DNS rebinding); CORS is off unless
+:attr:`ServerConfig.cors_origins` names origins. ``/stats`` gives a caller without
+the full view the counts of what it may see only.
 
 Errors are JSON, ``{"error": {"status", "type", "message"}}``, the message
-being the library's :class:`~ragdb.errors.RagdbError` message: 400 (not JSON,
+being the library's :class:`~ragdb.errors.RagdbError` message without the database's
+path or URL nor any other path of the host (:func:`~ragdb.serve.access.client_message`): 400 (not JSON,
 not an object), 401 (no or unknown token where one is needed), 403 (the token
 may not write; writes off), 404 (no such document, or one the caller may not
 see; unknown path), 405, 413 (body over the limit), 422 (invalid input, a
@@ -45,6 +52,7 @@ pool; a :class:`ragdb.Database` serializes its own operations.
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import dataclasses
 import hmac
@@ -56,20 +64,26 @@ from collections.abc import AsyncIterator, Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+import anyio
 import orjson
 import uvicorn
 from starlette.applications import Starlette
 from starlette.concurrency import run_in_threadpool
 from starlette.exceptions import HTTPException
+from starlette.middleware import Middleware
+from starlette.middleware.cors import CORSMiddleware
+from starlette.middleware.trustedhost import TrustedHostMiddleware
 from starlette.requests import ClientDisconnect, Request
 from starlette.responses import Response
 from starlette.routing import Route
+from uvicorn.protocols.http.h11_impl import H11Protocol
 
 import ragdb
 from ragdb.errors import (DatabaseBusy, DocumentNotFound, InternalError, InvalidInput, RagdbError, RemoteError,
                           StorageError)
 from ragdb.models.http_client import is_loopback
-from ragdb.serve.shapes import check_write_target, document_json, facets_json, hit_json, stats_json
+from ragdb.serve.access import WriteForbidden, WriteScope, check_write, client_message, scope_for
+from ragdb.serve.shapes import check_distinct_sources, document_json, facets_json, hit_json, stats_json
 from ragdb.answers.prompt import REFUSAL
 from ragdb.files.sync import escape_glob
 
@@ -85,15 +99,23 @@ CONFIG_ENV = "RAGDB_SERVE_CONFIG"
 #: The shortest token accepted (a guessable token is refused when the server starts).
 MIN_TOKEN_LENGTH = 16
 MAX_LIST = 1000  # the largest page of GET /documents
+MAX_ID = 2 ** 63 - 1  # the largest id or offset (SQLite's and PostgreSQL's 64-bit integers)
 
 
 @dataclasses.dataclass(frozen=True)
 class Grant:
-    """What a token may do: read as ``principals`` (a tuple of labels, or :data:`ragdb.ALL`) and
-    whether it may write."""
+    """What a token may do: read as ``principals`` (a tuple of labels, or :data:`ragdb.ALL`),
+    whether it may write, and what (``scope``; None: :func:`~ragdb.serve.access.scope_for` its
+    principals: the full view writes anything, a token with principals documents labelled with
+    them only)."""
 
     principals: Any = ()
     write: bool = False
+    scope: WriteScope | None = None
+
+    @property
+    def write_scope(self) -> WriteScope:
+        return self.scope if self.scope is not None else scope_for(self.principals)
 
 
 ANONYMOUS = Grant()
@@ -101,11 +123,19 @@ ANONYMOUS = Grant()
 
 @dataclasses.dataclass(frozen=True)
 class Limits:
-    """Request limits: body size (bytes), k of a search or prompt, query length (characters)."""
+    """Request limits: body size (bytes), k of a search or prompt, query length (characters);
+    and of connections: how long a connection may take to send a request's headers (also: how
+    long an idle connection is kept, seconds), to send its body (seconds), how long an idle
+    keep-alive connection is kept after a response (seconds), and how many connections and
+    requests in progress one worker holds at most (past that: 503)."""
 
     max_body_bytes: int = 4 * 1024 * 1024
     max_k: int = 100
     max_query_chars: int = 4000
+    header_timeout: float = 10.0
+    body_timeout: float = 30.0
+    keep_alive: int = 5
+    max_connections: int = 512
 
 
 @dataclasses.dataclass(frozen=True)
@@ -118,6 +148,11 @@ class ServerConfig:
     tokens_file: str | None = None
     limits: Limits = Limits()
     collection: str | None = None  #: the collection served (None: the default one)
+    #: the Host header names answered (others: 400, against DNS rebinding); ``"*"`` among them: any
+    allowed_hosts: tuple[str, ...] = ("127.0.0.1", "localhost", "[::1]")
+    #: the browser origins allowed to read answers (CORS); none by default
+    cors_origins: tuple[str, ...] = ()
+    busy_timeout: float = 30.0  #: how long a write waits for another writer (then 503), seconds
 
     def to_json(self) -> str:
         return orjson.dumps(dataclasses.asdict(self)).decode()
@@ -126,7 +161,28 @@ class ServerConfig:
     def from_json(cls, text: str) -> ServerConfig:
         data = orjson.loads(text)
         return cls(database=data["database"], readonly=data["readonly"], tokens_file=data["tokens_file"],
-                   limits=Limits(**data["limits"]), collection=data.get("collection"))
+                   limits=Limits(**data["limits"]), collection=data.get("collection"),
+                   allowed_hosts=tuple(data["allowed_hosts"]), cors_origins=tuple(data["cors_origins"]),
+                   busy_timeout=data["busy_timeout"])
+
+
+#: The names of the loopback interface a Host header may carry.
+LOOPBACK_HOSTS = ("127.0.0.1", "localhost", "[::1]")
+
+
+def default_allowed_hosts(host: str) -> tuple[str, ...]:
+    """The Host header names a server bound to ``host`` answers by default: the bound address
+    itself (``[...]`` for IPv6) and, for a loopback address, every loopback name; for a wildcard
+    address (0.0.0.0, ::) the loopback names and this machine's host name (add the names clients
+    use with ``--allowed-host``)."""
+    names: list[str] = []
+    if host in ("0.0.0.0", "::", ""):
+        names += [*LOOPBACK_HOSTS, socket.gethostname().lower(), socket.getfqdn().lower()]
+    else:
+        names.append(f"[{host}]" if ":" in host else host.lower())
+        if is_loopback(host):
+            names += LOOPBACK_HOSTS
+    return tuple(dict.fromkeys(names))
 
 
 # --------------------------------------------------------------------------- tokens
@@ -137,9 +193,16 @@ def load_tokens(path: str | os.PathLike[str] | None = None, *,
 
     ``path``: a JSON (``.json``) or TOML (other names) file mapping each token to
     ``{"principals": [labels...], "write": false}`` (``"all": true`` instead of
-    principals: the full view); at least one of principals or all. Example::
+    principals: the full view); at least one of principals or all. ``"write"``:
+    false, true (a token with principals writes documents labelled with them only;
+    one with ``all`` writes anything) or a write scope, ``{"labels": [...],
+    "public": false, "sources": ["prefix/", ...]}``: the labels its documents may
+    carry (among its principals; default: all of them), whether it may write
+    public (unlabelled) ones, and the source prefixes it may write under (default:
+    any). Example::
 
         {"3f9c...a long random token": {"principals": ["team-a"], "write": false},
+         "c2d8...a team's writer":     {"principals": ["team-a"], "write": {"sources": ["team-a/"]}},
          "b71e...another one":       {"all": true, "write": true}}
 
     ``env`` (default ``os.environ``): :data:`TOKEN_ENV`, when set, is one more
@@ -198,17 +261,47 @@ def _grant(entry: Any, where: str) -> Grant:
         raise InvalidInput(f"{where}: unknown key{'s' if len(unknown) > 1 else ''} {', '.join(map(repr, unknown))} "
                            f"(known: principals, all, write)")
     write, full = entry.get("write", False), entry.get("all", False)
-    for name, value in (("write", write), ("all", full)):
-        if not isinstance(value, bool):
-            raise InvalidInput(f"{where}: {name} must be true or false, got {value!r}")
+    if not isinstance(full, bool):
+        raise InvalidInput(f"{where}: all must be true or false, got {full!r}")
+    if not isinstance(write, (bool, Mapping)):
+        raise InvalidInput(f'{where}: write must be true, false or a scope {{"labels": [...], "public": false, '
+                           f'"sources": [...]}}, got {write!r}')
     if full:
         if "principals" in entry:
             raise InvalidInput(f"{where}: all=true already sees everything: drop principals")
-        return Grant(principals=ragdb.ALL, write=write)
-    labels = entry.get("principals")
-    if not isinstance(labels, list) or not labels:
-        raise InvalidInput(f"{where}: principals must be a non-empty list of labels (or all=true), got {labels!r}")
-    return Grant(principals=tuple(labels), write=write)
+        principals: Any = ragdb.ALL
+    else:
+        labels = entry.get("principals")
+        if not isinstance(labels, list) or not labels:
+            raise InvalidInput(f"{where}: principals must be a non-empty list of labels (or all=true), "
+                               f"got {labels!r}")
+        principals = tuple(labels)
+    if isinstance(write, Mapping):
+        return Grant(principals=principals, write=True, scope=_scope(write, principals, where))
+    return Grant(principals=principals, write=write)
+
+
+def _scope(entry: Mapping[str, Any], principals: Any, where: str) -> WriteScope:
+    unknown = sorted(set(entry) - {"labels", "public", "sources"})
+    if unknown:
+        raise InvalidInput(f"{where}: write: unknown key{'s' if len(unknown) > 1 else ''} "
+                           f"{', '.join(map(repr, unknown))} (known: labels, public, sources)")
+    default = scope_for(principals)
+    labels, public, sources = entry.get("labels", default.labels), entry.get("public", False), \
+        entry.get("sources", [])
+    if labels is not ragdb.ALL:
+        if not isinstance(labels, (list, tuple)) or not all(isinstance(a, str) and a for a in labels):
+            raise InvalidInput(f"{where}: write.labels must be a list of labels, got {labels!r}")
+        if principals is not ragdb.ALL and not set(labels) <= set(principals):
+            outside = sorted(set(labels) - set(principals))
+            raise InvalidInput(f"{where}: write.labels {outside} are not among its principals: a token writes "
+                               f"nothing it cannot read")
+        labels = tuple(labels)
+    if not isinstance(public, bool):
+        raise InvalidInput(f"{where}: write.public must be true or false, got {public!r}")
+    if not isinstance(sources, list) or not all(isinstance(p, str) and p for p in sources):
+        raise InvalidInput(f"{where}: write.sources must be a list of source prefixes, got {sources!r}")
+    return WriteScope(labels=labels, public=public, sources=tuple(sources))
 
 
 def _bearer(header: str | None) -> str | None:
@@ -248,6 +341,8 @@ def _error(status: int, kind: str, message: str, headers: Mapping[str, str] | No
 
 
 def _status_of(e: RagdbError) -> int:
+    if isinstance(e, WriteForbidden):
+        return 403
     if isinstance(e, DocumentNotFound):
         return 404
     if isinstance(e, InvalidInput):
@@ -272,6 +367,8 @@ PROMPT_FIELDS = ("question", "k", "scorer", "filter", "min_confidence", "budget_
 FACETS_FIELDS = ("field", "query", "filter", "since", "until", "by", "limit")
 FACETS_LIMIT = 100  # the default number of values of POST /facets (at most MAX_LIST)
 ADD_FIELDS = ("text", "source", "metadata", "version", "timestamp", "title", "acl")
+UPDATE_FIELDS = ("metadata", "acl")
+MAX_BATCH = 1000  # the most documents of one POST /documents/batch
 
 
 class _Service:
@@ -295,7 +392,8 @@ class _Service:
 
     def open(self) -> None:
         self.db = ragdb.open(self.config.database, readonly=self.config.readonly,
-                             create=None if self.config.readonly else False, collection=self.config.collection)
+                             create=None if self.config.readonly else False, collection=self.config.collection,
+                             busy_timeout=self.config.busy_timeout)
 
     def close(self) -> None:
         if self.db is not None:
@@ -354,6 +452,9 @@ class _Service:
     def _check_limits(self, text: Any, what: str, k: Any, offset: Any = 0) -> None:
         if not isinstance(text, str):
             raise InvalidInput(f"{what} must be a string, got {_brief(text)}")
+        for name, value in (("k", k), ("offset", offset)):  # JSON's true is not a number (Python's is)
+            if isinstance(value, bool):
+                raise InvalidInput(f"{name} must be an integer, got {str(value).lower()}")
         if len(text) > self.limits.max_query_chars:
             raise InvalidInput(f"{what} is {len(text):,} characters long, over this server's limit of "
                                f"{self.limits.max_query_chars:,}")
@@ -373,6 +474,8 @@ class _Service:
     def prompt(self, body: Mapping[str, Any], grant: Grant) -> dict[str, Any]:
         _fields(body, PROMPT_FIELDS, required=("question",))
         self._check_limits(body["question"], "question", body.get("k"))
+        if not body["question"].strip():
+            raise InvalidInput("question must not be empty")
         kw = self._search_keywords(body, grant, ("scorer", "filter"))
         p = self.database.build_prompt(body["question"], k=body.get("k"), min_confidence=body.get("min_confidence"),
                                        budget_tokens=body.get("budget_tokens"), language=body.get("language"), **kw)
@@ -414,40 +517,96 @@ class _Service:
         return document_json(self.database.get(doc_id, principals=self._who(grant)))
 
     def stats(self, grant: Grant) -> dict[str, Any]:
+        """The collection's statistics for a token with the full view; for any other caller
+        only what it may see (its documents and chunks): the whole collection's counts would
+        tell how much is hidden, and let it watch hidden writes."""
         db = self.database
-        out: dict[str, Any] = stats_json(db.stats())
-        out["visible_documents"] = db.count(principals=self._who(grant))
+        who = self._who(grant)
+        out: dict[str, Any]
+        if who is ragdb.ALL:
+            out = stats_json(db.stats())
+            out["visible_documents"] = out["documents"]
+        else:
+            visible = db.count(principals=who)
+            chunks = db.facets("source", limit=1, principals=who).total  # the chunks it may see
+            out = {"documents": visible, "chunks": chunks, "collection": self.config.collection or "default",
+                   "visible_documents": visible}
         out["writes_allowed"] = grant.write and not self.config.readonly
         out["version"] = ragdb.__version__
         return out
 
-    def health(self) -> dict[str, Any]:
+    def health(self, grant: Grant) -> dict[str, Any]:
         self.database.count(principals=ragdb.ALL)  # the file is readable
         if self.failure is not None:  # ... but the last request failed where it should not have
             raise _Refused(503, "Unhealthy", f"the database cannot be served: {self.failure}")
-        return {"status": "ok", "pid": os.getpid(), "version": ragdb.__version__}
-
-    def _visible_or_refuse(self, grant: Grant, doc_id: int | None, source: str | None) -> None:
-        check_write_target(self.database, self._who(grant), doc_id, source, "this token")
+        out: dict[str, Any] = {"status": "ok", "version": ragdb.__version__}
+        if grant.principals is ragdb.ALL:  # the administrator's: which worker answered
+            out["pid"] = os.getpid()
+        return out
 
     def add(self, body: Mapping[str, Any], grant: Grant) -> dict[str, Any]:
         _fields(body, ADD_FIELDS, required=("text", "source"))
         source = body["source"]
         if not isinstance(source, str) or not source:
             raise InvalidInput(f"source must be a non-empty string, got {_brief(source)}")
+        if not isinstance(body.get("metadata", {}), dict):
+            raise InvalidInput(f"metadata must be a JSON object, got {_brief(body['metadata'])}")
         record = {name: body[name] for name in ADD_FIELDS if name in body}
         db = self.database
         with db.transaction():
-            self._visible_or_refuse(grant, None, source)
+            check_write(db, self._who(grant), grant.write_scope, holder="this token", source=source,
+                        acl=body.get("acl"), new=True)
             change = db.add_many([record]).changes[0]
         d = change.document
         return {"status": change.status, "id": d.id, "source": d.source, "version": d.version,
                 "chunks": d.chunk_count, "previous": change.previous}
 
+    def add_batch(self, body: Mapping[str, Any], grant: Grant) -> dict[str, Any]:
+        """Add (or replace) many documents in one transaction: each checked as :meth:`add` checks
+        one, and none written unless every one may be."""
+        _fields(body, ("documents",), required=("documents",))
+        docs = body["documents"]
+        if not isinstance(docs, list) or not 1 <= len(docs) <= MAX_BATCH:
+            raise InvalidInput(f"documents must be a list of 1 to {MAX_BATCH} documents, got {_brief(docs)}")
+        records = []
+        for n, item in enumerate(docs):
+            if not isinstance(item, dict):
+                raise InvalidInput(f"documents[{n}] must be a JSON object, got {_brief(item)}")
+            item = _normalized(item)
+            _fields(item, ADD_FIELDS, required=("text", "source"))
+            if not isinstance(item["source"], str) or not item["source"]:
+                raise InvalidInput(f"documents[{n}]: source must be a non-empty string, got {_brief(item['source'])}")
+            if not isinstance(item.get("metadata", {}), dict):
+                raise InvalidInput(f"documents[{n}]: metadata must be a JSON object")
+            records.append(item)
+        check_distinct_sources(records, "documents")
+        db = self.database
+        with db.transaction():
+            for record in records:
+                check_write(db, self._who(grant), grant.write_scope, holder="this token", source=record["source"],
+                            acl=record.get("acl"), new=True)
+            changes = db.add_many(records).changes
+        return {"documents": [{"status": c.status, "id": c.document.id, "source": c.document.source,
+                               "version": c.document.version, "chunks": c.document.chunk_count,
+                               "previous": c.previous} for c in changes]}
+
+    def update(self, doc_id: int, body: Mapping[str, Any], grant: Grant) -> dict[str, Any]:
+        """Change a document's metadata and/or labels in place (:meth:`ragdb.Database.update`)."""
+        _fields(body, UPDATE_FIELDS, required=())
+        if not body:
+            raise InvalidInput("give metadata and/or acl to change")
+        if not isinstance(body.get("metadata", {}), dict):
+            raise InvalidInput(f"metadata must be a JSON object, got {_brief(body['metadata'])}")
+        db = self.database
+        with db.transaction():
+            check_write(db, self._who(grant), grant.write_scope, holder="this token", doc_id=doc_id,
+                        acl=body.get("acl"))
+            return document_json(db.update(doc_id, metadata=body.get("metadata"), acl=body.get("acl")))
+
     def delete(self, doc_id: int, grant: Grant) -> dict[str, Any]:
         db = self.database
         with db.transaction():
-            self._visible_or_refuse(grant, doc_id, None)
+            check_write(db, self._who(grant), grant.write_scope, holder="this token", doc_id=doc_id)
             return {"deleted": db.delete(doc_id)}
 
 
@@ -460,6 +619,22 @@ def glob_prefix(prefix: str) -> str:
 def _brief(value: Any) -> str:
     text = repr(value)
     return text if len(text) <= 80 else text[:77] + "..."
+
+
+INTEGER_FIELDS = frozenset({"k", "offset", "snippet_chars", "budget_tokens", "limit", "fuzzy"})
+
+
+def _normalized(body: Mapping[str, Any]) -> dict[str, Any]:
+    """A request body as the schema reads it: a field given as null is a field not given, and a
+    whole number written as a float (``5.0``, a JSON Schema integer) is that integer."""
+    out = {}
+    for name, value in body.items():
+        if value is None:
+            continue
+        if name in INTEGER_FIELDS and isinstance(value, float) and value.is_integer() and abs(value) < 2 ** 63:
+            value = int(value)
+        out[name] = value
+    return out
 
 
 def _fields(body: Mapping[str, Any], known: Sequence[str], required: Sequence[str]) -> None:
@@ -488,8 +663,17 @@ def _int_param(params: Mapping[str, str], name: str, default: int) -> int:
     return value
 
 
-async def _body(request: Request, limit: int) -> dict[str, Any]:
-    """The request's JSON object, read at most ``limit`` bytes far."""
+async def _body(request: Request, limit: int, timeout: float) -> dict[str, Any]:
+    """The request's JSON object, read at most ``limit`` bytes far, within ``timeout`` seconds
+    (a client trickling its body holds a connection and a task: 408)."""
+    try:
+        with anyio.fail_after(timeout):
+            return await _read_body(request, limit)
+    except TimeoutError:
+        raise _Refused(408, "RequestTimeout", f"the request body was not sent within {timeout:g} s") from None
+
+
+async def _read_body(request: Request, limit: int) -> dict[str, Any]:
     declared = request.headers.get("content-length")
     if declared is not None and declared.isdigit() and int(declared) > limit:
         raise _Refused(413, "PayloadTooLarge", f"request body of {int(declared):,} bytes is over this server's "
@@ -510,7 +694,7 @@ async def _body(request: Request, limit: int) -> dict[str, Any]:
         raise _Refused(400, "BadRequest", f"request body is not JSON: {e}") from None
     if not isinstance(data, dict):
         raise _Refused(400, "BadRequest", f"request body must be a JSON object, got {type(data).__name__}")
-    return data
+    return _normalized(data)
 
 
 def create_app(config: ServerConfig, tokens: Mapping[str, Grant] | None = None) -> Starlette:
@@ -533,9 +717,9 @@ def create_app(config: ServerConfig, tokens: Mapping[str, Grant] | None = None) 
                 service.failure = f"{type(e).__name__} on {request.method} {request.url.path}"
                 if isinstance(e, InternalError):  # a bug's details stay in the log
                     return _error(500, "InternalError", "internal server error")
-                return _error(500, type(e).__name__, " ".join(str(e).split()) or type(e).__name__)
+                return _error(500, type(e).__name__, client_message(e, database=config.database))
             except RagdbError as e:
-                return _error(_status_of(e), type(e).__name__, " ".join(str(e).split()) or type(e).__name__)
+                return _error(_status_of(e), type(e).__name__, client_message(e, database=config.database))
             except Exception:  # a bug: logged, answered without its details
                 log.exception("internal error on %s %s", request.method, request.url.path)
                 service.failure = f"internal error on {request.method} {request.url.path}"
@@ -547,13 +731,13 @@ def create_app(config: ServerConfig, tokens: Mapping[str, Grant] | None = None) 
     limit = config.limits.max_body_bytes
 
     async def search(request: Request, grant: Grant) -> Any:
-        return await run_in_threadpool(service.search, await _body(request, limit), grant)
+        return await run_in_threadpool(service.search, await _body(request, limit, config.limits.body_timeout), grant)
 
     async def prompt(request: Request, grant: Grant) -> Any:
-        return await run_in_threadpool(service.prompt, await _body(request, limit), grant)
+        return await run_in_threadpool(service.prompt, await _body(request, limit, config.limits.body_timeout), grant)
 
     async def facets(request: Request, grant: Grant) -> Any:
-        return await run_in_threadpool(service.facets, await _body(request, limit), grant)
+        return await run_in_threadpool(service.facets, await _body(request, limit, config.limits.body_timeout), grant)
 
     async def list_documents(request: Request, grant: Grant) -> Any:
         return await run_in_threadpool(service.documents, dict(request.query_params), grant)
@@ -565,18 +749,32 @@ def create_app(config: ServerConfig, tokens: Mapping[str, Grant] | None = None) 
         return await run_in_threadpool(service.stats, grant)
 
     async def add(request: Request, grant: Grant) -> Any:
-        return await run_in_threadpool(service.add, await _body(request, limit), grant)
+        return await run_in_threadpool(service.add, await _body(request, limit, config.limits.body_timeout), grant)
+
+    async def add_batch(request: Request, grant: Grant) -> Any:
+        return await run_in_threadpool(service.add_batch, await _body(request, limit, config.limits.body_timeout),
+                                       grant)
+
+    async def update(request: Request, grant: Grant) -> Any:
+        body = await _body(request, limit, config.limits.body_timeout)
+        return await run_in_threadpool(service.update, request.path_params["doc_id"], body, grant)
 
     async def delete(request: Request, grant: Grant) -> Any:
         return await run_in_threadpool(service.delete, request.path_params["doc_id"], grant)
 
+    def by_method(**handlers: Callable[[Request], Any]) -> Callable[[Request], Any]:
+        async def handle(request: Request) -> Response:
+            method = "GET" if request.method == "HEAD" else request.method
+            return await handlers[method](request)  # (the route admits only these methods)
+        return handle
+
     async def healthz(request: Request) -> Response:
         try:
-            return _json(await run_in_threadpool(service.health))
+            return _json(await run_in_threadpool(service.health, service.grant(request)))
         except _Refused as e:
             return _error(e.status, e.kind, e.message)
         except RagdbError as e:
-            return _error(503, type(e).__name__, " ".join(str(e).split()))
+            return _error(503, type(e).__name__, client_message(e, database=config.database))
 
     async def openapi(request: Request) -> Response:
         return _json(openapi_schema(config.limits))
@@ -600,15 +798,24 @@ def create_app(config: ServerConfig, tokens: Mapping[str, Grant] | None = None) 
         Route("/search", endpoint(search), methods=["POST"]),
         Route("/prompt", endpoint(prompt), methods=["POST"]),
         Route("/facets", endpoint(facets), methods=["POST"]),
-        Route("/documents", endpoint(list_documents), methods=["GET"]),
-        Route("/documents", endpoint(add, write=True, status=201), methods=["POST"]),
-        Route("/documents/{doc_id:int}", endpoint(get_document), methods=["GET"]),
-        Route("/documents/{doc_id:int}", endpoint(delete, write=True), methods=["DELETE"]),
+        # one route per path, so that a 405's Allow header lists every method of the path
+        Route("/documents", by_method(GET=endpoint(list_documents), POST=endpoint(add, write=True, status=201)),
+              methods=["GET", "POST"]),
+        Route("/documents/batch", endpoint(add_batch, write=True, status=201), methods=["POST"]),
+        Route("/documents/{doc_id:int}", by_method(GET=endpoint(get_document), PATCH=endpoint(update, write=True),
+                                                   DELETE=endpoint(delete, write=True)),
+              methods=["GET", "PATCH", "DELETE"]),
         Route("/stats", endpoint(stats), methods=["GET"]),
         Route("/healthz", healthz, methods=["GET"]),
         Route("/openapi.json", openapi, methods=["GET"]),
     ]
-    return Starlette(routes=routes, lifespan=lifespan, exception_handlers={HTTPException: http_error})
+    middleware = [Middleware(TrustedHostMiddleware, allowed_hosts=list(config.allowed_hosts), www_redirect=False)]
+    if config.cors_origins:
+        middleware.append(Middleware(CORSMiddleware, allow_origins=list(config.cors_origins),
+                                     allow_methods=["GET", "POST", "DELETE"],
+                                     allow_headers=["Authorization", "Content-Type"]))
+    return Starlette(routes=routes, lifespan=lifespan, middleware=middleware,
+                     exception_handlers={HTTPException: http_error})
 
 
 def app_from_environment() -> Starlette:
@@ -643,6 +850,8 @@ class UvicornConfig(uvicorn.Config):
     client's delayed ACK (uvicorn issue #3149, open as of uvicorn 0.54). Binding
     the socket here, as uvicorn does but with the protocol named, avoids that."""
 
+    header_timeout: float | None = None  #: read by :class:`HeaderTimeoutProtocol`
+
     def bind_socket(self) -> socket.socket:
         if self.uds is not None or self.fd is not None:
             return super().bind_socket()
@@ -658,6 +867,35 @@ class UvicornConfig(uvicorn.Config):
         return sock
 
 
+class HeaderTimeoutProtocol(H11Protocol):
+    """uvicorn's h11 protocol, closing a connection that has not sent a whole request head
+    within the config's ``header_timeout`` seconds of connecting or of its last response.
+
+    uvicorn (0.55) closes an idle keep-alive connection only after a response, and has no
+    timeout on reading a request's headers: a connection that never sends anything, or
+    trickles its headers a byte at a time, stays open forever, and ~1,000 of them exhaust
+    the process's file descriptors. A request whose head has arrived is the app's (its body
+    has ``Limits.body_timeout``)."""
+
+    def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
+        super().connection_made(transport)
+        self._arm_header_timeout()
+
+    def on_response_complete(self) -> None:
+        super().on_response_complete()
+        self._arm_header_timeout()
+
+    def _arm_header_timeout(self) -> None:
+        timeout = getattr(self.config, "header_timeout", None)
+        if timeout and not self.transport.is_closing():
+            self.loop.call_later(timeout, self._header_deadline, self.cycle)
+
+    def _header_deadline(self, cycle: Any) -> None:
+        # no new request head since the timer was set (the cycle is the same one, or none)
+        if self.cycle is cycle and (cycle is None or cycle.response_complete) and not self.transport.is_closing():
+            self.transport.close()
+
+
 def run(config: ServerConfig, *, host: str = "127.0.0.1", port: int = 8000, workers: int = 1,
         access_log: bool = False) -> None:
     """Serve until stopped, with uvicorn: ``workers`` processes, each importing
@@ -668,8 +906,12 @@ def run(config: ServerConfig, *, host: str = "127.0.0.1", port: int = 8000, work
     from uvicorn.supervisors import Multiprocess
 
     os.environ[CONFIG_ENV] = config.to_json()  # inherited by uvicorn's worker processes
+    limits = config.limits
     settings = UvicornConfig("ragdb.serve.http_api:app_from_environment", factory=True, host=host, port=port,
-                             workers=workers, log_level="warning", access_log=access_log, server_header=False)
+                             workers=workers, log_level="warning", access_log=access_log, server_header=False,
+                             http=HeaderTimeoutProtocol, limit_concurrency=limits.max_connections,
+                             timeout_keep_alive=limits.keep_alive)
+    settings.header_timeout = limits.header_timeout
     try:
         if workers > 1:
             Multiprocess(settings, sockets=[settings.bind_socket()]).run()
@@ -683,6 +925,19 @@ def run(config: ServerConfig, *, host: str = "127.0.0.1", port: int = 8000, work
 
 
 # --------------------------------------------------------------------------- the OpenAPI schema
+
+def _request(properties: Mapping[str, Any], required: Sequence[str] = ()) -> dict[str, Any]:
+    """A request body's schema: like :func:`_obj`, each optional field also taking null (not given)."""
+    props: dict[str, Any] = {}
+    for name, schema in properties.items():
+        if name not in required and "type" in schema:
+            types = schema["type"] if isinstance(schema["type"], list) else [schema["type"]]
+            schema = {**schema, "type": [*types, "null"]}
+            if "enum" in schema:
+                schema["enum"] = [*schema["enum"], None]
+        props[name] = schema
+    return _obj(props, required)
+
 
 def _obj(properties: Mapping[str, Any], required: Sequence[str] = ()) -> dict[str, Any]:
     out: dict[str, Any] = {"type": "object", "properties": dict(properties), "additionalProperties": False}
@@ -705,6 +960,10 @@ def openapi_schema(limits: Limits = Limits()) -> dict[str, Any]:
                                              '$exists $not) compares, and $and/$or/$not/$contains stand where keys '
                                              'do (README: Filters).'}
     span = {"type": "array", "items": {"type": "integer"}, "minItems": 2, "maxItems": 2}
+    when = {"type": ["string", "number"], "format": "date-time",
+            "description": "An ISO-8601 date and time (2026-11-01T09:30:00Z; without a zone: UTC), or epoch "
+                           "seconds."}
+    text = {"type": "string", "minLength": 1, "pattern": "\\S"}  # not empty, not only spaces
     hit = _obj({"rank": {"type": "integer"}, "source": {"type": "string"}, "doc_id": {"type": "integer"},
                 "chunk_id": {"type": "integer"}, "version": nullable_str, "timestamp": nullable_str,
                 "start": {"type": "integer"}, "end": {"type": "integer"}, "ordinal": {"type": "integer"},
@@ -721,14 +980,13 @@ def openapi_schema(limits: Limits = Limits()) -> dict[str, Any]:
     error = _obj({"error": _obj({"status": {"type": "integer"}, "type": {"type": "string"},
                                  "message": {"type": "string"}}, ["status", "type", "message"])}, ["error"])
     schemas = {
-        "SearchRequest": _obj({"query": {"type": "string", "maxLength": limits.max_query_chars},
+        "SearchRequest": _request({"query": {"type": "string", "maxLength": limits.max_query_chars},
                                "k": {**k, "default": 5}, "offset": {"type": "integer", "minimum": 0, "default": 0,
                                                                     "description": "Skip this many hits (a later "
                                                                                    "page; offset + k at most "
                                                                                    f"{limits.max_k})."},
                                "scorer": scorer, "filter": filt,
-                               "min_score": {"type": "number"}, "since": {"type": "string"},
-                               "until": {"type": "string"},
+                               "min_score": {"type": "number"}, "since": when, "until": when,
                                "syntax": {"type": "string", "enum": ["query", "plain"], "default": "query",
                                           "description": "query: the query language (\"phrases\", -exclude, "
                                                          "+require, OR, prefix*, word~, field:, ^boost); plain: "
@@ -739,22 +997,22 @@ def openapi_schema(limits: Limits = Limits()) -> dict[str, Any]:
                                "snippet_chars": {"type": "integer", "minimum": 1, "default": 240}}, ["query"]),
         "SearchResult": _obj({"query": {"type": "string"}, "hits": {"type": "array", "items": _ref("Hit")}}),
         "Hit": hit,
-        "PromptRequest": _obj({"question": {"type": "string", "maxLength": limits.max_query_chars},
+        "PromptRequest": _request({"question": {**text, "maxLength": limits.max_query_chars},
                                "k": {**k, "default": 5}, "scorer": scorer, "filter": filt,
                                "min_confidence": {"type": "number", "minimum": 0, "maximum": 1},
-                               "budget_tokens": {"type": "integer", "minimum": 1},
+                               "budget_tokens": {"type": "integer", "minimum": 0},
                                "language": {"type": "string", "enum": ["en", "zh"]}}, ["question"]),
         "Prompt": _obj({"refused": {"type": "boolean"}, "refusal": {"type": "string"}, "language": {"type": "string"},
                         "system": {"type": "string"}, "user": {"type": "string"},
                         "messages": {"type": "array", "items": any_obj},
                         "confidence": {"type": ["number", "null"]}, "min_confidence": {"type": "number"},
                         "sources": {"type": "array", "items": any_obj}}),
-        "FacetsRequest": _obj({"field": {"type": "string", "description": 'A metadata key, or "source" or '
-                                                                           '"version".'},
+        "FacetsRequest": _request({"field": {"type": "string", "minLength": 1,
+                                             "description": 'A metadata key, or "source" or "version".'},
                                "query": {"type": "string", "maxLength": limits.max_query_chars,
                                          "description": "Count only what the query matches (BM25 score above "
                                                         "0); without it, everything the filters keep."},
-                               "filter": filt, "since": {"type": "string"}, "until": {"type": "string"},
+                               "filter": filt, "since": when, "until": when,
                                "by": {"type": "string", "enum": ["chunks", "documents"], "default": "chunks"},
                                "limit": {"type": "integer", "minimum": 1, "maximum": MAX_LIST,
                                          "default": FACETS_LIMIT}}, ["field"]),
@@ -767,13 +1025,19 @@ def openapi_schema(limits: Limits = Limits()) -> dict[str, Any]:
         "Document": document,
         "DocumentList": _obj({"documents": {"type": "array", "items": _ref("Document")},
                               "next_offset": {"type": ["integer", "null"]}}),
-        "AddRequest": _obj({"text": {"type": "string"}, "source": {"type": "string", "minLength": 1},
-                            "metadata": any_obj, "version": {"type": "string"}, "timestamp": {"type": "string"},
-                            "title": {"type": "string"}, "acl": {"type": "array", "items": {"type": "string"}}},
-                           ["text", "source"]),
+        "AddRequest": _request({"text": text, "source": {"type": "string", "minLength": 1},
+                                "metadata": any_obj, "version": {"type": ["string", "number"]}, "timestamp": when,
+                                "title": {"type": "string"},
+                                "acl": {"type": "array", "items": {"type": "string", "minLength": 1}}},
+                               ["text", "source"]),
         "AddResult": _obj({"status": {"type": "string", "enum": ["added", "replaced", "unchanged"]},
                            "id": {"type": "integer"}, "source": {"type": "string"}, "version": nullable_str,
                            "chunks": {"type": "integer"}, "previous": {"type": ["integer", "null"]}}),
+        "BatchRequest": _obj({"documents": {"type": "array", "items": _ref("AddRequest"), "minItems": 1,
+                                            "maxItems": MAX_BATCH}}, ["documents"]),
+        "BatchResult": _obj({"documents": {"type": "array", "items": _ref("AddResult")}}),
+        "UpdateRequest": _request({"metadata": any_obj,
+                                   "acl": {"type": "array", "items": {"type": "string", "minLength": 1}}}),
         "DeleteResult": _obj({"deleted": {"type": "integer"}}),
         "Stats": any_obj,
         "Health": _obj({"status": {"type": "string"}, "pid": {"type": "integer"}, "version": {"type": "string"}}),
@@ -781,8 +1045,11 @@ def openapi_schema(limits: Limits = Limits()) -> dict[str, Any]:
     }
     errors = {str(s): {"description": d, "content": {"application/json": {"schema": _ref("Error")}}}
               for s, d in ((400, "Not JSON, or not a JSON object"), (401, "No or unknown API token"),
-                           (403, "The token may not write"), (404, "No such document (or not visible)"),
-                           (413, f"Body over {limits.max_body_bytes} bytes"), (422, "Invalid input"))}
+                           (403, "The token may not write, or not this document (outside its write scope)"),
+                           (404, "No such document (or not visible)"),
+                           (408, f"Body not sent within {limits.body_timeout:g} s"),
+                           (413, f"Body over {limits.max_body_bytes} bytes"), (422, "Invalid input"),
+                           (503, "The database is busy (another writer)"))}
 
     def op(summary: str, result: str, body: str | None = None, params: Sequence[Any] = (),
            status: str = "200", write: bool = False) -> dict[str, Any]:
@@ -795,12 +1062,14 @@ def openapi_schema(limits: Limits = Limits()) -> dict[str, Any]:
         out["security"] = [{"bearer": []}] if write else [{}, {"bearer": []}]
         return out
 
-    doc_id = {"name": "id", "in": "path", "required": True, "schema": {"type": "integer", "minimum": 1}}
+    doc_id = {"name": "id", "in": "path", "required": True,
+              "schema": {"type": "integer", "minimum": 1, "maximum": MAX_ID}}
     paging = [{"name": "prefix", "in": "query", "schema": {"type": "string"},
                "description": "Only sources starting with this text (literally)."},
               {"name": "limit", "in": "query", "schema": {"type": "integer", "minimum": 1, "maximum": MAX_LIST,
                                                           "default": 100}},
-              {"name": "offset", "in": "query", "schema": {"type": "integer", "minimum": 0, "default": 0}}]
+              {"name": "offset", "in": "query", "schema": {"type": "integer", "minimum": 0, "maximum": MAX_ID,
+                                                           "default": 0}}]
     paths = {
         "/search": {"post": op("The best chunks for a query, best first", "SearchResult", "SearchRequest")},
         "/prompt": {"post": op("A grounded prompt with numbered sources", "Prompt", "PromptRequest")},
@@ -810,7 +1079,11 @@ def openapi_schema(limits: Limits = Limits()) -> dict[str, Any]:
                                  params=paging),
                        "post": op("Add a document, or replace the one with its source", "AddResult", "AddRequest",
                                   status="201", write=True)},
+        "/documents/batch": {"post": op("Add many documents (or replace those with their sources) in one "
+                                        "transaction", "BatchResult", "BatchRequest", status="201", write=True)},
         "/documents/{id}": {"get": op("One document, with its text", "Document", params=[doc_id]),
+                            "patch": op("Change a document's metadata and/or labels in place", "Document",
+                                        "UpdateRequest", params=[doc_id], write=True),
                             "delete": op("Delete one stored document", "DeleteResult", params=[doc_id],
                                          write=True)},
         "/stats": {"get": op("Database statistics", "Stats")},

@@ -35,6 +35,8 @@ import threading
 from collections.abc import Iterator, Mapping, Sequence
 from typing import Annotated, Any, Literal
 
+import orjson
+
 from mcp.server.context import CallNext, HandlerResult, ServerRequestContext
 from mcp.server.mcpserver import MCPServer
 from mcp.server.mcpserver.exceptions import ToolError
@@ -43,9 +45,10 @@ from mcp.types import CallToolResult, TextContent, ToolAnnotations
 from pydantic import BaseModel, Field
 
 import ragdb
-from ragdb.errors import InvalidInput, RagdbError
+from ragdb.errors import DocumentNotFound, InvalidInput, RagdbError
 from ragdb.models.http_client import is_loopback
-from ragdb.serve.shapes import check_write_target, facets_json, stats_json
+from ragdb.serve.access import WriteScope, check_write, client_message, scope_for
+from ragdb.serve.shapes import facets_json, stats_json
 from ragdb.answers.prompt import REFUSAL
 from ragdb.files.sync import escape_glob
 
@@ -59,6 +62,7 @@ MAX_TEXT_PAGE_CHARS = 1_000_000
 MAX_K = 100
 MAX_OFFSET = 900  # a page ranks offset + k hits
 MAX_LIST = 1000
+MAX_QUERY_CHARS = 4000  #: the longest query or question (as ``ragdb serve --max-query``)
 
 INSTRUCTIONS = """\
 A ragdb knowledge base (exact BM25 full-text search over stored documents).
@@ -170,17 +174,18 @@ class FacetsResult(BaseModel):
 
 
 class StatsResult(BaseModel):
-    documents: int = Field(description="Latest documents in the whole collection.")
+    documents: int = Field(description="Latest documents this server may read (with the full view: all).")
     visible_documents: int = Field(description="Latest documents this server may read.")
-    chunks: int
-    vocabulary: int
-    postings: int
-    avg_chunk_length: float
-    stored_documents: int
-    stored_chunks: int
-    pending_chunks: int
-    segments: int
-    file_size: int
+    chunks: int = Field(description="Their chunks.")
+    # the whole collection's, only for a server with the full view (others would learn of hidden writes)
+    vocabulary: int | None = None
+    postings: int | None = None
+    avg_chunk_length: float | None = None
+    stored_documents: int | None = None
+    stored_chunks: int | None = None
+    pending_chunks: int | None = None
+    segments: int | None = None
+    file_size: int | None = None
     collection: str = Field(description="The collection of the database file this server reads.")
     writes_allowed: bool
 
@@ -201,28 +206,49 @@ class DeleteResult(BaseModel):
 # --------------------------------------------------------------------------- the server
 
 def build_server(db: ragdb.Database, *, principals: Any = None, allow_writes: bool = False,
+                 write_labels: Sequence[str] | None = None, max_query_chars: int = MAX_QUERY_CHARS,
                  name: str = "ragdb") -> MCPServer:
     """An SDK ``MCPServer`` serving ``db`` to MCP clients, reading as ``principals``
     (fixed here: None is anonymous, :data:`ragdb.ALL` the full view, else a
-    sequence of access labels). ``allow_writes`` adds ``add_text`` and ``delete``.
-    The tools call ``db`` one at a time (the SDK runs tools in worker threads)."""
+    sequence of access labels). ``allow_writes`` adds ``add_text`` and ``delete``;
+    what ``add_text`` stores carries ``write_labels`` (default: the principals; an
+    anonymous server writes public documents, the full view keeps a replaced
+    document's labels), and a write touches only documents the server may see whose
+    labels lie within those (:mod:`ragdb.serve.access`). ``max_query_chars``: the
+    longest query or question a tool takes. The tools call ``db`` one at a time
+    (the SDK runs tools in worker threads)."""
     if principals is not None and principals is not ragdb.ALL:
         if isinstance(principals, str) or not isinstance(principals, Sequence):
             raise InvalidInput(f"principals must be None, ragdb.ALL or a list of labels, got {principals!r}")
         principals = list(principals)
     db.count(principals=principals)  # a bad label fails here, at start, not at the first call
     who = principals
+    if write_labels is not None:
+        if isinstance(write_labels, str) or not write_labels or not all(isinstance(a, str) and a
+                                                                        for a in write_labels):
+            raise InvalidInput(f"write_labels must be a non-empty list of labels, got {write_labels!r}")
+        if principals is not ragdb.ALL and not set(write_labels) <= set(principals or ()):
+            raise InvalidInput(f"write labels {sorted(set(write_labels) - set(principals or ()))} are not among "
+                               f"the server's principals: it would write what it cannot read")
+        scope = WriteScope(labels=tuple(write_labels), public=False)
+        acl: list[str] | None = list(write_labels)
+    else:
+        scope = scope_for(principals)
+        acl = list(principals) if isinstance(principals, list) else None
     lock = threading.Lock()
     read_only = ToolAnnotations(read_only_hint=True, open_world_hint=False)
+    Query = Annotated[str, Field(max_length=max_query_chars)]
+    K = Annotated[int, Field(strict=True, ge=1, le=MAX_K)]
 
     @contextlib.contextmanager
     def library() -> Iterator[None]:
-        """One database call at a time; a library error becomes the tool error's message."""
+        """One database call at a time; a library error becomes the tool error's message (without
+        the database's path or any other of the host's)."""
         with lock:
             try:
                 yield
             except RagdbError as e:
-                raise ToolError(" ".join(str(e).split()) or type(e).__name__) from None
+                raise ToolError(client_message(e, database=db.path)) from None
 
     def search_keywords(scorer: str, filter: Mapping[str, Any] | None) -> dict[str, Any]:
         kw: dict[str, Any] = {"scorer": scorer, "principals": who}
@@ -237,20 +263,21 @@ def build_server(db: ragdb.Database, *, principals: Any = None, allow_writes: bo
         return kw
 
     def search(
-        query: Annotated[str, Field(description="What to look for, in natural language or keywords.")],
-        k: Annotated[int, Field(ge=1, le=MAX_K, description="How many hits to return.")] = 5,
+        query: Annotated[Query, Field(description="What to look for, in natural language or keywords.")],
+        k: Annotated[K, Field(description="How many hits to return.")] = 5,
         scorer: Annotated[Scorer, Field(description='"bm25" (default, exact lexical), "tfidf", or, on a '
                                                     'database with embeddings, "vector" or "hybrid".')] = "bm25",
         filter: Filter = None,
-        offset: Annotated[int, Field(ge=0, le=MAX_OFFSET, description="Skip this many hits: k=5, offset=5 is "
-                                                                      "the second page of five.")] = 0,
-    ) -> SearchResult:
+        offset: Annotated[int, Field(strict=True, ge=0, le=MAX_OFFSET,
+                                     description="Skip this many hits: k=5, offset=5 is the second page "
+                                                 "of five.")] = 0,
+    ) -> Annotated[CallToolResult, SearchResult]:
         """Search the knowledge base: the k best passages (chunks) for the query, best first, each with its
         source, character span (start, end), a snippet of its text, score and confidence (0-1)."""
         with library():
             hits = db.search(query, k, offset=offset, highlight=True, snippet_chars=SNIPPET_CHARS,
                              **search_keywords(scorer, filter))
-        return SearchResult(query=query, hits=[_search_hit(h, i) for i, h in enumerate(hits, offset + 1)])
+        return _compact(SearchResult(query=query, hits=[_search_hit(h, i) for i, h in enumerate(hits, offset + 1)]))
 
     def get_document(
         doc_id: Annotated[int | None, Field(description="The document's id (as in search hits' doc_id).")] = None,
@@ -258,7 +285,7 @@ def build_server(db: ragdb.Database, *, principals: Any = None, allow_writes: bo
         offset: Annotated[int, Field(ge=0, description="First character of the text page.")] = 0,
         max_chars: Annotated[int, Field(ge=1, le=MAX_TEXT_PAGE_CHARS,
                                         description="Longest text page, in characters.")] = TEXT_PAGE_CHARS,
-    ) -> DocumentResult:
+    ) -> Annotated[CallToolResult, DocumentResult]:
         """Read one stored document, by doc_id or by source (give exactly one): its metadata and a page of
         its text (offset, max_chars; next_offset says where the next page starts)."""
         with library():
@@ -266,28 +293,28 @@ def build_server(db: ragdb.Database, *, principals: Any = None, allow_writes: bo
         text = doc.text or ""
         page = text[offset:offset + max_chars]
         end = offset + len(page)
-        return DocumentResult(id=doc.id, source=doc.source, version=doc.version, timestamp=doc.timestamp,
+        return _compact(DocumentResult(id=doc.id, source=doc.source, version=doc.version, timestamp=doc.timestamp,
                               latest=doc.latest, chunks=doc.chunk_count, metadata=dict(doc.metadata),
                               text=page, offset=offset, text_length=len(text),
-                              next_offset=end if end < len(text) else None)
+                              next_offset=end if end < len(text) else None))
 
     def list_sources(
         prefix: Annotated[str, Field(description="Only sources starting with this text (literally).")] = "",
         limit: Annotated[int, Field(ge=1, le=MAX_LIST, description="Most sources in one page.")] = 100,
         offset: Annotated[int, Field(ge=0, description="Sources to skip (for the next page).")] = 0,
-    ) -> SourceList:
+    ) -> Annotated[CallToolResult, SourceList]:
         """List the stored documents (latest versions) ordered by source, a page at a time."""
         pattern = escape_glob(prefix) + "*" if prefix else None
         with library():
             docs = db.documents(pattern, glob=True, limit=limit + 1, offset=offset, principals=who)
         more = len(docs) > limit
-        return SourceList(sources=[SourceEntry(id=d.id, source=d.source, version=d.version, timestamp=d.timestamp,
-                                               chunks=d.chunk_count) for d in docs[:limit]],
-                          next_offset=offset + limit if more else None)
+        entries = [SourceEntry(id=d.id, source=d.source, version=d.version, timestamp=d.timestamp,
+                               chunks=d.chunk_count) for d in docs[:limit]]
+        return _compact(SourceList(sources=entries, next_offset=offset + limit if more else None))
 
     def build_prompt(
-        question: Annotated[str, Field(description="The question to answer from the knowledge base.")],
-        k: Annotated[int, Field(ge=1, le=MAX_K, description="Hits retrieved before evidence selection.")] = 5,
+        question: Annotated[Query, Field(description="The question to answer from the knowledge base.")],
+        k: Annotated[K, Field(description="Hits retrieved before evidence selection.")] = 5,
         scorer: Annotated[Scorer, Field(description="As in search.")] = "bm25",
         filter: Filter = None,
         min_confidence: Annotated[float | None, Field(
@@ -296,31 +323,31 @@ def build_server(db: ragdb.Database, *, principals: Any = None, allow_writes: bo
         budget_tokens: Annotated[int | None, Field(ge=1, description="Token budget of the sources.")] = None,
         language: Annotated[Literal["en", "zh"] | None, Field(
             description="Language of the prompt (default: detected from the question).")] = None,
-    ) -> PromptResult:
+    ) -> Annotated[CallToolResult, PromptResult]:
         """Build a grounded prompt for the question: the system and user messages with the evidence as
         numbered, fenced sources and the rules to answer only from them and cite them as [n]. When
         refused is true no evidence passed selection: answer with the refusal sentence instead."""
         with library():
             p = db.build_prompt(question, k=k, min_confidence=min_confidence, budget_tokens=budget_tokens,
                                 language=language, **search_keywords(scorer, filter))
-        return PromptResult(
+        return _compact(PromptResult(
             refused=p.refused, refusal=REFUSAL[p.language], language=p.language, system=p.system, user=p.user,
             messages=p.messages, confidence=p.confidence, min_confidence=p.min_confidence,
             sources=[PromptSource(number=i, source=h.source, doc_id=h.doc_id, chunk_id=h.chunk_id, start=h.start,
                                   end=h.end, score=h.score, confidence=h.confidence)
-                     for i, h in enumerate(p.sources, 1)])
+                     for i, h in enumerate(p.sources, 1)]))
 
     def facets(
         field: Annotated[str, Field(description='A metadata key (e.g. "lang", "year", "tags"), or "source" or '
                                                 '"version".')],
-        query: Annotated[str | None, Field(description="Count only the passages this query matches (default: "
+        query: Annotated[Query | None, Field(description="Count only the passages this query matches (default: "
                                                        "every passage the filter keeps).")] = None,
         filter: Filter = None,
         by: Annotated[Literal["chunks", "documents"], Field(
             description='Count matching passages ("chunks"), or documents with a matching passage.')] = "chunks",
         limit: Annotated[int, Field(ge=1, le=MAX_LIST, description="Most values returned, the most frequent "
                                                                    "first.")] = 20,
-    ) -> FacetsResult:
+    ) -> Annotated[CallToolResult, FacetsResult]:
         """Count the values of a metadata field over what matches: which sources, languages, years or tags the
         knowledge base (or a query's matches) holds, and how many passages of each. Exact counts over every
         match this server may read, not only the top hits."""
@@ -329,23 +356,25 @@ def build_server(db: ragdb.Database, *, principals: Any = None, allow_writes: bo
             kw["filter"] = filter
         with library():
             f = db.facets(field, query, by=by, limit=limit, **kw)
-        return FacetsResult.model_validate(facets_json(f))
+        return _compact(FacetsResult.model_validate(facets_json(f)))
 
-    def stats() -> StatsResult:
+    def stats() -> Annotated[CallToolResult, StatsResult]:
         """Statistics of the knowledge base: documents (all, and those this server may read), chunks,
         vocabulary, file size, and whether this server accepts writes."""
         with library():
-            s = db.stats()
+            if who is ragdb.ALL:
+                s = db.stats()
+                return _compact(StatsResult(**stats_json(s), visible_documents=s.documents,
+                                            writes_allowed=allow_writes))
             visible = db.count(principals=who)
-        return StatsResult(**stats_json(s), visible_documents=visible, writes_allowed=allow_writes)
+            chunks = db.facets("source", limit=1, principals=who).total  # the chunks it may see
+            return _compact(StatsResult(documents=visible, visible_documents=visible, chunks=chunks,
+                               collection=db.collection_name, writes_allowed=allow_writes))
 
     tools = [Tool.from_function(fn, annotations=read_only)
              for fn in (search, get_document, list_sources, build_prompt, facets, stats)]
     if not allow_writes:
         return _server(name, tools)
-
-    def visible_or_refuse(doc_id: int | None, source: str | None) -> None:
-        check_write_target(db, who, doc_id, source, "this server")
 
     def add_text(
         text: Annotated[str, Field(description="The document's text.")],
@@ -354,29 +383,32 @@ def build_server(db: ragdb.Database, *, principals: Any = None, allow_writes: bo
         metadata: Annotated[dict[str, Any] | None, Field(description="Metadata to store (filterable).")] = None,
         version: Annotated[str | None, Field(description="A version label.")] = None,
         title: Annotated[str | None, Field(description="A title.")] = None,
-    ) -> AddResult:
+    ) -> Annotated[CallToolResult, AddResult]:
         """Add a document to the knowledge base (chunked and indexed at once), or replace the stored document
-        with the same source. A replaced document keeps its access labels."""
+        with the same source. It is stored with this server's write labels (a server with the full view:
+        a replaced document keeps its labels)."""
         with library(), db.transaction():
-            visible_or_refuse(None, source)
+            check_write(db, who, scope, holder="this server", source=source, acl=acl, new=True)
             change = db.add_many([{"text": text, "source": source, "metadata": metadata, "version": version,
-                                   "title": title}]).changes[0]
+                                   "title": title, "acl": acl}]).changes[0]
         d = change.document
-        return AddResult(status=change.status, id=d.id, source=d.source, version=d.version, chunks=d.chunk_count,
-                         previous=change.previous)
+        return _compact(AddResult(status=change.status, id=d.id, source=d.source, version=d.version,
+                                  chunks=d.chunk_count, previous=change.previous))
 
     def delete(
         doc_id: Annotated[int | None, Field(description="Delete this stored document (one version).")] = None,
         source: Annotated[str | None, Field(description="Delete every version of this source.")] = None,
-    ) -> DeleteResult:
+    ) -> Annotated[CallToolResult, DeleteResult]:
         """Delete a document from the knowledge base: by doc_id (one version) or by source (every version);
         give exactly one."""
         if (doc_id is None) == (source is None):
             raise ToolError("delete: give exactly one of doc_id or source")
         with library(), db.transaction():
-            visible_or_refuse(doc_id, source)
+            # a source this server cannot see answers exactly as one that does not exist
+            if check_write(db, who, scope, holder="this server", doc_id=doc_id, source=source) is None:
+                raise DocumentNotFound(f"no document with source {source!r}")
             n = db.delete(doc_id) if doc_id is not None else db.delete(source=source)
-        return DeleteResult(deleted=n)
+        return _compact(DeleteResult(deleted=n))
 
     tools.append(Tool.from_function(add_text, annotations=ToolAnnotations(
         read_only_hint=False, destructive_hint=False, open_world_hint=False)))
@@ -412,6 +444,14 @@ def _server(name: str, tools: list[Tool]) -> MCPServer:
                      tools=tools, middleware=[reject_unknown_arguments])
 
 
+def _compact(result: BaseModel) -> CallToolResult:
+    """A tool's result: its structured content, and as text the same JSON without indentation
+    or spaces (the SDK indents it by default, a third more characters for the model to read)."""
+    data = result.model_dump(mode="json")
+    return CallToolResult(content=[TextContent(type="text", text=orjson.dumps(data).decode())],
+                          structured_content=data)
+
+
 def _search_hit(h: ragdb.Hit, rank: int) -> SearchHit:
     snip = h.snippet if h.snippet is not None else ragdb.types.Snippet(h.text[:SNIPPET_CHARS], 0,
                                                                       min(len(h.text), SNIPPET_CHARS))
@@ -437,13 +477,15 @@ def parse_http_address(text: str) -> tuple[str, int]:
 
 
 def serve(db: ragdb.Database, *, principals: Any = None, allow_writes: bool = False,
-          http: tuple[str, int] | None = None) -> None:
+          http: tuple[str, int] | None = None, write_labels: Sequence[str] | None = None,
+          max_query_chars: int = MAX_QUERY_CHARS) -> None:
     """Serve ``db`` until the client goes away (stdio) or the process is stopped
     (``http``: the SDK's Streamable HTTP transport on ``(host, port)``, endpoint
     ``/mcp``; on a loopback host the SDK also checks Host/Origin headers against
     DNS rebinding). Binding another host is the caller's decision: the transport
     has no authentication."""
-    server = build_server(db, principals=principals, allow_writes=allow_writes)
+    server = build_server(db, principals=principals, allow_writes=allow_writes, write_labels=write_labels,
+                          max_query_chars=max_query_chars)
     if http is None:
         server.run("stdio")
     else:

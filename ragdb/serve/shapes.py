@@ -9,8 +9,7 @@ names in :data:`HIT_KEYS` / :data:`DOCUMENT_KEYS`; ragdb's fields win over
 document metadata keys of the same name. Also shared by ``ragdb mcp``, ``ragdb
 serve`` and the CLI: :func:`hit_json`, :func:`document_json` and :func:`stats_json` (a hit, a document
 and statistics as JSON, one shape wherever they are shown), :func:`facets_json`
-(facet counts as JSON) and
-:func:`check_write_target` (a write must not touch a document its caller cannot see).
+(facet counts as JSON).
 """
 
 from __future__ import annotations
@@ -18,14 +17,11 @@ from __future__ import annotations
 import dataclasses
 import os
 from collections.abc import Mapping, Sequence
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
-from ragdb.errors import DocumentNotFound, InvalidInput
-from ragdb.options import ALL, AllPrincipals, SearchOptions, check_principals
+from ragdb.errors import InvalidInput
+from ragdb.options import AllPrincipals, SearchOptions, check_principals
 from ragdb.types import Document, Facets, Hit, Stats
-
-if TYPE_CHECKING:
-    from ragdb.database import Database
 
 #: The default number of chunks a retriever returns (LangChain's ``as_retriever`` default).
 DEFAULT_K = 4
@@ -177,24 +173,3 @@ def facets_json(f: Facets) -> dict[str, Any]:
     counted, the totals and the ``(value, count)`` pairs as ``values``, most frequent first."""
     return {"field": f.field, "by": f.by, "total": f.total, "missing": f.missing, "omitted": f.omitted,
             "values": [{"value": v, "count": n} for v, n in f]}
-
-
-def check_write_target(db: Database, principals: Any, doc_id: int | None, source: str | None,
-                       holder: str) -> None:
-    """Inside a write's transaction: refuse (as not found, so its existence is not
-    disclosed) to touch a document the caller (``principals``; ``holder`` names it in the
-    message, "this server", "this token") cannot see. A source nobody holds yet is a new
-    document and may be added."""
-    if principals is ALL:
-        return
-    try:
-        db.get(doc_id, source=source, with_text=False, principals=principals)
-    except DocumentNotFound:
-        if doc_id is not None:
-            raise
-        try:
-            db.get(source=source, with_text=False, principals=ALL)
-        except DocumentNotFound:
-            return
-        raise DocumentNotFound(f"no document with source {source!r} visible to {holder}; "
-                               f"not replacing it") from None

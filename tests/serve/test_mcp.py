@@ -8,6 +8,7 @@ what the library returns for the same call.
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import socket
 import subprocess
@@ -182,8 +183,9 @@ def test_read_tools_list_and_equal_the_library(kb: Path) -> None:
 
                 stats = await _call(s, "stats", {})
                 st = db.stats()
+                # an anonymous server counts what it may read, nothing of the whole collection
                 assert (stats["documents"], stats["chunks"], stats["vocabulary"], stats["postings"]) == \
-                    (st.documents, st.chunks, st.vocabulary, st.postings)
+                    (st.documents - 1, st.chunks - 1, None, None)
                 assert stats["visible_documents"] == db.count() == st.documents - 1
                 assert stats["writes_allowed"] is False
 
@@ -449,5 +451,87 @@ def test_serves_the_collection_it_is_given(kb: Path) -> None:
         async with _session(kb) as session:
             found = await _call(session, "search", {"query": "collections statistics", "k": 5})
             assert [h["source"] for h in found["hits"]] != ["notes/one.md"]
+
+    _run(main)
+
+
+# --------------------------------------------------------------------------- the server's trust model
+
+def test_writes_carry_the_servers_labels_and_stay_within_them(kb: Path) -> None:
+    """``--principal team --allow-writes``: what the agent adds is the team's (not public); it
+    changes nothing labelled beyond the team, nor anything public; a source it cannot see is
+    deleted exactly as one that does not exist."""
+    with ragdb.open(kb) as db:
+        db.add("Shared by team and ops.", source="shared.md", acl=["team", "ops"])
+        db.add("Ops only.", source="ops.md", acl=["ops"])
+
+    async def main() -> None:
+        async with _session(kb, "--allow-writes", "--principal", "team") as s:
+            added = await _call(s, "add_text", {"text": "A team note about ferrets.", "source": "notes/f.md"})
+            assert added["status"] == "added"
+            assert "outside what it writes" in await _error(s, "add_text", {"text": "x", "source": "shared.md"})
+            assert "outside what it writes" in await _error(s, "add_text", {"text": "x", "source": "docs/cats.md"})
+            assert "outside what it writes" in await _error(s, "delete", {"source": "docs/cats.md"})
+            hidden = await _error(s, "delete", {"source": "ops.md"})
+            missing = await _error(s, "delete", {"source": "nothing.md"})
+            assert hidden == missing.replace("nothing.md", "ops.md")
+            stats = await _call(s, "stats", {})
+            with ragdb.open(kb) as db:
+                visible = db.count(principals=["team"])
+            assert stats["documents"] == stats["visible_documents"] == visible
+            assert stats["vocabulary"] is None and stats["file_size"] is None
+        async with _session(kb, "--allow-writes") as s:  # anonymous: public documents only
+            missing = await _error(s, "delete", {"source": "nothing.md"})
+            assert await _error(s, "delete", {"source": "notes/f.md"}) == missing.replace("nothing.md", "notes/f.md")
+        with ragdb.open(kb) as db:
+            assert db.get(source="notes/f.md", principals=ragdb.ALL).acl == ("team",)
+            assert db.count(principals=ragdb.ALL) == len(DOCS) + 4
+            assert db.get(source="shared.md", principals=ragdb.ALL).text == "Shared by team and ops."
+
+    _run(main)
+
+
+def test_write_labels_must_be_among_the_principals(kb: Path, runner: Any) -> None:
+    result = runner.invoke(cli, ["mcp", "-d", str(kb), "--allow-writes", "--principal", "team",
+                                 "--write-label", "ops"])
+    assert result.exit_code == 2 and "not among the server's principals" in result.output
+
+    async def main() -> None:
+        async with _session(kb, "--allow-writes", "--principal", "team", "--principal", "ops",
+                            "--write-label", "ops") as s:
+            await _call(s, "add_text", {"text": "An ops note.", "source": "ops/n.md"})
+        with ragdb.open(kb) as db:
+            assert db.get(source="ops/n.md", principals=ragdb.ALL).acl == ("ops",)
+
+    _run(main)
+
+
+def test_query_length_and_k_are_bounded(kb: Path) -> None:
+    async def main() -> None:
+        async with _session(kb, "--max-query", "50") as s:
+            for tool, arg in (("search", "query"), ("build_prompt", "question"), ("facets", "query")):
+                args = {arg: "cats " * 20, **({"field": "lang"} if tool == "facets" else {})}
+                assert "at most 50 characters" in await _error(s, tool, args)
+            assert "valid integer" in await _error(s, "search", {"query": "cats", "k": True})
+            assert "valid integer" in await _error(s, "build_prompt", {"question": "cats", "k": True})
+            assert "valid integer" in await _error(s, "search", {"query": "cats", "offset": True})
+            assert (await _call(s, "search", {"query": "cats " * 10}))["hits"]
+
+    _run(main)
+
+
+def test_results_are_compact_json(kb: Path) -> None:
+    """Each tool's text is its structured result as JSON without indentation (what a model reads)."""
+    async def main() -> None:
+        async with _session(kb, "--allow-writes") as s:
+            for tool, args in (("search", {"query": "cats mat"}), ("list_sources", {}), ("stats", {}),
+                               ("get_document", {"source": "docs/cats.md"}), ("facets", {"field": "lang"}),
+                               ("build_prompt", {"question": "where do cats sit?"}),
+                               ("add_text", {"text": "Compact.", "source": "c.md"}), ("delete", {"source": "c.md"})):
+                result = await s.call_tool(tool, args)
+                assert not result.is_error, result.content
+                text = result.content[0].text  # type: ignore[union-attr]
+                assert json.loads(text) == result.structured_content
+                assert text == json.dumps(result.structured_content, ensure_ascii=False, separators=(",", ":"))
 
     _run(main)

@@ -30,8 +30,13 @@ from ragdb.errors import InvalidInput
                    "a bare PORT binds 127.0.0.1.")
 @click.option("--allow-remote", is_flag=True,
               help="Let --http bind a host other than loopback (the transport has no authentication).")
+@click.option("--write-label", "write_labels", multiple=True, metavar="LABEL",
+              help="Label what add_text stores with LABEL (repeatable; among the --principal labels). Default: "
+                   "the --principal labels (none: public documents).")
+@click.option("--max-query", "max_query", type=click.IntRange(1), default=4000, show_default=True,
+              metavar="CHARS", help="Longest query or question a tool takes.")
 def mcp_cmd(database: str | None, principals: tuple[str, ...], all_principals: bool, allow_writes: bool,
-            http_address: str | None, allow_remote: bool) -> None:
+            http_address: str | None, allow_remote: bool, write_labels: tuple[str, ...], max_query: int) -> None:
     """Serve the database to MCP clients (assistants, agents) over stdio, or HTTP with --http.
 
     Tools: search, get_document, list_sources, build_prompt, stats (and with
@@ -65,7 +70,11 @@ def mcp_cmd(database: str | None, principals: tuple[str, ...], all_principals: b
         if address is not None:
             host = f"[{address[0]}]" if ":" in address[0] else address[0]
             warn(f"serving MCP (Streamable HTTP) on http://{host}:{address[1]}/mcp")
-        mcp_server.serve(db, principals=who, allow_writes=allow_writes, http=address)
+        try:
+            mcp_server.serve(db, principals=who, allow_writes=allow_writes, http=address,
+                             write_labels=list(write_labels) or None, max_query_chars=max_query)
+        except InvalidInput as e:
+            raise click.UsageError(str(e)) from None
 
 
 # --------------------------------------------------------------------------- serve
@@ -85,9 +94,29 @@ def mcp_cmd(database: str | None, principals: tuple[str, ...], all_principals: b
               help="Largest k of a search or prompt.")
 @click.option("--max-query", "max_query", type=click.IntRange(1), default=4000, show_default=True,
               metavar="CHARS", help="Longest query or question.")
+@click.option("--allowed-host", "allowed_hosts", multiple=True, metavar="NAME",
+              help="A Host header name to answer (repeatable; '*': any). Default: the names of the bound "
+                   "address (127.0.0.1, localhost, [::1] on loopback); other Host headers get 400, "
+                   "against DNS rebinding.")
+@click.option("--cors-origin", "cors_origins", multiple=True, metavar="ORIGIN",
+              help="A browser origin (https://app.example) allowed to call the API (repeatable; '*': any). "
+                   "Default: none (CORS off).")
+@click.option("--busy-timeout", type=click.FloatRange(0, 3600), default=30.0, show_default=True,
+              metavar="SECONDS", help="How long a write waits for another writer before answering 503.")
+@click.option("--header-timeout", type=click.FloatRange(0.1, 3600), default=10.0, show_default=True,
+              metavar="SECONDS", help="Close a connection that has not sent a request's headers within this "
+                                      "(idle or trickling connections).")
+@click.option("--body-timeout", type=click.FloatRange(0.1, 3600), default=30.0, show_default=True,
+              metavar="SECONDS", help="Answer 408 to a request whose body has not arrived within this.")
+@click.option("--keep-alive", type=click.IntRange(1, 3600), default=5, show_default=True, metavar="SECONDS",
+              help="Close an idle keep-alive connection after this.")
+@click.option("--max-connections", type=click.IntRange(1, 100_000), default=512, show_default=True,
+              help="Connections and requests in progress per worker; past that, 503.")
 @click.option("--access-log", is_flag=True, help="Log every request on stderr.")
 def serve_cmd(database: str | None, host: str, port: int, workers: int, tokens_file: str | None,
-              allow_remote: bool, max_body: int, max_k: int, max_query: int, access_log: bool) -> None:
+              allow_remote: bool, max_body: int, max_k: int, max_query: int, allowed_hosts: tuple[str, ...],
+              cors_origins: tuple[str, ...], busy_timeout: float, header_timeout: float, body_timeout: float,
+              keep_alive: int, max_connections: int, access_log: bool) -> None:
     """Serve the database over HTTP (a JSON API; schema at /openapi.json).
 
     Reads (POST /search, POST /prompt, GET /documents, /documents/ID, /stats,
@@ -114,9 +143,19 @@ def serve_cmd(database: str | None, host: str, port: int, workers: int, tokens_f
         raise click.UsageError("ragdb serve needs a database file: each worker opens it (':memory:' would be "
                                "an empty database of its own)")
     open_database(database).close()  # exists, and is a ragdb database
+    for name in allowed_hosts:
+        if not name or any(c.isspace() or c in "/@" for c in name) or ("*" in name and name != "*"
+                                                                        and not name.startswith("*.")):
+            raise click.BadParameter(f"{name!r} is not a host name ('*', 'example.com', '*.example.com')",
+                                     param_hint="--allowed-host")
+    limits = server.Limits(max_body_bytes=max_body, max_k=max_k, max_query_chars=max_query,
+                           header_timeout=header_timeout, body_timeout=body_timeout, keep_alive=keep_alive,
+                           max_connections=max_connections)
     config = server.ServerConfig(database=db_path(database), readonly=readonly, tokens_file=tokens_file,
-                                 collection=current_collection(),
-                                 limits=server.Limits(max_body_bytes=max_body, max_k=max_k, max_query_chars=max_query))
+                                 collection=current_collection(), limits=limits,
+                                 allowed_hosts=tuple(h.lower() for h in allowed_hosts)
+                                 or server.default_allowed_hosts(host),
+                                 cors_origins=cors_origins, busy_timeout=busy_timeout)
     tokens = server.check_config(config)
     writers = sum(1 for g in tokens.values() if g.write)
     shown = f"[{host}]" if ":" in host else host
