@@ -69,7 +69,7 @@ from ragdb.text.analysis import is_blank
 from ragdb.errors import InvalidInput, LoaderError, MissingDependency
 from ragdb.types import LoadedDocument, Span
 
-__all__ = ["SUPPORTED_SUFFIXES", "KINDS", "load_file", "load_bytes", "iter_files", "all_kinds", "plugin_suffixes",
+__all__ = ["SUPPORTED_SUFFIXES", "KINDS", "load_file", "load_read", "load_bytes", "iter_files", "all_kinds", "plugin_suffixes",
            "register_builtins"]
 
 if TYPE_CHECKING:
@@ -106,12 +106,16 @@ _MAX_LEXBOR_NAMES = 5000
 # ============================================================================ public API
 
 
-def load_file(path: str | os.PathLike[str], *, source: str | None = None) -> list[LoadedDocument]:
+def load_file(path: str | os.PathLike[str], *, source: str | None = None,
+              identity: tuple[int, int] | None = None) -> list[LoadedDocument]:
     """Load one file as a list of documents (JSONL gives one per record, other kinds one).
 
     The loader is chosen by suffix (see :data:`SUPPORTED_SUFFIXES`); files
     with another suffix are sniffed (PDF header, HTML doctype) and otherwise
     read as plain text. ``source`` defaults to the path as given.
+    ``identity``: the ``(device, inode)`` a walk saw (:attr:`ragdb.files.walk.Walk.identities`);
+    a file that is not that file any more raises :class:`~ragdb.files.walk.FileChanged`
+    (see :func:`ragdb.files.walk.read_file`: one descriptor, no FIFO blocks, no link followed out).
     Raises :class:`~ragdb.errors.LoaderError` naming ``path`` when the file
     cannot be read or is binary, empty, encrypted or broken.
     """
@@ -119,28 +123,35 @@ def load_file(path: str | os.PathLike[str], *, source: str | None = None) -> lis
     if isinstance(where, bytes):  # pragma: no cover - os.PathLike[bytes]
         where = os.fsdecode(where)
     p = Path(where)
+    if identity is None:
+        try:
+            st = p.stat()
+        except FileNotFoundError:
+            raise LoaderError(f"{where}: no such file") from None
+        except OSError as e:
+            raise LoaderError(f"{where}: cannot read: {e.strerror or e}") from None
+        if stat.S_ISDIR(st.st_mode):
+            raise LoaderError(f"{where}: is a directory, not a file")
+        if not stat.S_ISREG(st.st_mode):
+            raise LoaderError(f"{where}: not a regular file")
     try:
-        st = p.stat()
-    except FileNotFoundError:
-        raise LoaderError(f"{where}: no such file") from None
+        data, st = walk.read_file(where, identity)
     except OSError as e:
         raise LoaderError(f"{where}: cannot read: {e.strerror or e}") from None
-    if stat.S_ISDIR(st.st_mode):
-        raise LoaderError(f"{where}: is a directory, not a file")
-    if not stat.S_ISREG(st.st_mode):
-        raise LoaderError(f"{where}: not a regular file")
-    try:
-        data = p.read_bytes()
-    except OSError as e:
-        raise LoaderError(f"{where}: cannot read: {e.strerror or e}") from None
-    kind = plugins.suffix_kind(p.suffix) or _sniff(data, jsonl=False)
+    return load_read(data, st, where=where, source=where if source is None else source)
+
+
+def load_read(data: bytes, st: os.stat_result, *, where: str, source: str) -> list[LoadedDocument]:
+    """Load the bytes ``data`` of the file ``where`` whose status was ``st`` (as
+    :func:`ragdb.files.walk.read_file` gives them): :func:`load_file` once the file is read."""
+    kind = plugins.suffix_kind(Path(where).suffix) or _sniff(data, jsonl=False)
     base: dict[str, Any] = {
         "path": os.path.abspath(where),
         "content_hash": hashlib.sha256(data).hexdigest(),
         "size": len(data),
         "mtime": _dt.datetime.fromtimestamp(st.st_mtime, _dt.timezone.utc).isoformat(timespec="microseconds"),
     }
-    return _dispatch(data, kind, where=where, source=where if source is None else source, base=base)
+    return _dispatch(data, kind, where=where, source=source, base=base)
 
 
 def load_bytes(data: bytes, *, source: str, kind: str | None = None) -> list[LoadedDocument]:

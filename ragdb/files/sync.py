@@ -145,6 +145,8 @@ class SyncPlan:
     stored: Mapping[str, tuple[str, ...]] = field(default_factory=dict, compare=False, repr=False)
     #: the access labels the sync sets on every document it writes (None: the files' own)
     acl: tuple[str, ...] | None = field(default=None, compare=False, repr=False)
+    #: file path -> (device, inode) the walk saw (:attr:`ragdb.files.walk.Walk.identities`)
+    identities: Mapping[str, tuple[int, int]] = field(default_factory=dict, compare=False, repr=False)
 
     @property
     def has_changes(self) -> bool:
@@ -225,6 +227,8 @@ class Selection:
     items: tuple[tuple[str, str, bool], ...]
     skipped: tuple[Skipped, ...] = ()
     unmatched: tuple[tuple[str, str], ...] = ()
+    #: file path -> (device, inode) the walk saw, for the files of folders
+    identities: Mapping[str, tuple[int, int]] = field(default_factory=dict, compare=False, repr=False)
 
 
 # ----------------------------------------------------------------------------- helpers
@@ -249,13 +253,10 @@ def escape_glob(text: str) -> str:
     return "".join(f"[{c}]" if c in "*?[" else c for c in text)
 
 
-def file_sha256(path: str | os.PathLike[str]) -> str:
-    """SHA-256 of a file's bytes, read in 1 MiB blocks."""
-    h = hashlib.sha256()
-    with open(path, "rb") as fh:
-        for block in iter(lambda: fh.read(1 << 20), b""):
-            h.update(block)
-    return h.hexdigest()
+def file_sha256(path: str | os.PathLike[str], identity: tuple[int, int] | None = None) -> str:
+    """SHA-256 of a file's bytes, read from one descriptor (:func:`ragdb.files.walk.read_file`:
+    with ``identity``, a file swapped since the walk raises :class:`~ragdb.files.walk.FileChanged`)."""
+    return hashlib.sha256(walk.read_file(path, identity)[0]).hexdigest()
 
 
 def _as_epoch(value: Any) -> float | None:
@@ -308,25 +309,28 @@ class _ContentSkip(Exception):
         self.reason = reason
 
 
-def _load(path: str, source: str) -> list[LoadedDocument]:
-    docs = loaders.load_file(path, source=source)
+def _file_documents(path: str, source: str, acl: tuple[str, ...] | None, *, check: bool,
+                    identity: tuple[int, int] | None = None) -> list[LoadedDocument]:
+    """A file's documents: the one named ``source``, or (JSON Lines) ``source#record`` each
+    with ``metadata["sync_file"]``; ``acl`` (when given) on every one. ``check``: refuse
+    binary content and bundles first (:class:`_ContentSkip`), as for a walked file.
+
+    The file is opened once and read from that descriptor; with ``identity`` (what the walk
+    saw) a file swapped since raises :class:`~ragdb.files.walk.FileChanged`."""
+    if identity is None and not os.path.isfile(path):
+        raise LoaderError(f"{path}: not a regular file" if os.path.exists(path) else f"{path}: no such file")
+    data, st = walk.read_file(path, identity)
+    if check:
+        reason = walk.content_reason(data[:1 << 16], os.path.basename(path))
+        if reason is not None:
+            raise _ContentSkip(reason)
+    docs = loaders.load_read(data, st, where=path, source=source)
     if not docs:
         raise LoaderError(f"{path}: no text found")
     for doc in docs:
         _check_loaded(doc, path)
-    return docs
-
-
-def _file_documents(path: str, source: str, acl: tuple[str, ...] | None, *, check: bool) -> list[LoadedDocument]:
-    """A file's documents: the one named ``source``, or (JSON Lines) ``source#record`` each
-    with ``metadata["sync_file"]``; ``acl`` (when given) on every one. ``check``: refuse
-    binary content and bundles first (:class:`_ContentSkip`), as for a walked file."""
-    if check:
-        reason = walk.content_reason(walk.read_head(path), os.path.basename(path))
-        if reason is not None:
-            raise _ContentSkip(reason)
     out = []
-    for doc in _load(path, source):
+    for doc in docs:
         if doc.source != source:
             own = doc.source if doc.source.startswith(source + "#") else f"{source}#{doc.source}"
             doc = dataclasses.replace(doc, source=own, metadata={**doc.metadata, SYNC_FILE: source})
@@ -454,6 +458,7 @@ def plan_sync(db: Database, root: str | os.PathLike[str], *, source_prefix: str 
     failed: list[FileFailure] = []
     skipped: list[Skipped] = list(found.skipped)
     paths: dict[str, str] = {}
+    ids = found.identities
     for source in sorted(files):
         path = files[source]
         meta = stored.get(source)
@@ -462,12 +467,14 @@ def plan_sync(db: Database, root: str | os.PathLike[str], *, source_prefix: str 
                 added.append(source)
                 paths[source] = path
             elif source not in relabel and (_same_stat(meta, os.stat(path))
-                                            or file_sha256(path) == meta.get("content_hash")):
+                                            or file_sha256(path, ids.get(path)) == meta.get("content_hash")):
                 unchanged.append(source)
             else:
                 changed.append(source)
                 paths[source] = path
-        except OSError as e:
+        except walk.FileChanged as e:
+            skipped.append(Skipped(path, e.reason))
+        except (OSError, LoaderError) as e:
             failed.append(FileFailure(source, path, f"{path}: cannot read: {_error_text(e)}"))
         if progress is not None:
             progress(1)
@@ -476,8 +483,10 @@ def plan_sync(db: Database, root: str | os.PathLike[str], *, source_prefix: str 
         ok: set[str] = set()
         for source in added + changed:
             try:
-                _file_documents(paths[source], source, labels, check=True)
+                _file_documents(paths[source], source, labels, check=True, identity=ids.get(paths[source]))
                 ok.add(source)
+            except walk.FileChanged as e:
+                skipped.append(Skipped(paths[source], e.reason))
             except _ContentSkip as e:
                 skipped.append(Skipped(paths[source], e.reason))
             except (RagdbError, OSError) as e:
@@ -488,7 +497,8 @@ def plan_sync(db: Database, root: str | os.PathLike[str], *, source_prefix: str 
                     deleted=tuple(deleted), unchanged=tuple(unchanged),
                     failed=tuple(sorted(failed, key=lambda f: f.source)), skipped=tuple(skipped),
                     unmatched=_unmatched(inc, exc), paths=paths,
-                    stored={k: tuple(v) for k, v in groups.items()}, acl=labels)
+                    stored={k: tuple(v) for k, v in groups.items()}, acl=labels,
+                    identities={p: ids[p] for p in paths.values() if p in ids})
 
 
 def _failure_text(path: str, err: BaseException) -> str:
@@ -520,7 +530,9 @@ def apply_sync(db: Database, plan: SyncPlan, *, strict: bool = False, batch_size
         for source in plan.added + plan.changed:
             path = plan.paths[source]
             try:
-                docs = _file_documents(path, source, plan.acl, check=True)
+                docs = _file_documents(path, source, plan.acl, check=True, identity=plan.identities.get(path))
+            except walk.FileChanged as e:
+                skipped.append(Skipped(path, e.reason))
             except _ContentSkip as e:
                 skipped.append(Skipped(path, e.reason))
             except (RagdbError, OSError) as e:
@@ -598,6 +610,7 @@ def select_paths(inputs: Sequence[str | os.PathLike[str]], *, recursive: bool = 
     inc, exc = _patterns(include, exclude, glob)
     items: list[tuple[str, str, bool]] = []
     skipped: list[Skipped] = []
+    identities: dict[str, tuple[int, int]] = {}
     seen: set[str] = set()
     for item in inputs:
         if not isinstance(item, (str, os.PathLike)):
@@ -611,6 +624,7 @@ def select_paths(inputs: Sequence[str | os.PathLike[str]], *, recursive: bool = 
             found = walk.walk(p, recursive=recursive, include=inc, exclude=exc)
             scope = _scope(p, source_prefix, relative_to)
             skipped.extend(found.skipped)
+            identities.update(found.identities)
             for path, rel in found.files:
                 source = scope + rel
                 if source not in seen:
@@ -623,7 +637,7 @@ def select_paths(inputs: Sequence[str | os.PathLike[str]], *, recursive: bool = 
                 items.append((where, source, True))
         else:
             raise InvalidInput(f"{where}: no such file or folder")
-    return Selection(tuple(items), tuple(skipped), _unmatched(inc, exc))
+    return Selection(tuple(items), tuple(skipped), _unmatched(inc, exc), identities)
 
 
 def expand_paths(inputs: Sequence[str], *, recursive: bool = True, glob: str | None = None,
@@ -694,9 +708,12 @@ def add_paths(db: Database, inputs: Sequence[str | os.PathLike[str]] | Selection
                         docs = [d if d.source == src else dataclasses.replace(d, source=source_prefix + d.source)
                                 for d in docs]
                 else:
-                    docs = _file_documents(path, src, labels, check=not explicit)
+                    docs = _file_documents(path, src, labels, check=not explicit,
+                                           identity=None if explicit else sel.identities.get(path))
                     if any(d.source != src for d in docs):
                         groups[src] = {d.source for d in docs}
+            except walk.FileChanged as e:
+                skipped.append(Skipped(path, e.reason))
             except _ContentSkip as e:
                 skipped.append(Skipped(path, e.reason))
             except (RagdbError, OSError) as e:

@@ -48,6 +48,7 @@ hold is not walked, so a huge ``node_modules`` costs one entry.
 
 from __future__ import annotations
 
+import errno
 import os
 import re
 import stat
@@ -62,13 +63,14 @@ from ragdb.errors import InvalidInput, LoaderError
 from ragdb.storage import held_open
 
 __all__ = ["Skipped", "Walk", "Patterns", "TEXT_SUFFIXES", "TEXT_NAMES", "REASONS", "walk", "file_reason",
-           "content_reason", "looks_binary", "read_head", "expand_braces", "skip_counts", "reason_summary"]
+           "content_reason", "looks_binary", "read_head", "read_file", "FileChanged", "expand_braces",
+           "skip_counts", "reason_summary"]
 
 #: Every skip reason, in the order a summary lists them when counts tie.
 REASONS: tuple[str, ...] = (
     "vcs", "virtualenv", "node_modules", "cache", "build", "hidden", "ignored", "excluded", "not included",
     "lockfile", "minified", "image", "font", "media", "archive", "office", "binary", "unsupported", "not a file",
-    "link outside",
+    "link outside", "vanished", "changed",
 )
 
 #: Suffixes (lower case) of the files a walk picks: documents and markup, source code, config text.
@@ -162,6 +164,9 @@ class Walk:
     files: tuple[tuple[str, str], ...]
     skipped: tuple[Skipped, ...] = ()
     unmatched: tuple[str, ...] = ()
+    #: path -> (device, inode) of each file as the walk saw it (links followed): what
+    #: :func:`read_file` holds the file to when it is read
+    identities: Mapping[str, tuple[int, int]] = field(default_factory=dict, compare=False, repr=False)
 
     @property
     def skip_counts(self) -> dict[str, int]:
@@ -509,6 +514,73 @@ def read_head(path: str | os.PathLike[str], n: int = _BUNDLE_SAMPLE) -> bytes:
         return fh.read(n)
 
 
+class FileChanged(LoaderError):
+    """A walked file that is not the file the walk saw when it is read: gone (``reason``
+    ``"vanished"``), or replaced by a link, a FIFO, a folder or another file (``"changed"``)."""
+
+    def __init__(self, message: str, reason: str) -> None:
+        super().__init__(message)
+        self.reason = reason
+
+
+_O_NOFOLLOW = getattr(os, "O_NOFOLLOW", 0)
+_O_NONBLOCK = getattr(os, "O_NONBLOCK", 0)
+
+
+def read_file(path: str | os.PathLike[str], identity: tuple[int, int] | None = None,
+              *, limit: int | None = None) -> tuple[bytes, os.stat_result]:
+    """A file's bytes (the first ``limit`` when given) and its status, read from one descriptor.
+
+    With ``identity`` (the ``(device, inode)`` a walk recorded, :attr:`Walk.identities`),
+    the file must still be that regular file: it is opened without following a link in its
+    last component (``O_NOFOLLOW``) and without blocking (``O_NONBLOCK``: a FIFO swapped in
+    would otherwise block the open forever), and the descriptor is checked with ``fstat``;
+    a file that is gone or is something else now raises :class:`FileChanged` (issue 32,
+    item 8: a file swapped for a link to a file outside the folder after the walk was read
+    through the link). Without it (a file named explicitly) links are followed, and it must
+    be a regular file. Other failures raise OSError.
+    """
+    where = os.fspath(path)
+    flags = os.O_RDONLY | getattr(os, "O_CLOEXEC", 0) | _O_NONBLOCK | getattr(os, "O_BINARY", 0)
+    if identity is not None:
+        flags |= _O_NOFOLLOW
+    try:
+        try:
+            fd = os.open(where, flags)
+        except OSError as e:
+            if identity is None or e.errno not in (errno.ELOOP, errno.EMLINK):
+                raise
+            # a link: a walk follows links inside its folder; read its target, which the
+            # identity check below holds to the file the walk saw
+            fd = os.open(os.path.realpath(where), flags)
+    except FileNotFoundError:
+        raise FileChanged(f"{where}: vanished after the folder was walked", "vanished") from None
+    except (OSError, RuntimeError) as e:
+        if identity is not None and (isinstance(e, RuntimeError)
+                                     or e.errno in (errno.ELOOP, errno.EMLINK, errno.ENXIO, errno.ENOTDIR)):
+            raise FileChanged(f"{where}: changed after the folder was walked (now a link or not a file)",
+                              "changed") from None
+        raise
+    try:
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode):
+            if identity is not None:
+                raise FileChanged(f"{where}: changed after the folder was walked (no longer a regular file)",
+                                  "changed")
+            raise LoaderError(f"{where}: not a regular file")
+        if identity is not None and (st.st_dev, st.st_ino) != tuple(identity):
+            raise FileChanged(f"{where}: changed after the folder was walked (another file now)", "changed")
+        if _O_NONBLOCK:  # a regular file reads the same either way; back to plain reads
+            os.set_blocking(fd, True)
+        with os.fdopen(fd, "rb", closefd=True) as fh:
+            fd = -1
+            data = fh.read() if limit is None else fh.read(limit)
+        return data, st
+    finally:
+        if fd >= 0:
+            os.close(fd)
+
+
 # ---------------------------------------------------------------------------- the walk
 
 
@@ -560,7 +632,8 @@ def walk(root: str | os.PathLike[str], *, recursive: bool = True, include: Patte
             return Walk(where, (), (Skipped(where, "excluded"),), inc.unmatched())
         if inc and not inc.match(name):
             return Walk(where, (), (Skipped(where, "not included"),), inc.unmatched())
-        return Walk(where, ((where, name),), (), inc.unmatched() + exc.unmatched())
+        return Walk(where, ((where, name),), (), inc.unmatched() + exc.unmatched(),
+                    {where: (st.st_dev, st.st_ino)})
     if not stat.S_ISDIR(st.st_mode):
         return Walk(where, (), (Skipped(where, "not a file"),))
     outer, top_rel = _outer_rules(Path(where), where)
@@ -574,6 +647,7 @@ def walk(root: str | os.PathLike[str], *, recursive: bool = True, include: Patte
     lead = "" if os.path.normpath(where) == os.curdir else where  # "./x" is shown as "x"
     files: list[tuple[str, str]] = []
     skipped: list[Skipped] = []
+    identities: dict[str, tuple[int, int]] = {}
     seen: set[str] = {os.path.realpath(where)}
     stack = [_Frame(iter(_sorted_entries(where)), "", outer + _folder_rules(Path(where), top_rel, where))]
     while stack:
@@ -626,8 +700,14 @@ def walk(root: str | os.PathLike[str], *, recursive: bool = True, include: Patte
         if not is_file:
             skipped.append(Skipped(shown, "not a file"))
             continue
-        if entry.is_symlink() and not _inside(os.path.realpath(entry.path), base_real):
-            skipped.append(Skipped(shown, "link outside", os.path.realpath(entry.path)))
+        try:
+            st = entry.stat()  # follows a link: the identity of the file read
+            real = os.path.realpath(entry.path) if entry.is_symlink() else ""
+        except (OSError, RuntimeError):  # gone (or a link loop) since the folder was listed
+            skipped.append(Skipped(shown, "vanished"))
+            continue
+        if real and not _inside(real, base_real):
+            skipped.append(Skipped(shown, "link outside", real))
             continue
         if _sqlite_file(entry):  # never opened: closing a descriptor of it drops this process's SQLite locks
             skipped.append(Skipped(shown, "binary"))
@@ -655,7 +735,8 @@ def walk(root: str | os.PathLike[str], *, recursive: bool = True, include: Patte
             skipped.append(Skipped(shown, "ignored", detail))
             continue
         files.append((shown, rel))
-    return Walk(where, tuple(files), tuple(skipped), inc.unmatched() + exc.unmatched())
+        identities[shown] = (st.st_dev, st.st_ino)
+    return Walk(where, tuple(files), tuple(skipped), inc.unmatched() + exc.unmatched(), identities)
 
 
 def reason_summary(counts: Mapping[str, int]) -> str:

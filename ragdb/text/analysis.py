@@ -86,6 +86,7 @@ from __future__ import annotations
 import collections
 import os
 import re
+import signal
 import sys
 import time
 import unicodedata
@@ -1098,6 +1099,12 @@ def _unpack_counts(packed: list[tuple[str, bytes, int]]) -> list[PackedCounts]:
 PARENT_POLL = 0.5
 
 
+def _end_worker() -> None:
+    """End this worker process now, from any of its threads (no cleanup is owed to anyone:
+    the process that would read its results is gone)."""
+    os.kill(os.getpid(), signal.SIGKILL)
+
+
 def _watch_parent(parent: int) -> None:
     """End this worker as soon as the process that forked it is gone (issue 32, item 9: the
     workers of a SIGKILLed bulk load lived on forever, holding the database's file open).
@@ -1112,7 +1119,7 @@ def _watch_parent(parent: int) -> None:
     def poll() -> None:
         while os.getppid() == parent:
             time.sleep(PARENT_POLL)
-        os._exit(0)
+        _end_worker()
 
     threading.Thread(target=poll, name="ragdb-parent-watch", daemon=True).start()
 
@@ -1145,7 +1152,7 @@ def _worker_main(conn: Any, config: dict[str, Any], parent: int = 0, inherited: 
             try:
                 msg = conn.recv()
             except (EOFError, OSError):  # the writing process is gone: nobody wants the results
-                os._exit(0)
+                _end_worker()
             tasks.put(msg)
             if msg is None:
                 return

@@ -1004,3 +1004,22 @@ def test_navigation_next_to_a_comment_is_still_navigation(tmp_path: Path) -> Non
                              "The real text of the page.\n\n[Home](/) | [Docs](/docs)\n\n<!-- footer -->\n")
     doc = load_file(tmp_path / "p.md")[0]
     assert doc.text == "# Intro\n\nThe real text of the page."
+
+
+def test_a_files_document_is_dated_by_its_modification_time(tmp_path: Path) -> None:
+    """Issue 30, item 13: the document timestamp of a file was the time it was added."""
+    import ragdb
+
+    p = write(tmp_path / "old.md", "# Old\n\nWritten long ago.\n")
+    os.utime(p, (1_500_000_000, 1_500_000_000))  # 2017-07-14T02:40:00Z
+    j = write(tmp_path / "r.jsonl", '{"text": "dated by itself", "timestamp": "2020-01-01T00:00:00Z"}\n')
+    os.utime(j, (1_500_000_000, 1_500_000_000))
+    with ragdb.open(tmp_path / "kb.db") as db:
+        from ragdb.files import sync
+
+        sync.add_paths(db, [p, j])
+        docs = {d.source.rsplit("/", 1)[-1]: d for d in db.documents()}
+        assert docs["old.md"].timestamp.startswith("2017-07-14T02:40:00")
+        assert "timestamp" not in docs["old.md"].metadata
+        record = next(d for name, d in docs.items() if "jsonl" in name)
+        assert record.timestamp.startswith("2020-01-01")

@@ -51,19 +51,20 @@ def sources(db, pattern=None):
 class Counter:
     """Counts calls of a wrapped function."""
 
-    def __init__(self, fn):
+    def __init__(self, fn, keyword=None):
         self.fn = fn
+        self.keyword = keyword
         self.calls = []
 
     def __call__(self, *args, **kwargs):
-        self.calls.append(args[0] if args else None)
+        self.calls.append(kwargs[self.keyword] if self.keyword else args[0] if args else None)
         return self.fn(*args, **kwargs)
 
 
 def counted(monkeypatch):
-    load = Counter(loaders.load_file)
+    load = Counter(loaders.load_read, "where")  # what load_file does once the file is read
+    monkeypatch.setattr(loaders, "load_read", load)
     digest = Counter(sync.file_sha256)
-    monkeypatch.setattr(loaders, "load_file", load)
     monkeypatch.setattr(sync, "file_sha256", digest)
     return load, digest
 
@@ -272,16 +273,16 @@ def test_failed_changed_file_keeps_the_stored_version(db, folder):
 
 def test_interrupted_sync_rolls_back(db, folder, monkeypatch):
     plan = sync.plan_sync(db, folder)
-    real = loaders.load_file
+    real = loaders.load_read
     calls = []
 
-    def boom(path, *a, **kw):
-        calls.append(path)
+    def boom(*a, **kw):
+        calls.append(kw["where"])
         if len(calls) == 3:
             raise KeyboardInterrupt
-        return real(path, *a, **kw)
+        return real(*a, **kw)
 
-    monkeypatch.setattr(loaders, "load_file", boom)
+    monkeypatch.setattr(loaders, "load_read", boom)
     with pytest.raises(KeyboardInterrupt):
         sync.apply_sync(db, plan, batch_size=1)
     assert db.documents() == [] and db.check() == []
@@ -516,3 +517,125 @@ def test_stdin_without_a_source_never_replaces_other_stdin(db):
     sync.add_paths(db, ["-"], stdin=b"a", source="named")
     again = sync.add_paths(db, ["-"], stdin=b"b", source="named")
     assert again.added == ("named",) and again.replaced == ("named",)
+
+
+# ----------------------------------------------------------------------------- files swapped after the walk
+
+
+def _swap(path, kind, outside):
+    """Replace ``path`` by a link to ``outside``, a FIFO, another file, or nothing."""
+    if kind == "other":  # written beside it, then renamed over it: another inode
+        (path.parent / "new.tmp").write_text("Another file under the same name.\n")
+        os.replace(path.parent / "new.tmp", path)
+        return
+    os.unlink(path)
+    if kind == "link":
+        os.symlink(outside, path)
+    elif kind == "fifo":
+        os.mkfifo(path)
+
+
+@pytest.mark.skipif(not hasattr(os, "mkfifo"), reason="POSIX links and FIFOs")
+@pytest.mark.parametrize("kind, reason", [("link", "changed"), ("fifo", "changed"), ("other", "changed"),
+                                          ("gone", "vanished")])
+def test_a_file_swapped_after_the_walk_is_skipped(db, folder, tmp_path, kind, reason):
+    """Issue 32, item 8: sync read a file swapped for a link to a file outside the folder
+    through the link (the outside text under the inside source), and a FIFO swapped in
+    blocked open() forever inside the write transaction. A file is now read from one
+    descriptor opened without following a link or blocking, held to the walk's inode."""
+    outside = tmp_path / "outside-secret.txt"
+    outside.write_text("Outside words: zanzibar quokka.\n")
+    plan = sync.plan_sync(db, folder)
+    _swap(folder / "beta.txt", kind, outside)
+    report = sync.apply_sync(db, plan)  # returns: no blocked open, no OSError
+    assert [(os.path.basename(s.path), s.reason) for s in report.skipped] == [("beta.txt", reason)]
+    assert "beta.txt" not in report.added and not report.failed
+    assert db.search("zanzibar quokka") == [] and db.search("another file") == []
+    # add_paths of the folder holds its files to the walk the same way
+    sel = sync.select_paths([folder])
+    _swap(folder / "alpha.md", "link", outside)
+    added = sync.add_paths(db, sel)
+    assert ("alpha.md", "changed") in {(os.path.basename(s.path), s.reason) for s in added.skipped}
+    assert db.search("zanzibar quokka") == []
+
+
+@pytest.mark.skipif(not hasattr(os, "mkfifo"), reason="POSIX links and FIFOs")
+def test_read_file_holds_a_file_to_its_identity(tmp_path):
+    from ragdb.files import walk
+
+    f = tmp_path / "f.txt"
+    f.write_text("inside")
+    st = f.stat()
+    identity = (st.st_dev, st.st_ino)
+    assert walk.read_file(f, identity)[0] == b"inside"
+    link = tmp_path / "link.txt"
+    link.symlink_to(f)
+    assert walk.read_file(link, identity)[0] == b"inside"  # a link inside the folder: its walked target
+    other = tmp_path / "other.txt"
+    other.write_text("other")
+    with pytest.raises(walk.FileChanged) as e:
+        walk.read_file(other, identity)
+    assert e.value.reason == "changed"
+    fifo = tmp_path / "fifo"
+    os.mkfifo(fifo)
+    with pytest.raises(walk.FileChanged):
+        walk.read_file(fifo, identity)  # does not block
+    with pytest.raises(LoaderError, match="not a regular file"):
+        walk.read_file(fifo)  # named explicitly: not a file either, and no block
+    with pytest.raises(walk.FileChanged) as e:
+        walk.read_file(tmp_path / "gone.txt", identity)
+    assert e.value.reason == "vanished"
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(not hasattr(os, "mkfifo"), reason="POSIX links and FIFOs")
+def test_syncs_while_a_file_is_swapped_in_a_loop(tmp_path, monkeypatch):
+    """A thread swaps a file between a regular file, a link to a file outside the folder and
+    a FIFO as fast as it can while syncs run (a bounded number): nothing from outside is
+    indexed, no sync hangs or raises (bare OSError included)."""
+    import threading
+
+    root = tmp_path / "shared"
+    for i in range(20):
+        write(root / f"f{i}.md", f"Inside document number {i} about sailing boats.\n")
+    outside = tmp_path / "outside.txt"
+    outside.write_text("Outside words: zanzibar quokka.\n")
+    monkeypatch.chdir(tmp_path)
+    stop = threading.Event()
+    target = root / "f15.md"
+
+    def swapper():
+        n = 0
+        while not stop.is_set():
+            kind = ("link", "fifo", "file")[n % 3]
+            n += 1
+            tmp = root / f".swap{n % 2}"
+            try:
+                if kind == "link":
+                    os.symlink(outside, tmp)
+                elif kind == "fifo":
+                    os.mkfifo(tmp)
+                else:
+                    tmp.write_text(f"Inside document 15, version {n}.\n")
+                os.replace(tmp, target)
+            except OSError:
+                pass
+
+    thread = threading.Thread(target=swapper, daemon=True)
+    thread.start()
+    errors = []
+    try:
+        with ragdb.open(tmp_path / "kb.db") as db:
+            deadline = time.monotonic() + 5
+            runs = 0
+            while runs < 5 or (time.monotonic() < deadline and runs < 200):
+                runs += 1
+                try:
+                    sync.sync_folder(db, "shared")
+                except ragdb.RagdbError as e:  # a clear error is allowed; a bare OSError is not
+                    errors.append(e)
+                assert db.search("zanzibar quokka") == [], f"outside text indexed after {runs} syncs"
+    finally:
+        stop.set()
+        thread.join()
+    assert errors == []
