@@ -1037,6 +1037,12 @@ class _PgDialect(Dialect):
         params.append(float(value))
         return f"at {COMPARE[op]} ?::double precision"
 
+    def pairs_in(self, pairs: Sequence[tuple[str, Sequence[Any]]], params: list[Any]) -> str:
+        rows = [(key, _jsonb(int(v) if isinstance(v, bool) else v)) for key, values in pairs for v in values]
+        params += [[k for k, _ in rows], [v for _, v in rows]]
+        return ("SELECT m.doc_id FROM unnest(?::text[], ?::jsonb[]) AS v (key, value) "
+                "JOIN doc_meta m ON m.key = v.key AND m.value = v.value")
+
 
 POSTGRES = _PgDialect()
 

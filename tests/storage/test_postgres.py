@@ -248,7 +248,11 @@ FILTERS = [None, {"k": "u"}, {"k": 1}, {"k": True}, {"tags": ["u", 2]}, {"m": {"
            {"day": {"$gte": "2024-05-15"}}, {"source": "docs/*"}, {"source": "notes/[x].txt"},
            {"k": {"$exists": False}}, {"$or": [{"k": "v"}, {"m": {"$ne": 2}}]}, {"$contains": "cat"},
            {"version": "2"}, {"timestamp": {"$lt": "2024-06-01"}}, {"k": {"$in": [0, "u", 2.5]}},
-           {"m": {"$not": {"$gt": 0}}}]
+           {"m": {"$not": {"$gt": 0}}},
+           # alternatives grouped into lists (issue 32, item 1): one key, several keys, fields
+           {"$or": [{"k": "u"}, {"k": 1}, {"m": 2.5}, {"tags": "v"}, {"tags": {"$in": [2, True]}}]},
+           {"$or": [{"source": "docs/*"}, {"source": "notes/x.txt"}, {"version": "1"}, {"version": ["2"]}]},
+           {"$and": [{"k": {"$ne": "u"}}, {"m": {"$nin": [1, 2]}}, {"tags": {"$ne": False}}]}]
 PRINCIPALS = [ragdb.ALL, None, ["p"], ["q", "r"]]
 QUERIES = ["retrieval generation", "检索增强", "cat mat evidence", "知识库 vector index", "absent"]
 
