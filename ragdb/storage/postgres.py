@@ -962,6 +962,8 @@ class PgStore(Store):
                     yield row
                 else:  # the number itself: value holds it exactly (num is its numeric form)
                     r = list(row)
+                    if isinstance(r[i_val], int) and not -2 ** 63 <= r[i_val] < 2 ** 63:
+                        r[i_val] = float(r[i_val])  # a float jsonb spells out (1e23), as SQLite holds it
                     r[i_num] = r[i_val]
                     yield tuple(r)
 
