@@ -20,6 +20,8 @@ from __future__ import annotations
 
 import hashlib
 from collections import Counter
+from collections.abc import Sequence
+from decimal import Decimal
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -332,9 +334,9 @@ def _compare_filter_rows(tally: _Tally, docs: list[tuple[int, Any, Any]], meta_r
         if meta is None or labels is None:
             unreadable.add(doc_id)
             continue
-        want_meta.update(meta)
+        want_meta.update(_as_stored(r) for r in meta)
         want_acl.update(labels)
-    have_meta = Counter(tuple(r) for r in meta_rows if r[0] not in unreadable)
+    have_meta = Counter(_as_stored(r) for r in meta_rows if r[0] not in unreadable)
     have_acl = {tuple(r) for r in acl_rows if r[0] not in unreadable}
     for table, lacking, surplus in (("doc_meta", want_meta - have_meta, have_meta - want_meta),
                                     ("doc_acl", Counter(want_acl - have_acl), Counter(have_acl - want_acl))):
@@ -346,11 +348,22 @@ def _compare_filter_rows(tally: _Tally, docs: list[tuple[int, Any, Any]], meta_r
                     entry[1] = _filter_row(min(rows, key=repr))
 
 
+def _as_stored(row: Sequence[Any]) -> tuple[Any, ...]:
+    """A doc_meta row (doc id, key, value, num, at) with its value compared as the JSON
+    number it is written as: a float as the decimal of its shortest repr. PostgreSQL's
+    jsonb keeps 1e23 as the numeric 100000000000000000000000 and gives it back as that
+    int, which is not the float 1e23 (99999999999999991611392) but is the same stored
+    number (issue 32, item 11); SQLite gives the float back."""
+    doc_id, key, value, *rest = row
+    return (doc_id, key, Decimal(repr(value)) if type(value) is float else value, *rest)
+
+
 def _filter_row(row: tuple[Any, ...]) -> str:
     """A filter index row as a problem's example."""
     if len(row) == 2:
         return f"document {row[0]}, label {row[1]!r}"
-    return f"document {row[0]}, {row[1]!r} = {row[2]!r}"
+    value = str(row[2]) if isinstance(row[2], Decimal) else repr(row[2])
+    return f"document {row[0]}, {row[1]!r} = {value}"
 
 
 def _vector_hash_problems(store: Store) -> list[str]:

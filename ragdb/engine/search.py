@@ -29,6 +29,7 @@ from ragdb.index.matching import Compiled, Lookup, Matcher, Unit, compile_query,
 from ragdb.options import ALL, MAX_K, Restrictions, SearchOptions, to_epoch
 from ragdb.query.language import ParsedQuery
 from ragdb.storage import model_mismatch
+from ragdb.text.analysis import MAX_TOKEN_CHARS
 from ragdb.types import Hit, QueryPlan
 from ragdb.index.fusion import empty_pool, minmax_weighted_pools, rrf_pools
 from ragdb.models.embedder import dimensions_of
@@ -46,6 +47,11 @@ CROSS_LINGUAL_MODELS = ("multilingual", "usem3")
 if TYPE_CHECKING:
     from ragdb.models.embedder import Embedder
     from ragdb.engine.state import Engine
+
+#: Unknown terms of a query that get did-you-mean suggestions, and the analyzed terms of
+#: one unknown word whose edits are looked up.
+MAX_SUGGESTED = 32
+_SUGGESTED_TERMS = 8
 
 
 #: How many passage shingles (8 bytes each) a searcher keeps for collapsing copies (then it starts again).
@@ -458,7 +464,7 @@ class Searcher:
             visible_counts = self._visible_counts(mask, list(terms.units))
             unknown += [u.key for u in terms.units
                         if u.field is None and visible_counts.get(u.key, 0) == 0 and u.key not in unknown]
-            suggestions = {t: self._suggest(t, mask) for t in unknown}
+            suggestions = {t: self._suggest(t, mask) for t in unknown[:MAX_SUGGESTED]}
             # every term of the query, in query order; those no visible chunk holds are in ``unknown`` too
             all_terms = tuple(terms.counts) if compiled is None else \
                 tuple(dict.fromkeys([u.key for u in terms.units] + list(compiled.unknown)))
@@ -527,7 +533,14 @@ class Searcher:
         Each is the word as a visible chunk holds it (``environment``), not the index term
         (``environ``, a stem), so a user can type it."""
         index = self.engine.index
-        found = index.lookup_terms([t for t in edits1(term) if t != term])
+        words = [term]
+        if len(term) > MAX_TOKEN_CHARS or term.endswith(("~", "*")):
+            # a prefix or fuzzy word's key, or a raw word: edits of its analyzed terms (each
+            # at most MAX_TOKEN_CHARS), never of the raw text (edits of a 4,000-letter word
+            # are 300,000 strings of 4,000 letters; issue 32, item 2)
+            raw = term[:-1] if term.endswith(("~", "*")) else term
+            words = list(dict.fromkeys(self.engine.analyzer.terms(raw)))[:_SUGGESTED_TERMS]
+        found = index.lookup_terms([t for w in words for t in edits1(w) if t != w])
         counts = self._visible_counts(mask, [Unit(t, (tid,), df) for t, (tid, df) in found.items()])
         ranked = sorted((t for t, c in counts.items() if c > 0), key=lambda t: (-counts[t], t))
         words = [self._surface(t, found[t][0], mask) for t in ranked[:limit]]

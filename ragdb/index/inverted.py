@@ -46,6 +46,8 @@ HIT_CACHE_BYTES = 12 << 20  # hit fields (text, metadata) kept for building hits
 HIT_ENTRY_OVERHEAD = 500    # bytes of one cache entry besides its text (measured: dict, tuple, source)
 _NO_META: dict[str, Any] = {}  # shared by cache entries without metadata; never mutated
 POSTINGS_CACHE_ENTRIES = 300_000  # decoded postings kept between queries (~2 MB; 1M added ~3 MiB of RSS at 100k chunks, no speed)
+LOOKUP_CACHE_TERMS = 200_000  # vocabulary lookups kept until the generation changes
+_LOOKUP_BATCH = 50_000  # terms looked up in the vocabulary at a time
 MAX_SEGMENTS = 16           # segments per term before they are merged
 MERGE_TERM_BATCH = 50_000   # terms outside the tail a flush looks at (counts, merges) at a time
 MERGE_PART_POSTINGS = 1 << 21  # postings merged (read, rewritten) at a time: ~12 MiB of blobs, ~50 MiB of work arrays
@@ -682,21 +684,22 @@ class Index:
         ``vocabulary`` rows change only in writes, which advance the
         generation, so lookups are cached until it changes."""
         cache = self._lookup_cache
-        missing = [t for t in terms if t not in cache]
-        if missing:
-            found = self.store.term_ids(missing)
-            for t in missing:
-                v = found.get(t)
-                cache[t] = None if v is None else (v[0], self.effective_df(v[0], v[1]))
-            if len(cache) > 200_000:
+        known: dict[str, tuple[int, int] | None] = {}
+        missing: list[str] = []
+        for t in dict.fromkeys(terms):
+            if t in cache:
+                known[t] = cache[t]
+            else:
+                missing.append(t)
+        for n in range(0, len(missing), _LOOKUP_BATCH):  # in batches; the answer never waits on the cache
+            part = missing[n:n + _LOOKUP_BATCH]
+            found = self.store.term_ids(part)
+            if len(cache) + len(part) > LOOKUP_CACHE_TERMS:
                 cache.clear()
-                return self.lookup_terms(terms)
-        out = {}
-        for t in terms:
-            v = cache[t]
-            if v is not None:
-                out[t] = v
-        return out
+            for t in part:
+                v = found.get(t)
+                known[t] = cache[t] = None if v is None else (v[0], self.effective_df(v[0], v[1]))
+        return {t: v for t, v in known.items() if v is not None}
 
     def term_postings(self, term_ids: Sequence[int]) -> dict[int, tuple[np.ndarray, np.ndarray]]:
         """term id -> (chunk ids, tfs), segments and tail together (may include deleted chunks).

@@ -157,6 +157,7 @@ def compile_query(parsed: q.ParsedQuery, analyzer: Analyzer, lookup: Lookup, *, 
     unknown: list[str] = []
     phrases = False
     seqs: list[tuple[tuple[str, int], ...]] = []
+    budget = q.MAX_QUERY_EXPANSIONS  # expansion terms left to the query's prefix and fuzzy words
 
     def add_unit(key: str, ids: tuple[int, ...], df: int, weight: float, fld: str | None = None) -> None:
         old = units.get(ids)
@@ -199,11 +200,23 @@ def compile_query(parsed: q.ParsedQuery, analyzer: Analyzer, lookup: Lookup, *, 
         return Terms(groups, ALL, missing=len(groups) < len(names), text_only=False)
 
     def word_terms(word: q.Word, occur: str, boost: float, scored: bool) -> MatchNode | None:
-        if word.prefix or word.fuzzy or fuzzy:
+        nonlocal budget
+        expanding = word.prefix or word.fuzzy or fuzzy
+        if expanding and budget <= 0:
+            dropped.append((f"{word.text}{'*' if word.prefix else '~'}",
+                            f"not expanded: the query's prefix and fuzzy words already took "
+                            f"{q.MAX_QUERY_EXPANSIONS} index terms; searched as written"))
+            expanding = False
+        if expanding:
             expanded = _expand(word, analyzer, lookup, fuzzy or word.fuzzy, dropped)
             if expanded is None:
                 return None
             key, found = expanded
+            if len(found) > budget:
+                dropped.append((key, f"expanded to {budget} of its {len(found)} index terms: the query's "
+                                     f"prefix and fuzzy words take {q.MAX_QUERY_EXPANSIONS} in all"))
+                found = found[:budget]
+            budget -= max(1, len(found))
             if not found:
                 unknown.append(key)
                 expansions[key] = ()

@@ -73,6 +73,10 @@ RANGE_OPS = {"$gt": "gt", "$gte": "ge", "$lt": "lt", "$lte": "le"}
 DOC_FIELDS = ("source", "version", "timestamp")
 #: How deep ``$and``/``$or``/``$not`` may nest.
 MAX_DEPTH = 32
+#: The most conditions (keys and operators, at any level) one filter may hold, and the
+#: most values (the items of its lists, and its other values); docs/limits.md states them.
+MAX_FILTER_CONDITIONS = 100
+MAX_FILTER_VALUES = 10_000
 
 
 @dataclass(frozen=True)
@@ -86,6 +90,8 @@ class Condition:
       with ``op`` one of gt/ge/lt/le (no tests: the key has a value);
     * ``version_set``: the document has a version;
     * ``ts``: ``values`` is ``("in", t, ...)`` or ``(op, t)``, epoch seconds;
+    * ``any_meta``: equality on one of several metadata keys: ``values`` is
+      ``((key, (v, ...)), ...)`` (what an ``$or`` of equalities on different keys becomes);
     * ``contains``: the chunk's text holds ``values[0]``;
     * ``and``, ``or`` (``values``: conditions; none: true, false) and ``not``;
     * ``since``, ``until``, ``as_of``, ``principals``: the restrictions.
@@ -200,6 +206,127 @@ def _all(conds: Sequence[Condition]) -> Condition:
     return conds[0] if len(conds) == 1 else Condition("and", None, tuple(conds))
 
 
+# An ``$or`` of N equalities would be N subqueries, each probed for every document
+# (seconds at a few thousand); equalities on the same field are one list of values, and
+# equalities on different metadata keys one ``any_meta`` (one subquery over (key, value)
+# pairs), so the SQL grows with the filter's size, not with its size times the documents.
+def _group(c: Condition) -> str | None:
+    """Which equalities ``c`` merges with under OR (their values united), None: none."""
+    if c.kind in ("meta", "tags", "any_meta") or (c.kind == "value" and len(c.values) == 1
+                                                  and c.values[0][0] == "in"):
+        return "meta"
+    if c.kind in ("source", "source_glob"):
+        return "source"
+    if c.kind == "version":
+        return "version"
+    if c.kind == "ts" and c.values[0] == "in":
+        return "ts"
+    return None
+
+
+def _meta_pairs(c: Condition) -> list[tuple[str, tuple[Any, ...]]]:
+    """(key, values) of a condition of the "meta" group."""
+    if c.kind == "any_meta":
+        return list(c.values)
+    if c.kind == "value":
+        return [(str(c.key), c.values[0][1])]
+    return [("tags" if c.kind == "tags" else str(c.key), c.values)]
+
+
+def _union(values: Sequence[tuple[Any, ...]]) -> tuple[Any, ...]:
+    return tuple(sorted({v for vals in values for v in vals}, key=repr))
+
+
+def _any(parts: Sequence[Condition]) -> Condition:
+    """The OR of ``parts``: nested ORs flattened, equalities on one field merged."""
+    flat: list[Condition] = []
+    for p in parts:
+        if p == TRUE:
+            return TRUE
+        flat.extend(p.values if p.kind == "or" else (p,))
+    groups: dict[str, list[Condition]] = {}
+    rest: list[Condition] = []
+    for c in flat:
+        g = _group(c)
+        if g is None:
+            rest.append(c)
+        else:
+            groups.setdefault(g, []).append(c)
+    out: list[Condition] = []
+    for g, conds in groups.items():
+        if len(conds) == 1:
+            out.append(conds[0])
+        elif g == "meta":
+            by_key: dict[str, list[tuple[Any, ...]]] = {}
+            for c in conds:
+                for key, vals in _meta_pairs(c):
+                    by_key.setdefault(key, []).append(vals)
+            pairs = [(k, u) for k, u in ((k, _union(v)) for k, v in sorted(by_key.items())) if u]
+            if len(pairs) == 1:
+                key, vals = pairs[0]
+                out.append(Condition("tags", None, vals) if key == "tags" else Condition("meta", key, vals))
+            elif pairs:
+                out.append(Condition("any_meta", None, tuple(pairs)))
+        elif g == "source":
+            kind = "source_glob" if any(c.kind == "source_glob" for c in conds) else "source"
+            out.append(Condition(kind, None, _union([c.values for c in conds])))
+        elif g == "version":
+            out.append(Condition("version", None, _union([c.values for c in conds])))
+        else:  # ts
+            out.append(Condition("ts", None, ("in", *sorted({t for c in conds for t in c.values[1:]}))))
+    out += rest
+    if not out:
+        return FALSE
+    return out[0] if len(out) == 1 else Condition("or", None, tuple(out))
+
+
+def _every(parts: Sequence[Condition]) -> Condition:
+    """The AND of ``parts``: nested ANDs flattened, negated equalities on one field merged
+    (NOT a AND NOT b is NOT (a OR b))."""
+    flat: list[Condition] = []
+    for p in parts:
+        if p == FALSE:
+            return FALSE
+        flat.extend(p.values if p.kind == "and" else (p,))
+    negated = [c.values[0] for c in flat if c.kind == "not" and _group(c.values[0]) is not None]
+    if len(negated) > 1:
+        flat = [c for c in flat if not (c.kind == "not" and _group(c.values[0]) is not None)]
+        flat.append(_not(_any(negated)))
+    flat = [c for c in flat if c != TRUE]
+    if FALSE in flat:
+        return FALSE
+    return _all(flat) if flat else TRUE
+
+
+def _check_size(filter: Any) -> None:
+    """InvalidInput when ``filter`` holds more than :data:`MAX_FILTER_CONDITIONS` conditions
+    (a key or operator holding a value or a list of values: ``{"year": {"$gte": 2020,
+    "$lt": 2024}}`` is two, ``$and``/``$or``/``$not`` themselves none) or more than
+    :data:`MAX_FILTER_VALUES` values (each item of a list of values counts); checked
+    before the filter is parsed, without recursion (a filter nested past
+    :data:`MAX_DEPTH`, or holding itself, is refused too)."""
+    conditions = values = nodes = 0
+    stack = [filter]
+    while stack:
+        x = stack.pop()
+        nodes += 1
+        if isinstance(x, Mapping):
+            for v in x.values():
+                if isinstance(v, Mapping) or (isinstance(v, (list, tuple)) and v and all(isinstance(i, Mapping) for i in v)):
+                    stack.append(v)  # operators of a key, $not's filter, the filters of $and / $or
+                    continue
+                conditions += 1
+                values += len(v) if isinstance(v, (list, tuple, set, frozenset)) else 1
+        elif isinstance(x, (list, tuple)):
+            stack.extend(x)
+        if conditions > MAX_FILTER_CONDITIONS or nodes > MAX_FILTER_CONDITIONS * (MAX_DEPTH + 1):
+            raise InvalidInput(f"filter: more than {MAX_FILTER_CONDITIONS:,} conditions (a key or operator with "
+                               f"its value); alternatives of one key are shorter as {{key: {{'$in': [...]}}}}",
+                               param="filter")
+        if values > MAX_FILTER_VALUES:
+            raise InvalidInput(f"filter: more than {MAX_FILTER_VALUES:,} values", param="filter")
+
+
 def _equal(name: str, vals: tuple[Scalar, ...]) -> Condition:
     """Equality with any of ``vals`` (none: false) on a key: the plain form's conditions."""
     if not vals:
@@ -280,7 +407,7 @@ def _key_ops(name: str, ops: Mapping[Any, Any], depth: int) -> Condition:
                 tests.append((kind, rel, x))
     if tests:
         conds.append(Condition("value", name, tuple(sorted(tests, key=repr))))
-    return _all(conds)
+    return _every(conds)
 
 
 def _deeper(depth: int) -> int:
@@ -312,10 +439,10 @@ def _logical(op: str, operand: Any, depth: int) -> Condition:
     if op in ("$and", "$or"):
         if not isinstance(operand, (list, tuple)) or not operand:
             raise InvalidInput(f"filter: {op} takes a non-empty list of filters, got {operand!r}")
-        parts = [_all(_conjunction(f, _deeper(depth), f"filter: each item of {op}") or [TRUE]) for f in operand]
-        return Condition(op[1:], None, tuple(parts)) if len(parts) > 1 else parts[0]
+        parts = [_every(_conjunction(f, _deeper(depth), f"filter: each item of {op}")) for f in operand]
+        return _every(parts) if op == "$and" else _any(parts)
     if op == "$not":
-        return _not(_all(_conjunction(operand, _deeper(depth), "filter: $not") or [TRUE]))
+        return _not(_every(_conjunction(operand, _deeper(depth), "filter: $not")))
     if op == "$contains":
         if not isinstance(operand, str) or not operand:
             raise InvalidInput(f"filter: $contains takes a non-empty string (a substring of the chunk's text), "
@@ -356,7 +483,9 @@ def build(filter: Mapping[str, Any] | None = None, *, since: Any = None, until: 
         raise InvalidInput(f"versions must be 'latest' or 'all', got {versions!r}")
     conds: list[Condition] = []
     if filter is not None:
-        conds += [c for c in _conjunction(filter) if c != TRUE]
+        _check_size(filter)
+        whole = _every(_conjunction(filter))
+        conds += [] if whole == TRUE else list(whole.values) if whole.kind == "and" else [whole]
     if since is not None:
         conds.append(Condition("since", None, (to_epoch(since, "since"),)))
     if until is not None:

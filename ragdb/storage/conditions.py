@@ -20,7 +20,7 @@ from typing import Any
 __all__ = ["COMPARE", "DOC_SETS", "Dialect", "SQLITE", "balanced", "condition_sql", "doc_set_sql", "mentions_chunks"]
 
 COMPARE = {"gt": ">", "ge": ">=", "lt": "<", "le": "<="}  # ragdb.query.filters' range names -> SQL
-DOC_SETS = ("meta", "tags", "value")  # conditions that are a set of document ids from doc_meta
+DOC_SETS = ("meta", "tags", "value", "any_meta")  # conditions that are a set of document ids from doc_meta
 
 
 def mentions_chunks(c: Any) -> bool:
@@ -81,6 +81,16 @@ class Dialect:
         params.append(value)
         return f"{column} {COMPARE[op]} ?"
 
+    def pairs_in(self, pairs: Sequence[tuple[str, Sequence[Any]]], params: list[Any]) -> str:
+        """The ``doc_id`` of the ``doc_meta`` rows whose (key, value) is one of ``pairs``
+        ((key, values), ...): one join over a list of pairs, read from the (key, value)
+        index, however many keys there are."""
+        rows = [(key, _scalar(v)) for key, values in pairs for v in values]
+        for row in rows:
+            params.extend(row)
+        return ("SELECT m.doc_id FROM (VALUES " + ",".join(["(?,?)"] * len(rows))
+                + ") v CROSS JOIN doc_meta m ON m.key = v.column1 AND m.value = v.column2")
+
 
 SQLITE = Dialect()
 
@@ -88,6 +98,8 @@ SQLITE = Dialect()
 def doc_set_sql(d: Dialect, c: Any, params: list[Any]) -> str:
     """``SELECT doc_id FROM doc_meta ...`` of a meta, tags or value condition, its
     parameters appended to ``params``."""
+    if c.kind == "any_meta":
+        return d.pairs_in(c.values, params)
     if c.kind in ("meta", "tags"):
         params.append(c.key if c.kind == "meta" else "tags")
         return f"SELECT doc_id FROM doc_meta WHERE key = ? AND {d.value_in(c.values, params)}"

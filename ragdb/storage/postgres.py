@@ -947,6 +947,8 @@ class PgStore(Store):
                     yield row
                 else:  # the number itself: value holds it exactly (num is its numeric form)
                     r = list(row)
+                    if isinstance(r[i_val], int) and not -2 ** 63 <= r[i_val] < 2 ** 63:
+                        r[i_val] = float(r[i_val])  # a float jsonb spells out (1e23), as SQLite holds it
                     r[i_num] = r[i_val]
                     yield tuple(r)
 
@@ -1044,6 +1046,12 @@ class _PgDialect(Dialect):
             return f"num {COMPARE[op]} ?::numeric"
         params.append(float(value))
         return f"at {COMPARE[op]} ?::double precision"
+
+    def pairs_in(self, pairs: Sequence[tuple[str, Sequence[Any]]], params: list[Any]) -> str:
+        rows = [(key, _jsonb(int(v) if isinstance(v, bool) else v)) for key, values in pairs for v in values]
+        params += [[k for k, _ in rows], [v for _, v in rows]]
+        return ("SELECT m.doc_id FROM unnest(?::text[], ?::jsonb[]) AS v (key, value) "
+                "JOIN doc_meta m ON m.key = v.key AND m.value = v.value")
 
 
 POSTGRES = _PgDialect()

@@ -622,13 +622,91 @@ def test_a_filter_in_steady_use_outlives_one_off_filters(kb, monkeypatch):
 
 
 def test_wide_filters_stay_within_sqlites_limits(kb):
-    """Thousands of alternatives or keys: SQL nests them as balanced trees (SQLite refuses
-    expressions deeper than 1000 and compound SELECTs of more than 500 terms)."""
-    assert sources(kb, {"$or": [{"year": i} for i in range(1990, 5000)]}) == ["ops/pump.md"]
-    assert sources(kb, {f"k{i}": {"$exists": False} for i in range(3000)}) == sources(kb, {})
-    assert sources(kb, {f"k{i}": {"$ne": 1} for i in range(600)} | {"year": 2020}) == ["ops/pump.md"]
-    assert sources(kb, {"$and": [{"$contains": "pump"}] * 2000}) == ["ops/pump.md"]
-    assert kb.count(filter={"$or": [{"$contains": w} for w in ("valve", "revenue")] * 1500}, principals=ALL) == 2
+    """Filters up to the stated limits (docs/limits.md): SQL nests the alternatives as
+    balanced trees (SQLite refuses expressions deeper than 1000 and compound SELECTs of
+    more than 500 terms) and binds at most a few thousand values."""
+    from ragdb.query.filters import MAX_FILTER_CONDITIONS, MAX_FILTER_VALUES
+
+    wide = MAX_FILTER_CONDITIONS - 1
+    assert sources(kb, {"$or": [{"year": i} for i in range(2020 - wide + 1, 2021)]}) == ["ops/pump.md"]
+    assert sources(kb, {f"k{i}": {"$exists": False} for i in range(MAX_FILTER_CONDITIONS)}) == sources(kb, {})
+    assert sources(kb, {f"k{i}": {"$ne": 1} for i in range(wide)} | {"year": 2020}) == ["ops/pump.md"]
+    assert sources(kb, {"$and": [{"$contains": "pump"}] * wide}) == ["ops/pump.md"]
+    assert kb.count(filter={"$or": [{"$contains": w} for w in ("valve", "revenue")] * (wide // 2)},
+                    principals=ALL) == 2
+    assert sources(kb, {"year": {"$in": list(range(2021 - MAX_FILTER_VALUES, 2021))}}) == ["ops/pump.md"]
+    assert sources(kb, {"$or": [{f"k{i}": i} for i in range(wide - 1)] + [{"year": 2020}]}) == ["ops/pump.md"]
+
+
+@pytest.mark.parametrize("flt", [
+    {"$or": [{"year": i} for i in range(10_000)]},  # issue 32: 6.2 s before, now refused at once
+    {f"k{i}": {"$exists": False} for i in range(3000)},
+    {"$and": [{"$contains": "pump"}] * 2000},
+    {"year": {"$in": list(range(10_001))}},
+    {"$or": [{"year": {"$in": list(range(n, n + 99))}} for n in range(0, 10_100, 100)]},
+])
+def test_filters_past_the_limits_are_refused(kb, flt):
+    """A filter of more than MAX_FILTER_CONDITIONS keys and operators, or more than
+    MAX_FILTER_VALUES values, is an InvalidInput naming the filter (HTTP 422, an MCP tool
+    error), before any SQL is run (issue 32, item 1)."""
+    for call in (lambda: kb.documents(filter=flt), lambda: kb.search("pump", filter=flt),
+                 lambda: kb.count(filter=flt)):
+        with pytest.raises(InvalidInput, match="filter: more than") as e:
+            call()
+        assert e.value.param == "filter"
+
+
+def test_a_cyclic_filter_is_refused_not_walked_forever(kb):
+    loop: list[Any] = []
+    loop.append(loop)
+    with pytest.raises(InvalidInput):
+        kb.documents(filter={"$or": loop})
+    ring: dict[str, Any] = {}
+    ring["$not"] = ring
+    with pytest.raises(InvalidInput):
+        kb.documents(filter=ring)
+
+
+def test_an_or_of_equalities_is_one_list_per_key():
+    """`$or` branches of equality on one key become one list of values (and equalities on
+    several metadata keys one list of pairs), so the SQL grows with the filter, not with
+    the filter times the documents (issue 32, item 1: 10,000 branches were 10,000 subqueries)."""
+    from ragdb.query import filters
+
+    def conds(flt):
+        return filters.build(flt, to_epoch=lambda v, _label: v, principals=ALL).conditions
+
+    assert conds({"$or": [{"team": f"t{i}"} for i in range(50)]}) == (
+        filters.Condition("meta", "team", tuple(sorted((f"t{i}" for i in range(50)), key=repr))),)
+    assert conds({"$or": [{"tags": "a"}, {"tags": {"$in": ["b", "a"]}}]}) == (
+        filters.Condition("tags", None, ("a", "b")),)
+    [c] = conds({"$or": [{"a": 1}, {"b": 2}, {"$or": [{"a": 3}, {"c": {"$eq": True}}]}]})
+    assert c == filters.Condition("any_meta", None, (("a", (1, 3)), ("b", (2,)), ("c", (True,))))
+    [c] = conds({"$or": [{"source": "x.md"}, {"source": "d/*"}, {"source": ["y.md"]}]})
+    assert (c.kind, c.values) == ("source_glob", ("d/*", "x.md", "y.md"))
+    [c] = conds({"$and": [{"k": {"$ne": 1}}, {"k": {"$nin": [2, 3]}}, {"j": {"$ne": 4}}]})
+    assert c == filters.Condition("not", None, (filters.Condition("any_meta", None, (("j", (4,)), ("k", (1, 2, 3)))),))
+
+
+GROUPED = [
+    [{"year": 2020}, {"year": 2023.5}, {"year": "2021"}],
+    [{"year": 2020}, {"tags": 5}, {"draft": True}, {"tags": {"$in": ["y"]}}],
+    [{"source": "ops/*"}, {"source": "fin/q3.md"}, {"version": "2"}, {"version": ["3"]}],
+    [{"timestamp": "2024-01-05T00:00:00Z"}, {"timestamp": {"$in": ["2024-03-01T00:00:00Z"]}}, {"tags": 1}],
+    [{"year": {"$gte": 2021}}, {"tags": "x"}, {"year": 2020}, {"$contains": "revenue"}, {"nope": 1}],
+    [{"$or": [{"tags": "x"}, {"year": "2021"}]}, {"$and": [{"draft": 1}, {"year": 2023.5}]}],
+]
+
+
+@pytest.mark.parametrize("branches", GROUPED)
+def test_grouped_alternatives_mean_what_the_branches_mean(kb, branches):
+    """An `$or` is the union of its branches and an `$and` of negations the intersection
+    of their complements, however ragdb groups them into lists."""
+    union = sorted({s for b in branches for s in sources(kb, b)})
+    assert sources(kb, {"$or": branches}) == union
+    everything = set(sources(kb, {}))
+    assert sources(kb, {"$and": [{"$not": b} for b in branches]}) == sorted(everything - set(union))
+    assert sources(kb, {"$not": {"$or": branches}}) == sorted(everything - set(union))
 
 
 def test_metadata_values_are_filtered_as_json_stores_them(tmp_path):

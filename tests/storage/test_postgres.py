@@ -160,6 +160,31 @@ def test_check_sees_filter_index_damage_and_reindex_repairs_it(pg_url):
         assert [h.source for h in db.search("salaries", filter={"n": {"$lt": 2}}, principals=ragdb.ALL)] == ["hr.md"]
 
 
+def test_check_compares_large_floats_as_postgresql_stores_them(pg_url, tmp_path):
+    """jsonb keeps 1e23 as the numeric 100000000000000000000000, read back as that int: the
+    check compared it with the float 1e23 and reported damage after a normal add, which
+    reindex could not clear and which made `ragdb copy` fail (issue 32, item 11)."""
+    import psycopg
+
+    values = [1e23, 1e300, 1.797e308, -1e23, 0.1, 5e-324, 123456789012345678901234.0, 2.5, 10**15, 1e16]
+    with ragdb.open(pg_url) as db:
+        for n, v in enumerate(values):
+            db.add(f"number {n}", source=f"n{n}.md", metadata={"k": v, "l": [v, "x"]})
+        assert db.check() == []
+        db.reindex()
+        assert db.check() == []
+        for v in values:
+            assert db.count(filter={"k": v}, principals=ragdb.ALL) == 1, v
+    ragdb.copy_database(pg_url, str(tmp_path / "copy.db"))
+    with ragdb.open(tmp_path / "copy.db") as db:
+        assert db.check() == [] and db.count(principals=ragdb.ALL) == len(values)
+    with psycopg.connect(pg_url) as conn:  # damage is still seen
+        conn.execute("UPDATE doc_meta SET value = '1e22'::jsonb WHERE key = 'k' AND value = '1e23'::jsonb")
+    with ragdb.open(pg_url) as db:
+        assert [p.split(" (")[0] for p in db.check()] == [
+            "doc_meta lacks 1 row of the documents' metadata", "doc_meta has 1 row not in the documents' metadata"]
+
+
 def test_datetime_metadata_is_filtered_as_stored_on_postgresql(pg_url):
     """The same rows as SQLite: a datetime, date or UUID value filtered as its stored string."""
     import datetime as dt
@@ -248,7 +273,11 @@ FILTERS = [None, {"k": "u"}, {"k": 1}, {"k": True}, {"tags": ["u", 2]}, {"m": {"
            {"day": {"$gte": "2024-05-15"}}, {"source": "docs/*"}, {"source": "notes/[x].txt"},
            {"k": {"$exists": False}}, {"$or": [{"k": "v"}, {"m": {"$ne": 2}}]}, {"$contains": "cat"},
            {"version": "2"}, {"timestamp": {"$lt": "2024-06-01"}}, {"k": {"$in": [0, "u", 2.5]}},
-           {"m": {"$not": {"$gt": 0}}}]
+           {"m": {"$not": {"$gt": 0}}},
+           # alternatives grouped into lists (issue 32, item 1): one key, several keys, fields
+           {"$or": [{"k": "u"}, {"k": 1}, {"m": 2.5}, {"tags": "v"}, {"tags": {"$in": [2, True]}}]},
+           {"$or": [{"source": "docs/*"}, {"source": "notes/x.txt"}, {"version": "1"}, {"version": ["2"]}]},
+           {"$and": [{"k": {"$ne": "u"}}, {"m": {"$nin": [1, 2]}}, {"tags": {"$ne": False}}]}]
 PRINCIPALS = [ragdb.ALL, None, ["p"], ["q", "r"]]
 QUERIES = ["retrieval generation", "检索增强", "cat mat evidence", "知识库 vector index", "absent"]
 
