@@ -69,6 +69,8 @@ class Searcher:
         self.engine = engine
         self._keys: tuple[int, dict[str, bool]] = (-1, {})  # (generation, metadata key -> stored)
         self._indexed_fields: tuple[int, set[str]] = (-1, set())  # (generation, fields with index terms)
+        #: the tokens of recently highlighted texts: a chunk's text is tokenized once, not once a search
+        self.token_cache = snippets.TokenCache()
 
     def search(self, query: str, opts: SearchOptions) -> list[Hit]:
         """The hits ``[offset, offset + k)`` of the ranking (equal scores in :func:`hit_order`,
@@ -113,7 +115,8 @@ class Searcher:
         wanted = snippets.query_terms(terms.order, compiled.expansions if compiled else {})
         phrases = compiled.phrase_seqs if compiled else ()
         for h in hits:
-            spans, snip = snippets.snippet(eng.analyzer, h.text, wanted, phrases, opts.snippet_chars)
+            spans, snip = snippets.snippet(eng.analyzer, h.text, wanted, phrases, opts.snippet_chars,
+                                           cache=self.token_cache)
             object.__setattr__(h, "highlights", spans)
             object.__setattr__(h, "snippet", snip)
 
