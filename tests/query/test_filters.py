@@ -123,9 +123,9 @@ def test_filter_applies_before_the_cut():
                     for i in range(200)])
         d.add_many([{"text": "needle hay hay hay hay hay hay", "source": f"small{i:02}", "metadata": {"g": "small"}}
                     for i in range(10)])
-        hits = d.search("needle", k=10, filter={"g": "small"})
+        hits = d.search("needle", k=10, filter={"g": "small"}, collapse=False)  # identical texts: every copy
         assert len(hits) == 10 and all(h.source.startswith("small") for h in hits)
-        assert len(d.search("needle", k=50, filter={"g": "small"})) == 10
+        assert len(d.search("needle", k=50, filter={"g": "small"}, collapse=False)) == 10
 
 
 def test_replace_without_keeping_versions_drops_old(tmp_path):
