@@ -46,6 +46,7 @@ from __future__ import annotations
 
 import codecs
 import contextlib
+import dataclasses
 import datetime as _dt
 import hashlib
 import importlib
@@ -151,7 +152,11 @@ def load_read(data: bytes, st: os.stat_result, *, where: str, source: str) -> li
         "size": len(data),
         "mtime": _dt.datetime.fromtimestamp(st.st_mtime, _dt.timezone.utc).isoformat(timespec="microseconds"),
     }
-    return _dispatch(data, kind, where=where, source=source, base=base)
+    docs = _dispatch(data, kind, where=where, source=source, base=base)
+    # A file's document is dated by its modification time, not by when it was added (issue 30,
+    # item 13); a timestamp the file gives itself (a JSON Lines record's, front matter's) wins.
+    return [doc if "timestamp" in doc.metadata else
+            dataclasses.replace(doc, metadata={**doc.metadata, "timestamp": base["mtime"]}) for doc in docs]
 
 
 def load_bytes(data: bytes, *, source: str, kind: str | None = None) -> list[LoadedDocument]:
@@ -352,11 +357,12 @@ def _codec_name(name: str) -> str | None:
 
 def _decode(data: bytes, where: str, declared: str | None = None) -> tuple[str, str]:
     """Bytes to text and the encoding used; refuses binary data and never fails on bad bytes."""
+    if walk.looks_binary(data):
+        raise LoaderError(f"{where}: looks binary (NUL or control bytes, or undecodable after a byte-order mark), "
+                          "not text")
     for bom, enc in _BOMS:
         if data.startswith(bom):
             return _normalize(data[len(bom):].decode(enc, errors="replace")), enc.replace("-le", "").replace("-be", "")
-    if walk.looks_binary(data):
-        raise LoaderError(f"{where}: looks binary (NUL or control bytes), not text")
     try:
         return _normalize(data.decode("utf-8")), "utf-8"
     except UnicodeDecodeError:

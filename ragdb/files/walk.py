@@ -48,6 +48,7 @@ hold is not walked, so a huge ``node_modules`` costs one entry.
 
 from __future__ import annotations
 
+import codecs
 import errno
 import os
 import re
@@ -468,7 +469,6 @@ def _dir_reason(path: str, name: str) -> str | None:
     return None
 
 
-_BOMS = (b"\xef\xbb\xbf", b"\xff\xfe", b"\xfe\xff")
 # C0 controls that never appear in text (tab, LF, VT, FF, CR and ESC are allowed), and DEL.
 _CONTROL_DELETE = bytes(sorted(set(range(0x00, 0x09)) | set(range(0x0E, 0x1B)) | set(range(0x1C, 0x20)) | {0x7F}))
 _CONTROL_RATIO = 0.05
@@ -478,12 +478,25 @@ _BUNDLE_LINE = 10_000     # one line this long is generated code
 _BUNDLE_MEAN = 1_000      # nor do people write code whose lines average this
 
 
+_BOM_CODECS = ((b"\xff\xfe\x00\x00", "utf-32-le"), (b"\x00\x00\xfe\xff", "utf-32-be"), (b"\xef\xbb\xbf", "utf-8"),
+               (b"\xff\xfe", "utf-16-le"), (b"\xfe\xff", "utf-16-be"))
+
+
 def looks_binary(data: bytes) -> bool:
-    """NUL bytes or more than 5% control bytes in the first 8 KiB (text with a
-    byte-order mark is text: UTF-16 holds NULs)."""
+    """NUL bytes or more than 5% control bytes in the first 8 KiB. Text with a byte-order
+    mark is text (UTF-16 holds NULs) when what follows the mark decodes in its encoding;
+    bytes that merely start like a mark (``\\xff\\xfe\\x00\\x00...``) are binary (issue 30,
+    item 12: they were stored as replacement characters)."""
     sample = data[:SNIFF_BYTES]
-    if not sample or sample.startswith(_BOMS):
+    if not sample:
         return False
+    for bom, encoding in _BOM_CODECS:
+        if sample.startswith(bom):
+            try:  # incremental: a character cut at the end of the sample is not an error
+                codecs.getincrementaldecoder(encoding)("strict").decode(sample[len(bom):], final=False)
+            except UnicodeDecodeError:
+                return True
+            return False
     if b"\x00" in sample:
         return True
     controls = len(sample) - len(sample.translate(None, _CONTROL_DELETE))

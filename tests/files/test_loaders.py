@@ -1023,3 +1023,22 @@ def test_a_files_document_is_dated_by_its_modification_time(tmp_path: Path) -> N
         assert "timestamp" not in docs["old.md"].metadata
         record = next(d for name, d in docs.items() if "jsonl" in name)
         assert record.timestamp.startswith("2020-01-01")
+
+
+def test_bytes_that_only_start_like_a_byte_order_mark_are_binary(tmp_path: Path) -> None:
+    """Issue 30, item 12: ``\\xff\\xfe\\x00\\x00`` (the UTF-32 mark) and then bytes that are no
+    UTF-32 were stored as replacement characters; such a file is binary: skipped by a walk,
+    refused when named."""
+    import ragdb
+    from ragdb.files import sync
+
+    junk = b"\xff\xfe\x00\x00" + bytes(range(256)) * 8
+    p = write(tmp_path / "d" / "blob.txt", junk)
+    write(tmp_path / "d" / "real.txt", "real text".encode("utf-32"))
+    with pytest.raises(LoaderError, match="blob.txt.*binary"):
+        load_file(p)
+    assert only(load_file(tmp_path / "d" / "real.txt")).text == "real text"
+    with ragdb.open(tmp_path / "kb.db") as db:
+        report = sync.sync_folder(db, tmp_path / "d")
+        assert [(os.path.basename(s.path), s.reason) for s in report.skipped] == [("blob.txt", "binary")]
+        assert not report.failed and [d.source.rsplit("/", 1)[-1] for d in db.documents()] == ["real.txt"]
