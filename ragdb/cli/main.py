@@ -78,7 +78,7 @@ def _os_error(e: OSError) -> str:
               help="Open the database read-only (nothing written, no migrations; on read-only media SQLite's "
                    "immutable mode). Commands that write fail.")
 @click.version_option(ragdb.__version__, prog_name="ragdb",
-                      message=f"%(prog)s, version %(version)s (scoring kernel: {kernel.name()})")
+                      message=f"%(prog)s (scoring kernel: {kernel.name()}), version %(version)s")
 def cli(database: str | None, collection: str | None, readonly: bool) -> None:
     """ragdb: build, keep and query a retrieval knowledge base (one SQLite file, or PostgreSQL).
 
