@@ -173,7 +173,7 @@ def whole_problems(db: ragdb.Database, *, sample: int | None = None, rng: random
         if not words:
             problems.append(f"{d.source}: empty text")
             continue
-        hits = db.search(words[0], k=1000)
+        hits = db.search(words[0], k=1000, collapse=False)  # every chunk
         ids = {h.doc_id for h in hits}
         ords = sorted(h.ordinal for h in hits)
         if ids != {d.id} or ords != list(range(n)):
@@ -216,7 +216,7 @@ def _err(e: BaseException) -> str:
 
 def _marker_problem(db: ragdb.Database, key: str) -> tuple[str | None, int]:
     """One search (one snapshot) for a source's marker: absent, or exactly one whole version."""
-    hits = db.search(marker(key), k=200)
+    hits = db.search(marker(key), k=200, collapse=False)  # every chunk
     if not hits:
         return None, 0
     ids = {h.doc_id for h in hits}

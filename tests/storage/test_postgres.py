@@ -508,7 +508,7 @@ def _reader(url: str, seconds: float, queue) -> None:
         with ragdb.open(url, readonly=True) as db:
             deadline = time.monotonic() + seconds
             while time.monotonic() < deadline:
-                hits = db.search("shared part", k=200)
+                hits = db.search("shared part", k=200, collapse=False)  # every chunk, copies too
                 by_doc: dict[int, int] = {}
                 for h in hits:
                     by_doc[h.doc_id] = by_doc.get(h.doc_id, 0) + 1
