@@ -59,7 +59,20 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--big-mb", type=int,
                     help="override the size of the huge single-line files in MB (long 50; implies --no-write)")
     ap.add_argument("--workdir", help="keep the databases here (default: a temporary folder)")
+    ap.add_argument("--files", action="store_true",
+                    help="run only the file families (ignore files, HTML, file-swap races; ~1 min) and rewrite "
+                         "their section (with --no-write: print only)")
     args = ap.parse_args(argv)
+    if args.files:
+        figures = files_families(race_seconds=15.0)
+        print(json.dumps(figures, indent=1))
+        if not args.no_write:
+            write_report("files", figures)
+            print(f"wrote the {SECTIONS['files'][0]} section of {REPORT}")
+        failed = files_failures(figures)
+        for f in failed:
+            print(f"FAILED: {f}")
+        return 1 if failed else 0
     kind = "ci" if (args.ci or args.quick) else "long"
     sizes = {k: dict(v) for k, v in rw.SIZES[kind].items()}
     targets = dict(rw.TARGETS[kind])
@@ -111,7 +124,142 @@ SECTIONS = {
     "ci": ("CI run", "`.venv/bin/python benchmarks/reliability.py --ci` (the scenarios and sizes that "
                      "`tests/engine/test_reliability.py` runs and asserts in the test suite)"),
     "long": ("Long run", "`.venv/bin/python benchmarks/reliability.py`"),
+    "files": ("Files: ignore lines, HTML, swaps during sync", "`.venv/bin/python benchmarks/reliability.py --files`"),
 }
+
+
+# ============================================================================ file families (issue 32, items 4, 5, 8)
+
+
+def _timed(fn: Any) -> tuple[float, Any]:
+    t = time.perf_counter()
+    out = fn()
+    return round(time.perf_counter() - t, 3), out
+
+
+def ignore_family(work: Path) -> dict[str, Any]:
+    """A .gitignore line of ``a*`` x N + ``b`` against names of a's (git's wildmatch does not blow up)."""
+    from ragdb.files import walk
+
+    out: dict[str, Any] = {}
+    for stars in (20, 200, 2000):
+        root = work / f"ignore{stars}"
+        root.mkdir(parents=True)
+        (root / ".gitignore").write_text("a*" * stars + "b\n")
+        (root / ("a" * 30)).write_text("kept")
+        (root / ("a" * min(stars + 10, 250))).write_text("kept")
+        (root / ("a" * min(stars + 10, 249) + "b")).write_text("ignored when long enough")
+        out[f"a*x{stars}+b"] = _timed(lambda root=root: len(walk.walk(root).files))[0]
+    return out
+
+
+def html_family() -> dict[str, Any]:
+    """Load time of HTML pages with many distinct attribute or tag names."""
+    from ragdb.files import loaders
+
+    out: dict[str, Any] = {}
+    pages = {
+        "40,000 attributes on a tag": "<p " + " ".join(f"a{i}=x" for i in range(40_000)) + ">words</p>",
+        "1,000,000 attributes on a tag (9 MB)": "<p " + " ".join(f"a{i}=x" for i in range(1_000_000)) + ">words</p>",
+        "80,000 tags, one new attribute each": "".join(f"<p a{i}=x>words</p>" for i in range(80_000)),
+        "40,000 distinct tag names": "".join(f"<x{i}>words</x{i}>" for i in range(40_000)),
+    }
+    for label, page in pages.items():
+        secs, docs = _timed(lambda page=page: loaders.load_bytes(page.encode(), source="p.html", kind="html"))
+        out[label] = {"seconds": secs, "text_ok": "words" in docs[0].text}
+    return out
+
+
+def race_family(work: Path, seconds: float) -> dict[str, Any]:
+    """Syncs while a thread swaps a file for a link to a file outside the folder, a FIFO or
+    another file: nothing from outside may be indexed, no sync may hang or raise OSError."""
+    import threading
+
+    import ragdb
+    from ragdb.files import sync
+
+    root = work / "race" / "shared"
+    root.mkdir(parents=True)
+    for i in range(30):
+        (root / f"f{i}.md").write_text(f"Inside document {i} about sailing boats.\n")
+    outside = work / "race" / "outside.txt"
+    outside.write_text("Outside words: zanzibar quokka.\n")
+    stop = threading.Event()
+    swaps = [0]
+
+    def swapper() -> None:
+        while not stop.is_set():
+            n = swaps[0] = swaps[0] + 1
+            tmp = root / f".swap{n % 2}"
+            try:
+                if n % 3 == 0:
+                    os.symlink(outside, tmp)
+                elif n % 3 == 1:
+                    os.mkfifo(tmp)
+                else:
+                    tmp.write_text(f"Inside document 15, version {n}.\n")
+                os.replace(tmp, root / "f15.md")
+            except OSError:
+                pass
+
+    thread = threading.Thread(target=swapper, daemon=True)
+    thread.start()
+    syncs = leaks = os_errors = ragdb_errors = 0
+    skipped: dict[str, int] = {}
+    end = time.monotonic() + seconds
+    try:
+        with ragdb.open(work / "race" / "kb.db") as db:
+            while time.monotonic() < end:
+                syncs += 1
+                try:
+                    report = sync.sync_folder(db, root)
+                    for k in report.skipped:
+                        skipped[k.reason] = skipped.get(k.reason, 0) + 1
+                except ragdb.RagdbError:
+                    ragdb_errors += 1
+                except OSError:
+                    os_errors += 1
+                leaks += bool(db.search("zanzibar quokka"))
+    finally:
+        stop.set()
+        thread.join()
+    return {"seconds": seconds, "syncs": syncs, "swaps": swaps[0], "outside_indexed": leaks,
+            "bare_oserrors": os_errors, "ragdb_errors": ragdb_errors, "skipped": skipped}
+
+
+def files_families(race_seconds: float = 15.0) -> dict[str, Any]:
+    with tempfile.TemporaryDirectory(prefix="ragdb-reliability-files-") as tmp:
+        work = Path(tmp)
+        return {"ignore": ignore_family(work), "html": html_family(), "race": race_family(work, race_seconds),
+                "machine": rw.machine()}
+
+
+def files_failures(fig: dict[str, Any]) -> list[str]:
+    out = [f"ignore line {k}: {v} s (bar: 1 s)" for k, v in fig["ignore"].items() if v >= 1.0]
+    out += [f"HTML {k}: text lost" for k, v in fig["html"].items() if not v["text_ok"]]
+    race = fig["race"]
+    if race["outside_indexed"] or race["bare_oserrors"]:
+        out.append(f"race: {race['outside_indexed']} syncs indexed outside text, {race['bare_oserrors']} bare OSErrors")
+    return out
+
+
+def render_files(fig: dict[str, Any]) -> str:
+    L = [f"## {SECTIONS['files'][0]}", "", f"Command: {SECTIONS['files'][1]}", "",
+         "A `.gitignore` line of `a*` repeated and `b` (walk of a folder of names of a's):", "",
+         "| line | walk, s |", "|---|---|"]
+    L += [f"| `{k}` | {v} |" for k, v in fig["ignore"].items()]
+    L += ["", "HTML pages with many distinct names (load, s; text read right):", "",
+          "| page | s | text |", "|---|---|---|"]
+    L += [f"| {k} | {v['seconds']} | {_yn(v['text_ok'])} |" for k, v in fig["html"].items()]
+    r = fig["race"]
+    L += ["", f"Syncs for {r['seconds']:g} s while a thread swaps `f15.md` for a link to a file outside the folder, "
+          "a FIFO or another file:", "", "| figure | value |", "|---|---|",
+          f"| syncs | {r['syncs']:,} |", f"| swaps | {r['swaps']:,} |",
+          f"| syncs that indexed outside text | {r['outside_indexed']} |",
+          f"| bare OSErrors | {r['bare_oserrors']} |", f"| RagdbErrors | {r['ragdb_errors']} |",
+          f"| skips by reason | {', '.join(f'{k} {v}' for k, v in sorted(r['skipped'].items())) or 'none'} |",
+          "", "Machine: " + ", ".join(f"{k} {v}" for k, v in fig["machine"].items()), ""]
+    return "\n".join(L)
 
 
 def _command(kind: str) -> str:
@@ -295,7 +443,7 @@ def write_report(kind: str, figures: dict[str, Any], path: Path = REPORT) -> Non
         start, end = f"<!-- section: {key} -->", f"<!-- end: {key} -->"
         if start in existing and end in existing:
             sections[key] = existing.split(start, 1)[1].split(end, 1)[0].strip("\n") + "\n"
-    sections[kind] = render_section(kind, figures)
+    sections[kind] = render_files(figures) if kind == "files" else render_section(kind, figures)
     out = [HEADER]
     for key, (title, _cmd) in SECTIONS.items():
         body = sections.get(key) or f"## {title}\n\nnot run yet\n"

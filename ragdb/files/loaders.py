@@ -838,13 +838,14 @@ def _rst_width(text: str) -> int:
 
 
 def _clean_rst(text: str) -> str:
-    """RST without comments, hyperlink targets and ``toctree``/``contents`` directives.
+    """RST without comments, hyperlink targets, substitution definitions and
+    ``toctree``/``contents`` directives.
 
     An explicit markup block (``..`` at column 1, with its indented
     continuation lines) is dropped when it is a comment (neither a
-    directive, nor a footnote, citation or substitution definition), a
-    hyperlink target (``.. _name: URL``, ``__ URL``) or one of those
-    navigation directives.
+    directive, nor a footnote or citation), a hyperlink target
+    (``.. _name: URL``, ``__ URL``), a substitution definition
+    (``.. |name| replace:: text``) or one of those navigation directives.
     """
     lines = text.split("\n")
     out: list[str] = []
@@ -857,7 +858,9 @@ def _clean_rst(text: str) -> str:
             rest = line[2:].strip()
             m = _RST_DIRECTIVE.match(line)
             if m is not None:
-                drop = m.group(1).lower() in _RST_DROP_DIRECTIVES
+                # substitution definitions (".. |name| replace:: text") are read where |name| is
+                # used, not where they are defined: a block of them is no passage (issue 30, item 8)
+                drop = m.group(1).lower() in _RST_DROP_DIRECTIVES or rest.startswith("|")
             elif not rest.startswith(("[", "|")):
                 drop = True  # a comment or a hyperlink target ("_name: url")
         elif line.startswith("__ "):

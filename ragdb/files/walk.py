@@ -714,13 +714,19 @@ def walk(root: str | os.PathLike[str], *, recursive: bool = True, include: Patte
             skipped.append(Skipped(shown, "not a file"))
             continue
         try:
-            st = entry.stat()  # follows a link: the identity of the file read
+            # the identity read_file holds the file to: the entry itself (never through a link
+            # swapped in since the folder was listed), or for a link the file it resolves to
+            # now, which must lie inside the folder (lstat: resolved, it is no link itself)
             real = os.path.realpath(entry.path) if entry.is_symlink() else ""
+            st = os.lstat(real) if real else entry.stat(follow_symlinks=False)
         except (OSError, RuntimeError):  # gone (or a link loop) since the folder was listed
             skipped.append(Skipped(shown, "vanished"))
             continue
         if real and not _inside(real, base_real):
             skipped.append(Skipped(shown, "link outside", real))
+            continue
+        if not stat.S_ISREG(st.st_mode):  # swapped for a link, a FIFO ... since it was listed
+            skipped.append(Skipped(shown, "changed"))
             continue
         if _sqlite_file(entry):  # never opened: closing a descriptor of it drops this process's SQLite locks
             skipped.append(Skipped(shown, "binary"))

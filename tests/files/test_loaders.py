@@ -1042,3 +1042,23 @@ def test_bytes_that_only_start_like_a_byte_order_mark_are_binary(tmp_path: Path)
         report = sync.sync_folder(db, tmp_path / "d")
         assert [(os.path.basename(s.path), s.reason) for s in report.skipped] == [("blob.txt", "binary")]
         assert not report.failed and [d.source.rsplit("/", 1)[-1] for d in db.documents()] == ["real.txt"]
+
+
+def test_rst_substitution_definitions_are_not_text() -> None:
+    """Issue 30, item 8: the top hit for "export targets ... find_package" was a block of
+    ``.. |FIND_XXX| replace::`` lines (CMake's docs define them at the top of many pages)."""
+    rst = """\
+.. |FIND_XXX| replace:: find_package(<PackageName>)
+.. |FIND_ARGS_XXX| replace:: <PackageName> [<version>] [REQUIRED]
+   [COMPONENTS <components>...]
+.. |arrow| unicode:: U+2192
+
+Importing targets
+=================
+
+Use |FIND_XXX| to import the exported targets of a package |arrow| then link them.
+"""
+    doc = only(load_bytes(rst.encode(), source="find.rst", kind="rst"))
+    assert "replace::" not in doc.text and "unicode::" not in doc.text and "COMPONENTS" not in doc.text
+    assert doc.text.startswith("Importing targets")
+    assert "Use |FIND_XXX| to import" in doc.text and doc.title == "Importing targets"
