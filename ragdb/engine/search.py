@@ -226,7 +226,7 @@ class Searcher:
         # does one only chunks hidden from this search hold: else the maximum, hence every
         # confidence, would tell whether hidden documents hold a word (issue 32, item 6)
         seen = self._visible_counts(mask, [Unit(t, (known[t][0],), known[t][1]) for t in order]) \
-            if mask is not None else {t: 1 for t in order}
+            if mask is not None else dict.fromkeys(order, 1)
         bound = confidence.query_bound(index.n_chunks, [known[t][1] if seen.get(t, 0) else 0 for t in counts])
         units = tuple(Unit(t, (known[t][0],), known[t][1]) for t in order)
         if in_fields:
