@@ -62,7 +62,12 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--files", action="store_true",
                     help="run only the file families (ignore files, HTML, file-swap races; ~1 min) and rewrite "
                          "their section (with --no-write: print only)")
+    ap.add_argument("--bounds", action="store_true",
+                    help="only the bounds families (filters, expansions); rewrites their block of RELIABILITY.md "
+                         "unless --no-write")
     args = ap.parse_args(argv)
+    if args.bounds:
+        return run_bounds(write=not args.no_write)
     if args.files:
         figures = files_families(race_seconds=15.0)
         print(json.dumps(figures, indent=1))
@@ -448,6 +453,8 @@ def write_report(kind: str, figures: dict[str, Any], path: Path = REPORT) -> Non
     for key, (title, _cmd) in SECTIONS.items():
         body = sections.get(key) or f"## {title}\n\nnot run yet\n"
         out.append(f"<!-- section: {key} -->\n{body}<!-- end: {key} -->\n")
+    for name, block in _family_blocks(existing).items():  # the families' own blocks (run_bounds) stay
+        out.append(f"<!-- family: {name} -->\n{block}<!-- end family: {name} -->\n")
     bugs = ["## Library bugs found by these tests", "",
             "Each was fixed; its test in `tests/engine/test_reliability.py` (once a strict xfail) now guards the fix:", ""]
     bugs += [f"- **{k}** (fixed): {v}" for k, v in rw.KNOWN_BUGS.items()]
@@ -455,6 +462,117 @@ def write_report(kind: str, figures: dict[str, Any], path: Path = REPORT) -> Non
     tmp = path.with_suffix(".md.tmp")
     tmp.write_text("\n".join(out), encoding="utf-8")
     os.replace(tmp, path)
+
+
+
+# ============================================================================ bounds families (issue 32)
+
+
+def _family_blocks(text: str) -> dict[str, str]:
+    """name -> body of every ``<!-- family: name -->`` block of RELIABILITY.md."""
+    out: dict[str, str] = {}
+    for part in text.split("<!-- family: ")[1:]:
+        name, rest = part.split(" -->", 1)
+        end = f"<!-- end family: {name} -->"
+        if end in rest:
+            out[name] = rest.split(end, 1)[0].strip("\n") + "\n"
+    return out
+
+
+def _timed(fn: Any) -> tuple[str, float]:
+    """(outcome, seconds) of one call: "answered", or the RagdbError's class (a refusal)."""
+    import ragdb
+
+    t = time.perf_counter()
+    try:
+        fn()
+        outcome = "answered"
+    except ragdb.RagdbError as e:
+        outcome = f"refused ({type(e).__name__})"
+    except Exception as e:  # noqa: BLE001 - anything else is a finding
+        outcome = f"FAILED: {type(e).__name__}: {e}"
+    return outcome, time.perf_counter() - t
+
+
+def bounds_filters(db: Any) -> list[tuple[str, str, float, float]]:
+    """(case, outcome, seconds, bar) of wide filters (docs/limits.md): each answered or refused within its bar."""
+    n = 10_000
+    cases = [
+        ("$or of 10,000 equality branches, one key", {"$or": [{"team": f"t{i}"} for i in range(n)]}, 1.0),
+        ("$or of 10,000 equality branches, 10,000 keys", {"$or": [{f"k{i}": i} for i in range(n)]}, 1.0),
+        ("$or of 99 equality branches, one key", {"$or": [{"team": f"t{i}"} for i in range(99)]}, 1.0),
+        ("$or of 99 equality branches, 99 keys", {"$or": [{f"k{i}": i} for i in range(99)]}, 1.0),
+        ("$in of 10,000 values", {"team": {"$in": [f"t{i}" for i in range(n)]}}, 1.0),
+        ("$and of 99 $ne on 99 keys", {"$and": [{f"k{i}": {"$ne": i}} for i in range(99)]}, 1.0),
+        ("$and of 99 ranges on one key (matching every document)",
+         {"$and": [{"n": {"$gt": -i - 1}} for i in range(99)]}, 30.0),
+        ("220,000 branches (a 4 MiB body)", {"$or": [{"team": f"t{i}"} for i in range(220_000)]}, 1.0),
+    ]
+    return [(name, *_timed(lambda f=f: db.search("alpha", k=5, filter=f)), bar) for name, f, bar in cases]
+
+
+def bounds_expansions(db: Any) -> list[tuple[str, str, float, float]]:
+    """(case, outcome, seconds, bar) of costly queries: expansions, long fuzzy words, long CJK text."""
+    import itertools
+    import string
+
+    pre = [a + b + "*" for a, b in itertools.product(string.ascii_lowercase, repeat=2)][:1000]
+    cjk = "".join(chr(0x4E00 + (i * 7919) % 20000) for i in range(400_000))
+    cases = [
+        ("1,000 two-letter prefixes", lambda: db.search(" ".join(pre), k=10), 1.0),
+        ("500 boosted prefixes", lambda: db.search(" ".join(w[:-1] + "*^2" for w in pre[:500]), k=10), 1.0),
+        ("query_plan of a 3,000-letter fuzzy word", lambda: db.query_plan("q" * 3000 + "~"), 10.0),
+        ("search of a 3,000-letter fuzzy word", lambda: db.search("q" * 3000 + "~"), 10.0),
+        ("search of 400,000 CJK characters", lambda: db.search(cjk), 10.0),
+    ]
+    return [(name, *_timed(fn), bar) for name, fn, bar in cases]
+
+
+def run_bounds(write: bool = True, docs: int = 20_000) -> int:
+    """The filters and expansions families on ``docs`` documents; exit status 1 when a case
+    fails or passes its bar."""
+    import random
+
+    import ragdb
+
+    rnd = random.Random(32)
+    words = ["".join(rnd.choice(string_letters()) for _ in range(rnd.randint(3, 9))) for _ in range(30_000)]
+    rows: dict[str, list[tuple[str, str, float, float]]] = {}
+    with tempfile.TemporaryDirectory(prefix="ragdb-bounds-") as tmp, ragdb.open(Path(tmp) / "kb.db") as db:
+        db.add_many([{"source": f"s{i}", "text": "alpha " + " ".join(rnd.choice(words) for _ in range(40)),
+                      "metadata": {"team": f"t{i % 500}", "n": i, f"k{i % 300}": i}} for i in range(docs)])
+        rows["filters"] = bounds_filters(db)
+        rows["expansions"] = bounds_expansions(db)
+    failed = [(fam, r) for fam, rs in rows.items() for r in rs if r[1].startswith("FAILED") or r[2] > r[3]]
+    lines = ["## Bounds: filters and expansions (issue 32)", "",
+             f"`.venv/bin/python benchmarks/reliability.py --bounds`: {docs:,} documents (SQLite), each case "
+             f"run once, cold; limits in [docs/limits.md](docs/limits.md). Machine: "
+             + ", ".join(f"{k} {v}" for k, v in rw.machine().items()) + ".", ""]
+    for fam, rs in rows.items():
+        lines += [f"### {fam.capitalize()}", "", "| case | outcome | seconds | bar |", "|---|---|---:|---:|"]
+        lines += [f"| {name} | {out} | {sec:.2f} | {bar:g} s |" for name, out, sec, bar in rs]
+        lines.append("")
+    text = "\n".join(lines)
+    print(text)
+    if write:
+        existing = REPORT.read_text(encoding="utf-8")
+        start, end = "<!-- family: bounds -->", "<!-- end family: bounds -->"
+        block = f"{start}\n{text}{end}\n"
+        if start in existing and end in existing:
+            existing = existing.split(start, 1)[0] + block + existing.split(end, 1)[1].lstrip("\n")
+        else:
+            marker = "## Library bugs found by these tests"
+            existing = existing.replace(marker, block + "\n" + marker, 1) if marker in existing else existing + block
+        REPORT.write_text(existing, encoding="utf-8")
+    for fam, r in failed:
+        print(f"FAILED: {fam}: {r}")
+    return 1 if failed else 0
+
+
+def string_letters() -> str:
+    import string
+
+    return string.ascii_lowercase
 
 
 if __name__ == "__main__":

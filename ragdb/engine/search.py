@@ -295,8 +295,12 @@ class Searcher:
             rare = [known[t][0] for t in counts if t in known and known[t][1] == 0]
             stored = index.stored_terms(rare) if rare else set()
             order = [t for t in counts if t in known and (known[t][1] > 0 or known[t][0] in stored)]
-        # every distinct query term counts in the maximum, one no chunk holds with df 0
-        bound = confidence.query_bound(index.n_chunks, [known[t][1] if t in known else 0 for t in counts])
+        # every distinct query term counts in the maximum, one no chunk holds with df 0, and so
+        # does one only chunks hidden from this search hold: else the maximum, hence every
+        # confidence, would tell whether hidden documents hold a word (issue 32, item 6)
+        seen = self._visible_counts(mask, [Unit(t, (known[t][0],), known[t][1]) for t in order]) \
+            if mask is not None else dict.fromkeys(order, 1)
+        bound = confidence.query_bound(index.n_chunks, [known[t][1] if seen.get(t, 0) else 0 for t in counts])
         units = tuple(Unit(t, (known[t][0],), known[t][1]) for t in order)
         if in_fields:
             units += tuple(Unit(f"{f}:{t}", (hit[0],), hit[1], w, f) for f, w, t, key in in_fields
@@ -349,7 +353,9 @@ class Searcher:
         rank = {t: i for i, t in enumerate(dict.fromkeys(eng.analyzer.terms(positive)))}
         units = tuple(sorted(compiled.units, key=lambda u: rank.get(u.key, len(rank))))
         # the maximum of the text's score alone: confidence is the text's support for the query
-        bound = sum(u.weight * scoring.bm25_idf(index.n_chunks, u.df) for u in units if u.field is None)
+        # (a term only hidden chunks hold counts as one no chunk holds, as in query_terms)
+        bound = sum(u.weight * scoring.bm25_idf(index.n_chunks, u.df) if any(visible(i) for i in u.ids)
+                    else scoring.bm25_idf(index.n_chunks, 0) for u in units if u.field is None)
         bound += confidence.query_bound(index.n_chunks, [0] * len(compiled.unknown))
         counts = Counter({u.key: 1 for u in units})
         known = {u.key: (u.ids[0], u.df) for u in units}

@@ -294,3 +294,25 @@ def test_empty_cli_results_say_what_access_hid(tmp_path):
     assert "fruit.md" in p.stdout and "hidden" not in p.stderr
     p = run_cli(["-d", path, "search", "bananas"])  # nothing matches for anyone: still honest
     assert "1 document is hidden" in p.stderr
+
+
+@pytest.mark.parametrize("query", ["refund zyxword", '"refund" zyxword', "refund title:policy zyxword",
+                                   "refund OR zyxword", "refund zyxword^2"])
+def test_confidence_does_not_tell_whether_hidden_documents_hold_a_word(tmp_path, query):
+    """The confidence ceiling used the whole collection's document frequencies, so for the
+    same visible hit a word only hidden documents hold gave 0.26 and an absent word 0.22
+    (issue 32, item 6; issue 30, item 6): a term no chunk the caller may see holds counts
+    like one the collection lacks, on every path (search, prompt refusal)."""
+    with ragdb.open(tmp_path / "kb.db", chunker="none") as db:
+        db.add("refund policy for customers", source="pub.md", title="Refund policy")
+        db.add("the zyxword secret plan", source="hid.md", acl=["staff"])
+        for i in range(20):
+            db.add(f"filler document number {i} about weather", source=f"f{i}.md")
+        absent = query.replace("zyxword", "qqqabsent")
+        hidden_hits, absent_hits = db.search(query), db.search(absent)
+        assert [h.source for h in hidden_hits] == [h.source for h in absent_hits] == ["pub.md"]
+        assert [h.confidence for h in hidden_hits] == [h.confidence for h in absent_hits]
+        a, b = db.build_prompt(query), db.build_prompt(absent)
+        assert (a.refused, [s.source for s in a.sources]) == (b.refused, [s.source for s in b.sources])
+        staff = db.search("zyxword", principals=["staff"])  # who may see the word: it is evidence there
+        assert [h.source for h in staff] == ["hid.md"] and staff[0].confidence > 0
