@@ -931,7 +931,7 @@ def _load_rst(data: bytes, where: str, source: str, base: Mapping[str, Any]) -> 
 # ============================================================================ HTML
 
 
-_SKIP_TAGS = frozenset({"script", "style", "noscript", "template", "head", "title"})
+_SKIP_TAGS = frozenset({"script", "style", "noscript", "template", "head", "title", "button"})  # "copy" buttons
 _HEAD_TAGS = frozenset({"title", "meta", "link", "style", "script", "noscript", "base", "template"})
 _VOID_TAGS = frozenset({"area", "base", "br", "col", "embed", "hr", "img", "input", "link", "meta",
                         "param", "source", "track", "wbr", "keygen"})
@@ -994,8 +994,20 @@ def _chrome(tag: str, attrs: Mapping[str, Any], in_content: bool) -> bool:
     return False
 
 
+#: Texts of links that are page chrome, not content: heading anchors (Sphinx's ``¶``, Node's
+#: ``#``) and links to the source (``[src]``, ``[source]``) (issue 30, item 8).
+_LINK_MARKS = frozenset({"#", "¶", "§", "🔗", "[src]", "[source]"})
+_LINK_CHROME_CLASSES = ("headerlink", "viewcode-link", "srclink", "anchor-link")
+
+
 def _skip_link(attrs: Mapping[str, Any], text: str) -> bool:
-    """A "Skip to content" link (to an anchor of the same page)."""
+    """A link that is page chrome: "Skip to content" (to an anchor of the same page), a
+    heading's anchor mark, a "[src]" link."""
+    if text.strip() in _LINK_MARKS:
+        return True
+    cls = attrs.get("class")
+    if isinstance(cls, str) and any(c in cls for c in _LINK_CHROME_CLASSES):
+        return True
     href = attrs.get("href")
     return isinstance(href, str) and href.strip().startswith("#") and _SKIP_LINK.match(text) is not None
 
@@ -1259,7 +1271,7 @@ def _html_stdlib(html: str) -> tuple[str, str | None]:
                 if tag not in _VOID_TAGS:
                     self.skip_tag, self.skip_depth = tag, 1
                 return
-            if tag == "a" and self.link is None and str(attributes.get("href") or "").strip().startswith("#"):
+            if tag == "a" and self.link is None:
                 self.link = (attributes, [], builder.snapshot())
             if tag in _CONTENT_TAGS:
                 self.content += 1

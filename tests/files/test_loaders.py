@@ -1062,3 +1062,38 @@ Use |FIND_XXX| to import the exported targets of a package |arrow| then link the
     assert "replace::" not in doc.text and "unicode::" not in doc.text and "COMPONENTS" not in doc.text
     assert doc.text.startswith("Importing targets")
     assert "Use |FIND_XXX| to import" in doc.text and doc.title == "Importing targets"
+
+
+SPHINX_PAGE = """<html><head><title>add_library — CMake 3.28 Documentation</title></head><body>
+<div class="body" role="main">
+<section id="add-library">
+<h1>add_library<a class="headerlink" href="#add-library" title="Link to this heading">¶</a></h1>
+<p>Add a library to the project using the specified source files.</p>
+<div class="highlight"><pre>add_library(&lt;name&gt; [STATIC | SHARED])</pre></div>
+<div class="highlight"><pre>add_library(foo STATIC a.c)</pre></div>
+<a class="reference internal" href="_modules/x.html"><span class="viewcode-link">[source]</span></a>
+</section></div></body></html>"""
+
+NODE_PAGE = """<html><body><div id="apicontent">
+<h3>fs.readFile(path[, options], callback)<span><a class="mark" href="#fs_fs_readfile">#</a></span>
+<a class="srclink" href="https://github.com/nodejs/node/blob/v20/lib/fs.js#L1">[src]</a></h3>
+<p>Asynchronously reads the entire contents of a file.</p>
+<pre><code class="language-js">import { readFile } from 'node:fs';</code><button class="copy-button">copy</button></pre>
+</div></body></html>"""
+
+
+@pytest.mark.parametrize("fallback", [False, True])
+def test_html_page_chrome_around_content_is_not_text(monkeypatch: pytest.MonkeyPatch, fallback: bool) -> None:
+    """Issue 30, item 8: heading anchors (``¶``, ``#``), ``[src]``/``[source]`` links and "copy"
+    buttons were indexed as words of the page."""
+    from ragdb.files import loaders
+
+    if fallback:
+        monkeypatch.setattr(loaders, "_html_selectolax", lambda html: None)
+    sphinx = only(load_bytes(SPHINX_PAGE.encode(), source="add_library.html", kind="html")).text
+    assert "¶" not in sphinx and "[source]" not in sphinx
+    assert sphinx.startswith("add_library\n") and "Add a library to the project" in sphinx
+    assert "add_library(<name> [STATIC | SHARED])\n" in sphinx and "add_library(foo STATIC a.c)" in sphinx
+    node = only(load_bytes(NODE_PAGE.encode(), source="fs.html", kind="html")).text
+    assert "[src]" not in node and "copy" not in node.split() and " #" not in node
+    assert node.startswith("fs.readFile(path[, options], callback)") and "import { readFile }" in node
