@@ -479,7 +479,7 @@ def _family_blocks(text: str) -> dict[str, str]:
     return out
 
 
-def _timed(fn: Any) -> tuple[str, float]:
+def _outcome(fn: Any) -> tuple[str, float]:
     """(outcome, seconds) of one call: "answered", or the RagdbError's class (a refusal)."""
     import ragdb
 
@@ -508,7 +508,7 @@ def bounds_filters(db: Any) -> list[tuple[str, str, float, float]]:
          {"$and": [{"n": {"$gt": -i - 1}} for i in range(99)]}, 30.0),
         ("220,000 branches (a 4 MiB body)", {"$or": [{"team": f"t{i}"} for i in range(220_000)]}, 1.0),
     ]
-    return [(name, *_timed(lambda f=f: db.search("alpha", k=5, filter=f)), bar) for name, f, bar in cases]
+    return [(name, *_outcome(lambda f=f: db.search("alpha", k=5, filter=f)), bar) for name, f, bar in cases]
 
 
 def bounds_expansions(db: Any) -> list[tuple[str, str, float, float]]:
@@ -525,7 +525,7 @@ def bounds_expansions(db: Any) -> list[tuple[str, str, float, float]]:
         ("search of a 3,000-letter fuzzy word", lambda: db.search("q" * 3000 + "~"), 10.0),
         ("search of 400,000 CJK characters", lambda: db.search(cjk), 10.0),
     ]
-    return [(name, *_timed(fn), bar) for name, fn, bar in cases]
+    return [(name, *_outcome(fn), bar) for name, fn, bar in cases]
 
 
 def run_bounds(write: bool = True, docs: int = 20_000) -> int:
