@@ -65,9 +65,14 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--bounds", action="store_true",
                     help="only the bounds families (filters, expansions); rewrites their block of RELIABILITY.md "
                          "unless --no-write")
+    ap.add_argument("--connections", action="store_true",
+                    help="only the connections family (idle and trickling clients of ragdb serve); rewrites its "
+                         "block of RELIABILITY.md unless --no-write")
     args = ap.parse_args(argv)
     if args.bounds:
         return run_bounds(write=not args.no_write)
+    if args.connections:
+        return run_connections(write=not args.no_write)
     if args.files:
         figures = files_families(race_seconds=15.0)
         print(json.dumps(figures, indent=1))
@@ -566,6 +571,145 @@ def run_bounds(write: bool = True, docs: int = 20_000) -> int:
         REPORT.write_text(existing, encoding="utf-8")
     for fam, r in failed:
         print(f"FAILED: {fam}: {r}")
+    return 1 if failed else 0
+
+
+# ============================================================================ connections family (issue 32, item 10)
+
+
+def _write_family(name: str, text: str) -> None:
+    """Put ``text`` in the ``<!-- family: name -->`` block of RELIABILITY.md (write_report keeps it)."""
+    existing = REPORT.read_text(encoding="utf-8")
+    start, end = f"<!-- family: {name} -->", f"<!-- end family: {name} -->"
+    block = f"{start}\n{text}{end}\n"
+    if start in existing and end in existing:
+        existing = existing.split(start, 1)[0] + block + existing.split(end, 1)[1].lstrip("\n")
+    else:
+        marker = "## Library bugs found by these tests"
+        existing = existing.replace(marker, block + "\n" + marker, 1) if marker in existing else existing + block
+    REPORT.write_text(existing, encoding="utf-8")
+
+
+def run_connections(write: bool = True, idle: int = 1_100, header_timeout: float = 2.0) -> int:
+    """``ragdb serve`` under ``idle`` connections that never send a byte and as many that trickle a
+    request head one byte a second (the issue's lockout: 1,100 idle connections under the usual
+    ``ulimit -n 1024``), then: does a new client get its answer while they hang on, are they closed
+    after the header timeout, and does the server answer afterwards? Exit status 1 when not."""
+    import resource
+    import select
+    import socket
+    import subprocess
+
+    import httpx
+
+    import ragdb
+
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    want = min(hard, 2 * idle + 256)  # (hard: the server's too, which it raises its soft limit to)
+    if soft < want:  # this process holds the idle sockets: it needs the descriptors, the server keeps 1024
+        resource.setrlimit(resource.RLIMIT_NOFILE, (want, hard))
+    figures: dict[str, Any] = {"idle connections": idle, "header timeout (s)": header_timeout}
+    with tempfile.TemporaryDirectory(prefix="ragdb-conns-") as tmp:
+        kb = Path(tmp) / "kb.db"
+        with ragdb.open(kb) as db:
+            db.add("Idle connections are closed after the header timeout.", source="a.md")
+        with socket.socket() as probe:
+            probe.bind(("127.0.0.1", 0))
+            port = probe.getsockname()[1]
+        url = f"http://127.0.0.1:{port}"
+        env = {k: v for k, v in os.environ.items() if k != "RAGDB_API_TOKEN"}
+        env["PYTHONPATH"] = str(ROOT)
+        server = subprocess.Popen(
+            ["bash", "-c", 'ulimit -Sn 1024; exec "$0" -m ragdb.cli serve -d "$1" --port "$2" --header-timeout "$3"',
+             sys.executable, str(kb), str(port), str(header_timeout)],
+            env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+        socks: list[socket.socket] = []
+        try:
+            deadline = time.monotonic() + 60
+            while True:
+                try:
+                    if httpx.get(url + "/healthz", timeout=2).status_code == 200:
+                        break
+                except httpx.TransportError:
+                    pass
+                if time.monotonic() > deadline or server.poll() is not None:
+                    raise RuntimeError("ragdb serve did not start")
+                time.sleep(0.1)
+            opened = 0
+            for i in range(idle):
+                try:
+                    s = socket.create_connection(("127.0.0.1", port), timeout=5)
+                except OSError:
+                    break
+                if i % 2:
+                    s.sendall(b"G")  # the start of a request head, and no more for now
+                socks.append(s)
+                opened += 1
+            figures["connections opened"] = opened
+            t = time.perf_counter()
+            try:
+                r = httpx.get(url + "/healthz", timeout=30)
+                figures["new client while they hang on"] = f"{r.status_code} in {time.perf_counter() - t:.2f} s"
+                served = r.status_code in (200, 503)
+            except httpx.HTTPError as e:
+                figures["new client while they hang on"] = f"no answer ({type(e).__name__})"
+                served = False
+            time.sleep(header_timeout + 3)
+            closed = 0
+            poller = select.poll()  # (select() takes no descriptor past 1023)
+            by_fd = {s.fileno(): s for s in socks}
+            for fd in by_fd:
+                poller.register(fd, select.POLLIN | select.POLLHUP)
+            wait_until = time.monotonic() + 10  # a bound on this check, not a figure
+            while by_fd and time.monotonic() < wait_until:
+                ready = poller.poll(500)
+                if not ready:
+                    break
+                for fd, _event in ready:
+                    try:
+                        gone = by_fd[fd].recv(1) == b""
+                    except OSError:
+                        gone = True
+                    if gone:
+                        closed += 1
+                        poller.unregister(fd)
+                        del by_fd[fd]
+            figures["closed by the server after the timeout"] = closed
+            t = time.perf_counter()
+            try:
+                r = httpx.post(url + "/search", json={"query": "idle"}, timeout=30)
+                figures["a search afterwards"] = f"{r.status_code} in {time.perf_counter() - t:.2f} s"
+                after_ok = r.status_code == 200
+            except httpx.HTTPError as e:
+                figures["a search afterwards"] = f"no answer ({type(e).__name__})"
+                after_ok = False
+        finally:
+            for s in socks:
+                s.close()
+            server.terminate()
+            err = server.communicate(timeout=30)[1].decode(errors="replace")
+            Path(tempfile.gettempdir(), "ragdb-connections-serve.err").write_text(err)
+        figures["tracebacks in the server log"] = err.count("Traceback")
+    failed = [] if served else ["a new client got no answer while idle connections were open"]
+    if figures["closed by the server after the timeout"] < opened:
+        failed.append(f"{opened - figures['closed by the server after the timeout']} idle connections still open")
+    if not after_ok:
+        failed.append("the server did not answer afterwards")
+    if figures["tracebacks in the server log"]:
+        failed.append("tracebacks in the server log")
+    lines = ["## Connections: idle and trickling clients (issue 32)", "",
+             "`.venv/bin/python benchmarks/reliability.py --connections`: `ragdb serve` started under "
+             f"`ulimit -Sn 1024` (the common soft limit; the hard one here: {hard}) with `--header-timeout {header_timeout:g}`; half the connections send nothing, half "
+             "one byte of a request head. Machine: " + ", ".join(f"{k} {v}" for k, v in rw.machine().items()) + ".",
+             "", "| figure | value |", "|---|---|"]
+    lines += [f"| {k} | {v:,} |" if isinstance(v, int) else f"| {k} | {v} |" for k, v in figures.items()]
+    lines.append("")
+    text = "\n".join(lines)
+    print(text)
+    if write:
+        _write_family("connections", text)
+    for f in failed:
+        print(f"FAILED: {f}")
     return 1 if failed else 0
 
 

@@ -120,6 +120,8 @@ COMMANDS: dict[str, tuple[str, str]] = {
               "Print the grounded prompt that 'ask' would send for QUESTION; sends nothing."),
     'ask': ('answering',
            'Answer QUESTION from the knowledge base with a language model, listing the sources under it.'),
+    'calibrate': ('answering',
+                  'Choose the refusal floor (min_confidence) of prompt and ask.'),
     'embed': ('maintenance',
              'Embed the chunks that have no vector yet, for --scorer vector and hybrid.'),
     'stats': ('maintenance',

@@ -5,7 +5,8 @@ vectors and the ANN graph, hybrid fusion, and how scores become hits."""
 
 import importlib
 
-_SUBMODULES = frozenset(['ann', 'confidence', 'fusion', 'hits', 'inverted', 'matching', 'scoring', 'vectors'])
+_SUBMODULES = frozenset(['ann', 'ckernel', 'confidence', 'fusion', 'hits', 'inverted', 'kernel', 'matching', 'scoring',
+                         'vectors'])
 
 
 def __getattr__(name: str) -> object:

@@ -896,6 +896,29 @@ class HeaderTimeoutProtocol(H11Protocol):
             self.transport.close()
 
 
+def raise_open_files_limit() -> tuple[int, int] | None:
+    """Raise this process's soft limit on open files to its hard limit (as Go's runtime does
+    for every server since 1.19), before serving: under the common soft ``ulimit -n 1024``,
+    1,100 idle connections used every descriptor and ``accept()`` failed (EMFILE) for every
+    later client, the header timeout never freeing them (issue 32, item 10). Returns the
+    (soft, hard) limits after, or None where the platform has no such limit (Windows)."""
+    try:
+        import resource
+    except ImportError:  # pragma: no cover - Windows
+        return None
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if hard == resource.RLIM_INFINITY:
+        hard_cap = 1 << 20  # macOS and some kernels refuse "infinity" as a soft limit
+    else:
+        hard_cap = hard
+    if soft != resource.RLIM_INFINITY and soft < hard_cap:
+        try:
+            resource.setrlimit(resource.RLIMIT_NOFILE, (hard_cap, hard))
+        except (ValueError, OSError):  # pragma: no cover - a kernel cap below the hard limit
+            pass
+    return resource.getrlimit(resource.RLIMIT_NOFILE)
+
+
 def run(config: ServerConfig, *, host: str = "127.0.0.1", port: int = 8000, workers: int = 1,
         access_log: bool = False) -> None:
     """Serve until stopped, with uvicorn: ``workers`` processes, each importing
@@ -907,6 +930,7 @@ def run(config: ServerConfig, *, host: str = "127.0.0.1", port: int = 8000, work
 
     os.environ[CONFIG_ENV] = config.to_json()  # inherited by uvicorn's worker processes
     limits = config.limits
+    raise_open_files_limit()
     settings = UvicornConfig("ragdb.serve.http_api:app_from_environment", factory=True, host=host, port=port,
                              workers=workers, log_level="warning", access_log=access_log, server_header=False,
                              http=HeaderTimeoutProtocol, limit_concurrency=limits.max_connections,
