@@ -152,6 +152,16 @@ def same_passage(shared: int, a: int, b: int) -> bool:
     return small >= DUPLICATE_MIN_SHINGLES and shared >= DUPLICATE_CONTAINMENT * small
 
 
+def same_passages(shared: np.ndarray, sizes: np.ndarray) -> np.ndarray:
+    """:func:`same_passage` of every two sets at once (the same double arithmetic): ``shared``
+    the matrix of :func:`shared_shingles`, ``sizes`` each set's size."""
+    a, b = sizes[:, None], sizes[None, :]
+    jaccard = shared >= DUPLICATE_JACCARD * (a + b - shared)
+    small = np.minimum(a, b)
+    contained = (small >= DUPLICATE_MIN_SHINGLES) & (shared >= DUPLICATE_CONTAINMENT * small)
+    return (shared > 0) & (jaccard | contained)
+
+
 def shared_shingles(sets: Sequence[np.ndarray]) -> np.ndarray:
     """The matrix of how many shingles each two of ``sets`` (sorted, distinct) share: all
     sets sorted together, equal neighbours ``d`` apart counted for d = 1, 2, ... while any
@@ -162,8 +172,16 @@ def shared_shingles(sets: Sequence[np.ndarray]) -> np.ndarray:
         return out
     vals = np.concatenate(sets) if n else np.zeros(0, np.int64)
     owner = np.repeat(np.arange(n), [len(s) for s in sets])
-    order = np.lexsort((owner, vals))
+    # a stable sort keeps the owners of equal shingles in order (the sets were concatenated in order)
+    order = np.argsort(vals, kind="stable")
     vals, owner = vals[order], owner[order]
+    repeated = np.flatnonzero(vals[1:] == vals[:-1])  # most shingles are in one set only: drop those
+    if not len(repeated):
+        return out
+    keep = np.zeros(len(vals), bool)
+    keep[repeated] = True
+    keep[repeated + 1] = True
+    vals, owner = vals[keep], owner[keep]
     for d in range(1, n):
         same = np.flatnonzero(vals[d:] == vals[:-d])
         if not len(same):
@@ -187,16 +205,17 @@ def collapse_duplicates(hits: Sequence[Hit],
     if len(hits) < 2:
         return list(hits)
     sets = [shingles(h) if shingles is not None else passage_shingles(h.text) for h in hits]
-    shared = shared_shingles(sets).tolist()
-    sizes = [len(s) for s in sets]
+    same = same_passages(shared_shingles(sets), np.array([len(s) for s in sets], np.int64))
     kept: list[tuple[int, list[Hit]]] = []
+    group_of: dict[int, int] = {}  # a lead's index in hits -> its group in kept
     for i, hit in enumerate(hits):
-        row = shared[i]
-        group = next((g for g, (lead, _) in enumerate(kept) if same_passage(row[lead], sizes[i], sizes[lead])
-                      and not _versions_of_one_source(hits[lead], hit)), None)
+        # the first group (they are in ranking order of their leads) whose lead is this passage
+        group = next((group_of[j] for j in np.flatnonzero(same[i, :i]).tolist()
+                      if j in group_of and not _versions_of_one_source(hits[j], hit)), None)
         if group is not None:
             kept[group][1].append(hit)
         else:
+            group_of[i] = len(kept)
             kept.append((i, []))
     return [dataclasses.replace(hits[lead], duplicates=tuple(Duplicate(d.source, d.chunk_id, d.doc_id, d.score)
                                                             for d in copies)) if copies else hits[lead]
