@@ -336,6 +336,7 @@ class RagdbVectorStore(VectorStore):
         self._embedding = embedding if isinstance(embedding, Embeddings) else None
         self.embedder = _ragdb_embedder(embedding)
         self.owns_db = bool(owns_db)
+        self._vectors_seen = False
 
     def close(self) -> None:
         """Close the database when the store owns it (``owns_db=True``; :meth:`from_texts` without ``db``)."""
@@ -446,9 +447,11 @@ class RagdbVectorStore(VectorStore):
 
     def _scorer(self) -> str:
         embedder = self.embedder if self.embedder is not None else self.db.embedder
-        if embedder is not None and self.db.vector_info().vectors:
-            return "hybrid"
-        return "bm25"
+        if embedder is None:
+            return "bm25"
+        if not self._vectors_seen:  # counted until seen once (vector_info counts rows): vectors stay
+            self._vectors_seen = self.db.vector_info().vectors > 0
+        return "hybrid" if self._vectors_seen else "bm25"
 
     def search_hits(self, query: str, k: int = 4, filter: Mapping[str, Any] | None = None,
                     **options: Any) -> list[Hit]:

@@ -282,6 +282,7 @@ class RagdbVectorStore(BasePydanticVectorStore):
     _embedder: Embedder | None = PrivateAttr(default=None)
     _principals: Any = PrivateAttr(default=())
     _acl: tuple[str, ...] | None = PrivateAttr(default=None)
+    _vectors_seen: bool = PrivateAttr(default=False)
 
     def __init__(self, db: Database, *, embedder: Embedder | str | None = None, principals: PrincipalsArg = None,
                  acl: Sequence[str] | None = None) -> None:
@@ -397,7 +398,11 @@ class RagdbVectorStore(BasePydanticVectorStore):
 
     def _scorer(self) -> str:
         embedder = self._embedder if self._embedder is not None else self._db.embedder
-        return "hybrid" if embedder is not None and self._db.vector_info().vectors else "bm25"
+        if embedder is None:
+            return "bm25"
+        if not self._vectors_seen:  # counted until seen once (vector_info counts rows): vectors stay
+            self._vectors_seen = self._db.vector_info().vectors > 0
+        return "hybrid" if self._vectors_seen else "bm25"
 
     def query(self, query: VectorStoreQuery, **kwargs: Any) -> VectorStoreQueryResult:
         """The ``similarity_top_k`` nodes best matching ``query.query_str`` (see the class's docstring)."""

@@ -207,3 +207,18 @@ def test_loader_bookkeeping_is_hidden_from_the_llm_and_the_embedder(db, tmp_path
     # the store gives a document ragdb loaded itself the same way
     result = RagdbVectorStore(db).query(VectorStoreQuery(query_str="owls hunt", similarity_top_k=1))
     assert "content_hash:" not in result.nodes[0].get_content(metadata_mode=MetadataMode.LLM)
+
+
+def test_with_an_embedder_the_store_searches_hybrid(db):
+    store = RagdbVectorStore(db, embedder="wordllama")
+    VectorStoreIndex.from_documents(DOCS, storage_context=StorageContext.from_defaults(vector_store=store))
+    assert db.vector_info().vectors == 3  # ragdb embedded the nodes with its own model
+    query = VectorStoreQuery(query_str="kittens napping", similarity_top_k=3)
+    assert store.search_options(query).scorer == "hybrid"
+    result = store.query(query)
+    hits = db.search("kittens napping", k=3, scorer="hybrid", syntax="plain", embedder=store_embedder(store))
+    assert result.ids == [h.source for h in hits] and result.ids  # found by meaning: no query word is in a node
+
+
+def store_embedder(store):
+    return store.search_options(VectorStoreQuery(query_str="x")).embedder
