@@ -337,6 +337,7 @@ class RagdbVectorStore(VectorStore):
         self._embedding = embedding if isinstance(embedding, Embeddings) else None
         self.embedder = _ragdb_embedder(embedding)
         self.owns_db = bool(owns_db)
+        self._vectors_seen = False
 
     def close(self) -> None:
         """Close the database when the store owns it (``owns_db=True``; :meth:`from_texts` without ``db``)."""
@@ -447,9 +448,11 @@ class RagdbVectorStore(VectorStore):
 
     def _scorer(self) -> str:
         embedder = self.embedder if self.embedder is not None else self.db.embedder
-        if embedder is not None and self.db.vector_info().vectors:
-            return "hybrid"
-        return "bm25"
+        if embedder is None:
+            return "bm25"
+        if not self._vectors_seen:  # counted until seen once (vector_info counts rows): vectors stay
+            self._vectors_seen = self.db.vector_info().vectors > 0
+        return "hybrid" if self._vectors_seen else "bm25"
 
     def search_hits(self, query: str, k: int = 4, filter: Mapping[str, Any] | None = None,
                     **options: Any) -> list[Hit]:
@@ -465,6 +468,32 @@ class RagdbVectorStore(VectorStore):
         """Documents and their ragdb confidence in [0, 1], best first (ranked by the search's own score)."""
         return [(Document(page_content=hit.text, metadata=dict(hit.metadata), id=hit.source), relevance(hit))
                 for hit in self.search_hits(query, k, filter, **kwargs)]
+
+    def max_marginal_relevance_search(self, query: str, k: int = 4, fetch_k: int = 20, lambda_mult: float = 0.5,
+                                      filter: Mapping[str, Any] | None = None, **kwargs: Any) -> list[Document]:
+        """``k`` of the ``fetch_k`` best documents, chosen for relevance and diversity
+        (LangChain's ``maximal_marginal_relevance`` over the embedding model's vectors of
+        the candidates, embedded again here: ragdb does not hand out stored vectors)."""
+        from langchain_core.vectorstores.utils import maximal_marginal_relevance
+
+        from ragdb.models.embedder import embed_batched
+
+        embedder = self.embedder if self.embedder is not None else self.db.embedder
+        if embedder is None:
+            raise InvalidInput("max_marginal_relevance_search needs an embedding model: give the store one")
+        hits = self.search_hits(query, max(fetch_k, k), filter, **kwargs)
+        if not hits:
+            return []
+        vectors = embed_batched(embedder, [hit.text for hit in hits])
+        chosen = maximal_marginal_relevance(embed_query(embedder, query), vectors.tolist(), lambda_mult, k)
+        return [Document(page_content=hits[i].text, metadata=dict(hits[i].metadata), id=hits[i].source)
+                for i in chosen]
+
+    def as_retriever(self, **kwargs: Any) -> Any:
+        """LangChain's retriever over this store; a bad ``filter`` in ``search_kwargs`` is
+        refused here, when it is made."""
+        check_filter((kwargs.get("search_kwargs") or {}).get("filter"), "RagdbVectorStore.as_retriever")
+        return super().as_retriever(**kwargs)
 
     def _select_relevance_score_fn(self) -> Any:
         return lambda score: score  # the scores are already ragdb's confidence, in [0, 1]

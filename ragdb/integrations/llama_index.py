@@ -22,6 +22,18 @@ of a LlamaIndex query engine, and LlamaIndex documents and nodes stored in ragdb
 * :func:`add_documents` and :func:`add_nodes`: LlamaIndex documents or nodes into
   a database, one ragdb document each (ragdb chunks them), in one
   :meth:`ragdb.Database.add_many` call.
+* :class:`RagdbVectorStore`: a LlamaIndex ``BasePydanticVectorStore`` kept in a ragdb
+  database, for ``VectorStoreIndex.from_documents(docs, storage_context=
+  StorageContext.from_defaults(vector_store=...))``, ``IngestionPipeline(vector_store=
+  ...)`` and ``delete_ref_doc``; ``MetadataFilters`` become ragdb filters
+  (:func:`to_ragdb_filter`).
+
+A node's score (``NodeWithScore.score``, from the retriever and the store) is ragdb's
+confidence in [0, 1], comparable across queries, so a postprocessor
+(``SimilarityPostprocessor(similarity_cutoff=0.3)``) can threshold it; the raw score
+of the search is the node's ``metadata["score"]``. Loader bookkeeping (``path``,
+``mtime``, ``content_hash``, ``size``, ``encoding``, ``loader``: what ``ragdb add``
+records of a file) is kept out of what the LLM and the embedder see.
 """
 
 from __future__ import annotations
@@ -31,7 +43,17 @@ from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 from ragdb.database import Database
-from ragdb.errors import InvalidInput, MissingDependency
+from ragdb.errors import DocumentNotFound, InvalidInput, MissingDependency
+from ragdb.integrations.stores import (
+    STORE_CHUNKER,
+    call_options,
+    check_filter,
+    check_store_labels,
+    relevance,
+    writable,
+)
+from ragdb.models.embedder import Embedder
+from ragdb.models.embeddings import get_embedder
 from ragdb.serve.shapes import (
     NUMERIC_KEYS,
     PrincipalsArg,
@@ -40,7 +62,7 @@ from ragdb.serve.shapes import (
     retriever_options,
     to_record,
 )
-from ragdb.options import SearchOptions
+from ragdb.options import SearchOptions, check_principals
 from ragdb.types import AddReport, Hit
 
 try:
@@ -56,17 +78,32 @@ try:
         RelatedNodeInfo,
         TextNode,
     )
+    from llama_index.core.vector_stores.types import (
+        BasePydanticVectorStore,
+        FilterCondition,
+        FilterOperator,
+        MetadataFilter,
+        MetadataFilters,
+        VectorStoreQuery,
+        VectorStoreQueryResult,
+    )
+    from llama_index.core.vector_stores.utils import metadata_dict_to_node, node_to_metadata_dict
+    from pydantic import PrivateAttr
 except ImportError as exc:  # the optional extra is not installed
     raise MissingDependency.of("llama-index-core", "llama-index", exc) from exc
 
-__all__ = ["RagdbRetriever", "add_documents", "add_nodes", "to_node"]
+__all__ = ["RagdbRetriever", "RagdbVectorStore", "add_documents", "add_nodes", "to_node", "to_ragdb_filter"]
+
+#: What ragdb's file loaders record of a file (``ragdb add``): bookkeeping, not content.
+LOADER_KEYS = ("path", "mtime", "content_hash", "size", "encoding", "loader")
 
 #: Metadata keys kept out of the text the LLM and embedding models see.
-HIDDEN_KEYS = [*NUMERIC_KEYS, "timestamp"]
+HIDDEN_KEYS = [*NUMERIC_KEYS, "timestamp", *LOADER_KEYS]
 
 
 def to_node(hit: Hit) -> NodeWithScore:
-    """A retrieved chunk as a LlamaIndex ``NodeWithScore`` (see the module's docstring)."""
+    """A retrieved chunk as a LlamaIndex ``NodeWithScore`` (see the module's docstring):
+    its score is ragdb's confidence in [0, 1], the raw score is ``metadata["score"]``."""
     hidden = HIDDEN_KEYS if hit.version is not None else [*HIDDEN_KEYS, "version"]  # no "version: None" lines
     node = TextNode(
         id_=f"chunk:{hit.chunk_id}", text=hit.text, metadata=hit_metadata(hit),
@@ -75,7 +112,7 @@ def to_node(hit: Hit) -> NodeWithScore:
         relationships={NodeRelationship.SOURCE: RelatedNodeInfo(node_id=f"doc:{hit.doc_id}",
                                                                 metadata={"source": hit.source})},
     )
-    return NodeWithScore(node=node, score=hit.score)
+    return NodeWithScore(node=node, score=relevance(hit))
 
 
 class RagdbRetriever(BaseRetriever):
@@ -84,8 +121,8 @@ class RagdbRetriever(BaseRetriever):
     ``RagdbRetriever(db, k=4, scorer="bm25", filter={"lang": "en"},
     principals=["staff"])``; ``options`` (a :class:`ragdb.options.SearchOptions`)
     gives any other search option, with ``k``, ``scorer`` and ``filter`` over it
-    where given (``k`` without either: 4). Invalid options raise
-    :class:`~ragdb.errors.InvalidInput` when the retriever is made. The search
+    where given (``k`` without either: 4). Invalid options (a bad filter included)
+    raise :class:`~ragdb.errors.InvalidInput` when the retriever is made. The search
     options, principals included, are fixed when it is made
     (:attr:`search_options`).
     """
@@ -98,6 +135,7 @@ class RagdbRetriever(BaseRetriever):
             raise InvalidInput(f"RagdbRetriever: db must be a ragdb.Database, got {type(db).__name__}")
         self._db = db
         self._options = retriever_options(k, scorer, filter, principals, options)
+        check_filter(self._options.restrictions.filter, "RagdbRetriever")
         super().__init__(callback_manager=callback_manager, verbose=verbose)
 
     @property
@@ -172,3 +210,217 @@ def add_nodes(db: Database, nodes: Iterable[BaseNode | NodeWithScore], *, acl: S
     """
     records = _records(nodes, acl, "add_nodes", ("source",))
     return db.add_many(records, chunker=chunker, batch_size=batch_size)
+
+
+# ---------------------------------------------------------------------------------- vector store
+_OPERATORS = {FilterOperator.EQ: "$eq", FilterOperator.NE: "$ne", FilterOperator.GT: "$gt",
+              FilterOperator.GTE: "$gte", FilterOperator.LT: "$lt", FilterOperator.LTE: "$lte",
+              FilterOperator.IN: "$in", FilterOperator.NIN: "$nin"}
+
+
+def to_ragdb_filter(filters: MetadataFilters | None) -> dict[str, Any] | None:
+    """LlamaIndex ``MetadataFilters`` as a ragdb filter mapping (:mod:`ragdb.query.filters`):
+    ``EQ``, ``NE``, ``GT``, ``GTE``, ``LT``, ``LTE``, ``IN``, ``NIN`` on a key, combined by
+    ``AND``, ``OR`` or ``NOT`` and nested. Another operator is an
+    :class:`~ragdb.errors.InvalidInput` naming it. The key ``source`` is ragdb's source
+    (the store's node id)."""
+    if filters is None:
+        return None
+    if not isinstance(filters, MetadataFilters):
+        raise InvalidInput(f"filters must be llama_index MetadataFilters, got {type(filters).__name__}")
+    parts: list[dict[str, Any]] = []
+    for item in filters.filters:
+        if isinstance(item, MetadataFilters):
+            sub = to_ragdb_filter(item)
+            if sub is not None:
+                parts.append(sub)
+            continue
+        assert isinstance(item, MetadataFilter)
+        op = _OPERATORS.get(FilterOperator(item.operator))
+        if op is None:
+            raise InvalidInput(f"filters: operator {FilterOperator(item.operator).name} on {item.key!r} is not "
+                               f"supported by ragdb (supported: {', '.join(o.name for o in _OPERATORS)})")
+        parts.append({item.key: {op: item.value}})
+    if not parts:
+        return None
+    condition = FilterCondition(filters.condition or FilterCondition.AND)
+    if condition is FilterCondition.NOT:
+        return {"$not": parts[0] if len(parts) == 1 else {"$and": parts}}
+    if len(parts) == 1:
+        return parts[0]
+    return {"$and" if condition is FilterCondition.AND else "$or": parts}
+
+
+class RagdbVectorStore(BasePydanticVectorStore):
+    """A LlamaIndex vector store kept in a ragdb database.
+
+    ``RagdbVectorStore(db, embedder=None, principals=None, acl=None)``: each node is one
+    ragdb document of one chunk (chunker ``"none"``: LlamaIndex has split the text),
+    whose source is the node's id; the node itself (metadata, relationships, excluded
+    keys) is kept in the document's metadata as LlamaIndex's stores keep it
+    (``_node_content``, ``ref_doc_id``, ...), so queries give back the node as added.
+
+    * Text in, text out (``stores_text``): ragdb searches the query's text, by its hybrid
+      search when an embedding model (``embedder``: a ragdb embedder or a spec such as
+      ``"wordllama"``; omitted: the database's own) and vectors exist, by BM25 otherwise.
+      The vectors LlamaIndex computed for the nodes and the query are not used (ragdb
+      embeds with its own model), so any ``embed_model`` LlamaIndex asks for will do.
+    * ``similarity_top_k`` is ``k``; ``MetadataFilters``, ``doc_ids`` and ``node_ids``
+      restrict the search (:func:`to_ragdb_filter`). Similarities are ragdb's
+      confidence in [0, 1]; the raw score is ``metadata["score"]`` (hidden from the LLM).
+    * ``delete(ref_doc_id)`` (what ``delete_ref_doc`` calls) deletes the nodes of that
+      document; ``principals`` (omitted: an anonymous caller; ``ragdb.ALL``: everything)
+      bound what it reads and deletes, and it never replaces a node it cannot read;
+      ``acl`` labels what it adds and must lie within ``principals``.
+    """
+
+    stores_text: bool = True
+    is_embedding_query: bool = False
+    flat_metadata: bool = False
+
+    _db: Database = PrivateAttr()
+    _embedder: Embedder | None = PrivateAttr(default=None)
+    _principals: Any = PrivateAttr(default=())
+    _acl: tuple[str, ...] | None = PrivateAttr(default=None)
+    _vectors_seen: bool = PrivateAttr(default=False)
+
+    def __init__(self, db: Database, *, embedder: Embedder | str | None = None, principals: PrincipalsArg = None,
+                 acl: Sequence[str] | None = None) -> None:
+        if not isinstance(db, Database):
+            raise InvalidInput(f"RagdbVectorStore: db must be a ragdb.Database, got {type(db).__name__}")
+        super().__init__(stores_text=True)
+        self._db = db
+        self._embedder = get_embedder(embedder) if isinstance(embedder, str) else embedder
+        self._principals = check_principals(principals)
+        self._acl = check_store_labels(acl, self._principals, "RagdbVectorStore")
+
+    @classmethod
+    def class_name(cls) -> str:
+        return "RagdbVectorStore"
+
+    @property
+    def client(self) -> Database:
+        """The ragdb database."""
+        return self._db
+
+    # -- writing -------------------------------------------------------------------------------
+    def add(self, nodes: Sequence[BaseNode], **kwargs: Any) -> list[str]:
+        """Add or replace nodes (one transaction for the text, then ragdb embeds the new
+        chunks when the store has an embedding model); returns their ids."""
+        records: list[dict[str, Any]] = []
+        for n, node in enumerate(nodes):
+            if not isinstance(node, BaseNode):
+                raise InvalidInput(f"add: node {n} must be a llama_index node, got {type(node).__name__}")
+            meta = node_to_metadata_dict(node, remove_text=True, flat_metadata=self.flat_metadata)
+            records.append({"text": node.get_content(metadata_mode=MetadataMode.NONE), "source": node.node_id,
+                            "metadata": meta, "acl": self._acl})
+        check_distinct_sources(records, "add: nodes")
+        if not records:
+            return []
+        db = self._db
+        with db.transaction():
+            for record in records:
+                if not writable(db, record["source"], self._principals):
+                    raise DocumentNotFound(f"add: no node with id {record['source']!r} visible to this store; "
+                                           f"not replacing it")
+            db.add_many(records, chunker=STORE_CHUNKER)
+        if self._embedder is not None and self._embedder is not db.embedder:
+            db.embed(self._embedder)
+        return [record["source"] for record in records]
+
+    def delete(self, ref_doc_id: str, **delete_kwargs: Any) -> None:
+        """Delete the nodes of the LlamaIndex document ``ref_doc_id`` that this store may read."""
+        if not isinstance(ref_doc_id, str) or not ref_doc_id:
+            raise InvalidInput(f"delete: ref_doc_id must be a non-empty string, got {ref_doc_id!r}")
+        self._delete_where({"ref_doc_id": ref_doc_id})
+
+    def delete_nodes(self, node_ids: list[str] | None = None, filters: MetadataFilters | None = None,
+                     **delete_kwargs: Any) -> None:
+        """Delete the nodes with these ids and/or matching ``filters`` that this store may read."""
+        where = self._where(node_ids, filters, "delete_nodes")
+        if where is None:
+            raise InvalidInput("delete_nodes: give node_ids and/or filters (clear() deletes every node)")
+        self._delete_where(where)
+
+    def clear(self) -> None:
+        """Delete every node this store added (every document holding a node) that it may read."""
+        self._delete_where({"_node_content": {"$exists": True}})
+
+    def _delete_where(self, where: Mapping[str, Any]) -> None:
+        db = self._db
+        with db.transaction():
+            for doc in db.documents(filter=where, principals=self._principals):
+                db.delete(source=doc.source)
+
+    # -- reading -------------------------------------------------------------------------------
+    def get_nodes(self, node_ids: list[str] | None = None, filters: MetadataFilters | None = None
+                  ) -> list[BaseNode]:
+        """The nodes with these ids and/or matching ``filters`` that this store may read."""
+        where = self._where(node_ids, filters, "get_nodes")
+        nodes = []
+        for listed in self._db.documents(filter=where, principals=self._principals):
+            try:
+                doc = self._db.get(listed.id, principals=self._principals)
+            except DocumentNotFound:
+                continue
+            if "_node_content" in doc.metadata:
+                nodes.append(metadata_dict_to_node(dict(doc.metadata), text=doc.text))
+        return nodes
+
+    @staticmethod
+    def _where(node_ids: Sequence[str] | None, filters: MetadataFilters | None, what: str
+               ) -> dict[str, Any] | None:
+        parts: list[dict[str, Any]] = []
+        if node_ids:  # as LlamaIndex's stores read it: an empty list restricts nothing
+            if isinstance(node_ids, str) or not all(isinstance(i, str) and i for i in node_ids):
+                raise InvalidInput(f"{what}: node_ids must be a list of non-empty strings, got {node_ids!r}")
+            parts.append({"source": {"$in": list(node_ids)}})
+        converted = to_ragdb_filter(filters)
+        if converted is not None:
+            parts.append(converted)
+        if not parts:
+            return None
+        where = parts[0] if len(parts) == 1 else {"$and": parts}
+        check_filter(where, what)
+        return where
+
+    def search_options(self, query: VectorStoreQuery) -> SearchOptions:
+        """The ragdb options ``query`` runs with."""
+        parts = [f for f in (self._where(query.node_ids, query.filters, "query"),
+                             {"ref_doc_id": {"$in": list(query.doc_ids)}} if query.doc_ids else None) if f]
+        keywords: dict[str, Any] = {"k": query.similarity_top_k, "scorer": self._scorer(), "syntax": "plain"}
+        if keywords["scorer"] == "hybrid" and self._embedder is not None:
+            keywords["embedder"] = self._embedder
+        if parts:
+            keywords["filter"] = parts[0] if len(parts) == 1 else {"$and": parts}
+        base = SearchOptions.from_keywords(None, principals=self._principals)
+        return call_options(base, keywords, "RagdbVectorStore")
+
+    def _scorer(self) -> str:
+        embedder = self._embedder if self._embedder is not None else self._db.embedder
+        if embedder is None:
+            return "bm25"
+        if not self._vectors_seen:  # counted until seen once (vector_info counts rows): vectors stay
+            self._vectors_seen = self._db.vector_info().vectors > 0
+        return "hybrid" if self._vectors_seen else "bm25"
+
+    def query(self, query: VectorStoreQuery, **kwargs: Any) -> VectorStoreQueryResult:
+        """The ``similarity_top_k`` nodes best matching ``query.query_str`` (see the class's docstring)."""
+        if query.query_str is None:
+            raise InvalidInput("query: ragdb searches the query's text (query_str); an embedding alone is not "
+                               "enough")
+        hits = self._db.search(query.query_str, options=self.search_options(query))
+        nodes, similarities, ids = [], [], []
+        for hit in hits:
+            if "_node_content" in hit.metadata:
+                node = metadata_dict_to_node(dict(hit.metadata), text=hit.text)
+                node.metadata["score"] = hit.score
+                for keys in (node.excluded_llm_metadata_keys, node.excluded_embed_metadata_keys):
+                    if "score" not in keys:
+                        keys.append("score")
+            else:  # a document ragdb stored itself (ragdb add, db.add): its chunk, as the retriever gives it
+                node = to_node(hit).node
+            nodes.append(node)
+            similarities.append(relevance(hit))
+            ids.append(node.node_id)
+        return VectorStoreQueryResult(nodes=nodes, similarities=similarities, ids=ids)

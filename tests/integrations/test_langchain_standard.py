@@ -46,6 +46,22 @@ class TestRagdbVectorStoreStandard(VectorStoreIntegrationTests):
             db.close()
 
 
+class TestRagdbVectorStoreStandardPostgres(VectorStoreIntegrationTests):
+    """The same suite on ragdb's PostgreSQL backend."""
+
+    @staticmethod
+    def get_embeddings() -> Embeddings:
+        return RagdbEmbeddings("wordllama")
+
+    @pytest.fixture
+    def vectorstore(self, pg_url):
+        db = ragdb.open(pg_url)
+        try:
+            yield RagdbVectorStore(db, self.get_embeddings())
+        finally:
+            db.close()
+
+
 TEXTS = [
     "Cats sleep most of the day and purr when content.",
     "A cat grooms its fur after eating.",

@@ -94,6 +94,25 @@ def test_as_retriever_search_kwargs_and_filters(store):
         store.similarity_search("cats", principals=ragdb.ALL)
 
 
+def test_a_bad_filter_fails_when_the_store_retriever_is_made(store):
+    with pytest.raises(InvalidInput, match="as_retriever: filter 'year': unknown operator"):
+        store.as_retriever(search_kwargs={"filter": {"year": {"$bad": 1}}})
+
+
+def test_max_marginal_relevance_picks_diverse_documents(tmp_path):
+    with ragdb.open(tmp_path / "mmr.db") as db:
+        store = RagdbVectorStore(db, RagdbEmbeddings("wordllama"))
+        store.add_texts(["cats sleep all day", "cats sleep all day long", "dogs chase cats in the park"],
+                        ids=["a", "a2", "b"])
+        plain = [d.id for d in store.similarity_search("cats sleep", k=2)]
+        diverse = [d.id for d in store.max_marginal_relevance_search("cats sleep", k=2, fetch_k=3, lambda_mult=0.1)]
+        assert plain == ["a", "a2"] and diverse[0] == "a" and diverse[1] == "b"
+        mmr = store.as_retriever(search_type="mmr", search_kwargs={"k": 2, "fetch_k": 3, "lambda_mult": 0.1})
+        assert [d.id for d in mmr.invoke("cats sleep")] == diverse
+    with ragdb.open(":memory:") as db, pytest.raises(InvalidInput, match="needs an embedding model"):
+        RagdbVectorStore(db).max_marginal_relevance_search("x")
+
+
 def test_async_variants_equal_sync(store):
     async def main():
         return (await store.asimilarity_search("cats", k=2),

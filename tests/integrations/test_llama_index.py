@@ -61,11 +61,13 @@ def kb(tmp_path):
 
 
 def expected(db, query, **options):
-    return [(f"chunk:{h.chunk_id}", h.text, h.score, h.source) for h in db.search(query, **options)]
+    return [(f"chunk:{h.chunk_id}", h.text, h.score, h.confidence, h.source) for h in db.search(query, **options)]
 
 
 def got(nodes):
-    return [(n.node.node_id, n.node.get_content(), n.score, n.node.metadata["source"]) for n in nodes]
+    # a node's score is ragdb's confidence (what a postprocessor thresholds); the raw score is in its metadata
+    return [(n.node.node_id, n.node.get_content(), n.node.metadata["score"], n.score, n.node.metadata["source"])
+            for n in nodes]
 
 
 def test_a_query_engine_with_the_mock_llm_retrieves_through_ragdb(kb):
@@ -118,7 +120,8 @@ def test_nodes_are_db_search_in_order_with_scores_and_metadata(kb, query, option
         assert whole[node.start_char_idx:node.end_char_idx] == node.text
         llm_view = node.get_content(metadata_mode=MetadataMode.LLM)
         assert f"source: {hit.source}" in llm_view and "confidence:" not in llm_view
-    assert [n.score for n in nodes] == sorted((n.score for n in nodes), reverse=True)
+    raw = [n.node.metadata["score"] for n in nodes]
+    assert raw == sorted(raw, reverse=True)
 
 
 def test_other_search_options_come_through_options(kb):

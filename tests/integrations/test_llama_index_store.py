@@ -1,0 +1,224 @@
+"""ragdb.integrations.llama_index's vector store against the real llama-index-core:
+``VectorStoreIndex.from_documents`` with ragdb's store answers a query,
+``IngestionPipeline(vector_store=...)`` and ``delete_ref_doc`` work, ``MetadataFilters``
+are translated (each operator against a reference), node scores are ragdb's confidence,
+and loader bookkeeping stays out of what the LLM and the embedder see. LlamaIndex's
+MockLLM and MockEmbedding are the framework's own offline fixtures (no network); the
+store is a real ragdb database."""
+
+from __future__ import annotations
+
+import asyncio
+import operator
+
+import pytest
+
+import ragdb
+from ragdb.errors import DocumentNotFound, InvalidInput
+
+pytest.importorskip("llama_index.core")
+
+from llama_index.core import Settings, StorageContext, VectorStoreIndex  # noqa: E402
+from llama_index.core.embeddings import MockEmbedding  # noqa: E402
+from llama_index.core.ingestion import IngestionPipeline  # noqa: E402
+from llama_index.core.llms import MockLLM  # noqa: E402
+from llama_index.core.node_parser import SentenceSplitter  # noqa: E402
+from llama_index.core.postprocessor import SimilarityPostprocessor  # noqa: E402
+from llama_index.core.schema import Document, MetadataMode, TextNode  # noqa: E402
+from llama_index.core.vector_stores.types import (  # noqa: E402
+    FilterCondition,
+    FilterOperator,
+    MetadataFilter,
+    MetadataFilters,
+    VectorStoreQuery,
+)
+
+from ragdb.files.sync import add_paths  # noqa: E402
+from ragdb.integrations.llama_index import RagdbRetriever, RagdbVectorStore, to_ragdb_filter  # noqa: E402
+
+DOCS = [
+    Document(text="Cats sleep most of the day. A cat purrs when it is content.", doc_id="cats",
+             metadata={"topic": "pets", "year": 2023}),
+    Document(text="Dogs chase cats in the park and wag their tails.", doc_id="dogs",
+             metadata={"topic": "pets", "year": 2024}),
+    Document(text="Black holes bend light. Quantum physics describes particles.", doc_id="physics",
+             metadata={"topic": "science", "year": 2025}),
+]
+
+
+@pytest.fixture(autouse=True, scope="module")
+def offline_settings():
+    """Whatever LlamaIndex resolves from its global Settings is a local mock, never OpenAI."""
+    Settings.llm = MockLLM()
+    Settings.embed_model = MockEmbedding(embed_dim=8)
+
+
+@pytest.fixture
+def db(tmp_path):
+    with ragdb.open(tmp_path / "li.db") as database:
+        yield database
+
+
+def test_vector_store_index_from_documents_answers_a_query(db):
+    store = RagdbVectorStore(db)
+    index = VectorStoreIndex.from_documents(DOCS, storage_context=StorageContext.from_defaults(vector_store=store))
+    assert db.count() == 3  # one node per (short) document, each a ragdb document of one chunk
+    engine = index.as_query_engine(llm=MockLLM(), similarity_top_k=2)
+    response = engine.query("why do cats purr")
+    sources = response.source_nodes
+    assert sources and len(sources) <= 2
+    assert sources[0].node.ref_doc_id == "cats"
+    assert "purrs when it is content" in response.response  # MockLLM answers with its prompt: ragdb's context
+    hits = db.search("why do cats purr", k=2, syntax="plain")
+    assert [n.node.node_id for n in sources] == [h.source for h in hits]
+    assert [n.score for n in sources] == [h.confidence for h in hits]  # thresholdable: confidence in [0, 1]
+    assert [n.node.metadata["score"] for n in sources] == [h.score for h in hits]
+    assert "score" not in sources[0].node.get_content(metadata_mode=MetadataMode.LLM)
+    assert sources[0].node.metadata["topic"] == "pets"
+
+
+def test_similarity_top_k_and_a_postprocessor_threshold(db):
+    store = RagdbVectorStore(db)
+    index = VectorStoreIndex.from_documents(DOCS, storage_context=StorageContext.from_defaults(vector_store=store))
+    for k in (1, 2):
+        assert len(index.as_retriever(similarity_top_k=k).retrieve("cats")) == k
+    assert len(index.as_retriever(similarity_top_k=3).retrieve("cats")) == 2  # two hold "cats": never padded
+    nodes = index.as_retriever(similarity_top_k=3).retrieve("cats purr content")
+    cut = SimilarityPostprocessor(similarity_cutoff=0.5).postprocess_nodes(nodes)
+    assert [n.node.node_id for n in cut] == [n.node.node_id for n in nodes if n.score >= 0.5]
+    assert cut and len(cut) < len(nodes)
+
+
+def test_ingestion_pipeline_and_delete_ref_doc(db):
+    store = RagdbVectorStore(db)
+    pipeline = IngestionPipeline(transformations=[SentenceSplitter(chunk_size=16, chunk_overlap=0),
+                                                  MockEmbedding(embed_dim=8)], vector_store=store)
+    nodes = pipeline.run(documents=DOCS)
+    assert len(nodes) > 3 and db.count() == len(nodes)  # split by LlamaIndex, one ragdb document per node
+    index = VectorStoreIndex.from_vector_store(store)
+    assert {n.node.ref_doc_id for n in index.as_retriever(similarity_top_k=10).retrieve("cats")} == \
+        {"cats", "dogs"}
+    index.delete_ref_doc("cats")
+    assert {n.node.ref_doc_id for n in index.as_retriever(similarity_top_k=10).retrieve("cats")} == {"dogs"}
+    assert db.count() == len([n for n in nodes if n.ref_doc_id != "cats"])
+    got = store.get_nodes(node_ids=[n.node_id for n in nodes])
+    assert {n.node_id for n in got} == {n.node_id for n in nodes if n.ref_doc_id != "cats"}
+    store.clear()
+    assert db.count() == 0
+
+
+def test_nodes_come_back_as_added(db):
+    store = RagdbVectorStore(db)
+    node = TextNode(text="Herons eat fish.", id_="heron", metadata={"bird": "heron", "file_path": "/x/birds.md"},
+                    excluded_llm_metadata_keys=["file_path"], start_char_idx=3, end_char_idx=19)
+    assert store.add([node]) == ["heron"]
+    back = store.get_nodes(node_ids=["heron"])[0]
+    assert (back.node_id, back.get_content(), back.metadata, back.excluded_llm_metadata_keys,
+            back.start_char_idx) == ("heron", "Herons eat fish.", node.metadata, ["file_path"], 3)
+    result = store.query(VectorStoreQuery(query_str="what do herons eat", similarity_top_k=1))
+    assert result.ids == ["heron"] and 0 < result.similarities[0] <= 1
+    assert "/x/birds.md" not in result.nodes[0].get_content(metadata_mode=MetadataMode.LLM)
+    assert asyncio.run(store.aquery(VectorStoreQuery(query_str="herons", similarity_top_k=1))).ids == ["heron"]
+
+
+# ------------------------------------------------------------------------------------ filters
+ROWS = [{"year": y, "topic": t} for y, t in [(2020, "a"), (2021, "b"), (2022, "a"), (2023, "c"), (2024, "b")]]
+PY = {FilterOperator.EQ: operator.eq, FilterOperator.NE: operator.ne, FilterOperator.GT: operator.gt,
+      FilterOperator.GTE: operator.ge, FilterOperator.LT: operator.lt, FilterOperator.LTE: operator.le,
+      FilterOperator.IN: lambda a, b: a in b, FilterOperator.NIN: lambda a, b: a not in b}
+SINGLE = [MetadataFilter(key="year", value=2022, operator=op) for op in
+          (FilterOperator.EQ, FilterOperator.NE, FilterOperator.GT, FilterOperator.GTE, FilterOperator.LT,
+           FilterOperator.LTE)] + \
+         [MetadataFilter(key="topic", value=["a", "c"], operator=FilterOperator.IN),
+          MetadataFilter(key="topic", value=["a", "c"], operator=FilterOperator.NIN)]
+
+
+def matches(f, row):
+    if isinstance(f, MetadataFilters):
+        results = [matches(x, row) for x in f.filters]
+        if f.condition == FilterCondition.OR:
+            return any(results)
+        if f.condition == FilterCondition.NOT:
+            return not all(results)
+        return all(results)
+    return PY[f.operator](row[f.key], f.value)
+
+
+CASES = [MetadataFilters(filters=[f]) for f in SINGLE] + [
+    MetadataFilters(filters=[SINGLE[3], SINGLE[6]], condition=FilterCondition.AND),
+    MetadataFilters(filters=[SINGLE[0], SINGLE[7]], condition=FilterCondition.OR),
+    MetadataFilters(filters=[SINGLE[4], MetadataFilters(filters=[SINGLE[2], SINGLE[6]])],
+                    condition=FilterCondition.OR),
+    MetadataFilters(filters=[SINGLE[6]], condition=FilterCondition.NOT),
+]
+
+
+@pytest.mark.parametrize("filters", CASES, ids=[str(to_ragdb_filter(c)) for c in CASES])
+def test_metadata_filters_select_what_the_reference_selects(db, filters):
+    store = RagdbVectorStore(db)
+    store.add([TextNode(text=f"shared words row {n}", id_=f"n{n}", metadata=row) for n, row in enumerate(ROWS)])
+    result = store.query(VectorStoreQuery(query_str="shared words", similarity_top_k=10, filters=filters))
+    assert sorted(result.ids) == [f"n{n}" for n, row in enumerate(ROWS) if matches(filters, row)]
+
+
+def test_unsupported_filters_and_bad_input_are_refused(db):
+    store = RagdbVectorStore(db)
+    text_match = MetadataFilters(filters=[MetadataFilter(key="t", value="x", operator=FilterOperator.TEXT_MATCH)])
+    with pytest.raises(InvalidInput, match="TEXT_MATCH on 't' is not supported"):
+        store.query(VectorStoreQuery(query_str="x", filters=text_match))
+    with pytest.raises(InvalidInput, match="query_str"):
+        store.query(VectorStoreQuery(query_embedding=[0.1] * 8))
+    with pytest.raises(InvalidInput, match="same source"):
+        store.add([TextNode(text="a", id_="x"), TextNode(text="b", id_="x")])
+    with pytest.raises(InvalidInput, match="RagdbRetriever"):
+        RagdbRetriever(db, filter={"year": {"$bad": 1}})
+    assert db.count(principals=ragdb.ALL) == 0
+
+
+# ---------------------------------------------------------------------- principals, loader keys
+def test_principals_bound_reads_writes_and_deletes(db):
+    db.add("secret heron budget", source="hidden", acl=["hr"],
+           metadata={"ref_doc_id": "budget", "_node_content": "{}"})
+    store = RagdbVectorStore(db)
+    assert store.query(VectorStoreQuery(query_str="heron budget", similarity_top_k=5)).ids == []
+    store.delete("budget")  # not visible: nothing deleted
+    assert db.count(principals=ragdb.ALL) == 1
+    with pytest.raises(DocumentNotFound, match="not replacing it"):
+        store.add([TextNode(text="overwrite", id_="hidden")])
+    with pytest.raises(InvalidInput, match="not among its principals"):
+        RagdbVectorStore(db, principals=["staff"], acl=["hr"])
+    RagdbVectorStore(db, principals=["hr"]).delete("budget")
+    assert db.count(principals=ragdb.ALL) == 0
+
+
+def test_loader_bookkeeping_is_hidden_from_the_llm_and_the_embedder(db, tmp_path):
+    folder = tmp_path / "docs"
+    folder.mkdir()
+    (folder / "owls.md").write_text("# Owls\n\nOwls hunt at night and sleep by day.\n", encoding="utf-8")
+    add_paths(db, [folder])
+    node = RagdbRetriever(db, k=1).retrieve("owls hunt")[0].node
+    bookkeeping = {"path", "mtime", "content_hash", "size", "encoding", "loader"}
+    assert bookkeeping & set(node.metadata)  # the loader recorded them ...
+    for mode in (MetadataMode.LLM, MetadataMode.EMBED):  # ... and neither the LLM nor the embedder sees them
+        shown = node.get_content(metadata_mode=mode)
+        assert "Owls hunt at night" in shown
+        for key in bookkeeping & set(node.metadata):
+            assert f"{key}:" not in shown
+    # the store gives a document ragdb loaded itself the same way
+    result = RagdbVectorStore(db).query(VectorStoreQuery(query_str="owls hunt", similarity_top_k=1))
+    assert "content_hash:" not in result.nodes[0].get_content(metadata_mode=MetadataMode.LLM)
+
+
+def test_with_an_embedder_the_store_searches_hybrid(db):
+    store = RagdbVectorStore(db, embedder="wordllama")
+    VectorStoreIndex.from_documents(DOCS, storage_context=StorageContext.from_defaults(vector_store=store))
+    assert db.vector_info().vectors == 3  # ragdb embedded the nodes with its own model
+    query = VectorStoreQuery(query_str="kittens napping", similarity_top_k=3)
+    assert store.search_options(query).scorer == "hybrid"
+    result = store.query(query)
+    hits = db.search("kittens napping", k=3, scorer="hybrid", syntax="plain", embedder=store_embedder(store))
+    assert result.ids == [h.source for h in hits] and result.ids  # found by meaning: no query word is in a node
+
+
+def store_embedder(store):
+    return store.search_options(VectorStoreQuery(query_str="x")).embedder
