@@ -441,7 +441,9 @@ class RagdbVectorStore(VectorStore):
             options["scorer"] = self._scorer()
         if options["scorer"] in ("vector", "hybrid") and "embedder" not in options and self.embedder is not None:
             options["embedder"] = self.embedder
-        base = SearchOptions.from_keywords(None, k=k, syntax="plain", principals=self.principals)
+        # a vector store gives back the documents stored in it, copies included (LangChain's
+        # contract, and index()'s): collapsing copies is the retrievers' and prompts' default
+        base = SearchOptions.from_keywords(None, k=k, syntax="plain", collapse=False, principals=self.principals)
         if filter is not None:
             options["filter"] = filter
         return call_options(base, options, "RagdbVectorStore")

@@ -388,7 +388,9 @@ class RagdbVectorStore(BasePydanticVectorStore):
         """The ragdb options ``query`` runs with."""
         parts = [f for f in (self._where(query.node_ids, query.filters, "query"),
                              {"ref_doc_id": {"$in": list(query.doc_ids)}} if query.doc_ids else None) if f]
-        keywords: dict[str, Any] = {"k": query.similarity_top_k, "scorer": self._scorer(), "syntax": "plain"}
+        # a vector store gives back the nodes stored in it, copies included (collapse=False)
+        keywords: dict[str, Any] = {"k": query.similarity_top_k, "scorer": self._scorer(), "syntax": "plain",
+                                    "collapse": False}
         if keywords["scorer"] == "hybrid" and self._embedder is not None:
             keywords["embedder"] = self._embedder
         if parts:
