@@ -9,6 +9,8 @@ all import it without importing each other.
 
 from __future__ import annotations
 
+import abc
+
 from collections.abc import Sequence
 from typing import Any, Protocol, cast, runtime_checkable
 
@@ -121,7 +123,7 @@ def dimensions_of(embedder: Embedder) -> int:
     return d
 
 
-class EmbeddingModel:
+class EmbeddingModel(abc.ABC):
     """The base class of embedders: it holds every embedder to the contract, so that a
     subclass writes only how its model embeds texts (llm's ``EmbeddingModel`` is the model).
 
@@ -142,11 +144,12 @@ class EmbeddingModel:
 
     name: str
 
+    @abc.abstractmethod
     def embed_texts(self, texts: list[str], *, query: bool) -> Any:
         """The hook: vectors of ``texts`` (none of them blank), as anything numpy reads as
         ``(len(texts), dimensions)`` numbers. ``query``: the texts are search queries
-        (an asymmetric model embeds them differently; most ignore it)."""
-        raise NotImplementedError(f"{type(self).__name__} must implement embed_texts(texts, *, query)")
+        (an asymmetric model embeds them differently; most ignore it). Abstract: a
+        subclass without it cannot be instantiated."""
 
     def embed(self, texts: Sequence[str]) -> np.ndarray:
         """float32 ``(len(texts), dimensions)``, L2-normalized rows; zero rows for blank texts."""

@@ -107,3 +107,12 @@ def test_a_hook_only_embedder_serves_a_database(tmp_path):
     hits = db.search("c", scorer="vector", k=2)
     assert [h.source for h in hits] == ["c", "a"]
     db.close()
+
+
+def test_a_subclass_without_the_hook_cannot_be_made() -> None:
+    class NoHook(EmbeddingModel):
+        name = "no-hook"
+        dimensions = 4
+
+    with pytest.raises(TypeError, match="embed_texts"):
+        NoHook()  # type: ignore[abstract]
