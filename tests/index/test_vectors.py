@@ -17,28 +17,7 @@ from ragdb.index import vectors as V
 from ragdb.storage import vectors as storage_vectors
 from ragdb.models.embeddings import HashEmbedder
 from ragdb.errors import EmbeddingError, InvalidInput
-
-
-def vector_search(db, query, k=10, embedder=None, **kw):
-    """``Database.search`` with the vector scorer (the embedder positional, as the tests read best)."""
-    return db.search(query, k, scorer="vector", embedder=embedder, **kw)
-
-
-def hybrid_search(db, query, k=10, embedder=None, **kw):
-    return db.search(query, k, scorer="hybrid", embedder=embedder, **kw)
-
-DOCS = [
-    ("a.md", "The cat sat on the mat near the door.", {"lang": "en", "team": "x"}),
-    ("b.md", "Dogs chase cats around the park every morning.", {"lang": "en", "team": "y"}),
-    ("c.md", "Quantum physics describes black holes and particles.", {"lang": "en", "team": "x"}),
-    ("d.md", "Die Katze schläft auf der Matte.", {"lang": "de", "team": "y"}),
-    ("e.md", "A mat is a flat piece of fabric on the floor.", {"lang": "en", "team": "y"}),
-]
-
-
-def fill(db, docs=DOCS):
-    for source, text, meta in docs:
-        db.add(text, source=source, metadata=meta, chunker="none")
+from vector_helpers import DOCS, fill, hybrid_search, vector_search
 
 
 @pytest.fixture
@@ -52,10 +31,6 @@ def db(emb):
         fill(d)
         assert d.embed(emb) == len(DOCS)
         yield d
-
-
-def cosine(emb, a, b):
-    return float(np.dot(emb.embed([a])[0].astype(np.float64), emb.embed([b])[0].astype(np.float64)))
 
 
 def fingerprint(hits):

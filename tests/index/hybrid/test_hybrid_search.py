@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import json
 
-import numpy as np
 import pytest
 
 import ragdb
@@ -16,29 +15,7 @@ from ragdb.index import fusion
 from ragdb.index.fusion import minmax_weighted, rrf
 from ragdb.models.embeddings import HashEmbedder, OpenAIEmbedder
 from ragdb.options import DEFAULT_FUSION, SearchOptions
-
-
-def vector_search(db, query, k=10, embedder=None, **kw):
-    """``Database.search`` with the vector scorer (the embedder positional, as the tests read best)."""
-    return db.search(query, k, scorer="vector", embedder=embedder, **kw)
-
-
-def hybrid_search(db, query, k=10, embedder=None, **kw):
-    return db.search(query, k, scorer="hybrid", embedder=embedder, **kw)
-
-
-DOCS = [
-    ("a.md", "The cat sat on the mat near the door.", {"lang": "en", "team": "x"}),
-    ("b.md", "Dogs chase cats around the park every morning.", {"lang": "en", "team": "y"}),
-    ("c.md", "Quantum physics describes black holes and particles.", {"lang": "en", "team": "x"}),
-    ("d.md", "Die Katze schläft auf der Matte.", {"lang": "de", "team": "y"}),
-    ("e.md", "A mat is a flat piece of fabric on the floor.", {"lang": "en", "team": "y"}),
-]
-
-
-def fill(db, docs=DOCS):
-    for source, text, meta in docs:
-        db.add(text, source=source, metadata=meta, chunker="none")
+from vector_helpers import DOCS, cosine, fill, hybrid_search, vector_search
 
 
 @pytest.fixture
@@ -52,10 +29,6 @@ def db(emb):
         fill(d)
         assert d.embed(emb) == len(DOCS)
         yield d
-
-
-def cosine(emb, a, b):
-    return float(np.dot(emb.embed([a])[0].astype(np.float64), emb.embed([b])[0].astype(np.float64)))
 
 
 def relevant(db, emb, query, hit):
