@@ -47,6 +47,7 @@ from ragdb.integrations.stores import (
     STORE_CHUNKER,
     call_options,
     check_filter,
+    store_scorer,
     check_store_labels,
     relevance,
     writable,
@@ -449,12 +450,8 @@ class RagdbVectorStore(VectorStore):
         return call_options(base, options, "RagdbVectorStore")
 
     def _scorer(self) -> str:
-        embedder = self.embedder if self.embedder is not None else self.db.embedder
-        if embedder is None:
-            return "bm25"
-        if not self._vectors_seen:  # counted until seen once (vector_info counts rows): vectors stay
-            self._vectors_seen = self.db.vector_info().vectors > 0
-        return "hybrid" if self._vectors_seen else "bm25"
+        scorer, self._vectors_seen = store_scorer(self.db, self.embedder, self._vectors_seen)
+        return scorer
 
     def search_hits(self, query: str, k: int = 4, filter: Mapping[str, Any] | None = None,
                     **options: Any) -> list[Hit]:

@@ -48,6 +48,7 @@ from ragdb.integrations.stores import (
     STORE_CHUNKER,
     call_options,
     check_filter,
+    store_scorer,
     check_store_labels,
     relevance,
     writable,
@@ -399,12 +400,8 @@ class RagdbVectorStore(BasePydanticVectorStore):
         return call_options(base, keywords, "RagdbVectorStore")
 
     def _scorer(self) -> str:
-        embedder = self._embedder if self._embedder is not None else self._db.embedder
-        if embedder is None:
-            return "bm25"
-        if not self._vectors_seen:  # counted until seen once (vector_info counts rows): vectors stay
-            self._vectors_seen = self._db.vector_info().vectors > 0
-        return "hybrid" if self._vectors_seen else "bm25"
+        scorer, self._vectors_seen = store_scorer(self._db, self._embedder, self._vectors_seen)
+        return scorer
 
     def query(self, query: VectorStoreQuery, **kwargs: Any) -> VectorStoreQueryResult:
         """The ``similarity_top_k`` nodes best matching ``query.query_str`` (see the class's docstring)."""

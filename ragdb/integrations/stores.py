@@ -67,6 +67,18 @@ def call_options(base: SearchOptions, keywords: Mapping[str, Any], where: str) -
     return SearchOptions.from_keywords(base, **keywords)
 
 
+def store_scorer(db: Database, embedder: Any, vectors_seen: bool) -> tuple[str, bool]:
+    """The scorer of a vector store's search, and whether vectors have been seen: hybrid when an
+    embedding model is at hand (``embedder``, else the database's) and the database holds
+    vectors, else BM25. Vectors are counted until seen once (``vector_info`` counts rows);
+    once there, they stay."""
+    if (embedder if embedder is not None else db.embedder) is None:
+        return "bm25", vectors_seen
+    if not vectors_seen:
+        vectors_seen = db.vector_info().vectors > 0
+    return ("hybrid" if vectors_seen else "bm25"), vectors_seen
+
+
 def relevance(hit: Hit) -> float:
     """The score a framework thresholds, in [0, 1]: ragdb's confidence
     (:mod:`ragdb.index.confidence`: the chunk's BM25 over the query's maximum, the
