@@ -298,9 +298,8 @@ class Searcher:
         # every distinct query term counts in the maximum, one no chunk holds with df 0, and so
         # does one only chunks hidden from this search hold: else the maximum, hence every
         # confidence, would tell whether hidden documents hold a word (issue 32, item 6)
-        seen = self._visible_counts(mask, [Unit(t, (known[t][0],), known[t][1]) for t in order]) \
-            if mask is not None else dict.fromkeys(order, 1)
-        bound = confidence.query_bound(index.n_chunks, [known[t][1] if seen.get(t, 0) else 0 for t in counts])
+        seen = {t for t in order if mask is None or index.visible((known[t][0],), mask)}
+        bound = confidence.query_bound(index.n_chunks, [known[t][1] if t in seen else 0 for t in counts])
         units = tuple(Unit(t, (known[t][0],), known[t][1]) for t in order)
         if in_fields:
             units += tuple(Unit(f"{f}:{t}", (hit[0],), hit[1], w, f) for f, w, t, key in in_fields
@@ -333,13 +332,7 @@ class Searcher:
         store = eng.store
 
         def visible(term_id: int) -> bool:
-            if mask is None:
-                return True
-            p = index.term_postings([term_id]).get(term_id)
-            if p is None:
-                return False
-            ids = p[0][p[0] < len(mask)]
-            return bool(np.any(mask[ids]))
+            return True if mask is None else index.visible((term_id,), mask)
 
         def prefixed(prefix: str, limit: int) -> list[tuple[str, int, int]]:
             return [(t, tid, index.effective_df(tid, df)) for t, tid, df in store.terms_with_prefix(prefix, limit)]
@@ -470,9 +463,8 @@ class Searcher:
                 dropped = compiled.dropped
                 expansions = compiled.expansions
             # a term only hidden chunks hold is as unknown to this caller as one no chunk holds
-            visible_counts = self._visible_counts(mask, list(terms.units))
             unknown += [u.key for u in terms.units
-                        if u.field is None and visible_counts.get(u.key, 0) == 0 and u.key not in unknown]
+                        if u.field is None and u.key not in unknown and not index.visible(u.ids, mask)]
             suggestions = {t: self._suggest(t, mask) for t in unknown[:MAX_SUGGESTED]}
             # every term of the query, in query order; those no visible chunk holds are in ``unknown`` too
             all_terms = tuple(terms.counts) if compiled is None else \

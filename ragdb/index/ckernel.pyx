@@ -226,3 +226,34 @@ cdef void _fill(int64_t[::1] ids, double[::1] out, _Hit* hits, Py_ssize_t size) 
     for i in range(size):
         ids[i] = hits[i].id
         out[i] = hits[i].score
+
+
+cdef bint _any_allowed(const ids_t* ids, Py_ssize_t m, const uint8_t* mask, Py_ssize_t n) noexcept nogil:
+    cdef Py_ssize_t j
+    cdef int64_t c
+    for j in range(m):
+        c = <int64_t>ids[j]
+        if 0 <= c < n and mask[c]:
+            return True
+    return False
+
+
+def any_allowed(ids, const uint8_t[::1] mask):
+    """Whether ``mask`` allows one of the chunk ids ``ids`` (a buffer of uint32 or int64; ids
+    outside the mask are not allowed): stops at the first, where numpy gathers them all."""
+    cdef Py_buffer ib
+    cdef bint found = False
+    cdef Py_ssize_t n = mask.shape[0]
+    cdef const uint8_t* mk = &mask[0] if n else NULL
+    PyObject_GetBuffer(ids, &ib, PyBUF_C_CONTIGUOUS | PyBUF_FORMAT)
+    try:
+        _kind(&ib, b"Ilq")
+        if n:
+            with nogil:
+                if ib.itemsize == 4:
+                    found = _any_allowed(<const uint32_t*>ib.buf, ib.len // 4, mk, n)
+                else:
+                    found = _any_allowed(<const int64_t*>ib.buf, ib.len // 8, mk, n)
+    finally:
+        PyBuffer_Release(&ib)
+    return found

@@ -50,6 +50,7 @@ LOOKUP_CACHE_TERMS = 200_000  # vocabulary lookups kept until the generation cha
 _LOOKUP_BATCH = 50_000  # terms looked up in the vocabulary at a time
 MAX_SEGMENTS = 16           # segments per term before they are merged
 MERGE_TERM_BATCH = 50_000   # terms outside the tail a flush looks at (counts, merges) at a time
+_VISIBLE_BLOCK = 4096  # postings :meth:`Index.visible` checks at a time without the compiled kernel
 MERGE_PART_POSTINGS = 1 << 21  # postings merged (read, rewritten) at a time: ~12 MiB of blobs, ~50 MiB of work arrays
 
 
@@ -845,6 +846,26 @@ class Index:
         tfs = np.concatenate([p[1] for p in found]).astype(np.int64)
         uniq, inverse = np.unique(cids, return_inverse=True)
         return uniq, np.bincount(inverse, weights=tfs).astype(np.int64)
+
+    def visible(self, ids: Sequence[int], mask: np.ndarray) -> bool:
+        """Whether a chunk ``mask`` allows holds one of the index terms ``ids`` (a unit's): the
+        compiled kernel stops at the first such posting; numpy looks a block at a time."""
+        postings = self.term_postings(ids)
+        allowed = np.ascontiguousarray(mask).view(np.uint8)
+        fast = kernel.compiled()
+        for t in ids:
+            p = postings.get(t)
+            if p is None:
+                continue
+            if fast is not None:
+                if fast.any_allowed(np.ascontiguousarray(p[0]), allowed):
+                    return True
+                continue
+            for start in range(0, len(p[0]), _VISIBLE_BLOCK):
+                block = p[0][start:start + _VISIBLE_BLOCK]
+                if bool(np.any(mask[block[block < len(mask)].astype(np.intp)])):
+                    return True
+        return False
 
     def union_df(self, ids: Sequence[int]) -> int:
         """Latest chunks holding any of the index terms ``ids`` (the df of a unit of several)."""

@@ -116,3 +116,18 @@ def test_ragdb_version_and_stats_say_which_kernel_runs(tmp_path):
     if "compiled" in kernel.available():
         assert "scoring kernel: compiled" in _cli(["--version"], "")
         assert "compiled" in _cli(["-d", path, "stats"], "")
+
+
+@compiled_only
+@settings(max_examples=200, deadline=None)
+@given(ids=st.lists(st.integers(0, 70), max_size=40, unique=True).map(sorted),
+       mask=st.lists(st.booleans(), max_size=64), wide=st.booleans())
+def test_any_allowed_agrees_with_numpy(ids, mask, wide):
+    """The compiled early-stopping check of whether a mask allows one of a term's chunks, against
+    numpy's gather; ids past the mask's end are never allowed, uint32 and int64 ids alike."""
+    from ragdb.index import ckernel
+
+    arr = np.array(ids, dtype=np.int64 if wide else np.uint32)
+    m = np.array(mask, dtype=bool)
+    expected = bool(np.any(m[arr[arr < len(m)].astype(np.intp)])) if len(arr) else False
+    assert ckernel.any_allowed(arr, m.view(np.uint8)) is expected
