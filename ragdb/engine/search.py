@@ -298,6 +298,8 @@ class Searcher:
         # every distinct query term counts in the maximum, one no chunk holds with df 0, and so
         # does one only chunks hidden from this search hold: else the maximum, hence every
         # confidence, would tell whether hidden documents hold a word (issue 32, item 6)
+        if mask is not None:
+            index.term_postings([known[t][0] for t in order])  # every term's postings in one read, kept for scoring
         seen = {t for t in order if mask is None or index.visible((known[t][0],), mask)}
         bound = confidence.query_bound(index.n_chunks, [known[t][1] if t in seen else 0 for t in counts])
         units = tuple(Unit(t, (known[t][0],), known[t][1]) for t in order)
@@ -390,6 +392,17 @@ class Searcher:
         compiled = terms.compiled
         keys = terms.order
         with_fields = any(u.field is not None for u in terms.units)
+        floor = opts.min_score if opts.min_score is not None and opts.scorer != "hybrid" else -np.inf
+        if opts.lexical == "bm25" and not explain and (compiled is None or compiled.tree is None):
+            # the compiled kernel's MaxScore: the same hits, order and scores as below, most
+            # postings of common terms unscored (None: no compiled kernel, or a weight it cannot bound)
+            units = [((terms.known[t][0],), terms.known[t][1], 1.0) for t in terms.order] \
+                if compiled is None and not with_fields else [(u.ids, u.df, u.weight) for u in terms.units]
+            flags = [False] * len(units) if compiled is None and not with_fields \
+                else [u.field is not None for u in terms.units]
+            pruned = index.bm25_top_k(units, k1, b, flags, mask, k, float(floor))
+            if pruned is not None:
+                return pruned[0], pruned[1], {}, terms
         if compiled is None and not (with_fields and opts.lexical == "bm25"):
             counts, known, order = terms.counts, terms.known, terms.order
             if opts.lexical == "bm25":
@@ -409,7 +422,6 @@ class Searcher:
         fast = kernel.compiled()
         if tree is None and fast is not None and k >= 1:
             # the compiled kernel's selection: the same chunks in the same order as below
-            floor = opts.min_score if opts.min_score is not None and opts.scorer != "hybrid" else -np.inf
             cand, sc = fast.top_k(scores[:n], np.ascontiguousarray(mask[:n]).view(np.uint8), k, float(floor))
             return cand, sc, self._contributions(cand, keys, per_term) if explain else {}, terms
         allowed = mask[:n] & (scores[:n] > 0)

@@ -20,8 +20,8 @@ searching at once score in parallel.
 """
 
 from cpython.buffer cimport PyObject_GetBuffer, PyBuffer_Release, PyBUF_C_CONTIGUOUS, PyBUF_FORMAT
-from libc.stdint cimport uint8_t, uint16_t, uint32_t, int64_t
-from libc.stdlib cimport malloc, free, qsort
+from libc.stdint cimport uint8_t, uint16_t, uint32_t, uint64_t, int64_t
+from libc.stdlib cimport malloc, calloc, free, qsort
 from libc.string cimport memset
 
 import numpy as np
@@ -257,3 +257,361 @@ def any_allowed(ids, const uint8_t[::1] mask):
     finally:
         PyBuffer_Release(&ib)
     return found
+
+
+# -- BM25 top k with dynamic pruning (MaxScore) ---------------------------------------------
+#
+# Turtle & Flood, "Query evaluation: strategies and optimizations", IP&M 1995 (MaxScore), as
+# Mallia et al. describe it for exact top-k ("An Experimental Study of Index Compression and
+# DAAT Query Processing Methods", ECIR 2019): terms by their highest contribution, rare first;
+# once the terms left could not lift a chunk no term so far holds above the k-th best partial
+# score, they only add to the chunks already in the running, found by galloping search in
+# their (sorted) postings instead of scoring every posting. Over a dense score array (what this
+# engine's index is laid out for) rather than document-at-a-time cursors.
+#
+# Exact: a chunk is dropped only when its partial score plus everything the terms left could
+# add is below the k-th best partial score (a lower bound of the k-th best final one), with
+# margins for rounding; the few chunks that can still be in the top k are then scored again
+# term by term in query order, the very operations of ``bm25_accumulate``, so the hits, their
+# order and their scores are bit for bit those of ``top_k(bm25_accumulate(...))``.
+
+ctypedef struct _Term:
+    const void* ids
+    const void* tfs
+    int id_size
+    int tf_size
+    Py_ssize_t m
+    double idf
+    double weight
+    double ub
+    bint flat
+    Py_ssize_t pos
+
+
+cdef inline int64_t _tid(const _Term* t, Py_ssize_t j) noexcept nogil:
+    if t.id_size == 4:
+        return <int64_t>(<const uint32_t*>t.ids)[j]
+    return (<const int64_t*>t.ids)[j]
+
+
+cdef inline double _ttf(const _Term* t, Py_ssize_t j) noexcept nogil:
+    if t.tf_size == 1:
+        return <double>(<const uint8_t*>t.tfs)[j]
+    if t.tf_size == 2:
+        return <double>(<const uint16_t*>t.tfs)[j]
+    return <double>(<const int64_t*>t.tfs)[j]
+
+
+cdef inline double _contribution(const _Term* t, double tf, int64_t c, const double* norm, double flat) noexcept nogil:
+    # bm25_accumulate's operations: s = t * idf; s = s / (t + norm); s = s * weight
+    cdef double s = tf * t.idf
+    if t.flat:
+        s = s / (tf + flat)
+    else:
+        s = s / (tf + norm[c])
+    return s * t.weight
+
+
+cdef Py_ssize_t _gallop(const _Term* t, Py_ssize_t lo, int64_t c) noexcept nogil:
+    """The first position at or after ``lo`` whose id is at least ``c`` (ids ascending)."""
+    cdef Py_ssize_t step = 1, hi, mid
+    if lo >= t.m or _tid(t, lo) >= c:
+        return lo
+    hi = lo + 1
+    while hi < t.m and _tid(t, hi) < c:
+        lo = hi
+        hi = lo + step
+        step *= 2
+    if hi > t.m:
+        hi = t.m
+    # _tid(lo) < c; answer in (lo, hi]
+    lo += 1
+    while lo < hi:
+        mid = (lo + hi) // 2
+        if _tid(t, mid) < c:
+            lo = mid + 1
+        else:
+            hi = mid
+    return lo
+
+
+cdef int _by_id(const void* a, const void* b) noexcept nogil:
+    cdef int64_t x = (<const int64_t*>a)[0]
+    cdef int64_t y = (<const int64_t*>b)[0]
+    return (x > y) - (x < y)
+
+
+cdef int _DEBRUIJN[64]
+_DEBRUIJN[:] = [0, 1, 48, 2, 57, 49, 28, 3, 61, 58, 50, 42, 38, 29, 17, 4, 62, 55, 59, 36, 53, 51, 43, 22, 45,
+                39, 33, 30, 24, 18, 12, 5, 63, 47, 56, 27, 60, 41, 37, 16, 54, 35, 52, 21, 44, 32, 23, 11, 46, 26,
+                40, 15, 34, 20, 31, 10, 25, 14, 19, 9, 13, 8, 7, 6]
+
+
+cdef Py_ssize_t _sort_ids(int64_t* ids, Py_ssize_t count, Py_ssize_t n) noexcept nogil:
+    """Sort distinct chunk ids in [0, n) in place through a bitmap (linear; qsort's comparisons
+    cost more than the rest of a query at a few thousand ids); their count, or qsort's
+    where the bitmap cannot be had."""
+    cdef Py_ssize_t words = (n + 63) // 64, j, w, lo = words, hi = 0, out = 0
+    cdef uint64_t bits, low
+    cdef uint64_t* bitmap
+    if count < 64:
+        qsort(ids, count, sizeof(int64_t), _by_id)
+        return count
+    bitmap = <uint64_t*>calloc(words if words else 1, sizeof(uint64_t))
+    if bitmap == NULL:
+        qsort(ids, count, sizeof(int64_t), _by_id)
+        return count
+    for j in range(count):
+        w = ids[j] >> 6
+        bitmap[w] |= (<uint64_t>1) << (ids[j] & 63)
+        if w < lo:
+            lo = w
+        if w > hi:
+            hi = w
+    for w in range(lo, hi + 1):
+        bits = bitmap[w]
+        while bits:
+            low = bits & (~bits + 1)  # the lowest set bit; its index by de Bruijn multiplication
+            ids[out] = (w << 6) + _DEBRUIJN[(low * <uint64_t>0x03f79d71b4cb0a89) >> 58]
+            out += 1
+            bits ^= low
+    free(bitmap)
+    return out
+
+
+cdef double _kth_partial(const double* acc, const int64_t* cand, Py_ssize_t ncand, const uint8_t* mask,
+                         Py_ssize_t nmask, double least, Py_ssize_t k, double* heap) noexcept nogil:
+    """The k-th largest ``acc`` of the candidates the mask allows with ``acc >= least``, or -1
+    when fewer than k have one."""
+    cdef Py_ssize_t j, size = 0
+    cdef int64_t c
+    cdef double s
+    for j in range(ncand):
+        c = cand[j]
+        s = acc[c]
+        if c >= nmask or not mask[c] or s < least or s <= 0.0:
+            continue
+        if size < k:
+            heap[size] = s
+            size += 1
+            if size == k:
+                for c in range(k // 2 - 1, -1, -1):
+                    _sift_down(heap, k, c)
+        elif s > heap[0]:
+            heap[0] = s
+            _sift_down(heap, k, 0)
+    return heap[0] if size == k else -1.0
+
+
+def bm25_top_k(double[::1] acc, const double[::1] norm, list postings, list idfs, list weights, list flats,
+               double flat, const uint8_t[::1] mask, Py_ssize_t k, double floor):
+    """``top_k(bm25_accumulate(...), mask, k, floor)`` (the same ids, order and scores) with
+    MaxScore pruning. ``acc``: a work array as long as ``norm``, all zeros, left all zeros.
+    A term's bound is ``idf * weight``, which no contribution exceeds (on the realistic 100k
+    corpus, bounds from each term's highest tf / (tf + norm) moved the switch to galloping by 9%
+    of the terms and cost a pass over every new term's postings: not worth it).
+    Every term's postings must be sorted by chunk id; every idf and weight positive (else use
+    the exhaustive pair: this raises ValueError)."""
+    cdef Py_ssize_t n = acc.shape[0], nmask = min(mask.shape[0], acc.shape[0])
+    cdef Py_ssize_t T = 0, i, j, jj, m, ncand = 0, nalive = 0, nfin = 0, cap = 0, b_from, pos, attempts = 0
+    cdef Py_ssize_t size, count
+    cdef double rest, total = 0.0, maxpartial = 0.0, theta = -1.0, thr, safe, least, s, tf, last_try
+    cdef int64_t c
+    cdef _Term* terms = NULL
+    cdef _Term* t
+    cdef Py_ssize_t* order = NULL
+    cdef Py_ssize_t* cursor = NULL
+    cdef int64_t* cand = NULL
+    cdef int64_t* alive = NULL
+    cdef int64_t* src = NULL
+    cdef int64_t* fin = NULL
+    cdef double* heap = NULL
+    cdef _Hit* hits = NULL
+    cdef double* out = &acc[0] if n else NULL
+    cdef const double* nrm = &norm[0] if norm.shape[0] else NULL
+    cdef const uint8_t* mk = &mask[0] if mask.shape[0] else NULL
+    cdef bint bad = False
+    cdef bint dense = False
+    cdef list held = []
+    cdef Py_buffer* bufs = NULL
+    if k < 1:
+        raise ValueError(f"k must be at least 1, not {k}")
+    if norm.shape[0] < n:
+        raise ValueError("a length norm array shorter than the score array")
+    live = [i for i in range(len(postings)) if postings[i] is not None]
+    T = len(live)
+    terms = <_Term*>malloc((T if T else 1) * sizeof(_Term))
+    order = <Py_ssize_t*>malloc((T if T else 1) * sizeof(Py_ssize_t))
+    cursor = <Py_ssize_t*>malloc((T if T else 1) * sizeof(Py_ssize_t))
+    bufs = <Py_buffer*>malloc((2 * T if T else 1) * sizeof(Py_buffer))
+    heap = <double*>malloc(k * sizeof(double))
+    if terms == NULL or order == NULL or cursor == NULL or bufs == NULL or heap == NULL:
+        free(terms); free(order); free(cursor); free(bufs); free(heap)
+        raise MemoryError()
+    got = 0
+    try:
+        for j in range(T):
+            i = live[j]
+            p = postings[i]
+            PyObject_GetBuffer(p[0], &bufs[2 * j], PyBUF_C_CONTIGUOUS | PyBUF_FORMAT)
+            got += 1
+            PyObject_GetBuffer(p[1], &bufs[2 * j + 1], PyBUF_C_CONTIGUOUS | PyBUF_FORMAT)
+            got += 1
+            _kind(&bufs[2 * j], b"Ilq")
+            _kind(&bufs[2 * j + 1], b"BHlq")
+            t = &terms[j]
+            t.ids = bufs[2 * j].buf
+            t.tfs = bufs[2 * j + 1].buf
+            t.id_size = bufs[2 * j].itemsize
+            t.tf_size = bufs[2 * j + 1].itemsize
+            t.m = bufs[2 * j].len // bufs[2 * j].itemsize
+            if bufs[2 * j + 1].len // bufs[2 * j + 1].itemsize != t.m:
+                raise ValueError(f"{t.m} chunk ids and {bufs[2 * j + 1].len // t.tf_size} term frequencies")
+            t.idf = idfs[i]
+            t.weight = weights[i]
+            t.flat = flats[i]
+            t.pos = j
+            if not (t.idf > 0.0 and t.weight > 0.0 and t.idf < 1e300 and t.weight < 1e300):
+                raise ValueError("MaxScore needs positive, finite idfs and weights")
+            # (t * idf) / (t + norm) * weight <= idf * weight, norm >= 0; a margin for rounding
+            t.ub = t.idf * t.weight * (1.0 + 1e-9)
+            if t.m and _tid(t, t.m - 1) >= n:
+                raise IndexError(f"a posting's chunk id is outside the {n} chunks scored")
+            cap += t.m
+            order[j] = j
+            total += t.ub
+        cap = min(cap, n)
+        cand = <int64_t*>malloc((cap if cap else 1) * sizeof(int64_t))
+        if cand == NULL:
+            raise MemoryError()
+        with nogil:
+            # rarest (highest bound) first; ties in query order: insertion sort, T is small
+            for j in range(1, T):
+                pos = order[j]
+                i = j - 1
+                while i >= 0 and (terms[order[i]].ub < terms[pos].ub):
+                    order[i + 1] = order[i]
+                    i -= 1
+                order[i + 1] = pos
+            rest = total
+            b_from = T
+            last_try = total
+            least = floor * (1.0 + 1e-9) if floor > 0.0 else floor
+            for jj in range(T):
+                t = &terms[order[jj]]
+                rest -= t.ub
+                for j in range(t.m):
+                    c = _tid(t, j)
+                    if c < 0:
+                        bad = True
+                        break
+                    s = _contribution(t, _ttf(t, j), c, nrm, flat)
+                    if out[c] == 0.0:
+                        cand[ncand] = c
+                        ncand += 1
+                    out[c] += s
+                    if out[c] > maxpartial:
+                        maxpartial = out[c]
+                if bad:
+                    break
+                if jj + 1 < T and rest < maxpartial and rest <= 0.7 * last_try and attempts < 6:
+                    attempts += 1
+                    last_try = rest
+                    theta = _kth_partial(out, cand, ncand, mk, nmask, least, k, heap)
+                    thr = theta if theta > floor else floor
+                    if thr > 0.0 and rest < thr * (1.0 - 1e-9):
+                        b_from = jj + 1
+                        break
+            if not bad and b_from < T:
+                # the rest only add to chunks still in the running, sorted by id for galloping
+                safe = thr * (1.0 - 1e-9)
+                alive = <int64_t*>malloc((ncand if ncand else 1) * sizeof(int64_t))
+                if alive != NULL:
+                    for j in range(ncand):
+                        c = cand[j]
+                        if c < nmask and mk[c] and out[c] + rest >= safe:
+                            alive[nalive] = c
+                            nalive += 1
+                    nalive = _sort_ids(alive, nalive, n)
+                    for jj in range(b_from, T):
+                        t = &terms[order[jj]]
+                        rest -= t.ub
+                        pos = 0
+                        count = 0
+                        dense = nalive * 16 > t.m  # a walk along the postings beats galloping
+                        for j in range(nalive):
+                            c = alive[j]
+                            if dense:
+                                while pos < t.m and _tid(t, pos) < c:
+                                    pos += 1
+                            else:
+                                pos = _gallop(t, pos, c)
+                            if pos < t.m and _tid(t, pos) == c:
+                                out[c] += _contribution(t, _ttf(t, pos), c, nrm, flat)
+                            if out[c] + (rest if rest > 0.0 else 0.0) >= safe:
+                                alive[count] = c
+                                count += 1
+                        nalive = count
+        if bad:
+            raise IndexError("a posting's chunk id is negative")
+        if b_from < T and alive == NULL:
+            raise MemoryError()
+        with nogil:
+            # the chunks that may be in the top k: allowed, and near enough the k-th partial
+            if b_from < T:
+                src = alive
+                size = nalive
+            else:
+                src = cand
+                size = ncand
+            theta = _kth_partial(out, src, size, mk, nmask, -1e308, k, heap)
+            safe = theta * (1.0 - 1e-9) if theta > 0.0 else 0.0
+            fin = <int64_t*>malloc((size if size else 1) * sizeof(int64_t))  # not in place: cand is
+            if fin != NULL:                                                   # what is zeroed at the end
+                for j in range(size):
+                    c = src[j]
+                    if c < nmask and mk[c] and out[c] > 0.0 and out[c] >= safe:
+                        fin[nfin] = c
+                        nfin += 1
+            src = fin
+            hits = <_Hit*>malloc((nfin if nfin else 1) * sizeof(_Hit)) if fin != NULL else NULL
+            if hits != NULL:
+                # exact scores: every term in query order, the operations of bm25_accumulate
+                qsort(src, nfin, sizeof(int64_t), _by_id)
+                for j in range(T):
+                    cursor[j] = 0
+                count = 0
+                for j in range(nfin):
+                    c = src[j]
+                    s = 0.0
+                    for i in range(T):
+                        t = &terms[i]
+                        cursor[i] = _gallop(t, cursor[i], c)
+                        if cursor[i] < t.m and _tid(t, cursor[i]) == c:
+                            s += _contribution(t, _ttf(t, cursor[i]), c, nrm, flat)
+                    if s > 0.0 and s >= floor:
+                        hits[count].id = c
+                        hits[count].score = s
+                        count += 1
+                nfin = count
+                qsort(hits, nfin, sizeof(_Hit), _by_score)
+                if nfin > k:  # the k best and those tied with the k-th
+                    s = hits[k - 1].score
+                    count = k
+                    while count < nfin and hits[count].score >= s:
+                        count += 1
+                    nfin = count
+        if hits == NULL:
+            raise MemoryError()
+        ids = np.empty(nfin, np.int64)
+        scores = np.empty(nfin, np.float64)
+        _fill(ids, scores, hits, nfin)
+        return ids, scores
+    finally:
+        with nogil:
+            for j in range(ncand):
+                out[cand[j]] = 0.0
+        for j in range(got):
+            PyBuffer_Release(&bufs[j])
+        free(terms); free(order); free(cursor); free(bufs); free(heap); free(cand); free(alive); free(fin); free(hits)
+

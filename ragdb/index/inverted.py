@@ -278,6 +278,7 @@ class Index:
         self._norms: np.ndarray | None = None
         self._norms_generation = -1
         self._length_norm: tuple[Any, np.ndarray] | None = None  # BM25 length part per chunk
+        self._zeros: np.ndarray | None = None  # the pruning kernel's work array, all zeros between queries
         self._lookup_cache: dict[str, tuple[int, int] | None] = {}
         self._rows: dict[int, tuple[dict[str, Any], dict[str, Any]]] = {}
         self._rows_bytes = 0
@@ -731,6 +732,11 @@ class Index:
                     entry = parts[t][0]
                 else:
                     entry = (np.concatenate([p[0] for p in parts[t]]), np.concatenate([p[1] for p in parts[t]]))
+                    if any(int(a[0][-1]) >= int(z[0][0]) for a, z in zip(parts[t], parts[t][1:]) if len(a[0]) and len(z[0])):
+                        # each segment is sorted; segments after one another hold later chunks, but
+                        # the pruning kernel's galloping search relies on it: sort when they do not
+                        order = np.argsort(entry[0], kind="stable")
+                        entry = (entry[0][order], entry[1][order])
                 size = 0 if entry is None else len(entry[0])
                 if self._postings_cached + size > POSTINGS_CACHE_ENTRIES:
                     cache.clear()  # entries this query already looked up are kept in ``found``
@@ -831,6 +837,31 @@ class Index:
         scores = self.scratch("scores", len(self.lengths))
         compiled.bm25_accumulate(scores, norm, postings, idfs, weights, flats, float(k1))
         return scores
+
+    def bm25_top_k(self, units: Sequence[tuple[Sequence[int], int, float]], k1: float, b: float,
+                   fields: Sequence[bool], mask: np.ndarray, k: int, floor: float
+                   ) -> tuple[np.ndarray, np.ndarray] | None:
+        """The ``k`` best chunks ``mask`` allows (and any tied with the k-th) with a BM25 score
+        above 0 and at least ``floor``, best first, equal scores by id, and their scores: what
+        :meth:`bm25_units` then the kernel's ``top_k`` give, bit for bit, from the compiled
+        kernel's MaxScore pruning (most postings of common terms are never scored). None when the
+        compiled kernel does not run or a unit's weight is not positive (the caller scores every
+        posting then)."""
+        compiled = kernel.compiled()
+        if compiled is None or self.n_chunks == 0 or k < 1 or any(not w > 0 for _ids, _df, w in units):
+            return None
+        norm = self._bm25_length_norm(k1, b)
+        size = len(self.lengths)
+        if self._zeros is None or len(self._zeros) != size:
+            self._zeros = np.zeros(size, np.float64)  # the kernel's work array: it leaves it all zeros
+        self.term_postings(sorted({t for ids, _df, _w in units for t in ids}))  # one read for every unit
+        postings = [self.unit_postings(ids) for ids, _df, _w in units]
+        idfs = [scoring.bm25_idf(self.n_chunks, df) for _, df, _ in units]
+        weights = [float(w) for _ids, _df, w in units]
+        flats = [i < len(fields) and bool(fields[i]) for i in range(len(units))]
+        n = min(len(mask), size)
+        return compiled.bm25_top_k(self._zeros, norm, postings, idfs, weights, flats, float(k1),
+                                   np.ascontiguousarray(mask[:n]).view(np.uint8), k, float(floor))
 
     def unit_postings(self, ids: Sequence[int]) -> tuple[np.ndarray, np.ndarray] | None:
         """(chunk ids, tfs) of index terms ``ids`` scored as one term: one term's postings,

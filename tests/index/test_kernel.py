@@ -131,3 +131,52 @@ def test_any_allowed_agrees_with_numpy(ids, mask, wide):
     m = np.array(mask, dtype=bool)
     expected = bool(np.any(m[arr[arr < len(m)].astype(np.intp)])) if len(arr) else False
     assert ckernel.any_allowed(arr, m.view(np.uint8)) is expected
+
+
+@st.composite
+def _scoring_inputs(draw):
+    """Postings of a few terms over up to 3,000 chunks (sorted ids, tfs of 1-3 and lengths from
+    a short list: many equal scores), a mask, k, a floor and weights (fields' units too)."""
+    n = draw(st.integers(1, 3000))
+    seed = draw(st.integers(0, 2**32 - 1))
+    rng = np.random.default_rng(seed)
+    lengths = rng.choice(np.array([3, 5, 8, 13]), n).astype(np.float64)
+    norm = 1.2 * (1 - 0.75 + 0.75 * lengths / lengths.mean())
+    postings, idfs, weights, flats = [], [], [], []
+    for _ in range(draw(st.integers(0, 7))):
+        share = draw(st.sampled_from([0.001, 0.01, 0.1, 0.5, 0.9]))
+        ids = np.flatnonzero(rng.random(n) < share)
+        wide = draw(st.booleans())
+        postings.append(None if draw(st.integers(0, 9)) == 0 else
+                        (ids.astype(np.int64 if wide else np.uint32),
+                         rng.integers(1, 4, len(ids)).astype(np.uint8 if not wide else np.int64)))
+        idfs.append(float(np.log(1 + (n - len(ids) + 0.5) / (len(ids) + 0.5))))
+        weights.append(draw(st.sampled_from([1.0, 1.0, 2.0, 0.5])))
+        flats.append(draw(st.integers(0, 4)) == 0)
+    mask = (rng.random(max(0, n + draw(st.integers(-5, 5)))) < draw(st.sampled_from([1.0, 0.9, 0.3, 0.01]))).astype(np.uint8)
+    k = draw(st.integers(1, 120))
+    floor = draw(st.sampled_from([-np.inf, 0.0, 0.5, 2.0, 5.0]))
+    return norm, postings, idfs, weights, flats, mask, k, floor
+
+
+@compiled_only
+@settings(max_examples=int(os.environ.get("RAGDB_HYPOTHESIS_EXAMPLES", "300")), deadline=None,
+          suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
+@given(inputs=_scoring_inputs())
+def test_pruned_top_k_is_the_exhaustive_top_k(inputs):
+    """MaxScore (``bm25_top_k``) against every posting scored then ``top_k``: the same ids, order
+    and scores, bit for bit, with many ties, masks shorter and longer than the chunks, floors, any
+    k; and its work array is left all zeros."""
+    from ragdb.index import ckernel
+
+    norm, postings, idfs, weights, flats, mask, k, floor = inputs
+    n = len(norm)
+    scores = np.empty(n)
+    ckernel.bm25_accumulate(scores, norm, postings, idfs, weights, flats, 1.2)
+    m = min(len(mask), n)
+    expected = ckernel.top_k(scores[:m], mask[:m], k, floor)
+    acc = np.zeros(n)
+    got = ckernel.bm25_top_k(acc, norm, postings, idfs, weights, flats, 1.2, mask[:m], k, floor)
+    assert got[0].tolist() == expected[0].tolist()
+    assert got[1].tolist() == expected[1].tolist()
+    assert not acc.any()
