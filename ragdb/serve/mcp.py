@@ -357,10 +357,11 @@ def build_server(db: ragdb.Database, *, principals: Any = None, allow_writes: bo
         return _compact(SearchResult(query=query, hits=[_search_hit(h, i) for i, h in enumerate(hits, offset + 1)]))
 
     def get_document(
-        doc_id: Annotated[int | None, Field(description="The document's id (as in search hits' doc_id).")] = None,
+        doc_id: Annotated[int | None, Field(strict=True,
+                                            description="The document's id (as in search hits' doc_id).")] = None,
         source: Annotated[str | None, Field(description="The document's source (its latest version).")] = None,
-        offset: Annotated[int, Field(ge=0, description="First character of the text page.")] = 0,
-        max_chars: Annotated[int, Field(ge=1, le=MAX_TEXT_PAGE_CHARS,
+        offset: Annotated[int, Field(strict=True, ge=0, description="First character of the text page.")] = 0,
+        max_chars: Annotated[int, Field(strict=True, ge=1, le=MAX_TEXT_PAGE_CHARS,
                                         description="Longest text page, in characters.")] = TEXT_PAGE_CHARS,
         collection: CollectionArg = None,
     ) -> Annotated[CallToolResult, DocumentResult]:
@@ -378,8 +379,8 @@ def build_server(db: ragdb.Database, *, principals: Any = None, allow_writes: bo
 
     def list_sources(
         prefix: Annotated[str, Field(description="Only sources starting with this text (literally).")] = "",
-        limit: Annotated[int, Field(ge=1, le=MAX_LIST, description="Most sources in one page.")] = 100,
-        offset: Annotated[int, Field(ge=0, description="Sources to skip (for the next page).")] = 0,
+        limit: Annotated[int, Field(strict=True, ge=1, le=MAX_LIST, description="Most sources in one page.")] = 100,
+        offset: Annotated[int, Field(strict=True, ge=0, description="Sources to skip (for the next page).")] = 0,
         filter: Filter = None,
         collection: CollectionArg = None,
     ) -> Annotated[CallToolResult, SourceList]:
@@ -402,7 +403,8 @@ def build_server(db: ragdb.Database, *, principals: Any = None, allow_writes: bo
         min_confidence: Annotated[float | None, Field(
             ge=0.0, le=1.0, description="Drop evidence below this confidence (0: never refuse by confidence; "
                                         "default: the database's floor).")] = None,
-        budget_tokens: Annotated[int | None, Field(ge=1, description="Token budget of the sources.")] = None,
+        budget_tokens: Annotated[int | None, Field(strict=True, ge=1,
+                                                   description="Token budget of the sources.")] = None,
         language: Annotated[Literal["en", "zh"] | None, Field(
             description="Language of the prompt (default: detected from the question).")] = None,
         collection: CollectionArg = None,
@@ -429,8 +431,8 @@ def build_server(db: ragdb.Database, *, principals: Any = None, allow_writes: bo
         filter: Filter = None,
         by: Annotated[Literal["chunks", "documents"], Field(
             description='Count matching passages ("chunks"), or documents with a matching passage.')] = "chunks",
-        limit: Annotated[int, Field(ge=1, le=MAX_LIST, description="Most values returned, the most frequent "
-                                                                   "first.")] = 20,
+        limit: Annotated[int, Field(strict=True, ge=1, le=MAX_LIST,
+                                    description="Most values returned, the most frequent first.")] = 20,
         collection: CollectionArg = None,
     ) -> Annotated[CallToolResult, FacetsResult]:
         """Count the values of a metadata field over what matches: which sources, languages, years or tags the

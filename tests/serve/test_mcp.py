@@ -517,6 +517,12 @@ def test_query_length_and_k_are_bounded(kb: Path) -> None:
             assert "valid integer" in await _error(s, "search", {"query": "cats", "k": True})
             assert "valid integer" in await _error(s, "build_prompt", {"question": "cats", "k": True})
             assert "valid integer" in await _error(s, "search", {"query": "cats", "offset": True})
+            # every integer argument of every tool is strict: a boolean is not a number
+            for tool, args in (("get_document", {"doc_id": True}), ("get_document", {"source": "x", "offset": True}),
+                               ("get_document", {"source": "x", "max_chars": True}), ("list_sources", {"limit": True}),
+                               ("list_sources", {"offset": True}), ("facets", {"field": "lang", "limit": True}),
+                               ("build_prompt", {"question": "cats", "budget_tokens": True})):
+                assert "valid integer" in await _error(s, tool, args), (tool, args)
             assert (await _call(s, "search", {"query": "cats " * 10}))["hits"]
 
     _run(main)
