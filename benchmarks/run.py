@@ -36,7 +36,9 @@ the HNSW graph, recall, filters, memory; 200k with ``--quick``) and
 scale size) and ``refusal`` (how often the default confidence floor of
 prompt/ask refuses judged queries and off-topic questions) and ``serve``
 (16 concurrent clients searching and writing through ``ragdb serve
---workers 2`` for 30 s: errors, latency, throughput). Every bar is
+--workers 2`` for 30 s: errors, latency, throughput) and ``serve_backends``
+(16 searching clients and one writer through ``ragdb serve`` for 30 s, on
+SQLite and on PostgreSQL; ``benchmarks/serve_load.py`` runs it alone). Every bar is
 listed with PASS/FAIL at the top of the report. ``--sections NAME --merge``
 runs some sections alone and splices them (and their bars) into the
 existing report.
@@ -94,7 +96,9 @@ def probe_ragdb(ctx: Context) -> None:
     log(f"ragdb probe: {res}")
 
 
-def main(argv: list[str] | None = None) -> int:
+def main(argv: list[str] | None = None, command: str | None = None) -> int:
+    """Run the benchmark with ``argv``; ``command`` is how the report names the command that
+    ran it (default: this script with ``argv``; ``benchmarks/serve_load.py`` names itself)."""
     argv = sys.argv[1:] if argv is None else argv
     if argv[:1] == ["--_worker"]:
         return harness.worker_main(argv[1])
@@ -132,7 +136,8 @@ def main(argv: list[str] | None = None) -> int:
     if unknown:
         p.error(f"unknown systems {unknown}; choose from {list(SYSTEMS)}")
     sections = [s.strip() for s in args.sections.split(",") if s.strip()]
-    command = ".venv/bin/python benchmarks/run.py" + ("".join(f" {a}" for a in argv))
+    if command is None:
+        command = ".venv/bin/python benchmarks/run.py" + ("".join(f" {a}" for a in argv))
 
     started = time.time()
     cache = REPO / "benchmarks" / ".cache"

@@ -17,13 +17,21 @@ Streamable HTTP transport. The tools:
   values (or source, version) over the passages (documents) that match, the most
   frequent first;
 * ``stats``: the database's statistics;
-* with ``allow_writes`` only: ``add_text`` and ``delete``.
+* with ``allow_writes`` only: ``add_text`` and ``add_texts`` (one document, or a batch of
+  them in one transaction; a source that exists is replaced: an upsert), ``update_document``
+  (metadata and/or labels in place), ``delete`` (by doc_id, or by source and/or filter), and
+  the collections of the file: ``list_collections`` (with the documents this server may read
+  in each), ``create_collection`` and ``drop_collection``; the other tools then take a
+  ``collection`` argument (default: the collection the server was started on).
 
 Access: who reads is fixed when the server is built (``principals``, as in
 :meth:`ragdb.Database.search`: None is an anonymous caller who sees public
 documents only, :data:`ragdb.ALL` the full view). No tool has a principals
-argument, so a model cannot widen its own view. A write that would replace or
-delete a document the server cannot see is refused as not found.
+argument, so a model cannot widen its own view. A write that would replace, update or
+delete a document the server cannot see is refused as not found (a delete by filter deletes
+only documents the server can see, and only if it may write every one of them); a
+collection whose every document is hidden from the server is not listed, and is answered
+as one that does not exist.
 
 Errors: bad arguments (the SDK validates each call against the tool's JSON
 schema) and every :class:`~ragdb.errors.RagdbError` come back as MCP tool errors
@@ -42,13 +50,13 @@ from mcp.server.mcpserver import MCPServer
 from mcp.server.mcpserver.exceptions import ToolError
 from mcp.server.mcpserver.tools import Tool
 from mcp.types import CallToolResult, TextContent, ToolAnnotations
-from pydantic import BaseModel, Field
+from pydantic import BaseModel, ConfigDict, Field
 
 import ragdb
-from ragdb.errors import DocumentNotFound, InvalidInput, RagdbError
+from ragdb.errors import CollectionNotFound, DocumentNotFound, InvalidInput, RagdbError
 from ragdb.models.http_client import is_loopback
-from ragdb.serve.access import WriteScope, check_write, client_message, scope_for
-from ragdb.serve.shapes import facets_json, stats_json
+from ragdb.serve.access import WriteForbidden, WriteScope, check_write, client_message, scope_for
+from ragdb.serve.shapes import check_distinct_sources, facets_json, stats_json
 from ragdb.answers.prompt import REFUSAL
 from ragdb.files.sync import escape_glob
 
@@ -62,6 +70,7 @@ MAX_TEXT_PAGE_CHARS = 1_000_000
 MAX_K = 100
 MAX_OFFSET = 900  # a page ranks offset + k hits
 MAX_LIST = 1000
+MAX_BATCH = 100  #: the most documents of one ``add_texts`` call (one transaction)
 MAX_QUERY_CHARS = 4000  #: the longest query or question (as ``ragdb serve --max-query``)
 
 INSTRUCTIONS = """\
@@ -81,6 +90,12 @@ Filter = Annotated[dict[str, Any] | None, Field(
                 'take operators ($eq, $ne, $gt, $gte, $lt, $lte on numbers or ISO dates, $in, $nin, $exists), '
                 'and "$and"/"$or" (lists of filters), "$not" and "$contains" (text of the passage) stand where '
                 'keys do. Example: {"source": "docs/*", "lang": ["en", "de"], "year": {"$gte": 2020}}.')]
+CollectionArg = Annotated[str | None, Field(
+    min_length=1, max_length=128,
+    description="The collection to use (list_collections names them); default: the one this server serves.")]
+Labels = Annotated[list[Annotated[str, Field(min_length=1)]] | None, Field(
+    description="Access labels to set (replacing the old ones; [] makes the document public). Only labels "
+                "this server writes are accepted.")]
 
 
 # --------------------------------------------------------------------------- results (the output schemas)
@@ -129,6 +144,7 @@ class SourceEntry(BaseModel):
     version: str | None
     timestamp: str | None
     chunks: int
+    metadata: dict[str, Any]
 
 
 class SourceList(BaseModel):
@@ -199,8 +215,47 @@ class AddResult(BaseModel):
     previous: int | None = Field(description="Id of the version it replaced, if any.")
 
 
+class NewDocument(BaseModel):
+    """One document of ``add_texts``."""
+
+    model_config = ConfigDict(extra="forbid")
+    text: str = Field(description="The document's text.")
+    source: str = Field(min_length=1, description="Its source (an id or path); a source that exists is replaced "
+                                                  "by this new version.")
+    metadata: dict[str, Any] | None = Field(default=None, description="Metadata to store (filterable).")
+    version: str | None = Field(default=None, description="A version label.")
+    title: str | None = Field(default=None, description="A title.")
+
+
+class AddTextsResult(BaseModel):
+    documents: list[AddResult] = Field(description="One result per document, in the order given.")
+
+
+class UpdateResult(BaseModel):
+    id: int
+    source: str
+    version: str | None
+    metadata: dict[str, Any]
+    labels: list[str] = Field(description="The document's access labels ([]: public).")
+
+
 class DeleteResult(BaseModel):
     deleted: int = Field(description="How many stored documents (versions) were deleted.")
+
+
+class CollectionEntry(BaseModel):
+    name: str
+    documents: int = Field(description="Latest documents of the collection this server may read.")
+    served: bool = Field(description="True for the collection this server serves (the tools' default).")
+
+
+class CollectionList(BaseModel):
+    collections: list[CollectionEntry]
+
+
+class CollectionResult(BaseModel):
+    name: str
+    status: str = Field(description='"created" or "dropped".')
 
 
 # --------------------------------------------------------------------------- the server
@@ -250,12 +305,32 @@ def build_server(db: ragdb.Database, *, principals: Any = None, allow_writes: bo
             except RagdbError as e:
                 raise ToolError(client_message(e, database=db.path)) from None
 
-    def search_keywords(scorer: str, filter: Mapping[str, Any] | None) -> dict[str, Any]:
+    def hidden(handle: ragdb.Database) -> bool:
+        """Whether every stored document of ``handle``'s collection is hidden from this server
+        (an empty collection is not)."""
+        return who is not ragdb.ALL and handle.count(versions="all", principals=who) == 0 \
+            and handle.count(versions="all", principals=ragdb.ALL) > 0
+
+    def target(collection: str | None) -> ragdb.Database:
+        """Inside :func:`library`: the served collection, or (a writing server) another of the
+        file; one missing, or whose every document is hidden from this server, is not found
+        (the library's message would name the file's other collections)."""
+        if collection is None or collection == db.collection_name:
+            return db
+        try:
+            handle: ragdb.Database | None = db.collection(collection, create=False)
+        except CollectionNotFound:
+            handle = None
+        if handle is None or hidden(handle):
+            raise CollectionNotFound(f"no collection {collection!r}")
+        return handle
+
+    def search_keywords(t: ragdb.Database, scorer: str, filter: Mapping[str, Any] | None) -> dict[str, Any]:
         kw: dict[str, Any] = {"scorer": scorer, "principals": who}
         if filter is not None:
             kw["filter"] = filter
-        if scorer in ("vector", "hybrid") and db.embedder is None:
-            embedder = db.recorded_embedder()
+        if scorer in ("vector", "hybrid") and t.embedder is None:
+            embedder = t.recorded_embedder()
             if embedder is None:
                 raise InvalidInput(f"scorer {scorer!r} needs vectors, and this database has none "
                                    f"(make them with 'ragdb embed')")
@@ -271,25 +346,29 @@ def build_server(db: ragdb.Database, *, principals: Any = None, allow_writes: bo
         offset: Annotated[int, Field(strict=True, ge=0, le=MAX_OFFSET,
                                      description="Skip this many hits: k=5, offset=5 is the second page "
                                                  "of five.")] = 0,
+        collection: CollectionArg = None,
     ) -> Annotated[CallToolResult, SearchResult]:
         """Search the knowledge base: the k best passages (chunks) for the query, best first, each with its
         source, character span (start, end), a snippet of its text, score and confidence (0-1)."""
         with library():
-            hits = db.search(query, k, offset=offset, highlight=True, snippet_chars=SNIPPET_CHARS,
-                             **search_keywords(scorer, filter))
+            t = target(collection)
+            hits = t.search(query, k, offset=offset, highlight=True, snippet_chars=SNIPPET_CHARS,
+                            **search_keywords(t, scorer, filter))
         return _compact(SearchResult(query=query, hits=[_search_hit(h, i) for i, h in enumerate(hits, offset + 1)]))
 
     def get_document(
-        doc_id: Annotated[int | None, Field(description="The document's id (as in search hits' doc_id).")] = None,
+        doc_id: Annotated[int | None, Field(strict=True,
+                                            description="The document's id (as in search hits' doc_id).")] = None,
         source: Annotated[str | None, Field(description="The document's source (its latest version).")] = None,
-        offset: Annotated[int, Field(ge=0, description="First character of the text page.")] = 0,
-        max_chars: Annotated[int, Field(ge=1, le=MAX_TEXT_PAGE_CHARS,
+        offset: Annotated[int, Field(strict=True, ge=0, description="First character of the text page.")] = 0,
+        max_chars: Annotated[int, Field(strict=True, ge=1, le=MAX_TEXT_PAGE_CHARS,
                                         description="Longest text page, in characters.")] = TEXT_PAGE_CHARS,
+        collection: CollectionArg = None,
     ) -> Annotated[CallToolResult, DocumentResult]:
         """Read one stored document, by doc_id or by source (give exactly one): its metadata and a page of
         its text (offset, max_chars; next_offset says where the next page starts)."""
         with library():
-            doc = db.get(doc_id, source=source, principals=who)
+            doc = target(collection).get(doc_id, source=source, principals=who)
         text = doc.text or ""
         page = text[offset:offset + max_chars]
         end = offset + len(page)
@@ -300,16 +379,20 @@ def build_server(db: ragdb.Database, *, principals: Any = None, allow_writes: bo
 
     def list_sources(
         prefix: Annotated[str, Field(description="Only sources starting with this text (literally).")] = "",
-        limit: Annotated[int, Field(ge=1, le=MAX_LIST, description="Most sources in one page.")] = 100,
-        offset: Annotated[int, Field(ge=0, description="Sources to skip (for the next page).")] = 0,
+        limit: Annotated[int, Field(strict=True, ge=1, le=MAX_LIST, description="Most sources in one page.")] = 100,
+        offset: Annotated[int, Field(strict=True, ge=0, description="Sources to skip (for the next page).")] = 0,
+        filter: Filter = None,
+        collection: CollectionArg = None,
     ) -> Annotated[CallToolResult, SourceList]:
-        """List the stored documents (latest versions) ordered by source, a page at a time."""
+        """List the stored documents (latest versions) with their metadata, ordered by source, a page at a
+        time; with filter, only the documents matching it."""
         pattern = escape_glob(prefix) + "*" if prefix else None
         with library():
-            docs = db.documents(pattern, glob=True, limit=limit + 1, offset=offset, principals=who)
+            docs = target(collection).documents(pattern, glob=True, limit=limit + 1, offset=offset, filter=filter,
+                                                principals=who)
         more = len(docs) > limit
         entries = [SourceEntry(id=d.id, source=d.source, version=d.version, timestamp=d.timestamp,
-                               chunks=d.chunk_count) for d in docs[:limit]]
+                               chunks=d.chunk_count, metadata=dict(d.metadata)) for d in docs[:limit]]
         return _compact(SourceList(sources=entries, next_offset=offset + limit if more else None))
 
     def build_prompt(
@@ -320,16 +403,19 @@ def build_server(db: ragdb.Database, *, principals: Any = None, allow_writes: bo
         min_confidence: Annotated[float | None, Field(
             ge=0.0, le=1.0, description="Drop evidence below this confidence (0: never refuse by confidence; "
                                         "default: the database's floor).")] = None,
-        budget_tokens: Annotated[int | None, Field(ge=1, description="Token budget of the sources.")] = None,
+        budget_tokens: Annotated[int | None, Field(strict=True, ge=1,
+                                                   description="Token budget of the sources.")] = None,
         language: Annotated[Literal["en", "zh"] | None, Field(
             description="Language of the prompt (default: detected from the question).")] = None,
+        collection: CollectionArg = None,
     ) -> Annotated[CallToolResult, PromptResult]:
         """Build a grounded prompt for the question: the system and user messages with the evidence as
         numbered, fenced sources and the rules to answer only from them and cite them as [n]. When
         refused is true no evidence passed selection: answer with the refusal sentence instead."""
         with library():
-            p = db.build_prompt(question, k=k, min_confidence=min_confidence, budget_tokens=budget_tokens,
-                                language=language, **search_keywords(scorer, filter))
+            t = target(collection)
+            p = t.build_prompt(question, k=k, min_confidence=min_confidence, budget_tokens=budget_tokens,
+                               language=language, **search_keywords(t, scorer, filter))
         return _compact(PromptResult(
             refused=p.refused, refusal=REFUSAL[p.language], language=p.language, system=p.system, user=p.user,
             messages=p.messages, confidence=p.confidence, min_confidence=p.min_confidence,
@@ -345,8 +431,9 @@ def build_server(db: ragdb.Database, *, principals: Any = None, allow_writes: bo
         filter: Filter = None,
         by: Annotated[Literal["chunks", "documents"], Field(
             description='Count matching passages ("chunks"), or documents with a matching passage.')] = "chunks",
-        limit: Annotated[int, Field(ge=1, le=MAX_LIST, description="Most values returned, the most frequent "
-                                                                   "first.")] = 20,
+        limit: Annotated[int, Field(strict=True, ge=1, le=MAX_LIST,
+                                    description="Most values returned, the most frequent first.")] = 20,
+        collection: CollectionArg = None,
     ) -> Annotated[CallToolResult, FacetsResult]:
         """Count the values of a metadata field over what matches: which sources, languages, years or tags the
         knowledge base (or a query's matches) holds, and how many passages of each. Exact counts over every
@@ -355,7 +442,7 @@ def build_server(db: ragdb.Database, *, principals: Any = None, allow_writes: bo
         if filter is not None:
             kw["filter"] = filter
         with library():
-            f = db.facets(field, query, by=by, limit=limit, **kw)
+            f = target(collection).facets(field, query, by=by, limit=limit, **kw)
         return _compact(FacetsResult.model_validate(facets_json(f)))
 
     def stats() -> Annotated[CallToolResult, StatsResult]:
@@ -374,7 +461,19 @@ def build_server(db: ragdb.Database, *, principals: Any = None, allow_writes: bo
     tools = [Tool.from_function(fn, annotations=read_only)
              for fn in (search, get_document, list_sources, build_prompt, facets, stats)]
     if not allow_writes:
+        for tool in tools:  # a read-only server serves its own collection only
+            tool.parameters.get("properties", {}).pop("collection", None)
         return _server(name, tools)
+
+    holder = "this server"
+
+    def add_records(t: ragdb.Database, records: list[dict[str, Any]]) -> list[AddResult]:
+        """Inside :func:`library` and a transaction: check each record as this server's write, then add them."""
+        for record in records:
+            check_write(t, who, scope, holder=holder, source=record["source"], acl=acl, new=True)
+        changes = t.add_many([{**record, "acl": acl} for record in records]).changes
+        return [AddResult(status=c.status, id=c.document.id, source=c.document.source, version=c.document.version,
+                          chunks=c.document.chunk_count, previous=c.previous) for c in changes]
 
     def add_text(
         text: Annotated[str, Field(description="The document's text.")],
@@ -383,37 +482,141 @@ def build_server(db: ragdb.Database, *, principals: Any = None, allow_writes: bo
         metadata: Annotated[dict[str, Any] | None, Field(description="Metadata to store (filterable).")] = None,
         version: Annotated[str | None, Field(description="A version label.")] = None,
         title: Annotated[str | None, Field(description="A title.")] = None,
+        collection: CollectionArg = None,
     ) -> Annotated[CallToolResult, AddResult]:
         """Add a document to the knowledge base (chunked and indexed at once), or replace the stored document
         with the same source. It is stored with this server's write labels (a server with the full view:
         a replaced document keeps its labels)."""
-        with library(), db.transaction():
-            check_write(db, who, scope, holder="this server", source=source, acl=acl, new=True)
-            change = db.add_many([{"text": text, "source": source, "metadata": metadata, "version": version,
-                                   "title": title, "acl": acl}]).changes[0]
-        d = change.document
-        return _compact(AddResult(status=change.status, id=d.id, source=d.source, version=d.version,
-                                  chunks=d.chunk_count, previous=change.previous))
+        with library():
+            t = target(collection)
+            with t.transaction():
+                (added,) = add_records(t, [{"text": text, "source": source, "metadata": metadata,
+                                            "version": version, "title": title}])
+        return _compact(added)
+
+    def add_texts(
+        documents: Annotated[list[NewDocument], Field(min_length=1, max_length=MAX_BATCH, description=(
+            f"The documents (1 to {MAX_BATCH}), each with its text and source, and optionally metadata, version "
+            "and title; no two with the same source."))],
+        collection: CollectionArg = None,
+    ) -> Annotated[CallToolResult, AddTextsResult]:
+        """Add (or replace: upsert by source) many documents in one transaction: none is written unless every
+        one may be. Each is stored with this server's write labels, as add_text stores one."""
+        records = [d.model_dump() for d in documents]
+        with library():
+            check_distinct_sources(records, "documents")
+            t = target(collection)
+            with t.transaction():
+                added = add_records(t, records)
+        return _compact(AddTextsResult(documents=added))
+
+    def update_document(
+        doc_id: Annotated[int | None, Field(strict=True, ge=1, description="The stored document (one version).")
+                          ] = None,
+        source: Annotated[str | None, Field(min_length=1, description="The latest version of this source.")] = None,
+        metadata: Annotated[dict[str, Any] | None, Field(
+            description="The document's new metadata (it replaces the old metadata whole).")] = None,
+        labels: Labels = None,
+        collection: CollectionArg = None,
+    ) -> Annotated[CallToolResult, UpdateResult]:
+        """Change a stored document's metadata and/or access labels in place (by doc_id or source; give exactly
+        one), without re-indexing it: its id, chunks and scores stay; filters see the new values at once."""
+        if (doc_id is None) == (source is None):
+            raise ToolError("update_document: give exactly one of doc_id or source")
+        if metadata is None and labels is None:
+            raise ToolError("update_document: give metadata and/or labels to change")
+        with library():
+            t = target(collection)
+            with t.transaction():
+                current = check_write(t, who, scope, holder=holder, doc_id=doc_id, source=source, acl=labels)
+                if current is None:  # a source this server cannot see answers as one that does not exist
+                    raise DocumentNotFound(f"no document with source {source!r}")
+                d = t.update(current.id, metadata=metadata, acl=labels)
+        return _compact(UpdateResult(id=d.id, source=d.source, version=d.version, metadata=dict(d.metadata),
+                                     labels=list(d.acl)))
 
     def delete(
-        doc_id: Annotated[int | None, Field(description="Delete this stored document (one version).")] = None,
-        source: Annotated[str | None, Field(description="Delete every version of this source.")] = None,
+        doc_id: Annotated[int | None, Field(strict=True, ge=1,
+                                            description="Delete this stored document (one version).")] = None,
+        source: Annotated[str | None, Field(min_length=1, description="Delete every version of this source (an "
+                                                                     "exact source; for a pattern use filter).")
+                          ] = None,
+        filter: Filter = None,
+        collection: CollectionArg = None,
     ) -> Annotated[CallToolResult, DeleteResult]:
-        """Delete a document from the knowledge base: by doc_id (one version) or by source (every version);
-        give exactly one."""
-        if (doc_id is None) == (source is None):
-            raise ToolError("delete: give exactly one of doc_id or source")
-        with library(), db.transaction():
-            # a source this server cannot see answers exactly as one that does not exist
-            if check_write(db, who, scope, holder="this server", doc_id=doc_id, source=source) is None:
-                raise DocumentNotFound(f"no document with source {source!r}")
-            n = db.delete(doc_id) if doc_id is not None else db.delete(source=source)
-        return _compact(DeleteResult(deleted=n))
+        """Delete documents from the knowledge base: by doc_id (one version), or by source (every version)
+        and/or filter (every stored document matching it, e.g. {"source": "drafts/*"}). Only documents this
+        server may read are deleted, and none unless it may write every one of them."""
+        if doc_id is not None and (source is not None or filter is not None) or \
+                (doc_id is None and source is None and filter is None):
+            raise ToolError("delete: give doc_id, or source and/or filter")
+        if filter is not None and not filter:
+            raise ToolError("delete: filter={} matches every document; give a condition")
+        with library():
+            t = target(collection)
+            with t.transaction():
+                if doc_id is not None:
+                    check_write(t, who, scope, holder=holder, doc_id=doc_id)
+                    return _compact(DeleteResult(deleted=t.delete(doc_id)))
+                # what this server can see: a hidden source answers exactly as one that does not exist
+                docs = t.documents(source, glob=False, versions="all", filter=filter, principals=who)
+                if not docs and source is not None:
+                    raise DocumentNotFound(f"no document with source {source!r}")
+                for d in docs:
+                    check_write(t, who, scope, holder=holder, doc_id=d.id)
+                deleted = sum(t.delete(d.id) for d in docs)
+        return _compact(DeleteResult(deleted=deleted))
 
-    tools.append(Tool.from_function(add_text, annotations=ToolAnnotations(
-        read_only_hint=False, destructive_hint=False, open_world_hint=False)))
-    tools.append(Tool.from_function(delete, annotations=ToolAnnotations(
-        read_only_hint=False, destructive_hint=True, idempotent_hint=True, open_world_hint=False)))
+    def list_collections() -> Annotated[CallToolResult, CollectionList]:
+        """The collections of the database file (separate knowledge bases; the tools' collection argument
+        picks one), each with how many documents this server may read in it."""
+        with library():
+            entries = []
+            for info in db.collections():
+                handle = db if info.name == db.collection_name else db.collection(info.name, create=False)
+                served = handle is db
+                if served or not hidden(handle):
+                    entries.append(CollectionEntry(name=info.name, documents=handle.count(principals=who),
+                                                   served=served))
+        return _compact(CollectionList(collections=entries))
+
+    Name = Annotated[str, Field(min_length=1, max_length=128, description="The collection's name.")]
+
+    def create_collection(name: Name) -> Annotated[CallToolResult, CollectionResult]:
+        """Create an empty collection (a separate knowledge base in the same file, with the default settings);
+        add to it with add_text or add_texts and its collection argument."""
+        with library():
+            db.create_collection(name)
+        return _compact(CollectionResult(name=name, status="created"))
+
+    def drop_collection(name: Name) -> Annotated[CallToolResult, CollectionResult]:
+        """Delete a collection and every document in it, only if this server may read and write every one
+        of them. The collection this server serves (and the default one) cannot be dropped."""
+        with library():
+            if name == db.collection_name:
+                raise InvalidInput(f"this server serves collection {name!r}: it cannot drop it")
+            handle = target(name)
+            with db.transaction():
+                everything = handle.count(versions="all", principals=ragdb.ALL)
+                mine = handle.documents(versions="all", principals=who)
+                if len(mine) < everything or not all(scope.allows_labels(d.acl) and scope.allows_source(d.source)
+                                                     for d in mine):
+                    raise WriteForbidden(f"collection {name!r} holds documents this server may not delete "
+                                         f"(it writes {scope.describe()}); not dropping it")
+                db.drop_collection(name)
+        return _compact(CollectionResult(name=name, status="dropped"))
+
+    def writing(destructive: bool, idempotent: bool = False) -> ToolAnnotations:
+        return ToolAnnotations(read_only_hint=False, destructive_hint=destructive, idempotent_hint=idempotent,
+                               open_world_hint=False)
+
+    tools += [Tool.from_function(add_text, annotations=writing(False)),
+              Tool.from_function(add_texts, annotations=writing(False)),
+              Tool.from_function(update_document, annotations=writing(True, True)),
+              Tool.from_function(delete, annotations=writing(True, True)),
+              Tool.from_function(list_collections, annotations=read_only),
+              Tool.from_function(create_collection, annotations=writing(False)),
+              Tool.from_function(drop_collection, annotations=writing(True, True))]
     return _server(name, tools)
 
 

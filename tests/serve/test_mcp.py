@@ -32,6 +32,8 @@ from ragdb.serve.mcp import SNIPPET_CHARS, is_loopback, parse_http_address  # no
 
 ROOT = Path(__file__).resolve().parents[2]
 READ_TOOLS = {"search", "get_document", "list_sources", "build_prompt", "facets", "stats"}
+WRITE_TOOLS = {"add_text", "add_texts", "update_document", "delete", "list_collections", "create_collection",
+               "drop_collection"}
 SECRET = "zanzibar"  # a word only the labelled document holds (the probes ask for it)
 MARK = "quokkas"  # another: the probes never say it, so seeing it means seeing the document
 
@@ -287,7 +289,7 @@ def test_writes_only_with_allow_writes(kb: Path) -> None:
     async def main() -> None:
         async with _session(kb, "--allow-writes") as s:
             tools = {t.name: t for t in (await s.list_tools()).tools}
-            assert set(tools) == READ_TOOLS | {"add_text", "delete"}
+            assert set(tools) == READ_TOOLS | WRITE_TOOLS
             assert tools["delete"].annotations is not None and tools["delete"].annotations.destructive_hint
             for t in tools.values():
                 assert not any("principal" in p for p in t.input_schema.get("properties", {}))
@@ -312,7 +314,7 @@ def test_writes_only_with_allow_writes(kb: Path) -> None:
             assert "not replacing it" in await _error(s, "add_text", {"text": "mine now", "source": "team/plan.md"})
             assert "no document with id" in await _error(s, "delete", {"doc_id": secret.id})
             assert "no document with source" in await _error(s, "delete", {"source": "team/plan.md"})
-            assert "exactly one of doc_id or source" in await _error(s, "delete", {})
+            assert "give doc_id, or source and/or filter" in await _error(s, "delete", {})
             assert "source" in await _error(s, "add_text", {"text": "no source"})
             assert "chunker" in await _error(s, "add_text", {"text": "x", "source": "y", "chunker": "none"})
 
@@ -515,6 +517,12 @@ def test_query_length_and_k_are_bounded(kb: Path) -> None:
             assert "valid integer" in await _error(s, "search", {"query": "cats", "k": True})
             assert "valid integer" in await _error(s, "build_prompt", {"question": "cats", "k": True})
             assert "valid integer" in await _error(s, "search", {"query": "cats", "offset": True})
+            # every integer argument of every tool is strict: a boolean is not a number
+            for tool, args in (("get_document", {"doc_id": True}), ("get_document", {"source": "x", "offset": True}),
+                               ("get_document", {"source": "x", "max_chars": True}), ("list_sources", {"limit": True}),
+                               ("list_sources", {"offset": True}), ("facets", {"field": "lang", "limit": True}),
+                               ("build_prompt", {"question": "cats", "budget_tokens": True})):
+                assert "valid integer" in await _error(s, tool, args), (tool, args)
             assert (await _call(s, "search", {"query": "cats " * 10}))["hits"]
 
     _run(main)
@@ -527,11 +535,211 @@ def test_results_are_compact_json(kb: Path) -> None:
             for tool, args in (("search", {"query": "cats mat"}), ("list_sources", {}), ("stats", {}),
                                ("get_document", {"source": "docs/cats.md"}), ("facets", {"field": "lang"}),
                                ("build_prompt", {"question": "where do cats sit?"}),
-                               ("add_text", {"text": "Compact.", "source": "c.md"}), ("delete", {"source": "c.md"})):
+                               ("add_text", {"text": "Compact.", "source": "c.md"}),
+                               ("add_texts", {"documents": [{"text": "Two.", "source": "d.md"}]}),
+                               ("update_document", {"source": "d.md", "metadata": {"a": 1}}),
+                               ("list_collections", {}), ("create_collection", {"name": "x"}),
+                               ("drop_collection", {"name": "x"}),
+                               ("delete", {"source": "c.md"})):
                 result = await s.call_tool(tool, args)
                 assert not result.is_error, result.content
                 text = result.content[0].text  # type: ignore[union-attr]
                 assert json.loads(text) == result.structured_content
                 assert text == json.dumps(result.structured_content, ensure_ascii=False, separators=(",", ":"))
+
+    _run(main)
+
+
+# --------------------------------------------------------------------------- what Chroma's users expect
+
+PETS = [{"text": "Ferrets are curious animals that love tunnels.", "source": "pets/ferret.md",
+         "metadata": {"topic": "pets", "lang": "en"}},
+        {"text": "Hamsters store food in their cheeks.", "source": "pets/hamster.md",
+         "metadata": {"topic": "pets", "lang": "en"}, "version": "v1", "title": "Hamsters"},
+        {"text": "Rivers carve canyons over millions of years.", "source": "geo/river.md",
+         "metadata": {"topic": "geo", "lang": "en"}}]
+
+
+def test_batch_add_update_list_and_delete_by_filter(kb: Path) -> None:
+    async def main() -> None:
+        async with _session(kb, "--allow-writes") as s:  # anonymous: public documents only
+            tools = {t.name: t for t in (await s.list_tools()).tools}
+            assert tools["add_texts"].input_schema["properties"]["documents"]["maxItems"] == 100
+            assert tools["update_document"].annotations.destructive_hint  # type: ignore[union-attr]
+            assert tools["list_collections"].annotations.read_only_hint  # type: ignore[union-attr]
+
+            added = (await _call(s, "add_texts", {"documents": PETS}))["documents"]
+            assert [a["status"] for a in added] == ["added"] * 3
+            with ragdb.open(kb) as db:
+                for a, want in zip(added, PETS):
+                    d = db.get(source=str(want["source"]))
+                    meta = {**want["metadata"], **({"title": want["title"]} if "title" in want else {})}  # type: ignore[dict-item]
+                    assert (d.id, d.text, dict(d.metadata), d.version, d.acl) == \
+                        (a["id"], want["text"], meta, want.get("version"), ())
+            # an upsert: an identical one unchanged, a changed one replaced, a new one added
+            again = (await _call(s, "add_texts", {"documents": [
+                PETS[0], {**PETS[1], "text": "Hamsters run at night."},
+                {"text": "Lakes freeze in winter.", "source": "geo/lake.md", "metadata": {"topic": "geo"}}]}))
+            assert [a["status"] for a in again["documents"]] == ["unchanged", "replaced", "added"]
+            assert again["documents"][1]["previous"] == added[1]["id"]
+            # all or nothing: a refused batch writes none of it
+            with ragdb.open(kb) as db:
+                before = db.count(principals=ragdb.ALL)
+            assert "same source" in await _error(s, "add_texts", {"documents": [PETS[2], PETS[2]]})
+            assert "not replacing it" in await _error(s, "add_texts", {"documents": [
+                {"text": "new", "source": "pets/new.md"}, {"text": "mine", "source": "team/plan.md"}]})
+            assert "at most 100" in await _error(s, "add_texts", {"documents": [
+                {"text": "x", "source": f"x/{i}"} for i in range(101)]})
+            assert "at least 1" in await _error(s, "add_texts", {"documents": []})
+            assert "acl" in await _error(s, "add_texts", {"documents": [{"text": "x", "source": "y", "acl": []}]})
+            with ragdb.open(kb) as db:
+                assert db.count(principals=ragdb.ALL) == before
+
+            # listing by filter equals the library's
+            for flt in ({"topic": "pets"}, {"source": "geo/*"}, {"lang": "en", "n": {"$gte": 2}}):
+                listed = await _call(s, "list_sources", {"filter": flt})
+                with ragdb.open(kb) as db:
+                    want_docs = db.documents(filter=flt)
+                assert want_docs
+                assert [(d["id"], d["source"], d["metadata"]) for d in listed["sources"]] == \
+                    [(d.id, d.source, dict(d.metadata)) for d in want_docs]
+            assert "team/plan.md" not in str(await _call(s, "list_sources", {"filter": {"n": 6}}))
+
+            # update metadata in place (ids and chunks stay), by source or by id
+            ferret = await _call(s, "update_document", {"source": "pets/ferret.md",
+                                                        "metadata": {"topic": "pets", "legs": 4}})
+            assert ferret["metadata"] == {"topic": "pets", "legs": 4} and ferret["labels"] == []
+            assert ferret["id"] == added[0]["id"]
+            assert (await _call(s, "update_document", {"doc_id": ferret["id"], "labels": []}))["labels"] == []
+            with ragdb.open(kb) as db:
+                assert [d.source for d in db.documents(filter={"legs": 4})] == ["pets/ferret.md"]
+            # labels outside what this server writes, a hidden document, bad arguments
+            assert "may not write a document labelled ['team']" in \
+                await _error(s, "update_document", {"source": "pets/ferret.md", "labels": ["team"]})
+            hidden = await _error(s, "update_document", {"source": "team/plan.md", "metadata": {}})
+            missing = await _error(s, "update_document", {"source": "nothing.md", "metadata": {}})
+            assert hidden == missing.replace("nothing.md", "team/plan.md")
+            assert "exactly one of doc_id or source" in await _error(s, "update_document", {"metadata": {}})
+            assert "metadata and/or labels" in await _error(s, "update_document", {"source": "pets/ferret.md"})
+            assert "valid integer" in await _error(s, "update_document", {"doc_id": True, "metadata": {}})
+            assert "valid integer" in await _error(s, "delete", {"doc_id": True})
+
+            # delete by filter: only what this server can see (the labelled plan matches too, and stays)
+            with ragdb.open(kb) as db:
+                visible_en = len(db.documents(filter={"lang": "en", "n": {"$gte": 5}}, versions="all"))
+            assert visible_en == 1  # odd/a[1]*.md; team/plan.md (n=6) is hidden
+            assert (await _call(s, "delete", {"filter": {"lang": "en", "n": {"$gte": 5}}}))["deleted"] == 1
+            assert (await _call(s, "delete", {"filter": {"topic": "pets"}}))["deleted"] == 2  # ferret, hamster
+            assert (await _call(s, "delete", {"filter": {"topic": "pets"}}))["deleted"] == 0
+            assert (await _call(s, "delete", {"source": "geo/lake.md", "filter": {"topic": "geo"}}))["deleted"] == 1
+            assert "no document with source 'geo/lake.md'" in await _error(s, "delete", {"source": "geo/lake.md"})
+            assert "matches every document" in await _error(s, "delete", {"filter": {}})
+            assert "give doc_id, or source and/or filter" in \
+                await _error(s, "delete", {"doc_id": 1, "filter": {"topic": "geo"}})
+        with ragdb.open(kb) as db:
+            assert db.get(source="team/plan.md", principals=ragdb.ALL).text == DOCS[-1][1]
+            assert [d.source for d in db.documents(filter={"topic": "geo"})] == ["geo/river.md"]
+        assert "Traceback" not in (kb.parent / "server.err").read_text()
+
+    _run(main)
+
+
+def test_scoped_writes_update_and_delete_only_within_the_servers_labels(kb: Path) -> None:
+    with ragdb.open(kb) as db:
+        db.add("Ops only.", source="ops.md", acl=["ops"], metadata={"lang": "en"})
+
+    async def main() -> None:
+        async with _session(kb, "--allow-writes", "--principal", "team") as s:
+            batch = await _call(s, "add_texts", {"documents": PETS[:2]})
+            assert [a["status"] for a in batch["documents"]] == ["added", "added"]
+            # a filter matching public documents it may read but not write: refused whole, nothing deleted
+            assert "outside what it writes" in await _error(s, "delete", {"filter": {"lang": "en"}})
+            assert "outside what it writes" in await _error(s, "update_document", {"source": "docs/cats.md",
+                                                                                   "metadata": {}})
+            assert "may not write a document labelled []" in \
+                await _error(s, "update_document", {"source": "pets/ferret.md", "labels": []})
+            assert "may not write a document labelled ['ops']" in \
+                await _error(s, "update_document", {"source": "pets/ferret.md", "labels": ["ops"]})
+            hidden = await _error(s, "update_document", {"source": "ops.md", "labels": ["team"]})
+            assert hidden == (await _error(s, "update_document", {"source": "no.md", "labels": ["team"]})
+                              ).replace("no.md", "ops.md")
+            # the team's own documents: by filter (ops.md matches the filter too, hidden: untouched)
+            assert (await _call(s, "delete", {"filter": {"topic": "pets", "$or": [{"lang": "en"}]}}))["deleted"] == 2
+            assert (await _call(s, "delete", {"filter": {"source": "ops.md"}}))["deleted"] == 0
+        with ragdb.open(kb) as db:
+            assert db.count(principals=ragdb.ALL) == len(DOCS) + 2  # + long.md + ops.md; the pets are gone
+            assert db.get(source="ops.md", principals=ragdb.ALL).acl == ("ops",)
+            assert db.documents(filter={"topic": "pets"}, principals=ragdb.ALL) == []
+
+    _run(main)
+
+
+def test_collections_over_mcp_within_what_the_server_may_read(kb: Path) -> None:
+    with ragdb.open(kb) as db:
+        db.collection("secret").add("Hidden facts.", source="s.md", acl=["ops"])
+        mixed = db.collection("mixed")
+        mixed.add("Public words.", source="p.md")
+        mixed.add("Ops words.", source="o.md", acl=["ops"])
+        db.collection("empty")
+
+    async def main() -> None:
+        async with _session(kb) as s:  # read-only: no collection tools, no collection argument
+            tools = {t.name: t for t in (await s.list_tools()).tools}
+            assert set(tools) == READ_TOOLS
+            assert "unknown argument 'collection'" in \
+                await _error(s, "search", {"query": "words", "collection": "mixed"})
+        async with _session(kb, "--allow-writes") as s:
+            tools = {t.name: t for t in (await s.list_tools()).tools}
+            for name in ("search", "get_document", "list_sources", "build_prompt", "facets", "add_text",
+                         "add_texts", "update_document", "delete"):
+                assert "collection" in tools[name].input_schema["properties"], name
+            listed = (await _call(s, "list_collections", {}))["collections"]
+            with ragdb.open(kb) as db:
+                served = db.count()
+            assert listed == [{"name": "default", "documents": served, "served": True},
+                              {"name": "mixed", "documents": 1, "served": False},
+                              {"name": "empty", "documents": 0, "served": False}]  # "secret": every document hidden
+            assert (await _call(s, "create_collection", {"name": "notes"}))["status"] == "created"
+            assert "already exists" in await _error(s, "create_collection", {"name": "notes"})
+            added = await _call(s, "add_texts", {"collection": "notes", "documents": [
+                {"text": "Collections keep their own statistics.", "source": "n/1.md"},
+                {"text": "Another note about statistics and words.", "source": "n/2.md"}]})
+            assert len(added["documents"]) == 2
+            with ragdb.open(kb, collection="notes") as notes:
+                want = notes.search("statistics words", 5)
+                assert [d.source for d in notes.documents()] == ["n/1.md", "n/2.md"]
+            got = await _call(s, "search", {"query": "statistics words", "collection": "notes"})
+            assert [_hit_key(h) for h in got["hits"]] == [_hit_key(h) for h in want]
+            assert (await _call(s, "search", {"query": "statistics words"}))["hits"] == []  # not in the default
+            assert [d["source"] for d in (await _call(s, "list_sources", {"collection": "mixed"}))["sources"]] == \
+                ["p.md"]
+            assert (await _call(s, "get_document", {"source": "n/1.md", "collection": "notes"}))["text"] == \
+                "Collections keep their own statistics."
+            counts = {c["name"]: c["documents"] for c in (await _call(s, "list_collections", {}))["collections"]}
+            assert counts["notes"] == 2
+
+            # a collection whose every document is hidden answers exactly as a missing one
+            for tool, args in (("search", {"query": "facts"}), ("list_sources", {}),
+                               ("add_text", {"text": "x", "source": "x.md"})):
+                hidden = await _error(s, tool, {**args, "collection": "secret"})
+                missing = await _error(s, tool, {**args, "collection": "nowhere"})
+                assert hidden == missing.replace("nowhere", "secret")
+                assert hidden.endswith(": no collection 'secret'")
+            assert await _error(s, "drop_collection", {"name": "secret"}) == \
+                (await _error(s, "drop_collection", {"name": "nowhere"})).replace("nowhere", "secret")
+            # one holding a document it cannot read (or write) is not dropped
+            assert "may not delete" in await _error(s, "drop_collection", {"name": "mixed"})
+            assert "cannot drop it" in await _error(s, "drop_collection", {"name": "default"})
+            assert (await _call(s, "drop_collection", {"name": "notes"}))["status"] == "dropped"
+            assert (await _call(s, "drop_collection", {"name": "empty"}))["status"] == "dropped"
+            assert (await _error(s, "search", {"query": "x", "collection": "notes"})).endswith(
+                ": no collection 'notes'")
+        with ragdb.open(kb) as db:
+            assert [c.name for c in db.collections()] == ["default", "secret", "mixed"]
+            assert db.collection("mixed").count(principals=ragdb.ALL) == 2
+        async with _session(kb, "--allow-writes", "--all-principals") as s:  # the full view may drop it
+            assert "secret" in str(await _call(s, "list_collections", {}))
+            assert (await _call(s, "drop_collection", {"name": "mixed"}))["status"] == "dropped"
+        assert "Traceback" not in (kb.parent / "server.err").read_text()
 
     _run(main)

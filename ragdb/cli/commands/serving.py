@@ -24,14 +24,15 @@ from ragdb.errors import InvalidInput
 @click.command("mcp")
 @database_option
 @access_options
-@click.option("--allow-writes", is_flag=True, help="Also offer the add_text and delete tools.")
+@click.option("--allow-writes", is_flag=True, help="Also offer the write tools (add_text, add_texts, update_document, delete) and the "
+                   "collection tools (list_collections, create_collection, drop_collection).")
 @click.option("--http", "http_address", default=None, metavar="HOST:PORT",
               help="Serve the Streamable HTTP transport (endpoint /mcp) on HOST:PORT instead of stdio; "
                    "a bare PORT binds 127.0.0.1.")
 @click.option("--allow-remote", is_flag=True,
               help="Let --http bind a host other than loopback (the transport has no authentication).")
 @click.option("--write-label", "write_labels", multiple=True, metavar="LABEL",
-              help="Label what add_text stores with LABEL (repeatable; among the --principal labels). Default: "
+              help="Label what add_text/add_texts store with LABEL (repeatable; among the --principal labels). Default: "
                    "the --principal labels (none: public documents).")
 @click.option("--max-query", "max_query", type=click.IntRange(1), default=4000, show_default=True,
               metavar="CHARS", help="Longest query or question a tool takes.")
@@ -39,8 +40,9 @@ def mcp_cmd(database: str | None, principals: tuple[str, ...], all_principals: b
             http_address: str | None, allow_remote: bool, write_labels: tuple[str, ...], max_query: int) -> None:
     """Serve the database to MCP clients (assistants, agents) over stdio, or HTTP with --http.
 
-    Tools: search, get_document, list_sources, build_prompt, stats (and with
-    --allow-writes add_text, delete). The server reads as the --principal
+    Tools: search, get_document, list_sources, build_prompt, facets, stats (and
+    with --allow-writes add_text, add_texts, update_document, delete and the
+    collection tools). The server reads as the --principal
     labels given here (anonymous without them: public documents only); no
     tool lets the model choose them. Needs 'pip install ragdb[mcp]'.
 
