@@ -21,6 +21,8 @@ only the segments of the query's terms.
 
 from __future__ import annotations
 
+import math
+
 import sys
 from collections import Counter
 from dataclasses import dataclass, field
@@ -848,7 +850,7 @@ class Index:
         compiled kernel does not run or a unit's weight is not positive (the caller scores every
         posting then)."""
         compiled = kernel.compiled()
-        if compiled is None or self.n_chunks == 0 or k < 1 or any(not w > 0 for _ids, _df, w in units):
+        if compiled is None or self.n_chunks == 0 or k < 1 or any(not 0 < w < math.inf for _ids, _df, w in units):
             return None
         norm = self._bm25_length_norm(k1, b)
         size = len(self.lengths)
@@ -857,6 +859,8 @@ class Index:
         self.term_postings(sorted({t for ids, _df, _w in units for t in ids}))  # one read for every unit
         postings = [self.unit_postings(ids) for ids, _df, _w in units]
         idfs = [scoring.bm25_idf(self.n_chunks, df) for _, df, _ in units]
+        if not all(0 < x < math.inf for x in idfs):  # only a damaged index has such a df: scored in full
+            return None
         weights = [float(w) for _ids, _df, w in units]
         flats = [i < len(fields) and bool(fields[i]) for i in range(len(units))]
         n = min(len(mask), size)
