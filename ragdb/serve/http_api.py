@@ -90,7 +90,7 @@ from ragdb.answers.prompt import REFUSAL
 from ragdb.files.sync import escape_glob
 
 __all__ = ["Grant", "Limits", "ServerConfig", "load_tokens", "create_app", "app_from_environment", "run",
-           "is_loopback", "UvicornConfig", "CONFIG_ENV", "TOKEN_ENV", "MIN_TOKEN_LENGTH"]
+           "is_loopback", "api_hit_json", "UvicornConfig", "CONFIG_ENV", "TOKEN_ENV", "MIN_TOKEN_LENGTH"]
 
 log = logging.getLogger("ragdb.serve.http_api")
 
@@ -394,7 +394,7 @@ class _Service:
         self.limits = config.limits
         self.tokens = dict(tokens)
         self.db: ragdb.Database | None = None
-        self._embedder: Any = None
+        self._embedders: dict[str, Any] = {}  #: by collection
         self._embedder_lock = threading.Lock()
         #: handles on the other collections of the file (``--collections``), made once each
         self._handles: dict[str, ragdb.Database] = {}
@@ -442,10 +442,12 @@ class _Service:
             return handle
 
     def forget(self, name: str | None) -> None:
-        """Drop the handle on collection ``name`` (dropped, perhaps by another worker)."""
+        """Drop the handle on collection ``name`` (dropped, perhaps by another worker) and its embedder."""
         if name is not None:
             with self._handles_lock:
                 self._handles.pop(name, None)
+            with self._embedder_lock:
+                self._embedders.pop(name, None)
 
     def grant(self, request: Request) -> Grant:
         token = _bearer(request.headers.get("authorization"))
@@ -478,17 +480,20 @@ class _Service:
         kw: dict[str, Any] = {name: body[name] for name in fields if name in body and body[name] is not None}
         kw["principals"] = self._who(grant)
         if kw.get("scorer") in ("vector", "hybrid") and db.embedder is None:
-            kw["embedder"] = self.recorded_embedder(kw["scorer"])
+            kw["embedder"] = self.recorded_embedder(db, kw["scorer"])
         return kw
 
-    def recorded_embedder(self, scorer: str) -> Any:
-        with self._embedder_lock:  # made once per worker: a model may take a while to load
-            if self._embedder is None:
-                self._embedder = self.database.recorded_embedder()
-            if self._embedder is None:
-                raise InvalidInput(f"scorer {scorer!r} needs vectors, and this database has none "
-                                   f"(make them with 'ragdb embed')")
-            return self._embedder
+    def recorded_embedder(self, db: ragdb.Database, scorer: str) -> Any:
+        """The embedder of the model ``db``'s vectors were made with (each collection has its own)."""
+        with self._embedder_lock:  # made once per worker and collection: a model may take a while to load
+            embedder = self._embedders.get(db.collection_name)
+            if embedder is None:
+                embedder = db.recorded_embedder()
+                if embedder is None:
+                    raise InvalidInput(f"scorer {scorer!r} needs vectors, and this collection has none "
+                                       f"(make them with 'ragdb embed')")
+                self._embedders[db.collection_name] = embedder
+            return embedder
 
     def _check_limits(self, text: Any, what: str, k: Any, offset: Any = 0) -> None:
         if not isinstance(text, str):
@@ -510,7 +515,8 @@ class _Service:
         self._check_limits(body["query"], "query", body.get("k", 5), body.get("offset"))
         kw = self._search_keywords(db, body, grant, SEARCH_FIELDS[2:])
         hits = db.search(body["query"], body.get("k", 5), **kw)
-        return {"query": body["query"], "hits": [_hit(h, i) for i, h in enumerate(hits, 1 + kw.get("offset", 0))]}
+        return {"query": body["query"],
+                "hits": [api_hit_json(h, i) for i, h in enumerate(hits, 1 + kw.get("offset", 0))]}
 
     def prompt(self, db: ragdb.Database, body: Mapping[str, Any], grant: Grant) -> dict[str, Any]:
         _fields(body, PROMPT_FIELDS, required=("question",))
@@ -523,7 +529,7 @@ class _Service:
         return {"refused": p.refused, "refusal": REFUSAL[p.language], "language": p.language, "system": p.system,
                 "user": p.user, "messages": p.messages, "confidence": p.confidence,
                 "min_confidence": p.min_confidence,
-                "sources": [{"number": i, **_hit(h, i)} for i, h in enumerate(p.sources, 1)]}
+                "sources": [{"number": i, **api_hit_json(h, i)} for i, h in enumerate(p.sources, 1)]}
 
     def facets(self, db: ragdb.Database, body: Mapping[str, Any], grant: Grant) -> dict[str, Any]:
         _fields(body, FACETS_FIELDS, required=("field",))
@@ -753,7 +759,7 @@ def derived_source(text: str) -> str:
     return f"sha256:{hashlib.sha256(text.encode('utf-8', 'surrogatepass')).hexdigest()[:16]}"
 
 
-def _hit(h: ragdb.Hit, rank: int) -> dict[str, Any]:
+def api_hit_json(h: ragdb.Hit, rank: int) -> dict[str, Any]:
     """A hit as the HTTP API gives it: :func:`hit_json` with the hit's title and section."""
     return {**hit_json(h, rank), "title": h.title, "section": h.section}
 
