@@ -50,7 +50,7 @@ from ragdb import errors
 from ragdb.errors import AccessDenied, InvalidInput, RagdbError, RemoteError, Unauthorized
 from ragdb.options import SearchOptions
 from ragdb.types import (AddReport, Change, CollectionInfo, Document, Duplicate, Facets, Hit, LoadedDocument,
-                         Snippet, Stats)
+                         QueryPlan, Snippet, Stats)
 
 if TYPE_CHECKING:
     from ragdb.answers.prompt import Prompt
@@ -314,6 +314,18 @@ class Client:
         body = {"query": query, **_search_fields(k, options, keywords)}
         return [_hit(h) for h in self._call("POST", "/search", body)["hits"]]
 
+    def search_and_plan(self, query: str, k: int | None = None, *, options: SearchOptions | None = None,
+                        **keywords: Any) -> tuple[list[Hit], QueryPlan]:
+        """:meth:`search` and :meth:`query_plan` of one query from one snapshot
+        (:meth:`ragdb.Database.search_and_plan`)."""
+        body = {"query": query, **_search_fields(k, options, keywords), "plan": True}
+        answer = self._call("POST", "/search", body)
+        return [_hit(h) for h in answer["hits"]], _plan(answer["plan"])
+
+    def query_plan(self, query: str, *, options: SearchOptions | None = None, **keywords: Any) -> QueryPlan:
+        """How the server's search reads ``query`` with these options (:meth:`ragdb.Database.query_plan`)."""
+        return self.search_and_plan(query, options=options, **keywords)[1]
+
     def build_prompt(self, query: str, hits: Sequence[Hit] | None = None, *, template: Any = None,
                      language: str | None = None, k: int | None = None, budget_tokens: int | None = None,
                      min_score: float | None = None, relative: float | None = None,
@@ -507,6 +519,15 @@ def _hit(h: Mapping[str, Any]) -> Hit:
                title=h.get("title"), section=h.get("section"),
                duplicates=tuple(Duplicate(d["source"], d["chunk_id"], d["doc_id"], d["score"])
                                 for d in h.get("duplicates", ())))
+
+
+def _plan(p: Mapping[str, Any]) -> QueryPlan:
+    return QueryPlan(query=p["query"], syntax=p["syntax"], error=p["error"], terms=tuple(p["terms"]),
+                     weights=dict(p["weights"]), expansions={t: tuple(v) for t, v in p["expansions"].items()},
+                     phrases=tuple(p["phrases"]), excluded=tuple(p["excluded"]),
+                     dropped=tuple((w, why) for w, why in p["dropped"]), unknown=tuple(p["unknown"]),
+                     suggestions={t: tuple(v) for t, v in p["suggestions"].items()},
+                     filters=tuple(p.get("filters", ())), notes=tuple(p.get("notes", ())))
 
 
 # --------------------------------------------------------------------------- errors

@@ -371,7 +371,7 @@ def _json(obj: Any, status: int = 200) -> Response:
 # --------------------------------------------------------------------------- the app
 
 SEARCH_FIELDS = ("query", "k", "scorer", "filter", "min_score", "since", "until", "offset", "syntax", "fuzzy",
-                 "highlight", "snippet_chars")
+                 "highlight", "snippet_chars", "plan")
 PROMPT_FIELDS = ("question", "k", "scorer", "filter", "min_confidence", "budget_tokens", "language")
 FACETS_FIELDS = ("field", "query", "filter", "since", "until", "by", "limit")
 FACETS_LIMIT = 100  # the default number of values of POST /facets (at most MAX_LIST)
@@ -513,10 +513,19 @@ class _Service:
     def search(self, db: ragdb.Database, body: Mapping[str, Any], grant: Grant) -> dict[str, Any]:
         _fields(body, SEARCH_FIELDS, required=("query",))
         self._check_limits(body["query"], "query", body.get("k", 5), body.get("offset"))
-        kw = self._search_keywords(db, body, grant, SEARCH_FIELDS[2:])
-        hits = db.search(body["query"], body.get("k", 5), **kw)
-        return {"query": body["query"],
-                "hits": [api_hit_json(h, i) for i, h in enumerate(hits, 1 + kw.get("offset", 0))]}
+        kw = self._search_keywords(db, body, grant, SEARCH_FIELDS[2:-1])
+        plan = body.get("plan", False)
+        if not isinstance(plan, bool):
+            raise InvalidInput(f"plan must be true or false, got {_brief(plan)}")
+        if plan:  # the hits and how the query was read, from one snapshot
+            hits, how = db.search_and_plan(body["query"], body.get("k", 5), **kw)
+        else:
+            hits = db.search(body["query"], body.get("k", 5), **kw)
+        out: dict[str, Any] = {"query": body["query"],
+                               "hits": [api_hit_json(h, i) for i, h in enumerate(hits, 1 + kw.get("offset", 0))]}
+        if plan:
+            out["plan"] = dataclasses.asdict(how)
+        return out
 
     def prompt(self, db: ragdb.Database, body: Mapping[str, Any], grant: Grant) -> dict[str, Any]:
         _fields(body, PROMPT_FIELDS, required=("question",))
@@ -1216,8 +1225,13 @@ def openapi_schema(limits: Limits = Limits()) -> dict[str, Any]:
                                "fuzzy": {"type": "integer", "enum": [0, 1], "default": 0},
                                "highlight": {"type": "boolean", "default": False,
                                              "description": "Add highlights and a snippet to each hit."},
-                               "snippet_chars": {"type": "integer", "minimum": 1, "default": 240}}, ["query"]),
-        "SearchResult": _obj({"query": {"type": "string"}, "hits": {"type": "array", "items": _ref("Hit")}}),
+                               "snippet_chars": {"type": "integer", "minimum": 1, "default": 240},
+                               "plan": {"type": "boolean", "default": False,
+                                        "description": "Also say how the query was read (plan: "
+                                                       "db.query_plan's terms, phrases, unknown words, "
+                                                       "suggestions)."}}, ["query"]),
+        "SearchResult": _obj({"query": {"type": "string"}, "hits": {"type": "array", "items": _ref("Hit")},
+                              "plan": any_obj}),
         "Hit": hit,
         "PromptRequest": _request({"question": {**text, "maxLength": limits.max_query_chars},
                                "k": {**k, "default": 5}, "scorer": scorer, "filter": filt,

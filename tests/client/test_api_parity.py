@@ -255,6 +255,21 @@ def test_search_equals_the_library(loaded: Any, direct: ragdb.Database, query: s
         assert len(hits) <= options["k"]
 
 
+@pytest.mark.parametrize("query, options", [
+    ("cats mat", {}),
+    ('"warm mat" -dogs cats* katz~ lang:en', {"syntax": "query", "k": 3}),
+    ("cots mattt", {"filter": {"lang": "en"}}),
+    ("the of cats", {"scorer": "tfidf"}),
+])
+def test_search_and_plan_equal_the_library(loaded: Any, direct: ragdb.Database, query: str,
+                                          options: dict[str, Any]) -> None:
+    hits, plan = loaded.search_and_plan(query, **options)
+    assert (hits, plan) == direct.search_and_plan(query, **options)
+    assert isinstance(plan, ragdb.QueryPlan)
+    options.pop("k", None)
+    assert loaded.query_plan(query, **options) == direct.query_plan(query, **options)
+
+
 def test_search_options_value(loaded: Any, direct: ragdb.Database) -> None:
     options = ragdb.SearchOptions.from_keywords(k=3, filter={"lang": "en"}, scorer="tfidf")
     assert loaded.search("cats", options=options) == direct.search("cats", options=options)

@@ -88,9 +88,8 @@ def test_reads_are_the_tokens_own(url: str, kb: Path) -> None:
 
 
 def test_writes_are_bounded_by_the_tokens_scope(url: str) -> None:
-    with ragdb.connect(url, token=READER) as reader:
-        with pytest.raises(AccessDenied):
-            reader.add("a reader cannot write", source="pub/r.md")
+    with ragdb.connect(url, token=READER) as reader, pytest.raises(AccessDenied):
+        reader.add("a reader cannot write", source="pub/r.md")
     with ragdb.connect(url, token=WRITER) as writer, ragdb.connect(url, token=ADMIN) as admin:
         with pytest.raises(WriteForbidden):
             writer.add("labelled for team b", source="pub/x.md", acl=["team-b"])
@@ -100,9 +99,8 @@ def test_writes_are_bounded_by_the_tokens_scope(url: str) -> None:
         assert writer.delete(source="b/secret.md") == 0 == writer.delete(source="b/missing.md")
         assert admin.get(source="b/secret.md").source == "b/secret.md"
         # by filter or pattern: only what it may see, and refused whole when it may not write one of them
-        with pytest.raises(WriteForbidden):
-            admin_b = ragdb.connect(url, token=TEAM_B)
-            admin_b.delete(filter={"team": "none"})  # public: outside team b's scope
+        with ragdb.connect(url, token=TEAM_B) as team_b, pytest.raises(WriteForbidden):
+            team_b.delete(filter={"team": "none"})  # public: outside team b's scope
         assert admin.count(filter={"team": "none"}) == 1
         assert writer.delete(source="*/*.md", glob=True, filter={"team": {"$in": ["a", "b"]}}) == 1
         assert admin.count(filter={"team": "b"}) == 1 and admin.count(filter={"team": "a"}) == 0
