@@ -289,7 +289,7 @@ class Client:
         """Change a document's metadata and/or access labels in place (:meth:`ragdb.Database.update`)."""
         body = {k: v for k, v in (("metadata", metadata), ("acl", acl)) if v is not None}
         if not body:
-            return self.get(_doc_id(doc_id, "update: doc_id"), with_text=False)  # the library changes nothing
+            raise InvalidInput(f"update document {doc_id!r:.40}: give metadata=, acl= or both")
         return _document(self._call("PATCH", f"/documents/{_doc_id(doc_id, 'update: doc_id')}", body))
 
     def delete(self, doc_id: int | None = None, *, source: str | None = None, glob: bool = False,
@@ -368,7 +368,11 @@ class Client:
         """Stored documents by source (:meth:`ragdb.Database.documents`), fetched a page of
         :data:`PAGE` at a time."""
         _no_principals(principals)
+        if limit is not None and (isinstance(limit, bool) or not isinstance(limit, int) or limit < 0):
+            raise InvalidInput(f"limit must be a non-negative integer, got {limit!r:.40}", param="limit")
         out: list[Document] = []
+        if limit == 0:
+            return out
         for doc in self._pages(source, glob, versions, filter, offset):
             if limit is not None and len(out) >= limit:
                 break
@@ -552,6 +556,9 @@ def _error(url: str, method: str, path: str, response: httpx.Response) -> RagdbE
         return RemoteError(f"{url}: {method} {path} answered HTTP {status}, not a ragdb error: is this a ragdb "
                            f"server?")
     cls = getattr(errors, kind, None)
+    if isinstance(cls, type) and issubclass(cls, InvalidInput):
+        param = error.get("param")
+        return cls(message, param=param if isinstance(param, str) else None)
     if isinstance(cls, type) and issubclass(cls, RagdbError) and cls is not RagdbError:
         return cls(message)
     if status == 503 and kind == "Unhealthy":

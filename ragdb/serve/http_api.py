@@ -340,8 +340,12 @@ class _Refused(Exception):
         self.status, self.kind, self.message = status, kind, message
 
 
-def _error(status: int, kind: str, message: str, headers: Mapping[str, str] | None = None) -> Response:
-    body = {"error": {"status": status, "type": kind, "message": message}}
+def _error(status: int, kind: str, message: str, headers: Mapping[str, str] | None = None,
+           param: str | None = None) -> Response:
+    error: dict[str, Any] = {"status": status, "type": kind, "message": message}
+    if param is not None:  # the argument at fault (InvalidInput.param)
+        error["param"] = param
+    body = {"error": error}
     return Response(orjson.dumps(body), status_code=status, media_type="application/json", headers=headers)
 
 
@@ -899,7 +903,8 @@ def create_app(config: ServerConfig, tokens: Mapping[str, Grant] | None = None) 
             except RagdbError as e:
                 if isinstance(e, CollectionNotFound):  # dropped (perhaps by another worker): made again next time
                     service.forget(request.path_params.get("collection"))
-                return _error(_status_of(e), type(e).__name__, client_message(e, database=config.database))
+                return _error(_status_of(e), type(e).__name__, client_message(e, database=config.database),
+                              param=e.param if isinstance(e, InvalidInput) else None)
             except Exception:  # a bug: logged, answered without its details
                 log.exception("internal error on %s %s", request.method, request.url.path)
                 service.failure = f"internal error on {request.method} {request.url.path}"
@@ -1209,7 +1214,10 @@ def openapi_schema(limits: Limits = Limits()) -> dict[str, Any]:
                      "acl": {"type": "array", "items": {"type": "string"}}, "chunks": {"type": "integer"},
                      "latest": {"type": "boolean"}, "text": {"type": "string"}})
     error = _obj({"error": _obj({"status": {"type": "integer"}, "type": {"type": "string"},
-                                 "message": {"type": "string"}}, ["status", "type", "message"])}, ["error"])
+                                 "message": {"type": "string"},
+                                 "param": {"type": "string", "description": "The argument at fault, where one "
+                                                                            "is (invalid input)."}},
+                                ["status", "type", "message"])}, ["error"])
     schemas = {
         "SearchRequest": _request({"query": {"type": "string", "maxLength": limits.max_query_chars},
                                "k": {**k, "default": 5}, "offset": {"type": "integer", "minimum": 0, "default": 0,

@@ -344,6 +344,10 @@ def test_collections_create_list_count_drop(api: Any) -> None:
     (lambda db: db.search("cats", filter={"n": {"$regex": "x"}}), InvalidInput),
     (lambda db: db.search("cats", colour="red"), InvalidInput),
     (lambda db: db.documents(versions="some"), InvalidInput),
+    (lambda db: db.documents(limit=-1), InvalidInput),
+    (lambda db: db.documents(offset=-1), InvalidInput),
+    (lambda db: db.update(1), InvalidInput),
+    (lambda db: db.search("cats", k=10, offset=-1), InvalidInput),
     (lambda db: db.count(filter={"$bad": 1}), InvalidInput),
     (lambda db: db.add(""), InvalidInput),
     (lambda db: db.add_many([{"text": "x", "colour": "red"}]), InvalidInput),
@@ -353,6 +357,14 @@ def test_collections_create_list_count_drop(api: Any) -> None:
 def test_errors_are_the_library_errors(loaded: Any, call: Any, error: type[RagdbError]) -> None:
     with pytest.raises(error):
         call(loaded)
+
+
+def test_invalid_input_names_the_argument(loaded: Any, direct: ragdb.Database) -> None:
+    with pytest.raises(InvalidInput) as got:
+        loaded.search("cats", alpha=2.0, scorer="hybrid")
+    with pytest.raises(InvalidInput) as expected:
+        direct.search("cats", alpha=2.0, scorer="hybrid")
+    assert got.value.param == expected.value.param is not None
 
 
 def test_delete_of_a_missing_id(loaded: Any, direct: ragdb.Database) -> None:

@@ -152,6 +152,8 @@ def test_k_must_be_an_integer(url: str, path: str) -> None:
         r = httpx.post(url + path, json={field: "mats", "k": k})
         assert r.status_code == 422, r.text
         assert r.json()["error"]["type"] == "InvalidInput"
+    r = httpx.post(url + path, json={field: "mats", "k": 0})
+    assert r.status_code == 422 and r.json()["error"]["param"] == "k"  # the argument at fault, as the library names it
 
 
 def test_a_server_that_is_not_ragdb(tmp_path: Path) -> None:
