@@ -445,6 +445,19 @@ class _Service:
                 handle = self._handles[name] = db.collection(name, create=False)
             return handle
 
+    def on(self, name: str | None, work: Callable[[ragdb.Database], Any]) -> Any:
+        """``work`` on collection ``name`` (:meth:`resolve`). A handle made before the collection
+        was dropped and made again (by another worker or process) raises
+        :class:`CollectionNotFound` before doing anything: it is made again and ``work`` run once more."""
+        db = self.resolve(name)
+        try:
+            return work(db)
+        except CollectionNotFound:
+            if db is self.database:
+                raise
+            self.forget(name)
+            return work(self.resolve(name))
+
     def forget(self, name: str | None) -> None:
         """Drop the handle on collection ``name`` (dropped, perhaps by another worker) and its embedder."""
         if name is not None:
@@ -921,7 +934,7 @@ def create_app(config: ServerConfig, tokens: Mapping[str, Grant] | None = None) 
         async def work(request: Request, grant: Grant) -> Any:
             body = await _body(request, limit, config.limits.body_timeout)
             name = request.path_params.get("collection")
-            return await run_in_threadpool(lambda: method(service.resolve(name), body, grant))
+            return await run_in_threadpool(service.on, name, lambda db: method(db, body, grant))
         return work
 
     def on_id(method: Callable[..., Any], with_body: bool = False) -> Callable[[Request, Grant], Any]:
@@ -929,16 +942,16 @@ def create_app(config: ServerConfig, tokens: Mapping[str, Grant] | None = None) 
         async def work(request: Request, grant: Grant) -> Any:
             extra = (await _body(request, limit, config.limits.body_timeout),) if with_body else ()
             name, doc_id = request.path_params.get("collection"), request.path_params["doc_id"]
-            return await run_in_threadpool(lambda: method(service.resolve(name), doc_id, *extra, grant))
+            return await run_in_threadpool(service.on, name, lambda db: method(db, doc_id, *extra, grant))
         return work
 
     async def list_documents(request: Request, grant: Grant) -> Any:
         name, params = request.path_params.get("collection"), dict(request.query_params)
-        return await run_in_threadpool(lambda: service.documents(service.resolve(name), params, grant))
+        return await run_in_threadpool(service.on, name, lambda db: service.documents(db, params, grant))
 
     async def stats(request: Request, grant: Grant) -> Any:
         name = request.path_params.get("collection")
-        return await run_in_threadpool(lambda: service.stats(service.resolve(name), grant))
+        return await run_in_threadpool(service.on, name, lambda db: service.stats(db, grant))
 
     async def collections(request: Request, grant: Grant) -> Any:
         return await run_in_threadpool(service.collections, grant)

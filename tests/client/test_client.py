@@ -134,6 +134,18 @@ def test_collections_bounded_by_access(url: str) -> None:
             scratch.count()
 
 
+def test_a_collection_dropped_and_made_again_behind_the_servers_back(url: str, kb: Path) -> None:
+    with ragdb.connect(url, token=ADMIN) as admin:
+        first = admin.create_collection("again")
+        first.add("the first life of the collection", source="one.md")
+        assert first.count() == 1  # the server now holds a handle on it
+        with ragdb.open(kb) as db:  # another process drops it and makes it again
+            db.drop_collection("again")
+            db.create_collection("again").add("its second life, about mats", source="two.md")
+        assert [d.source for d in first.documents()] == ["two.md"]
+        admin.drop_collection("again")
+
+
 def test_one_collection_served_without_collections(kb: Path) -> None:
     with serving(str(kb), kb.parent, env={"RAGDB_API_TOKEN": ADMIN}) as base, \
             ragdb.connect(base, token=ADMIN) as admin:
