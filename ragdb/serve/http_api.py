@@ -14,9 +14,17 @@
 * ``GET /documents?prefix=&limit=&offset=``: the stored documents (latest
   versions) by source, a page at a time; ``GET /documents/{id}``: one, with its text;
 * ``GET /stats``, ``GET /healthz``;
+* ``POST /documents/get`` (id or source), ``POST /documents/query`` (source, glob, filter,
+  versions, limit, offset), ``POST /documents/count`` (filter, versions): :meth:`ragdb.Database.get`,
+  ``documents`` and ``count`` as the caller sees them;
 * writes, only for a token allowed to write, within its write scope: ``POST /documents`` (text,
   source, metadata, version, timestamp, title, acl), ``POST /documents/batch`` (many in one
-  transaction), ``PATCH /documents/{id}`` (metadata, acl) and ``DELETE /documents/{id}``.
+  transaction), ``PATCH /documents/{id}`` (metadata, acl), ``DELETE /documents/{id}`` and
+  ``POST /documents/delete`` (source, glob, filter: of what the caller may see);
+* ``GET /collections``, ``GET /collections/{name}``; with ``--collections``
+  (:attr:`ServerConfig.collections`) every route above also under ``/collections/{name}/`` for
+  each collection of the file, and for the administrator's token ``POST /collections`` and
+  ``DELETE /collections/{name}``. :mod:`ragdb.client` is the Python client of all of it.
 
 Access: who reads is the caller's bearer token's, never the request's. Tokens
 are ``RAGDB_API_TOKEN`` (an administrator's token: it writes and reads
