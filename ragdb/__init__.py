@@ -19,6 +19,7 @@ from ragdb.errors import RagdbError
 
 if TYPE_CHECKING:  # the names below are imported on first use (``__getattr__``): ``ragdb --help`` stays fast
     from ragdb import options
+    from ragdb.client import Client, connect
     from ragdb.database import Database
     from ragdb.files.transfer import CopyReport, copy_database
     from ragdb.options import ALL, PUBLIC, Restrictions, SearchOptions
@@ -32,6 +33,7 @@ compat.install()  # old module paths (ragdb.embeddings, ragdb.server, ...) keep 
 #: importing ``ragdb`` (every CLI start does) costs no numpy, no SQLite schema code, no models
 _LAZY = {
     "Database": "ragdb.database",
+    "connect": "ragdb.client", "Client": "ragdb.client",
     "copy_database": "ragdb.files.transfer", "CopyReport": "ragdb.files.transfer",
     "ALL": "ragdb.options", "PUBLIC": "ragdb.options", "Restrictions": "ragdb.options",
     "SearchOptions": "ragdb.options",
@@ -56,7 +58,7 @@ def __dir__() -> list[str]:
 
 
 __version__ = "0.1.0"
-__all__ = ["open", "copy_database", "Database", "Hit", "Document", "Stats", "AddReport", "Change", "Changes",
+__all__ = ["open", "connect", "Client", "copy_database", "Database", "Hit", "Document", "Stats", "AddReport", "Change", "Changes",
            "CollectionInfo",
            "Facets", "QueryPlan", "CopyReport", "VectorInfo", "ReindexReport", "SearchOptions",
            "Restrictions", "ALL", "PUBLIC", "Analyzer", "RagdbError", "options", "__version__"]

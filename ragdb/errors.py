@@ -57,6 +57,20 @@ class CollectionExists(RagdbError):
     """A collection of that name already exists."""
 
 
+class AccessDenied(RagdbError):
+    """The caller may not do this (a server's HTTP 403): its token may not write, or not there."""
+
+
+class WriteForbidden(AccessDenied):
+    """A write outside the writer's scope (HTTP 403): a document it may see, but not write
+    (:mod:`ragdb.serve.access`)."""
+
+
+class Unauthorized(AccessDenied):
+    """A server refused the caller's credentials (HTTP 401): no API token where one is
+    needed, or a token the server does not know."""
+
+
 class DatabaseBusy(RagdbError):
     """Another process held the write lock for longer than the busy timeout."""
 

@@ -152,7 +152,7 @@ def pg_url(pg_server):
 #   reliability  the reliability scenarios (tests/engine/test_reliability.py: crashes, concurrency);
 #   slow         any of those, a hypothesis property test, or a test that starts servers/processes.
 _SLOW_MODULES = {"test_reliability", "test_server", "test_mcp", "test_embed_follow", "test_langchain",
-                 "test_llama_index", "test_reopen"}
+                 "test_llama_index", "test_reopen", "test_api_parity", "test_client"}
 _PG_FIXTURES = {"pg_server", "pg_url", "pg_replica"}
 
 

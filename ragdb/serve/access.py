@@ -20,14 +20,10 @@ from collections.abc import Sequence
 from typing import Any
 
 import ragdb
-from ragdb.errors import DocumentNotFound, InvalidInput, RagdbError
+from ragdb.errors import DocumentNotFound, InvalidInput, WriteForbidden
 
 __all__ = ["WriteScope", "WriteForbidden", "FULL_SCOPE", "check_write", "visible_or_missing", "scope_for",
            "client_message"]
-
-
-class WriteForbidden(RagdbError):
-    """A write outside the writer's scope (HTTP 403): a document it may see, but not write."""
 
 
 @dataclasses.dataclass(frozen=True)

@@ -14,9 +14,17 @@
 * ``GET /documents?prefix=&limit=&offset=``: the stored documents (latest
   versions) by source, a page at a time; ``GET /documents/{id}``: one, with its text;
 * ``GET /stats``, ``GET /healthz``;
+* ``POST /documents/get`` (id or source), ``POST /documents/query`` (source, glob, filter,
+  versions, limit, offset), ``POST /documents/count`` (filter, versions): :meth:`ragdb.Database.get`,
+  ``documents`` and ``count`` as the caller sees them;
 * writes, only for a token allowed to write, within its write scope: ``POST /documents`` (text,
   source, metadata, version, timestamp, title, acl), ``POST /documents/batch`` (many in one
-  transaction), ``PATCH /documents/{id}`` (metadata, acl) and ``DELETE /documents/{id}``.
+  transaction), ``PATCH /documents/{id}`` (metadata, acl), ``DELETE /documents/{id}`` and
+  ``POST /documents/delete`` (source, glob, filter: of what the caller may see);
+* ``GET /collections``, ``GET /collections/{name}``; with ``--collections``
+  (:attr:`ServerConfig.collections`) every route above also under ``/collections/{name}/`` for
+  each collection of the file, and for the administrator's token ``POST /collections`` and
+  ``DELETE /collections/{name}``. :mod:`ragdb.client` is the Python client of all of it.
 
 Access: who reads is the caller's bearer token's, never the request's. Tokens
 are ``RAGDB_API_TOKEN`` (an administrator's token: it writes and reads
@@ -55,6 +63,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import dataclasses
+import hashlib
 import hmac
 import logging
 import os
@@ -75,20 +84,21 @@ from starlette.middleware.cors import CORSMiddleware
 from starlette.middleware.trustedhost import TrustedHostMiddleware
 from starlette.requests import ClientDisconnect, Request
 from starlette.responses import Response
-from starlette.routing import Route
+from starlette.routing import Mount, Route
 from uvicorn.protocols.http.h11_impl import H11Protocol
 
 import ragdb
-from ragdb.errors import (DatabaseBusy, DocumentNotFound, InternalError, InvalidInput, RagdbError, RemoteError,
-                          StorageError)
+from ragdb.errors import (AccessDenied, CollectionExists, CollectionNotFound, DatabaseBusy, DocumentNotFound,
+                          InternalError, InvalidInput, RagdbError, RemoteError, StorageError, Unauthorized)
 from ragdb.models.http_client import is_loopback
-from ragdb.serve.access import WriteForbidden, WriteScope, check_write, client_message, scope_for
+from ragdb.types import CollectionInfo
+from ragdb.serve.access import WriteScope, check_write, client_message, scope_for
 from ragdb.serve.shapes import check_distinct_sources, document_json, facets_json, hit_json, stats_json
 from ragdb.answers.prompt import REFUSAL
 from ragdb.files.sync import escape_glob
 
 __all__ = ["Grant", "Limits", "ServerConfig", "load_tokens", "create_app", "app_from_environment", "run",
-           "is_loopback", "UvicornConfig", "CONFIG_ENV", "TOKEN_ENV", "MIN_TOKEN_LENGTH"]
+           "is_loopback", "api_hit_json", "UvicornConfig", "CONFIG_ENV", "TOKEN_ENV", "MIN_TOKEN_LENGTH"]
 
 log = logging.getLogger("ragdb.serve.http_api")
 
@@ -153,6 +163,9 @@ class ServerConfig:
     #: the browser origins allowed to read answers (CORS); none by default
     cors_origins: tuple[str, ...] = ()
     busy_timeout: float = 30.0  #: how long a write waits for another writer (then 503), seconds
+    #: serve every collection of the file under ``/collections/NAME/`` (and let the administrator's
+    #: token create and drop them), not only the served one
+    collections: bool = False
 
     def to_json(self) -> str:
         return orjson.dumps(dataclasses.asdict(self)).decode()
@@ -163,7 +176,7 @@ class ServerConfig:
         return cls(database=data["database"], readonly=data["readonly"], tokens_file=data["tokens_file"],
                    limits=Limits(**data["limits"]), collection=data.get("collection"),
                    allowed_hosts=tuple(data["allowed_hosts"]), cors_origins=tuple(data["cors_origins"]),
-                   busy_timeout=data["busy_timeout"])
+                   busy_timeout=data["busy_timeout"], collections=data.get("collections", False))
 
 
 #: The names of the loopback interface a Host header may carry.
@@ -335,16 +348,24 @@ class _Refused(Exception):
         self.status, self.kind, self.message = status, kind, message
 
 
-def _error(status: int, kind: str, message: str, headers: Mapping[str, str] | None = None) -> Response:
-    body = {"error": {"status": status, "type": kind, "message": message}}
+def _error(status: int, kind: str, message: str, headers: Mapping[str, str] | None = None,
+           param: str | None = None) -> Response:
+    error: dict[str, Any] = {"status": status, "type": kind, "message": message}
+    if param is not None:  # the argument at fault (InvalidInput.param)
+        error["param"] = param
+    body = {"error": error}
     return Response(orjson.dumps(body), status_code=status, media_type="application/json", headers=headers)
 
 
 def _status_of(e: RagdbError) -> int:
-    if isinstance(e, WriteForbidden):
+    if isinstance(e, Unauthorized):
+        return 401
+    if isinstance(e, AccessDenied):  # WriteForbidden among them
         return 403
-    if isinstance(e, DocumentNotFound):
+    if isinstance(e, (DocumentNotFound, CollectionNotFound)):
         return 404
+    if isinstance(e, CollectionExists):
+        return 409
     if isinstance(e, InvalidInput):
         return 422
     if isinstance(e, DatabaseBusy):
@@ -362,26 +383,34 @@ def _json(obj: Any, status: int = 200) -> Response:
 # --------------------------------------------------------------------------- the app
 
 SEARCH_FIELDS = ("query", "k", "scorer", "filter", "min_score", "since", "until", "offset", "syntax", "fuzzy",
-                 "highlight", "snippet_chars")
+                 "highlight", "snippet_chars", "plan")
 PROMPT_FIELDS = ("question", "k", "scorer", "filter", "min_confidence", "budget_tokens", "language")
 FACETS_FIELDS = ("field", "query", "filter", "since", "until", "by", "limit")
 FACETS_LIMIT = 100  # the default number of values of POST /facets (at most MAX_LIST)
 ADD_FIELDS = ("text", "source", "metadata", "version", "timestamp", "title", "acl")
 UPDATE_FIELDS = ("metadata", "acl")
+GET_FIELDS = ("id", "source", "with_text")
+QUERY_FIELDS = ("source", "glob", "filter", "versions", "limit", "offset")
+COUNT_FIELDS = ("filter", "versions")
+DELETE_FIELDS = ("source", "glob", "filter")
+COLLECTION_FIELDS = ("name", "analyzer", "chunker", "keep_versions", "public_unlabeled")
 MAX_BATCH = 1000  # the most documents of one POST /documents/batch
 
 
 class _Service:
     """One worker's database and configuration; each method is one request's library work
-    (called in the thread pool)."""
+    (called in the thread pool), on the collection the request names (:meth:`resolve`)."""
 
     def __init__(self, config: ServerConfig, tokens: Mapping[str, Grant]) -> None:
         self.config = config
         self.limits = config.limits
         self.tokens = dict(tokens)
         self.db: ragdb.Database | None = None
-        self._embedder: Any = None
+        self._embedders: dict[str, Any] = {}  #: by collection
         self._embedder_lock = threading.Lock()
+        #: handles on the other collections of the file (``--collections``), made once each
+        self._handles: dict[str, ragdb.Database] = {}
+        self._handles_lock = threading.Lock()
         #: why the last request failed unexpectedly (an InternalError, a StorageError or a bug), until a
         #: request succeeds again: /healthz answers 503 with it, since the database cannot be served
         self.failure: str | None = None
@@ -396,6 +425,7 @@ class _Service:
                              busy_timeout=self.config.busy_timeout)
 
     def close(self) -> None:
+        self._handles.clear()
         if self.db is not None:
             self.db.close()
             self.db = None
@@ -405,6 +435,44 @@ class _Service:
         if self.db is None:
             raise _Refused(503, "Unavailable", "the database is not open (the server is starting or stopping)")
         return self.db
+
+    def resolve(self, name: str | None) -> ragdb.Database:
+        """The collection a request reads or writes: the served one (``name`` None, or its name),
+        else, when the server serves every collection (``--collections``), collection ``name``
+        (:class:`CollectionNotFound` if the file has none; a handle made once per worker)."""
+        db = self.database
+        if name is None or name == db.collection_name:
+            return db
+        if not self.config.collections:
+            raise CollectionNotFound(f"no collection {name!r} is served here: this server serves "
+                                     f"{db.collection_name!r} ('ragdb serve --collections' serves every "
+                                     f"collection of the database)")
+        with self._handles_lock:
+            handle = self._handles.get(name)
+            if handle is None:
+                handle = self._handles[name] = db.collection(name, create=False)
+            return handle
+
+    def on(self, name: str | None, work: Callable[[ragdb.Database], Any]) -> Any:
+        """``work`` on collection ``name`` (:meth:`resolve`). A handle made before the collection
+        was dropped and made again (by another worker or process) raises
+        :class:`CollectionNotFound` before doing anything: it is made again and ``work`` run once more."""
+        db = self.resolve(name)
+        try:
+            return work(db)
+        except CollectionNotFound:
+            if db is self.database:
+                raise
+            self.forget(name)
+            return work(self.resolve(name))
+
+    def forget(self, name: str | None) -> None:
+        """Drop the handle on collection ``name`` (dropped, perhaps by another worker) and its embedder."""
+        if name is not None:
+            with self._handles_lock:
+                self._handles.pop(name, None)
+            with self._embedder_lock:
+                self._embedders.pop(name, None)
 
     def grant(self, request: Request) -> Grant:
         token = _bearer(request.headers.get("authorization"))
@@ -432,22 +500,25 @@ class _Service:
     def _who(self, grant: Grant) -> Any:
         return ragdb.ALL if grant.principals is ragdb.ALL else (list(grant.principals) or None)
 
-    def _search_keywords(self, body: Mapping[str, Any], grant: Grant, fields: Sequence[str]) -> dict[str, Any]:
-        db = self.database
+    def _search_keywords(self, db: ragdb.Database, body: Mapping[str, Any], grant: Grant,
+                         fields: Sequence[str]) -> dict[str, Any]:
         kw: dict[str, Any] = {name: body[name] for name in fields if name in body and body[name] is not None}
         kw["principals"] = self._who(grant)
         if kw.get("scorer") in ("vector", "hybrid") and db.embedder is None:
-            kw["embedder"] = self.recorded_embedder(kw["scorer"])
+            kw["embedder"] = self.recorded_embedder(db, kw["scorer"])
         return kw
 
-    def recorded_embedder(self, scorer: str) -> Any:
-        with self._embedder_lock:  # made once per worker: a model may take a while to load
-            if self._embedder is None:
-                self._embedder = self.database.recorded_embedder()
-            if self._embedder is None:
-                raise InvalidInput(f"scorer {scorer!r} needs vectors, and this database has none "
-                                   f"(make them with 'ragdb embed')")
-            return self._embedder
+    def recorded_embedder(self, db: ragdb.Database, scorer: str) -> Any:
+        """The embedder of the model ``db``'s vectors were made with (each collection has its own)."""
+        with self._embedder_lock:  # made once per worker and collection: a model may take a while to load
+            embedder = self._embedders.get(db.collection_name)
+            if embedder is None:
+                embedder = db.recorded_embedder()
+                if embedder is None:
+                    raise InvalidInput(f"scorer {scorer!r} needs vectors, and this collection has none "
+                                       f"(make them with 'ragdb embed')")
+                self._embedders[db.collection_name] = embedder
+            return embedder
 
     def _check_limits(self, text: Any, what: str, k: Any, offset: Any = 0) -> None:
         if not isinstance(text, str):
@@ -464,27 +535,37 @@ class _Service:
         if all(isinstance(v, int) and not isinstance(v, bool) for v in (k, offset)) and offset + k > self.limits.max_k:
             raise InvalidInput(f"offset + k = {offset + k} is over this server's limit of {self.limits.max_k}")
 
-    def search(self, body: Mapping[str, Any], grant: Grant) -> dict[str, Any]:
+    def search(self, db: ragdb.Database, body: Mapping[str, Any], grant: Grant) -> dict[str, Any]:
         _fields(body, SEARCH_FIELDS, required=("query",))
         self._check_limits(body["query"], "query", body.get("k", 5), body.get("offset"))
-        kw = self._search_keywords(body, grant, SEARCH_FIELDS[2:])
-        hits = self.database.search(body["query"], body.get("k", 5), **kw)
-        return {"query": body["query"], "hits": [hit_json(h, i) for i, h in enumerate(hits, 1 + kw.get("offset", 0))]}
+        kw = self._search_keywords(db, body, grant, SEARCH_FIELDS[2:-1])
+        plan = body.get("plan", False)
+        if not isinstance(plan, bool):
+            raise InvalidInput(f"plan must be true or false, got {_brief(plan)}")
+        if plan:  # the hits and how the query was read, from one snapshot
+            hits, how = db.search_and_plan(body["query"], body.get("k", 5), **kw)
+        else:
+            hits = db.search(body["query"], body.get("k", 5), **kw)
+        out: dict[str, Any] = {"query": body["query"],
+                               "hits": [api_hit_json(h, i) for i, h in enumerate(hits, 1 + kw.get("offset", 0))]}
+        if plan:
+            out["plan"] = dataclasses.asdict(how)
+        return out
 
-    def prompt(self, body: Mapping[str, Any], grant: Grant) -> dict[str, Any]:
+    def prompt(self, db: ragdb.Database, body: Mapping[str, Any], grant: Grant) -> dict[str, Any]:
         _fields(body, PROMPT_FIELDS, required=("question",))
         self._check_limits(body["question"], "question", body.get("k"))
         if not body["question"].strip():
             raise InvalidInput("question must not be empty")
-        kw = self._search_keywords(body, grant, ("scorer", "filter"))
-        p = self.database.build_prompt(body["question"], k=body.get("k"), min_confidence=body.get("min_confidence"),
-                                       budget_tokens=body.get("budget_tokens"), language=body.get("language"), **kw)
+        kw = self._search_keywords(db, body, grant, ("scorer", "filter"))
+        p = db.build_prompt(body["question"], k=body.get("k"), min_confidence=body.get("min_confidence"),
+                            budget_tokens=body.get("budget_tokens"), language=body.get("language"), **kw)
         return {"refused": p.refused, "refusal": REFUSAL[p.language], "language": p.language, "system": p.system,
                 "user": p.user, "messages": p.messages, "confidence": p.confidence,
                 "min_confidence": p.min_confidence,
-                "sources": [{"number": i, **hit_json(h, i)} for i, h in enumerate(p.sources, 1)]}
+                "sources": [{"number": i, **api_hit_json(h, i)} for i, h in enumerate(p.sources, 1)]}
 
-    def facets(self, body: Mapping[str, Any], grant: Grant) -> dict[str, Any]:
+    def facets(self, db: ragdb.Database, body: Mapping[str, Any], grant: Grant) -> dict[str, Any]:
         _fields(body, FACETS_FIELDS, required=("field",))
         query = body.get("query")
         if query is not None:
@@ -494,10 +575,9 @@ class _Service:
             raise InvalidInput(f"limit must be an integer from 1 to {MAX_LIST}, got {_brief(limit)} "
                                f"(omitted: how many values were left out)")
         kw = {name: body[name] for name in ("filter", "since", "until", "by") if body.get(name) is not None}
-        return facets_json(self.database.facets(body["field"], query, limit=limit, principals=self._who(grant),
-                                                **kw))
+        return facets_json(db.facets(body["field"], query, limit=limit, principals=self._who(grant), **kw))
 
-    def documents(self, params: Mapping[str, str], grant: Grant) -> dict[str, Any]:
+    def documents(self, db: ragdb.Database, params: Mapping[str, str], grant: Grant) -> dict[str, Any]:
         unknown = sorted(set(params) - {"prefix", "limit", "offset"})
         if unknown:
             raise InvalidInput(f"unknown query parameter{'s' if len(unknown) > 1 else ''} "
@@ -507,33 +587,63 @@ class _Service:
         offset = _int_param(params, "offset", 0)
         if not 1 <= limit <= MAX_LIST:
             raise InvalidInput(f"limit must be from 1 to {MAX_LIST}, got {limit}")
-        docs = self.database.documents(glob_prefix(prefix) if prefix else None, glob=True, limit=limit + 1,
-                                       offset=offset, principals=self._who(grant))
+        docs = db.documents(glob_prefix(prefix) if prefix else None, glob=True, limit=limit + 1,
+                            offset=offset, principals=self._who(grant))
         more = len(docs) > limit
         return {"documents": [document_json(d) for d in docs[:limit]],
                 "next_offset": offset + limit if more else None}
 
-    def document(self, doc_id: int, grant: Grant) -> dict[str, Any]:
-        return document_json(self.database.get(doc_id, principals=self._who(grant)))
+    def query_documents(self, db: ragdb.Database, body: Mapping[str, Any], grant: Grant) -> dict[str, Any]:
+        """The documents the caller may see matching ``source`` (a glob pattern unless ``glob`` is
+        false) and ``filter``, by source, a page at a time (:meth:`ragdb.Database.documents`)."""
+        _fields(body, QUERY_FIELDS, required=())
+        limit = _int_field(body, "limit", 100, 1, MAX_LIST)
+        offset = _int_field(body, "offset", 0, 0, MAX_ID)
+        docs = db.documents(body.get("source"), glob=body.get("glob", True), versions=body.get("versions", "latest"),
+                            filter=body.get("filter"), limit=limit + 1, offset=offset, principals=self._who(grant))
+        more = len(docs) > limit
+        return {"documents": [document_json(d) for d in docs[:limit]],
+                "next_offset": offset + limit if more else None}
 
-    def stats(self, grant: Grant) -> dict[str, Any]:
+    def count(self, db: ragdb.Database, body: Mapping[str, Any], grant: Grant) -> dict[str, Any]:
+        """How many documents the caller may see match ``filter`` (:meth:`ragdb.Database.count`)."""
+        _fields(body, COUNT_FIELDS, required=())
+        return {"count": db.count(versions=body.get("versions", "latest"), filter=body.get("filter"),
+                                  principals=self._who(grant))}
+
+    def document(self, db: ragdb.Database, doc_id: int, grant: Grant) -> dict[str, Any]:
+        return document_json(db.get(doc_id, principals=self._who(grant)))
+
+    def get(self, db: ragdb.Database, body: Mapping[str, Any], grant: Grant) -> dict[str, Any]:
+        """One document by id, or the latest version of a source, if the caller may see it."""
+        _fields(body, GET_FIELDS, required=())
+        doc_id = body.get("id")
+        if doc_id is not None:
+            doc_id = _int_field(body, "id", 0, 1, MAX_ID)
+        return document_json(db.get(doc_id, source=body.get("source"), with_text=body.get("with_text", True),
+                                    principals=self._who(grant)))
+
+    def stats(self, db: ragdb.Database, grant: Grant) -> dict[str, Any]:
         """The collection's statistics for a token with the full view; for any other caller
         only what it may see (its documents and chunks): the whole collection's counts would
         tell how much is hidden, and let it watch hidden writes."""
-        db = self.database
         who = self._who(grant)
         out: dict[str, Any]
         if who is ragdb.ALL:
             out = stats_json(db.stats())
             out["visible_documents"] = out["documents"]
         else:
-            visible = db.count(principals=who)
-            chunks = db.facets("source", limit=1, principals=who).total  # the chunks it may see
-            out = {"documents": visible, "chunks": chunks, "collection": self.config.collection or "default",
+            visible, chunks = self._visible(db, who)
+            out = {"documents": visible, "chunks": chunks, "collection": db.collection_name,
                    "visible_documents": visible}
         out["writes_allowed"] = grant.write and not self.config.readonly
         out["version"] = ragdb.__version__
         return out
+
+    @staticmethod
+    def _visible(db: ragdb.Database, who: Any) -> tuple[int, int]:
+        """The documents and chunks (latest versions) ``who`` may see."""
+        return db.count(principals=who), db.facets("source", limit=1, principals=who).total
 
     def health(self, grant: Grant) -> dict[str, Any]:
         self.database.count(principals=ragdb.ALL)  # the file is readable
@@ -544,24 +654,29 @@ class _Service:
             out["pid"] = os.getpid()
         return out
 
-    def add(self, body: Mapping[str, Any], grant: Grant) -> dict[str, Any]:
-        _fields(body, ADD_FIELDS, required=("text", "source"))
-        source = body["source"]
+    def _record(self, item: Mapping[str, Any], where: str) -> dict[str, Any]:
+        """An add's record: its fields checked, its source derived from the text when not given
+        (as the library derives it), so that the write is checked against the source it writes."""
+        _fields(item, ADD_FIELDS, required=("text",))
+        record = {name: item[name] for name in ADD_FIELDS if name in item}
+        source = record.get("source")
+        if source is None and isinstance(record["text"], str):
+            record["source"] = source = derived_source(record["text"])
         if not isinstance(source, str) or not source:
-            raise InvalidInput(f"source must be a non-empty string, got {_brief(source)}")
-        if not isinstance(body.get("metadata", {}), dict):
-            raise InvalidInput(f"metadata must be a JSON object, got {_brief(body['metadata'])}")
-        record = {name: body[name] for name in ADD_FIELDS if name in body}
-        db = self.database
-        with db.transaction():
-            check_write(db, self._who(grant), grant.write_scope, holder="this token", source=source,
-                        acl=body.get("acl"), new=True)
-            change = db.add_many([record]).changes[0]
-        d = change.document
-        return {"status": change.status, "id": d.id, "source": d.source, "version": d.version,
-                "chunks": d.chunk_count, "previous": change.previous}
+            raise InvalidInput(f"{where}source must be a non-empty string, got {_brief(source)}")
+        if not isinstance(record.get("metadata", {}), dict):
+            raise InvalidInput(f"{where}metadata must be a JSON object, got {_brief(record['metadata'])}")
+        return record
 
-    def add_batch(self, body: Mapping[str, Any], grant: Grant) -> dict[str, Any]:
+    def add(self, db: ragdb.Database, body: Mapping[str, Any], grant: Grant) -> dict[str, Any]:
+        record = self._record(body, "")
+        with db.transaction():
+            check_write(db, self._who(grant), grant.write_scope, holder="this token", source=record["source"],
+                        acl=record.get("acl"), new=True)
+            report = db.add_many([record])
+        return {**_change(report.changes[0]), "embedded": report.embedded, "reused": report.reused}
+
+    def add_batch(self, db: ragdb.Database, body: Mapping[str, Any], grant: Grant) -> dict[str, Any]:
         """Add (or replace) many documents in one transaction: each checked as :meth:`add` checks
         one, and none written unless every one may be."""
         _fields(body, ("documents",), required=("documents",))
@@ -572,42 +687,130 @@ class _Service:
         for n, item in enumerate(docs):
             if not isinstance(item, dict):
                 raise InvalidInput(f"documents[{n}] must be a JSON object, got {_brief(item)}")
-            item = _normalized(item)
-            _fields(item, ADD_FIELDS, required=("text", "source"))
-            if not isinstance(item["source"], str) or not item["source"]:
-                raise InvalidInput(f"documents[{n}]: source must be a non-empty string, got {_brief(item['source'])}")
-            if not isinstance(item.get("metadata", {}), dict):
-                raise InvalidInput(f"documents[{n}]: metadata must be a JSON object")
-            records.append(item)
+            records.append(self._record(_normalized(item), f"documents[{n}]: "))
         check_distinct_sources(records, "documents")
-        db = self.database
         with db.transaction():
             for record in records:
                 check_write(db, self._who(grant), grant.write_scope, holder="this token", source=record["source"],
                             acl=record.get("acl"), new=True)
-            changes = db.add_many(records).changes
-        return {"documents": [{"status": c.status, "id": c.document.id, "source": c.document.source,
-                               "version": c.document.version, "chunks": c.document.chunk_count,
-                               "previous": c.previous} for c in changes]}
+            report = db.add_many(records)
+        return {"documents": [_change(c) for c in report.changes], "embedded": report.embedded,
+                "reused": report.reused}
 
-    def update(self, doc_id: int, body: Mapping[str, Any], grant: Grant) -> dict[str, Any]:
+    def update(self, db: ragdb.Database, doc_id: int, body: Mapping[str, Any], grant: Grant) -> dict[str, Any]:
         """Change a document's metadata and/or labels in place (:meth:`ragdb.Database.update`)."""
         _fields(body, UPDATE_FIELDS, required=())
         if not body:
             raise InvalidInput("give metadata and/or acl to change")
         if not isinstance(body.get("metadata", {}), dict):
             raise InvalidInput(f"metadata must be a JSON object, got {_brief(body['metadata'])}")
-        db = self.database
         with db.transaction():
             check_write(db, self._who(grant), grant.write_scope, holder="this token", doc_id=doc_id,
                         acl=body.get("acl"))
             return document_json(db.update(doc_id, metadata=body.get("metadata"), acl=body.get("acl")))
 
-    def delete(self, doc_id: int, grant: Grant) -> dict[str, Any]:
-        db = self.database
+    def delete(self, db: ragdb.Database, doc_id: int, grant: Grant) -> dict[str, Any]:
         with db.transaction():
             check_write(db, self._who(grant), grant.write_scope, holder="this token", doc_id=doc_id)
             return {"deleted": db.delete(doc_id)}
+
+    def delete_matching(self, db: ragdb.Database, body: Mapping[str, Any], grant: Grant) -> dict[str, Any]:
+        """Delete every version of ``source`` (a glob pattern with ``glob``) and/or every document
+        matching ``filter`` (:meth:`ragdb.Database.delete`), of those the caller may see: one it
+        cannot see is left alone and not counted, exactly as if it did not exist; one it sees but
+        may not write refuses the whole delete (403). One transaction."""
+        _fields(body, DELETE_FIELDS, required=())
+        source, glob, filt = body.get("source"), body.get("glob", False), body.get("filter")
+        if source is None and filt is None:
+            raise InvalidInput("delete: give source and/or filter (one document: DELETE /documents/{id})")
+        who, scope = self._who(grant), grant.write_scope
+        with db.transaction():
+            if who is ragdb.ALL and scope.unbounded:  # the full view, writing anything: the library's delete
+                return {"deleted": db.delete(source=source, glob=glob, filter=filt)}
+            if isinstance(filt, Mapping) and not filt:
+                raise InvalidInput("delete: filter={} matches every document; give a condition")
+            if not isinstance(glob, bool):
+                raise InvalidInput(f"delete: glob must be true or false, got {_brief(glob)}")
+            docs = db.documents(source, glob=glob, versions="all", filter=filt, principals=who)
+            for d in docs:
+                check_write(db, who, scope, holder="this token", doc_id=d.id)
+            return {"deleted": sum(db.delete(d.id) for d in docs)}
+
+    # -- collections ----------------------------------------------------------------------
+    def collection_json(self, db: ragdb.Database, info: CollectionInfo, grant: Grant) -> dict[str, Any]:
+        out = dataclasses.asdict(info)
+        who = self._who(grant)
+        if who is not ragdb.ALL:  # what the caller may see of it, as /stats counts
+            out["documents"], out["chunks"] = self._visible(db, who)
+        return out
+
+    def collections(self, grant: Grant) -> dict[str, Any]:
+        """The collections served (every one of the file with ``--collections``), each with the
+        documents and chunks the caller may see."""
+        db = self.database
+        out = []
+        for info in db.collections():
+            if self.config.collections or info.name == db.collection_name:
+                out.append(self.collection_json(self.resolve(info.name), info, grant))
+        return {"collections": out}
+
+    def collection_info(self, name: str, grant: Grant) -> dict[str, Any]:
+        handle = self.resolve(name)
+        for info in self.database.collections():
+            if info.name == handle.collection_name:
+                return self.collection_json(handle, info, grant)
+        raise CollectionNotFound(f"no collection {name!r}")
+
+    def _administrator(self, grant: Grant, what: str) -> None:
+        if not self.config.collections:
+            raise _Refused(403, "Forbidden", f"this server serves one collection; 'ragdb serve --collections' "
+                                             f"lets the administrator's token {what}")
+        if not (grant.principals is ragdb.ALL and grant.write_scope.unbounded):
+            raise AccessDenied(f"only a token with the full view that writes anything may {what}")
+
+    def create_collection(self, body: Mapping[str, Any], grant: Grant) -> dict[str, Any]:
+        self._administrator(grant, "create a collection")
+        _fields(body, COLLECTION_FIELDS, required=("name",))
+        name = body["name"]
+        if isinstance(name, str) and "/" in name:
+            raise InvalidInput(f"collection name {name!r} holds '/': it could not be named in a URL")
+        handle = self.database.create_collection(name, **{k: body[k] for k in COLLECTION_FIELDS[1:] if k in body})
+        with self._handles_lock:
+            self._handles[handle.collection_name] = handle
+        return self.collection_info(handle.collection_name, grant)
+
+    def drop_collection(self, name: str, grant: Grant) -> dict[str, Any]:
+        self._administrator(grant, "drop a collection")
+        if name == self.database.collection_name:
+            raise InvalidInput(f"collection {name!r} is the one this server serves: it cannot be dropped here")
+        self.forget(name)
+        self.database.drop_collection(name)
+        return {"dropped": name}
+
+
+def derived_source(text: str) -> str:
+    """The source the library gives a document added without one (its text's hash)."""
+    return f"sha256:{hashlib.sha256(text.encode('utf-8', 'surrogatepass')).hexdigest()[:16]}"
+
+
+def api_hit_json(h: ragdb.Hit, rank: int) -> dict[str, Any]:
+    """A hit as the HTTP API gives it: :func:`hit_json` with the hit's title and section."""
+    return {**hit_json(h, rank), "title": h.title, "section": h.section}
+
+
+def _change(c: ragdb.Change) -> dict[str, Any]:
+    d = c.document
+    return {"status": c.status, "id": d.id, "source": d.source, "version": d.version, "chunks": d.chunk_count,
+            "previous": c.previous, "document": document_json(d)}
+
+
+def _int_field(body: Mapping[str, Any], name: str, default: int, low: int, high: int) -> int:
+    value = body.get(name, default)
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise InvalidInput(f"{name} must be an integer, got {_brief(value)}")
+    if not low <= value <= high:
+        raise InvalidInput(f"{name} must be from {low} to {high}, got {value}")
+    return value
 
 
 def glob_prefix(prefix: str) -> str:
@@ -621,7 +824,7 @@ def _brief(value: Any) -> str:
     return text if len(text) <= 80 else text[:77] + "..."
 
 
-INTEGER_FIELDS = frozenset({"k", "offset", "snippet_chars", "budget_tokens", "limit", "fuzzy"})
+INTEGER_FIELDS = frozenset({"k", "offset", "snippet_chars", "budget_tokens", "limit", "fuzzy", "id"})
 
 
 def _normalized(body: Mapping[str, Any]) -> dict[str, Any]:
@@ -719,7 +922,10 @@ def create_app(config: ServerConfig, tokens: Mapping[str, Grant] | None = None) 
                     return _error(500, "InternalError", "internal server error")
                 return _error(500, type(e).__name__, client_message(e, database=config.database))
             except RagdbError as e:
-                return _error(_status_of(e), type(e).__name__, client_message(e, database=config.database))
+                if isinstance(e, CollectionNotFound):  # dropped (perhaps by another worker): made again next time
+                    service.forget(request.path_params.get("collection"))
+                return _error(_status_of(e), type(e).__name__, client_message(e, database=config.database),
+                              param=e.param if isinstance(e, InvalidInput) else None)
             except Exception:  # a bug: logged, answered without its details
                 log.exception("internal error on %s %s", request.method, request.url.path)
                 service.failure = f"internal error on {request.method} {request.url.path}"
@@ -730,37 +936,43 @@ def create_app(config: ServerConfig, tokens: Mapping[str, Grant] | None = None) 
 
     limit = config.limits.max_body_bytes
 
-    async def search(request: Request, grant: Grant) -> Any:
-        return await run_in_threadpool(service.search, await _body(request, limit, config.limits.body_timeout), grant)
+    def on_body(method: Callable[[ragdb.Database, Mapping[str, Any], Grant], Any]
+                ) -> Callable[[Request, Grant], Any]:
+        """A request whose body is a JSON object, worked on the collection the path names."""
+        async def work(request: Request, grant: Grant) -> Any:
+            body = await _body(request, limit, config.limits.body_timeout)
+            name = request.path_params.get("collection")
+            return await run_in_threadpool(service.on, name, lambda db: method(db, body, grant))
+        return work
 
-    async def prompt(request: Request, grant: Grant) -> Any:
-        return await run_in_threadpool(service.prompt, await _body(request, limit, config.limits.body_timeout), grant)
-
-    async def facets(request: Request, grant: Grant) -> Any:
-        return await run_in_threadpool(service.facets, await _body(request, limit, config.limits.body_timeout), grant)
+    def on_id(method: Callable[..., Any], with_body: bool = False) -> Callable[[Request, Grant], Any]:
+        """A request on one document (``/documents/{id}``), with its JSON body or none."""
+        async def work(request: Request, grant: Grant) -> Any:
+            extra = (await _body(request, limit, config.limits.body_timeout),) if with_body else ()
+            name, doc_id = request.path_params.get("collection"), request.path_params["doc_id"]
+            return await run_in_threadpool(service.on, name, lambda db: method(db, doc_id, *extra, grant))
+        return work
 
     async def list_documents(request: Request, grant: Grant) -> Any:
-        return await run_in_threadpool(service.documents, dict(request.query_params), grant)
-
-    async def get_document(request: Request, grant: Grant) -> Any:
-        return await run_in_threadpool(service.document, request.path_params["doc_id"], grant)
+        name, params = request.path_params.get("collection"), dict(request.query_params)
+        return await run_in_threadpool(service.on, name, lambda db: service.documents(db, params, grant))
 
     async def stats(request: Request, grant: Grant) -> Any:
-        return await run_in_threadpool(service.stats, grant)
+        name = request.path_params.get("collection")
+        return await run_in_threadpool(service.on, name, lambda db: service.stats(db, grant))
 
-    async def add(request: Request, grant: Grant) -> Any:
-        return await run_in_threadpool(service.add, await _body(request, limit, config.limits.body_timeout), grant)
+    async def collections(request: Request, grant: Grant) -> Any:
+        return await run_in_threadpool(service.collections, grant)
 
-    async def add_batch(request: Request, grant: Grant) -> Any:
-        return await run_in_threadpool(service.add_batch, await _body(request, limit, config.limits.body_timeout),
-                                       grant)
+    async def collection_info(request: Request, grant: Grant) -> Any:
+        return await run_in_threadpool(service.collection_info, request.path_params["collection"], grant)
 
-    async def update(request: Request, grant: Grant) -> Any:
+    async def create_collection(request: Request, grant: Grant) -> Any:
         body = await _body(request, limit, config.limits.body_timeout)
-        return await run_in_threadpool(service.update, request.path_params["doc_id"], body, grant)
+        return await run_in_threadpool(service.create_collection, body, grant)
 
-    async def delete(request: Request, grant: Grant) -> Any:
-        return await run_in_threadpool(service.delete, request.path_params["doc_id"], grant)
+    async def drop_collection(request: Request, grant: Grant) -> Any:
+        return await run_in_threadpool(service.drop_collection, request.path_params["collection"], grant)
 
     def by_method(**handlers: Callable[[Request], Any]) -> Callable[[Request], Any]:
         async def handle(request: Request) -> Response:
@@ -794,18 +1006,35 @@ def create_app(config: ServerConfig, tokens: Mapping[str, Grant] | None = None) 
         finally:
             await run_in_threadpool(service.close)
 
-    routes = [
-        Route("/search", endpoint(search), methods=["POST"]),
-        Route("/prompt", endpoint(prompt), methods=["POST"]),
-        Route("/facets", endpoint(facets), methods=["POST"]),
+    # the routes of one collection: at the root for the served one, under /collections/NAME for any
+    collection_routes = [
+        Route("/search", endpoint(on_body(service.search)), methods=["POST"]),
+        Route("/prompt", endpoint(on_body(service.prompt)), methods=["POST"]),
+        Route("/facets", endpoint(on_body(service.facets)), methods=["POST"]),
         # one route per path, so that a 405's Allow header lists every method of the path
-        Route("/documents", by_method(GET=endpoint(list_documents), POST=endpoint(add, write=True, status=201)),
+        Route("/documents", by_method(GET=endpoint(list_documents),
+                                      POST=endpoint(on_body(service.add), write=True, status=201)),
               methods=["GET", "POST"]),
-        Route("/documents/batch", endpoint(add_batch, write=True, status=201), methods=["POST"]),
-        Route("/documents/{doc_id:int}", by_method(GET=endpoint(get_document), PATCH=endpoint(update, write=True),
-                                                   DELETE=endpoint(delete, write=True)),
+        Route("/documents/batch", endpoint(on_body(service.add_batch), write=True, status=201), methods=["POST"]),
+        Route("/documents/get", endpoint(on_body(service.get)), methods=["POST"]),
+        Route("/documents/query", endpoint(on_body(service.query_documents)), methods=["POST"]),
+        Route("/documents/count", endpoint(on_body(service.count)), methods=["POST"]),
+        Route("/documents/delete", endpoint(on_body(service.delete_matching), write=True), methods=["POST"]),
+        Route("/documents/{doc_id:int}", by_method(GET=endpoint(on_id(service.document)),
+                                                   PATCH=endpoint(on_id(service.update, with_body=True), write=True),
+                                                   DELETE=endpoint(on_id(service.delete), write=True)),
               methods=["GET", "PATCH", "DELETE"]),
         Route("/stats", endpoint(stats), methods=["GET"]),
+    ]
+    routes = [
+        *collection_routes,
+        Route("/collections", by_method(GET=endpoint(collections),
+                                        POST=endpoint(create_collection, write=True, status=201)),
+              methods=["GET", "POST"]),
+        Route("/collections/{collection}", by_method(GET=endpoint(collection_info),
+                                                     DELETE=endpoint(drop_collection, write=True)),
+              methods=["GET", "DELETE"]),
+        Mount("/collections/{collection}", routes=collection_routes),
         Route("/healthz", healthz, methods=["GET"]),
         Route("/openapi.json", openapi, methods=["GET"]),
     ]
@@ -988,6 +1217,7 @@ def openapi_schema(limits: Limits = Limits()) -> dict[str, Any]:
             "description": "An ISO-8601 date and time (2026-11-01T09:30:00Z; without a zone: UTC), or epoch "
                            "seconds."}
     text = {"type": "string", "minLength": 1, "pattern": "\\S"}  # not empty, not only spaces
+    versions = {"type": "string", "enum": ["latest", "all"], "default": "latest"}
     hit = _obj({"rank": {"type": "integer"}, "source": {"type": "string"}, "doc_id": {"type": "integer"},
                 "chunk_id": {"type": "integer"}, "version": nullable_str, "timestamp": nullable_str,
                 "start": {"type": "integer"}, "end": {"type": "integer"}, "ordinal": {"type": "integer"},
@@ -996,13 +1226,19 @@ def openapi_schema(limits: Limits = Limits()) -> dict[str, Any]:
                 "highlights": {"type": "array", "items": span,
                                "description": "Spans of the query's terms and phrases in text (with highlight)."},
                 "snippet": _obj({"text": {"type": "string"}, "start": {"type": "integer"}, "end": {"type": "integer"},
-                                 "highlights": {"type": "array", "items": span}})})
+                                 "highlights": {"type": "array", "items": span}}),
+                "title": nullable_str, "section": nullable_str,
+                "explain": {"type": "object", "additionalProperties": {"type": "number"}},
+                "duplicates": {"type": "array", "items": any_obj}})
     document = _obj({"id": {"type": "integer"}, "source": {"type": "string"}, "version": nullable_str,
                      "timestamp": nullable_str, "content_hash": {"type": "string"}, "metadata": any_obj,
                      "acl": {"type": "array", "items": {"type": "string"}}, "chunks": {"type": "integer"},
                      "latest": {"type": "boolean"}, "text": {"type": "string"}})
     error = _obj({"error": _obj({"status": {"type": "integer"}, "type": {"type": "string"},
-                                 "message": {"type": "string"}}, ["status", "type", "message"])}, ["error"])
+                                 "message": {"type": "string"},
+                                 "param": {"type": "string", "description": "The argument at fault, where one "
+                                                                            "is (invalid input)."}},
+                                ["status", "type", "message"])}, ["error"])
     schemas = {
         "SearchRequest": _request({"query": {"type": "string", "maxLength": limits.max_query_chars},
                                "k": {**k, "default": 5}, "offset": {"type": "integer", "minimum": 0, "default": 0,
@@ -1018,8 +1254,13 @@ def openapi_schema(limits: Limits = Limits()) -> dict[str, Any]:
                                "fuzzy": {"type": "integer", "enum": [0, 1], "default": 0},
                                "highlight": {"type": "boolean", "default": False,
                                              "description": "Add highlights and a snippet to each hit."},
-                               "snippet_chars": {"type": "integer", "minimum": 1, "default": 240}}, ["query"]),
-        "SearchResult": _obj({"query": {"type": "string"}, "hits": {"type": "array", "items": _ref("Hit")}}),
+                               "snippet_chars": {"type": "integer", "minimum": 1, "default": 240},
+                               "plan": {"type": "boolean", "default": False,
+                                        "description": "Also say how the query was read (plan: "
+                                                       "db.query_plan's terms, phrases, unknown words, "
+                                                       "suggestions)."}}, ["query"]),
+        "SearchResult": _obj({"query": {"type": "string"}, "hits": {"type": "array", "items": _ref("Hit")},
+                              "plan": any_obj}),
         "Hit": hit,
         "PromptRequest": _request({"question": {**text, "maxLength": limits.max_query_chars},
                                "k": {**k, "default": 5}, "scorer": scorer, "filter": filt,
@@ -1049,17 +1290,49 @@ def openapi_schema(limits: Limits = Limits()) -> dict[str, Any]:
         "Document": document,
         "DocumentList": _obj({"documents": {"type": "array", "items": _ref("Document")},
                               "next_offset": {"type": ["integer", "null"]}}),
-        "AddRequest": _request({"text": text, "source": {"type": "string", "minLength": 1},
+        "AddRequest": _request({"text": text,
+                                "source": {"type": "string", "minLength": 1,
+                                           "description": "Omitted: derived from the text's hash (sha256:...)."},
                                 "metadata": any_obj, "version": {"type": ["string", "number"]}, "timestamp": when,
                                 "title": {"type": "string"},
                                 "acl": {"type": "array", "items": {"type": "string", "minLength": 1}}},
-                               ["text", "source"]),
+                               ["text"]),
         "AddResult": _obj({"status": {"type": "string", "enum": ["added", "replaced", "unchanged"]},
                            "id": {"type": "integer"}, "source": {"type": "string"}, "version": nullable_str,
-                           "chunks": {"type": "integer"}, "previous": {"type": ["integer", "null"]}}),
+                           "chunks": {"type": "integer"}, "previous": {"type": ["integer", "null"]},
+                           "document": _ref("Document"), "embedded": {"type": "integer"},
+                           "reused": {"type": "integer"}}),
         "BatchRequest": _obj({"documents": {"type": "array", "items": _ref("AddRequest"), "minItems": 1,
                                             "maxItems": MAX_BATCH}}, ["documents"]),
-        "BatchResult": _obj({"documents": {"type": "array", "items": _ref("AddResult")}}),
+        "BatchResult": _obj({"documents": {"type": "array", "items": _ref("AddResult")},
+                             "embedded": {"type": "integer", "description": "Chunks given a vector."},
+                             "reused": {"type": "integer", "description": "New chunks that took a stored vector."}}),
+        "GetRequest": _request({"id": {"type": "integer", "minimum": 1, "maximum": MAX_ID},
+                                "source": {"type": "string", "minLength": 1},
+                                "with_text": {"type": "boolean", "default": True}}),
+        "QueryRequest": _request({"source": {"type": "string",
+                                             "description": "Sources matching this glob pattern (with glob "
+                                                            "false: this source)."},
+                                  "glob": {"type": "boolean", "default": True}, "filter": filt, "versions": versions,
+                                  "limit": {"type": "integer", "minimum": 1, "maximum": MAX_LIST, "default": 100},
+                                  "offset": {"type": "integer", "minimum": 0, "maximum": MAX_ID, "default": 0}}),
+        "CountRequest": _request({"filter": filt, "versions": versions}),
+        "Count": _obj({"count": {"type": "integer"}}),
+        "DeleteRequest": _request({"source": {"type": "string",
+                                              "description": "Every version of this source (with glob: of the "
+                                                             "sources matching this pattern)."},
+                                   "glob": {"type": "boolean", "default": False}, "filter": filt}),
+        "Collection": _obj({"name": {"type": "string"},
+                            "documents": {"type": "integer", "description": "Latest documents the caller may see."},
+                            "chunks": {"type": "integer"}, "analyzer": nullable_str,
+                            "embedding_model": nullable_str, "created_at": {"type": "string"}}),
+        "CollectionList": _obj({"collections": {"type": "array", "items": _ref("Collection")}}),
+        "CollectionRequest": _request({"name": {"type": "string", "minLength": 1, "maxLength": 128,
+                                                "pattern": "^[^/]+$"},
+                                       "analyzer": {"type": ["string", "object"]}, "chunker": {"type": "string"},
+                                       "keep_versions": {"type": "boolean"},
+                                       "public_unlabeled": {"type": "boolean"}}, ["name"]),
+        "Dropped": _obj({"dropped": {"type": "string"}}),
         "UpdateRequest": _request({"metadata": any_obj,
                                    "acl": {"type": "array", "items": {"type": "string", "minLength": 1}}}),
         "DeleteResult": _obj({"deleted": {"type": "integer"}}),
@@ -1070,7 +1343,8 @@ def openapi_schema(limits: Limits = Limits()) -> dict[str, Any]:
     errors = {str(s): {"description": d, "content": {"application/json": {"schema": _ref("Error")}}}
               for s, d in ((400, "Not JSON, or not a JSON object"), (401, "No or unknown API token"),
                            (403, "The token may not write, or not this document (outside its write scope)"),
-                           (404, "No such document (or not visible)"),
+                           (404, "No such document (or not visible), or no such collection served"),
+                           (409, "A collection of that name exists"),
                            (408, f"Body not sent within {limits.body_timeout:g} s"),
                            (413, f"Body over {limits.max_body_bytes} bytes"), (422, "Invalid input"),
                            (503, "The database is busy (another writer)"))}
@@ -1110,6 +1384,15 @@ def openapi_schema(limits: Limits = Limits()) -> dict[str, Any]:
                                         "UpdateRequest", params=[doc_id], write=True),
                             "delete": op("Delete one stored document", "DeleteResult", params=[doc_id],
                                          write=True)},
+        "/documents/get": {"post": op("One document by id, or the latest version of a source", "Document",
+                                      "GetRequest")},
+        "/documents/query": {"post": op("Stored documents matching a source pattern and/or a filter, by source, a "
+                                        "page at a time", "DocumentList", "QueryRequest")},
+        "/documents/count": {"post": op("How many documents the caller may see match a filter", "Count",
+                                        "CountRequest")},
+        "/documents/delete": {"post": op("Delete every version of a source (or of the sources matching a "
+                                         "pattern) and/or every document matching a filter, of those the caller "
+                                         "may see", "DeleteResult", "DeleteRequest", write=True)},
         "/stats": {"get": op("Database statistics", "Stats")},
         "/healthz": {"get": {"summary": "Liveness: the database is readable and the last request did not fail in it",
                              "security": [{}], "responses": {
@@ -1118,6 +1401,21 @@ def openapi_schema(limits: Limits = Limits()) -> dict[str, Any]:
                                    "the database) and none has succeeded since",
                     "content": {"application/json": {"schema": _ref("Error")}}}}}},
     }
+    collection = {"name": "collection", "in": "path", "required": True,
+                  "schema": {"type": "string", "minLength": 1, "maxLength": 128, "pattern": "^[^/]+$"}}
+    for path in [p for p in paths if p.startswith(("/documents", "/search", "/prompt", "/facets", "/stats"))]:
+        paths["/collections/{collection}" + path] = {
+            method: {**o, "summary": o["summary"] + " (in the collection named)",
+                     "parameters": [collection, *o.get("parameters", ())]}
+            for method, o in paths[path].items()}
+    paths["/collections"] = {
+        "get": op("The collections served, with what the caller may see of each", "CollectionList"),
+        "post": op("Create a collection (the administrator's token; ragdb serve --collections)", "Collection",
+                   "CollectionRequest", status="201", write=True)}
+    paths["/collections/{collection}"] = {
+        "get": op("One collection, with what the caller may see of it", "Collection", params=[collection]),
+        "delete": op("Drop a collection and everything in it (the administrator's token)", "Dropped",
+                     params=[collection], write=True)}
     return {"openapi": "3.1.0",
             "info": {"title": "ragdb", "version": ragdb.__version__,
                      "description": "A ragdb knowledge base over HTTP. Reads without a token are anonymous "

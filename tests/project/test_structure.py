@@ -347,7 +347,7 @@ LAYERS: tuple[frozenset[str], ...] = (
     frozenset({"index"}),
     frozenset({"engine", "answers"}),
     frozenset({"database"}),
-    frozenset({"files", "compat"}),
+    frozenset({"files", "compat", "client"}),
     frozenset({"ragdb"}),
     frozenset({"serve"}),
     frozenset({"cli", "integrations"}),

@@ -37,7 +37,7 @@ def test_the_server_answers_as_its_schema_says(tmp_path: Path) -> None:
     with ragdb.open(kb, embedder="hash") as db:  # vectors, so that every scorer answers
         db.add("The cat sat on the mat.", source="docs/cats.md", metadata={"lang": "en"})
         db.add("Team notes about mats.", source="team/a.md", acl=["team-a"])
-    with serving(str(kb), tmp_path, env={"RAGDB_API_TOKEN": ADMIN}) as url:
+    with serving(str(kb), tmp_path, "--collections", env={"RAGDB_API_TOKEN": ADMIN}) as url:
         result = subprocess.run([st, "run", f"{url}/openapi.json", "--checks", CHECKS, "--max-examples", "15",
                                  "--seed", "31", "--phases", "examples,coverage,fuzzing", "--no-color",
                                  "-H", f"Authorization: Bearer {ADMIN}"],

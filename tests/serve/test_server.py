@@ -26,7 +26,7 @@ from cli_helpers import free_port, serving  # noqa: E402
 from ragdb.cli import cli  # noqa: E402
 from ragdb.errors import InvalidInput  # noqa: E402
 from ragdb.serve.http_api import (  # noqa: E402
-    Grant, Limits, ServerConfig, create_app, glob_prefix, hit_json, is_loopback, load_tokens, openapi_schema)
+    Grant, Limits, ServerConfig, create_app, glob_prefix, api_hit_json, is_loopback, load_tokens, openapi_schema)
 
 SECRET = "zanzibar"  # only the labelled documents say it (the probes ask for it)
 MARK = "quokkas"  # another: the probes never say it, so seeing it means seeing a labelled document
@@ -120,7 +120,7 @@ def test_search_equals_the_library(url: str, kb: Path, token: str | None, princi
     with ragdb.open(kb) as db:
         expected = db.search(body["query"], body.get("k", 5), principals=principals, **options)
     assert r.json() == {"query": body["query"],
-                        "hits": orjson.loads(orjson.dumps([hit_json(h, i) for i, h in
+                        "hits": orjson.loads(orjson.dumps([api_hit_json(h, i) for i, h in
                                                            enumerate(expected, 1 + body.get("offset", 0))]))}
 
 
@@ -360,7 +360,11 @@ def test_writes_add_replace_and_delete_as_the_library_would(tmp_path: Path) -> N
         with ragdb.open(kb) as db:
             expected = _library_message(lambda: db.add_many([bad]))
         assert _error(httpx.post(url + "/documents", json=bad, headers=w), 422) == expected
-        assert "missing field 'source'" in _error(httpx.post(url + "/documents", json={"text": "x"}, headers=w), 422)
+        # without a source, the library's: derived from the text
+        r = httpx.post(url + "/documents", json={"text": "A text without a source."}, headers=w)
+        with ragdb.open(":memory:") as scratch:
+            assert r.status_code == 201 and r.json()["source"] == scratch.add("A text without a source.").source
+        assert httpx.delete(f"{url}/documents/{r.json()['id']}", headers=w).json() == {"deleted": 1}
         r = httpx.delete(f"{url}/documents/{doc.id}", headers=w)
         assert r.status_code == 200 and r.json() == {"deleted": 1}
         assert _error(httpx.get(f"{url}/documents/{doc.id}"), 404)
@@ -431,9 +435,12 @@ def test_openapi_describes_every_route(url: str) -> None:
         Limits(max_body_bytes=2000, max_k=50, max_query_chars=200))))
     described = {(path, method.upper()) for path, ops in schema["paths"].items() for method in ops}
     app = create_app(ServerConfig(database="unused.db"), tokens={})
-    served = {(route.path.replace("{doc_id:int}", "{id}"), method)  # type: ignore[attr-defined]
-              for route in app.routes for method in route.methods - {"HEAD"}  # type: ignore[attr-defined]
-              if route.path != "/openapi.json"}  # type: ignore[attr-defined]
+    routes = [(prefix.path + route.path, route) for prefix in app.routes  # type: ignore[attr-defined]
+              for route in getattr(prefix, "routes", None) or []]  # a Mount's: under its path
+    routes += [(route.path, route) for route in app.routes if not hasattr(route, "routes")]  # type: ignore[attr-defined]
+    served = {(path.replace("{doc_id:int}", "{id}"), method)
+              for path, route in routes for method in route.methods - {"HEAD"}  # type: ignore[attr-defined]
+              if path != "/openapi.json"}
     assert described == served
     refs = {v for v in _walk(schema) if isinstance(v, str) and v.startswith("#/components/schemas/")}
     assert {r.rsplit("/", 1)[1] for r in refs} <= set(schema["components"]["schemas"])
@@ -476,7 +483,7 @@ def test_two_workers_each_with_its_own_connection(tmp_path: Path) -> None:
                 if len(seen) == 2:
                     break
         with ragdb.open(kb) as db:
-            expected = [hit_json(h, n) for n, h in enumerate(db.search("wombat burrows", 20), 1)]
+            expected = [api_hit_json(h, n) for n, h in enumerate(db.search("wombat burrows", 20), 1)]
             for _ in range(8):
                 got = httpx.post(url + "/search", json={"query": "wombat burrows", "k": 20}).json()["hits"]
                 assert got == orjson.loads(orjson.dumps(expected))

@@ -114,17 +114,20 @@ def mcp_cmd(database: str | None, principals: tuple[str, ...], all_principals: b
               help="Close an idle keep-alive connection after this.")
 @click.option("--max-connections", type=click.IntRange(1, 100_000), default=512, show_default=True,
               help="Connections and requests in progress per worker; past that, 503.")
+@click.option("--collections", "all_collections", is_flag=True,
+              help="Serve every collection of the database under /collections/NAME/ (the administrator's token "
+                   "creates and drops them); default: only the one opened (--collection).")
 @click.option("--access-log", is_flag=True, help="Log every request on stderr.")
 def serve_cmd(database: str | None, host: str, port: int, workers: int, tokens_file: str | None,
               allow_remote: bool, max_body: int, max_k: int, max_query: int, allowed_hosts: tuple[str, ...],
               cors_origins: tuple[str, ...], busy_timeout: float, header_timeout: float, body_timeout: float,
-              keep_alive: int, max_connections: int, access_log: bool) -> None:
+              keep_alive: int, max_connections: int, all_collections: bool, access_log: bool) -> None:
     """Serve the database over HTTP (a JSON API; schema at /openapi.json).
 
     Reads (POST /search, POST /prompt, GET /documents, /documents/ID, /stats,
     /healthz) without a token are anonymous: public documents only. A bearer
     token reads as its principals; writes (POST /documents, DELETE
-    /documents/ID) need a token allowed to write: $RAGDB_API_TOKEN (reads
+    /documents/ID, POST /documents/delete) need a token allowed to write: $RAGDB_API_TOKEN (reads
     everything) or a --tokens entry. Needs 'pip install ragdb[server]'.
 
     \b
@@ -157,7 +160,8 @@ def serve_cmd(database: str | None, host: str, port: int, workers: int, tokens_f
                                  collection=current_collection(), limits=limits,
                                  allowed_hosts=tuple(h.lower() for h in allowed_hosts)
                                  or server.default_allowed_hosts(host),
-                                 cors_origins=cors_origins, busy_timeout=busy_timeout)
+                                 cors_origins=cors_origins, busy_timeout=busy_timeout,
+                                 collections=all_collections)
     tokens = server.check_config(config)
     writers = sum(1 for g in tokens.values() if g.write)
     shown = f"[{host}]" if ":" in host else host
