@@ -615,3 +615,35 @@ def bm25_top_k(double[::1] acc, const double[::1] norm, list postings, list idfs
             PyBuffer_Release(&bufs[j])
         free(terms); free(order); free(cursor); free(bufs); free(heap); free(cand); free(alive); free(fin); free(hits)
 
+
+
+def unpack_gaps(const uint8_t[::1] blob, Py_ssize_t n):
+    """The chunk ids (uint32) of a packed postings blob of ``n`` postings (``ragdb.index.inverted
+    .pack_postings``: a width byte 1 or 2, ``n`` gaps of that width, an escape value's gaps as
+    uint32 after them), decoded in one pass; numpy needs four (frombuffer, astype, the
+    exceptions put back, cumsum) and an array of intp twice the size. The blob's shape is
+    checked by the caller (``_packed_width``); ``ragdb check`` validates its contents."""
+    cdef Py_ssize_t width = blob[0] if blob.shape[0] else 0
+    cdef Py_ssize_t j, x = 1 + width * n
+    cdef uint32_t escape = 255 if width == 1 else 65535
+    cdef uint32_t gap, acc = 0
+    cdef const uint8_t* p = &blob[0] if blob.shape[0] else NULL
+    if width not in (1, 2) or blob.shape[0] < x or (blob.shape[0] - x) % 4:
+        raise ValueError(f"a chunk ids blob of {blob.shape[0]} bytes for {n} postings is not packed")
+    out = np.empty(n, np.uint32)
+    cdef uint32_t[::1] ids = out
+    cdef Py_ssize_t exceptions = (blob.shape[0] - x) // 4, used = 0
+    with nogil:
+        for j in range(n):
+            if width == 1:
+                gap = p[1 + j]
+            else:
+                gap = <uint32_t>p[1 + 2 * j] | (<uint32_t>p[2 + 2 * j] << 8)
+            if gap == escape and used < exceptions:
+                gap = (<uint32_t>p[x] | (<uint32_t>p[x + 1] << 8) | (<uint32_t>p[x + 2] << 16)
+                       | (<uint32_t>p[x + 3] << 24))
+                x += 4
+                used += 1
+            acc += gap
+            ids[j] = acc
+    return out

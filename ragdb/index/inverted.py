@@ -120,9 +120,10 @@ def _packed_width(ids_blob: bytes, n: int) -> int:
     return width if width in (1, 2) and rest >= 0 and rest % 4 == 0 else 0
 
 
-def unpack_postings(ids_blob: bytes, tfs_blob: bytes, n: int) -> tuple[np.ndarray, np.ndarray]:
+def unpack_postings(ids_blob: bytes, tfs_blob: bytes, n: int, *, wide: bool = False) -> tuple[np.ndarray, np.ndarray]:
     """(chunk ids, tfs) of a segment of ``n`` postings (see :func:`pack_postings`): raw
-    blobs as uint32 views of the bytes, without a copy; packed ones decoded as intp.
+    blobs as uint32 views of the bytes, without a copy; packed ones decoded by the compiled
+    kernel to uint32, else (or ``wide``) by numpy as intp.
     ``ragdb.engine.check`` validates stored blobs with :func:`postings_problem`; this trusts them."""
     if len(tfs_blob) not in (n, 2 * n):
         raise ValueError(f"a tfs blob of {len(tfs_blob)} bytes for {n} postings")
@@ -132,6 +133,9 @@ def unpack_postings(ids_blob: bytes, tfs_blob: bytes, n: int) -> tuple[np.ndarra
     width = _packed_width(ids_blob, n)
     if not width:
         raise ValueError(f"a chunk ids blob of {len(ids_blob)} bytes for {n} postings is neither raw nor packed")
+    fast = None if wide else kernel.compiled()
+    if fast is not None:  # one pass, to uint32 (the compiled kernel reads them as they are)
+        return fast.unpack_gaps(ids_blob, n), tfs
     escape, dtype = (255, "u1") if width == 1 else (65535, "<u2")
     # decoded as intp, the type numpy indexes with (a uint32 index array is converted on
     # every use, which the raw form pays in the scorer instead)
@@ -161,7 +165,7 @@ def postings_problem(ids_blob: bytes, tfs_blob: bytes, n: int) -> tuple[str, str
         if escapes != rest // 4:
             return ("postings.chunk_ids has a different number of large gaps than escapes",
                     f"{rest // 4} large gaps, {escapes} escapes", none, none)
-    ids_u, tfs_u = unpack_postings(ids_blob, tfs_blob, n)
+    ids_u, tfs_u = unpack_postings(ids_blob, tfs_blob, n, wide=True)  # intp: a sum past 2**32 shows
     ids, tfs = ids_u.astype(np.int64), tfs_u.astype(np.int64)
     if len(ids) and int(ids[-1]) >= 1 << 32:  # (gaps are not negative: the last id is the largest)
         return "postings.chunk_ids holds a chunk id of 2**32 or more", f"{int(ids[-1])}", none, none
