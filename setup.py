@@ -8,6 +8,9 @@ Metadata lives in pyproject.toml; this file adds what its tables cannot say:
   ``RAGDB_REQUIRE_KERNEL=1`` to make such a failure fail the build (cibuildwheel does).
   The C code is compiled without floating-point contraction (no fused multiply-add), so the
   kernel's sums are the very operations numpy does, bit for bit.
+* ``ragdb.index.cpassages`` (``ragdb/index/cpassages.pyx``): the same, optional, for collapsing
+  copies of one passage (word shingles and which hits share them; ``ragdb/index/hits.py`` holds
+  the numpy reference, which gives the same values).
 * ``migrations/`` (the numbered SQL files) copied into the wheel as ``ragdb/_migrations``
   (``ragdb.storage.store.migrations_dir``); a source checkout reads them where they are.
 """
@@ -73,8 +76,9 @@ def _extensions() -> list[Extension]:
     except ImportError:
         _warn("Cython is not installed, so the compiled kernel was not built")
         return []
-    ext = Extension("ragdb.index.ckernel", ["ragdb/index/ckernel.pyx"])
-    return cythonize([ext], compiler_directives={"language_level": "3"}, quiet=True)
+    exts = [Extension("ragdb.index.ckernel", ["ragdb/index/ckernel.pyx"]),
+            Extension("ragdb.index.cpassages", ["ragdb/index/cpassages.pyx"])]
+    return cythonize(exts, compiler_directives={"language_level": "3"}, quiet=True)
 
 
 setup(

@@ -19,7 +19,8 @@ Loaders and what they add to ``metadata`` (every document also gets
   plus the front-matter keys.
 * ``rst`` -- reStructuredText source; section titles (underline and
   overline adornments) become ``section`` spans and the first one the
-  title; comments, hyperlink targets and ``toctree``/``contents``
+  title, their adornment lines left out of the text; comments, hyperlink
+  targets, substitution definitions and ``toctree``/``contents``
   directives are left out. ``encoding``.
 * ``html`` -- visible text only; ``<title>`` (else the first ``<h1>``)
   becomes the title, ``<h1>``-``<h6>`` become ``section`` spans, page
@@ -883,15 +884,16 @@ def _clean_rst(text: str) -> str:
     return "\n".join(out)
 
 
-def _rst_sections(text: str) -> tuple[list[Span], str | None]:
-    """Section spans from RST titles (underlined, or over- and underlined, with one
-    punctuation character; the order styles first appear in gives the levels) and the first title."""
+def _rst_sections(text: str) -> tuple[str, list[Span], str | None]:
+    """``text`` without its section titles' adornments, the section spans of what is left and
+    the first title. Titles are underlined, or over- and underlined, with one punctuation
+    character (the order styles first appear in gives the levels); the title stays (stripped
+    of the centring spaces an overline allows), its underline and overline go: a line of
+    ``=====`` is no text a reader reads (issue 30, item 8)."""
     lines = text.split("\n")
-    starts = [0]
-    for line in lines:
-        starts.append(starts[-1] + len(line) + 1)
     styles: list[tuple[str, bool]] = []
-    titles: list[tuple[int, int, str]] = []  # offset, level, title
+    found: list[tuple[int, int, str]] = []  # the title's line, level, title
+    adornments: set[int] = set()
     i = 0
     n = len(lines)
     while i < n:
@@ -900,19 +902,34 @@ def _rst_sections(text: str) -> tuple[list[Span], str | None]:
         if (after_blank and _rst_adornment(line) and i + 2 < n and lines[i + 1].strip()
                 and not _rst_adornment(lines[i + 1]) and lines[i + 2].rstrip() == line.rstrip()
                 and _rst_width(lines[i + 1].strip()) <= len(line.rstrip())):
-            style, title, nxt = (line[0], True), lines[i + 1].strip(), i + 3
+            style, at, title, nxt = (line[0], True), i + 1, lines[i + 1].strip(), i + 3
+            adornments.update((i, i + 2))
+            lines[i + 1] = title
         elif (after_blank and line.strip() and line[0] not in " \t" and not _rst_adornment(line) and i + 1 < n
               and _rst_adornment(lines[i + 1]) and len(lines[i + 1].rstrip()) >= _rst_width(line.rstrip())
               and (i + 2 >= n or not lines[i + 2].strip() or not _rst_adornment(lines[i + 2]))):
-            style, title, nxt = (lines[i + 1][0], False), line.strip(), i + 2
+            style, at, title, nxt = (lines[i + 1][0], False), i, line.strip(), i + 2
+            adornments.add(i + 1)
         else:
             i += 1
             continue
         if style not in styles:
             styles.append(style)
-        titles.append((starts[i], styles.index(style), " ".join(title.split())[:_MAX_HEADING_CHARS]))
+        found.append((at, styles.index(style), " ".join(title.split())[:_MAX_HEADING_CHARS]))
         i = nxt
-    return _section_spans(text, titles), (titles[0][2] if titles else None)
+    kept: list[str] = []
+    offset_of: dict[int, int] = {}  # a kept line -> its offset in the text kept
+    offset = 0
+    for number, line in enumerate(lines):
+        if number in adornments:
+            continue
+        offset_of[number] = offset
+        kept.append(line)
+        offset += len(line) + 1
+    out = "\n".join(kept).strip("\n")
+    lead = len("\n".join(kept)) - len("\n".join(kept).lstrip("\n"))  # blank lines an overline left first
+    titles = [(offset_of[at] - lead, level, title) for at, level, title in found]
+    return out, _section_spans(out, titles), (titles[0][2] if titles else None)
 
 
 def _load_rst(data: bytes, where: str, source: str, base: Mapping[str, Any]) -> LoadedDocument:
@@ -923,7 +940,7 @@ def _load_rst(data: bytes, where: str, source: str, base: Mapping[str, Any]) -> 
     body = _clean_rst(text).strip("\n").rstrip()
     if is_blank(body):
         raise LoaderError(f"{where}: empty (no text besides comments and targets)")
-    spans, title = _rst_sections(body)
+    body, spans, title = _rst_sections(body)
     return LoadedDocument(text=body, source=source, title=_front_title(front) or title,
                           metadata=_meta(base, "rst", {"encoding": encoding}, user=front), spans=tuple(spans), acl=acl)
 

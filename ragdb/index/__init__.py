@@ -5,7 +5,7 @@ vectors and the ANN graph, hybrid fusion, and how scores become hits."""
 
 import importlib
 
-_SUBMODULES = frozenset(['ann', 'ckernel', 'confidence', 'fusion', 'hits', 'inverted', 'kernel', 'matching', 'scoring',
+_SUBMODULES = frozenset(['ann', 'ckernel', 'confidence', 'cpassages', 'fusion', 'hits', 'inverted', 'kernel', 'matching', 'scoring',
                          'vectors'])
 
 

@@ -17,6 +17,7 @@ from typing import Any
 
 import numpy as np
 
+from ragdb.index import kernel
 from ragdb.types import Duplicate, Hit
 
 #: chunk id -> (Hit fields but score/metadata/explain/confidence, metadata): ``Index.hit_protos`` entries
@@ -109,9 +110,21 @@ def cut_with_ties(ids: np.ndarray, scores: np.ndarray, k: int) -> Pool:
 # (Broder's containment: a short chunk cut from the middle of the same section). Shingles
 # are over the words a reader sees: NFKC, case folded, letters and digits only (markup
 # punctuation, Markdown link targets and HTML tags are not words), each CJK character a
-# word. The sets are compared exactly, through an inverted index of the kept passages'
-# shingles: a search collapses at most a few thousand hits, where exact Jaccard costs less
-# than estimating it with MinHash (datasketch), which pays off only across millions.
+# word. The sets are compared exactly, through an inverted index of the hits' shingles: a
+# search collapses at most a few thousand hits, where exact Jaccard costs less than
+# estimating it with MinHash (datasketch), which pays off only across millions.
+#
+# Every search collapses its hits, so this runs on the ~150 hits of a k=100 search each
+# time: in C where the compiled kernel is installed and chosen (ragdb/index/cpassages.pyx;
+# on SciFact's hits 20 times faster than numpy for the shingles, 12 times for the pairs),
+# else in numpy here, the reference. The two give the very same shingle values: a word's
+# hash is a sum of its characters times per-position odd constants through splitmix64's
+# finalizer, which numpy computes for all words at once (a sum per word, ``np.add.reduceat``)
+# and C in its scan, where Python's ``hash`` of a word could be neither vectorized nor
+# reproduced in C; the values are the same in every process, too. Storing each chunk's
+# shingles (or a sketch of them) at index time was measured and not chosen: reading back
+# 150 sketches of 132 bytes took 0.19 ms on SciFact, more than the C scan of the texts a
+# search already holds, and would add bytes to every chunk and a migration to both backends.
 
 #: Jaccard similarity of word 3-shingle sets from which two passages are one.
 DUPLICATE_JACCARD = 0.6
@@ -125,20 +138,102 @@ _CJK = "\u3040-\u30ff\u3400-\u4dbf\u4e00-\u9fff\uac00-\ud7af\uf900-\ufaff"
 _WORDS = re.compile(f"[{_CJK}]|[^\\W_{_CJK}]+")
 _MARKUP = re.compile(r"\]\([^)\s]*\)|<[^>\n]{1,200}>")  # a Markdown link's target, an HTML tag
 
+# uint64 constants of the shingle hash (cpassages.pyx has the same)
+_GOLDEN = np.uint64(0x9E3779B97F4A7C15)
+_MIX1, _MIX2 = np.uint64(0x9E3779B97F4A7C15), np.uint64(0xC2B2AE3D27D4EB4F)
+_FMIX1, _FMIX2 = np.uint64(0xBF58476D1CE4E5B9), np.uint64(0x94D049BB133111EB)
+_S30, _S27, _S31 = np.uint64(30), np.uint64(27), np.uint64(31)
+
+try:  # built by setup.py beside the scoring kernel; absent where no compiler was found
+    from ragdb.index import cpassages as _cpassages_module
+    _cpassages: Any = _cpassages_module
+except ImportError:  # pragma: no cover - a platform without the extension
+    _cpassages = None
+
+
+def _compiled() -> Any:
+    """The compiled passages module when the compiled kernel is chosen (``RAGDB_KERNEL``,
+    :func:`ragdb.index.kernel.use`) and it is installed, else None (numpy)."""
+    return _cpassages if _cpassages is not None and kernel.name() == "compiled" else None
+
+
+def _fmix(z: np.ndarray) -> np.ndarray:
+    """splitmix64's finalizer on uint64 values (wrapping)."""
+    z = (z ^ (z >> _S30)) * _FMIX1
+    z = (z ^ (z >> _S27)) * _FMIX2
+    return z ^ (z >> _S31)
+
+
+_position_table = _fmix((np.arange(256, dtype=np.uint64) + np.uint64(1)) * _GOLDEN) | np.uint64(1)
+
+
+def _positions(n: int) -> np.ndarray:
+    """The odd multipliers of the first ``n`` character positions of a word."""
+    global _position_table
+    if n > len(_position_table):
+        size = 1 << (n - 1).bit_length()
+        _position_table = _fmix((np.arange(size, dtype=np.uint64) + np.uint64(1)) * _GOLDEN) | np.uint64(1)
+    return _position_table
+
+
+_classes: np.ndarray | None = None
+
+
+def _char_classes() -> np.ndarray:
+    """Each code point's class in the words of :data:`_WORDS`: 0 none, 1 a word character
+    (``str.isalnum``, the regular expression's word class, but not ``_``), 2 a CJK character
+    (a word of its own). Made once, on first use (about 0.1 s)."""
+    global _classes
+    if _classes is None:
+        table = np.fromiter((ch.isalnum() for ch in map(chr, range(0x110000))), np.uint8, 0x110000)
+        for lo, hi in ((0x3040, 0x30FF), (0x3400, 0x4DBF), (0x4E00, 0x9FFF), (0xAC00, 0xD7AF), (0xF900, 0xFAFF)):
+            table[lo:hi + 1] = 2
+        _classes = table
+    return _classes
+
+
+def word_hashes(prepared: str) -> np.ndarray:
+    """The 64-bit hash (uint64) of each word of ``prepared`` (normalized, case folded, without
+    markup), in order: ``fmix(sum((char + 1) * P[i]) + len * GOLDEN)`` over its characters'
+    code points at positions ``i``, ``P`` odd constants (``_positions``). The words are those
+    ``_WORDS.findall`` gives, found here with a table of character classes, all at once."""
+    codes = np.frombuffer(prepared.encode("utf-32-le", "surrogatepass"), np.uint32)
+    cls = _char_classes()[codes]
+    at = np.flatnonzero(cls)  # the characters of words
+    if not len(at):
+        return np.zeros(0, np.uint64)
+    cls = cls[at]
+    # a word starts at a CJK character, or at a word character not right after one
+    start = (cls == 2) | np.concatenate(([True], (at[1:] != at[:-1] + 1) | (cls[:-1] != 1)))
+    starts = np.flatnonzero(start)
+    lengths = np.diff(np.append(starts, len(at)))
+    pos = np.arange(len(at)) - np.repeat(starts, lengths)
+    sums = np.add.reduceat((codes[at].astype(np.uint64) + np.uint64(1)) * _positions(int(lengths.max()))[pos],
+                           starts)
+    return _fmix(sums + lengths.astype(np.uint64) * _GOLDEN)
+
 
 def passage_shingles(text: str) -> np.ndarray:
-    """The word 3-shingles of ``text`` as a reader sees it, each hashed to an integer, sorted
-    and distinct (a text of fewer words: one shingle of them all; none for a text without
-    words). Hashes of one process: compare shingles of the same process only."""
-    if not text.isascii() and not unicodedata.is_normalized("NFKC", text):
+    """The word 3-shingles of ``text`` as a reader sees it, each hashed to an integer, in text
+    order (a shingle the text repeats repeats: a passage's shingles are their set; sorting them
+    cost more than the rest of the work in C). A text of fewer words: one shingle of them all;
+    none for a text without words. The same values in every process and from either kernel."""
+    compiled = _compiled()
+    if text.isascii():
+        if compiled is not None:
+            return compiled.shingles(text, True)
+    elif not unicodedata.is_normalized("NFKC", text):
         text = unicodedata.normalize("NFKC", text)
-    words = _WORDS.findall(_MARKUP.sub(" ", text).casefold())
-    if len(words) < SHINGLE:
-        return np.array([hash(tuple(words))] if words else [], dtype=np.int64)
-    h = np.fromiter(map(hash, words), np.int64, len(words)).astype(np.uint64)
+    # (markup is found before case folding, which may change lengths; most texts have none)
+    prepared = (_MARKUP.sub(" ", text) if "<" in text or "](" in text else text).casefold()
+    if compiled is not None:
+        return compiled.shingles(prepared, False)
+    h = word_hashes(prepared)
+    if len(h) < SHINGLE:
+        one = h[:1] * _MIX1 + (h[1:] * _MIX2 if len(h) > 1 else np.uint64(0))
+        return one.view(np.int64)
     # a polynomial of the three words' hashes (wrapping uint64 arithmetic)
-    mixed = h[:-2] * np.uint64(0x9E3779B97F4A7C15) + h[1:-1] * np.uint64(0xC2B2AE3D27D4EB4F) + h[2:]
-    return np.unique(mixed.view(np.int64))
+    return (h[:-2] * _MIX1 + h[1:-1] * _MIX2 + h[2:]).view(np.int64)
 
 
 def same_passage(shared: int, a: int, b: int) -> bool:
@@ -163,21 +258,32 @@ def same_passages(shared: np.ndarray, sizes: np.ndarray) -> np.ndarray:
 
 
 def shared_shingles(sets: Sequence[np.ndarray]) -> np.ndarray:
-    """The matrix of how many shingles each two of ``sets`` (sorted, distinct) share: all
-    sets sorted together, equal neighbours ``d`` apart counted for d = 1, 2, ... while any
-    remain, in a few numpy calls (a shingle is in few of the sets)."""
+    """The matrix of how many distinct shingles each two passages share (``sets``: their
+    :func:`passage_shingles`)."""
+    return _shared_and_sizes(sets)[0]
+
+
+def _shared_and_sizes(sets: Sequence[np.ndarray]) -> tuple[np.ndarray, np.ndarray]:
+    """(:func:`shared_shingles`, each passage's number of distinct shingles): all shingles
+    sorted together with their owners, repeats within a passage dropped, equal neighbours
+    ``d`` apart counted for d = 1, 2, ... while any remain, in a few numpy calls (a shingle is
+    in few of the passages)."""
     n = len(sets)
     out = np.zeros((n, n), np.int64)
-    if n < 2:
-        return out
     vals = np.concatenate(sets) if n else np.zeros(0, np.int64)
     owner = np.repeat(np.arange(n), [len(s) for s in sets])
     # a stable sort keeps the owners of equal shingles in order (the sets were concatenated in order)
     order = np.argsort(vals, kind="stable")
     vals, owner = vals[order], owner[order]
+    again = np.concatenate(([False], (vals[1:] == vals[:-1]) & (owner[1:] == owner[:-1])))
+    if again.any():  # a shingle a passage repeats: once
+        vals, owner = vals[~again], owner[~again]
+    sizes = np.bincount(owner, minlength=n).astype(np.int64)
+    if n < 2:
+        return out, sizes
     repeated = np.flatnonzero(vals[1:] == vals[:-1])  # most shingles are in one set only: drop those
     if not len(repeated):
-        return out
+        return out, sizes
     keep = np.zeros(len(vals), bool)
     keep[repeated] = True
     keep[repeated + 1] = True
@@ -187,7 +293,18 @@ def shared_shingles(sets: Sequence[np.ndarray]) -> np.ndarray:
         if not len(same):
             break
         np.add.at(out, (owner[same], owner[same + d]), 1)
-    return out + out.T
+    return out + out.T, sizes
+
+
+def same_pairs(sets: Sequence[np.ndarray]) -> list[tuple[int, int]]:
+    """The pairs ``(i, j)``, ``j < i``, of passages (``sets``: their :func:`passage_shingles`,
+    in ranking order) that are one passage (:func:`same_passages` of their sets), sorted."""
+    compiled = _compiled()
+    if compiled is not None:
+        return compiled.same_pairs(list(sets), DUPLICATE_JACCARD, DUPLICATE_CONTAINMENT, DUPLICATE_MIN_SHINGLES)
+    shared, sizes = _shared_and_sizes(sets)
+    i, j = np.nonzero(np.tril(same_passages(shared, sizes), -1))
+    return list(zip(i.tolist(), j.tolist()))
 
 
 def _versions_of_one_source(a: Hit, b: Hit) -> bool:
@@ -205,13 +322,17 @@ def collapse_duplicates(hits: Sequence[Hit],
     if len(hits) < 2:
         return list(hits)
     sets = [shingles(h) if shingles is not None else passage_shingles(h.text) for h in hits]
-    same = same_passages(shared_shingles(sets), np.array([len(s) for s in sets], np.int64))
+    earlier: dict[int, list[int]] = {}  # a hit's index -> the earlier hits of its passage, in order
+    for i, j in same_pairs(sets):
+        earlier.setdefault(i, []).append(j)
+    if not earlier:
+        return list(hits)
     kept: list[tuple[int, list[Hit]]] = []
     group_of: dict[int, int] = {}  # a lead's index in hits -> its group in kept
     for i, hit in enumerate(hits):
         # the first group (they are in ranking order of their leads) whose lead is this passage
-        group = next((group_of[j] for j in np.flatnonzero(same[i, :i]).tolist()
-                      if j in group_of and not _versions_of_one_source(hits[j], hit)), None)
+        group = next((group_of[j] for j in earlier[i]
+                      if j in group_of and not _versions_of_one_source(hits[j], hit)), None) if i in earlier else None
         if group is not None:
             kept[group][1].append(hit)
         else:

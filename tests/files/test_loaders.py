@@ -901,7 +901,7 @@ def test_rst_sections_and_cleaning(tmp_path: Path) -> None:
     for gone in ("A comment", ".. contents::", ".. _intro:", "example.com", ".. toctree::", "pumps/piston"):
         assert gone not in text
     assert "literal block\n    -------------" in text and ".. note:: Directives" in text
-    assert text[doc.spans[2].start:].startswith("Pumps\n-----")
+    assert text[doc.spans[2].start:].startswith("Pumps\n\nPrime them.")
     assert only(load_bytes(b"Title\n=====\n\nBody.\n", source="x", kind="rst")).spans[0].metadata == {
         "section": "Title"}
     # an underline shorter than the title is not a title
@@ -1062,6 +1062,65 @@ Use |FIND_XXX| to import the exported targets of a package |arrow| then link the
     assert "replace::" not in doc.text and "unicode::" not in doc.text and "COMPONENTS" not in doc.text
     assert doc.text.startswith("Importing targets")
     assert "Use |FIND_XXX| to import" in doc.text and doc.title == "Importing targets"
+
+
+def test_rst_title_adornments_are_not_text() -> None:
+    """Issue 30, item 8: underlines and overlines (``=====``) reached the index and prompts; the
+    titles stay, as section spans, and so do a literal block's dashes and adjacent code blocks."""
+    rst = """\
+=========
+ Handbook
+=========
+
+Intro text.
+
+Install
+-------
+
+Run this::
+
+    pip install ragdb
+    -----------------
+::
+
+    ragdb add docs/
+
+.. code-block:: python
+
+    first = 1
+.. code-block:: python
+
+    second = 2
+
+中文标题
+--------
+
+正文。
+"""
+    doc = only(load_bytes(rst.encode(), source="h.rst", kind="rst"))
+    text = doc.text
+    assert "=====" not in text and "\n-------\n" not in text and "\n--------\n" not in text
+    assert text.startswith("Handbook\n\nIntro text.")
+    assert doc.title == "Handbook"
+    assert [sp.metadata["section"] for sp in doc.spans] == ["Handbook", "Handbook > Install", "Handbook > 中文标题"]
+    assert [text[sp.start:].split("\n", 1)[0] for sp in doc.spans] == ["Handbook", "Install", "中文标题"]
+    check_spans(doc)
+    # code stays as written, each block its own lines: nothing glued into one word
+    assert "    pip install ragdb\n    -----------------" in text
+    assert "ragdb add docs/" in text and "first = 1\n" in text and "second = 2" in text
+    with ragdb.open(":memory:") as db:
+        db.add_many([{"text": text, "source": "h.rst"}])
+        assert not db.search("=====", k=5) and db.search("Install", k=5)
+
+
+def test_adjacent_code_blocks_stay_apart() -> None:
+    """Code blocks side by side are separate words in every loader (issue 30, item 8)."""
+    html = (b"<html><body><main><h1>T</h1><pre>foo()</pre><pre>bar()</pre>"
+            b"<div class='highlight'><pre><code>a=1</code></pre></div><div class='highlight'><pre><code>b=2</code>"
+            b"</pre></div></main></body></html>")
+    assert only(load_bytes(html, source="c.html", kind="html")).text.split() == ["T", "foo()", "bar()", "a=1", "b=2"]
+    md = b"# T\n\n```\nfoo()\n```\n```\nbar()\n```\n"
+    assert "foo()\n```\n```\nbar()" in only(load_bytes(md, source="c.md", kind="markdown")).text
 
 
 SPHINX_PAGE = """<html><head><title>add_library — CMake 3.28 Documentation</title></head><body>

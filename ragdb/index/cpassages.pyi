@@ -1,0 +1,6 @@
+"""Types of the compiled half of collapsing copies (``ragdb/index/cpassages.pyx``)."""
+
+import numpy as np
+
+def shingles(text: str, markup: bool) -> np.ndarray: ...
+def same_pairs(sets: list[np.ndarray], jaccard: float, containment: float, min_shingles: int) -> list[tuple[int, int]]: ...

@@ -1,0 +1,334 @@
+# cython: language_level=3, boundscheck=False, wraparound=False, cdivision=True, initializedcheck=False
+"""One hit per passage in C: a passage's word 3-shingles and which of a search's hits share
+enough of them (the compiled half of :mod:`ragdb.index.hits`, which holds the numpy reference,
+the definitions and the reasons).
+
+The values are numpy's, bit for bit (the same uint64 arithmetic: wrapping multiply-adds and
+the splitmix64 finalizer), so the two paths give the same shingle sets and a cache may hold
+either; the duplicate test is the same double arithmetic (no fused multiply-add: setup.py).
+
+Why hand-written rather than a library: the tokenization must be exactly the reference's
+(its regular expressions, Python's ``str.isalnum`` and ``str.isspace``), which no hashing or
+MinHash package does, and MinHash (datasketch) estimates what is computed here exactly, for
+the ~150 hits of one search, in less time than its Python calls take.
+"""
+
+from cpython.unicode cimport Py_UNICODE_ISALNUM, Py_UNICODE_ISSPACE
+from libc.stdint cimport uint64_t, int64_t, int32_t
+from libc.stdlib cimport calloc, malloc, free, qsort
+from libc.string cimport memcpy, memset
+from cpython.buffer cimport PyObject_GetBuffer, PyBuffer_Release, PyBUF_C_CONTIGUOUS, PyBUF_FORMAT
+
+import numpy as np
+
+cdef extern from "Python.h":
+    int PyUnicode_KIND(object o)
+    void* PyUnicode_DATA(object o)
+    Py_ssize_t PyUnicode_GET_LENGTH(object o)
+    Py_UCS4 PyUnicode_READ(int kind, void* data, Py_ssize_t index) nogil
+    bint PyUnicode_IS_ASCII(object o)
+
+# the constants of ragdb.index.hits (the numpy reference)
+cdef uint64_t GOLDEN = 0x9E3779B97F4A7C15ULL
+cdef uint64_t MIX1 = 0x9E3779B97F4A7C15ULL
+cdef uint64_t MIX2 = 0xC2B2AE3D27D4EB4FULL
+DEF MAX_MARKUP = 200  # the longest HTML tag the reference's <[^>\n]{1,200}> removes
+DEF TABLE = 256        # positions whose multipliers are precomputed
+
+cdef uint64_t _POSITION[TABLE]
+
+
+cdef inline uint64_t fmix(uint64_t z) nogil:
+    """splitmix64's finalizer (``hits._fmix``)."""
+    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ULL
+    z = (z ^ (z >> 27)) * 0x94D049BB133111EBULL
+    return z ^ (z >> 31)
+
+
+cdef inline uint64_t position(Py_ssize_t i) nogil:
+    """The multiplier of a word's i-th character (``hits._positions``)."""
+    if i < TABLE:
+        return _POSITION[i]
+    return fmix(<uint64_t>(i + 1) * GOLDEN) | 1
+
+
+cdef Py_ssize_t _i
+for _i in range(TABLE):
+    _POSITION[_i] = fmix(<uint64_t>(_i + 1) * GOLDEN) | 1
+
+
+cdef inline bint is_cjk(Py_UCS4 c) nogil:
+    # hits._CJK: each such character is a word of its own
+    return ((0x3040 <= c <= 0x30FF) or (0x3400 <= c <= 0x4DBF) or (0x4E00 <= c <= 0x9FFF)
+            or (0xAC00 <= c <= 0xD7AF) or (0xF900 <= c <= 0xFAFF))
+
+
+cdef int _cmp_int32(const void* a, const void* b) noexcept nogil:
+    cdef int32_t x = (<const int32_t*>a)[0], y = (<const int32_t*>b)[0]
+    return (x > y) - (x < y)
+
+
+# ASCII character classes of the reference's regular expressions: 1 a word character
+# (str.isalnum, '_' not), 2 whitespace (\s: str.isspace, which counts \x1c-\x1f)
+cdef unsigned char _ASCII[128]
+for _i in range(128):
+    _ASCII[_i] = 1 if (_i != 0x5F and Py_UNICODE_ISALNUM(<Py_UCS4>_i)) else (2 if Py_UNICODE_ISSPACE(<Py_UCS4>_i) else 0)
+
+
+cdef Py_ssize_t markup_end_ascii(const unsigned char* s, Py_ssize_t n, Py_ssize_t i) noexcept nogil:
+    """:func:`markup_end` of ASCII text."""
+    cdef Py_ssize_t j
+    cdef unsigned char d
+    if s[i] == 0x5D:  # ']'
+        if i + 1 >= n or s[i + 1] != 0x28:  # '('
+            return -1
+        j = i + 2
+        while j < n:
+            d = s[j]
+            if d == 0x29:  # ')'
+                return j + 1
+            if _ASCII[d] == 2:
+                return -1
+            j += 1
+        return -1
+    j = i + 1  # '<'
+    while j < n and j - i - 1 <= MAX_MARKUP:
+        d = s[j]
+        if d == 0x3E:  # '>'
+            return j + 1 if j > i + 1 else -1
+        if d == 0x0A:
+            return -1
+        j += 1
+    return -1
+
+
+cdef Py_ssize_t words_ascii(const unsigned char* s, Py_ssize_t n, uint64_t* words) noexcept nogil:
+    """The word hashes of raw ASCII text (markup skipped, letters lowered) into ``words``; their count."""
+    cdef Py_ssize_t i = 0, end, length = 0, nwords = 0
+    cdef unsigned char c
+    cdef uint64_t h = 0, code
+    while i < n:
+        c = s[i]
+        if _ASCII[c] == 1:
+            code = c + 32 if 0x41 <= c <= 0x5A else c
+            h += (code + 1) * position(length)
+            length += 1
+            i += 1
+            continue
+        if length:
+            words[nwords] = fmix(h + <uint64_t>length * GOLDEN)
+            nwords += 1
+            length = 0
+            h = 0
+        if c == 0x5D or c == 0x3C:
+            end = markup_end_ascii(s, n, i)
+            if end > 0:
+                i = end
+                continue
+        i += 1
+    if length:
+        words[nwords] = fmix(h + <uint64_t>length * GOLDEN)
+        nwords += 1
+    return nwords
+
+
+cdef Py_ssize_t words_prepared(int kind, void* data, Py_ssize_t n, uint64_t* words) noexcept:
+    """The word hashes of normalized, case-folded text without markup into ``words``; their count."""
+    cdef Py_ssize_t i, length = 0, nwords = 0
+    cdef Py_UCS4 c
+    cdef uint64_t h = 0
+    for i in range(n):
+        c = PyUnicode_READ(kind, data, i)
+        if is_cjk(c):
+            if length:
+                words[nwords] = fmix(h + <uint64_t>length * GOLDEN)
+                nwords += 1
+                length = 0
+                h = 0
+            words[nwords] = fmix((<uint64_t>c + 1) * _POSITION[0] + GOLDEN)
+            nwords += 1
+        elif (_ASCII[c] == 1) if c < 128 else Py_UNICODE_ISALNUM(c):  # letters and digits, not '_'
+            h += (<uint64_t>c + 1) * position(length)
+            length += 1
+        elif length:
+            words[nwords] = fmix(h + <uint64_t>length * GOLDEN)
+            nwords += 1
+            length = 0
+            h = 0
+    if length:
+        words[nwords] = fmix(h + <uint64_t>length * GOLDEN)
+        nwords += 1
+    return nwords
+
+
+cdef object to_array(const int64_t* values, Py_ssize_t n):
+    """A new int64 array of ``values`` (an array that owns its memory: numpy exports the
+    buffer of one made by ``np.frombuffer`` many times slower, and same_pairs reads 150)."""
+    cdef Py_buffer buf
+    out = np.empty(n, np.int64)
+    PyObject_GetBuffer(out, &buf, PyBUF_C_CONTIGUOUS)
+    memcpy(buf.buf, values, n * sizeof(int64_t))
+    PyBuffer_Release(&buf)
+    return out
+
+
+def shingles(str text, bint markup):
+    """The word 3-shingles of ``text`` in text order, a repeated one repeated
+    (``hits.passage_shingles``): with ``markup`` the text is raw ASCII (markup removed and
+    letters lowered here), else it is already normalized, without markup and case folded
+    (non-ASCII text, prepared in Python)."""
+    cdef int kind = PyUnicode_KIND(text)
+    cdef void* data = PyUnicode_DATA(text)
+    cdef Py_ssize_t n = PyUnicode_GET_LENGTH(text), nwords, k
+    cdef uint64_t h
+    cdef uint64_t* words
+    if markup and not PyUnicode_IS_ASCII(text):
+        raise ValueError("markup=True takes ASCII text only")
+    words = <uint64_t*>malloc((n + 1) * sizeof(uint64_t))
+    if words == NULL:
+        raise MemoryError()
+    try:
+        if markup:
+            nwords = words_ascii(<const unsigned char*>data, n, words)
+        else:
+            nwords = words_prepared(kind, data, n, words)
+        if nwords < 3:  # one shingle of all the words, none without words
+            h = words[0] * MIX1 if nwords else 0
+            if nwords == 2:
+                h += words[1] * MIX2
+            return to_array(<int64_t*>&h, 1 if nwords else 0)
+        for k in range(nwords - 2):  # in place: word k is read before shingle k is written
+            words[k] = words[k] * MIX1 + words[k + 1] * MIX2 + words[k + 2]
+        return to_array(<int64_t*>words, nwords - 2)
+    finally:
+        free(words)
+
+
+DEF SEEN_BITS = 16  # 2**16 bits: two bitmaps of 8 KiB, in the first-level cache
+
+cdef uint64_t _seen1[1 << (SEEN_BITS - 6)]
+cdef uint64_t _seen2[1 << (SEEN_BITS - 6)]
+
+
+cdef inline Py_ssize_t seen_bit(int64_t v) noexcept nogil:
+    return <Py_ssize_t>(((<uint64_t>v) ^ ((<uint64_t>v) >> 29)) & ((1 << SEEN_BITS) - 1))
+
+
+cdef inline bint seen_twice(int64_t v) noexcept nogil:
+    cdef Py_ssize_t bit = seen_bit(v)
+    return (_seen2[bit >> 6] >> (bit & 63)) & 1
+
+
+def same_pairs(list sets, double jaccard, double containment, int64_t min_shingles):
+    """The pairs ``(i, j)``, ``j < i``, of the passages whose shingles are ``sets`` (int64
+    arrays, :func:`shingles`, in ranking order) that are one passage (``hits.same_passages`` of
+    their sets of shingles), sorted.
+
+    Most shingles are in one passage only: a first pass marks each shingle's bit in a bitmap,
+    and a second bitmap the bits met twice (two shingles or one repeated), so a shingle whose
+    bit was met once is in no other passage and counts for its own passage's size alone. The
+    others go through a hash table of each shingle's owners so far, in ranking order, which
+    counts what passage ``i`` shares with each earlier one (a repeat within ``i`` is skipped,
+    ``i`` being the latest owner); then the test for the passages it shares any with. The
+    bitmaps are the module's (the GIL is held throughout)."""
+    cdef Py_ssize_t n = len(sets), got = 0, i, j, t, cap, slot, e = 0, nt, again = 0, bit
+    cdef int64_t v, a, b, small, shared, size
+    cdef Py_buffer* bufs = NULL
+    cdef const int64_t* vals
+    cdef int64_t* keys = NULL
+    cdef int32_t* head = NULL
+    cdef int32_t* owner = NULL
+    cdef int32_t* nxt = NULL
+    cdef int32_t* counts = NULL
+    cdef int32_t* touched = NULL
+    cdef int64_t* sizes = NULL  # each passage's number of distinct shingles
+    cdef uint64_t mask, one
+    pairs = []
+    if n < 2:
+        return pairs
+    bufs = <Py_buffer*>malloc(n * sizeof(Py_buffer))
+    if bufs == NULL:
+        raise MemoryError()
+    try:
+        for got in range(n):
+            PyObject_GetBuffer(sets[got], &bufs[got], PyBUF_C_CONTIGUOUS | PyBUF_FORMAT)
+            if bufs[got].itemsize != 8 or bufs[got].format[0] not in b"qlL" and bufs[got].format[0] != 0x3D:
+                PyBuffer_Release(&bufs[got])
+                raise TypeError("shingles are int64 arrays")
+        got = n
+        memset(_seen1, 0, sizeof(_seen1))
+        memset(_seen2, 0, sizeof(_seen2))
+        for i in range(n):
+            vals = <const int64_t*>bufs[i].buf
+            for t in range(bufs[i].len // 8):
+                bit = seen_bit(vals[t])
+                one = 1ULL << (bit & 63)
+                if _seen1[bit >> 6] & one:
+                    _seen2[bit >> 6] |= one
+                    again += 1
+                else:
+                    _seen1[bit >> 6] |= one
+        cap = 16
+        while cap < 4 * again:  # at most 2 * again shingles were met twice
+            cap *= 2
+        mask = cap - 1
+        keys = <int64_t*>malloc(cap * sizeof(int64_t))
+        head = <int32_t*>malloc(cap * sizeof(int32_t))
+        owner = <int32_t*>malloc((2 * again + 1) * sizeof(int32_t))
+        nxt = <int32_t*>malloc((2 * again + 1) * sizeof(int32_t))
+        counts = <int32_t*>calloc(n, sizeof(int32_t))
+        touched = <int32_t*>malloc(n * sizeof(int32_t))
+        sizes = <int64_t*>malloc(n * sizeof(int64_t))
+        if not (keys and head and owner and nxt and counts and touched and sizes):
+            raise MemoryError()
+        memset(head, 0xFF, cap * sizeof(int32_t))  # -1: an empty slot
+        for i in range(n):
+            nt = 0
+            size = 0
+            vals = <const int64_t*>bufs[i].buf
+            for t in range(bufs[i].len // 8):
+                v = vals[t]
+                if not seen_twice(v):
+                    size += 1  # in this passage only, once
+                    continue
+                slot = <Py_ssize_t>((<uint64_t>v ^ (<uint64_t>v >> 32)) & mask)
+                while head[slot] != -1 and keys[slot] != v:
+                    slot = (slot + 1) & mask
+                if head[slot] != -1 and owner[head[slot]] == i:
+                    continue  # a repeat within passage i
+                size += 1
+                if head[slot] == -1:
+                    keys[slot] = v
+                    nxt[e] = -1
+                else:
+                    j = head[slot]
+                    while j != -1:
+                        if counts[owner[j]] == 0:
+                            touched[nt] = owner[j]
+                            nt += 1
+                        counts[owner[j]] += 1
+                        j = nxt[j]
+                    nxt[e] = head[slot]
+                owner[e] = <int32_t>i
+                head[slot] = <int32_t>e
+                e += 1
+            sizes[i] = size
+            if nt:
+                qsort(touched, nt, sizeof(int32_t), _cmp_int32)
+                for t in range(nt):
+                    j = touched[t]
+                    shared = counts[j]
+                    counts[j] = 0
+                    a = sizes[j]
+                    b = sizes[i]
+                    small = a if a < b else b
+                    # hits.same_passages, the same double arithmetic
+                    if (<double>shared >= jaccard * <double>(a + b - shared)
+                            or (small >= min_shingles and <double>shared >= containment * <double>small)):
+                        pairs.append((i, j))
+        return pairs
+    finally:
+        for i in range(got):
+            PyBuffer_Release(&bufs[i])
+        free(bufs)
+        free(keys); free(head); free(owner); free(nxt); free(counts); free(touched); free(sizes)

@@ -1,0 +1,134 @@
+"""Collapsing copies of one passage in C (ragdb/index/cpassages.pyx) against the numpy reference
+(ragdb/index/hits.py): the very same shingle values for any text, the same pairs of copies, and
+the same values in every process (no per-process string hashing)."""
+
+import random
+import subprocess
+import sys
+
+import numpy as np
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from ragdb.index import hits, kernel
+
+from cli_helpers import ROOT
+
+TRICKY = [
+    "", "a", "two words", "one two three two three one two three",
+    "## fs.readFile\n\nThe `fs.readFile` method **reads** [files](x.html#a).",
+    "<h2>fs.readFile</h2><p>the fs.readFile method reads files.</p>",
+    "一个中文段落 Größe STRASSE straße ﬁle <b>x</b> ](y) 东京タワー・x_y 한국어",
+    "x" * 300 + " yy " + "z" * 1000,
+    "<" + "a" * 199 + ">b <" + "a" * 200 + ">c <" + "ß" * 150 + "> d",  # the tag limit counts before case folding
+    "a]( b) c](d)e <\n> <> f ]( ) g](h\x1ci) j",
+    "A\x1c](b\x1c)c Ab]( x) snake_case_word CamelCase 3.14 ½ ²",
+    "p < 0.05 and q > 0.01 in the < 5 group",
+    "\ud800 lone surrogate \udfff text",
+]
+
+text_ = st.lists(st.sampled_from(list("ab Cé ß_<>]()\n\x1c一二タ한½") + ["the ", "word ", "](x) ", "<b>"]),
+                 max_size=40).map("".join)
+
+
+def _both(fn, *args):
+    before = kernel.use("numpy")
+    try:
+        expected = fn(*args)
+        kernel.use("compiled")
+        return expected, fn(*args)
+    finally:
+        kernel.use(before)
+
+
+def test_shingles_are_the_references_in_each_kernel(each_kernel):
+    for text in TRICKY:
+        got = hits.passage_shingles(text)
+        before = kernel.use("numpy")
+        try:
+            assert got.dtype == np.int64 and got.tolist() == hits.passage_shingles(text).tolist(), text[:40]
+        finally:
+            kernel.use(before)
+
+
+@settings(max_examples=200, deadline=None)
+@given(text=text_)
+def test_compiled_shingles_equal_numpys(text):
+    if "compiled" not in kernel.available():
+        return
+    expected, got = _both(hits.passage_shingles, text)
+    assert got.tolist() == expected.tolist()
+
+
+def test_words_are_the_regular_expressions():
+    """The numpy path finds words with a table of character classes: they are ``_WORDS``'s."""
+    for text in TRICKY[:-1]:
+        prepared = hits._MARKUP.sub(" ", text).casefold()
+        words = hits._WORDS.findall(prepared)
+        got = hits.word_hashes(prepared)
+        assert len(got) == len(words)
+        # one word at a time gives the same hash: words are cut where the regular expression cuts them
+        assert got.tolist() == [int(hits.word_hashes(w)[0]) for w in words]
+
+
+def test_shingle_counts_and_sets():
+    assert len(hits.passage_shingles("")) == 0
+    assert len(hits.passage_shingles("one")) == 1
+    assert len(hits.passage_shingles("one two")) == 1
+    assert len(hits.passage_shingles("one two three four")) == 2
+    # a repeated shingle repeats; its set is what passages compare
+    again = hits.passage_shingles("a b c a b c")
+    assert len(again) == 4 and len(set(again.tolist())) == 3
+
+
+def test_shingles_are_the_same_in_every_process():
+    code = ("from ragdb.index import hits, kernel; kernel.use('numpy'); "
+            "print(hits.passage_shingles('The fs.readFile method reads files').tolist())")
+    outs = {subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT, check=True,
+                           env={"PYTHONHASHSEED": seed, "PYTHONPATH": str(ROOT)}).stdout
+            for seed in ("1", "2")}
+    assert len(outs) == 1
+
+
+def _copies(rng: random.Random) -> list[str]:
+    base = ["The fs.readFile method reads the entire contents of a file asynchronously, decoded "
+            "when the encoding option is given. " * rng.randint(1, 3),
+            "Streams read a file piece by piece; the encoding option sets the string encoding.",
+            "一个中文段落，讲的是知识库里的同一节内容，被复制了好几次。" * 2,
+            " ".join(f"w{rng.randint(0, 40)}" for _ in range(60))]
+    out = []
+    for text in base:
+        out.append(text)
+        for _ in range(rng.randint(0, 3)):
+            words = text.split(" ")
+            kind = rng.random()
+            if kind < 0.3:
+                out.append(" ".join(words[rng.randint(0, max(1, len(words) // 4)):]))
+            elif kind < 0.6:
+                out.append("## " + text.replace(" the ", " <b>the</b> "))
+            else:
+                out.append(" ".join(w if rng.random() > 0.15 else "zz" for w in words))
+    rng.shuffle(out)
+    return out
+
+
+def test_same_pairs_are_the_references_in_each_kernel(each_kernel):
+    rng = random.Random(7)
+    for _ in range(40):
+        texts = _copies(rng)
+        sets = [hits.passage_shingles(t) for t in texts]
+        got = hits.same_pairs(sets)
+        shared = hits.shared_shingles(sets)
+        sizes = [len(set(s.tolist())) for s in sets]
+        expected = [(i, j) for i in range(len(sets)) for j in range(i)
+                    if hits.same_passage(int(shared[i, j]), sizes[i], sizes[j])]
+        assert got == expected
+
+
+def test_same_pairs_count_repeats_once(each_kernel):
+    a = hits.passage_shingles("a b c a b c a b c d")  # 8 shingles, 4 distinct
+    b = hits.passage_shingles("a b c d")               # 2 of them
+    # Jaccard 2/4 < 0.6 counted as sets (as sequences it would be 2/8, or 4/8 with repeats shared)
+    assert hits.same_pairs([a, b]) == []
+    assert hits.same_pairs([a, hits.passage_shingles("b c a b c d a")]) == [(1, 0)]
+    assert hits.same_pairs([a]) == [] and hits.same_pairs([]) == []
