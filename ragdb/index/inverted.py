@@ -47,7 +47,14 @@ FLUSH_THRESHOLD = 2048      # tail chunks that trigger a flush
 HIT_CACHE_BYTES = 12 << 20  # hit fields (text, metadata) kept for building hits, about 12 MiB
 HIT_ENTRY_OVERHEAD = 500    # bytes of one cache entry besides its text (measured: dict, tuple, source)
 _NO_META: dict[str, Any] = {}  # shared by cache entries without metadata; never mutated
-POSTINGS_CACHE_ENTRIES = 300_000  # decoded postings kept between queries (~2 MB; 1M added ~3 MiB of RSS at 100k chunks, no speed)
+# Decoded postings kept between queries, in bytes: at least POSTINGS_CACHE_MIN_BYTES, and
+# POSTINGS_CACHE_BYTES_PER_CHUNK per chunk of the database. A query's postings grow with the
+# database (~700k at 1M chunks, ~3.5 MB decoded), and common terms come back query after query:
+# a fixed 300,000 postings held no common term's list at 1M, so every query read and decoded
+# them all again from SQLite (27 ms of a 60 ms English query). At 100k this stays near the old
+# ~2 MB (1M postings there had added ~3 MiB of RSS for no speed).
+POSTINGS_CACHE_MIN_BYTES = 4 << 20
+POSTINGS_CACHE_BYTES_PER_CHUNK = 32
 LOOKUP_CACHE_TERMS = 200_000  # vocabulary lookups kept until the generation changes
 _LOOKUP_BATCH = 50_000  # terms looked up in the vocabulary at a time
 MAX_SEGMENTS = 16           # segments per term before they are merged
@@ -713,12 +720,13 @@ class Index:
         """term id -> (chunk ids, tfs), segments and tail together (may include deleted chunks).
 
         Decoded postings are cached until the generation changes (segments and
-        the tail change only with writes), up to ``POSTINGS_CACHE_ENTRIES``."""
+        the tail change only with writes), up to :meth:`postings_cache_bytes`."""
         cache = self._postings_cache
         found = {t: cache[t] for t in term_ids if t in cache}
         missing = [t for t in term_ids if t not in found]
         if missing:
             tail = self.tail
+            budget = self.postings_cache_bytes()
             parts: dict[int, list[tuple[np.ndarray, np.ndarray]]] = {t: [] for t in missing}
             for tid, n, ids, tfs in self.store.postings(missing):
                 try:
@@ -743,14 +751,18 @@ class Index:
                         # the pruning kernel's galloping search relies on it: sort when they do not
                         order = np.argsort(entry[0], kind="stable")
                         entry = (entry[0][order], entry[1][order])
-                size = 0 if entry is None else len(entry[0])
-                if self._postings_cached + size > POSTINGS_CACHE_ENTRIES:
+                size = 0 if entry is None else entry[0].nbytes + entry[1].nbytes
+                if self._postings_cached + size > budget:
                     cache.clear()  # entries this query already looked up are kept in ``found``
                     self._postings_cached = 0
                 cache[t] = entry
                 found[t] = entry
                 self._postings_cached += size
         return {t: e for t in term_ids if (e := found[t] if t in found else cache[t]) is not None}
+
+    def postings_cache_bytes(self) -> int:
+        """How many bytes of decoded postings :meth:`term_postings` keeps between queries."""
+        return max(POSTINGS_CACHE_MIN_BYTES, POSTINGS_CACHE_BYTES_PER_CHUNK * self.n_chunks)
 
     def stored_terms(self, term_ids: Sequence[int]) -> set[int]:
         """The ids among ``term_ids`` that some stored chunk (latest or kept older
