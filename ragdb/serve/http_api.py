@@ -1041,7 +1041,7 @@ def create_app(config: ServerConfig, tokens: Mapping[str, Grant] | None = None) 
     middleware = [Middleware(TrustedHostMiddleware, allowed_hosts=list(config.allowed_hosts), www_redirect=False)]
     if config.cors_origins:
         middleware.append(Middleware(CORSMiddleware, allow_origins=list(config.cors_origins),
-                                     allow_methods=["GET", "POST", "DELETE"],
+                                     allow_methods=["GET", "POST", "PATCH", "DELETE"],
                                      allow_headers=["Authorization", "Content-Type"]))
     return Starlette(routes=routes, lifespan=lifespan, middleware=middleware,
                      exception_handlers={HTTPException: http_error})

@@ -112,6 +112,10 @@ def test_cors_is_off_by_default_and_configurable(url: str, kb: Path) -> None:
         assert r.headers["access-control-allow-origin"] == "https://app.example"
         r = httpx.options(base + "/search", headers={**preflight, **ok})
         assert r.status_code == 200 and r.headers["access-control-allow-origin"] == "https://app.example"
+        # every method the API has may be asked for from an allowed page (PATCH updates a document)
+        patch = {**preflight, **ok, "Access-Control-Request-Method": "PATCH"}
+        r = httpx.options(base + "/documents/1", headers=patch)
+        assert r.status_code == 200 and "PATCH" in r.headers["access-control-allow-methods"]
         assert "access-control-allow-origin" not in httpx.get(base + "/stats", headers=origin).headers
 
 
