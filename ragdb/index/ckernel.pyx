@@ -275,6 +275,22 @@ def any_allowed(ids, const uint8_t[::1] mask):
 # term by term in query order, the very operations of ``bm25_accumulate``, so the hits, their
 # order and their scores are bit for bit those of ``top_k(bm25_accumulate(...))``.
 
+cdef extern from *:
+    """
+    #if defined(__GNUC__) || defined(__clang__)
+    #define RAGDB_PREFETCH(p) __builtin_prefetch((p), 1, 1)
+    #else
+    #define RAGDB_PREFETCH(p) ((void)0)
+    #endif
+    """
+    void RAGDB_PREFETCH(const void* p) noexcept nogil
+
+
+#: postings ahead whose score and length slots are asked for before they are needed: a rare
+#: term's chunks lie far apart in arrays of 8 bytes a chunk (8 MB each at 1M chunks), each a
+#: cache miss otherwise (phase A at 1M chunks: ~70 ns a posting without, about half with)
+DEF PREFETCH = 16
+
 ctypedef struct _Term:
     const void* ids
     const void* tfs
@@ -432,6 +448,7 @@ def bm25_top_k(double[::1] acc, const double[::1] norm, list postings, list idfs
     cdef const uint8_t* mk = &mask[0] if mask.shape[0] else NULL
     cdef bint bad = False
     cdef bint dense = False
+    cdef int64_t ahead
     cdef list held = []
     cdef Py_buffer* bufs = NULL
     if k < 1:
@@ -505,6 +522,10 @@ def bm25_top_k(double[::1] acc, const double[::1] norm, list postings, list idfs
                     if c < 0:
                         bad = True
                         break
+                    if j + PREFETCH < t.m:
+                        ahead = _tid(t, j + PREFETCH)
+                        RAGDB_PREFETCH(&out[ahead])
+                        RAGDB_PREFETCH(&nrm[ahead])
                     s = _contribution(t, _ttf(t, j), c, nrm, flat)
                     if out[c] == 0.0:
                         cand[ncand] = c
