@@ -824,8 +824,24 @@ def _load_markdown(data: bytes, where: str, source: str, base: Mapping[str, Any]
 # messages for every construct it dislikes) would only be used for the
 # titles, and the text is kept as RST source anyway, like Markdown's.
 _RST_PUNCT = "!\"#$%&'()*+,-./:;<=>?@[\\]^_`{|}~"
-_RST_DIRECTIVE = re.compile(r"^\.\.\s+(?:\|[^|]+\|\s+)?([\w][\w:+.-]*)::")
-_RST_DROP_DIRECTIVES = frozenset({"toctree", "contents"})  # navigation the builder generates
+_RST_DIRECTIVE = re.compile(r"^\.\.\s+(?:\|[^|]+\|\s+)?([\w][\w:+.-]*)::(.*)$")
+_RST_OPTION = re.compile(r"^:[^:\s][^:]*:(?:\s|$)")
+#: Directives dropped with their whole block: navigation the builder generates, files pulled in
+#: from elsewhere, raw output, index entries and settings (none of it is read where it is written).
+_RST_DROP_DIRECTIVES = frozenset({
+    "toctree", "contents", "include", "literalinclude", "raw", "image", "index", "meta", "highlight",
+    "default-role", "role", "default-domain", "currentmodule", "tabularcolumns", "sectnum", "section-numbering",
+    "header", "footer", "target-notes", "title", "sectionauthor", "moduleauthor", "codeauthor", "todolist"})
+#: Directives whose argument a reader does not see (a language, a path, a condition); their
+#: content stays. Other directives' arguments (a note's text, a function's signature) stay.
+_RST_HIDDEN_ARGUMENT = frozenset({
+    "code-block", "code", "sourcecode", "figure", "only", "ifconfig", "module", "program", "class-prefix",
+    "jupyter-execute", "ipython", "code-cell", "prompt", "doctest", "testcode", "testoutput", "testsetup",
+    "testcleanup", "graphviz", "plot", "container", "csv-table", "list-table", "table"})
+#: Directives whose content is a literal block (kept as written: no markup is read in it).
+_RST_LITERAL_DIRECTIVES = frozenset({
+    "code-block", "code", "sourcecode", "parsed-literal", "math", "productionlist", "doctest", "testcode",
+    "testoutput", "testsetup", "testcleanup", "ipython", "jupyter-execute", "code-cell", "prompt", "graphviz"})
 
 
 def _rst_adornment(line: str) -> bool:
@@ -838,49 +854,95 @@ def _rst_width(text: str) -> int:
     return sum(2 if unicodedata.east_asian_width(c) in ("W", "F") else 1 for c in text)
 
 
-def _clean_rst(text: str) -> str:
-    """RST without comments, hyperlink targets, substitution definitions and
-    ``toctree``/``contents`` directives.
+def _rst_indent(line: str) -> int:
+    return len(line) - len(line.lstrip(" \t"))
 
-    An explicit markup block (``..`` at column 1, with its indented
-    continuation lines) is dropped when it is a comment (neither a
-    directive, nor a footnote or citation), a hyperlink target
-    (``.. _name: URL``, ``__ URL``), a substitution definition
-    (``.. |name| replace:: text``) or one of those navigation directives.
+
+def _clean_rst(text: str) -> str:
+    """RST as a reader sees it: without comments, hyperlink targets, substitution
+    definitions, directive markup and literal-block markers (issue 30, item 8).
+
+    An explicit markup block (``..`` first on its line, with the lines indented
+    below it) is dropped when it is a comment (neither a directive, nor a
+    footnote or citation), a hyperlink target (``.. _name: URL``, ``__ URL``),
+    a substitution definition (``.. |name| replace:: text``) or a directive
+    that shows nothing where it is written (``toctree``, ``contents``,
+    ``image``, ``include``, ``raw``, ``index`` ...). Of any other directive
+    the ``.. name::`` markup and its option lines (``:caption: x``) go; its
+    argument stays where a reader sees it (``.. note:: text``, ``.. function::
+    f(x)``), not where it is a language, path or condition (``.. code-block::
+    python``, ``.. figure:: a.png``, ``.. only:: html``), and its content stays.
+    A paragraph's ``::`` literal-block marker reads as a reader sees it
+    (``Example::`` -> ``Example:``, ``Example ::`` -> ``Example``, a lone ``::``
+    goes). Literal blocks and code directives' content are kept as written.
     """
     lines = text.split("\n")
+    n = len(lines)
     out: list[str] = []
+    literal: int | None = None  # inside a literal block: the indent at or below which it ends
     i = 0
     dropped = False
-    while i < len(lines):
+
+    def block_end(start: int, indent: int) -> int:
+        j = start + 1
+        while j < n and (not lines[j].strip() or _rst_indent(lines[j]) > indent):
+            j += 1
+        while j > start + 1 and not lines[j - 1].strip():  # the blank lines after the block stay
+            j -= 1
+        return j
+
+    while i < n:
         line = lines[i]
-        drop = False
-        if line.startswith("..") and (len(line) == 2 or line[2] in " \t"):
-            rest = line[2:].strip()
-            m = _RST_DIRECTIVE.match(line)
+        stripped = line.strip()
+        indent = _rst_indent(line)
+        keep: str | None = line
+        skip_to = i + 1
+        if literal is not None and stripped and indent <= literal:
+            literal = None  # the literal block ended
+        if literal is not None:
+            pass  # a literal block's line, as written
+        elif stripped.startswith("..") and (len(stripped) == 2 or stripped[2] in " \t"):
+            rest = stripped[2:].strip()
+            m = _RST_DIRECTIVE.match(stripped)
             if m is not None:
-                # substitution definitions (".. |name| replace:: text") are read where |name| is
-                # used, not where they are defined: a block of them is no passage (issue 30, item 8)
-                drop = m.group(1).lower() in _RST_DROP_DIRECTIVES or rest.startswith("|")
+                name = m.group(1).lower()
+                if name in _RST_DROP_DIRECTIVES or rest.startswith("|"):
+                    # substitution definitions (".. |name| replace:: text") are read where |name| is
+                    # used, not where they are defined: a block of them is no passage
+                    keep, skip_to = None, block_end(i, indent)
+                else:
+                    argument = m.group(2).strip()
+                    keep = None if name in _RST_HIDDEN_ARGUMENT or not argument else line[:indent] + argument
+                    while skip_to < n and _RST_OPTION.match(lines[skip_to].strip()) and \
+                            _rst_indent(lines[skip_to]) > indent:
+                        skip_to += 1  # the option lines
+                    if name in _RST_LITERAL_DIRECTIVES:
+                        literal = indent
             elif not rest.startswith(("[", "|")):
-                drop = True  # a comment or a hyperlink target ("_name: url")
-        elif line.startswith("__ "):
-            drop = True  # an anonymous hyperlink target
-        if not drop:
-            if dropped and not line.strip() and (not out or not out[-1].strip()):
-                i += 1
-                continue
-            dropped = False
-            out.append(line)
+                keep, skip_to = None, block_end(i, indent)  # a comment or a hyperlink target ("_name: url")
+        elif stripped.startswith("__ "):
+            keep, skip_to = None, block_end(i, indent)  # an anonymous hyperlink target
+        elif stripped.endswith("::") and (i + 1 == n or not lines[i + 1].strip()):
+            literal = indent  # the paragraph's end: a literal block follows
+            if stripped == "::":
+                keep = None
+            elif stripped[-3] in " \t":
+                keep = line.rstrip()[:-2].rstrip()
+            else:
+                keep = line.rstrip()[:-1]
+        if keep is None:
+            i = skip_to
+            dropped = True
+            continue
+        if dropped and not keep.strip() and (not out or not out[-1].strip()):
             i += 1
             continue
-        j = i + 1
-        while j < len(lines) and (not lines[j].strip() or lines[j][0] in " \t"):
-            j += 1
-        while j > i + 1 and not lines[j - 1].strip():  # the blank lines after the block stay
-            j -= 1
-        i = j
-        dropped = True
+        dropped = False
+        out.append(keep)
+        i += 1
+        if skip_to > i:  # a directive's option lines
+            i = skip_to
+            dropped = True
     return "\n".join(out)
 
 
