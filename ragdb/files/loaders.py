@@ -14,14 +14,17 @@ Loaders and what they add to ``metadata`` (every document also gets
   YAML front matter becomes metadata (its ``acl``/``labels`` key becomes
   the document's access labels), headings become ``section`` spans. What
   is not content is left out: the front matter, HTML comments, link
-  reference definitions (``[id]: http://...``) and navigation link lists
-  at the very top or bottom (see :func:`_clean_markdown`). ``encoding``
-  plus the front-matter keys.
+  reference definitions (``[id]: http://...``), navigation link lists
+  at the very top or bottom (see :func:`_clean_markdown`) and code fence
+  lines (```` ```python ````, ``~~~``; the code stays, see
+  :func:`_drop_fences`). ``encoding`` plus the front-matter keys.
 * ``rst`` -- reStructuredText source; section titles (underline and
   overline adornments) become ``section`` spans and the first one the
   title, their adornment lines left out of the text; comments, hyperlink
-  targets, substitution definitions and ``toctree``/``contents``
-  directives are left out. ``encoding``.
+  targets, substitution definitions, directive markup (``.. code-block::
+  python``, ``.. note::``, option lines; ``toctree``, ``image`` ... whole)
+  and ``::`` literal markers are left out, directive content stays (see
+  :func:`_clean_rst`). ``encoding``.
 * ``html`` -- visible text only; ``<title>`` (else the first ``<h1>``)
   becomes the title, ``<h1>``-``<h6>`` become ``section`` spans, page
   chrome (``<nav>``, page-level ``<header>``/``<footer>``, ARIA
@@ -613,8 +616,9 @@ def _heading_text(inline_md: Any, content: str) -> str:
     return " ".join("".join(parts).split())
 
 
-def _markdown_sections(text: str, where: str) -> tuple[list[Span], str | None]:
-    """Section spans from heading tokens (each from its heading line to the next heading) and the first H1."""
+def _markdown_sections(text: str, where: str) -> tuple[list[Span], str | None, list[tuple[int, int, str]]]:
+    """Section spans from heading tokens (each from its heading line to the next heading), the
+    first H1, and the fenced code blocks (first line, end line, fence) of one parse."""
     block_md, inline_md = _markdown_parsers(where)
     try:
         tokens = block_md.parse(text)
@@ -623,7 +627,10 @@ def _markdown_sections(text: str, where: str) -> tuple[list[Span], str | None]:
     line_starts = [0]
     line_starts.extend(m.end() for m in re.finditer("\n", text))
     headings: list[tuple[int, int, str]] = []  # (offset, level, text)
+    fences: list[tuple[int, int, str]] = []
     for i, tok in enumerate(tokens):
+        if tok.type == "fence" and tok.map and tok.markup:
+            fences.append((tok.map[0], tok.map[1], tok.markup))
         if tok.type != "heading_open" or tok.level != 0 or not tok.map:
             continue
         inline = tokens[i + 1] if i + 1 < len(tokens) and tokens[i + 1].type == "inline" else None
@@ -633,7 +640,60 @@ def _markdown_sections(text: str, where: str) -> tuple[list[Span], str | None]:
         line = tok.map[0]
         offset = line_starts[line] if line < len(line_starts) else len(text)
         headings.append((offset, int(tok.tag[1:]), title))
-    return _section_spans(text, headings), _first_h1(headings)
+    return _section_spans(text, headings), _first_h1(headings), fences
+
+
+def _drop_fences(text: str, spans: Sequence[Span], fences: Sequence[tuple[int, int, str]]) -> tuple[str, list[Span]]:
+    """``text`` without its code fence lines (```` ```python ````, ``~~~``), the code kept as
+    written, and ``spans`` moved with it (issue 30, item 8). A fence line becomes one blank
+    line between the code and what is around it (none next to a blank line, at the start or the end),
+    so code blocks never run into each other or into prose; the fence of a list item's first
+    line leaves the item's marker."""
+    if not fences:
+        return text, list(spans)
+    lines = text.split("\n")
+    n = len(lines)
+    kind = [0] * n  # 0 text, 1 code, 2 fence line
+    prefix: dict[int, str] = {}
+    for a, b, markup in fences:
+        b = min(b, n)
+        if a >= b:
+            continue
+        closing = re.compile(r"[ \t>]*" + re.escape(markup[0]) + "{" + str(len(markup)) + r",}[ \t]*")
+        last = b - 1 if b - 1 > a and closing.fullmatch(lines[b - 1]) else b
+        for k in range(a, b):
+            kind[k] = 1
+        kind[a] = 2
+        if last < b:
+            kind[last] = 2
+        head = lines[a][:max(lines[a].find(markup), 0)]
+        if head.strip(" \t>"):
+            prefix[a] = head.rstrip()  # a list item's marker ("- ```sh")
+    out: list[str] = []
+    new_start: list[int] = []  # each old line's offset in the new text
+    size = 0
+    for k, line in enumerate(lines):
+        new_start.append(size)
+        if kind[k] == 2:
+            line = prefix.get(k, "")
+            if not line and (not out or not out[-1].strip() or k + 1 == n or not lines[k + 1].strip()):
+                continue  # a blank line is there already
+        size += len(line) + (1 if out else 0)
+        if out:
+            new_start[k] += 1  # the newline before this line
+        out.append(line)
+    while out and not out[-1].strip():
+        out.pop()
+    new = "\n".join(out)
+    old_starts = [0]
+    old_starts.extend(m.end() for m in re.finditer("\n", text))
+    where_line = dict(zip(old_starts, new_start))
+
+    def move(offset: int) -> int:
+        return len(new) if offset >= len(text) else min(where_line.get(offset, len(new)), len(new))
+
+    moved = [Span(move(sp.start), move(sp.end), sp.metadata) for sp in spans]
+    return new, [sp for sp in moved if sp.end > sp.start]
 
 
 def _section_spans(text: str, headings: Sequence[tuple[int, int, str]]) -> list[Span]:
@@ -806,7 +866,8 @@ def _load_markdown(data: bytes, where: str, source: str, base: Mapping[str, Any]
     body = _clean_markdown(body.lstrip("\n").rstrip(), where).strip("\n").rstrip()
     if is_blank(body):
         raise LoaderError(f"{where}: empty (no text after the front matter)")
-    spans, first_h1 = _markdown_sections(body, where)
+    spans, first_h1, fences = _markdown_sections(body, where)
+    body, spans = _drop_fences(body, spans, fences)
     title: str | None = None
     fm_title = front.get("title")
     if isinstance(fm_title, (str, int, float)) and not isinstance(fm_title, bool) and str(fm_title).strip():
