@@ -16,7 +16,8 @@ Loaders and what they add to ``metadata`` (every document also gets
   is not content is left out: the front matter, HTML comments, link
   reference definitions (``[id]: http://...``), navigation link lists
   at the very top or bottom (see :func:`_clean_markdown`) and code fence
-  lines (```` ```python ````, ``~~~``; the code stays, see
+  lines (```` ```python ````, ``~~~``; the code stays; MyST directive
+  fences such as ```` ```{note} ```` are read as RST directives, see
   :func:`_drop_fences`). ``encoding`` plus the front-matter keys.
 * ``rst`` -- reStructuredText source; section titles (underline and
   overline adornments) become ``section`` spans and the first one the
@@ -616,7 +617,7 @@ def _heading_text(inline_md: Any, content: str) -> str:
     return " ".join("".join(parts).split())
 
 
-def _markdown_sections(text: str, where: str) -> tuple[list[Span], str | None, list[tuple[int, int, str]]]:
+def _markdown_sections(text: str, where: str) -> tuple[list[Span], str | None, list[tuple[int, int, str, str]]]:
     """Section spans from heading tokens (each from its heading line to the next heading), the
     first H1, and the fenced code blocks (first line, end line, fence) of one parse."""
     block_md, inline_md = _markdown_parsers(where)
@@ -627,10 +628,10 @@ def _markdown_sections(text: str, where: str) -> tuple[list[Span], str | None, l
     line_starts = [0]
     line_starts.extend(m.end() for m in re.finditer("\n", text))
     headings: list[tuple[int, int, str]] = []  # (offset, level, text)
-    fences: list[tuple[int, int, str]] = []
+    fences: list[tuple[int, int, str, str]] = []  # first line, end line, fence, info string
     for i, tok in enumerate(tokens):
         if tok.type == "fence" and tok.map and tok.markup:
-            fences.append((tok.map[0], tok.map[1], tok.markup))
+            fences.append((tok.map[0], tok.map[1], tok.markup, tok.info))
         if tok.type != "heading_open" or tok.level != 0 or not tok.map:
             continue
         inline = tokens[i + 1] if i + 1 < len(tokens) and tokens[i + 1].type == "inline" else None
@@ -643,41 +644,78 @@ def _markdown_sections(text: str, where: str) -> tuple[list[Span], str | None, l
     return _section_spans(text, headings), _first_h1(headings), fences
 
 
-def _drop_fences(text: str, spans: Sequence[Span], fences: Sequence[tuple[int, int, str]]) -> tuple[str, list[Span]]:
+_MYST_DIRECTIVE = re.compile(r"\{([\w][\w:+.-]*)\}\s*(.*)")
+
+
+def _drop_fences(text: str, spans: Sequence[Span], fences: Sequence[tuple[int, int, str, str]],
+                 where: str) -> tuple[str, list[Span]]:
     """``text`` without its code fence lines (```` ```python ````, ``~~~``), the code kept as
     written, and ``spans`` moved with it (issue 30, item 8). A fence line becomes one blank
-    line between the code and what is around it (none next to a blank line, at the start or the end),
+    line between the code and what is around it (never two blank lines in a row, none at the start or end),
     so code blocks never run into each other or into prose; the fence of a list item's first
-    line leaves the item's marker."""
+    line leaves the item's marker. A MyST directive (```` ```{note} ````) is read as the RST
+    one is (see :func:`_clean_rst`): its content is Markdown, whose own fences go too; its
+    option lines (``:caption: x``) go, and its argument stays where a reader sees it."""
     if not fences:
         return text, list(spans)
     lines = text.split("\n")
     n = len(lines)
-    kind = [0] * n  # 0 text, 1 code, 2 fence line
-    prefix: dict[int, str] = {}
-    for a, b, markup in fences:
+    kind = [0] * n  # 0 text, 1 code, 2 fence line, 3 gone
+    replace: dict[int, str] = {}
+    todo = list(fences)
+    while todo:
+        a, b, markup, info = todo.pop()
         b = min(b, n)
         if a >= b:
             continue
         closing = re.compile(r"[ \t>]*" + re.escape(markup[0]) + "{" + str(len(markup)) + r",}[ \t]*")
         last = b - 1 if b - 1 > a and closing.fullmatch(lines[b - 1]) else b
-        for k in range(a, b):
+        head = lines[a][:max(lines[a].find(markup), 0)]
+        myst = _MYST_DIRECTIVE.fullmatch(info.strip())
+        name = myst.group(1).lower() if myst else ""
+        if myst and name in _RST_DROP_DIRECTIVES:
+            for k in range(a, b):
+                kind[k] = 3
+            if head.strip(" \t>"):
+                kind[a], replace[a] = 2, head.rstrip()
+            continue
+        for k in range(a + 1, b):
             kind[k] = 1
         kind[a] = 2
         if last < b:
             kind[last] = 2
-        head = lines[a][:max(lines[a].find(markup), 0)]
-        if head.strip(" \t>"):
-            prefix[a] = head.rstrip()  # a list item's marker ("- ```sh")
+        argument = myst.group(2).strip() if myst and name not in _RST_HIDDEN_ARGUMENT else ""
+        if argument:  # a list item's marker ("- ```{note} x") or the indent, then the argument
+            replace[a] = (head.rstrip() + " " if head.strip(" \t>") else head) + argument
+        elif head.strip(" \t>"):
+            replace[a] = head.rstrip()
+        k = a + 1
+        while myst and k < last and _RST_OPTION.match(lines[k].strip(" \t>")):
+            kind[k] = 3  # the directive's options
+            k += 1
+        if myst and name not in _RST_LITERAL_DIRECTIVES and k < last:  # Markdown inside
+            block_md, _ = _markdown_parsers(where)
+            inner = block_md.parse("\n".join(lines[k:last]))
+            for k2 in range(k, last):
+                kind[k2] = 0
+            todo.extend((k + t.map[0], k + t.map[1], t.markup, t.info) for t in inner
+                        if t.type == "fence" and t.map and t.markup)
     out: list[str] = []
     new_start: list[int] = []  # each old line's offset in the new text
     size = 0
+    squeeze = False  # since the last fence, blank lines do not pile up
     for k, line in enumerate(lines):
         new_start.append(size)
-        if kind[k] == 2:
-            line = prefix.get(k, "")
-            if not line and (not out or not out[-1].strip() or k + 1 == n or not lines[k + 1].strip()):
+        if kind[k] >= 2:
+            squeeze = True
+            line = replace.get(k, "") if kind[k] == 2 else ""
+            if not line and (kind[k] == 3 or not out or not out[-1].strip()):
                 continue  # a blank line is there already
+        elif not line.strip():
+            if squeeze and (not out or not out[-1].strip()):
+                continue
+        else:
+            squeeze = False
         size += len(line) + (1 if out else 0)
         if out:
             new_start[k] += 1  # the newline before this line
@@ -867,7 +905,9 @@ def _load_markdown(data: bytes, where: str, source: str, base: Mapping[str, Any]
     if is_blank(body):
         raise LoaderError(f"{where}: empty (no text after the front matter)")
     spans, first_h1, fences = _markdown_sections(body, where)
-    body, spans = _drop_fences(body, spans, fences)
+    body, spans = _drop_fences(body, spans, fences, where)
+    if is_blank(body):
+        raise LoaderError(f"{where}: empty (no text besides markup)")
     title: str | None = None
     fm_title = front.get("title")
     if isinstance(fm_title, (str, int, float)) and not isinstance(fm_title, bool) and str(fm_title).strip():

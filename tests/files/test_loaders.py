@@ -1328,3 +1328,47 @@ def test_markdown_fence_lines_are_not_text() -> None:
     with ragdb.open(":memory:") as db:
         db.add_many([{"text": text, "source": "b.md"}])
         assert not db.search("bash", k=5) and db.search("cmake", k=5)
+
+
+def test_myst_directive_fences_are_read_as_directives() -> None:
+    """MyST (Sphinx's Markdown) writes directives as fences: ```{note}; their content is Markdown,
+    whose own fences go too; ```{toctree} is navigation, and a directive's options are markup."""
+    md = """\
+# Install
+
+````{admonition} Example
+:class: tip
+
+Create the bundle:
+
+```
+pip wheel -r requirements.txt
+```
+````
+
+```{code-block} python
+:caption: setup.py
+
+print("hi")
+```
+
+```{toctree}
+:maxdepth: 2
+
+usage
+```
+
+- ```{note} Keep it short.
+  ```
+
+Done.
+"""
+    doc = only(load_bytes(md.encode(), source="i.md", kind="md"))
+    text = doc.text
+    assert "```" not in text and "{" not in text and ":class:" not in text and ":caption:" not in text
+    assert "usage" not in text and "maxdepth" not in text and "setup.py" not in text
+    assert text == ("# Install\n\nExample\n\nCreate the bundle:\n\npip wheel -r requirements.txt\n\n"
+                    'print("hi")\n\n- Keep it short.\n\nDone.')
+    assert [sp.metadata["section"] for sp in doc.spans] == ["Install"] and doc.spans[0].end == len(text)
+    with pytest.raises(LoaderError, match="empty"):
+        load_bytes(b"```{toctree}\nusage\n```\n", source="t.md", kind="md")
