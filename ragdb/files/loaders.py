@@ -14,14 +14,18 @@ Loaders and what they add to ``metadata`` (every document also gets
   YAML front matter becomes metadata (its ``acl``/``labels`` key becomes
   the document's access labels), headings become ``section`` spans. What
   is not content is left out: the front matter, HTML comments, link
-  reference definitions (``[id]: http://...``) and navigation link lists
-  at the very top or bottom (see :func:`_clean_markdown`). ``encoding``
-  plus the front-matter keys.
+  reference definitions (``[id]: http://...``), navigation link lists
+  at the very top or bottom (see :func:`_clean_markdown`) and code fence
+  lines (```` ```python ````, ``~~~``; the code stays; MyST directive
+  fences such as ```` ```{note} ```` are read as RST directives, see
+  :func:`_drop_fences`). ``encoding`` plus the front-matter keys.
 * ``rst`` -- reStructuredText source; section titles (underline and
   overline adornments) become ``section`` spans and the first one the
   title, their adornment lines left out of the text; comments, hyperlink
-  targets, substitution definitions and ``toctree``/``contents``
-  directives are left out. ``encoding``.
+  targets, substitution definitions, directive markup (``.. code-block::
+  python``, ``.. note::``, option lines; ``toctree``, ``image`` ... whole)
+  and ``::`` literal markers are left out, directive content stays (see
+  :func:`_clean_rst`). ``encoding``.
 * ``html`` -- visible text only; ``<title>`` (else the first ``<h1>``)
   becomes the title, ``<h1>``-``<h6>`` become ``section`` spans, page
   chrome (``<nav>``, page-level ``<header>``/``<footer>``, ARIA
@@ -613,8 +617,9 @@ def _heading_text(inline_md: Any, content: str) -> str:
     return " ".join("".join(parts).split())
 
 
-def _markdown_sections(text: str, where: str) -> tuple[list[Span], str | None]:
-    """Section spans from heading tokens (each from its heading line to the next heading) and the first H1."""
+def _markdown_sections(text: str, where: str) -> tuple[list[Span], str | None, list[tuple[int, int, str, str]]]:
+    """Section spans from heading tokens (each from its heading line to the next heading), the
+    first H1, and the fenced code blocks (first line, end line, fence) of one parse."""
     block_md, inline_md = _markdown_parsers(where)
     try:
         tokens = block_md.parse(text)
@@ -623,7 +628,10 @@ def _markdown_sections(text: str, where: str) -> tuple[list[Span], str | None]:
     line_starts = [0]
     line_starts.extend(m.end() for m in re.finditer("\n", text))
     headings: list[tuple[int, int, str]] = []  # (offset, level, text)
+    fences: list[tuple[int, int, str, str]] = []  # first line, end line, fence, info string
     for i, tok in enumerate(tokens):
+        if tok.type == "fence" and tok.map and tok.markup:
+            fences.append((tok.map[0], tok.map[1], tok.markup, tok.info))
         if tok.type != "heading_open" or tok.level != 0 or not tok.map:
             continue
         inline = tokens[i + 1] if i + 1 < len(tokens) and tokens[i + 1].type == "inline" else None
@@ -633,7 +641,97 @@ def _markdown_sections(text: str, where: str) -> tuple[list[Span], str | None]:
         line = tok.map[0]
         offset = line_starts[line] if line < len(line_starts) else len(text)
         headings.append((offset, int(tok.tag[1:]), title))
-    return _section_spans(text, headings), _first_h1(headings)
+    return _section_spans(text, headings), _first_h1(headings), fences
+
+
+_MYST_DIRECTIVE = re.compile(r"\{([\w][\w:+.-]*)\}\s*(.*)")
+
+
+def _drop_fences(text: str, spans: Sequence[Span], fences: Sequence[tuple[int, int, str, str]],
+                 where: str) -> tuple[str, list[Span]]:
+    """``text`` without its code fence lines (```` ```python ````, ``~~~``), the code kept as
+    written, and ``spans`` moved with it (issue 30, item 8). A fence line becomes one blank
+    line between the code and what is around it (never two blank lines in a row, none at the start or end),
+    so code blocks never run into each other or into prose; the fence of a list item's first
+    line leaves the item's marker. A MyST directive (```` ```{note} ````) is read as the RST
+    one is (see :func:`_clean_rst`): its content is Markdown, whose own fences go too; its
+    option lines (``:caption: x``) go, and its argument stays where a reader sees it."""
+    if not fences:
+        return text, list(spans)
+    lines = text.split("\n")
+    n = len(lines)
+    kind = [0] * n  # 0 text, 1 code, 2 fence line, 3 gone
+    replace: dict[int, str] = {}
+    todo = list(fences)
+    while todo:
+        a, b, markup, info = todo.pop()
+        b = min(b, n)
+        if a >= b:
+            continue
+        closing = re.compile(r"[ \t>]*" + re.escape(markup[0]) + "{" + str(len(markup)) + r",}[ \t]*")
+        last = b - 1 if b - 1 > a and closing.fullmatch(lines[b - 1]) else b
+        head = lines[a][:max(lines[a].find(markup), 0)]
+        myst = _MYST_DIRECTIVE.fullmatch(info.strip())
+        name = myst.group(1).lower() if myst else ""
+        if myst and name in _RST_DROP_DIRECTIVES:
+            for k in range(a, b):
+                kind[k] = 3
+            if head.strip(" \t>"):
+                kind[a], replace[a] = 2, head.rstrip()
+            continue
+        for k in range(a + 1, b):
+            kind[k] = 1
+        kind[a] = 2
+        if last < b:
+            kind[last] = 2
+        argument = myst.group(2).strip() if myst and name not in _RST_HIDDEN_ARGUMENT else ""
+        if argument:  # a list item's marker ("- ```{note} x") or the indent, then the argument
+            replace[a] = (head.rstrip() + " " if head.strip(" \t>") else head) + argument
+        elif head.strip(" \t>"):
+            replace[a] = head.rstrip()
+        k = a + 1
+        while myst and k < last and _RST_OPTION.match(lines[k].strip(" \t>")):
+            kind[k] = 3  # the directive's options
+            k += 1
+        if myst and name not in _RST_LITERAL_DIRECTIVES and k < last:  # Markdown inside
+            block_md, _ = _markdown_parsers(where)
+            inner = block_md.parse("\n".join(lines[k:last]))
+            for k2 in range(k, last):
+                kind[k2] = 0
+            todo.extend((k + t.map[0], k + t.map[1], t.markup, t.info) for t in inner
+                        if t.type == "fence" and t.map and t.markup)
+    out: list[str] = []
+    new_start: list[int] = []  # each old line's offset in the new text
+    size = 0
+    squeeze = False  # since the last fence, blank lines do not pile up
+    for k, line in enumerate(lines):
+        new_start.append(size)
+        if kind[k] >= 2:
+            squeeze = True
+            line = replace.get(k, "") if kind[k] == 2 else ""
+            if not line and (kind[k] == 3 or not out or not out[-1].strip()):
+                continue  # a blank line is there already
+        elif not line.strip():
+            if squeeze and (not out or not out[-1].strip()):
+                continue
+        else:
+            squeeze = False
+        size += len(line) + (1 if out else 0)
+        if out:
+            new_start[k] += 1  # the newline before this line
+        out.append(line)
+    while out and not out[-1].strip():
+        out.pop()
+    new = "\n".join(out)
+    old_starts = [0]
+    old_starts.extend(m.end() for m in re.finditer("\n", text))
+    where_line = dict(zip(old_starts, new_start))
+
+    def move(offset: int) -> int:
+        return len(new) if offset >= len(text) else min(where_line.get(offset, len(new)), len(new))
+
+    moved = [Span(move(sp.start), move(sp.end), sp.metadata) for sp in spans]
+    return new, [sp for sp in moved if sp.end > sp.start]
 
 
 def _section_spans(text: str, headings: Sequence[tuple[int, int, str]]) -> list[Span]:
@@ -806,7 +904,10 @@ def _load_markdown(data: bytes, where: str, source: str, base: Mapping[str, Any]
     body = _clean_markdown(body.lstrip("\n").rstrip(), where).strip("\n").rstrip()
     if is_blank(body):
         raise LoaderError(f"{where}: empty (no text after the front matter)")
-    spans, first_h1 = _markdown_sections(body, where)
+    spans, first_h1, fences = _markdown_sections(body, where)
+    body, spans = _drop_fences(body, spans, fences, where)
+    if is_blank(body):
+        raise LoaderError(f"{where}: empty (no text besides markup)")
     title: str | None = None
     fm_title = front.get("title")
     if isinstance(fm_title, (str, int, float)) and not isinstance(fm_title, bool) and str(fm_title).strip():
@@ -824,8 +925,24 @@ def _load_markdown(data: bytes, where: str, source: str, base: Mapping[str, Any]
 # messages for every construct it dislikes) would only be used for the
 # titles, and the text is kept as RST source anyway, like Markdown's.
 _RST_PUNCT = "!\"#$%&'()*+,-./:;<=>?@[\\]^_`{|}~"
-_RST_DIRECTIVE = re.compile(r"^\.\.\s+(?:\|[^|]+\|\s+)?([\w][\w:+.-]*)::")
-_RST_DROP_DIRECTIVES = frozenset({"toctree", "contents"})  # navigation the builder generates
+_RST_DIRECTIVE = re.compile(r"^\.\.\s+(?:\|[^|]+\|\s+)?([\w][\w:+.-]*)::(.*)$")
+_RST_OPTION = re.compile(r"^:[^:\s][^:]*:(?:\s|$)")
+#: Directives dropped with their whole block: navigation the builder generates, files pulled in
+#: from elsewhere, raw output, index entries and settings (none of it is read where it is written).
+_RST_DROP_DIRECTIVES = frozenset({
+    "toctree", "contents", "include", "literalinclude", "raw", "image", "index", "meta", "highlight",
+    "default-role", "role", "default-domain", "currentmodule", "tabularcolumns", "sectnum", "section-numbering",
+    "header", "footer", "target-notes", "title", "sectionauthor", "moduleauthor", "codeauthor", "todolist"})
+#: Directives whose argument a reader does not see (a language, a path, a condition); their
+#: content stays. Other directives' arguments (a note's text, a function's signature) stay.
+_RST_HIDDEN_ARGUMENT = frozenset({
+    "code-block", "code", "sourcecode", "figure", "only", "ifconfig", "module", "program", "class-prefix",
+    "jupyter-execute", "ipython", "code-cell", "prompt", "doctest", "testcode", "testoutput", "testsetup",
+    "testcleanup", "graphviz", "plot", "container", "csv-table", "list-table", "table"})
+#: Directives whose content is a literal block (kept as written: no markup is read in it).
+_RST_LITERAL_DIRECTIVES = frozenset({
+    "code-block", "code", "sourcecode", "parsed-literal", "math", "productionlist", "doctest", "testcode",
+    "testoutput", "testsetup", "testcleanup", "ipython", "jupyter-execute", "code-cell", "prompt", "graphviz"})
 
 
 def _rst_adornment(line: str) -> bool:
@@ -838,49 +955,95 @@ def _rst_width(text: str) -> int:
     return sum(2 if unicodedata.east_asian_width(c) in ("W", "F") else 1 for c in text)
 
 
-def _clean_rst(text: str) -> str:
-    """RST without comments, hyperlink targets, substitution definitions and
-    ``toctree``/``contents`` directives.
+def _rst_indent(line: str) -> int:
+    return len(line) - len(line.lstrip(" \t"))
 
-    An explicit markup block (``..`` at column 1, with its indented
-    continuation lines) is dropped when it is a comment (neither a
-    directive, nor a footnote or citation), a hyperlink target
-    (``.. _name: URL``, ``__ URL``), a substitution definition
-    (``.. |name| replace:: text``) or one of those navigation directives.
+
+def _clean_rst(text: str) -> str:
+    """RST as a reader sees it: without comments, hyperlink targets, substitution
+    definitions, directive markup and literal-block markers (issue 30, item 8).
+
+    An explicit markup block (``..`` first on its line, with the lines indented
+    below it) is dropped when it is a comment (neither a directive, nor a
+    footnote or citation), a hyperlink target (``.. _name: URL``, ``__ URL``),
+    a substitution definition (``.. |name| replace:: text``) or a directive
+    that shows nothing where it is written (``toctree``, ``contents``,
+    ``image``, ``include``, ``raw``, ``index`` ...). Of any other directive
+    the ``.. name::`` markup and its option lines (``:caption: x``) go; its
+    argument stays where a reader sees it (``.. note:: text``, ``.. function::
+    f(x)``), not where it is a language, path or condition (``.. code-block::
+    python``, ``.. figure:: a.png``, ``.. only:: html``), and its content stays.
+    A paragraph's ``::`` literal-block marker reads as a reader sees it
+    (``Example::`` -> ``Example:``, ``Example ::`` -> ``Example``, a lone ``::``
+    goes). Literal blocks and code directives' content are kept as written.
     """
     lines = text.split("\n")
+    n = len(lines)
     out: list[str] = []
+    literal: int | None = None  # inside a literal block: the indent at or below which it ends
     i = 0
     dropped = False
-    while i < len(lines):
+
+    def block_end(start: int, indent: int) -> int:
+        j = start + 1
+        while j < n and (not lines[j].strip() or _rst_indent(lines[j]) > indent):
+            j += 1
+        while j > start + 1 and not lines[j - 1].strip():  # the blank lines after the block stay
+            j -= 1
+        return j
+
+    while i < n:
         line = lines[i]
-        drop = False
-        if line.startswith("..") and (len(line) == 2 or line[2] in " \t"):
-            rest = line[2:].strip()
-            m = _RST_DIRECTIVE.match(line)
+        stripped = line.strip()
+        indent = _rst_indent(line)
+        keep: str | None = line
+        skip_to = i + 1
+        if literal is not None and stripped and indent <= literal:
+            literal = None  # the literal block ended
+        if literal is not None:
+            pass  # a literal block's line, as written
+        elif stripped.startswith("..") and (len(stripped) == 2 or stripped[2] in " \t"):
+            rest = stripped[2:].strip()
+            m = _RST_DIRECTIVE.match(stripped)
             if m is not None:
-                # substitution definitions (".. |name| replace:: text") are read where |name| is
-                # used, not where they are defined: a block of them is no passage (issue 30, item 8)
-                drop = m.group(1).lower() in _RST_DROP_DIRECTIVES or rest.startswith("|")
+                name = m.group(1).lower()
+                if name in _RST_DROP_DIRECTIVES or rest.startswith("|"):
+                    # substitution definitions (".. |name| replace:: text") are read where |name| is
+                    # used, not where they are defined: a block of them is no passage
+                    keep, skip_to = None, block_end(i, indent)
+                else:
+                    argument = m.group(2).strip()
+                    keep = None if name in _RST_HIDDEN_ARGUMENT or not argument else line[:indent] + argument
+                    while skip_to < n and _RST_OPTION.match(lines[skip_to].strip()) and \
+                            _rst_indent(lines[skip_to]) > indent:
+                        skip_to += 1  # the option lines
+                    if name in _RST_LITERAL_DIRECTIVES:
+                        literal = indent
             elif not rest.startswith(("[", "|")):
-                drop = True  # a comment or a hyperlink target ("_name: url")
-        elif line.startswith("__ "):
-            drop = True  # an anonymous hyperlink target
-        if not drop:
-            if dropped and not line.strip() and (not out or not out[-1].strip()):
-                i += 1
-                continue
-            dropped = False
-            out.append(line)
+                keep, skip_to = None, block_end(i, indent)  # a comment or a hyperlink target ("_name: url")
+        elif stripped.startswith("__ "):
+            keep, skip_to = None, block_end(i, indent)  # an anonymous hyperlink target
+        elif stripped.endswith("::") and (i + 1 == n or not lines[i + 1].strip()):
+            literal = indent  # the paragraph's end: a literal block follows
+            if stripped == "::":
+                keep = None
+            elif stripped[-3] in " \t":
+                keep = line.rstrip()[:-2].rstrip()
+            else:
+                keep = line.rstrip()[:-1]
+        if keep is None:
+            i = skip_to
+            dropped = True
+            continue
+        if dropped and not keep.strip() and (not out or not out[-1].strip()):
             i += 1
             continue
-        j = i + 1
-        while j < len(lines) and (not lines[j].strip() or lines[j][0] in " \t"):
-            j += 1
-        while j > i + 1 and not lines[j - 1].strip():  # the blank lines after the block stay
-            j -= 1
-        i = j
-        dropped = True
+        dropped = False
+        out.append(keep)
+        i += 1
+        if skip_to > i:  # a directive's option lines
+            i = skip_to
+            dropped = True
     return "\n".join(out)
 
 

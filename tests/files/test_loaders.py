@@ -820,8 +820,10 @@ def test_markdown_cleaning_property(blocks: list) -> None:
     assert [sp.metadata["section"].split(" > ")[-1] for sp in doc.spans] == titles
     for w in words:
         assert w in text
-    outside_code = "\n".join(part for n, part in enumerate(text.split("```")) if n % 2 == 0)
+    assert "```" not in text  # fence lines are markup; the code between them stays
+    outside_code = "\n".join(line for line in text.split("\n") if not line.endswith(" in code -->"))
     assert "<!--" not in outside_code and "https://example.com" not in outside_code
+    assert "\n\n\n" not in text
     assert text.count("<!--") == sum(1 for b in blocks if b[0] == "code")
 
 
@@ -900,7 +902,8 @@ def test_rst_sections_and_cleaning(tmp_path: Path) -> None:
     text = doc.text
     for gone in ("A comment", ".. contents::", ".. _intro:", "example.com", ".. toctree::", "pumps/piston"):
         assert gone not in text
-    assert "literal block\n    -------------" in text and ".. note:: Directives" in text
+    assert "literal block\n    -------------" in text and "\nDirectives other than toctree" in text
+    assert "note::" not in text and "Prime them.\n" in text
     assert text[doc.spans[2].start:].startswith("Pumps\n\nPrime them.")
     assert only(load_bytes(b"Title\n=====\n\nBody.\n", source="x", kind="rst")).spans[0].metadata == {
         "section": "Title"}
@@ -1120,7 +1123,7 @@ def test_adjacent_code_blocks_stay_apart() -> None:
             b"</pre></div></main></body></html>")
     assert only(load_bytes(html, source="c.html", kind="html")).text.split() == ["T", "foo()", "bar()", "a=1", "b=2"]
     md = b"# T\n\n```\nfoo()\n```\n```\nbar()\n```\n"
-    assert "foo()\n```\n```\nbar()" in only(load_bytes(md, source="c.md", kind="markdown")).text
+    assert only(load_bytes(md, source="c.md", kind="markdown")).text == "# T\n\nfoo()\n\nbar()"
 
 
 SPHINX_PAGE = """<html><head><title>add_library — CMake 3.28 Documentation</title></head><body>
@@ -1156,3 +1159,216 @@ def test_html_page_chrome_around_content_is_not_text(monkeypatch: pytest.MonkeyP
     node = only(load_bytes(NODE_PAGE.encode(), source="fs.html", kind="html")).text
     assert "[src]" not in node and "copy" not in node.split() and " #" not in node
     assert node.startswith("fs.readFile(path[, options], callback)") and "import { readFile }" in node
+
+
+RST_DIRECTIVES = """\
+Building
+========
+
+.. only:: html
+
+   Build the project with CMake.
+
+.. code-block:: python
+   :caption: build.py
+   :linenos:
+
+   import subprocess
+   subprocess.run(["cmake", "--build", "."])  # ends with ::
+   print("x::")
+
+.. code:: bash
+
+   cmake -S . -B build
+
+.. note::
+   Run it from the top folder.
+
+.. warning:: Never build in the source tree.
+
+.. image:: /images/diagram.png
+   :alt: the pipeline
+   :width: 400px
+
+.. toctree::
+   :maxdepth: 2
+   :caption: Contents
+
+   install
+   usage
+
+.. a comment a reader never sees
+   spanning two lines
+
+.. command:: add_library
+
+   Add a library target.
+
+   .. code-block:: cmake
+
+      add_library(foo STATIC a.c)
+
+Example::
+
+    cmake --build build
+    ::   this literal line stays
+
+Another example ::
+
+    ctest
+
+Literal marker alone:
+
+::
+
+    make install
+
+Options
+-------
+
+Pass ``-G`` to choose a generator.
+"""
+
+
+def test_rst_directive_markup_is_not_text() -> None:
+    """Issue 30, item 8: directive lines (``.. code-block:: python``, ``.. note::``, ``.. image::``),
+    their option lines (``:caption:``, ``:maxdepth:``), comments and ``::`` literal markers reached the
+    index; the directives' content (the code, the note's text) is what a reader sees, and stays."""
+    doc = only(load_bytes(RST_DIRECTIVES.encode(), source="build.rst", kind="rst"))
+    text = doc.text
+    for gone in (".. ", "code-block", "code::", "note::", "warning::", "image::", "diagram.png", "toctree",
+                 ":caption:", ":linenos:", ":maxdepth:", ":alt:", "the pipeline", "400px", "build.py",
+                 "only::", "comment a reader", "spanning two", "usage", "Example::", "example ::",
+                 "command::"):
+        assert gone not in text, gone
+    assert "\n::\n" not in text and not text.startswith("::")
+    for kept in ("Build the project with CMake.", "\n   import subprocess\n", '# ends with ::\n',
+                 'print("x::")', "cmake -S . -B build", "Run it from the top folder.",
+                 "Never build in the source tree.", "add_library\n", "Add a library target.",
+                 "add_library(foo STATIC a.c)", "Example:\n\n    cmake --build build\n    ::   this literal line stays",
+                 "Another example\n\n    ctest", "Literal marker alone:\n\n    make install",
+                 "Pass ``-G`` to choose a generator."):
+        assert kept in text, kept
+    assert "\n\n\n" not in text  # what was removed leaves no run of blank lines
+    assert [sp.metadata["section"] for sp in doc.spans] == ["Building", "Building > Options"]
+    assert text.startswith("Building\n\n   Build the project")
+    assert text[doc.spans[1].start:].startswith("Options\n\nPass")
+    check_spans(doc)
+    words = text.split()
+    assert "generator." in words and "subprocess" in words and "install" in words  # nothing glued
+    with ragdb.open(":memory:") as db:
+        db.add_many([{"text": text, "source": "build.rst"}])
+        assert not db.search("toctree", k=5) and not db.search("linenos", k=5) and db.search("subprocess", k=5)
+
+
+def test_rst_directives_nested_in_lists_and_footnotes_stay() -> None:
+    rst = ("Steps\n=====\n\n- First step::\n\n      run one\n\n- Second step.\n\n"
+           "  .. code-block:: sh\n\n     run two\n\nA note [#f1]_.\n\n.. [#f1] The footnote text.\n")
+    text = only(load_bytes(rst.encode(), source="s.rst", kind="rst")).text
+    assert "- First step:\n\n      run one" in text and "run two" in text and "code-block" not in text
+    assert "The footnote text." in text
+
+
+MD_FENCES = """\
+# Build
+
+Run the build:
+
+```bash
+cmake --build build
+```
+```python title="x.py"
+print("two")
+```
+
+~~~
+# not a heading in code
+~~~
+
+Text between.
+
+- A list item:
+
+  ```
+  make install
+  ```
+> ```
+> quoted code
+> ```
+
+````markdown
+```
+inner fence stays as code
+```
+````
+
+## Next
+
+End.
+"""
+
+
+def test_markdown_fence_lines_are_not_text() -> None:
+    """Issue 30, item 8: fence lines (```, ~~~, ```python) reached the index and prompts; the code
+    inside is what a reader sees, and stays, each block apart from its neighbours."""
+    doc = only(load_bytes(MD_FENCES.encode(), source="b.md", kind="md"))
+    text = doc.text
+    assert "~~~" not in text and "```bash" not in text and "```python" not in text and 'title="x.py"' not in text
+    assert text.count("```") == 2  # only the code of the four-backtick block
+    assert "Run the build:\n\ncmake --build build\n\nprint(\"two\")\n\n# not a heading in code\n\nText between." in text
+    assert "  make install" in text and "> quoted code" in text
+    assert "```\ninner fence stays as code\n```" in text
+    assert "\n\n\n" not in text
+    assert [sp.metadata["section"] for sp in doc.spans] == ["Build", "Build > Next"]  # code is no heading
+    assert text[doc.spans[1].start:] == "## Next\n\nEnd."
+    assert doc.spans[0].start == 0 and doc.spans[0].end == doc.spans[1].start
+    check_spans(doc)
+    unclosed = only(load_bytes(b"# T\n\n```sh\nrun\nmore", source="u.md", kind="md")).text
+    assert unclosed == "# T\n\nrun\nmore"
+    with ragdb.open(":memory:") as db:
+        db.add_many([{"text": text, "source": "b.md"}])
+        assert not db.search("bash", k=5) and db.search("cmake", k=5)
+
+
+def test_myst_directive_fences_are_read_as_directives() -> None:
+    """MyST (Sphinx's Markdown) writes directives as fences: ```{note}; their content is Markdown,
+    whose own fences go too; ```{toctree} is navigation, and a directive's options are markup."""
+    md = """\
+# Install
+
+````{admonition} Example
+:class: tip
+
+Create the bundle:
+
+```
+pip wheel -r requirements.txt
+```
+````
+
+```{code-block} python
+:caption: setup.py
+
+print("hi")
+```
+
+```{toctree}
+:maxdepth: 2
+
+usage
+```
+
+- ```{note} Keep it short.
+  ```
+
+Done.
+"""
+    doc = only(load_bytes(md.encode(), source="i.md", kind="md"))
+    text = doc.text
+    assert "```" not in text and "{" not in text and ":class:" not in text and ":caption:" not in text
+    assert "usage" not in text and "maxdepth" not in text and "setup.py" not in text
+    assert text == ("# Install\n\nExample\n\nCreate the bundle:\n\npip wheel -r requirements.txt\n\n"
+                    'print("hi")\n\n- Keep it short.\n\nDone.')
+    assert [sp.metadata["section"] for sp in doc.spans] == ["Install"] and doc.spans[0].end == len(text)
+    with pytest.raises(LoaderError, match="empty"):
+        load_bytes(b"```{toctree}\nusage\n```\n", source="t.md", kind="md")
