@@ -429,9 +429,9 @@ def bm25_top_k(double[::1] acc, const double[::1] norm, list postings, list idfs
     Every term's postings must be sorted by chunk id; every idf and weight positive (else use
     the exhaustive pair: this raises ValueError)."""
     cdef Py_ssize_t n = acc.shape[0], nmask = min(mask.shape[0], acc.shape[0])
-    cdef Py_ssize_t T = 0, i, j, jj, m, ncand = 0, nalive = 0, nfin = 0, cap = 0, b_from, pos, attempts = 0
+    cdef Py_ssize_t T = 0, i, j, jj, ncand = 0, nalive = 0, nfin = 0, cap = 0, b_from, pos, attempts = 0
     cdef Py_ssize_t size, count
-    cdef double rest, total = 0.0, maxpartial = 0.0, theta = -1.0, thr, safe, least, s, tf, last_try
+    cdef double rest, total = 0.0, maxpartial = 0.0, theta = -1.0, thr = 0.0, safe, least, s, last_try
     cdef int64_t c
     cdef _Term* terms = NULL
     cdef _Term* t
@@ -449,7 +449,6 @@ def bm25_top_k(double[::1] acc, const double[::1] norm, list postings, list idfs
     cdef bint bad = False
     cdef bint dense = False
     cdef int64_t ahead
-    cdef list held = []
     cdef Py_buffer* bufs = NULL
     if k < 1:
         raise ValueError(f"k must be at least 1, not {k}")
