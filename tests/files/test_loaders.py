@@ -6,7 +6,6 @@ import hashlib
 import io
 import logging
 import os
-import time
 from datetime import datetime
 from pathlib import Path
 
@@ -293,11 +292,11 @@ def test_markdown_pathological_inputs_do_not_hang() -> None:
         "<div>" * 20_000,
         "#" * 10_000 + " x\n" + "\n".join(f"{'#' * (i % 6 + 1)} h{i}" for i in range(2000)),
     ]
-    start = time.perf_counter()
+    # each loads and keeps its text (their time is not asserted: no timed assertions in tests;
+    # a regression to a hang stalls the suite)
     for text in inputs:
         doc = only(load_bytes(text.encode(), source="p.md", kind="markdown"))
         assert doc.text
-    assert time.perf_counter() - start < 5
 
 
 # ----------------------------------------------------------------------------- HTML
@@ -376,11 +375,9 @@ def test_html_malformed_and_deep(monkeypatch: pytest.MonkeyPatch, fallback: bool
         "<ul><li>" * 3_000 + "deep list",
         "<p>" + "<" * 5000 + " text",
     ]
-    start = time.perf_counter()
-    for html in cases:
+    for html in cases:  # (their time is not asserted: no timed assertions in tests)
         doc = only(load_bytes(html.encode(), source="bad.html", kind="html"))
         assert doc.text.strip()
-    assert time.perf_counter() - start < 5
     assert "deep text" in only(load_bytes(cases[2].encode(), source="s", kind="html")).text
     assert "head never closed" in only(load_bytes(cases[1].encode(), source="s", kind="html")).text
 
