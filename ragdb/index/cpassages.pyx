@@ -14,7 +14,7 @@ the ~150 hits of one search, in less time than its Python calls take.
 """
 
 from cpython.unicode cimport Py_UNICODE_ISALNUM, Py_UNICODE_ISSPACE
-from libc.stdint cimport uint64_t, int64_t, int32_t
+from libc.stdint cimport uint64_t, int64_t, int32_t, uint32_t
 from libc.stdlib cimport calloc, malloc, free, qsort
 from libc.string cimport memcpy, memset
 from cpython.buffer cimport PyObject_GetBuffer, PyBuffer_Release, PyBUF_C_CONTIGUOUS, PyBUF_FORMAT
@@ -27,6 +27,8 @@ cdef extern from "Python.h":
     Py_ssize_t PyUnicode_GET_LENGTH(object o)
     Py_UCS4 PyUnicode_READ(int kind, void* data, Py_ssize_t index) nogil
     bint PyUnicode_IS_ASCII(object o)
+    object PyUnicode_FromKindAndData(int kind, const void* buffer, Py_ssize_t size)
+    int PyUnicode_4BYTE_KIND
 
 # the constants of ragdb.index.hits (the numpy reference)
 cdef uint64_t GOLDEN = 0x9E3779B97F4A7C15ULL
@@ -204,19 +206,42 @@ def shingles(str text, bint markup):
         free(words)
 
 
-DEF SEEN_BITS = 16  # 2**16 bits: two bitmaps of 8 KiB, in the first-level cache
+def fold_compat(str text, const uint32_t[::1] table):
+    """``text`` with each character ``c`` below ``len(table)`` replaced by ``table[c]`` (a
+    character of its own where ``table[c] == c``): ``hits._compat_table``, which maps a
+    character to its NFKC form where that is one character, so that ``unicodedata.normalize
+    ("NFKC", ...)`` of the result is that of ``text`` and, for most texts, the result itself
+    (``hits.passage_shingles`` says why)."""
+    cdef int kind = PyUnicode_KIND(text)
+    cdef void* data = PyUnicode_DATA(text)
+    cdef Py_ssize_t n = PyUnicode_GET_LENGTH(text), i, size = table.shape[0]
+    cdef Py_UCS4 c
+    cdef Py_UCS4* out = <Py_UCS4*>malloc((n + 1) * sizeof(Py_UCS4))
+    if out == NULL:
+        raise MemoryError()
+    try:
+        for i in range(n):
+            c = PyUnicode_READ(kind, data, i)
+            out[i] = table[c] if c < size else c
+        # (the smallest representation the characters allow, as every str is)
+        return PyUnicode_FromKindAndData(PyUnicode_4BYTE_KIND, out, n)
+    finally:
+        free(out)
 
-cdef uint64_t _seen1[1 << (SEEN_BITS - 6)]
-cdef uint64_t _seen2[1 << (SEEN_BITS - 6)]
+
+DEF MIN_SEEN_BITS = 16  # the bitmaps: at least 2**16 bits (8 KiB each, the first-level cache) ...
+DEF MAX_SEEN_BITS = 22  # ... at most 2**22 (512 KiB), and about 16 bits a shingle between: a
+# shingle alone in its passage then shares its bit with another in about 1 of 16 (with 8 KiB,
+# the 50,000 shingles of 112 Chinese hits set most bits, and most shingles took the hash table)
 
 
-cdef inline Py_ssize_t seen_bit(int64_t v) noexcept nogil:
-    return <Py_ssize_t>(((<uint64_t>v) ^ ((<uint64_t>v) >> 29)) & ((1 << SEEN_BITS) - 1))
+cdef inline Py_ssize_t seen_bit(int64_t v, uint64_t bits_mask) noexcept nogil:
+    return <Py_ssize_t>(((<uint64_t>v) ^ ((<uint64_t>v) >> 29)) & bits_mask)
 
 
-cdef inline bint seen_twice(int64_t v) noexcept nogil:
-    cdef Py_ssize_t bit = seen_bit(v)
-    return (_seen2[bit >> 6] >> (bit & 63)) & 1
+cdef inline bint seen_twice(const uint64_t* seen2, int64_t v, uint64_t bits_mask) noexcept nogil:
+    cdef Py_ssize_t bit = seen_bit(v, bits_mask)
+    return (seen2[bit >> 6] >> (bit & 63)) & 1
 
 
 def same_pairs(list sets, double jaccard, double containment, int64_t min_shingles):
@@ -230,7 +255,7 @@ def same_pairs(list sets, double jaccard, double containment, int64_t min_shingl
     others go through a hash table of each shingle's owners so far, in ranking order, which
     counts what passage ``i`` shares with each earlier one (a repeat within ``i`` is skipped,
     ``i`` being the latest owner); then the test for the passages it shares any with. The
-    bitmaps are the module's (the GIL is held throughout)."""
+    bitmaps grow with the number of shingles."""
     cdef Py_ssize_t n = len(sets), got = 0, i, j, t, cap, slot, e = 0, nt, again = 0, bit
     cdef int64_t v, a, b, small, shared, size
     cdef Py_buffer* bufs = NULL
@@ -242,7 +267,10 @@ def same_pairs(list sets, double jaccard, double containment, int64_t min_shingl
     cdef int32_t* counts = NULL
     cdef int32_t* touched = NULL
     cdef int64_t* sizes = NULL  # each passage's number of distinct shingles
-    cdef uint64_t mask, one
+    cdef uint64_t mask, one, bits_mask
+    cdef uint64_t* seen1 = NULL
+    cdef uint64_t* seen2 = NULL
+    cdef Py_ssize_t total = 0, seen_bits = MIN_SEEN_BITS
     pairs = []
     if n < 2:
         return pairs
@@ -256,18 +284,25 @@ def same_pairs(list sets, double jaccard, double containment, int64_t min_shingl
                 PyBuffer_Release(&bufs[got])
                 raise TypeError("shingles are int64 arrays")
         got = n
-        memset(_seen1, 0, sizeof(_seen1))
-        memset(_seen2, 0, sizeof(_seen2))
+        for i in range(n):
+            total += bufs[i].len // 8
+        while seen_bits < MAX_SEEN_BITS and (1 << seen_bits) < 16 * total:
+            seen_bits += 1
+        bits_mask = (1ULL << seen_bits) - 1
+        seen1 = <uint64_t*>calloc(1 << (seen_bits - 6), sizeof(uint64_t))
+        seen2 = <uint64_t*>calloc(1 << (seen_bits - 6), sizeof(uint64_t))
+        if seen1 == NULL or seen2 == NULL:
+            raise MemoryError()
         for i in range(n):
             vals = <const int64_t*>bufs[i].buf
             for t in range(bufs[i].len // 8):
-                bit = seen_bit(vals[t])
+                bit = seen_bit(vals[t], bits_mask)
                 one = 1ULL << (bit & 63)
-                if _seen1[bit >> 6] & one:
-                    _seen2[bit >> 6] |= one
+                if seen1[bit >> 6] & one:
+                    seen2[bit >> 6] |= one
                     again += 1
                 else:
-                    _seen1[bit >> 6] |= one
+                    seen1[bit >> 6] |= one
         cap = 16
         while cap < 4 * again:  # at most 2 * again shingles were met twice
             cap *= 2
@@ -288,7 +323,7 @@ def same_pairs(list sets, double jaccard, double containment, int64_t min_shingl
             vals = <const int64_t*>bufs[i].buf
             for t in range(bufs[i].len // 8):
                 v = vals[t]
-                if not seen_twice(v):
+                if not seen_twice(seen2, v, bits_mask):
                     size += 1  # in this passage only, once
                     continue
                 slot = <Py_ssize_t>((<uint64_t>v ^ (<uint64_t>v >> 32)) & mask)
@@ -332,3 +367,4 @@ def same_pairs(list sets, double jaccard, double containment, int64_t min_shingl
             PyBuffer_Release(&bufs[i])
         free(bufs)
         free(keys); free(head); free(owner); free(nxt); free(counts); free(touched); free(sizes)
+        free(seen1); free(seen2)

@@ -157,6 +157,47 @@ def _compiled() -> Any:
     return _cpassages if _cpassages is not None and kernel.name() == "compiled" else None
 
 
+# The blocks whose characters :func:`_compat_table` maps (where NFKC makes one character of
+# one): Latin-1's (no-break space, superscripts), general punctuation, letterlike symbols,
+# enclosed alphanumerics, CJK symbols and punctuation, enclosed CJK and compatibility, CJK
+# compatibility ideographs, and the half-width and full-width forms (the commas and brackets
+# of most Chinese text).
+_COMPAT_BLOCKS = ((0x00A0, 0x00FF), (0x2000, 0x218F), (0x2460, 0x24FF), (0x3000, 0x303F), (0x3200, 0x33FF),
+                  (0xF900, 0xFAFF), (0xFE30, 0xFE6F), (0xFF00, 0xFFEF))
+_compat: np.ndarray | None = None
+
+
+def _compat_table() -> np.ndarray:
+    """The table of ``cpassages.fold_compat``: uint32, each BMP code point to itself, but
+    those of :data:`_COMPAT_BLOCKS` whose NFKC form is one other character to that character
+    (made once, on first use: about 1 ms)."""
+    global _compat
+    if _compat is None:
+        table = np.arange(0x10000, dtype=np.uint32)
+        for lo, hi in _COMPAT_BLOCKS:
+            for code in range(lo, hi + 1):
+                folded = unicodedata.normalize("NFKC", chr(code))
+                if len(folded) == 1 and folded != chr(code):
+                    table[code] = ord(folded)
+        _compat = table
+    return _compat
+
+
+def _nfkc(text: str, compiled: Any) -> str:
+    """``unicodedata.normalize("NFKC", text)``. With the compiled module, the characters whose
+    NFKC form is one character are first replaced by it (``fold_compat``), which leaves the
+    text's NFKC form as it was (NFKD(NFKC(c)) is NFKD(c), and NFKD decomposes each character on
+    its own, then orders the combining marks of the whole text); a text that is then
+    normalized is that form, and needs no normalization (most Chinese text: its full-width
+    commas and brackets were all it had to change; normalize costs ~130 µs a paragraph, the
+    replacement ~2 µs)."""
+    if compiled is not None:
+        text = compiled.fold_compat(text, _compat_table())
+        if unicodedata.is_normalized("NFKC", text):
+            return text
+    return unicodedata.normalize("NFKC", text)
+
+
 def _fmix(z: np.ndarray) -> np.ndarray:
     """splitmix64's finalizer on uint64 values (wrapping)."""
     z = (z ^ (z >> _S30)) * _FMIX1
@@ -223,7 +264,7 @@ def passage_shingles(text: str) -> np.ndarray:
         if compiled is not None:
             return compiled.shingles(text, True)
     elif not unicodedata.is_normalized("NFKC", text):
-        text = unicodedata.normalize("NFKC", text)
+        text = _nfkc(text, compiled)
     # (markup is found before case folding, which may change lengths; most texts have none)
     prepared = (_MARKUP.sub(" ", text) if "<" in text or "](" in text else text).casefold()
     if compiled is not None:

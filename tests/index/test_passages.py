@@ -5,6 +5,7 @@ the same values in every process (no per-process string hashing)."""
 import random
 import subprocess
 import sys
+import unicodedata
 
 import numpy as np
 from hypothesis import given, settings
@@ -132,3 +133,50 @@ def test_same_pairs_count_repeats_once(each_kernel):
     assert hits.same_pairs([a, b]) == []
     assert hits.same_pairs([a, hits.passage_shingles("b c a b c d a")]) == [(1, 0)]
     assert hits.same_pairs([a]) == [] and hits.same_pairs([]) == []
+
+
+def test_same_pairs_of_many_long_passages_are_the_references(each_kernel):
+    """Enough shingles (60,000) that the compiled bitmaps grow past their smallest size."""
+    rng = random.Random(11)
+    base = ["".join(rng.choice("的一是在不了有和人这中大为上个国我以要他时来用们生到作地于出就分对成会可主发年动")
+                    for _ in range(600)) for _ in range(6)]
+    texts = []
+    for _ in range(100):
+        t = rng.choice(base)
+        start = rng.randint(0, 200)
+        texts.append(t[start:start + rng.randint(300, 600)] + "".join(rng.choice("天地玄黄") for _ in range(20)))
+    sets = [hits.passage_shingles(t) for t in texts]
+    assert sum(map(len, sets)) > 40_000
+    got = hits.same_pairs(sets)
+    shared = hits.shared_shingles(sets)
+    sizes = [len(set(s.tolist())) for s in sets]
+    expected = [(i, j) for i in range(len(sets)) for j in range(i)
+                if hits.same_passage(int(shared[i, j]), sizes[i], sizes[j])]
+    assert got == expected and len(expected) > 10
+
+
+# characters NFKC changes (one for one or not), combining marks, Hangul jamo, and plain ones
+_NFKC_ALPHABET = (list("，（）：；！？。、　ａＺ０９｡ｶﾞﾟ\u00a0²½ﬁ①㈱㍻豈ǅ") + ["\u0301", "\u0308", "\u0327", "\u3099",
+                  "\u309a", "\u1100", "\u1161", "\u11a8", "\u0338"] + list("aeAE=<か가中 "))
+
+
+@settings(max_examples=300, deadline=None)
+@given(text=st.lists(st.sampled_from(_NFKC_ALPHABET), max_size=30).map("".join))
+def test_compat_folding_keeps_nfkc(text):
+    """The compiled path's shortcut to NFKC (one-character forms replaced first) is NFKC."""
+    compiled = hits._cpassages
+    if compiled is None:
+        return
+    assert hits._nfkc(text, compiled) == unicodedata.normalize("NFKC", text)
+
+
+def test_compat_folding_of_every_mapped_character():
+    compiled = hits._cpassages
+    if compiled is None:
+        return
+    table = hits._compat_table()
+    mapped = [chr(c) for c in range(len(table)) if table[c] != c]
+    assert len(mapped) > 300 and "，" in mapped and "ａ" in mapped
+    for ch in mapped:
+        for text in (ch, "a" + ch + "\u0301", ch + "\u0301", "가" + ch + "\u11a8", ch * 3 + "中"):
+            assert hits._nfkc(text, compiled) == unicodedata.normalize("NFKC", text), repr(text)
