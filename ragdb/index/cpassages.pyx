@@ -36,6 +36,7 @@ cdef uint64_t MIX1 = 0x9E3779B97F4A7C15ULL
 cdef uint64_t MIX2 = 0xC2B2AE3D27D4EB4FULL
 DEF MAX_MARKUP = 200  # the longest HTML tag the reference's <[^>\n]{1,200}> removes
 DEF TABLE = 256        # positions whose multipliers are precomputed
+cdef uint32_t MANY = 0xFFFFFFFFU  # in a case folding table: the character folds to more than one
 
 cdef uint64_t _POSITION[TABLE]
 
@@ -134,13 +135,25 @@ cdef Py_ssize_t words_ascii(const unsigned char* s, Py_ssize_t n, uint64_t* word
     return nwords
 
 
-cdef Py_ssize_t words_prepared(int kind, void* data, Py_ssize_t n, uint64_t* words) noexcept:
-    """The word hashes of normalized, case-folded text without markup into ``words``; their count."""
+cdef Py_ssize_t words_prepared(int kind, void* data, Py_ssize_t n, uint64_t* words,
+                               const uint32_t* fold, Py_ssize_t fold_size) noexcept:
+    """The word hashes of normalized, case-folded text without markup into ``words``; their
+    count. With ``fold``, the text is not yet case folded: each character below ``fold_size``
+    is read as ``fold[c]`` (its case folding, one character), and -1 is returned where a
+    character folds to more than one (``fold[c] == MANY``) or is a letter or digit past the
+    table (whose folding the table does not hold)."""
     cdef Py_ssize_t i, length = 0, nwords = 0
     cdef Py_UCS4 c
     cdef uint64_t h = 0
     for i in range(n):
         c = PyUnicode_READ(kind, data, i)
+        if fold != NULL:
+            if c < fold_size:
+                if fold[c] == MANY:
+                    return -1
+                c = <Py_UCS4>fold[c]
+            elif Py_UNICODE_ISALNUM(c):  # (casefold changes only letters)
+                return -1
         if is_cjk(c):
             if length:
                 words[nwords] = fmix(h + <uint64_t>length * GOLDEN)
@@ -181,8 +194,7 @@ def shingles(str text, bint markup):
     (non-ASCII text, prepared in Python)."""
     cdef int kind = PyUnicode_KIND(text)
     cdef void* data = PyUnicode_DATA(text)
-    cdef Py_ssize_t n = PyUnicode_GET_LENGTH(text), nwords, k
-    cdef uint64_t h
+    cdef Py_ssize_t n = PyUnicode_GET_LENGTH(text), nwords
     cdef uint64_t* words
     if markup and not PyUnicode_IS_ASCII(text):
         raise ValueError("markup=True takes ASCII text only")
@@ -193,17 +205,43 @@ def shingles(str text, bint markup):
         if markup:
             nwords = words_ascii(<const unsigned char*>data, n, words)
         else:
-            nwords = words_prepared(kind, data, n, words)
-        if nwords < 3:  # one shingle of all the words, none without words
-            h = words[0] * MIX1 if nwords else 0
-            if nwords == 2:
-                h += words[1] * MIX2
-            return to_array(<int64_t*>&h, 1 if nwords else 0)
-        for k in range(nwords - 2):  # in place: word k is read before shingle k is written
-            words[k] = words[k] * MIX1 + words[k + 1] * MIX2 + words[k + 2]
-        return to_array(<int64_t*>words, nwords - 2)
+            nwords = words_prepared(kind, data, n, words, NULL, 0)
+        return from_words(words, nwords)
     finally:
         free(words)
+
+
+def shingles_folding(str text, const uint32_t[::1] fold):
+    """:func:`shingles` of ``text.casefold()`` (``text`` normalized, without markup), folding
+    each character by the table ``fold`` (``hits._fold_table``), or None where that table
+    cannot: a character that folds to more than one, or a letter past it."""
+    cdef int kind = PyUnicode_KIND(text)
+    cdef void* data = PyUnicode_DATA(text)
+    cdef Py_ssize_t n = PyUnicode_GET_LENGTH(text), nwords
+    cdef uint64_t* words = <uint64_t*>malloc((n + 1) * sizeof(uint64_t))
+    if words == NULL:
+        raise MemoryError()
+    try:
+        nwords = words_prepared(kind, data, n, words, &fold[0], fold.shape[0])
+        if nwords < 0:
+            return None
+        return from_words(words, nwords)
+    finally:
+        free(words)
+
+
+cdef object from_words(uint64_t* words, Py_ssize_t nwords):
+    """The shingles of the word hashes ``words`` (overwritten), as :func:`shingles` returns them."""
+    cdef uint64_t h
+    cdef Py_ssize_t k
+    if nwords < 3:  # one shingle of all the words, none without words
+        h = words[0] * MIX1 if nwords else 0
+        if nwords == 2:
+            h += words[1] * MIX2
+        return to_array(<int64_t*>&h, 1 if nwords else 0)
+    for k in range(nwords - 2):  # in place: word k is read before shingle k is written
+        words[k] = words[k] * MIX1 + words[k + 1] * MIX2 + words[k + 2]
+    return to_array(<int64_t*>words, nwords - 2)
 
 
 def fold_compat(str text, const uint32_t[::1] table):

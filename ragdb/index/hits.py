@@ -183,6 +183,31 @@ def _compat_table() -> np.ndarray:
     return _compat
 
 
+_MANY = 0xFFFFFFFF  # cpassages.MANY: a character that case folds to more than one
+_fold: np.ndarray | None = None
+
+
+def _fold_table() -> np.ndarray:
+    """The table of ``cpassages.shingles_folding``: uint32, each BMP code point to its
+    ``str.casefold`` (which folds each character on its own), :data:`_MANY` where that is more
+    than one character. Made once, on first use, 256 characters at a time (about 3 ms; a
+    block that folds to 256 characters folds one for one)."""
+    global _fold
+    if _fold is None:
+        table = np.empty(0x10000, np.uint32)
+        for lo in range(0, 0x10000, 256):
+            block = "".join(map(chr, range(lo, lo + 256)))
+            folded = block.casefold()
+            if len(folded) == 256:
+                table[lo:lo + 256] = np.frombuffer(folded.encode("utf-32-le", "surrogatepass"), np.uint32)
+                continue
+            for code in range(lo, lo + 256):
+                one = chr(code).casefold()
+                table[code] = ord(one) if len(one) == 1 else _MANY
+        _fold = table
+    return _fold
+
+
 def _nfkc(text: str, compiled: Any) -> str:
     """``unicodedata.normalize("NFKC", text)``. With the compiled module, the characters whose
     NFKC form is one character are first replaced by it (``fold_compat``), which leaves the
@@ -266,9 +291,12 @@ def passage_shingles(text: str) -> np.ndarray:
     elif not unicodedata.is_normalized("NFKC", text):
         text = _nfkc(text, compiled)
     # (markup is found before case folding, which may change lengths; most texts have none)
-    prepared = (_MARKUP.sub(" ", text) if "<" in text or "](" in text else text).casefold()
+    prepared = _MARKUP.sub(" ", text) if "<" in text or "](" in text else text
     if compiled is not None:
-        return compiled.shingles(prepared, False)
+        # case folded as the words are read, where a table can (casefold costs ~10 us a paragraph)
+        found = compiled.shingles_folding(prepared, _fold_table())
+        return found if found is not None else compiled.shingles(prepared.casefold(), False)
+    prepared = prepared.casefold()
     h = word_hashes(prepared)
     if len(h) < SHINGLE:
         one = h[:1] * _MIX1 + (h[1:] * _MIX2 if len(h) > 1 else np.uint64(0))
