@@ -80,6 +80,9 @@ __all__ = [
     "secret_part",
 ]
 
+# how a retry waits (a test records the waits through it instead of timing them)
+sleep = time.sleep
+
 log = logging.getLogger("ragdb.models.http_client")
 _T = TypeVar("_T")
 
@@ -697,7 +700,7 @@ class Endpoint:
                     f"{self.what} to {self.shown} failed ({give.problem}); "
                     f"retry {n + 1}/{self.max_retries} in {delay:.2f}s"
                 ))
-            time.sleep(delay)
+            sleep(delay)
             n += 1
 
     def _attempt(self, http: httpx.Client, body: bytes, stream: bool) -> httpx.Response:
