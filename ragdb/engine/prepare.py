@@ -62,8 +62,9 @@ class Prepared:
 
 
 def check_metadata(metadata: Any, label: str) -> tuple[dict[str, Any], str]:
-    """Validated metadata and its JSON text."""
-    metadata = metadata or {}
+    """Validated metadata and its JSON text (None: none; ``False``, ``0`` or ``[]`` are
+    mistakes, not empty metadata)."""
+    metadata = {} if metadata is None else metadata
     if not isinstance(metadata, Mapping):
         raise InvalidInput(f"{label}: metadata must be a mapping, got {type(metadata).__name__}")
     metadata = dict(metadata)

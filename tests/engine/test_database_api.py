@@ -754,6 +754,9 @@ BAD_METADATA = [
     pytest.param({"a": object()}, id="object"), pytest.param({"a": {1, 2}}, id="set"),
     pytest.param({1: "a"}, id="int-key"), pytest.param({"a": 2 ** 70}, id="huge-int"),
     pytest.param({"a": "\ud800"}, id="lone-surrogate"),
+    # falsy values that are not a mapping are mistakes, not "no metadata"
+    pytest.param(False, id="false"), pytest.param(0, id="zero"), pytest.param([], id="empty-list"),
+    pytest.param("", id="empty-string"),
 ]
 BAD_ACL = [
     pytest.param("staff", id="string"), pytest.param(b"staff", id="bytes"), pytest.param([1], id="int-label"),
@@ -773,6 +776,14 @@ def test_update_invalid_metadata_changes_nothing(filled_db, metadata):
         db.update(doc.id, metadata=metadata, acl=["other"])
     assert snapshot(db) == before
     assert db.check() == []
+
+
+@pytest.mark.parametrize("metadata", BAD_METADATA)
+def test_add_invalid_metadata_stores_nothing(filled_db, metadata):
+    before = snapshot(filled_db)
+    with pytest.raises(InvalidInput, match="metadata"):
+        filled_db.add("a new text", source="new.md", metadata=metadata)
+    assert snapshot(filled_db) == before
 
 
 @pytest.mark.parametrize("acl", BAD_ACL)
