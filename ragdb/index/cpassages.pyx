@@ -267,6 +267,9 @@ def fold_compat(str text, const uint32_t[::1] table):
         free(out)
 
 
+_sparse_pairs = False  # tests: the sparse count for any number of passages
+
+
 DEF MIN_SEEN_BITS = 16  # the bitmaps: at least 2**16 bits (8 KiB each, the first-level cache) ...
 DEF MAX_SEEN_BITS = 22  # ... at most 2**22 (512 KiB), and about 16 bits a shingle between: a
 # shingle alone in its passage then shares its bit with another in about 1 of 16 (with 8 KiB,
@@ -282,6 +285,134 @@ cdef inline bint seen_twice(const uint64_t* seen2, int64_t v, uint64_t bits_mask
     return (seen2[bit >> 6] >> (bit & 63)) & 1
 
 
+cdef extern from *:
+    """
+    #if defined(__GNUC__) || defined(__clang__)
+    #define RAGDB_POPCOUNT(x) __builtin_popcountll(x)
+    #else
+    static int RAGDB_POPCOUNT(unsigned long long x) {
+        x = x - ((x >> 1) & 0x5555555555555555ULL);
+        x = (x & 0x3333333333333333ULL) + ((x >> 2) & 0x3333333333333333ULL);
+        x = (x + (x >> 4)) & 0x0F0F0F0F0F0F0F0FULL;
+        return (int)((x * 0x0101010101010101ULL) >> 56);
+    }
+    #endif
+    """
+    int RAGDB_POPCOUNT(uint64_t x) noexcept nogil
+
+
+DEF DENSE_MAX = 256     # up to this many passages, what each two share is counted in a matrix ...
+DEF HEAVY_OWNERS = 8    # ... and a shingle in more passages than this sets a bit of each (a
+DEF MAX_HEAVY = 4096    # common run of Chinese characters may be in all 112 hits of a search:
+                        # counting it pair by pair cost most of the time); at most MAX_HEAVY bits
+
+
+cdef list _pairs_dense(Py_buffer* bufs, Py_ssize_t n, const uint64_t* seen2, uint64_t bits_mask,
+                       Py_ssize_t again, double jaccard, double containment, int64_t min_shingles):
+    """``same_pairs`` of at most DENSE_MAX passages: every shingle met twice goes into a hash
+    table with the list of its passages; then a shingle of a few passages adds 1 to the matrix
+    cell of each two of them, and one of many sets its bit in each of its passages' bitsets, so
+    that two passages share the matrix cell plus the bits their bitsets have in common."""
+    cdef Py_ssize_t i, j, t, cap = 16, slot, e = 0, nheavy = 0, words, w, bit
+    cdef int64_t v, a, b, small, shared
+    cdef const int64_t* vals
+    cdef int64_t* keys = NULL
+    cdef int32_t* head = NULL
+    cdef int32_t* nowners = NULL
+    cdef int32_t* used = NULL  # the slots taken, in the order they were
+    cdef Py_ssize_t nused = 0, u
+    cdef int32_t* owner = NULL
+    cdef int32_t* nxt = NULL
+    cdef int32_t* matrix = NULL
+    cdef int64_t* sizes = NULL
+    cdef uint64_t* bitsets = NULL
+    cdef int32_t x, y
+    pairs = []
+    while cap < 4 * again:  # at most 2 * again shingles were met twice
+        cap *= 2
+    try:
+        keys = <int64_t*>malloc(cap * sizeof(int64_t))
+        head = <int32_t*>malloc(cap * sizeof(int32_t))
+        nowners = <int32_t*>malloc(cap * sizeof(int32_t))
+        used = <int32_t*>malloc((2 * again + 1) * sizeof(int32_t))
+        owner = <int32_t*>malloc((2 * again + 1) * sizeof(int32_t))
+        nxt = <int32_t*>malloc((2 * again + 1) * sizeof(int32_t))
+        matrix = <int32_t*>calloc(n * n, sizeof(int32_t))
+        sizes = <int64_t*>calloc(n, sizeof(int64_t))
+        if not (keys and head and nowners and used and owner and nxt and matrix and sizes):
+            raise MemoryError()
+        memset(head, 0xFF, cap * sizeof(int32_t))  # -1: an empty slot
+        for i in range(n):
+            vals = <const int64_t*>bufs[i].buf
+            for t in range(bufs[i].len // 8):
+                v = vals[t]
+                if not seen_twice(seen2, v, bits_mask):
+                    sizes[i] += 1  # in this passage only, once
+                    continue
+                slot = <Py_ssize_t>((<uint64_t>v ^ (<uint64_t>v >> 32)) & (cap - 1))
+                while head[slot] != -1 and keys[slot] != v:
+                    slot = (slot + 1) & (cap - 1)
+                if head[slot] != -1 and owner[head[slot]] == i:
+                    continue  # a repeat within passage i
+                sizes[i] += 1
+                if head[slot] == -1:
+                    keys[slot] = v
+                    nxt[e] = -1
+                    nowners[slot] = 0
+                    used[nused] = <int32_t>slot
+                    nused += 1
+                else:
+                    nxt[e] = head[slot]
+                owner[e] = <int32_t>i
+                head[slot] = <int32_t>e
+                nowners[slot] += 1
+                e += 1
+        for u in range(nused):
+            if nowners[used[u]] > HEAVY_OWNERS and nheavy < MAX_HEAVY:
+                nheavy += 1
+        words = (nheavy + 63) // 64
+        if words:
+            bitsets = <uint64_t*>calloc(n * words, sizeof(uint64_t))
+            if bitsets == NULL:
+                raise MemoryError()
+        bit = 0
+        for u in range(nused):
+            slot = used[u]
+            if nowners[slot] < 2:
+                continue
+            if nowners[slot] > HEAVY_OWNERS and bit < nheavy:
+                x = head[slot]
+                while x != -1:
+                    bitsets[owner[x] * words + (bit >> 6)] |= 1ULL << (bit & 63)
+                    x = nxt[x]
+                bit += 1
+                continue
+            x = head[slot]  # owners latest first
+            while x != -1:
+                y = nxt[x]
+                while y != -1:
+                    matrix[owner[x] * n + owner[y]] += 1
+                    y = nxt[y]
+                x = nxt[x]
+        for i in range(1, n):
+            for j in range(i):
+                shared = matrix[i * n + j]
+                for w in range(words):
+                    shared += RAGDB_POPCOUNT(bitsets[i * words + w] & bitsets[j * words + w])
+                if shared <= 0:
+                    continue
+                a = sizes[j]
+                b = sizes[i]
+                small = a if a < b else b
+                # hits.same_passages, the same double arithmetic
+                if (<double>shared >= jaccard * <double>(a + b - shared)
+                        or (small >= min_shingles and <double>shared >= containment * <double>small)):
+                    pairs.append((i, j))
+        return pairs
+    finally:
+        free(keys); free(head); free(nowners); free(used); free(owner); free(nxt); free(matrix); free(sizes); free(bitsets)
+
+
 def same_pairs(list sets, double jaccard, double containment, int64_t min_shingles):
     """The pairs ``(i, j)``, ``j < i``, of the passages whose shingles are ``sets`` (int64
     arrays, :func:`shingles`, in ranking order) that are one passage (``hits.same_passages`` of
@@ -293,7 +424,8 @@ def same_pairs(list sets, double jaccard, double containment, int64_t min_shingl
     others go through a hash table of each shingle's owners so far, in ranking order, which
     counts what passage ``i`` shares with each earlier one (a repeat within ``i`` is skipped,
     ``i`` being the latest owner); then the test for the passages it shares any with. The
-    bitmaps grow with the number of shingles."""
+    bitmaps grow with the number of shingles. Up to DENSE_MAX passages, :func:`_pairs_dense`
+    counts instead (the same pairs: a test sets ``_sparse_pairs`` to compare the two)."""
     cdef Py_ssize_t n = len(sets), got = 0, i, j, t, cap, slot, e = 0, nt, again = 0, bit
     cdef int64_t v, a, b, small, shared, size
     cdef Py_buffer* bufs = NULL
@@ -341,6 +473,8 @@ def same_pairs(list sets, double jaccard, double containment, int64_t min_shingl
                     again += 1
                 else:
                     seen1[bit >> 6] |= one
+        if n <= DENSE_MAX and not _sparse_pairs:
+            return _pairs_dense(bufs, n, seen2, bits_mask, again, jaccard, containment, min_shingles)
         cap = 16
         while cap < 4 * again:  # at most 2 * again shingles were met twice
             cap *= 2

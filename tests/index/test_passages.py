@@ -8,6 +8,7 @@ import sys
 import unicodedata
 
 import numpy as np
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -182,3 +183,33 @@ def test_compat_folding_of_every_mapped_character():
     for ch in mapped:
         for text in (ch, "a" + ch + "\u0301", ch + "\u0301", "가" + ch + "\u11a8", ch * 3 + "中"):
             assert hits._nfkc(text, compiled) == unicodedata.normalize("NFKC", text), repr(text)
+
+
+def _reference_pairs(sets):
+    shared = hits.shared_shingles(sets)
+    sizes = [len(set(s.tolist())) for s in sets]
+    return [(i, j) for i in range(len(sets)) for j in range(i) if hits.same_passage(int(shared[i, j]), sizes[i], sizes[j])]
+
+
+@pytest.mark.parametrize("n", [2, 40, 256, 300])
+def test_compiled_pair_counts_agree(n):
+    """The compiled module counts shared shingles in a matrix with bitsets for shingles in many
+    passages (up to 256 passages), else pair by pair: both give the reference's pairs, with
+    runs common to most passages (as in Chinese text) and near copies."""
+    compiled = hits._cpassages
+    if compiled is None:
+        pytest.skip("no compiled module")
+    rng = random.Random(n)
+    common = "的一是在不了有和人这中大为上个国我以要他时来用们生到作地于出就分对成会可主发年动"
+    base = ["".join(rng.choice(common) for _ in range(300)) for _ in range(4)]
+    texts = [rng.choice(base)[rng.randint(0, 60):][:rng.randint(40, 240)] + common[:rng.randint(0, 30)]
+             for _ in range(n)]
+    sets = [hits.passage_shingles(t) for t in texts]
+    args = (hits.DUPLICATE_JACCARD, hits.DUPLICATE_CONTAINMENT, hits.DUPLICATE_MIN_SHINGLES)
+    expected = _reference_pairs(sets)
+    assert compiled.same_pairs(sets, *args) == expected and (expected or n < 40)
+    compiled._sparse_pairs = True
+    try:
+        assert compiled.same_pairs(sets, *args) == expected
+    finally:
+        compiled._sparse_pairs = False
