@@ -206,7 +206,7 @@ def worker(spec: dict) -> dict:
             deletes.append((time.perf_counter() - t0) * 1000.0)
         adapter.close(handle)
         out.update(add_ms=median(adds), add_max_ms=max(adds), delete_ms=median(deletes),
-                   delete_max_ms=max(deletes), ops=len(adds))
+                   delete_max_ms=max(deletes), ops=len(adds), adds_ms=adds, deletes_ms=deletes)
         out["size_bytes_after"] = adapter.size(folder)
     else:
         raise SystemExit(f"unknown stage {stage!r}")
@@ -255,6 +255,9 @@ class Context:
     ragdb_error: str = ""
     results: dict[str, Any] = field(default_factory=dict)
     bars: list[tuple[str, bool | None, str]] = field(default_factory=list)
+    #: patterns (re.fullmatch) of bar names a section no longer reports (replaced by others):
+    #: a merged report drops their rows
+    retired_bars: list[str] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
     corpora: dict[str, Corpus] = field(default_factory=dict)
 
@@ -350,7 +353,9 @@ def query_rounds(ctx: Context, names: list[str], corpus: Corpus) -> dict[str, di
 
 def update_rounds(ctx: Context, names: list[str], corpus: Corpus) -> dict[str, dict]:
     """Update stages in rounds over the systems in turn, each round adding new ids and
-    deleting its own slice of victims; name -> add_ms / delete_ms medians over rounds."""
+    deleting its own slice of victims; name -> add_ms / delete_ms: the median of every
+    operation of every round pooled (issue 29: "the pooled medians of the rounds"), and
+    add_round_ms / delete_round_ms: each round's median."""
     runs: dict[str, list[dict]] = {name: [] for name in names}
     for r in range(ctx.args.rounds):
         victims = corpus.victims[r * UPDATE_OPS:(r + 1) * UPDATE_OPS]
@@ -367,8 +372,11 @@ def update_rounds(ctx: Context, names: list[str], corpus: Corpus) -> dict[str, d
             out[name] = rs[0] if rs else {"error": "not run"}
             continue
         res = dict(ok[-1])
-        for key in ("add_ms", "delete_ms"):
-            res[key] = median([x[key] for x in ok])
+        for key, each in (("add_ms", "adds_ms"), ("delete_ms", "deletes_ms")):
+            res[key.replace("_ms", "_round_ms")] = [x[key] for x in ok]
+            res[key] = median([t for x in ok for t in (x.get(each) or [x[key]])])
+        res.pop("adds_ms", None)
+        res.pop("deletes_ms", None)
         res["add_max_ms"] = max(x["add_max_ms"] for x in ok)
         res["delete_max_ms"] = max(x["delete_max_ms"] for x in ok)
         res["rounds"] = len(ok)

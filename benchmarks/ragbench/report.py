@@ -6,6 +6,7 @@ import datetime as _dt
 import importlib.metadata
 import os
 import platform
+import re
 import sqlite3
 import subprocess
 import time
@@ -218,6 +219,13 @@ def merge_report(ctx: Context, bodies: list[str], started: float, command: str) 
         else:
             lines[span[0]:span[1]] = new
     bars = section_span("## Bars")
+    if bars is not None and ctx.retired_bars:
+        new_names = {name for name, _ok, _d in ctx.bars}
+        lines = [ln for i, ln in enumerate(lines)
+                 if not (bars[0] <= i < bars[1] and ln.startswith("| ") and not ln.startswith("| bar |")
+                         and (name := ln[2:].split(" | ")[0]) not in new_names
+                         and any(re.fullmatch(p, name) for p in ctx.retired_bars))]
+        bars = section_span("## Bars")
     if bars is not None and ctx.bars:
         rows = [i for i in range(*bars) if lines[i].startswith("| ") and not lines[i].startswith("| bar |")]
         for name, ok, detail in ctx.bars:

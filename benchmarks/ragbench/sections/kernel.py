@@ -12,7 +12,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from ..common import WARMUP_QUERIES, log, median, read_pairs
+from ..common import K, WARMUP_QUERIES, log, median, read_pairs
 from ..corpora import Corpus, drop_indexes
 from ..harness import Context, query_rounds, section, worker_stage
 from ..report import bar, cell, fmt, ratio, xfmt
@@ -210,6 +210,12 @@ def _report(ctx: Context, probe: dict, rows: list[dict], threads: dict[str, dict
     bar(ctx, "kernel: compiled and numpy kernels rank every query alike (SciFact, 10k, 100k)", all_same,
         "; ".join(f"{r['corpus']}: {r['same'][0]}/{r['same'][1]}" if r.get("same") else f"{r['corpus']}: –"
                   for r in rows))
+    first = rows[0] if rows else {}
+    rg, tv = first.get("ragdb", {}), first.get("tantivy", {})
+    for key, limit, what in (("p50_ms", 1.5, "p50"), ("p95_ms", 2.0, "p95")):  # issue 29's SciFact bars
+        x = ratio(rg.get(key), tv.get(key))
+        bar(ctx, f"query {what} ≤ {limit:g}× tantivy's on {first.get('corpus', 'SciFact')} (k={K})",
+            None if x is None else x <= limit, xfmt(x) if x is not None else "not measured")
     speedup = compiled.get("speedup")
     bar(ctx, f"kernel: 2 threads ≥ 1.7× one thread's queries/s at {tag(last.n_docs)}",
         None if speedup is None or compiled.get("kernel") != "compiled" else speedup >= 1.7,
