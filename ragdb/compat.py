@@ -15,6 +15,10 @@ import importlib.machinery
 import importlib.util
 import sys
 from types import ModuleType
+from typing import TYPE_CHECKING, cast
+
+if TYPE_CHECKING:
+    from importlib.abc import Loader
 
 #: old module -> where it lives now
 MOVED = {
@@ -61,7 +65,7 @@ class _OldPaths:
     def find_spec(self, fullname: str, path: object = None, target: object = None
                   ) -> importlib.machinery.ModuleSpec | None:
         if fullname in MOVED:
-            return importlib.util.spec_from_loader(fullname, self)
+            return importlib.util.spec_from_loader(fullname, cast("Loader", self))
         return None
 
     def create_module(self, spec: importlib.machinery.ModuleSpec) -> ModuleType:
