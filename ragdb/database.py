@@ -27,7 +27,6 @@ from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from datetime import datetime
 from typing import TYPE_CHECKING, Any, ParamSpec, TypeVar
 
-from ragdb.engine import check as _check
 from ragdb.text.analysis import Analyzer, describe_config
 from ragdb.text.chunking import Chunker, get_chunker
 from ragdb.engine.state import Engine
@@ -924,6 +923,9 @@ class Database:
         the document. ``quick=True`` skips that pass (the bulk of the time on a
         large database). Damage is reported, never raised.
         """
+        # imported here: hashlib, decimal and the invariants' code are for check() alone
+        from ragdb.engine import check as _check
+
         return _check.check(self._engine, quick=quick)
 
 

@@ -71,14 +71,35 @@ def _os_error(e: OSError) -> str:
     return f"{what}: {reason}" if what else reason
 
 
-def _print_version(ctx: click.Context, _param: click.Parameter, value: bool) -> None:
-    """``--version``: the version and the scoring kernel (imported here only: a start that does
-    not ask for it pays nothing for the kernel module)."""
-    if not value or ctx.resilient_parsing:
-        return
+def _kernel_name() -> str:
+    """The scoring kernel searches would use (:func:`ragdb.index.kernel.name`), without importing
+    the compiled kernel where that is certain: importing it imports numpy (most of a ``--version``
+    start). ``ragdb.index.kernel`` takes the compiled kernel unless ``RAGDB_KERNEL=numpy``, when
+    the extension imports; the extension needs only Python and numpy's Python API (it does not
+    ``cimport numpy``: no numpy C ABI to mismatch), so its file and numpy being found is its
+    importing. Any other case (the kernel module loaded already, with perhaps a ``kernel.use()``;
+    ``RAGDB_KERNEL=numpy``; the extension or numpy missing) asks the kernel module itself."""
+    import importlib.util
+    import sys
+
+    if "ragdb.index.kernel" not in sys.modules and os.environ.get("RAGDB_KERNEL", "").strip().lower() != "numpy":
+        try:
+            found = (importlib.util.find_spec("ragdb.index.ckernel") is not None
+                     and importlib.util.find_spec("numpy") is not None)
+        except (ImportError, ValueError):
+            found = False
+        if found:
+            return "compiled"
     from ragdb.index import kernel
 
-    click.echo(f"ragdb, version {ragdb.__version__} (scoring kernel: {kernel.name()})")
+    return kernel.name()
+
+
+def _print_version(ctx: click.Context, _param: click.Parameter, value: bool) -> None:
+    """``--version``: the version and the scoring kernel (see :func:`_kernel_name`)."""
+    if not value or ctx.resilient_parsing:
+        return
+    click.echo(f"ragdb, version {ragdb.__version__} (scoring kernel: {_kernel_name()})")
     ctx.exit()
 
 

@@ -8,6 +8,7 @@ values (chunk ids, typically).
 
 from __future__ import annotations
 
+import functools
 import math
 import re
 from numbers import Real
@@ -132,7 +133,14 @@ COVERAGE_LOW = 0.10
 COVERAGE_HIGH = 0.15
 LOW_COVERAGE_ALPHA = 0.9
 
-_HAN = re.compile("[\u3040-\u30ff\u3400-\u4dbf\u4e00-\u9fff\uf900-\ufaff\uac00-\ud7af]")
+_HAN_SOURCE = "[\u3040-\u30ff\u3400-\u4dbf\u4e00-\u9fff\uf900-\ufaff\uac00-\ud7af]"
+
+
+@functools.cache
+def _han() -> re.Pattern[str]:
+    """CJK letters, compiled on first use (hybrid searches): the ranges take re a few ms to
+    compile, which every process importing this module (every search) would pay."""
+    return re.compile(_HAN_SOURCE)
 _LETTER = re.compile(r"[^\W\d_]")
 
 
@@ -140,7 +148,7 @@ def query_language(query: str) -> str:
     """``"zh"`` when at least 30% of the query's letters are CJK (Han, kana, hangul), else ``"en"``
     (the two kinds of query the fitted weights were measured on)."""
     letters = len(_LETTER.findall(query))
-    return "zh" if letters and len(_HAN.findall(query)) >= 0.3 * letters else "en"
+    return "zh" if letters and len(_han().findall(query)) >= 0.3 * letters else "en"
 
 
 def base_alpha(model: str, query: str) -> float:

@@ -362,11 +362,13 @@ class VectorIndex:
         True if written. A few changes are not worth rewriting a large file for: the next
         process applies them from the vector log, which is kept far longer
         (:data:`ragdb.storage.vectors.LOG_KEEP` entries) than :data:`ragdb.index.ann.SAVE_AFTER`."""
-        from ragdb.index.ann import SAVE_AFTER, SAVE_FRACTION, cache_folder
-
         g = self.graph
         if g is None or not g.unsaved or g.version != self.version or getattr(self.store, "readonly", False):
             return False
+        # imported once there is a graph: closing a database without one (every close after a
+        # lexical search) does not import the graph's module (tempfile, shutil, random)
+        from ragdb.index.ann import SAVE_AFTER, SAVE_FRACTION, cache_folder
+
         if not force and g.unsaved < max(SAVE_AFTER, int(SAVE_FRACTION * len(g))):
             return False
         return g.save(cache_folder(self.store.path), self.store.collection_id)

@@ -46,7 +46,7 @@ import os
 import re
 import threading
 from collections.abc import Callable, Sequence
-from functools import lru_cache
+from functools import cache, lru_cache
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -85,7 +85,14 @@ __all__ = [
 # character at a time (no word segmentation needed); everything else by
 # maximal runs of letters/digits.
 _CJK = "\u3040-\u30ff\u3400-\u4dbf\u4e00-\u9fff\uf900-\ufaff\U00020000-\U0002ffff"
-_HASH_TOKEN = re.compile(f"[{_CJK}]|[^\\W_{_CJK}]+")
+_HASH_TOKEN_SOURCE = f"[{_CJK}]|[^\\W_{_CJK}]+"
+
+
+@cache
+def _hash_token() -> re.Pattern[str]:
+    """The hash embedder's token pattern, compiled on first use: its CJK ranges take re a few ms
+    to compile, which every process importing this module (every search) would pay."""
+    return re.compile(_HASH_TOKEN_SOURCE)
 
 
 @lru_cache(maxsize=65536)
@@ -116,7 +123,7 @@ class HashEmbedder(EmbeddingModel):
         out = np.zeros((len(texts), self.dimensions), dtype=np.float32)
         dims = self.dimensions
         for row, text in enumerate(texts):
-            for token in _HASH_TOKEN.findall(text.lower()):
+            for token in _hash_token().findall(text.lower()):
                 h = _token_hash(token)
                 out[row, h % dims] += 1.0 if (h >> 63) & 1 else -1.0
         return out

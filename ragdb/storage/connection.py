@@ -12,7 +12,6 @@ import os
 import sqlite3
 import time
 import threading
-from importlib import resources
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 from collections.abc import Iterator
@@ -35,9 +34,13 @@ def migrations_dir() -> Path:
     In a wheel they are packaged as ``ragdb/_migrations``; in a source
     checkout (editable install) they are the top-level ``migrations/``.
     """
-    packaged = resources.files("ragdb").joinpath("_migrations")
+    # ragdb's own folder, from this file's path (what importlib.resources.files("ragdb") gives for
+    # a package on the file system, the only way ragdb is installed: its migrations were always
+    # read as files): importing importlib.resources costs every ragdb start some 8 ms (tempfile,
+    # shutil, the compression modules), for one folder name
+    packaged = Path(__file__).parent.parent / "_migrations"
     if packaged.is_dir():
-        return Path(str(packaged))
+        return packaged
     here = Path(__file__).resolve().parent.parent.parent / "migrations"
     if here.is_dir():
         return here

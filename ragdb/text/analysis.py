@@ -101,12 +101,31 @@ from ragdb.errors import InvalidInput, MissingDependency, RagdbError
 # CJK ideographs (unified + extension A + compatibility + supplementary planes)
 # and Japanese kana. Hangul is space-delimited, so it is treated as words.
 _CJK = "\u3040-\u30ff\u3400-\u4dbf\u4e00-\u9fff\uf900-\ufaff\U00020000-\U0003134f"
-_TERM_RE = re.compile(rf"[{_CJK}]+|[^\W_{_CJK}]+")
+
+
+class _LazyPattern:
+    """A regex compiled on its first use, with the compiled pattern's methods. A character class
+    of the CJK ranges takes re 2-3 ms to compile; a pattern that only version-1 analyzers or
+    chunking use is not compiled by every process that imports this module (every search)."""
+
+    __slots__ = ("_source", "_compiled")
+
+    def __init__(self, source: str) -> None:
+        self._source = source
+        self._compiled: re.Pattern[str] | None = None
+
+    def __getattr__(self, name: str) -> Any:
+        if self._compiled is None:
+            self._compiled = re.compile(self._source)
+        return getattr(self._compiled, name)
+
+
+_TERM_RE = _LazyPattern(rf"[{_CJK}]+|[^\W_{_CJK}]+")  # version 1 only
 # Words: two or more letters/digits (longer ones are cut at MAX_TOKEN_CHARS),
 # or a single digit. Single letters carry no meaning as index terms.
 _WORD_RE = re.compile(r"[^\W_]{2,64}|\d")
 # For chunking: every CJK character is one token, words are tokens.
-_SPAN_RE = re.compile(rf"[{_CJK}]|[^\W_{_CJK}]+")
+_SPAN_RE = _LazyPattern(rf"[{_CJK}]|[^\W_{_CJK}]+")
 _CJK_CHAR = re.compile(rf"[{_CJK}]")
 
 # English stopwords (the NLTK list, which bm25s and most BM25 setups use).
@@ -570,7 +589,8 @@ class Analyzer:
                 return text.lower().encode("ascii").translate(_ASCII_SPLIT).split(), []
             if _CJK_CHAR.search(text) is None:
                 return _WORD_RE.findall(text), []
-            term_re, word_re = _TERM_RE, _WORD_RE
+            term_re: Any = _TERM_RE  # a _LazyPattern here, a compiled pattern below
+            word_re = _WORD_RE
         else:
             if text.isascii():
                 return text.lower().encode("ascii").translate(_ASCII_SPLIT2).split(), []
