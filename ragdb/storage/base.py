@@ -16,11 +16,15 @@ import re
 import sqlite3
 import threading
 from collections.abc import Iterator, Sequence
-from typing import Any
+from typing import Any, overload
 
 from ragdb.errors import CollectionNotFound, DatabaseBusy, DatabaseCorrupt, RagdbError, StorageError
 from ragdb.storage import collections as _coll
 from ragdb.storage.conditions import SQLITE, balanced, condition_sql, doc_set_sql, mentions_chunks
+from ragdb.storage.textcodec import TextCodec
+
+#: the codec of a backend that stores no compressed text: a BLOB where text belongs is damage
+_NO_CODEC = TextCodec(lambda dict_id: None)
 
 PARAM_CHUNK = 900  # stay under SQLITE_MAX_VARIABLE_NUMBER on old builds
 
@@ -95,6 +99,30 @@ class StoreBase:
     def _source_test(column: str, source: str, glob: bool) -> tuple[str, list[Any]]:
         """``column = ?``, or ``column GLOB ?`` for a pattern, with its parameters."""
         return (f"{column} GLOB ?" if glob else f"{column} = ?"), [source]
+
+    # -- stored text -------------------------------------------------------------------------
+    def _text_codec(self) -> TextCodec:
+        """The codec of compressed texts (SQLite's: ``ConnectionSQL``; PostgreSQL stores none)."""
+        return _NO_CODEC
+
+    @overload
+    def _text(self, value: str | bytes) -> str: ...
+    @overload
+    def _text(self, value: None) -> None: ...
+    @overload
+    def _text(self, value: str | bytes | None) -> str | None: ...
+
+    def _text(self, value: str | bytes | None) -> str | None:
+        """A stored text as read: TEXT as it is, a compressed BLOB decoded (a damaged one is
+        :class:`ragdb.errors.TextDamaged`). Every read of ``documents.text`` or ``chunks.text``
+        goes through it."""
+        if value is None or type(value) is str:
+            return value
+        return self._text_codec().decode(value)
+
+    def pack_texts(self, texts: Sequence[str | None], doc_ids: Sequence[int] = ()) -> list[str | bytes | None]:
+        """What to store for each of ``texts``: as they are (SQLite compresses: ``ConnectionSQL``)."""
+        return list(texts)
 
     def _filter_sql(self, conditions: Sequence[Any], public_unlabeled: bool, per_chunk: bool = False
                     ) -> tuple[list[str], list[Any]]:

@@ -60,7 +60,9 @@ from ragdb.storage import collections as _coll
 from ragdb.storage.backend import glob_regex, password_of, redact
 from ragdb.storage.codec import dumps, utcnow_iso
 from ragdb.storage.conditions import COMPARE, Dialect, condition_sql, doc_set_sql
+from ragdb.storage.base import _NO_CODEC
 from ragdb.storage.store import WHOLE_CHUNK, Store, migrations_dir
+from ragdb.storage.textcodec import TextCodec
 
 if TYPE_CHECKING:
     import sqlite3
@@ -977,6 +979,13 @@ class PgStore(Store):
             name = _coll.object_name(self.collection_id, table)
             self.pg.run("SELECT setval(pg_get_serial_sequence(%s, 'seq'), "
                          f"greatest((SELECT coalesce(max(seq), 0) FROM {name}), 1))", [name])
+
+    # -- stored text (connection.py): PostgreSQL keeps plain text (TOAST compresses values over 2 KB) --
+    def _text_codec(self) -> TextCodec:
+        return _NO_CODEC
+
+    def pack_texts(self, texts: Sequence[str | None], doc_ids: Sequence[int] = ()) -> list[str | bytes | None]:
+        return list(texts)
 
     # -- vectors (vectors.py) ------------------------------------------------------------------------
     _CHUNK_TEXT_BYTES = "convert_to(coalesce(c.text, d.text), 'UTF8')"
