@@ -45,7 +45,7 @@ TRAIN_MAX_BYTES = 16 << 20
 MIN_BYTES = 64
 #: the ids of dictionaries start here (zstd leaves 1..32767 to a registry)
 FIRST_DICT_ID = 32768
-#: a collection without a dictionary tries to train one whenever its document ids pass a multiple of this
+#: a collection without a dictionary tries to train one whenever a document id is a multiple of this
 TRAIN_EVERY = 1024
 
 ZSTD_MAGIC = b"\x28\xb5\x2f\xfd"  # a zstd frame's first bytes (never the start of valid UTF-8)
@@ -214,7 +214,7 @@ def pack(conn: sqlite3.Connection, codec: TextCodec, collection_id: int, texts: 
     if dict_id == 0 and doc_ids:
         fresh = [t for t in texts if t]
         dict_id = train(conn, codec, collection_id, fresh)
-        if dict_id == 0 and stored is not None and min(doc_ids) // TRAIN_EVERY != max(doc_ids) // TRAIN_EVERY:
+        if dict_id == 0 and stored is not None and (min(doc_ids) - 1) // TRAIN_EVERY != max(doc_ids) // TRAIN_EVERY:
             dict_id = train(conn, codec, collection_id, stored() + fresh)
     return [codec.encode(t, dict_id) for t in texts]
 
