@@ -18,7 +18,7 @@ import threading
 from collections.abc import Iterator, Sequence
 from typing import Any, overload
 
-from ragdb.errors import CollectionNotFound, DatabaseBusy, DatabaseCorrupt, RagdbError, StorageError
+from ragdb.errors import CollectionNotFound, DatabaseBusy, DatabaseCorrupt, RagdbError, StorageError, TextDamaged
 from ragdb.storage import collections as _coll
 from ragdb.storage.conditions import SQLITE, balanced, condition_sql, doc_set_sql, mentions_chunks
 from ragdb.storage.textcodec import TextCodec
@@ -58,6 +58,9 @@ def translate(err: sqlite3.Error, path: str) -> RagdbError:
                             f"and its -wal/-shm files, or a folder on the path is missing): {msg}")
     if "full" in low:
         return StorageError(f"{path}: the disk is full; nothing was written: {msg}")
+    if "user-defined function raised exception" in low:  # only ragdb_instr raises: a text it could not decode
+        return TextDamaged(f"{path}: a stored text could not be read back (a damaged compressed text); "
+                           f"`ragdb check` lists them: {msg}")
     if "not a database" in low or "malformed" in low or "encrypted" in low:
         return DatabaseCorrupt(f"{path}: the file is not a database or is corrupt (SQLite says: {msg}). "
                                f"If it was a ragdb database, restore it from a backup or an export")

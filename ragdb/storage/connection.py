@@ -340,6 +340,9 @@ class ConnectionSQL(StoreBase):
         for stmt in _coll.drop_statements(collection_id):
             raw.execute(stmt)
         raw.execute("DELETE FROM collections WHERE id = ?", [collection_id])
+        # its text dictionaries are kept (their ids are never reused: another connection may hold
+        # one in its cache) but retired, so a new collection that gets this id trains its own
+        raw.execute(f"UPDATE {_text.DICT_TABLE} SET collection_id = -1 WHERE collection_id = ?", [collection_id])
 
     def collection_exists(self) -> bool:
         """Whether this store's collection is still registered (not dropped)."""

@@ -177,6 +177,15 @@ def test_collections_keep_their_own_dictionaries(tmp_path, small_training):
     with ragdb.open(path, collection="other") as db:
         assert db.get(source="s5").text == seed_texts()[5].upper()
         assert db.check() == []
+    with ragdb.open(path) as db:  # a dropped collection's dictionary is retired, never reused
+        db.drop_collection("other")
+        again = db.collection("other")
+        again.add_many(({"text": t, "source": f"s{i}"} for i, t in enumerate(seed_texts())), chunker="none")
+        assert again.get(source="s5").text == seed_texts()[5]
+    rows = sorted(stored(path, "SELECT id, collection_id FROM text_dictionaries"))
+    assert rows[:2] == [(textcodec.FIRST_DICT_ID, 0), (textcodec.FIRST_DICT_ID + 1, -1)]
+    assert rows[2][0] == textcodec.FIRST_DICT_ID + 2 and rows[2][1] == stored(
+        path, "SELECT id FROM collections WHERE name = 'other'")[0][0]
 
 
 # ---------------------------------------------------------------------------- damage
@@ -214,7 +223,7 @@ def test_damaged_compressed_text_is_reported_and_raises_a_ragdb_error(compressed
             db.get(source="s3")
         with pytest.raises(RagdbError):  # every reader of the text: a RagdbError, never another exception
             list(db.records(principals=ragdb.ALL))
-        with pytest.raises(RagdbError):
+        with pytest.raises(TextDamaged):  # through SQL (ragdb_instr): the same error
             db.count(filter={"$contains": "zzz-not-there"})
 
 
@@ -262,16 +271,14 @@ def test_an_uncompressed_database_migrates_to_the_same_texts_and_results(tmp_pat
     def results(db):
         return [[(h.doc_id, h.chunk_id, round(h.score, 9), h.text) for h in db.search(q, k=100)] for q in queries]
 
-    # the reference: the old database read as it is (before migrating: a copy, opened after
-    # the test undid 0010 on it, is read by the SQL that every version shares)
+    # the old file's texts, read with plain SQL before it migrates
     conn = sqlite3.connect(path)
     before_texts = dict(conn.execute("SELECT source, text FROM documents"))
     before_chunks = conn.execute("SELECT id, text FROM chunks ORDER BY id").fetchall()
     conn.close()
     with ragdb.open(path) as db:  # migrates: trains a dictionary, compresses every stored text
         after = results(db)
-        assert {f"s{i}": db.get(source=f"s{i}").text for i in range(len(texts))} == \
-            {k: v for k, v in before_texts.items()}
+        assert {f"s{i}": db.get(source=f"s{i}").text for i in range(len(texts))} == before_texts
         assert db.check() == []
         assert db.collection("other").get(source="o3").text == texts[3]
     assert stored(path, "SELECT count(*) FROM documents WHERE typeof(text) = 'text'") == [(0,)]
