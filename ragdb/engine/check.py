@@ -402,7 +402,7 @@ def _decode(store: Store, tally: _Tally, column: str, noun: str, where: str, kin
     frame, :mod:`ragdb.storage.textcodec`) that decodes, or not valid UTF-8."""
     if kind == "blob" and raw is not None and raw[:4] == ZSTD_MAGIC:
         try:
-            raw = store._text_codec().decode_bytes(raw)
+            raw = store.text_codec().decode_bytes(raw)
         except TextDamaged as e:
             tally.add(f"{column} is compressed and cannot be read back", noun, f"{where}: {e}")
             return None

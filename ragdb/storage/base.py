@@ -24,7 +24,7 @@ from ragdb.storage.conditions import SQLITE, balanced, condition_sql, doc_set_sq
 from ragdb.storage.textcodec import TextCodec
 
 #: the codec of a backend that stores no compressed text: a BLOB where text belongs is damage
-_NO_CODEC = TextCodec(lambda dict_id: None)
+NO_CODEC = TextCodec(lambda dict_id: None)
 
 PARAM_CHUNK = 900  # stay under SQLITE_MAX_VARIABLE_NUMBER on old builds
 
@@ -104,9 +104,9 @@ class StoreBase:
         return (f"{column} GLOB ?" if glob else f"{column} = ?"), [source]
 
     # -- stored text -------------------------------------------------------------------------
-    def _text_codec(self) -> TextCodec:
+    def text_codec(self) -> TextCodec:
         """The codec of compressed texts (SQLite's: ``ConnectionSQL``; PostgreSQL stores none)."""
-        return _NO_CODEC
+        return NO_CODEC
 
     @overload
     def _text(self, value: str | bytes) -> str: ...
@@ -121,7 +121,7 @@ class StoreBase:
         goes through it."""
         if value is None or type(value) is str:
             return value
-        return self._text_codec().decode(value)
+        return self.text_codec().decode(value)
 
     def pack_texts(self, texts: Sequence[str | None], doc_ids: Sequence[int] = ()) -> list[str | bytes | None]:
         """What to store for each of ``texts``: as they are (SQLite compresses: ``ConnectionSQL``)."""

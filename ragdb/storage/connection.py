@@ -340,8 +340,8 @@ class ConnectionSQL(StoreBase):
         for stmt in _coll.drop_statements(collection_id):
             raw.execute(stmt)
         raw.execute("DELETE FROM collections WHERE id = ?", [collection_id])
-        # its text dictionaries are kept (their ids are never reused: another connection may hold
-        # one in its cache) but retired, so a new collection that gets this id trains its own
+        # its text dictionaries are kept (a dictionary id is never reused: another connection may
+        # hold one in its cache) but retired, never compressed with again
         raw.execute(f"UPDATE {_text.DICT_TABLE} SET collection_id = -1 WHERE collection_id = ?", [collection_id])
 
     def collection_exists(self) -> bool:
@@ -550,7 +550,7 @@ class ConnectionSQL(StoreBase):
                           "ON CONFLICT (key) DO UPDATE SET value = excluded.value", [key, dumps(value)])
 
     # -- stored text (ragdb.storage.textcodec) ----------------------------------------------
-    def _text_codec(self) -> _text.TextCodec:
+    def text_codec(self) -> _text.TextCodec:
         return self.shared.codec
 
     def pack_texts(self, texts: Sequence[str | None], doc_ids: Sequence[int] = ()) -> list[str | bytes | None]:

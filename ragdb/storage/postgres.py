@@ -60,7 +60,7 @@ from ragdb.storage import collections as _coll
 from ragdb.storage.backend import glob_regex, password_of, redact
 from ragdb.storage.codec import dumps, utcnow_iso
 from ragdb.storage.conditions import COMPARE, Dialect, condition_sql, doc_set_sql
-from ragdb.storage.base import _NO_CODEC
+from ragdb.storage.base import NO_CODEC
 from ragdb.storage.store import WHOLE_CHUNK, Store, migrations_dir
 from ragdb.storage.textcodec import TextCodec
 
@@ -982,8 +982,8 @@ class PgStore(Store):
                          f"greatest((SELECT coalesce(max(seq), 0) FROM {name}), 1))", [name])
 
     # -- stored text (connection.py): PostgreSQL keeps plain text (TOAST compresses values over 2 KB) --
-    def _text_codec(self) -> TextCodec:
-        return _NO_CODEC
+    def text_codec(self) -> TextCodec:
+        return NO_CODEC
 
     def pack_texts(self, texts: Sequence[str | None], doc_ids: Sequence[int] = ()) -> list[str | bytes | None]:
         return list(texts)

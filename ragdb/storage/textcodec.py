@@ -182,14 +182,26 @@ def train(conn: sqlite3.Connection, codec: TextCodec, collection_id: int, texts:
 def register_functions(conn: sqlite3.Connection, codec: TextCodec) -> None:
     """The SQL functions that read stored text on ``conn``:
 
-    ``ragdb_instr(text, needle)``: ``instr`` on the decoded text (a ``$contains`` filter);
+    ``ragdb_instr(text, needle)``: ``instr`` on the decoded text, for ``> 0`` (a ``$contains`` filter);
     ``ragdb_text_bytes(typeof(x), CAST(x AS BLOB))``: a text's UTF-8 bytes (``check``'s vector
     hashes), NULL when a frame is damaged (``check`` reports the text itself)."""
+
+    needles: dict[str, bytes] = {}
 
     def instr(text: str | bytes | None, needle: str | None) -> int | None:
         if text is None or needle is None:
             return None
-        return codec.decode(text).find(needle) + 1  # type: ignore[union-attr]
+        if isinstance(text, str):
+            return text.find(needle) + 1
+        # A frame: its UTF-8 bytes searched for the needle's (UTF-8 is self-synchronizing, so
+        # a byte match is a character match), without decoding to str: a $contains scan
+        # decodes every candidate's text. Only ``> 0`` is ever asked, so 1 stands for any position.
+        b = needles.get(needle)
+        if b is None:
+            if len(needles) > 64:
+                needles.clear()
+            b = needles[needle] = needle.encode("utf-8")
+        return 1 if b in codec.decode_bytes(text) else 0
 
     def text_bytes(kind: str, raw: bytes | None) -> bytes | None:
         if raw is None or kind != "blob":
