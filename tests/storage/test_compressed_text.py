@@ -304,3 +304,28 @@ def test_an_uncompressed_database_migrates_to_the_same_texts_and_results(tmp_pat
     with ragdb.open(ref) as db:  # plain TEXT read by this version (0010 marked applied)
         assert stored(ref, "SELECT count(*) FROM documents WHERE typeof(text) != 'text'") == [(0,)]
         assert results(db) == after
+
+
+# ---------------------------------------------------------------------------- PostgreSQL (plain text)
+
+def test_compressed_sqlite_round_trips_through_postgresql(pg_url, tmp_path, small_training):
+    """PostgreSQL keeps plain text: a copy from a compressed SQLite file carries the texts
+    (not the frames), and a copy back compresses them with the new file's own dictionary."""
+    from ragdb.files.transfer import copy_database
+
+    src, back = tmp_path / "a.db", tmp_path / "b.db"
+    texts = seed_texts()
+    with ragdb.open(src) as db:
+        db.add_many(({"text": t, "source": f"s{i}"} for i, t in enumerate(texts)), chunker="window:size=10,overlap=2")
+        want = [[(h.source, h.text) for h in db.search(q, k=50)] for q in ("retrieval index", "北京")]
+        contains = db.count(filter={"$contains": "检索 数据库"})
+    assert stored(src, "SELECT count(*) FROM documents WHERE typeof(text) = 'blob'") == [(len(texts),)]
+    copy_database(str(src), pg_url)
+    copy_database(pg_url, str(back))
+    for target in (pg_url, str(back)):
+        with ragdb.open(target) as db:
+            assert [db.get(source=f"s{i}").text for i in range(len(texts))] == texts
+            assert [[(h.source, h.text) for h in db.search(q, k=50)] for q in ("retrieval index", "北京")] == want
+            assert db.count(filter={"$contains": "检索 数据库"}) == contains
+            assert db.check() == []
+    assert stored(back, "SELECT count(*) FROM documents WHERE typeof(text) = 'blob'") == [(len(texts),)]
