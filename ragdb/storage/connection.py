@@ -20,7 +20,7 @@ from collections.abc import Iterator, Sequence
 if TYPE_CHECKING:
     import sqlite_utils
 
-from ragdb.errors import DatabaseBusy, InvalidInput, NotADatabase, SchemaTooNew, StorageError
+from ragdb.errors import DatabaseBusy, InvalidInput, NotADatabase, SchemaTooNew, StorageError, TextDamaged
 from ragdb.storage import collections as _coll
 from ragdb.storage.base import StoreBase
 from ragdb.storage.base import translate as _translate
@@ -560,9 +560,17 @@ class ConnectionSQL(StoreBase):
         raw = self.shared.raw
 
         def stored() -> list[str]:  # the newest stored document texts, to train on
-            rows = self.conn.execute("SELECT text FROM documents ORDER BY id DESC LIMIT ?",
-                                     [_text.TRAIN_MAX_TEXTS]).fetchall()
-            return [t for (v,) in rows if (t := self._text(v))]
+            out = []
+            for kind, value in self.conn.execute(
+                    "SELECT typeof(text), CAST(text AS BLOB) FROM documents ORDER BY id DESC LIMIT ?",
+                    [_text.TRAIN_MAX_TEXTS]):
+                try:  # a damaged text (check reports it) must not fail this write: left out
+                    text = self._text(value) if kind == "blob" else bytes(value).decode("utf-8")
+                except (TextDamaged, UnicodeDecodeError, TypeError):
+                    continue
+                if text:
+                    out.append(text)
+            return out
 
         return _text.pack(raw, self.shared.codec, self.collection_id, texts, doc_ids, stored)
 

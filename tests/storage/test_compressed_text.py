@@ -113,6 +113,25 @@ def test_one_document_at_a_time_trains_a_dictionary_too(tmp_path, small_training
     assert len(stored(path, "SELECT id FROM text_dictionaries")) == 1
 
 
+def test_a_damaged_stored_text_does_not_fail_training(tmp_path, small_training):
+    """Training from the stored texts leaves out one that cannot be read (check reports it)."""
+    path = tmp_path / "kb.db"
+    texts = seed_texts(20)
+    with ragdb.open(path) as db:
+        for i, t in enumerate(texts[:10]):
+            db.add(t, source=f"s{i}", chunker="none")
+    conn = sqlite3.connect(path)
+    conn.execute("UPDATE documents SET text = x'28b52ffd00ffffffff' WHERE source = 's3'")
+    conn.commit()
+    conn.close()
+    with ragdb.open(path) as db:
+        for i, t in enumerate(texts[10:], 10):
+            db.add(t, source=f"s{i}", chunker="none")
+        assert db.get(source="s19").text == texts[19]
+        assert any("documents.text is compressed and cannot be read back" in p for p in db.check())
+    assert len(stored(path, "SELECT id FROM text_dictionaries")) == 1
+
+
 @settings(max_examples=EXAMPLES, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(text=st.text(alphabet=st.characters(blacklist_categories=("Cs",)), max_size=400),
        words=st.lists(st.sampled_from(WORDS), min_size=1, max_size=30))
