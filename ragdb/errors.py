@@ -79,6 +79,12 @@ class StorageError(RagdbError):
     """SQLite refused an operation (disk full, read-only file, corruption)."""
 
 
+class TextDamaged(StorageError):
+    """A stored (compressed) text cannot be read back: its zstd frame is damaged, names a
+    dictionary the database does not have, or does not decompress to UTF-8. ``ragdb check``
+    lists every such text; restore the file from a backup or an export."""
+
+
 class InternalError(RagdbError):
     """An operation failed in a way ragdb did not expect: a bug, or damage that ``ragdb check``
     does not recognise. The original exception is kept as the cause (``__cause__``); the

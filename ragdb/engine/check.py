@@ -26,9 +26,11 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from ragdb.errors import TextDamaged
 from ragdb.index.inverted import Index, postings_problem
 from ragdb.storage import DTYPES
 from ragdb.engine.write import stored_filter_rows
+from ragdb.storage.textcodec import ZSTD_MAGIC
 
 if TYPE_CHECKING:
     from collections.abc import Iterable
@@ -276,17 +278,17 @@ def _text_problems(store: Store) -> list[str]:
     for block in store.document_text_blocks():
         verified: dict[int, str] = {}  # document id -> text, when it matches its content hash
         for doc_id, digest, kind, raw in block:
-            text = _decode(tally, "documents.text", "document", f"document {doc_id}", kind, raw)
+            text = _decode(store, tally, "documents.text", "document", f"document {doc_id}", kind, raw)
             if text is None:
                 continue
-            if raw is None or hashlib.sha256(raw).hexdigest().encode() != digest:
+            if hashlib.sha256(text.encode("utf-8")).hexdigest().encode() != digest:
                 tally.add("documents.text does not match its content_hash", "document", f"document {doc_id}")
                 continue
             verified[doc_id] = text
         upto = block[-1][0]
-        _chunk_text_problems(tally, store.chunk_texts(after, upto), verified)
+        _chunk_text_problems(store, tally, store.chunk_texts(after, upto), verified)
         after = upto
-    _chunk_text_problems(tally, store.chunk_texts(after, _LAST_ID), {})  # chunks of no document
+    _chunk_text_problems(store, tally, store.chunk_texts(after, _LAST_ID), {})  # chunks of no document
     return tally.problems()
 
 
@@ -377,7 +379,7 @@ def _vector_hash_problems(store: Store) -> list[str]:
     return tally.problems()
 
 
-def _chunk_text_problems(tally: _Tally, rows: Iterable[tuple[int, int, Any, Any, str, bytes | None]],
+def _chunk_text_problems(store: Store, tally: _Tally, rows: Iterable[tuple[int, int, Any, Any, str, bytes | None]],
                          texts: dict[int, str]) -> None:
     for cid, doc_id, start, end, kind, raw in rows:
         doc = texts.get(doc_id)
@@ -387,16 +389,24 @@ def _chunk_text_problems(tally: _Tally, rows: Iterable[tuple[int, int, Any, Any,
                 tally.add("chunks.text is NULL (the whole document) but the chunk is not its whole document",
                           "chunk", f"{where}: [{start}:{end}] of {len(doc)} characters")
             continue
-        text = _decode(tally, "chunks.text", "chunk", where, kind, raw)
+        text = _decode(store, tally, "chunks.text", "chunk", where, kind, raw)
         if text is None or doc is None:
             continue
         if not (type(start) is int and type(end) is int) or text != doc[start:end]:
             tally.add("chunks.text differs from its document's text[start:end]", "chunk", f"{where}: [{start}:{end}]")
 
 
-def _decode(tally: _Tally, column: str, noun: str, where: str, kind: str, raw: bytes | None) -> str | None:
-    """A stored text, or None (reported) when it is not TEXT or not valid UTF-8."""
-    if kind != "text" or raw is None:
+def _decode(store: Store, tally: _Tally, column: str, noun: str, where: str, kind: str,
+            raw: bytes | None) -> str | None:
+    """A stored text, or None (reported) when it is not TEXT or a compressed text (a zstd
+    frame, :mod:`ragdb.storage.textcodec`) that decodes, or not valid UTF-8."""
+    if kind == "blob" and raw is not None and raw[:4] == ZSTD_MAGIC:
+        try:
+            raw = store.text_codec().decode_bytes(raw)
+        except TextDamaged as e:
+            tally.add(f"{column} is compressed and cannot be read back", noun, f"{where}: {e}")
+            return None
+    elif kind != "text" or raw is None:
         tally.add(f"{column} is not stored as text", noun, f"{where}: {kind}")
         return None
     try:

@@ -16,11 +16,15 @@ import re
 import sqlite3
 import threading
 from collections.abc import Iterator, Sequence
-from typing import Any
+from typing import Any, overload
 
-from ragdb.errors import CollectionNotFound, DatabaseBusy, DatabaseCorrupt, RagdbError, StorageError
+from ragdb.errors import CollectionNotFound, DatabaseBusy, DatabaseCorrupt, RagdbError, StorageError, TextDamaged
 from ragdb.storage import collections as _coll
 from ragdb.storage.conditions import SQLITE, balanced, condition_sql, doc_set_sql, mentions_chunks
+from ragdb.storage.textcodec import TextCodec
+
+#: the codec of a backend that stores no compressed text: a BLOB where text belongs is damage
+NO_CODEC = TextCodec(lambda dict_id: None)
 
 PARAM_CHUNK = 900  # stay under SQLITE_MAX_VARIABLE_NUMBER on old builds
 
@@ -54,6 +58,9 @@ def translate(err: sqlite3.Error, path: str) -> RagdbError:
                             f"and its -wal/-shm files, or a folder on the path is missing): {msg}")
     if "full" in low:
         return StorageError(f"{path}: the disk is full; nothing was written: {msg}")
+    if "user-defined function raised exception" in low:  # only ragdb_instr raises: a text it could not decode
+        return TextDamaged(f"{path}: a stored text could not be read back (a damaged compressed text); "
+                           f"`ragdb check` lists them: {msg}")
     if "not a database" in low or "malformed" in low or "encrypted" in low:
         return DatabaseCorrupt(f"{path}: the file is not a database or is corrupt (SQLite says: {msg}). "
                                f"If it was a ragdb database, restore it from a backup or an export")
@@ -95,6 +102,30 @@ class StoreBase:
     def _source_test(column: str, source: str, glob: bool) -> tuple[str, list[Any]]:
         """``column = ?``, or ``column GLOB ?`` for a pattern, with its parameters."""
         return (f"{column} GLOB ?" if glob else f"{column} = ?"), [source]
+
+    # -- stored text -------------------------------------------------------------------------
+    def text_codec(self) -> TextCodec:
+        """The codec of compressed texts (SQLite's: ``ConnectionSQL``; PostgreSQL stores none)."""
+        return NO_CODEC
+
+    @overload
+    def _text(self, value: str | bytes) -> str: ...
+    @overload
+    def _text(self, value: None) -> None: ...
+    @overload
+    def _text(self, value: str | bytes | None) -> str | None: ...
+
+    def _text(self, value: str | bytes | None) -> str | None:
+        """A stored text as read: TEXT as it is, a compressed BLOB decoded (a damaged one is
+        :class:`ragdb.errors.TextDamaged`). Every read of ``documents.text`` or ``chunks.text``
+        goes through it."""
+        if value is None or type(value) is str:
+            return value
+        return self.text_codec().decode(value)
+
+    def pack_texts(self, texts: Sequence[str | None], doc_ids: Sequence[int] = ()) -> list[str | bytes | None]:
+        """What to store for each of ``texts``: as they are (SQLite compresses: ``ConnectionSQL``)."""
+        return list(texts)
 
     def _filter_sql(self, conditions: Sequence[Any], public_unlabeled: bool, per_chunk: bool = False
                     ) -> tuple[list[str], list[Any]]:

@@ -46,8 +46,9 @@ class Dialect:
     overrides them)."""
 
     true, false = "1", "0"
-    #: the function finding a substring: ``FN(text, needle) > 0``
-    find = "instr"
+    #: the function finding a substring: ``FN(text, needle) > 0`` (SQLite's ``instr`` on the text
+    #: decoded: a stored text may be compressed, ragdb.storage.textcodec.register_functions)
+    find = "ragdb_instr"
 
     def one_of(self, column: str, values: Sequence[Any], params: list[Any], sql_type: str) -> str:
         """``column`` equal to one of ``values`` (``sql_type``: their PostgreSQL type)."""

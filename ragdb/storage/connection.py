@@ -14,16 +14,17 @@ import time
 import threading
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 
 if TYPE_CHECKING:
     import sqlite_utils
 
-from ragdb.errors import DatabaseBusy, InvalidInput, NotADatabase, SchemaTooNew, StorageError
+from ragdb.errors import DatabaseBusy, InvalidInput, NotADatabase, SchemaTooNew, StorageError, TextDamaged
 from ragdb.storage import collections as _coll
 from ragdb.storage.base import StoreBase
 from ragdb.storage.base import translate as _translate
 from ragdb.storage.codec import dumps, iso_instant, loads, utcnow_iso
+from ragdb.storage import textcodec as _text
 
 MIGRATION_SET = "ragdb"
 
@@ -90,7 +91,7 @@ def build_migrations(stop_after: str | None = None) -> sqlite_utils.Migrations:
     for path in migration_files():
         sql = path.read_text(encoding="utf-8")
 
-        def apply(db: sqlite_utils.Database, _sql: str = sql) -> None:
+        def apply(db: sqlite_utils.Database, _sql: str = sql, _name: str = path.stem) -> None:
             _register_functions(db.conn)
             statements = _split_sql(_sql)
             for stmt in statements:
@@ -99,11 +100,18 @@ def build_migrations(stop_after: str | None = None) -> sqlite_utils.Migrations:
             for cid in _collection_ids(db.conn):
                 for stmt in _coll.collection_ddl(statements, cid):
                     db.conn.execute(stmt)
+            step = _PYTHON_STEPS.get(_name)
+            if step is not None:  # what SQL alone cannot do, on every collection
+                step(db.conn, [0, *_collection_ids(db.conn)])
 
         migrations(name=path.stem)(apply)
         if stop_after == path.stem:
             break
     return migrations
+
+
+#: Migrations with a step in Python after their SQL: (connection, collection ids) -> None.
+_PYTHON_STEPS = {"0010_compressed_text": _text.compress_stored}
 
 
 def _collection_ids(conn: sqlite3.Connection) -> list[int]:
@@ -199,10 +207,13 @@ class _Shared:
     """What the stores of one file's collections share: the connection, its lock, and
     whether a read transaction is open on it."""
 
-    __slots__ = ("raw", "lock", "reading", "db", "closed")
+    __slots__ = ("raw", "lock", "reading", "db", "closed", "codec")
 
     def __init__(self, raw: sqlite3.Connection, lock: threading.RLock) -> None:
         self.raw = raw
+        #: compressed text's (de)compressors and dictionaries (:mod:`ragdb.storage.textcodec`)
+        self.codec = _text.new_codec(raw)
+        _text.register_functions(raw, self.codec)
         self.lock = lock
         self.reading = False  # a read transaction (``read``) is open: writes must not nest in it
         self.closed = False  # closed by its owner's close(): a second close does nothing
@@ -332,6 +343,9 @@ class ConnectionSQL(StoreBase):
         for stmt in _coll.drop_statements(collection_id):
             raw.execute(stmt)
         raw.execute("DELETE FROM collections WHERE id = ?", [collection_id])
+        # its text dictionaries are kept (a dictionary id is never reused: another connection may
+        # hold one in its cache) but retired, never compressed with again
+        raw.execute(f"UPDATE {_text.DICT_TABLE} SET collection_id = -1 WHERE collection_id = ?", [collection_id])
 
     def collection_exists(self) -> bool:
         """Whether this store's collection is still registered (not dropped)."""
@@ -450,8 +464,12 @@ class ConnectionSQL(StoreBase):
                     raise InvalidInput(f"{self.path}: cannot write while a read of this connection is open "
                                        f"(e.g. inside a loop over db.records()); finish the read first")
                 # Nested: a savepoint inside the caller's transaction.
-                with self.db.atomic():
-                    yield self.conn
+                try:
+                    with self.db.atomic():
+                        yield self.conn
+                except BaseException:
+                    self.shared.codec.forget()  # a text dictionary it stored is undone (its id may come again)
+                    raise
                 return
             try:
                 self.conn.execute("BEGIN IMMEDIATE")
@@ -462,9 +480,11 @@ class ConnectionSQL(StoreBase):
                 self.conn.execute("COMMIT")
             except sqlite3.Error as e:
                 self._rollback()
+                self.shared.codec.forget()  # a text dictionary it stored is undone (its id may come again)
                 raise _translate(e, self.path) from e
             except BaseException:
                 self._rollback()
+                self.shared.codec.forget()
                 raise
 
     @contextlib.contextmanager
@@ -531,6 +551,31 @@ class ConnectionSQL(StoreBase):
     def set_setting(self, key: str, value: Any) -> None:
         self.conn.execute("INSERT INTO settings (key, value) VALUES (?, ?) "
                           "ON CONFLICT (key) DO UPDATE SET value = excluded.value", [key, dumps(value)])
+
+    # -- stored text (ragdb.storage.textcodec) ----------------------------------------------
+    def text_codec(self) -> _text.TextCodec:
+        return self.shared.codec
+
+    def pack_texts(self, texts: Sequence[str | None], doc_ids: Sequence[int] = ()) -> list[str | bytes | None]:
+        """What to store for each of ``texts`` (in a write transaction): compressed, in SQLite
+        (:func:`ragdb.storage.textcodec.pack`; ``doc_ids``: the documents they are the texts
+        of, when they are, so that a collection without a dictionary may train one)."""
+        raw = self.shared.raw
+
+        def stored() -> list[str]:  # the newest stored document texts, to train on
+            out = []
+            for kind, value in self.conn.execute(
+                    "SELECT typeof(text), CAST(text AS BLOB) FROM documents ORDER BY id DESC LIMIT ?",
+                    [_text.TRAIN_MAX_TEXTS]):
+                try:  # a damaged text (check reports it) must not fail this write: left out
+                    text = self._text(value) if kind == "blob" else bytes(value).decode("utf-8")
+                except (TextDamaged, UnicodeDecodeError, TypeError):
+                    continue
+                if text:
+                    out.append(text)
+            return out
+
+        return _text.pack(raw, self.shared.codec, self.collection_id, texts, doc_ids, stored)
 
     def in_transaction(self) -> bool:
         """Whether a transaction of this connection is open (then writes nest as savepoints)."""

@@ -37,14 +37,20 @@ class DocumentSQL(StoreBase):
         return [r[0] for r in self.conn.execute("SELECT metadata FROM chunks WHERE doc_id = ? ORDER BY id", [doc_id])]
 
     def insert_documents(self, rows: Iterable[Sequence[Any]]) -> None:
+        out = [list(r) for r in rows]  # the text (8th) as stored: compressed in SQLite (pack_texts)
+        for r, packed in zip(out, self.pack_texts([r[7] for r in out], [r[0] for r in out])):
+            r[7] = packed
         self.conn.executemany(
             "INSERT INTO documents (id, source, version, timestamp, ts, valid_to, latest, content_hash, title, "
-            "text, metadata, acl, chunker, added_at) VALUES (?, ?, ?, ?, ?, NULL, 1, ?, ?, ?, ?, ?, ?, ?)", rows)
+            "text, metadata, acl, chunker, added_at) VALUES (?, ?, ?, ?, ?, NULL, 1, ?, ?, ?, ?, ?, ?, ?)", out)
 
     def insert_chunks(self, rows: Iterable[Sequence[Any]]) -> None:
+        out = [list(r) for r in rows]  # the chunk's own text (7th, NULL for a whole document) as stored
+        for r, packed in zip(out, self.pack_texts([r[6] for r in out])):
+            r[6] = packed
         self.conn.executemany(
             'INSERT INTO chunks (id, doc_id, ordinal, start, "end", length, latest, text, metadata, terms, tfs) '
-            "VALUES (?, ?, ?, ?, ?, ?, 1, ?, ?, ?, ?)", rows)
+            "VALUES (?, ?, ?, ?, ?, ?, 1, ?, ?, ?, ?)", out)
 
     def doc_chunks(self, doc_id: int) -> list[tuple[int, int, int, bytes, bytes]]:
         """(chunk id, length, latest, terms, tfs) of a document's chunks."""
@@ -87,8 +93,9 @@ class DocumentSQL(StoreBase):
         return out
 
     def doc_row(self, doc_id: int) -> tuple[Any, ...] | None:
-        return self.conn.execute(f"SELECT {self._DOC_COLS}, d.text FROM documents d WHERE d.id = ?",
-                                 [doc_id]).fetchone()
+        row = self.conn.execute(f"SELECT {self._DOC_COLS}, d.text FROM documents d WHERE d.id = ?",
+                                [doc_id]).fetchone()
+        return None if row is None else (*row[:-1], self._text(row[-1]))
 
     def doc_source(self, doc_id: int) -> tuple[str, int, bool, bool] | None:
         """(source, latest, has metadata, has acl) of a document."""
@@ -170,7 +177,8 @@ class DocumentSQL(StoreBase):
                "d.latest FROM documents d")
         if where:
             sql += " WHERE " + " AND ".join(where)
-        yield from self.conn.execute(sql + " ORDER BY d.id", params)
+        for row in self.conn.execute(sql + " ORDER BY d.id", params):
+            yield (*row[:5], self._text(row[5]), *row[6:])
 
     def iter_chunk_spans(self) -> Iterator[tuple[int, int, int, str]]:
         """(doc id, start, end, chunk metadata json) of every chunk of the documents that have
@@ -215,7 +223,7 @@ class DocumentSQL(StoreBase):
                     f"c.ordinal, "
                     f"c.metadata, d.metadata, d.title FROM chunks c JOIN documents d ON d.id = c.doc_id "
                     f"WHERE c.id IN ({q})", part):
-                out[row[0]] = tuple(row[1:])
+                out[row[0]] = (*row[1:5], self._text(row[5]), *row[6:])
         return out
 
     def doc_hit_rows(self, doc_ids: Sequence[int]) -> dict[int, tuple[Any, ...]]:
@@ -228,7 +236,7 @@ class DocumentSQL(StoreBase):
             for row in self.conn.execute(
                     f"SELECT id, source, version, timestamp, text, metadata, title FROM documents WHERE id IN ({q})",
                     part):
-                out[row[0]] = tuple(row[1:])
+                out[row[0]] = (*row[1:4], self._text(row[4]), *row[5:])
         return out
 
     def texts_by_id(self, chunk_ids: Sequence[int], doc_ids: Sequence[int]) -> tuple[dict[int, str], dict[int, str]]:
@@ -238,12 +246,13 @@ class DocumentSQL(StoreBase):
         own: dict[int, str] = {}
         for part in _chunks(list(chunk_ids)):
             q = ",".join("?" * len(part))
-            own.update(self.conn.execute(f"SELECT id, text FROM chunks WHERE id IN ({q}) AND text IS NOT NULL",
-                                         part).fetchall())
+            own.update((i, self._text(t)) for i, t in self.conn.execute(
+                f"SELECT id, text FROM chunks WHERE id IN ({q}) AND text IS NOT NULL", part))
         docs: dict[int, str] = {}
         for part in _chunks(list(doc_ids)):
             q = ",".join("?" * len(part))
-            docs.update(self.conn.execute(f"SELECT id, text FROM documents WHERE id IN ({q})", part).fetchall())
+            docs.update((i, self._text(t)) for i, t in self.conn.execute(
+                f"SELECT id, text FROM documents WHERE id IN ({q})", part))
         return own, docs
 
     def chunk_sort_keys(self, chunk_ids: Sequence[int]) -> dict[int, tuple[str, int]]:

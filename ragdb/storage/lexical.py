@@ -186,9 +186,9 @@ class LexicalSQL(StoreBase):
         """(id, latest, text, document title, source, chunk metadata json) of the next ``limit``
         chunks with id > ``after_id``, by id: a chunk's own text, or its document's when the
         chunk is the whole document (text NULL)."""
-        return self.conn.execute(
+        return [(cid, latest, self._text(text), *rest) for cid, latest, text, *rest in self.conn.execute(
             "SELECT c.id, c.latest, coalesce(c.text, d.text), d.title, d.source, c.metadata FROM chunks c "
-            "JOIN documents d ON d.id = c.doc_id WHERE c.id > ? ORDER BY c.id LIMIT ?", [after_id, limit]).fetchall()
+            "JOIN documents d ON d.id = c.doc_id WHERE c.id > ? ORDER BY c.id LIMIT ?", [after_id, limit])]
 
     def set_forward_indexes(self, rows: Iterable[tuple[bytes, bytes, int, int]]) -> None:
         """Rows of (terms, tfs, length, chunk id): a chunk's new forward index and length."""

@@ -159,13 +159,23 @@ class MaintenanceSQL(StoreBase):
         ``columns``), in :data:`COPY_ORDER`, streamed (call inside a read)."""
         cols = copy_columns(table, columns)
         order = ", ".join('"end"' if c == "end" else c for c in COPY_ORDER[table])
-        yield from self.conn.execute(f"SELECT {cols} FROM {table} ORDER BY {order}")
+        rows = self.conn.execute(f"SELECT {cols} FROM {table} ORDER BY {order}")
+        if table not in ("documents", "chunks"):
+            yield from rows
+            return
+        i = list(columns).index("text")  # the text as it reads, not as this file compressed it
+        for row in rows:
+            yield (*row[:i], self._text(row[i]), *row[i + 1:])
 
     def insert_table_rows(self, table: str, columns: Sequence[str], rows: Iterable[Sequence[Any]]) -> int:
         """Insert rows that :meth:`table_rows` of either backend read (in a write transaction);
         returns how many."""
         cols = copy_columns(table, columns)
         batch = [tuple(r) for r in rows]
+        if batch and table in ("documents", "chunks"):  # the text as this file stores it (pack_texts)
+            i = list(columns).index("text")
+            packed = self.pack_texts([r[i] for r in batch], [r[0] for r in batch] if table == "documents" else ())
+            batch = [(*r[:i], t, *r[i + 1:]) for r, t in zip(batch, packed)]
         if batch:
             self.conn.executemany(f"INSERT INTO {table} ({cols}) VALUES ({','.join('?' * len(columns))})", batch)
         return len(batch)

@@ -60,7 +60,9 @@ from ragdb.storage import collections as _coll
 from ragdb.storage.backend import glob_regex, password_of, redact
 from ragdb.storage.codec import dumps, utcnow_iso
 from ragdb.storage.conditions import COMPARE, Dialect, condition_sql, doc_set_sql
+from ragdb.storage.base import NO_CODEC
 from ragdb.storage.store import WHOLE_CHUNK, Store, migrations_dir
+from ragdb.storage.textcodec import TextCodec
 
 if TYPE_CHECKING:
     import sqlite3
@@ -376,8 +378,9 @@ def _meta_row(row: Sequence[Any]) -> tuple[Any, ...]:
 PLAIN_SQL = (
     # connection.py
     "_open_or_refuse", "generation", "in_transaction", "set_setting", "settings",
-    # base.py: the filter SQL, built from the dialect's pieces
-    "_filter_sql",
+    # base.py: the filter SQL, built from the dialect's pieces; a stored text as read (PostgreSQL's is
+    # always a str, which _text passes through)
+    "_filter_sql", "_text",
     # documents.py
     "chunk_metadata", "chunk_sort_keys", "chunk_table", "count_chunks_since", "count_documents", "doc_chunks",
     "doc_hit_rows", "doc_row", "doc_source", "hit_rows", "insert_chunks", "insert_documents", "iter_chunk_spans",
@@ -977,6 +980,13 @@ class PgStore(Store):
             name = _coll.object_name(self.collection_id, table)
             self.pg.run("SELECT setval(pg_get_serial_sequence(%s, 'seq'), "
                          f"greatest((SELECT coalesce(max(seq), 0) FROM {name}), 1))", [name])
+
+    # -- stored text (connection.py): PostgreSQL keeps plain text (TOAST compresses values over 2 KB) --
+    def text_codec(self) -> TextCodec:
+        return NO_CODEC
+
+    def pack_texts(self, texts: Sequence[str | None], doc_ids: Sequence[int] = ()) -> list[str | bytes | None]:
+        return list(texts)
 
     # -- vectors (vectors.py) ------------------------------------------------------------------------
     _CHUNK_TEXT_BYTES = "convert_to(coalesce(c.text, d.text), 'UTF8')"

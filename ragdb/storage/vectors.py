@@ -29,6 +29,7 @@ from typing import Any
 import numpy as np
 
 from ragdb.errors import EmbeddingError, InvalidInput, StorageError
+from ragdb.storage.base import StoreBase
 from ragdb.storage.codec import dumps, loads
 
 DTYPES = {"float32": "<f4", "float16": "<f2"}
@@ -61,11 +62,14 @@ def model_mismatch(current: Mapping[str, Any], name: str, dimensions: int) -> st
             f"everything with the new one: ragdb embed --model {name} --rebuild")
 
 
-class VectorSQL:
+class VectorSQL(StoreBase):
     """Vector statements of :class:`ragdb.storage.Store` (see the module docstring)."""
 
     conn: sqlite3.Connection
-    _CHUNK_TEXT_BYTES = "CAST(coalesce(c.text, d.text) AS BLOB)"  # a chunk's text as bytes (PgStore: its SQL)
+    # a chunk's text as UTF-8 bytes, never decoded to str (check: invalid UTF-8 must not raise), a
+    # compressed one decompressed (ragdb.storage.textcodec.register_functions; PgStore: its SQL)
+    _CHUNK_TEXT_BYTES = ("ragdb_text_bytes(typeof(coalesce(c.text, d.text)), "
+                         "CAST(coalesce(c.text, d.text) AS BLOB))")
 
     # -- model -------------------------------------------------------------
     def vector_model(self) -> dict[str, Any] | None:
@@ -191,7 +195,7 @@ class VectorSQL:
             "SELECT v.text_hash, v.vector, CASE WHEN v.text_hash IS NULL THEN "
             "coalesce(c.text, (SELECT d.text FROM documents d WHERE d.id = c.doc_id)) END "
             "FROM chunks c JOIN vectors v ON v.chunk_id = c.id WHERE c.doc_id = ?", [doc_id]).fetchall()
-        return [(h if h is not None else text_hash(t), vec) for h, vec, t in rows]
+        return [(h if h is not None else text_hash(self._text(t)), vec) for h, vec, t in rows]
 
     def chunk_texts_of(self, chunk_ids: Sequence[int]) -> list[tuple[int, str]]:
         """(chunk id, text) of those of ``chunk_ids`` that exist."""
@@ -199,7 +203,7 @@ class VectorSQL:
         for part in range(0, len(chunk_ids), _PARAM_CHUNK):
             ids = list(chunk_ids[part:part + _PARAM_CHUNK])
             q = ",".join("?" * len(ids))
-            out.extend(self.conn.execute(
+            out.extend((cid, self._text(t)) for cid, t in self.conn.execute(
                 f"SELECT c.id, coalesce(c.text, d.text) FROM chunks c JOIN documents d ON d.id = c.doc_id "
                 f"WHERE c.id IN ({q})", ids))
         return out
@@ -222,9 +226,9 @@ class VectorSQL:
     def unhashed_vectors(self, limit: int) -> list[tuple[int, str]]:
         """(chunk id, text) of up to ``limit`` vectors without a text hash (stored before
         migration 0005)."""
-        return self.conn.execute(
+        return [(cid, self._text(t)) for cid, t in self.conn.execute(
             "SELECT v.chunk_id, coalesce(c.text, d.text) FROM vectors v JOIN chunks c ON c.id = v.chunk_id "
-            "JOIN documents d ON d.id = c.doc_id WHERE v.text_hash IS NULL LIMIT ?", [int(limit)]).fetchall()
+            "JOIN documents d ON d.id = c.doc_id WHERE v.text_hash IS NULL LIMIT ?", [int(limit)])]
 
     def set_text_hashes(self, rows: Iterable[tuple[bytes, int]]) -> None:
         """Record ``(text hash, chunk id)`` on existing vectors (the vectors do not change)."""
@@ -307,17 +311,17 @@ class VectorSQL:
         id > ``after`` (default: the ``embedded_upto`` watermark)."""
         if after is None:
             after = self.embedded_upto()
-        return self.conn.execute(
+        return [(cid, self._text(t)) for cid, t in self.conn.execute(
             "SELECT c.id, coalesce(c.text, d.text) FROM chunks c JOIN documents d ON d.id = c.doc_id "
             "WHERE c.id > ? AND NOT EXISTS (SELECT 1 FROM vectors v WHERE v.chunk_id = c.id) "
-            "ORDER BY c.id LIMIT ?", [after, -1 if limit is None else int(limit)]).fetchall()
+            "ORDER BY c.id LIMIT ?", [after, -1 if limit is None else int(limit)])]
 
     def chunk_text_sample(self, limit: int = 400) -> list[str]:
         """The texts of up to ``limit`` chunks spread evenly over the chunk ids (to tell
         which languages a collection holds)."""
         top = int(self.conn.execute("SELECT coalesce(max(id), 0) FROM chunks").fetchone()[0])
         step = max(1, top // max(1, int(limit)))
-        return [r[0] for r in self.conn.execute(
+        return [self._text(r[0]) for r in self.conn.execute(
             "SELECT coalesce(c.text, d.text) FROM chunks c JOIN documents d ON d.id = c.doc_id "
             "WHERE c.id % ? = 0 ORDER BY c.id LIMIT ?", [step, int(limit)])]
 

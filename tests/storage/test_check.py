@@ -50,9 +50,22 @@ def kb(tmp_path: Path) -> Path:
     return path
 
 
+def plain_texts(conn: sqlite3.Connection) -> None:
+    """Store every compressed text as plain TEXT (as every database before migration 0010 did),
+    so that a corruption is written against the text (``replace(text, ...)``) and damages it as
+    a stray script or a broken disk would (compressed text's own damage: its tests below)."""
+    from ragdb.storage.textcodec import new_codec
+
+    codec = new_codec(conn)
+    for table in ("documents", "chunks"):
+        rows = conn.execute(f"SELECT id, text FROM {table} WHERE typeof(text) = 'blob'").fetchall()
+        conn.executemany(f"UPDATE {table} SET text = ? WHERE id = ?", [(codec.decode(t), i) for i, t in rows])
+
+
 def corrupt(path: Path, *statements: str, params: tuple = ()) -> None:
     conn = sqlite3.connect(path)
     try:
+        plain_texts(conn)
         for sql in statements:
             conn.execute(sql, params)
         conn.commit()

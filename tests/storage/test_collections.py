@@ -19,7 +19,8 @@ from ragdb.storage.collections import OBJECTS, collection_ddl, rename, touches_c
 from cli_helpers import out_json, run
 
 EXAMPLES = int(os.environ.get("RAGDB_HYPOTHESIS_EXAMPLES", "60"))
-FILE_WIDE = {"_sqlite_migrations", "idx__sqlite_migrations_migration_set_name", "collections", "sqlite_sequence"}
+FILE_WIDE = {"_sqlite_migrations", "idx__sqlite_migrations_migration_set_name", "collections", "sqlite_sequence",
+             "text_dictionaries", "text_dictionaries_collection"}  # one table for the file (migration 0010)
 
 
 def schema(path) -> dict[str, str]:
