@@ -1070,7 +1070,7 @@ class PackedCounts:
 
     __slots__ = ("terms", "counts", "overlaps")
 
-    def __init__(self, terms: list[str], counts: array, overlaps: int = 0) -> None:
+    def __init__(self, terms: tuple[str, ...], counts: array, overlaps: int = 0) -> None:
         self.terms, self.counts, self.overlaps = terms, counts, overlaps
 
     def __iter__(self) -> Iterator[str]:
@@ -1091,7 +1091,9 @@ def _unpack_counts(packed: list[tuple[str, bytes, int]]) -> list[PackedCounts]:
     for joined, raw, overlaps in packed:
         counts = array("I")
         counts.frombytes(raw)
-        out.append(PackedCounts(joined.split("\0") if raw else [], counts, overlaps))
+        # a tuple, not the list split gives: the collector stops tracking a tuple of strings at
+        # its first look, while a list of ~100 was walked again at every collection it lived through
+        out.append(PackedCounts(tuple(joined.split("\0")) if raw else (), counts, overlaps))
     return out
 
 
