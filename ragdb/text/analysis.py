@@ -479,6 +479,7 @@ class Analyzer:
         self._pos_pairs = 0  # (term, position) pairs held by _pos_memo
         self._tok_memo: dict[str, tuple[list[tuple[str, int, int, int]], int]] = {}  # the same with offsets
         self._words: dict[str, str] = {}  # version 2: word -> its term after word rules ("" dropped)
+        self._learning = False  # version 2: the last text counted had tokens not in the memo
 
     # -- configuration ---------------------------------------------------
     def config(self) -> dict[str, Any]:
@@ -646,6 +647,8 @@ class Analyzer:
         token's terms, which term_counts takes out again as ``TermCounts.overlaps``."""
         memo = self._memo
         missing = set(words).difference(memo)
+        if not missing:
+            return
         if len(memo) + len(missing) > MEMO_SIZE:
             memo.clear()
             missing = set(words)
@@ -755,12 +758,22 @@ class Analyzer:
         out = TermCounts()
         if words:
             memo = self._memo
-            try:  # (Counter's own C loop, without the Python-level update around it)
-                _count_elements(out, chain.from_iterable(map(memo.__getitem__, words)))
-            except KeyError:
+            if self._learning:
+                # The text before had new tokens, so this one likely has too (a corpus of many
+                # rare words, where most texts do): learn first, then count once, rather than
+                # count until the first unknown token, learn, and count again.
+                known = len(memo)
                 self._learn2(words)
-                out = TermCounts()
+                self._learning = len(memo) != known
                 _count_elements(out, chain.from_iterable(map(memo.__getitem__, words)))
+            else:
+                try:  # (Counter's own C loop, without the Python-level update around it)
+                    _count_elements(out, chain.from_iterable(map(memo.__getitem__, words)))
+                except KeyError:
+                    self._learn2(words)
+                    self._learning = True
+                    out = TermCounts()
+                    _count_elements(out, chain.from_iterable(map(memo.__getitem__, words)))
             if _OVERLAP in out:
                 out.overlaps = out.pop(_OVERLAP)
         if cjk:
