@@ -1068,12 +1068,43 @@ def token_spans(text: str) -> Iterator[tuple[int, int]]:
 # neither side ever waits on the other's pipe buffer.
 
 
-def _pack(analyzer: Analyzer, texts: list[str]) -> list[tuple[str, bytes, int]]:
-    """Term counts of each text, packed for the trip back: the terms joined by NUL
-    (never part of a term), the counts as uint32s, and their ``overlaps``. Unpickling a
-    dict of a hundred terms per text cost the writing process more than the analysis it saved."""
-    return [("\0".join(counts), array("I", counts.values()).tobytes(), getattr(counts, "overlaps", 0))
-            for counts in analyzer.term_counts_many(texts)]
+#: Terms a worker numbers (its local vocabulary, :func:`_pack`) before it starts again from none.
+WORKER_VOCABULARY = 1_000_000
+
+
+def _pack(analyzer: Analyzer, texts: list[str], local: dict[str, int]
+          ) -> tuple[bool, str, bytes, bytes, bytes, bytes]:
+    """Term counts of each text, packed for the trip back. Each term is sent once, numbered
+    in the worker's local vocabulary ``local`` (term -> number, kept between parts); a text is
+    then its terms' numbers, its counts (uint32s each) and its ``overlaps``. Unpickling a dict
+    of a hundred terms per text cost the writing process more than the analysis it saved, and
+    splitting each text's joined terms made a new string of every term of every text: numbered,
+    the writing process holds one string of each term (hashed once; dict lookups of the same
+    string object compare no characters).
+
+    Returns (whether the vocabulary was started again, the new terms joined by NUL (never part
+    of a term), every text's term numbers, every text's counts, the texts' term counts and
+    overlaps, as uint32 arrays' bytes)."""
+    restarted = False
+    if len(local) > WORKER_VOCABULARY:
+        local.clear()
+        restarted = True
+    new: list[str] = []
+    numbers = array("I")
+    counts_all = array("I")
+    sizes = array("I")
+    overlaps = array("I")
+    for counts in analyzer.term_counts_many(texts):
+        fresh = set(counts).difference(local)  # (in C, by the text's terms: not keys() - keys(), by all)
+        if fresh:
+            first = len(local)
+            local.update(zip(fresh, range(first, first + len(fresh))))
+            new.extend(fresh)  # (in the order of their numbers)
+        numbers.extend(map(local.__getitem__, counts))
+        counts_all.extend(counts.values())
+        sizes.append(len(counts))
+        overlaps.append(getattr(counts, "overlaps", 0))
+    return restarted, "\0".join(new), numbers.tobytes(), counts_all.tobytes(), sizes.tobytes(), overlaps.tobytes()
 
 
 class PackedCounts:
@@ -1099,14 +1130,22 @@ class PackedCounts:
         return zip(self.terms, self.counts)
 
 
-def _unpack_counts(packed: list[tuple[str, bytes, int]]) -> list[PackedCounts]:
+def _unpack_counts(packed: tuple[bool, str, bytes, bytes, bytes, bytes], names: list[str]) -> list[PackedCounts]:
+    """The term counts of a part's texts from what :func:`_pack` sent, the worker's local
+    vocabulary ``names`` (number -> term) already extended with its new terms."""
+    _restarted, _new, raw_numbers, raw_counts, raw_sizes, raw_overlaps = packed
+    numbers, counts, sizes, overlaps = array("I"), array("I"), array("I"), array("I")
+    numbers.frombytes(raw_numbers)
+    counts.frombytes(raw_counts)
+    sizes.frombytes(raw_sizes)
+    overlaps.frombytes(raw_overlaps)
     out = []
-    for joined, raw, overlaps in packed:
-        counts = array("I")
-        counts.frombytes(raw)
-        # a tuple, not the list split gives: the collector stops tracking a tuple of strings at
-        # its first look, while a list of ~100 was walked again at every collection it lived through
-        out.append(PackedCounts(tuple(joined.split("\0")) if raw else (), counts, overlaps))
+    term = names.__getitem__
+    a = 0
+    for n, overlap in zip(sizes, overlaps):
+        b = a + n
+        out.append(PackedCounts(tuple(map(term, numbers[a:b])), counts[a:b], overlap))
+        a = b
     return out
 
 
@@ -1182,9 +1221,10 @@ def _worker_main(conn: Any, config: dict[str, Any], parent: int = 0, inherited: 
     threading.Thread(target=receive, daemon=True).start()
     sender = threading.Thread(target=send, daemon=True)
     sender.start()
+    local: dict[str, int] = {}  # this worker's term numbers (see _pack)
     while (texts := tasks.get()) is not None:
         try:
-            results.put(("ok", _pack(analyzer, texts)))
+            results.put(("ok", _pack(analyzer, texts, local)))
         except Exception as e:  # reported to the writing process, which raises it
             results.put(("error", f"{type(e).__name__}: {e}"))
     results.put(None)
@@ -1202,6 +1242,7 @@ class AnalysisPool:
         self._conns: list[Any] = []
         self._procs: list[Any] = []
         self._waiting: list[collections.deque[_Job]] = []  # per worker, in send order
+        self._names: list[list[str]] = []  # per worker, its local vocabulary: number -> term (see _pack)
         self._jobs: collections.deque[_Job] = collections.deque()
         self._next = 0
         try:
@@ -1214,6 +1255,7 @@ class AnalysisPool:
                 self._conns.append(parent)
                 self._procs.append(proc)
                 self._waiting.append(collections.deque())
+                self._names.append([])
         except BaseException:
             self.close(wait=False)
             raise
@@ -1246,6 +1288,14 @@ class AnalysisPool:
             job.done, job.value = True, value
             if status != "ok":
                 raise RagdbError(f"text analysis failed in a worker process: {value}")
+            # The worker numbered its new terms in the order it analyzed the parts, which is
+            # the order they arrive in: its vocabulary grows here, as they arrive.
+            restarted, new = value[0], value[1]
+            if restarted:
+                self._names[w] = []  # (jobs received before keep the list they were given)
+            if new:
+                self._names[w].extend(new.split("\0"))
+            job.names = self._names[w]
             if block:
                 return
 
@@ -1278,8 +1328,9 @@ class _Job:
         self.pool, self.worker = pool, worker
         self.done = False
         self.value: Any = None
+        self.names: list[str] = []  # its worker's vocabulary when the result came
 
     def get(self) -> list[PackedCounts]:
         while not self.done:
             self.pool._receive(self.worker, block=True)
-        return _unpack_counts(self.value)
+        return _unpack_counts(self.value, self.names)
