@@ -1164,12 +1164,13 @@ def _unpack_counts(packed: tuple[bool, str, bytes, bytes, bytes, bytes], names: 
     counts.frombytes(raw_counts)
     sizes.frombytes(raw_sizes)
     overlaps.frombytes(raw_overlaps)
+    # every text's terms in one tuple (one C loop), each text's a slice of it
+    terms = tuple(map(names.__getitem__, numbers))
     out = []
-    term = names.__getitem__
     a = 0
     for n, overlap in zip(sizes, overlaps):
         b = a + n
-        out.append(PackedCounts(tuple(map(term, numbers[a:b])), counts[a:b], overlap))
+        out.append(PackedCounts(terms[a:b], counts[a:b], overlap))
         a = b
     return out
 
