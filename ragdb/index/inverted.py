@@ -61,7 +61,9 @@ MAX_SEGMENTS = 16           # segments per term before they are merged
 MERGE_TERM_BATCH = 50_000   # terms outside the tail a flush looks at (counts, merges) at a time
 _VISIBLE_BLOCK = 4096  # postings :meth:`Index.visible` checks at a time without the compiled kernel
 _PACK_RUN = 1 << 18  # postings a flush packs at a time (pack_postings_many's work arrays: ~12 MiB)
-MERGE_PART_POSTINGS = 1 << 21  # postings merged (read, rewritten) at a time: ~12 MiB of blobs, ~50 MiB of work arrays
+MERGE_PART_POSTINGS = 1 << 19  # postings merged (read, rewritten) at a time: ~3 MiB of blobs, ~30 MiB of work arrays
+# (merged all at once, _merged_rows: int64 work arrays of a part, where the merge of a term at a
+# time had needed little more than its blobs; 1 << 21 raised the realistic 100k build's peak RSS 534 -> 592 MiB)
 
 
 def pack_ids(a: np.ndarray) -> bytes:
