@@ -389,6 +389,10 @@ class Index:
         # term -> id of terms known to exist; ids change only when optimize
         # removes unused terms, which bumps stats.vocab_epoch.
         self.term_cache: dict[str, int] = {}
+        # Stands for the term ids this index's writer has looked up: a new one when they may have
+        # changed (forget_terms), so caches of them kept elsewhere (a bulk load's worker term
+        # numbers, ragdb.text.analysis.WorkerVocabulary) know to start again.
+        self.term_token = object()
         # When >= 0, term_cache holds every term with an id up to this one:
         # set by a scan of the vocabulary, advanced as this connection adds
         # terms. Ids only grow (until a vocabulary clean-up, which changes
@@ -486,6 +490,7 @@ class Index:
         self.term_cache.clear()
         self.term_cache_upto = -1
         self.term_cache_frequent = False
+        self.term_token = object()
 
     def forget_hits(self, chunk_ids: Sequence[int] | None) -> None:
         """Drop cached hit fields of these chunks (``None``: of every chunk)."""

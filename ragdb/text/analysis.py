@@ -1132,21 +1132,46 @@ def _pack(analyzer: Analyzer, texts: list[str], local: dict[str, int]
     return restarted, "\0".join(new), numbers.tobytes(), counts_all.tobytes(), sizes.tobytes(), overlaps.tobytes()
 
 
+class WorkerVocabulary:
+    """A worker's term numbers as the writing process knows them (see :func:`_pack`): ``names``,
+    number -> term, grown as the worker's results arrive; ``term_ids`` and ``token``: the
+    writer's cache of number -> the database's term id (0: not looked up yet), valid while the
+    writer's index has that ``token`` (:meth:`ragdb.engine.write.Writer` fills them)."""
+
+    __slots__ = ("names", "term_ids", "token")
+
+    def __init__(self) -> None:
+        self.names: list[str] = []
+        self.term_ids: Any = None
+        self.token: Any = None
+
+
 class PackedCounts:
-    """Term counts as a worker sends them: the terms (in order of first appearance)
-    and their counts. Iterates like the dict :meth:`Analyzer.term_counts` returns
-    (terms, ``values()``, ``overlaps``), which is all the writer needs, without building one."""
+    """Term counts as a worker sends them: the terms (in order of first appearance) and their
+    counts. Iterates like the dict :meth:`Analyzer.term_counts` returns (terms, ``values()``,
+    ``overlaps``), which is all the writer needs, without building one. From a worker, the
+    terms are its numbers (``numbers``, in ``vocabulary``), made strings only when asked for:
+    the writer maps the numbers to term ids without them."""
 
-    __slots__ = ("terms", "counts", "overlaps")
+    __slots__ = ("_terms", "counts", "overlaps", "numbers", "vocabulary")
 
-    def __init__(self, terms: tuple[str, ...], counts: array, overlaps: int = 0) -> None:
-        self.terms, self.counts, self.overlaps = terms, counts, overlaps
+    def __init__(self, terms: tuple[str, ...] | None, counts: array, overlaps: int = 0,
+                 numbers: array | None = None, vocabulary: WorkerVocabulary | None = None) -> None:
+        self._terms, self.counts, self.overlaps = terms, counts, overlaps
+        self.numbers, self.vocabulary = numbers, vocabulary
+
+    @property
+    def terms(self) -> tuple[str, ...]:
+        if self._terms is None:
+            assert self.numbers is not None and self.vocabulary is not None
+            self._terms = tuple(map(self.vocabulary.names.__getitem__, self.numbers))
+        return self._terms
 
     def __iter__(self) -> Iterator[str]:
         return iter(self.terms)
 
     def __len__(self) -> int:
-        return len(self.terms)
+        return len(self.counts)
 
     def values(self) -> array:
         return self.counts
@@ -1155,22 +1180,21 @@ class PackedCounts:
         return zip(self.terms, self.counts)
 
 
-def _unpack_counts(packed: tuple[bool, str, bytes, bytes, bytes, bytes], names: list[str]) -> list[PackedCounts]:
-    """The term counts of a part's texts from what :func:`_pack` sent, the worker's local
-    vocabulary ``names`` (number -> term) already extended with its new terms."""
+def _unpack_counts(packed: tuple[bool, str, bytes, bytes, bytes, bytes], vocabulary: WorkerVocabulary
+                   ) -> list[PackedCounts]:
+    """The term counts of a part's texts from what :func:`_pack` sent, the worker's
+    ``vocabulary`` already extended with its new terms."""
     _restarted, _new, raw_numbers, raw_counts, raw_sizes, raw_overlaps = packed
     numbers, counts, sizes, overlaps = array("I"), array("I"), array("I"), array("I")
     numbers.frombytes(raw_numbers)
     counts.frombytes(raw_counts)
     sizes.frombytes(raw_sizes)
     overlaps.frombytes(raw_overlaps)
-    # every text's terms in one tuple (one C loop), each text's a slice of it
-    terms = tuple(map(names.__getitem__, numbers))
     out = []
     a = 0
     for n, overlap in zip(sizes, overlaps):
         b = a + n
-        out.append(PackedCounts(terms[a:b], counts[a:b], overlap))
+        out.append(PackedCounts(None, counts[a:b], overlap, numbers[a:b], vocabulary))
         a = b
     return out
 
@@ -1268,7 +1292,7 @@ class AnalysisPool:
         self._conns: list[Any] = []
         self._procs: list[Any] = []
         self._waiting: list[collections.deque[_Job]] = []  # per worker, in send order
-        self._names: list[list[str]] = []  # per worker, its local vocabulary: number -> term (see _pack)
+        self._vocabulary: list[WorkerVocabulary] = []  # per worker, its term numbers (see _pack)
         self._jobs: collections.deque[_Job] = collections.deque()
         self._next = 0
         try:
@@ -1281,7 +1305,7 @@ class AnalysisPool:
                 self._conns.append(parent)
                 self._procs.append(proc)
                 self._waiting.append(collections.deque())
-                self._names.append([])
+                self._vocabulary.append(WorkerVocabulary())
         except BaseException:
             self.close(wait=False)
             raise
@@ -1318,10 +1342,10 @@ class AnalysisPool:
             # the order they arrive in: its vocabulary grows here, as they arrive.
             restarted, new = value[0], value[1]
             if restarted:
-                self._names[w] = []  # (jobs received before keep the list they were given)
+                self._vocabulary[w] = WorkerVocabulary()  # (jobs received before keep the one they were given)
             if new:
-                self._names[w].extend(new.split("\0"))
-            job.names = self._names[w]
+                self._vocabulary[w].names.extend(new.split("\0"))
+            job.vocabulary = self._vocabulary[w]
             if block:
                 return
 
@@ -1354,9 +1378,9 @@ class _Job:
         self.pool, self.worker = pool, worker
         self.done = False
         self.value: Any = None
-        self.names: list[str] = []  # its worker's vocabulary when the result came
+        self.vocabulary = WorkerVocabulary()  # its worker's term numbers when the result came
 
     def get(self) -> list[PackedCounts]:
         while not self.done:
             self.pool._receive(self.worker, block=True)
-        return _unpack_counts(self.value, self.names)
+        return _unpack_counts(self.value, self.vocabulary)

@@ -48,3 +48,34 @@ def test_real_text_counts_agree():
     items = [(analyzer.term_counts(t), None) for t in texts]
     ids = {t: i for i, t in enumerate(sorted({t for c, _f in items for t in c}))}
     assert forward_indexes(items, ids) == [forward_index(c, ids, f) for c, f in items]
+
+
+def _numbered(vocabulary, terms_counts):
+    """PackedCounts as a worker's result gives them: numbers in ``vocabulary`` (grown here)."""
+    from ragdb.text.analysis import PackedCounts
+
+    numbers = array("I")
+    for t in terms_counts:
+        if t not in vocabulary.names:
+            vocabulary.names.append(t)
+        numbers.append(vocabulary.names.index(t))
+    return PackedCounts(None, array("I", terms_counts.values()), 0, numbers, vocabulary)
+
+
+def test_numbered_counts_map_through_the_cached_ids_until_the_index_token_changes():
+    from ragdb.engine.write import _NumberedTerms
+    from ragdb.text.analysis import WorkerVocabulary
+
+    vocabulary = WorkerVocabulary()
+    chunks = [_numbered(vocabulary, {"b": 2, "a": 1}), {"c": 1, "a": 4}, _numbered(vocabulary, {"c": 3})]
+    old, new = object(), object()
+    steps = [(old, {"a": 1, "b": 2, "c": 3}, {"a", "b", "c"}),
+             (old, {"a": 1, "b": 2, "c": 3}, set()),  # cached: nothing looked up again
+             (new, {"a": 7, "b": 5, "c": 9}, {"a", "b", "c"})]  # term ids changed (a vocabulary clean-up)
+    for token, ids, unknown in steps:
+        numbered = _NumberedTerms(chunks, token)
+        assert numbered.positions == {0, 2}
+        assert set(numbered.unknown_terms()) == unknown
+        numbered.resolve(ids)
+        items = [(c, None) for c in chunks]
+        assert forward_indexes(items, ids, numbered.term_ids()) == [forward_index(c, ids) for c, _f in items]
