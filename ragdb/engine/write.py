@@ -756,8 +756,9 @@ class _NumberedTerms:
                 numbers.extend(chunk_counts[i].numbers)
             self.sizes[id(vocabulary)] = [len(chunk_counts[i].numbers) for i in positions]
             flat = np.frombuffer(numbers, dtype=np.uint32) if len(numbers) else np.zeros(0, np.uint32)
-            distinct = np.unique(flat)
-            self.groups.append((vocabulary, positions, flat, distinct[vocabulary.term_ids[distinct] == 0]))
+            seen = np.zeros(size, dtype=bool)  # (a mask over the numbers: np.unique hashed, ~20 ms a batch)
+            seen[flat] = True
+            self.groups.append((vocabulary, positions, flat, np.flatnonzero(seen & (vocabulary.term_ids[:size] == 0))))
             self.positions.update(positions)
 
     def unknown_terms(self) -> Iterator[str]:
