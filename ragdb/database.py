@@ -41,7 +41,7 @@ from ragdb.storage import Store, is_postgres, loads, open_store
 from ragdb.storage.collections import DEFAULT as DEFAULT_COLLECTION, check_name
 from ragdb.types import AddReport, Changes, CollectionInfo, Document, Facets, Hit, LoadedDocument, QueryPlan, ReindexReport, Span, Stats, VectorInfo
 from ragdb.index.vectors import VectorIndex
-from ragdb.engine.write import VectorTally, Writer, doc_from_row
+from ragdb.engine.write import VectorTally, Writer, collector_paused, doc_from_row
 
 if TYPE_CHECKING:
     from ragdb.models.embedder import Embedder
@@ -347,15 +347,17 @@ class Database:
         # prepared_batches, outside the write lock; each batch is then one write transaction.
         batches = prepared_batches(records, analyzer=analyzer, chunker=ch, batch_size=batch_size, workers=workers,
                                    fields=eng.settings.get("fields") is not None)
-        with contextlib.closing(batches):
-            for batch in batches:
+        with contextlib.closing(batches), contextlib.ExitStack() as pause:
+            for n, batch in enumerate(batches):
+                if n == 1:  # a bulk load (more than one batch): see collector_paused
+                    pause.enter_context(collector_paused())
                 changes.extend(self._writer.write(batch, tally, analyzer))
                 bulk_terms.add(self._writer.maybe_flush(BULK_FLUSH_CHUNKS))  # bound a bulk load's memory
-        # After a bulk load that flushed in mid-load, flush the rest and merge the
-        # segments it wrote, so each term it touched is one segment again
-        # (queries then read one row per term, not one per mid-load flush).
-        merge = bulk_terms.ids()
-        self._writer.maybe_flush(0 if len(merge) else None, merge_terms=merge)
+            # After a bulk load that flushed in mid-load, flush the rest and merge the
+            # segments it wrote, so each term it touched is one segment again
+            # (queries then read one row per term, not one per mid-load flush).
+            merge = bulk_terms.ids()
+            self._writer.maybe_flush(0 if len(merge) else None, merge_terms=merge)
         if embedder is not None and changes:
             # Text is committed first; vectors follow in their own transactions.
             # If the embedder fails, the new chunks stay pending (lexical search

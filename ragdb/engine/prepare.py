@@ -116,12 +116,12 @@ def prepare(record: Mapping[str, Any] | LoadedDocument, chunker: Chunker, n: int
     if not isinstance(text, str):
         raise InvalidInput(f"{label}: text must be a string, got {type(text).__name__}")
     try:
-        text.encode("utf-8")
+        data = text.encode("utf-8")
     except UnicodeEncodeError as e:
         raise InvalidInput(f"{label}: text is not valid Unicode (lone surrogate at offset {e.start})") from None
     if is_blank(text):
         raise InvalidInput(f"{label}: text is empty (only whitespace or invisible characters)")
-    content_hash = hashlib.sha256(text.encode("utf-8")).hexdigest()
+    content_hash = hashlib.sha256(data).hexdigest()
     if source is None:
         source = f"sha256:{content_hash[:16]}"
     if not isinstance(source, str) or not source:

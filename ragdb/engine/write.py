@@ -18,9 +18,13 @@ A database without vectors skips the hashing.
 
 from __future__ import annotations
 
+import contextlib
+import gc
+import threading
 from array import array
 from collections import Counter
 from collections.abc import Callable, Collection, Iterable, Iterator, Mapping, Sequence
+from itertools import chain
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -53,6 +57,40 @@ WRITER_TERM_CACHE = 300_000  # a writer keeps a vocabulary up to this size in me
 # 100k chunks than at 10k (where the whole vocabulary is kept).
 WRITER_FREQUENT_SHARE = 4096
 HASH_FILL_BATCH = 4096  # vectors given their text hash per transaction (those stored before migration 0005)
+
+
+_collector_lock = threading.Lock()
+_collector_pauses = 0  # bulk loads now running with the cyclic collector paused by collector_paused
+
+
+@contextlib.contextmanager
+def collector_paused() -> Iterator[None]:
+    """Pause Python's cyclic garbage collector for a bulk load (``add_many``), when it is on.
+
+    A bulk load keeps a batch's worth of containers alive (prepared documents, their chunks
+    and term counts, rows, tail entries): the collector's young passes walked them again and
+    again, and its full passes walked the vocabulary and the analyzer's memo (a dict of
+    hundreds of thousands of entries) each time, about 1.2 s of a 20k-document load's ~8 s
+    in the writing process, for no garbage (the load frees what it made by reference
+    counting; it makes no cycles). Only loads of more than one batch pause it (``add_many``
+    enters this at its second batch), so single adds never do. Concurrent loads share one
+    pause: the collector is switched on again when the last ends. Nothing is paused when the
+    collector was off to begin with."""
+    global _collector_pauses
+    with _collector_lock:
+        paused = _collector_pauses > 0 or gc.isenabled()
+        if paused:
+            if _collector_pauses == 0:
+                gc.disable()
+            _collector_pauses += 1
+    try:
+        yield
+    finally:
+        if paused:
+            with _collector_lock:
+                _collector_pauses -= 1
+                if _collector_pauses == 0:
+                    gc.enable()
 
 
 @dataclass
@@ -465,7 +503,12 @@ class Writer:
     def _insert(self, docs: list[tuple[int, Prepared]], changes: _Changes, next_chunk: int) -> None:
         store, index = self.engine.store, self.engine.index
         ids = index.term_cache
-        all_terms = set().union(*(counts for _, p in docs for *_, counts in p.chunks))  # unions in C
+        chunk_counts = [counts for _, p in docs for *_, counts in p.chunks]
+        # Counts from analysis workers come as their term numbers: mapped to term ids through
+        # each worker's cached numbers (only numbers not seen before are looked up, by term)
+        numbered = _NumberedTerms(chunk_counts, index.term_token)
+        all_terms = set(numbered.unknown_terms()).union(  # unions in C
+            *(c for i, c in enumerate(chunk_counts) if i not in numbered.positions))
         field_terms: dict[int, list[dict[str, int]]] = {}  # doc id -> each chunk's field terms
         if self.engine.settings.get("fields") is not None:
             analyzer = self.engine.analyzer
@@ -516,24 +559,28 @@ class Writer:
         chunk_rows = []
         reusable = changes.reusable
         hashed: list[tuple[int, bytes]] = []  # (chunk id, text hash) when vectors may be reused
+        # The forward indexes of the whole batch at once (:func:`forward_indexes`). They keep
+        # the analyzer's term order, which is the same for the same chunk text in any database,
+        # so the TF-IDF norm sums come out bit-identical however the database was built.
+        numbered.resolve(ids)
+        forward = iter(forward_indexes(
+            [(counts, field_terms[doc_id][ordinal] if field_terms else None)
+             for doc_id, p in docs for ordinal, (_s, _e, _m, counts) in enumerate(p.chunks)], ids,
+            numbered.term_ids()))
         for doc_id, p in docs:
             doc_rows.append((doc_id, p.source, p.version, p.timestamp, p.ts, p.content_hash, p.title, p.text,
-                             p.metadata_json, dumps(list(p.acl)), p.chunker, now))
+                             p.metadata_json, "[]" if not p.acl else dumps(list(p.acl)), p.chunker, now))
             whole = len(p.text)
-            for ordinal, (start, end, cmeta, counts) in enumerate(p.chunks):
-                # The forward index keeps the analyzer's term order, which is the
-                # same for the same chunk text in any database, so the TF-IDF norm
-                # sums come out bit-identical however the database was built.
-                terms_blob, tfs_blob, length = forward_index(
-                    counts, ids, field_terms[doc_id][ordinal] if field_terms else None)
+            for ordinal, (start, end, cmeta, _counts) in enumerate(p.chunks):
+                terms_blob, tfs_blob, length = next(forward)
                 cid = next_chunk
                 next_chunk += 1
                 # A chunk that is the whole document stores no copy of the text.
                 ctext = None if start == 0 and end == whole else p.text[start:end]
                 if reusable is not None:
                     hashed.append((cid, text_hash(p.text if ctext is None else ctext)))
-                chunk_rows.append((cid, doc_id, ordinal, start, end, length, ctext, dumps(cmeta),
-                                   terms_blob, tfs_blob))
+                chunk_rows.append((cid, doc_id, ordinal, start, end, length, ctext,
+                                   "{}" if not cmeta else dumps(cmeta), terms_blob, tfs_blob))
                 changes.new_chunks.append((cid, doc_id, length, idx.unpack_ids(terms_blob),
                                            idx.unpack_tfs(tfs_blob), ctext is None and ordinal == 0 and not cmeta))
                 changes.chunks += 1
@@ -678,6 +725,116 @@ def forward_index(counts: Any, ids: Mapping[str, int], fields: Mapping[str, int]
     terms_blob = array("I", term_ids).tobytes()
     tfs_blob = array("H", tfs if max(tfs, default=0) <= 65535 else [min(c, 65535) for c in tfs]).tobytes()
     return terms_blob, tfs_blob, length
+
+
+class _NumberedTerms:
+    """The chunks of a write whose counts came from an analysis worker as its term numbers
+    (:class:`ragdb.text.analysis.PackedCounts` with a ``vocabulary``), by worker vocabulary:
+    their numbers, and those whose term id the vocabulary's cache does not hold yet. The cache
+    (``WorkerVocabulary.term_ids``, number -> term id, 0 for none: term ids start at 1) is
+    valid while the index's ``term_token`` is the one it was filled under."""
+
+    def __init__(self, chunk_counts: Sequence[Any], token: object) -> None:
+        by_vocabulary: dict[int, tuple[Any, list[int]]] = {}
+        for i, counts in enumerate(chunk_counts):
+            vocabulary = getattr(counts, "vocabulary", None)
+            if vocabulary is not None and counts.numbers is not None:
+                by_vocabulary.setdefault(id(vocabulary), (vocabulary, []))[1].append(i)
+        self.positions: set[int] = set()
+        self.sizes: dict[int, list[int]] = {}  # id(vocabulary) -> its chunks' numbers of terms
+        self.groups: list[tuple[Any, list[int], np.ndarray, np.ndarray]] = []  # vocabulary, chunks, numbers, unknown
+        for vocabulary, positions in by_vocabulary.values():
+            size = len(vocabulary.names)
+            if vocabulary.token is not token or vocabulary.term_ids is None:
+                vocabulary.term_ids = np.zeros(size, np.int64)
+                vocabulary.token = token
+            elif len(vocabulary.term_ids) < size:
+                vocabulary.term_ids = np.concatenate(
+                    [vocabulary.term_ids, np.zeros(size - len(vocabulary.term_ids), np.int64)])
+            numbers = array("I")
+            for i in positions:
+                numbers.extend(chunk_counts[i].numbers)
+            self.sizes[id(vocabulary)] = [len(chunk_counts[i].numbers) for i in positions]
+            flat = np.frombuffer(numbers, dtype=np.uint32) if len(numbers) else np.zeros(0, np.uint32)
+            seen = np.zeros(size, dtype=bool)  # (a mask over the numbers: np.unique hashed, ~20 ms a batch)
+            seen[flat] = True
+            self.groups.append((vocabulary, positions, flat, np.flatnonzero(seen & (vocabulary.term_ids[:size] == 0))))
+            self.positions.update(positions)
+
+    def unknown_terms(self) -> Iterator[str]:
+        """The terms of the numbers whose term id is not cached (each once a worker)."""
+        for vocabulary, _positions, _flat, unknown in self.groups:
+            yield from map(vocabulary.names.__getitem__, unknown.tolist())
+
+    def resolve(self, ids: Mapping[str, int]) -> None:
+        """Cache the term ids of the unknown numbers (``ids`` holds all of them now)."""
+        for vocabulary, _positions, _flat, unknown in self.groups:
+            if len(unknown):
+                names = vocabulary.names
+                vocabulary.term_ids[unknown] = np.fromiter((ids[names[u]] for u in unknown.tolist()), np.int64,
+                                                           len(unknown))
+
+    def term_ids(self) -> dict[int, np.ndarray]:
+        """Chunk position -> its text's term ids (in its counts' order), for the numbered chunks."""
+        out: dict[int, np.ndarray] = {}
+        for vocabulary, positions, flat, _unknown in self.groups:
+            mapped = vocabulary.term_ids[flat]
+            a = 0
+            for i, n in zip(positions, self.sizes[id(vocabulary)]):
+                out[i] = mapped[a:a + n]
+                a += n
+        return out
+
+
+def forward_indexes(items: Sequence[tuple[Any, Mapping[str, int] | None]], ids: Mapping[str, int],
+                    given: Mapping[int, np.ndarray] | None = None) -> list[tuple[bytes, bytes, int]]:
+    """:func:`forward_index` of each (counts, fields) of a write's chunks, the same blobs and
+    lengths, made for the whole batch at once: one pass in C mapping every term to its id,
+    one array of every count, a cumulative sum for the lengths, and the blobs sliced out of
+    two buffers (per chunk, the sum, max, list and array calls had cost ~40 µs a chunk)."""
+    sizes: list[int] = []  # per chunk: its text's terms
+    extras: list[int] = []  # its field terms
+    counts_all = array("I")
+    try:
+        for counts, fields in items:
+            counts_all.extend(counts.values())  # (an array("I") of a worker's counts: one copy)
+            sizes.append(len(counts))
+            if fields:
+                counts_all.extend(fields.values())
+                extras.append(len(fields))
+            else:
+                extras.append(0)
+    except (OverflowError, TypeError):  # a count that is no uint32: one at a time, as forward_index takes it
+        return [forward_index(c, ids, f) for c, f in items]
+    if len(counts_all) != sum(sizes) + sum(extras):  # pragma: no cover - values() disagreeing with len()
+        return [forward_index(c, ids, f) for c, f in items]
+    if not given:
+        terms_buf = array("I", map(ids.__getitem__, chain.from_iterable(
+            (c if not f else chain(c, f)) for c, f in items))).tobytes()
+    else:  # some chunks' term ids are given (numbered counts): the others' mapped here, in chunk order
+        pieces: list[Any] = []
+        for i, (c, f) in enumerate(items):
+            known = given.get(i)
+            if known is None:
+                pieces.append(np.array(array("I", map(ids.__getitem__, c if not f else chain(c, f))), dtype=np.int64))
+                continue
+            pieces.append(known)
+            if f:
+                pieces.append(np.array(array("I", map(ids.__getitem__, f)), dtype=np.int64))
+        joined = np.concatenate(pieces) if pieces else np.zeros(0, np.int64)
+        if len(joined) and (int(joined.min()) < 0 or int(joined.max()) >= 1 << 32):  # pragma: no cover
+            raise OverflowError("a term id does not fit an unsigned 32-bit integer")
+        terms_buf = joined.astype("<u4").tobytes()
+    tfs = np.frombuffer(counts_all, dtype=np.uint32) if len(counts_all) else np.zeros(0, np.uint32)
+    prefix = np.concatenate(([0], np.cumsum(tfs, dtype=np.int64))).tolist()  # sums of the counts before each
+    tfs_buf = np.minimum(tfs, 65535).astype("<u2").tobytes()
+    out: list[tuple[bytes, bytes, int]] = []
+    a = 0
+    for (counts, _f), n, m in zip(items, sizes, extras):
+        b, e = a + n, a + n + m
+        out.append((terms_buf[4 * a:4 * e], tfs_buf[2 * a:2 * e], prefix[b] - prefix[a] - getattr(counts, "overlaps", 0)))
+        a = e
+    return out
 
 
 def scalar_items(metadata: Mapping[str, Any]) -> Iterable[tuple[str, Any, int | float | None, float | None]]:

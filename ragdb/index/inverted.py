@@ -60,7 +60,10 @@ _LOOKUP_BATCH = 50_000  # terms looked up in the vocabulary at a time
 MAX_SEGMENTS = 16           # segments per term before they are merged
 MERGE_TERM_BATCH = 50_000   # terms outside the tail a flush looks at (counts, merges) at a time
 _VISIBLE_BLOCK = 4096  # postings :meth:`Index.visible` checks at a time without the compiled kernel
-MERGE_PART_POSTINGS = 1 << 21  # postings merged (read, rewritten) at a time: ~12 MiB of blobs, ~50 MiB of work arrays
+_PACK_RUN = 1 << 18  # postings a flush packs at a time (pack_postings_many's work arrays: ~12 MiB)
+MERGE_PART_POSTINGS = 1 << 19  # postings merged (read, rewritten) at a time: ~3 MiB of blobs, ~30 MiB of work arrays
+# (merged all at once, _merged_rows: int64 work arrays of a part, where the merge of a term at a
+# time had needed little more than its blobs; 1 << 21 raised the realistic 100k build's peak RSS 534 -> 592 MiB)
 
 
 def pack_ids(a: np.ndarray) -> bytes:
@@ -117,6 +120,62 @@ def pack_postings(ids: np.ndarray, tfs: np.ndarray) -> tuple[bytes, bytes]:
             best = bytes((width,)) + np.where(big, escape, gaps).astype(dtype).tobytes() \
                 + gaps[big].astype("<u4").tobytes()
     return (best if best is not None else pack_ids(ids)), tfs_blob
+
+
+def pack_postings_many(ids: np.ndarray, tfs: np.ndarray, starts: Sequence[int] | np.ndarray
+                       ) -> list[tuple[bytes, bytes]]:
+    """:func:`pack_postings` of each group ``ids[starts[g]:starts[g + 1]]`` (every group
+    non-empty, its ids strictly increasing, in [0, 2**32)), the same bytes, in a few
+    whole-array passes: a bulk load's merge packs ~45,000 terms' postings, and numpy's
+    per-call cost of one :func:`pack_postings` each was most of the merge's time."""
+    bounds = np.asarray(starts, dtype=np.int64)
+    firsts = bounds[:-1]
+    groups = len(firsts)
+    if not groups:
+        return []
+    ids64 = np.asarray(ids, dtype=np.int64)
+    tf = np.minimum(np.asarray(tfs, dtype=np.int64), 65535)
+    narrow = (np.maximum.reduceat(tf, firsts) <= 255).tolist()
+    tf1 = tf.astype("u1").tobytes()  # (the values of the groups that are not narrow wrap: not used)
+    tf2 = tf.astype("<u2").tobytes()
+    raw = ids64.astype("<u4").tobytes()
+    del tf
+    bl = bounds.tolist()
+    sizes = np.diff(bounds)
+    if int(sizes.max()) >= PACK_MIN:
+        gaps = np.diff(ids64, prepend=0)
+        gaps[firsts] = ids64[firsts]  # a group's first gap is its first id
+        big1 = gaps >= 255
+        big2 = gaps >= 65535
+        c1 = np.concatenate(([0], np.cumsum(np.add.reduceat(big1, firsts, dtype=np.int64)))).tolist()
+        c2 = np.concatenate(([0], np.cumsum(np.add.reduceat(big2, firsts, dtype=np.int64)))).tolist()
+        w1 = np.where(big1, 255, gaps).astype("u1").tobytes()
+        w2 = np.where(big2, 65535, gaps).astype("<u2").tobytes()
+        x1 = gaps[big1].astype("<u4").tobytes()
+        x2 = gaps[big2].astype("<u4").tobytes()
+        del gaps, big1, big2
+    out: list[tuple[bytes, bytes]] = []
+    append = out.append
+    for g in range(groups):
+        a, b = bl[g], bl[g + 1]
+        n = b - a
+        tfs_blob = tf1[a:b] if narrow[g] else tf2[2 * a:2 * b]
+        if n < PACK_MIN:
+            append((raw[4 * a:4 * b], tfs_blob))
+            continue
+        # pack_postings' choice: width 1 if smaller than raw, then width 2 if smaller than that
+        size1 = 1 + n + 4 * (c1[g + 1] - c1[g])
+        size2 = 1 + 2 * n + 4 * (c2[g + 1] - c2[g])
+        width = 1 if size1 < 4 * n else 0
+        if size2 < (size1 if width else 4 * n):
+            width = 2
+        if width == 1:
+            append((b"\x01" + w1[a:b] + x1[4 * c1[g]:4 * c1[g + 1]], tfs_blob))
+        elif width == 2:
+            append((b"\x02" + w2[2 * a:2 * b] + x2[4 * c2[g]:4 * c2[g + 1]], tfs_blob))
+        else:
+            append((raw[4 * a:4 * b], tfs_blob))
+    return out
 
 
 def _packed_width(ids_blob: bytes, n: int) -> int:
@@ -235,17 +294,45 @@ class _Tail:
         packed (:func:`pack_postings`), shorter ones raw, sliced from one buffer each (cheaper
         than a numpy slice and tobytes per term). Made as they are written (a list of a
         16,384-chunk flush's ~140k rows held ~24 MiB)."""
-        number = segment if callable(segment) else (lambda _t: segment)
+        terms = self.term_ids.tolist()
+        starts = self.starts.tolist()
         ids32 = self.chunk_ids.astype("<u4").tobytes()
         tfs16 = np.minimum(self.tfs, 65535).astype("<u2").tobytes()
-        starts = self.starts.tolist()
-        for t, a, b in zip(self.term_ids.tolist(), starts[:-1], starts[1:]):
-            if t in skip:
+        # The terms of PACK_MIN postings or more (not skipped) are packed by pack_postings_many,
+        # in runs of about _PACK_RUN postings, each run when the rows reach it.
+        sizes = np.diff(self.starts)
+        longs = np.flatnonzero(sizes >= PACK_MIN).tolist()
+        if skip and longs:
+            longs = [i for i in longs if terms[i] not in skip]
+        runs: list[list[int]] = []
+        total = _PACK_RUN
+        for i in longs:
+            if total >= _PACK_RUN:
+                runs.append([])
+                total = 0
+            runs[-1].append(i)
+            total += starts[i + 1] - starts[i]
+        runs.reverse()
+        packed: dict[int, tuple[bytes, bytes]] = {}
+        for i, t in enumerate(terms):
+            if skip and t in skip:
                 continue
-            if b - a >= PACK_MIN:
-                yield (t, number(t), b - a, *pack_postings(self.chunk_ids[a:b], self.tfs[a:b]))
-            else:
-                yield (t, number(t), b - a, ids32[4 * a:4 * b], tfs16[2 * a:2 * b])
+            a, b = starts[i], starts[i + 1]
+            number = segment(t) if callable(segment) else segment
+            if b - a < PACK_MIN:
+                yield (t, number, b - a, ids32[4 * a:4 * b], tfs16[2 * a:2 * b])
+                continue
+            if i not in packed:
+                packed = self._pack_run(runs.pop())
+            yield (t, number, b - a, *packed[i])
+
+    def _pack_run(self, groups: list[int]) -> dict[int, tuple[bytes, bytes]]:
+        """Group number -> its packed (chunk ids, tfs) blobs, for these groups (ascending)."""
+        at = self.starts[groups]
+        lens = self.starts[np.asarray(groups) + 1] - at
+        bounds = np.concatenate(([0], np.cumsum(lens)))
+        picks = np.repeat(at - bounds[:-1], lens) + np.arange(int(bounds[-1]))
+        return dict(zip(groups, pack_postings_many(self.chunk_ids[picks], self.tfs[picks], bounds)))
 
     def sizes(self, term_ids: Sequence[int]) -> dict[int, int]:
         """term id -> its number of tail postings, for those of ``term_ids`` in the tail
@@ -302,6 +389,10 @@ class Index:
         # term -> id of terms known to exist; ids change only when optimize
         # removes unused terms, which bumps stats.vocab_epoch.
         self.term_cache: dict[str, int] = {}
+        # Stands for the term ids this index's writer has looked up: a new one when they may have
+        # changed (forget_terms), so caches of them kept elsewhere (a bulk load's worker term
+        # numbers, ragdb.text.analysis.WorkerVocabulary) know to start again.
+        self.term_token = object()
         # When >= 0, term_cache holds every term with an id up to this one:
         # set by a scan of the vocabulary, advanced as this connection adds
         # terms. Ids only grow (until a vocabulary clean-up, which changes
@@ -399,6 +490,7 @@ class Index:
         self.term_cache.clear()
         self.term_cache_upto = -1
         self.term_cache_frequent = False
+        self.term_token = object()
 
     def forget_hits(self, chunk_ids: Sequence[int] | None) -> None:
         """Drop cached hit fields of these chunks (``None``: of every chunk)."""
@@ -529,9 +621,13 @@ class Index:
             merge = set(term_list)
             wanted = np.setdiff1d(np.asarray(store.segment_counts_all(), dtype=np.int64), in_tail)
         else:
-            asked = set(in_tail[np.isin(in_tail, wanted)].tolist())  # the tail's terms asked for
+            if len(wanted) > 1 and not bool(np.all(wanted[1:] > wanted[:-1])):
+                wanted = np.unique(wanted)
+            # (both sorted and unique now: after a bulk load ``wanted`` is every term it flushed, and
+            # numpy's setdiff1d without assume_unique sorted them all again, ~90 ms a flush at 20k)
+            asked = set(in_tail[np.isin(in_tail, wanted, assume_unique=True)].tolist())  # the tail's terms asked for
             merge = {t for t, (n, _) in counts.items() if n + 1 > MAX_SEGMENTS or t in asked}
-            wanted = np.setdiff1d(wanted, in_tail)  # sorted, unique, outside the tail
+            wanted = np.setdiff1d(wanted, in_tail, assume_unique=True)  # sorted, unique, outside the tail
         store.insert_segments(tail.segment_rows(lambda t: counts[t][1] + 1 if t in counts else 0, merge))
         if merge:
             self._merge(sorted(merge), tail)
@@ -561,24 +657,7 @@ class Index:
         for t, n in tail.sizes(term_ids).items():
             sizes[t] = sizes.get(t, 0) + n
         for terms in _parts(term_ids, sizes, MERGE_PART_POSTINGS):
-            grouped: dict[int, list[tuple[np.ndarray, np.ndarray]]] = {t: [] for t in terms}
-            for tid, n, ids_blob, tfs_blob in store.postings(terms):
-                grouped[tid].append(unpack_postings(ids_blob, tfs_blob, n))
-            rows = []
-            for t in terms:
-                extra = tail.get(t)
-                if extra is not None:
-                    grouped[t].append(extra)
-                parts = grouped.pop(t)
-                if not parts:
-                    continue
-                ids = np.concatenate([g[0] for g in parts]).astype(np.int64)
-                tfs = np.concatenate([g[1] for g in parts])
-                keep = self.state[ids] != ABSENT
-                ids, tfs = ids[keep], tfs[keep]
-                order = np.argsort(ids, kind="stable")
-                if len(ids):
-                    rows.append((t, 0, len(ids), *pack_postings(ids[order], tfs[order])))
+            rows = _merged_rows(terms, store.postings(terms), tail, self.state)
             store.delete_segments(terms)
             store.insert_segments(rows)
 
@@ -1064,14 +1143,70 @@ def write_all_postings(store: Store, batches: Iterable[Sequence[tuple[int, np.nd
         return
     several = [t for t, (n, _top) in store.segment_counts(store.segment_counts_all()).items() if n > 1]
     for terms in _parts(several, store.posting_counts(several), MERGE_PART_POSTINGS):
-        grouped: dict[int, list[tuple[np.ndarray, np.ndarray]]] = {t: [] for t in terms}
-        for tid, n, ids_blob, tfs_blob in store.postings(terms):  # segments in order: chunk ids ascending
-            grouped[tid].append(unpack_postings(ids_blob, tfs_blob, n))
+        rows = _merged_rows(terms, store.postings(terms), _Tail(), None)
         store.delete_segments(terms)
-        store.insert_segments(
-            (t, 0, sum(len(i) for i, _f in grouped[t]),
-             *pack_postings(np.concatenate([i for i, _f in grouped[t]]), np.concatenate([f for _i, f in grouped[t]])))
-            for t in terms)
+        store.insert_segments(rows)
+
+
+def _merged_rows(terms: Sequence[int], segments: Sequence[tuple[int, int, bytes, bytes]], tail: _Tail,
+                 state: np.ndarray | None) -> list[tuple[int, int, int, bytes, bytes]]:
+    """The one-segment postings rows (term id, 0, n, chunk ids, tfs) of ``terms``: each term's
+    stored ``segments`` (term id, n, chunk ids, tfs; by term, then segment) then its ``tail``
+    postings, chunks whose ``state`` is ABSENT dropped (``state`` None: none), sorted by chunk
+    id (stably); a term left without postings gets no row. In order of ``terms``.
+
+    Done for all the terms at once (one stable sort of (term, chunk id), one
+    :func:`pack_postings_many`) rather than a concatenate, sort and pack per term: the same
+    rows, but numpy's per-call cost had been most of a bulk load's final merge."""
+    place = {t: i for i, t in enumerate(terms)}  # term id -> its place in terms
+    id_parts: list[np.ndarray] = []
+    tf_parts: list[np.ndarray] = []
+    seg_place: list[int] = []
+    seg_sizes: list[int] = []
+    for tid, n, ids_blob, tfs_blob in segments:
+        ids, tfs = unpack_postings(ids_blob, tfs_blob, n)
+        id_parts.append(ids)
+        tf_parts.append(tfs)
+        seg_place.append(place[tid])
+        seg_sizes.append(len(ids))
+    places = [np.repeat(np.asarray(seg_place, dtype=np.int64), np.asarray(seg_sizes, dtype=np.int64))]
+    if len(tail.term_ids) and len(terms):
+        want = np.asarray(terms, dtype=np.int64)
+        at = np.minimum(np.searchsorted(tail.term_ids, want), len(tail.term_ids) - 1)
+        found = np.flatnonzero(tail.term_ids[at] == want)
+        if len(found):
+            a, b = tail.starts[at[found]], tail.starts[at[found] + 1]
+            lens = b - a
+            # the concatenated ranges [a, b) of the found terms, in order of terms
+            picks = np.repeat(a - np.concatenate(([0], np.cumsum(lens)[:-1])), lens) + np.arange(int(lens.sum()))
+            id_parts.append(tail.chunk_ids[picks])
+            tf_parts.append(tail.tfs[picks])
+            places.append(np.repeat(found.astype(np.int64), lens))
+    if not id_parts:
+        return []
+    ids = np.concatenate(id_parts).astype(np.int64)
+    tfs = np.concatenate(tf_parts)
+    place_of = np.concatenate(places)
+    del id_parts, tf_parts, places
+    if state is not None:
+        keep = state[ids] != ABSENT
+        if not bool(keep.all()):
+            ids, tfs, place_of = ids[keep], tfs[keep], place_of[keep]
+    if not len(ids):
+        return []
+    # Stable by (place, chunk id): within a term, what a stable sort of its segments' then its
+    # tail's postings by chunk id gives (mostly two sorted runs, which timsort merges in one pass).
+    if int(ids.max()) < 1 << 32:
+        order = np.argsort((place_of << 32) | ids, kind="stable")
+    else:  # pragma: no cover - chunk ids past 2**32
+        order = np.lexsort((ids, place_of))
+    ids, tfs, place_of = ids[order], tfs[order], place_of[order]
+    del order
+    starts = np.flatnonzero(np.concatenate(([True], place_of[1:] != place_of[:-1])))
+    bounds = np.append(starts, len(ids))
+    packed = pack_postings_many(ids, tfs, bounds)
+    sizes = np.diff(bounds).tolist()
+    return [(terms[p], 0, n, ib, tb) for p, n, (ib, tb) in zip(place_of[starts].tolist(), sizes, packed)]
 
 
 def _parts(term_ids: Sequence[int], sizes: dict[int, int], budget: int) -> Iterator[list[int]]:

@@ -227,6 +227,31 @@ _PIECE_EDGES = re.compile(r"^[^\w.]+|[^\w+#]+$")
 Plan = list[tuple[int, str, int, int, int]]  # (kind, value, start, end, position)
 
 
+# Text that is not ASCII but has no CJK (mostly English with a few other characters: a
+# Greek letter, a dash, an accent) is split like ASCII text, by bytes: its UTF-8 bytes with
+# every ASCII byte that joins no token made a space, the bytes of other characters kept;
+# only the few tokens holding such bytes are split again by _RAW2. The same tokens, in order,
+# as _RAW2 over the whole text (a match never crosses an ASCII character outside its class),
+# in ~1/4 of its time; ASCII tokens as bytes, as in ASCII text (the memo takes either).
+_MIXED_SPLIT2 = bytes(c if c >= 0x80 or chr(c).isalnum() or chr(c) in "._-:+#'" else 0x20 for c in range(256))
+
+
+def _raw_tokens2(text: str) -> list[Any]:
+    """Version 2's raw tokens of normalized text without CJK: ``_RAW2.findall(text)``, with
+    its pure ASCII tokens as bytes."""
+    try:
+        pieces = text.encode("utf-8").translate(_MIXED_SPLIT2).split()
+    except UnicodeEncodeError:  # a lone surrogate (a query's): no bytes to split
+        return _RAW2.findall(text)
+    out: list[Any] = []
+    for piece in pieces:
+        if piece.isascii():
+            out.append(piece)
+        else:
+            out.extend(_RAW2.findall(piece.decode("utf-8")))
+    return out
+
+
 def _core(raw: str) -> str | None:
     """A version 2 raw token without the joining characters at its ends (``word.``, ``(word``,
     ``-0.5``), or None when an end matters (``.net``, ``c++``, ``c#.``: _plan2 reads those)."""
@@ -498,6 +523,7 @@ class Analyzer:
         self._pos_pairs = 0  # (term, position) pairs held by _pos_memo
         self._tok_memo: dict[str, tuple[list[tuple[str, int, int, int]], int]] = {}  # the same with offsets
         self._words: dict[str, str] = {}  # version 2: word -> its term after word rules ("" dropped)
+        self._learning = False  # version 2: the last text counted had tokens not in the memo
 
     # -- configuration ---------------------------------------------------
     def config(self) -> dict[str, Any]:
@@ -595,7 +621,7 @@ class Analyzer:
             if text.isascii():
                 return text.lower().encode("ascii").translate(_ASCII_SPLIT2).split(), []
             if _CJK_CHAR.search(text) is None:
-                return _RAW2.findall(text), []
+                return _raw_tokens2(text), []
             term_re, word_re = _TERM2_RE, None
         words: list[Any] = []
         cjk: list[str] = []
@@ -666,6 +692,8 @@ class Analyzer:
         token's terms, which term_counts takes out again as ``TermCounts.overlaps``."""
         memo = self._memo
         missing = set(words).difference(memo)
+        if not missing:
+            return
         if len(memo) + len(missing) > MEMO_SIZE:
             memo.clear()
             missing = set(words)
@@ -775,12 +803,22 @@ class Analyzer:
         out = TermCounts()
         if words:
             memo = self._memo
-            try:  # (Counter's own C loop, without the Python-level update around it)
-                _count_elements(out, chain.from_iterable(map(memo.__getitem__, words)))
-            except KeyError:
+            if self._learning:
+                # The text before had new tokens, so this one likely has too (a corpus of many
+                # rare words, where most texts do): learn first, then count once, rather than
+                # count until the first unknown token, learn, and count again.
+                known = len(memo)
                 self._learn2(words)
-                out = TermCounts()
+                self._learning = len(memo) != known
                 _count_elements(out, chain.from_iterable(map(memo.__getitem__, words)))
+            else:
+                try:  # (Counter's own C loop, without the Python-level update around it)
+                    _count_elements(out, chain.from_iterable(map(memo.__getitem__, words)))
+                except KeyError:
+                    self._learn2(words)
+                    self._learning = True
+                    out = TermCounts()
+                    _count_elements(out, chain.from_iterable(map(memo.__getitem__, words)))
             if _OVERLAP in out:
                 out.overlaps = out.pop(_OVERLAP)
         if cjk:
@@ -1075,29 +1113,85 @@ def token_spans(text: str) -> Iterator[tuple[int, int]]:
 # neither side ever waits on the other's pipe buffer.
 
 
-def _pack(analyzer: Analyzer, texts: list[str]) -> list[tuple[str, bytes, int]]:
-    """Term counts of each text, packed for the trip back: the terms joined by NUL
-    (never part of a term), the counts as uint32s, and their ``overlaps``. Unpickling a
-    dict of a hundred terms per text cost the writing process more than the analysis it saved."""
-    return [("\0".join(counts), array("I", counts.values()).tobytes(), getattr(counts, "overlaps", 0))
-            for counts in analyzer.term_counts_many(texts)]
+#: Terms a worker numbers (its local vocabulary, :func:`_pack`) before it starts again from none.
+WORKER_VOCABULARY = 1_000_000
+
+
+def _pack(analyzer: Analyzer, texts: list[str], local: dict[str, int]
+          ) -> tuple[bool, str, bytes, bytes, bytes, bytes]:
+    """Term counts of each text, packed for the trip back. Each term is sent once, numbered
+    in the worker's local vocabulary ``local`` (term -> number, kept between parts); a text is
+    then its terms' numbers, its counts (uint32s each) and its ``overlaps``. Unpickling a dict
+    of a hundred terms per text cost the writing process more than the analysis it saved, and
+    splitting each text's joined terms made a new string of every term of every text: numbered,
+    the writing process holds one string of each term (hashed once; dict lookups of the same
+    string object compare no characters).
+
+    Returns (whether the vocabulary was started again, the new terms joined by NUL (never part
+    of a term), every text's term numbers, every text's counts, the texts' term counts and
+    overlaps, as uint32 arrays' bytes)."""
+    restarted = False
+    if len(local) > WORKER_VOCABULARY:
+        local.clear()
+        restarted = True
+    new: list[str] = []
+    numbers = array("I")
+    counts_all = array("I")
+    sizes = array("I")
+    overlaps = array("I")
+    for counts in analyzer.term_counts_many(texts):
+        fresh = set(counts).difference(local)  # (in C, by the text's terms: not keys() - keys(), by all)
+        if fresh:
+            first = len(local)
+            local.update(zip(fresh, range(first, first + len(fresh))))
+            new.extend(fresh)  # (in the order of their numbers)
+        numbers.extend(map(local.__getitem__, counts))
+        counts_all.extend(counts.values())
+        sizes.append(len(counts))
+        overlaps.append(getattr(counts, "overlaps", 0))
+    return restarted, "\0".join(new), numbers.tobytes(), counts_all.tobytes(), sizes.tobytes(), overlaps.tobytes()
+
+
+class WorkerVocabulary:
+    """A worker's term numbers as the writing process knows them (see :func:`_pack`): ``names``,
+    number -> term, grown as the worker's results arrive; ``term_ids`` and ``token``: the
+    writer's cache of number -> the database's term id (0: not looked up yet), valid while the
+    writer's index has that ``token`` (:meth:`ragdb.engine.write.Writer` fills them)."""
+
+    __slots__ = ("names", "term_ids", "token")
+
+    def __init__(self) -> None:
+        self.names: list[str] = []
+        self.term_ids: Any = None
+        self.token: Any = None
 
 
 class PackedCounts:
-    """Term counts as a worker sends them: the terms (in order of first appearance)
-    and their counts. Iterates like the dict :meth:`Analyzer.term_counts` returns
-    (terms, ``values()``, ``overlaps``), which is all the writer needs, without building one."""
+    """Term counts as a worker sends them: the terms (in order of first appearance) and their
+    counts. Iterates like the dict :meth:`Analyzer.term_counts` returns (terms, ``values()``,
+    ``overlaps``), which is all the writer needs, without building one. From a worker, the
+    terms are its numbers (``numbers``, in ``vocabulary``), made strings only when asked for:
+    the writer maps the numbers to term ids without them."""
 
-    __slots__ = ("terms", "counts", "overlaps")
+    __slots__ = ("_terms", "counts", "overlaps", "numbers", "vocabulary")
 
-    def __init__(self, terms: list[str], counts: array, overlaps: int = 0) -> None:
-        self.terms, self.counts, self.overlaps = terms, counts, overlaps
+    def __init__(self, terms: tuple[str, ...] | None, counts: array, overlaps: int = 0,
+                 numbers: array | None = None, vocabulary: WorkerVocabulary | None = None) -> None:
+        self._terms, self.counts, self.overlaps = terms, counts, overlaps
+        self.numbers, self.vocabulary = numbers, vocabulary
+
+    @property
+    def terms(self) -> tuple[str, ...]:
+        if self._terms is None:
+            assert self.numbers is not None and self.vocabulary is not None
+            self._terms = tuple(map(self.vocabulary.names.__getitem__, self.numbers))
+        return self._terms
 
     def __iter__(self) -> Iterator[str]:
         return iter(self.terms)
 
     def __len__(self) -> int:
-        return len(self.terms)
+        return len(self.counts)
 
     def values(self) -> array:
         return self.counts
@@ -1106,12 +1200,22 @@ class PackedCounts:
         return zip(self.terms, self.counts)
 
 
-def _unpack_counts(packed: list[tuple[str, bytes, int]]) -> list[PackedCounts]:
+def _unpack_counts(packed: tuple[bool, str, bytes, bytes, bytes, bytes], vocabulary: WorkerVocabulary
+                   ) -> list[PackedCounts]:
+    """The term counts of a part's texts from what :func:`_pack` sent, the worker's
+    ``vocabulary`` already extended with its new terms."""
+    _restarted, _new, raw_numbers, raw_counts, raw_sizes, raw_overlaps = packed
+    numbers, counts, sizes, overlaps = array("I"), array("I"), array("I"), array("I")
+    numbers.frombytes(raw_numbers)
+    counts.frombytes(raw_counts)
+    sizes.frombytes(raw_sizes)
+    overlaps.frombytes(raw_overlaps)
     out = []
-    for joined, raw, overlaps in packed:
-        counts = array("I")
-        counts.frombytes(raw)
-        out.append(PackedCounts(joined.split("\0") if raw else [], counts, overlaps))
+    a = 0
+    for n, overlap in zip(sizes, overlaps):
+        b = a + n
+        out.append(PackedCounts(None, counts[a:b], overlap, numbers[a:b], vocabulary))
+        a = b
     return out
 
 
@@ -1187,9 +1291,10 @@ def _worker_main(conn: Any, config: dict[str, Any], parent: int = 0, inherited: 
     threading.Thread(target=receive, daemon=True).start()
     sender = threading.Thread(target=send, daemon=True)
     sender.start()
+    local: dict[str, int] = {}  # this worker's term numbers (see _pack)
     while (texts := tasks.get()) is not None:
         try:
-            results.put(("ok", _pack(analyzer, texts)))
+            results.put(("ok", _pack(analyzer, texts, local)))
         except Exception as e:  # reported to the writing process, which raises it
             results.put(("error", f"{type(e).__name__}: {e}"))
     results.put(None)
@@ -1207,6 +1312,7 @@ class AnalysisPool:
         self._conns: list[Any] = []
         self._procs: list[Any] = []
         self._waiting: list[collections.deque[_Job]] = []  # per worker, in send order
+        self._vocabulary: list[WorkerVocabulary] = []  # per worker, its term numbers (see _pack)
         self._jobs: collections.deque[_Job] = collections.deque()
         self._next = 0
         try:
@@ -1219,6 +1325,7 @@ class AnalysisPool:
                 self._conns.append(parent)
                 self._procs.append(proc)
                 self._waiting.append(collections.deque())
+                self._vocabulary.append(WorkerVocabulary())
         except BaseException:
             self.close(wait=False)
             raise
@@ -1251,6 +1358,14 @@ class AnalysisPool:
             job.done, job.value = True, value
             if status != "ok":
                 raise RagdbError(f"text analysis failed in a worker process: {value}")
+            # The worker numbered its new terms in the order it analyzed the parts, which is
+            # the order they arrive in: its vocabulary grows here, as they arrive.
+            restarted, new = value[0], value[1]
+            if restarted:
+                self._vocabulary[w] = WorkerVocabulary()  # (jobs received before keep the one they were given)
+            if new:
+                self._vocabulary[w].names.extend(new.split("\0"))
+            job.vocabulary = self._vocabulary[w]
             if block:
                 return
 
@@ -1283,8 +1398,9 @@ class _Job:
         self.pool, self.worker = pool, worker
         self.done = False
         self.value: Any = None
+        self.vocabulary = WorkerVocabulary()  # its worker's term numbers when the result came
 
     def get(self) -> list[PackedCounts]:
         while not self.done:
             self.pool._receive(self.worker, block=True)
-        return _unpack_counts(self.value)
+        return _unpack_counts(self.value, self.vocabulary)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import math
 import sqlite3
@@ -554,11 +555,15 @@ def _load(db, texts, **kw):
 
 
 @pytest.mark.parametrize("workers", [1, 2])
-def test_parallel_analysis_gives_the_same_database(tmp_path, monkeypatch, workers):
+@pytest.mark.parametrize("vocabulary", [None, 10])
+def test_parallel_analysis_gives_the_same_database(tmp_path, monkeypatch, workers, vocabulary):
     from ragdb.engine import prepare as ingest
+    from ragdb.text import analysis
 
     monkeypatch.setattr(ingest, "POOL_AFTER", 5)
     monkeypatch.setattr(ingest, "ANALYSIS_PART", 3)
+    if vocabulary is not None:  # the workers start their term numbers again many times (forked: they see it)
+        monkeypatch.setattr(analysis, "WORKER_VOCABULARY", vocabulary)
     # (compounds too: their whole forms' overlaps travel back from the workers, and set chunk lengths)
     compounds = [f"node.js e-mail v2.{i} x86_64 " * (i % 2) for i in range(60)]
     texts = [f"{EN} number {i} {'retrieval ' * (i % 4)}{compounds[i]}" if i % 3 else f"{ZH} 第{i}段 检索"
@@ -571,6 +576,13 @@ def test_parallel_analysis_gives_the_same_database(tmp_path, monkeypatch, worker
         for q in ("retrieval number", "检索增强", "answer 第3段", "node.js e-mail", "v2.5"):
             assert [(h.chunk_id, h.score, h.text) for h in par.search(q, k=50)] == \
                    [(h.chunk_id, h.score, h.text) for h in ser.search(q, k=50)]
+    # the same vocabulary and forward indexes, byte for byte
+    for query in ("SELECT id, term, df FROM vocabulary ORDER BY id",
+                  "SELECT id, length, terms, tfs FROM chunks ORDER BY id",
+                  "SELECT term_id, segment, n, chunk_ids, tfs FROM postings ORDER BY term_id, segment"):
+        with contextlib.closing(sqlite3.connect(tmp_path / "par.db")) as x, \
+                contextlib.closing(sqlite3.connect(tmp_path / "ser.db")) as y:
+            assert x.execute(query).fetchall() == y.execute(query).fetchall()
 
 
 def test_parallel_load_with_a_bad_record_keeps_the_batches_before_it(tmp_path, monkeypatch):

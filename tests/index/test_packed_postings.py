@@ -12,7 +12,8 @@ from hypothesis import strategies as st
 
 import ragdb
 from ragdb.errors import StorageError
-from ragdb.index.inverted import PACK_MIN, pack_ids, pack_postings, pack_tfs, postings_problem, unpack_postings
+from ragdb.index.inverted import (PACK_MIN, pack_ids, pack_postings, pack_postings_many, pack_tfs, postings_problem,
+                                  unpack_postings)
 
 gaps = st.lists(st.one_of(st.integers(1, 300), st.integers(1, 70_000), st.integers(1, 1 << 24)), min_size=0,
                 max_size=400)
@@ -32,6 +33,24 @@ def test_pack_then_unpack_gives_the_postings_back(gaps, first, tfs):
     assert len(ids_blob) <= 4 * n and len(tfs_blob) <= 2 * n  # never larger than raw
     problem, _detail, ids64, tfs64 = postings_problem(ids_blob, tfs_blob, n)
     assert problem == "" and ids64.tolist() == ids.tolist() and tfs64.tolist() == got_tfs.tolist()
+
+
+@settings(max_examples=200, deadline=None)
+@given(groups=st.lists(st.tuples(gaps, st.integers(0, 1 << 20), st.sampled_from([3, 255, 256, 70_000])),
+                       min_size=1, max_size=12), data=st.data())
+def test_packing_many_groups_gives_the_bytes_of_packing_each(groups, data):
+    """pack_postings_many (a merge's terms at once) writes exactly what pack_postings writes for
+    each term: short and long groups, either gap width, escapes, raw when packing is not smaller."""
+    id_parts, tf_parts = [], []
+    for group_gaps, first, top in groups:
+        ids = np.cumsum([first, *group_gaps]).astype(np.int64)
+        ids = ids[ids < 1 << 32]
+        id_parts.append(ids)
+        tf_parts.append(np.array(data.draw(st.lists(st.integers(1, top), min_size=len(ids), max_size=len(ids))),
+                                 dtype=np.int64))
+    starts = np.concatenate(([0], np.cumsum([len(i) for i in id_parts])))
+    got = pack_postings_many(np.concatenate(id_parts).astype(np.uint32), np.concatenate(tf_parts), starts)
+    assert got == [pack_postings(i, f) for i, f in zip(id_parts, tf_parts)]
 
 
 def test_dense_postings_pack_to_about_a_byte_each():
