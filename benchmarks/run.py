@@ -70,7 +70,7 @@ from ragbench import harness
 from ragbench.common import DEFAULT_DATA, REPO, log
 from ragbench.corpora import CORPORA, Corpus, prepare_corpus
 from ragbench.harness import QUERY_ROUNDS, SECTIONS, SYSTEMS, Context, load_evaluation
-from ragbench.report import merge_report, source_fingerprint, write_report
+from ragbench.report import _commit as commit_of_sources, merge_report, source_fingerprint, write_report
 from ragbench.sections.scale import parse_scale
 
 harness.load_plugins()  # the systems and sections register themselves
@@ -150,6 +150,7 @@ def main(argv: list[str] | None = None, command: str | None = None) -> int:
         shutil.copytree(REPO / name, src / name, ignore=shutil.ignore_patterns("__pycache__", "*.pyc"))
     fingerprint = source_fingerprint(src)
     ctx = Context(args=args, workdir=workdir, src=src, evaluation=load_evaluation(src))
+    ctx.commit = commit_of_sources()  # the report names it, not the commit at the end (others commit meanwhile)
     ctx.notes.append(f"ragdb sources snapshotted at the start of the run (sha256 {fingerprint[:12]} over "
                      "ragdb/*.py and migrations/*.sql); every worker imported that snapshot.")
     try:

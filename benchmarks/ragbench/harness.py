@@ -259,6 +259,8 @@ class Context:
     #: a merged report drops their rows
     retired_bars: list[str] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
+    #: the commit of the sources snapshotted at the start (what the figures are of), when known
+    commit: str = ""
     corpora: dict[str, Corpus] = field(default_factory=dict)
 
     def systems(self, names: list[str]) -> list[str]:

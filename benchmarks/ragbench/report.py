@@ -80,7 +80,7 @@ def _commit() -> str:
     return commit
 
 
-def machine_facts() -> list[str]:
+def machine_facts(commit: str = "") -> list[str]:
     cpu = platform.processor() or "?"
     try:
         with open("/proc/cpuinfo", encoding="utf-8") as fh:
@@ -97,7 +97,7 @@ def machine_facts() -> list[str]:
             mem = f"{kb / 2**20:.1f} GiB"
     except (OSError, ValueError, IndexError):
         pass
-    commit = _commit()
+    commit = commit or _commit()
     pkgs = ", ".join(f"{d} {_version(d)}" for d in (*PEER_PACKAGES, "PyStemmer", "numpy", "orjson"))
     return [
         f"- Machine: {os.cpu_count()} logical cores ({cpu}), {mem} RAM, {platform.system()} {platform.release()}",
@@ -131,7 +131,7 @@ def write_report(ctx: Context, bodies: list[str], started: float, command: str) 
         command,
         "```",
         "",
-        *machine_facts(),
+        *machine_facts(ctx.commit),
         "",
     ]
     if not ctx.ragdb_ok:
@@ -195,7 +195,7 @@ def merge_report(ctx: Context, bodies: list[str], started: float, command: str) 
         return write_report(ctx, bodies, started, command)
     lines = path.read_text(encoding="utf-8").split("\n")
     now = _dt.datetime.now().astimezone()
-    stamp = (f"_This section: `{command}` on {now:%Y-%m-%d %H:%M %Z}, ragdb at commit {_commit()}, merged into "
+    stamp = (f"_This section: `{command}` on {now:%Y-%m-%d %H:%M %Z}, ragdb at commit {ctx.commit or _commit()}, merged into "
              "the report of the run named at the top._")
 
     def section_span(heading: str) -> tuple[int, int] | None:
