@@ -307,6 +307,14 @@ DEF MAX_HEAVY = 4096    # common run of Chinese characters may be in all 112 hit
                         # counting it pair by pair cost most of the time); at most MAX_HEAVY bits
 
 
+cdef inline bint same_passage(int64_t shared, int64_t a, int64_t b, double jaccard, double containment,
+                              int64_t min_shingles) noexcept nogil:
+    """``hits.same_passage`` (shared > 0), the same double arithmetic."""
+    cdef int64_t small = a if a < b else b
+    return (<double>shared >= jaccard * <double>(a + b - shared)
+            or (small >= min_shingles and <double>shared >= containment * <double>small))
+
+
 cdef list _pairs_dense(Py_buffer* bufs, Py_ssize_t n, const uint64_t* seen2, uint64_t bits_mask,
                        Py_ssize_t again, double jaccard, double containment, int64_t min_shingles):
     """``same_pairs`` of at most DENSE_MAX passages: every shingle met twice goes into a hash
@@ -314,7 +322,7 @@ cdef list _pairs_dense(Py_buffer* bufs, Py_ssize_t n, const uint64_t* seen2, uin
     cell of each two of them, and one of many sets its bit in each of its passages' bitsets, so
     that two passages share the matrix cell plus the bits their bitsets have in common."""
     cdef Py_ssize_t i, j, t, cap = 16, slot, e = 0, nheavy = 0, words, w, bit
-    cdef int64_t v, a, b, small, shared
+    cdef int64_t v, shared
     cdef const int64_t* vals
     cdef int64_t* keys = NULL
     cdef int32_t* head = NULL
@@ -399,14 +407,7 @@ cdef list _pairs_dense(Py_buffer* bufs, Py_ssize_t n, const uint64_t* seen2, uin
                 shared = matrix[i * n + j]
                 for w in range(words):
                     shared += RAGDB_POPCOUNT(bitsets[i * words + w] & bitsets[j * words + w])
-                if shared <= 0:
-                    continue
-                a = sizes[j]
-                b = sizes[i]
-                small = a if a < b else b
-                # hits.same_passages, the same double arithmetic
-                if (<double>shared >= jaccard * <double>(a + b - shared)
-                        or (small >= min_shingles and <double>shared >= containment * <double>small)):
+                if shared > 0 and same_passage(shared, sizes[j], sizes[i], jaccard, containment, min_shingles):
                     pairs.append((i, j))
         return pairs
     finally:
@@ -427,7 +428,7 @@ def same_pairs(list sets, double jaccard, double containment, int64_t min_shingl
     bitmaps grow with the number of shingles. Up to DENSE_MAX passages, :func:`_pairs_dense`
     counts instead (the same pairs: a test sets ``_sparse_pairs`` to compare the two)."""
     cdef Py_ssize_t n = len(sets), got = 0, i, j, t, cap, slot, e = 0, nt, again = 0, bit
-    cdef int64_t v, a, b, small, shared, size
+    cdef int64_t v, shared, size
     cdef Py_buffer* bufs = NULL
     cdef const int64_t* vals
     cdef int64_t* keys = NULL
@@ -526,12 +527,7 @@ def same_pairs(list sets, double jaccard, double containment, int64_t min_shingl
                     j = touched[t]
                     shared = counts[j]
                     counts[j] = 0
-                    a = sizes[j]
-                    b = sizes[i]
-                    small = a if a < b else b
-                    # hits.same_passages, the same double arithmetic
-                    if (<double>shared >= jaccard * <double>(a + b - shared)
-                            or (small >= min_shingles and <double>shared >= containment * <double>small)):
+                    if same_passage(shared, sizes[j], sizes[i], jaccard, containment, min_shingles):
                         pairs.append((i, j))
         return pairs
     finally:
