@@ -300,9 +300,12 @@ class Searcher:
         # every distinct query term counts in the maximum, one no chunk holds with df 0, and so
         # does one only chunks hidden from this search hold: else the maximum, hence every
         # confidence, would tell whether hidden documents hold a word (issue 32, item 6)
-        if mask is not None:
+        if mask is None or index.is_latest_mask(mask):
+            # a live df above 0 is a latest chunk holding the term, and such a search sees them all
+            seen = set(order)
+        else:
             index.term_postings([known[t][0] for t in order])  # every term's postings in one read, kept for scoring
-        seen = {t for t in order if mask is None or index.visible((known[t][0],), mask)}
+            seen = {t for t in order if index.visible((known[t][0],), mask)}
         bound = confidence.query_bound(index.n_chunks, [known[t][1] if t in seen else 0 for t in counts])
         units = tuple(Unit(t, (known[t][0],), known[t][1]) for t in order)
         if in_fields:

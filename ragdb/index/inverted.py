@@ -365,6 +365,9 @@ class Index:
         self.whole = np.zeros(0, bool)  # chunk is its whole document, no metadata of its own
         # (generation, filter) -> allowed-chunk mask, for repeated filters
         self.masks: dict[Any, np.ndarray] = {}
+        # versions_all -> the mask of every latest chunk (False) or every stored one (True),
+        # read-only: every search without conditions shares it (and is_latest_mask knows it)
+        self._bases: dict[bool, np.ndarray] = {}
         self.n_chunks = 0
         self.total_length = 0
         self.flushed_upto = 0
@@ -505,6 +508,7 @@ class Index:
 
     def _invalidate(self) -> None:
         self.masks.clear()
+        self._bases.clear()
         self._lookup_cache.clear()
         self._postings_cache.clear()
         self._postings_cached = 0
@@ -534,6 +538,8 @@ class Index:
             return
         top = max(c[0] for c in chunks)
         self._grow(top + 1)
+        self.masks.clear()  # (the writer's note_write clears them too: a mask is never older than the state)
+        self._bases.clear()
         self.max_id = max(self.max_id, top)
         for cid, doc_id, length, terms, tfs, whole in chunks:
             self.lengths[cid] = length
@@ -546,6 +552,8 @@ class Index:
     def set_state(self, chunk_ids: Sequence[int], state: int) -> None:
         ids = np.asarray(chunk_ids, dtype=np.int64)
         self.state[ids] = state
+        self.masks.clear()
+        self._bases.clear()
         if state == ABSENT:
             self.lengths[ids] = 0.0
             self.chunk_doc[ids] = 0
@@ -665,7 +673,11 @@ class Index:
     def allowed(self, query: Query) -> np.ndarray:
         """Boolean mask over chunk ids for a ``ragdb.query.filters.Query`` (call inside a read transaction)."""
         versions_all = query.versions == "all" or any(c.kind == "as_of" for c in query.conditions)
-        base = self.state != ABSENT if versions_all else self.state == LATEST
+        base = self._bases.get(versions_all)
+        if base is None:
+            base = self.state != ABSENT if versions_all else self.state == LATEST
+            base.flags.writeable = False  # shared by every search: a caller's change would be every later search's
+            self._bases[versions_all] = base
         if not query.needs_sql:
             return base
         key = (query.conditions, query.public_unlabeled, versions_all)
@@ -688,6 +700,12 @@ class Index:
                 self.masks.pop(next(iter(self.masks)))  # the least recently used
             self.masks[key] = mask
         return mask
+
+    def is_latest_mask(self, mask: np.ndarray) -> bool:
+        """Whether ``mask`` is :meth:`allowed`'s mask of a query without conditions over the
+        latest versions: every latest chunk, and no other (so a term whose live df is above 0
+        is in a chunk it allows)."""
+        return mask is self._bases.get(False)
 
     # -- scoring ----------------------------------------------------------------
     def hit_protos(self, chunk_ids: Sequence[int]) -> dict[int, tuple[dict[str, Any], dict[str, Any]]]:

@@ -15,7 +15,7 @@ import sys
 
 import orjson
 import pytest
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
 import ragdb
@@ -316,3 +316,39 @@ def test_confidence_does_not_tell_whether_hidden_documents_hold_a_word(tmp_path,
         assert (a.refused, [s.source for s in a.sources]) == (b.refused, [s.source for s in b.sources])
         staff = db.search("zyxword", principals=["staff"])  # who may see the word: it is evidence there
         assert [h.source for h in staff] == ["hid.md"] and staff[0].confidence > 0
+
+
+@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(ops=st.lists(st.tuples(st.sampled_from(["add", "delete", "flush"]), st.integers(0, 5),
+                              st.lists(st.sampled_from(WORDS), min_size=1, max_size=4)), min_size=1, max_size=12),
+       query=st.lists(st.sampled_from(WORDS + ["absentword"]), min_size=1, max_size=3))
+@example(ops=[("add", 5, ["fox"]), ("add", 1, ["apple"])], query=["apple", "fox"])  # a word only hidden chunks hold
+@example(ops=[("add", 1, ["apple", "fox"]), ("flush", 0, ["apple"]), ("delete", 1, ["apple"]), ("add", 2, ["apple"])],
+         query=["apple", "fox"])  # a word only a deleted flushed chunk held
+def test_plain_searches_skip_the_visibility_check_with_the_same_confidences(tmp_path_factory, monkeypatch, ops, query):
+    """A search without conditions sees every latest chunk, so it takes a term with a live df
+    above 0 as visible without looking (``Index.is_latest_mask``): after any adds, deletes and
+    flushes, in this handle and a fresh one, its confidences equal those of the full check."""
+    from ragdb.index import inverted
+
+    path = tmp_path_factory.mktemp("latest") / "kb.db"
+    with ragdb.open(path, chunker="none") as db:
+        for op, n, words in ops:
+            if op == "add":
+                db.add(" ".join(words), source=f"s{n}.md", acl=["staff"] if n == 5 else None)
+            elif op == "delete":
+                db.delete(source=f"s{n}.md")
+            else:
+                db.optimize(vacuum=False)
+
+        def confidences(handle):
+            return [(h.source, h.score, h.confidence) for h in handle.search(" ".join(query), k=10)]
+
+        for handle in (db, ragdb.open(path)):
+            shortcut = confidences(handle)
+            with monkeypatch.context() as m:
+                m.setattr(inverted.Index, "is_latest_mask", lambda self, mask: False)
+                checked = confidences(handle)
+            assert shortcut == checked
+            if handle is not db:
+                handle.close()
