@@ -420,12 +420,23 @@ def _normalize_map(text: str) -> tuple[str, list[int] | None, list[int] | None]:
     return whole, starts, ends
 
 
-def _kernel_name() -> str:
-    """:func:`ragdb.index.kernel.name` (imported when first needed: a search that analyzes only
-    its query does not need it)."""
-    from ragdb.index import kernel
+#: Whether analysis runs compiled where it can (:meth:`Analyzer.compiled`): ``RAGDB_KERNEL=numpy``
+#: turns it off as it turns off every compiled part of ragdb, and :func:`ragdb.index.kernel.use`
+#: switches it with the scoring kernel (through :func:`use_compiled`: the text layer does not
+#: import the index layer).
+_compiled_on = os.environ.get("RAGDB_KERNEL", "").strip().lower() != "numpy"
 
-    return kernel.name()
+
+def use_compiled(enabled: bool) -> None:
+    """Let analysis run compiled (where it is installed) or not: :func:`ragdb.index.kernel.use`
+    calls this; the results are the same either way, only the time differs."""
+    global _compiled_on
+    _compiled_on = bool(enabled)
+
+
+def compiled_available() -> bool:
+    """Whether the compiled analysis (:mod:`ragdb.text.canalysis`) is installed."""
+    return _canalysis is not None
 
 
 def is_cjk(text: str) -> bool:
@@ -813,34 +824,34 @@ class Analyzer:
         first appearance). Version 2 returns a :class:`TermCounts`, a dict that also
         counts the compound whole forms that overlap a part (``overlaps``), which the
         chunk's length for BM25 leaves out."""
-        fast = self._compiled()
+        fast = self.compiled()
         if fast is not None:
             found = fast.counts([text])
             if found is not None:
-                return found[0]  # type: ignore[no-any-return]
+                return found[0]
         return self._counts(*self._tokens(text))
 
     def term_counts_many(self, texts: Iterable[str]) -> list[dict[str, int]]:
         """:meth:`term_counts` of each text. (Learning a part's new words in one batch was
         measured: it cost more than it saved, the set of every word of the part included;
         the compiled analysis does learn a call's new words in one batch.)"""
-        fast = self._compiled()
+        fast = self.compiled()
         if fast is not None:
             texts = list(texts)
             found = fast.counts(texts)
             if found is not None:
-                return found  # type: ignore[no-any-return]
+                return found
         return [self.term_counts(t) for t in texts]
 
-    def _compiled(self) -> Any:
-        """The compiled hot loop of this analyzer (:class:`ragdb.text.canalysis.Analysis`), or
-        None where the Python code runs: a version 1 or jieba analyzer, a plugin's (a subclass
-        may analyze its own way), no compiled module, or the numpy kernel chosen
-        (``RAGDB_KERNEL=numpy``, :func:`ragdb.index.kernel.use`: the switch of every compiled
-        part). Both give the same terms, counts and order (tests/text/test_canalysis.py)."""
-        if _canalysis is None or type(self) is not Analyzer or self._v1 or self._jieba is not None:
-            return None
-        if _kernel_name() != "compiled":
+    def compiled(self) -> Any:
+        """The compiled hot loop this analyzer counts terms with (a
+        :class:`ragdb.text.canalysis.Analysis`), or None where its Python code runs: a version 1
+        or jieba analyzer, a plugin's (a subclass may analyze its own way), no compiled module,
+        or the numpy kernel chosen (``RAGDB_KERNEL=numpy``, :func:`ragdb.index.kernel.use`: the
+        switch of every compiled part). Both give the same terms, counts and order
+        (tests/text/test_canalysis.py)."""
+        if not _compiled_on or _canalysis is None or type(self) is not Analyzer or self._v1 \
+                or self._jieba is not None:
             return None
         fast = self._fast
         if fast is None:
@@ -1184,16 +1195,16 @@ def _pack(analyzer: Analyzer, texts: list[str], local: dict[str, int]
 
     New terms are numbered in the order the counts list them (first appearance), so the numbers
     are the same in every process (a set's order is the hash seed's); the compiled analysis
-    (:meth:`Analyzer._compiled`) numbers the same way.
+    (:meth:`Analyzer.compiled`) numbers the same way.
 
     Returns (whether the vocabulary was started again, the new terms joined by NUL (never part
     of a term), every text's term numbers, every text's counts, the texts' term counts and
     overlaps, as uint32 arrays' bytes)."""
-    fast = analyzer._compiled()
+    fast = analyzer.compiled()
     if fast is not None:
         packed = fast.pack(list(texts), local, WORKER_VOCABULARY)
         if packed is not None:
-            return packed  # type: ignore[no-any-return]
+            return packed
     restarted = False
     if len(local) > WORKER_VOCABULARY:
         local.clear()
