@@ -28,6 +28,16 @@ CONFIGS = [
 ]
 
 
+@pytest.fixture(autouse=True)
+def compiled_path():
+    """These tests run the compiled analysis (whatever RAGDB_KERNEL says) beside the reference."""
+    before = kernel.use("compiled")
+    try:
+        yield
+    finally:
+        kernel.use(before)
+
+
 @contextlib.contextmanager
 def python_path():
     """Run the Python reference (the kernel switch turns the compiled analysis off)."""
