@@ -373,6 +373,13 @@ cdef class Analysis:
                     scan(self, <uint32_t*>PyUnicode_DATA(text), PyUnicode_GET_LENGTH(text), missing)
                 self.ends[2 * t] = self.words_len
                 self.ends[2 * t + 1] = self.cjk_len
+                if t % 16 == 15:
+                    # Let other threads in: in an analysis worker, the ones that receive texts and
+                    # send results (they need the GIL, which this loop would hold for a whole part,
+                    # milliseconds, while the writing process waits on a full pipe; the Python code
+                    # gave it up every switch interval).
+                    with nogil:
+                        pass
             if missing:
                 learned = list(self.expand(missing))
                 if len(learned) != len(missing):
