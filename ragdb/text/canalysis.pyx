@@ -79,8 +79,9 @@ cdef uint64_t FNV_PRIME = 0x100000001b3ULL
 MEMO_TOKENS = 200_000
 #: ... or more than this many characters of tokens (a few very long "words").
 MEMO_CHARS = 16_000_000
-#: The table of distinct terms (and with it the memos) is emptied when it holds more.
-MAX_TERMS = 4_000_000
+#: The table of distinct terms (and with it the memos) is emptied when it holds more (a worker
+#: keeps the terms it numbered until its numbering starts again: see ``pack``).
+MAX_TERMS = 1_000_000
 
 
 cdef inline bint is_cjk(uint32_t c) noexcept nogil:
@@ -172,6 +173,7 @@ cdef class Analysis:
     # the local vocabulary numbered (pack): its dict and how many terms it had
     cdef object owner
     cdef Py_ssize_t nlocal
+    cdef bint busy  # a call is running (another thread's call meanwhile gets None: the Python path)
 
     def __cinit__(self, expand, cjk_stop, counts_type, str overlap):
         self.expand, self.cjk_stop, self.counts_type, self.overlap_term = expand, cjk_stop, counts_type, overlap
@@ -437,8 +439,8 @@ cdef class Analysis:
         overlaps[0] = ov
         return norder
 
-    cdef int _bound(self) except -1:
-        if len(self.names) > MAX_TERMS:
+    cdef int _bound(self, Py_ssize_t keep) except -1:
+        if len(self.names) > MAX_TERMS and len(self.names) > keep:
             self._clear_terms()
         elif self.nentries > MEMO_TOKENS or self.keys_len > MEMO_CHARS:
             self._clear_memo()
@@ -447,7 +449,8 @@ cdef class Analysis:
     # -- the analyzer's calls --------------------------------------------------
     def counts(self, list texts):
         """``Analyzer.term_counts`` of each text (``TermCounts``); None when a text is not a str
-        (the reference raises its own error then)."""
+        (the reference raises its own error then) or another thread's call is running (the
+        buffers of a call are this object's; the caller runs the Python code instead)."""
         cdef Py_ssize_t t, k, norder, ov
         cdef object out, names = self.names
         cdef list result = []
@@ -455,19 +458,25 @@ cdef class Analysis:
         for text in texts:
             if not isinstance(text, str):
                 return None
-        self._bound()
-        self._split(texts)
-        names = self.names
-        new = self.counts_type.__new__
-        for t in range(len(texts)):
-            norder = self._count(t, &ov)
-            out = new(self.counts_type)
-            for k in range(norder):
-                tid = self.order[k]
-                PyDict_SetItem(out, <object>PyList_GET_ITEM(names, tid), self.cnt[tid])
-            if ov:
-                out.overlaps = ov
-            result.append(out)
+        if self.busy:
+            return None
+        self.busy = True  # (tested and set holding the GIL: no other thread runs in between)
+        try:
+            self._bound(0)
+            self._split(texts)
+            names = self.names
+            new = self.counts_type.__new__
+            for t in range(len(texts)):
+                norder = self._count(t, &ov)
+                out = new(self.counts_type)
+                for k in range(norder):
+                    tid = self.order[k]
+                    PyDict_SetItem(out, <object>PyList_GET_ITEM(names, tid), self.cnt[tid])
+                if ov:
+                    out.overlaps = ov
+                result.append(out)
+        finally:
+            self.busy = False
         return result
 
     cdef int _renumber(self, dict local) except -1:
@@ -484,7 +493,19 @@ cdef class Analysis:
     def pack(self, list texts, dict local, Py_ssize_t limit):
         """``analysis._pack``: (restarted, new terms joined by NUL, term numbers, counts, sizes,
         overlaps), numbering in ``local`` (started again when it has more than ``limit`` terms);
-        None when a text is not a str."""
+        None when a text is not a str or another thread's call is running."""
+        for text in texts:
+            if not isinstance(text, str):
+                return None
+        if self.busy:
+            return None
+        self.busy = True
+        try:
+            return self._pack(texts, local, limit)
+        finally:
+            self.busy = False
+
+    cdef object _pack(self, list texts, dict local, Py_ssize_t limit):
         cdef bint restarted = False
         cdef Py_ssize_t t, k, norder, ov, total = 0, n = len(texts)
         cdef int64_t tid
@@ -494,10 +515,7 @@ cdef class Analysis:
         cdef uint32_t* sizes
         cdef uint32_t* overlaps
         cdef object out
-        for text in texts:
-            if not isinstance(text, str):
-                return None
-        self._bound()
+        self._bound(2 * limit)  # (the terms numbered stay until the numbering starts again)
         if len(local) > limit:
             local.clear()
             restarted = True

@@ -183,3 +183,31 @@ def test_the_python_path_numbers_new_terms_in_order_of_first_appearance():
     with python_path():
         restarted, new, *_ = analysis._pack(Analyzer(), ["zeta alpha zeta beta", "gamma alpha"], {})
     assert not restarted and new.split("\0") == ["zeta", "alpha", "beta", "gamma"]
+
+
+def test_threads_analyzing_with_one_analyzer_get_the_reference():
+    """A call running (in another thread: the loop gives up the GIL) sends the next one to the
+    Python code, with the same results."""
+    import threading
+
+    batch = [f"thread text {i} node.js 检索增强{i % 7} word{i} " + " ".join(FRAGMENTS[i % 9:i % 9 + 20])
+             for i in range(2000)]
+    with python_path():
+        want = [view(c) for c in Analyzer().term_counts_many(batch)]
+    shared = Analyzer()
+    got: dict[int, list] = {}
+
+    def work(n: int) -> None:
+        got[n] = [view(c) for c in shared.term_counts_many(batch)] + [view(shared.term_counts(t)) for t in batch[:200]]
+
+    before = sys.getswitchinterval()
+    sys.setswitchinterval(1e-6)  # (threads switch often: calls overlap, measured: hundreds of fallbacks)
+    try:
+        threads = [threading.Thread(target=work, args=(n,)) for n in range(4)]
+        for th in threads:
+            th.start()
+        for th in threads:
+            th.join()
+    finally:
+        sys.setswitchinterval(before)
+    assert len(got) == 4 and all(g == want + want[:200] for g in got.values())
