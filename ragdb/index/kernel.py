@@ -5,6 +5,13 @@ Both give the same hits in the same order with the same scores (the property tes
 both). The environment variable ``RAGDB_KERNEL`` chooses: ``numpy`` forces the fallback,
 ``compiled`` requires the compiled kernel (an import of ragdb fails without it: for wheel
 tests), anything else or unset takes the compiled kernel when it is installed.
+
+The same switch chooses for every compiled part of ragdb: collapsing copies of a passage
+(``ragdb.index.cpassages``, :mod:`ragdb.index.hits`) and the analyzer's hot loop
+(``ragdb.text.canalysis``, :meth:`ragdb.text.analysis.Analyzer.compiled`), whose Python code
+gives the same terms and counts. ``RAGDB_KERNEL=numpy`` runs all of them in Python/numpy,
+``RAGDB_KERNEL=compiled`` requires all of them (the wheel tests), and :func:`use` switches them
+together (a part not installed runs in Python/numpy).
 """
 
 from __future__ import annotations
@@ -27,10 +34,16 @@ def _initial() -> ModuleType | None:
     wanted = os.environ.get("RAGDB_KERNEL", "").strip().lower()
     if wanted == "numpy":
         return None
-    if wanted == "compiled" and _compiled is None:
+    if wanted == "compiled" and (_compiled is None or not _analysis_compiled()):
         raise MissingDependency("RAGDB_KERNEL=compiled, but ragdb's compiled kernel is not installed "
                          "(reinstall ragdb where a C compiler is found)")
     return _compiled
+
+
+def _analysis_compiled() -> bool:
+    from ragdb.text import analysis
+
+    return analysis.compiled_available()
 
 
 _active: ModuleType | None = _initial()
@@ -61,4 +74,7 @@ def use(kernel: str) -> str:
         raise MissingDependency("the compiled kernel is not installed (reinstall ragdb where a C compiler is found)")
     before = name()
     _active = _compiled if kernel == "compiled" else None
+    from ragdb.text import analysis
+
+    analysis.use_compiled(kernel == "compiled")  # (the text layer cannot import this one: told here)
     return before

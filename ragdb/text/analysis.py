@@ -93,10 +93,16 @@ import unicodedata
 from array import array
 from collections import Counter, _count_elements  # type: ignore[attr-defined]
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence, Set
-from itertools import chain, accumulate
+from itertools import accumulate, chain, filterfalse
 from typing import Any, NamedTuple
 
 from ragdb.errors import InvalidInput, MissingDependency, RagdbError
+
+try:  # built by setup.py beside the scoring kernel; absent where no compiler was found
+    from ragdb.text import canalysis as _canalysis_module
+    _canalysis: Any = _canalysis_module
+except ImportError:  # pragma: no cover - a platform without the extension
+    _canalysis = None
 
 # CJK ideographs (unified + extension A + compatibility + supplementary planes)
 # and Japanese kana. Hangul is space-delimited, so it is treated as words.
@@ -414,6 +420,25 @@ def _normalize_map(text: str) -> tuple[str, list[int] | None, list[int] | None]:
     return whole, starts, ends
 
 
+#: Whether analysis runs compiled where it can (:meth:`Analyzer.compiled`): ``RAGDB_KERNEL=numpy``
+#: turns it off as it turns off every compiled part of ragdb, and :func:`ragdb.index.kernel.use`
+#: switches it with the scoring kernel (through :func:`use_compiled`: the text layer does not
+#: import the index layer).
+_compiled_on = os.environ.get("RAGDB_KERNEL", "").strip().lower() != "numpy"
+
+
+def use_compiled(enabled: bool) -> None:
+    """Let analysis run compiled (where it is installed) or not: :func:`ragdb.index.kernel.use`
+    calls this; the results are the same either way, only the time differs."""
+    global _compiled_on
+    _compiled_on = bool(enabled)
+
+
+def compiled_available() -> bool:
+    """Whether the compiled analysis (:mod:`ragdb.text.canalysis`) is installed."""
+    return _canalysis is not None
+
+
 def is_cjk(text: str) -> bool:
     """True when ``text`` contains at least one CJK ideograph or kana."""
     return _CJK_CHAR.search(text) is not None
@@ -524,6 +549,7 @@ class Analyzer:
         self._tok_memo: dict[str, tuple[list[tuple[str, int, int, int]], int]] = {}  # the same with offsets
         self._words: dict[str, str] = {}  # version 2: word -> its term after word rules ("" dropped)
         self._learning = False  # version 2: the last text counted had tokens not in the memo
+        self._fast: Any = None  # the compiled hot loop (_compiled), made on first use
 
     # -- configuration ---------------------------------------------------
     def config(self) -> dict[str, Any]:
@@ -697,11 +723,18 @@ class Analyzer:
         if len(memo) + len(missing) > MEMO_SIZE:
             memo.clear()
             missing = set(words)
+        self._expand2(missing, memo)
+
+    def _expand2(self, tokens: Iterable[Any], memo: dict[Any, Any]) -> dict[Any, Any]:
+        """Version 2: the terms of each raw token of ``tokens`` (distinct), into ``memo`` (also
+        read: a word ending a sentence takes the terms of the word when known); returns it.
+        A token's terms depend on its characters only (bytes or str alike), which the compiled
+        analysis (:mod:`ragdb.text.canalysis`) relies on when it remembers them itself."""
         stop = self._stop
         pending: list[Any] = []  # tokens that are one word to stem, and the word
         plain: list[str] = []
         compounds: list[tuple[Any, list[tuple[int, str]]]] = []  # tokens of several items, and the items
-        for tok in missing:
+        for tok in tokens:
             raw = tok.decode("ascii") if type(tok) is bytes else tok
             if raw.isalnum():
                 word = raw
@@ -733,7 +766,7 @@ class Analyzer:
         stemmed = self._stemmer.stemWords(plain + parts) if self._stemmer is not None else plain + parts
         memo.update(zip(pending, zip(stemmed)))  # (zip makes the 1-tuples)
         if not compounds:
-            return
+            return memo
         stems.update(zip(parts, stemmed[len(plain):]))
         for tok, items in compounds:
             terms: list[str] = []
@@ -746,6 +779,12 @@ class Analyzer:
                         terms.append(_OVERLAP)
                 whole = kind >= _WHOLE_WORD and bool(t)
             memo[tok] = tuple(terms)
+        return memo
+
+    def _expand_list(self, tokens: list[str]) -> list[tuple[str, ...]]:
+        """The terms of each of ``tokens`` (distinct), in order: for the compiled analysis."""
+        found = self._expand2(tokens, {})
+        return list(map(found.__getitem__, tokens))
 
     def _learn_words(self, words: Iterable[str]) -> None:
         """Version 2, for tokens(): the term of each word not known yet (stopwords dropped, the
@@ -785,12 +824,39 @@ class Analyzer:
         first appearance). Version 2 returns a :class:`TermCounts`, a dict that also
         counts the compound whole forms that overlap a part (``overlaps``), which the
         chunk's length for BM25 leaves out."""
+        fast = self.compiled()
+        if fast is not None:
+            found = fast.counts([text])
+            if found is not None:
+                return found[0]
         return self._counts(*self._tokens(text))
 
     def term_counts_many(self, texts: Iterable[str]) -> list[dict[str, int]]:
         """:meth:`term_counts` of each text. (Learning a part's new words in one batch was
-        measured: it cost more than it saved, the set of every word of the part included.)"""
+        measured: it cost more than it saved, the set of every word of the part included;
+        the compiled analysis does learn a call's new words in one batch.)"""
+        fast = self.compiled()
+        if fast is not None:
+            texts = list(texts)
+            found = fast.counts(texts)
+            if found is not None:
+                return found
         return [self.term_counts(t) for t in texts]
+
+    def compiled(self) -> Any:
+        """The compiled hot loop this analyzer counts terms with (a
+        :class:`ragdb.text.canalysis.Analysis`), or None where its Python code runs: a version 1
+        or jieba analyzer, a plugin's (a subclass may analyze its own way), no compiled module,
+        or the numpy kernel chosen (``RAGDB_KERNEL=numpy``, :func:`ragdb.index.kernel.use`: the
+        switch of every compiled part). Both give the same terms, counts and order
+        (tests/text/test_canalysis.py)."""
+        if not _compiled_on or _canalysis is None or type(self) is not Analyzer or self._v1 \
+                or self._jieba is not None:
+            return None
+        fast = self._fast
+        if fast is None:
+            fast = self._fast = _canalysis.Analysis(self._expand_list, self._cjk_stop, TermCounts, _OVERLAP)
+        return fast
 
     def _counts(self, words: list[Any], cjk: list[str]) -> dict[str, int]:
         """term_counts from a text's raw word tokens and CJK terms (see _tokens)."""
@@ -1127,9 +1193,18 @@ def _pack(analyzer: Analyzer, texts: list[str], local: dict[str, int]
     the writing process holds one string of each term (hashed once; dict lookups of the same
     string object compare no characters).
 
+    New terms are numbered in the order the counts list them (first appearance), so the numbers
+    are the same in every process (a set's order is the hash seed's); the compiled analysis
+    (:meth:`Analyzer.compiled`) numbers the same way.
+
     Returns (whether the vocabulary was started again, the new terms joined by NUL (never part
     of a term), every text's term numbers, every text's counts, the texts' term counts and
     overlaps, as uint32 arrays' bytes)."""
+    fast = analyzer.compiled()
+    if fast is not None:
+        packed = fast.pack(list(texts), local, WORKER_VOCABULARY)
+        if packed is not None:
+            return packed
     restarted = False
     if len(local) > WORKER_VOCABULARY:
         local.clear()
@@ -1140,7 +1215,7 @@ def _pack(analyzer: Analyzer, texts: list[str], local: dict[str, int]
     sizes = array("I")
     overlaps = array("I")
     for counts in analyzer.term_counts_many(texts):
-        fresh = set(counts).difference(local)  # (in C, by the text's terms: not keys() - keys(), by all)
+        fresh = list(filterfalse(local.__contains__, counts))
         if fresh:
             first = len(local)
             local.update(zip(fresh, range(first, first + len(fresh))))

@@ -42,10 +42,12 @@ def test_term_counts_equal_those_of_the_plain_tokens(texts):
     fast, plain = Analyzer(), Analyzer()
     for text in texts:
         got = fast.term_counts(text)
-        norm = text if text.isascii() else unicodedata.normalize("NFKC", text).casefold()
+        # (what the analyzer reads: ASCII lowered, other text NFKC and case folded, which is not
+        # lowered again: "Ꭰ" folds to itself, and lower() would make it "ꭰ")
+        norm = text.lower() if text.isascii() else unicodedata.normalize("NFKC", text).casefold()
         if analysis._CJK_CHAR.search(norm) is not None:
             continue
-        want = plain._counts(_plain(norm.lower()), [])
+        want = plain._counts(_plain(norm), [])
         assert list(got.items()) == list(want.items())
         assert getattr(got, "overlaps", 0) == getattr(want, "overlaps", 0)
 

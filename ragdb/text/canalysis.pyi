@@ -1,0 +1,17 @@
+"""Types of the compiled half of the analyzer (``ragdb/text/canalysis.pyx``)."""
+
+from collections.abc import Callable
+from typing import Any
+
+MEMO_TOKENS: int
+MEMO_CHARS: int
+MAX_TERMS: int
+
+def word_class(chars: str) -> list[int]: ...
+
+class Analysis:
+    def __init__(self, expand: Callable[[list[str]], list[tuple[str, ...]]], cjk_stop: frozenset[str],
+                 counts_type: type, overlap: str) -> None: ...
+    def counts(self, texts: list[str]) -> list[Any] | None: ...
+    def pack(self, texts: list[str], local: dict[str, int], limit: int
+             ) -> tuple[bool, str, bytes, bytes, bytes, bytes] | None: ...

@@ -1,0 +1,213 @@
+"""The analyzer's hot loop in C (ragdb/text/canalysis.pyx) against the Python reference
+(ragdb/text/analysis.py): the same terms, counts, order and overlaps, and the same packed
+worker results (term numbers included), for every configuration the compiled path takes."""
+
+from __future__ import annotations
+
+import contextlib
+import re
+import sys
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from ragdb.index import kernel
+from ragdb.text import analysis
+from ragdb.text.analysis import Analyzer
+
+canalysis = pytest.importorskip("ragdb.text.canalysis")
+
+CONFIGS = [
+    {},
+    {"stem": None, "stopwords": None},
+    {"stopwords": "english"},
+    {"stopwords": "chinese"},
+    {"stem": None},
+    {"stopwords": None},
+]
+
+
+@pytest.fixture(autouse=True)
+def compiled_path():
+    """These tests run the compiled analysis (whatever RAGDB_KERNEL says) beside the reference."""
+    before = kernel.use("compiled")
+    try:
+        yield
+    finally:
+        kernel.use(before)
+
+
+@contextlib.contextmanager
+def python_path():
+    """Run the Python reference (the kernel switch turns the compiled analysis off)."""
+    before = kernel.use("numpy")
+    try:
+        yield
+    finally:
+        kernel.use(before)
+
+
+def view(counts):
+    """What a term count shows: its terms and counts in order, and its overlaps."""
+    return list(counts.items()), getattr(counts, "overlaps", 0), type(counts).__name__, vars(counts)
+
+
+def pack_all(analyzer, parts):
+    local: dict[str, int] = {}
+    return [analysis._pack(analyzer, part, local) for part in parts], local
+
+
+# Fragments that exercise each rule: compounds, symbols, clitics, abbreviations, long words,
+# full-width forms, ligatures, characters whose case folding is not one to one, combining
+# marks, Hangul, kana, CJK (with stopwords), astral ideographs, emoji, digits of other scripts.
+FRAGMENTS = [
+    "node.js", "C++", "c#", "e-mail", "x-ray", "don't", "Alzheimer's", "U.S.A.", "e.g.", "x86_64",
+    "std::vector", "3.11", "v2.0.1", ".NET", "-5", "+word", "word.", "word:", "The", "running",
+    "tissue-resident", "0.5-9.6", "CMAKE_CXX_STANDARD", "a" * 70, "ab" * 40 + ".x", "ＡＢＣ１２３", "ﬁne",
+    "Straße", "İstanbul", "ǅemal", "ΣΑΣ", "cafe\u0301", "naïve", "résumé", "한국어", "カタカナ", "ひらがな",
+    "什么是检索增强生成", "为什么", "几乎", "北京大学", "𠀀𠀁𠀂", "😀", "١٢٣", "٣.١٤", "Ⅻ", "½", "²",
+    "it\u2019s", "\u2019s", "__init__", "a::b", "--", "...", "++", "#", "'", "\u3000", "\u30fb",
+    "\uff0c", "\u00a0", "\u200b", "ß", "ŉ", "ﬀ", "Ǆ", "ﬆ", "\u0345", "Ꭰ", "ꭰ", "\U0001d400",
+]
+SEPARATORS = [" ", "  ", "\n", ", ", ". ", "-", ".", "_", ":", "'", "(", ")", "", "\t", "，", "。"]
+pieces = st.one_of(
+    st.sampled_from(FRAGMENTS),
+    st.sampled_from(SEPARATORS),
+    st.characters(blacklist_categories=("Cs",)),  # any code point but a lone surrogate
+    st.text(alphabet=st.characters(min_codepoint=0x20, max_codepoint=0x7e), max_size=12),
+    st.text(alphabet=st.characters(min_codepoint=0x4e00, max_codepoint=0x4e40), max_size=6),
+)
+texts = st.lists(pieces, max_size=40).map("".join)
+
+
+def test_the_character_classes_are_the_regular_expressions_over_every_code_point():
+    everything = "".join(map(chr, range(sys.maxunicode + 1)))
+    got = canalysis.word_class(everything)
+    cjk = re.compile(rf"[{analysis._CJK}]")
+    word = re.compile(rf"(?:[^\W{analysis._CJK}]|[.\-:+#'\u2019])")  # _TERM2_RE's word class
+    raw = analysis._RAW2  # text without CJK
+    for code, klass in enumerate(got):
+        ch = chr(code)
+        want = 2 if cjk.fullmatch(ch) else 1 if word.fullmatch(ch) else 0
+        assert klass == want, (hex(code), klass, want)
+        if want != 2:
+            assert (raw.fullmatch(ch) is not None) == (want == 1), hex(code)
+    for code in range(128):  # and ASCII text's bytes.translate split
+        assert (analysis._ASCII_SPLIT2[code] != 0x20) == (got[code] == 1), code
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("config", CONFIGS, ids=repr)
+@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(batch=st.lists(texts, min_size=1, max_size=6))
+def test_compiled_term_counts_are_the_reference(config, batch):
+    compiled = Analyzer(**config)
+    assert compiled.compiled() is not None
+    with python_path():
+        reference = Analyzer(**config)
+        assert reference.compiled() is None
+        want = [view(reference.term_counts(t)) for t in batch]
+        want_many = [view(c) for c in reference.term_counts_many(batch)]
+    assert [view(compiled.term_counts(t)) for t in batch] == want
+    assert [view(c) for c in compiled.term_counts_many(batch)] == want_many == want
+    assert compiled.compiled() is not None  # (the switch came back)
+
+
+@pytest.mark.slow
+@settings(max_examples=100, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(parts=st.lists(st.lists(texts, max_size=5), min_size=1, max_size=5), limit=st.sampled_from([3, 40, 10**6]))
+def test_compiled_packs_are_the_reference(parts, limit):
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(analysis, "WORKER_VOCABULARY", limit)  # the numbering starts again: restarts included
+        compiled = Analyzer()
+        with python_path():
+            want = pack_all(Analyzer(), parts)
+        assert pack_all(compiled, parts) == want
+
+
+def test_one_analyzer_keeps_giving_the_reference_as_its_memos_fill_and_empty(monkeypatch):
+    monkeypatch.setattr(canalysis, "MEMO_TOKENS", 5)
+    monkeypatch.setattr(canalysis, "MAX_TERMS", 12)
+    batch = [f"document {i} about node.js, e-mail and retrieval 检索增强{i} " + FRAGMENTS[i % len(FRAGMENTS)]
+             for i in range(60)]
+    compiled = Analyzer()
+    with python_path():
+        reference = Analyzer()
+        want = [view(reference.term_counts(t)) for t in batch]
+        want_packs = pack_all(Analyzer(), [batch[i:i + 7] for i in range(0, 60, 7)])
+    assert [view(compiled.term_counts(t)) for t in batch] == want
+    assert [view(c) for c in compiled.term_counts_many(batch)] == want
+    assert pack_all(compiled, [batch[i:i + 7] for i in range(0, 60, 7)]) == want_packs
+
+
+def test_a_pack_goes_on_from_the_numbering_it_is_given():
+    """The term numbers come from the caller's dict: a new dict starts from 0, a dict numbered
+    before (by another path) goes on where it stood."""
+    parts = [["retrieval augmented generation"], ["检索增强生成 retrieval"], ["generation of node.js"]]
+    with python_path():
+        ref = Analyzer()
+        local: dict[str, int] = {}
+        want = [analysis._pack(ref, p, local) for p in parts]
+    fast = Analyzer()
+    local2: dict[str, int] = {}
+    got = [analysis._pack(fast, parts[0], local2)]
+    with python_path():  # the middle part numbered by the reference, into the same dict
+        got.append(analysis._pack(fast, parts[1], local2))
+    got.append(analysis._pack(fast, parts[2], local2))
+    assert got == want and local2 == local
+    assert analysis._pack(fast, parts[0], {}) == want[0]  # another dict: numbered from 0 again
+
+
+def test_the_python_path_runs_where_the_compiled_one_does_not_apply():
+    assert Analyzer(version=1).compiled() is None
+    assert Analyzer(cjk="jieba").compiled() is None
+
+    class Mine(Analyzer):
+        pass
+
+    assert Mine().compiled() is None
+    with python_path():
+        assert Analyzer().compiled() is None
+    assert Analyzer().compiled() is not None
+
+
+def test_a_text_that_is_not_a_string_fails_as_in_the_reference():
+    with pytest.raises(AttributeError):
+        Analyzer().term_counts(None)  # type: ignore[arg-type]
+    with python_path(), pytest.raises(AttributeError):
+        Analyzer().term_counts(None)  # type: ignore[arg-type]
+
+
+def test_the_python_path_numbers_new_terms_in_order_of_first_appearance():
+    with python_path():
+        restarted, new, *_ = analysis._pack(Analyzer(), ["zeta alpha zeta beta", "gamma alpha"], {})
+    assert not restarted and new.split("\0") == ["zeta", "alpha", "beta", "gamma"]
+
+
+def test_threads_analyzing_with_one_analyzer_get_the_reference():
+    """A call running (in another thread: the loop gives up the GIL) sends the next one to the
+    Python code, with the same results."""
+    import threading
+
+    batch = [f"thread text {i} node.js 检索增强{i % 7} word{i} " + " ".join(FRAGMENTS[i % 9:i % 9 + 20])
+             for i in range(2000)]
+    with python_path():
+        want = [view(c) for c in Analyzer().term_counts_many(batch)]
+    shared = Analyzer()
+    got: dict[int, list] = {}
+
+    def work(n: int) -> None:
+        got[n] = [view(c) for c in shared.term_counts_many(batch)] + [view(shared.term_counts(t)) for t in batch[:200]]
+
+    before = sys.getswitchinterval()
+    sys.setswitchinterval(1e-6)  # (threads switch often: calls overlap, measured: hundreds of fallbacks)
+    try:
+        threads = [threading.Thread(target=work, args=(n,)) for n in range(4)]
+        for th in threads:
+            th.start()
+        for th in threads:
+            th.join()
+    finally:
+        sys.setswitchinterval(before)
+    assert len(got) == 4 and all(g == want + want[:200] for g in got.values())
