@@ -11,6 +11,8 @@ Metadata lives in pyproject.toml; this file adds what its tables cannot say:
 * ``ragdb.index.cpassages`` (``ragdb/index/cpassages.pyx``): the same, optional, for collapsing
   copies of one passage (word shingles and which hits share them; ``ragdb/index/hits.py`` holds
   the numpy reference, which gives the same values).
+* ``ragdb.index.cforward`` (``ragdb/index/cforward.pyx``): the same, optional, for decoding
+  packed forward indexes (``ragdb/index/forward.py`` holds the numpy reference, the same values).
 * ``migrations/`` (the numbered SQL files) copied into the wheel as ``ragdb/_migrations``
   (``ragdb.storage.store.migrations_dir``); a source checkout reads them where they are.
 """
@@ -77,7 +79,8 @@ def _extensions() -> list[Extension]:
         _warn("Cython is not installed, so the compiled kernel was not built")
         return []
     exts = [Extension("ragdb.index.ckernel", ["ragdb/index/ckernel.pyx"]),
-            Extension("ragdb.index.cpassages", ["ragdb/index/cpassages.pyx"])]
+            Extension("ragdb.index.cpassages", ["ragdb/index/cpassages.pyx"]),
+            Extension("ragdb.index.cforward", ["ragdb/index/cforward.pyx"])]
     return cythonize(exts, compiler_directives={"language_level": "3"}, quiet=True)
 
 

@@ -75,12 +75,7 @@ def pack_tfs(a: np.ndarray) -> bytes:
     return np.ascontiguousarray(np.minimum(np.asarray(a, dtype=np.int64), 65535), dtype="<u2").tobytes()
 
 
-def unpack_ids(b: bytes) -> np.ndarray:
-    return np.frombuffer(b, dtype="<u4")
-
-
-def unpack_tfs(b: bytes) -> np.ndarray:
-    return np.frombuffer(b, dtype="<u2")
+# (A chunk's forward index is read with ragdb.index.forward.unpack_forward_many: raw or packed.)
 
 
 # -- packed postings (schema 8) -----------------------------------------------------
