@@ -209,8 +209,8 @@ class ForwardBatch:
     """Decoded forward indexes of a batch of rows: row ``i``'s term ids and tfs are
     ``ids[starts[i]:starts[i + 1]]`` and ``tfs[...]`` (uint32 and uint16; tfs empty when
     not read), sorted by term id or in the analyzer's order as asked (raw rows keep their
-    stored, analyzer order either way). ``problems[i]``: what is wrong with row ``i``
-    ("" when nothing; a bad row decodes as no terms)."""
+    stored, analyzer order either way). ``problems[i]``: (what is wrong with row ``i``,
+    details), or None; a bad row decodes as no terms."""
 
     __slots__ = ("ids", "tfs", "starts", "problems")
 
