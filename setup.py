@@ -14,6 +14,8 @@ Metadata lives in pyproject.toml; this file adds what its tables cannot say:
 * ``ragdb.text.canalysis`` (``ragdb/text/canalysis.pyx``): the same, optional, for the analyzer's
   hot loop (splitting, CJK terms, counting, a worker's term numbers; ``ragdb/text/analysis.py``
   holds the Python reference, which gives the same terms and counts).
+* ``ragdb.index.cforward`` (``ragdb/index/cforward.pyx``): the same, optional, for decoding
+  packed forward indexes (``ragdb/index/forward.py`` holds the numpy reference, the same values).
 * ``migrations/`` (the numbered SQL files) copied into the wheel as ``ragdb/_migrations``
   (``ragdb.storage.store.migrations_dir``); a source checkout reads them where they are.
 """
@@ -81,7 +83,8 @@ def _extensions() -> list[Extension]:
         return []
     exts = [Extension("ragdb.index.ckernel", ["ragdb/index/ckernel.pyx"]),
             Extension("ragdb.index.cpassages", ["ragdb/index/cpassages.pyx"]),
-            Extension("ragdb.text.canalysis", ["ragdb/text/canalysis.pyx"])]
+            Extension("ragdb.text.canalysis", ["ragdb/text/canalysis.pyx"]),
+            Extension("ragdb.index.cforward", ["ragdb/index/cforward.pyx"])]
     return cythonize(exts, compiler_directives={"language_level": "3"}, quiet=True)
 
 

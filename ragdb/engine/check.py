@@ -20,13 +20,14 @@ from __future__ import annotations
 
 import hashlib
 from collections import Counter
-from collections.abc import Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from decimal import Decimal
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from ragdb.errors import TextDamaged
+from ragdb.index.forward import unpack_forward_many
 from ragdb.index.inverted import Index, postings_problem
 from ragdb.storage import DTYPES
 from ragdb.engine.write import stored_filter_rows
@@ -111,24 +112,24 @@ def check(engine: Engine, quick: bool = False) -> list[str]:
         df_known = True  # False when a forward index the live df depends on is unreadable
         df_real: Counter[int] = Counter()
         triples = []
-        for cid, tkind, t, fkind, f in store.packed_forward_rows():
-            fwd = _forward(tally, cid, tkind, t, fkind, f)
-            if fwd is None:
-                bad_chunks.add(cid)
-                if table.get(cid) == 1 or cid > flushed:
-                    df_known = False
-                continue
-            terms, tfs = fwd
-            if table.get(cid) == 1:
-                df_real.update(terms.tolist())
-            if cid <= flushed:
-                triples.append(np.stack([terms.astype(np.int64), np.full(len(terms), cid, np.int64),
-                                         tfs.astype(np.int64)], axis=1))
+        for block in _blocks(store.packed_forward_rows()):
+            for cid, fwd in _forward_block(tally, block):
+                if fwd is None:
+                    bad_chunks.add(cid)
+                    if table.get(cid) == 1 or cid > flushed:
+                        df_known = False
+                    continue
+                terms, tfs = fwd
+                if table.get(cid) == 1:
+                    df_real.update(terms.tolist())
+                if cid <= flushed:
+                    triples.append(np.stack([terms.astype(np.int64), np.full(len(terms), cid, np.int64),
+                                             tfs.astype(np.int64)], axis=1))
         for seq, cid, kind, blob in store.packed_log_rows():
             if cid >= next_id:
                 tally.add(f"chunk_log names a chunk id past stats.next_chunk_id {next_id}; run `ragdb reindex`",
                           "entry", f"seq {seq}, chunk {cid}")
-            if _packed(tally, "chunk_log.terms", "entry", f"seq {seq}, chunk {cid}", kind, blob, "<u4") is None:
+            if not _log_terms_ok(tally, seq, cid, kind, blob):
                 df_known = False
         posted = []
         bad_terms: set[int] = set()
@@ -221,34 +222,54 @@ def _count(n: Any, noun: str) -> str:
     return f"{n} {noun if n == 1 else _PLURAL.get(noun, noun + 's')}"
 
 
-def _packed(tally: _Tally, column: str, noun: str, where: str, kind: str, blob: bytes | None,
-            dtype: str) -> np.ndarray | None:
-    """The values of one packed column (little-endian ``dtype``), or None (reported) when it
-    is not a blob of whole values."""
+def _blocks(rows: Iterable[Any], size: int = 4096) -> Iterator[list[Any]]:
+    block: list[Any] = []
+    for row in rows:
+        block.append(row)
+        if len(block) >= size:
+            yield block
+            block = []
+    if block:
+        yield block
+
+
+def _forward_block(tally: _Tally, block: Sequence[tuple[int, str, bytes | None, str, bytes | None]]
+                   ) -> Iterator[tuple[int, tuple[np.ndarray, np.ndarray] | None]]:
+    """Each chunk's (id, (term ids, tfs)), or (id, None) (reported) when malformed: raw or packed
+    (:func:`ragdb.index.forward.unpack_forward_many` with ``check``, in blocks of rows)."""
+    blobs: list[tuple[int, bytes, bytes]] = []
+    for cid, tkind, t, fkind, f in block:
+        where = f"chunk {cid}"
+        if tkind != "blob" or t is None:
+            tally.add("chunks.terms is not a blob", "chunk", f"{where}: {tkind}")
+        elif fkind != "blob" or f is None:
+            tally.add("chunks.tfs is not a blob", "chunk", f"{where}: {fkind}")
+        else:
+            blobs.append((cid, t, f))
+            continue
+        yield cid, None
+    if not blobs:
+        return
+    batch = unpack_forward_many([t for _, t, _ in blobs], [f for _, _, f in blobs], check=True)
+    for (cid, _t, _f), problem, fwd in zip(blobs, batch.problems, batch.rows()):
+        if problem is not None:
+            tally.add(problem[0], "chunk", f"chunk {cid}: {problem[1]}")
+            yield cid, None
+        else:
+            yield cid, fwd
+
+
+def _log_terms_ok(tally: _Tally, seq: int, cid: int, kind: str, blob: bytes | None) -> bool:
+    """Whether a chunk_log entry's terms are a forward index's term ids, raw or packed (else reported)."""
+    where = f"seq {seq}, chunk {cid}"
     if kind != "blob" or blob is None:
-        tally.add(f"{column} is not a blob", noun, f"{where}: {kind}")
-        return None
-    itemsize = np.dtype(dtype).itemsize
-    if len(blob) % itemsize:
-        tally.add(f"{column} is not a whole number of {'uint32' if itemsize == 4 else 'uint16'} values",
-                  noun, f"{where}: {_count(len(blob), 'byte')}")
-        return None
-    return np.frombuffer(blob, dtype=dtype)
-
-
-def _forward(tally: _Tally, cid: int, tkind: str, t: bytes | None, fkind: str, f: bytes | None
-             ) -> tuple[np.ndarray, np.ndarray] | None:
-    """A chunk's (term ids, tfs), or None (reported) when malformed."""
-    where = f"chunk {cid}"
-    terms = _packed(tally, "chunks.terms", "chunk", where, tkind, t, "<u4")
-    tfs = _packed(tally, "chunks.tfs", "chunk", where, fkind, f, "<u2")
-    if terms is None or tfs is None:
-        return None
-    if len(terms) != len(tfs):
-        tally.add("chunks.terms and chunks.tfs differ in length", "chunk",
-                  f"{where}: {len(terms)} term ids, {len(tfs)} tfs")
-        return None
-    return terms, tfs
+        tally.add("chunk_log.terms is not a blob", "entry", f"{where}: {kind}")
+        return False
+    problem = unpack_forward_many([blob], check=True, column="chunk_log.terms").problems[0]
+    if problem is not None:
+        tally.add(problem[0], "entry", f"{where}: {problem[1]}")
+        return False
+    return True
 
 
 def _segment(tally: _Tally, tid: int, seg: int, n: Any, ikind: str, ids: bytes | None, fkind: str,

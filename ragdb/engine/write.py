@@ -34,6 +34,7 @@ from ragdb.text import fields
 from ragdb.index import inverted as idx
 from ragdb.errors import DocumentNotFound, EmbeddingError, InvalidInput, StorageError
 from ragdb.index.inverted import FLUSH_THRESHOLD
+from ragdb.index.forward import pack_forward, pack_forward_many, unpack_forward_many
 from ragdb.engine.prepare import Prepared, check_acl, check_metadata, field_counts_of
 from ragdb.options import check_positive_int
 from ragdb.storage import dumps, loads, model_mismatch, utcnow_iso
@@ -263,8 +264,8 @@ class Writer:
             def batches() -> Iterator[list[tuple[int, np.ndarray, np.ndarray]]]:
                 nonlocal chunks, total_length, top
                 while rows := store.chunk_texts_after(top, REINDEX_BATCH):
-                    batch, forward = [], []
-                    for (cid, latest, _text, title, source, cmeta), counts in zip(
+                    batch, forward, items = [], [], []
+                    for (_cid, _latest, _text, title, source, cmeta), counts in zip(
                             rows, analyzer.term_counts_many(r[2] for r in rows)):
                         extra = None
                         if with_fields:
@@ -274,10 +275,12 @@ class Writer:
                         for term in (*counts, *(extra or ())):
                             if term not in ids:
                                 ids[term] = len(ids) + 1
-                        terms_blob, tfs_blob, length = forward_index(counts, ids, extra)
+                        items.append((counts, extra))
+                    decoded: list[tuple[np.ndarray, np.ndarray]] = []
+                    for (cid, latest, *_rest), (terms_blob, tfs_blob, length), (term_ids, tfs) in zip(
+                            rows, forward_indexes(items, ids, decoded=decoded), decoded):
                         forward.append((terms_blob, tfs_blob, length, cid))
-                        term_ids = idx.unpack_ids(terms_blob)
-                        batch.append((cid, term_ids, idx.unpack_tfs(tfs_blob)))
+                        batch.append((cid, term_ids, tfs))
                         if latest:
                             df.update(term_ids.tolist())
                             total_length += length
@@ -563,10 +566,12 @@ class Writer:
         # the analyzer's term order, which is the same for the same chunk text in any database,
         # so the TF-IDF norm sums come out bit-identical however the database was built.
         numbered.resolve(ids)
+        decoded: list[tuple[np.ndarray, np.ndarray]] = []  # each chunk's sorted term ids and tfs
         forward = iter(forward_indexes(
             [(counts, field_terms[doc_id][ordinal] if field_terms else None)
              for doc_id, p in docs for ordinal, (_s, _e, _m, counts) in enumerate(p.chunks)], ids,
-            numbered.term_ids()))
+            numbered.term_ids(), decoded=decoded))
+        unpacked = iter(decoded)
         for doc_id, p in docs:
             doc_rows.append((doc_id, p.source, p.version, p.timestamp, p.ts, p.content_hash, p.title, p.text,
                              p.metadata_json, "[]" if not p.acl else dumps(list(p.acl)), p.chunker, now))
@@ -581,8 +586,9 @@ class Writer:
                     hashed.append((cid, text_hash(p.text if ctext is None else ctext)))
                 chunk_rows.append((cid, doc_id, ordinal, start, end, length, ctext,
                                    "{}" if not cmeta else dumps(cmeta), terms_blob, tfs_blob))
-                changes.new_chunks.append((cid, doc_id, length, idx.unpack_ids(terms_blob),
-                                           idx.unpack_tfs(tfs_blob), ctext is None and ordinal == 0 and not cmeta))
+                chunk_ids, chunk_tfs = next(unpacked)
+                changes.new_chunks.append((cid, doc_id, length, chunk_ids, chunk_tfs,
+                                           ctext is None and ordinal == 0 and not cmeta))
                 changes.chunks += 1
                 changes.length += length
             changes.docs += 1
@@ -614,10 +620,13 @@ class Writer:
             rows = self.engine.store.doc_chunks(doc_id)
         if latest:
             upto = self.engine.index.flushed_upto
+            flushed = [terms for cid, _l, _latest, terms, _tfs in rows if cid <= upto]
+            dead = iter(idx.forward_term_ids(flushed)) if flushed else None
             for cid, _l, _latest, terms, _tfs in rows:
                 if cid <= upto:
-                    changes.absent.append((cid, terms))
-                    changes.dead.append(idx.unpack_ids(terms).tolist())
+                    assert dead is not None
+                    changes.absent.append((cid, terms))  # (the blob as stored: chunk_log.terms reads either form)
+                    changes.dead.append(next(dead).tolist())
                 else:
                     changes.absent.append((cid, None))
             self._uncount(rows, changes, -1, df=False)
@@ -646,9 +655,10 @@ class Writer:
         """Adjust statistics for chunks entering (+1) or leaving (-1) the latest versions.
         Unflushed chunks count in df through their state alone; flushed ones update ``vocabulary``."""
         upto = self.engine.index.flushed_upto
-        for cid, length, _latest, terms, _tfs in rows:
-            if df and cid <= upto:
-                changes.df.update({int(t): sign for t in idx.unpack_ids(terms)})
+        flushed = [terms for cid, _l, _latest, terms, _tfs in rows if cid <= upto] if df else []
+        for term_ids in (idx.forward_term_ids(flushed) if flushed else ()):
+            changes.df.update(dict.fromkeys(term_ids.tolist(), sign))
+        for _cid, length, _latest, _terms, _tfs in rows:
             changes.chunks += sign
             changes.length += sign * length
 
@@ -711,19 +721,18 @@ def _chunk_metadata(store: Any, doc_id: int, written: Mapping[int, Prepared]) ->
 def forward_index(counts: Any, ids: Mapping[str, int], fields: Mapping[str, int] | None = None
                   ) -> tuple[bytes, bytes, int]:
     """A chunk's forward index from its term counts (the analyzer's order, kept so the
-    same text gives the same blobs in any database) and term ids: the packed term ids,
-    the packed tfs (capped at 65535), and its length for BM25: the sum of the counts less
-    the compound whole forms that overlap a part (``TermCounts.overlaps``, version 2).
-    ``fields``: the chunk's field terms (:mod:`ragdb.text.fields`), stored after the text's and
-    not counted in its length."""
-    tfs = counts.values()
+    same text gives the same norms in any database: :mod:`ragdb.index.forward`) and term
+    ids: the packed term ids and tfs (capped at 65535; :func:`ragdb.index.forward.pack_forward`),
+    and its length for BM25: the sum of the counts less the compound whole forms that overlap
+    a part (``TermCounts.overlaps``, version 2). ``fields``: the chunk's field terms
+    (:mod:`ragdb.text.fields`), stored after the text's and not counted in its length."""
+    tfs = list(counts.values())
     length = sum(tfs) - getattr(counts, "overlaps", 0)
     term_ids = list(map(ids.__getitem__, counts))
     if fields:
         term_ids += map(ids.__getitem__, fields)
-        tfs = [*tfs, *fields.values()]
-    terms_blob = array("I", term_ids).tobytes()
-    tfs_blob = array("H", tfs if max(tfs, default=0) <= 65535 else [min(c, 65535) for c in tfs]).tobytes()
+        tfs += fields.values()
+    terms_blob, tfs_blob = pack_forward(term_ids, [min(c, 65535) for c in tfs])
     return terms_blob, tfs_blob, length
 
 
@@ -787,11 +796,14 @@ class _NumberedTerms:
 
 
 def forward_indexes(items: Sequence[tuple[Any, Mapping[str, int] | None]], ids: Mapping[str, int],
-                    given: Mapping[int, np.ndarray] | None = None) -> list[tuple[bytes, bytes, int]]:
+                    given: Mapping[int, np.ndarray] | None = None,
+                    decoded: list[tuple[np.ndarray, np.ndarray]] | None = None) -> list[tuple[bytes, bytes, int]]:
     """:func:`forward_index` of each (counts, fields) of a write's chunks, the same blobs and
     lengths, made for the whole batch at once: one pass in C mapping every term to its id,
-    one array of every count, a cumulative sum for the lengths, and the blobs sliced out of
-    two buffers (per chunk, the sum, max, list and array calls had cost ~40 µs a chunk)."""
+    one array of every count, a cumulative sum for the lengths, and the blobs packed in
+    whole-array passes (:func:`ragdb.index.forward.pack_forward_many`; per chunk, the sum,
+    max, list and array calls had cost ~40 µs a chunk). ``decoded``: extended with each
+    chunk's term ids (sorted) and tfs, what the in-memory index keeps of it."""
     sizes: list[int] = []  # per chunk: its text's terms
     extras: list[int] = []  # its field terms
     counts_all = array("I")
@@ -805,12 +817,12 @@ def forward_indexes(items: Sequence[tuple[Any, Mapping[str, int] | None]], ids: 
             else:
                 extras.append(0)
     except (OverflowError, TypeError):  # a count that is no uint32: one at a time, as forward_index takes it
-        return [forward_index(c, ids, f) for c, f in items]
+        return _one_at_a_time(items, ids, decoded)
     if len(counts_all) != sum(sizes) + sum(extras):  # pragma: no cover - values() disagreeing with len()
-        return [forward_index(c, ids, f) for c, f in items]
+        return _one_at_a_time(items, ids, decoded)
     if not given:
-        terms_buf = array("I", map(ids.__getitem__, chain.from_iterable(
-            (c if not f else chain(c, f)) for c, f in items))).tobytes()
+        term_arr = np.frombuffer(array("I", map(ids.__getitem__, chain.from_iterable(
+            (c if not f else chain(c, f)) for c, f in items))), dtype=np.uint32)
     else:  # some chunks' term ids are given (numbered counts): the others' mapped here, in chunk order
         pieces: list[Any] = []
         for i, (c, f) in enumerate(items):
@@ -821,19 +833,27 @@ def forward_indexes(items: Sequence[tuple[Any, Mapping[str, int] | None]], ids: 
             pieces.append(known)
             if f:
                 pieces.append(np.array(array("I", map(ids.__getitem__, f)), dtype=np.int64))
-        joined = np.concatenate(pieces) if pieces else np.zeros(0, np.int64)
-        if len(joined) and (int(joined.min()) < 0 or int(joined.max()) >= 1 << 32):  # pragma: no cover
+        term_arr = np.concatenate(pieces) if pieces else np.zeros(0, np.int64)
+        if len(term_arr) and (int(term_arr.min()) < 0 or int(term_arr.max()) >= 1 << 32):  # pragma: no cover
             raise OverflowError("a term id does not fit an unsigned 32-bit integer")
-        terms_buf = joined.astype("<u4").tobytes()
     tfs = np.frombuffer(counts_all, dtype=np.uint32) if len(counts_all) else np.zeros(0, np.uint32)
     prefix = np.concatenate(([0], np.cumsum(tfs, dtype=np.int64))).tolist()  # sums of the counts before each
-    tfs_buf = np.minimum(tfs, 65535).astype("<u2").tobytes()
+    lens = np.asarray(sizes, dtype=np.int64) + np.asarray(extras, dtype=np.int64)
+    blobs = pack_forward_many(term_arr, tfs, lens, decoded=decoded)
     out: list[tuple[bytes, bytes, int]] = []
     a = 0
-    for (counts, _f), n, m in zip(items, sizes, extras):
+    for (counts, _f), n, m, (terms_blob, tfs_blob) in zip(items, sizes, extras, blobs):
         b, e = a + n, a + n + m
-        out.append((terms_buf[4 * a:4 * e], tfs_buf[2 * a:2 * e], prefix[b] - prefix[a] - getattr(counts, "overlaps", 0)))
+        out.append((terms_blob, tfs_blob, prefix[b] - prefix[a] - getattr(counts, "overlaps", 0)))
         a = e
+    return out
+
+
+def _one_at_a_time(items: Sequence[tuple[Any, Mapping[str, int] | None]], ids: Mapping[str, int],
+                   decoded: list[tuple[np.ndarray, np.ndarray]] | None) -> list[tuple[bytes, bytes, int]]:
+    out = [forward_index(c, ids, f) for c, f in items]
+    if decoded is not None and out:
+        decoded.extend(unpack_forward_many([t for t, _f, _n in out], [f for _t, f, _n in out]).rows())
     return out
 
 

@@ -2,8 +2,8 @@
 
 Layout (see ``migrations/0001_initial.sql``):
 
-* every chunk row carries its forward index (term ids in analyzer order,
-  term frequencies);
+* every chunk row carries its forward index (term ids and term frequencies;
+  packed, sorted by term id with the analyzer's order kept: :mod:`ragdb.index.forward`);
 * ``postings`` holds, per term, segments of sorted chunk ids and tfs;
 * chunks newer than ``stats.flushed_upto`` are not in ``postings`` yet:
   their postings come from their forward index, kept in memory as a small
@@ -33,6 +33,7 @@ import numpy as np
 import orjson
 
 from ragdb.index import kernel, scoring
+from ragdb.index.forward import forward_term_ids, unpack_forward_many
 from ragdb.errors import StorageError
 from ragdb.text.fields import effective_title
 from ragdb.storage import Store
@@ -74,12 +75,7 @@ def pack_tfs(a: np.ndarray) -> bytes:
     return np.ascontiguousarray(np.minimum(np.asarray(a, dtype=np.int64), 65535), dtype="<u2").tobytes()
 
 
-def unpack_ids(b: bytes) -> np.ndarray:
-    return np.frombuffer(b, dtype="<u4")
-
-
-def unpack_tfs(b: bytes) -> np.ndarray:
-    return np.frombuffer(b, dtype="<u2")
+# (A chunk's forward index is read with ragdb.index.forward.unpack_forward_many: raw or packed.)
 
 
 # -- packed postings (schema 8) -----------------------------------------------------
@@ -456,11 +452,14 @@ class Index:
             self.whole[arr[:, 0]] = arr[:, 4] == 1
         self.max_id = size - 1
         self.flushed_upto = stats["flushed_upto"]
-        self.tail_entries = [(cid, unpack_ids(t), unpack_tfs(f))
-                             for cid, t, f in self.store.forward_since(self.flushed_upto)]
+        forward = self.store.forward_since(self.flushed_upto)
+        self.tail_entries = [(row[0], t, f) for row, (t, f) in zip(
+            forward, unpack_forward_many([r[1] for r in forward], [r[2] for r in forward]).rows())]
+        del forward
         self.dead = Counter()
-        for blob in self.store.dead_terms():
-            self.dead.update(unpack_ids(blob).tolist())
+        dead = self.store.dead_terms()
+        if dead:  # a chunk's terms are distinct: one count each, as per blob
+            self.dead.update(unpack_forward_many(dead).ids.tolist())
         self.log_seq = self.store.log_seq()
         # the change log that told which chunks' fields changed is gone with the flush
         self.forget_hits(None)
@@ -470,19 +469,23 @@ class Index:
         new = self.store.chunks_since(self.max_id)
         if new:
             self._grow(new[-1][0] + 1)
-            for cid, length, latest, doc_id, terms, tfs, whole in new:
+            decoded = unpack_forward_many([r[4] for r in new], [r[5] for r in new]).rows()
+            for (cid, length, latest, doc_id, _terms, _tfs, whole), (terms, tfs) in zip(new, decoded):
                 self.lengths[cid] = length
                 self.state[cid] = LATEST if latest == 1 else OLD
                 self.chunk_doc[cid] = doc_id
                 self.whole[cid] = whole == 1
-                self.tail_entries.append((cid, unpack_ids(terms), unpack_tfs(tfs)))
+                self.tail_entries.append((cid, terms, tfs))
             self.max_id = new[-1][0]
         log = self.store.log_since(self.log_seq)
         if log:
+            dead = [r[3] for r in log if r[3] is not None]
+            dead_ids = iter(forward_term_ids(dead)) if dead else None  # (one batch, in log order)
             for _seq, cid, state, dead_terms in log:
+                gone = next(dead_ids) if dead_terms is not None and dead_ids is not None else None
                 if cid < len(self.state) and self.state[cid] != ABSENT:
-                    if dead_terms is not None:  # a flushed latest chunk deleted: its terms leave df
-                        self.dead.update(unpack_ids(dead_terms).tolist())
+                    if gone is not None:  # a flushed latest chunk deleted: its terms leave df
+                        self.dead.update(gone.tolist())
                     self.set_state([cid], state)
             # a logged chunk may have new fields (metadata or labels changed in place)
             self.forget_hits([row[1] for row in log])
@@ -1244,14 +1247,12 @@ def _parts(term_ids: Sequence[int], sizes: dict[int, int], budget: int) -> Itera
 
 
 def _norm_block(block: Sequence[tuple[int, bytes, bytes]], idf: np.ndarray, out: np.ndarray) -> None:
-    """TF-IDF norms of a block of (chunk id, terms, tfs) forward indexes, written into ``out``."""
+    """TF-IDF norms of a block of (chunk id, terms, tfs) forward indexes, written into ``out``
+    (each chunk's weights summed in the analyzer's order: see :mod:`ragdb.index.forward`)."""
     ids = np.array([cid for cid, _, _ in block], dtype=np.int64)
-    terms = [unpack_ids(t) for _, t, _ in block]
-    lens = np.array([len(t) for t in terms], dtype=np.int64)
-    term_arr = np.concatenate(terms).astype(np.int64)
-    tfs = np.concatenate([unpack_tfs(f) for _, _, f in block])
-    w = scoring.tfidf_tf(tfs) * idf[term_arr]
-    out[ids] = scoring.cosine_norms(np.repeat(np.arange(len(block)), lens), w, len(block))
+    batch = unpack_forward_many([t for _, t, _ in block], [f for _, _, f in block], analyzer_order=True)
+    w = scoring.tfidf_tf(batch.tfs) * idf[batch.ids.astype(np.intp)]
+    out[ids] = scoring.cosine_norms(np.repeat(np.arange(len(block)), batch.lengths()), w, len(block))
 
 
 def _capacity(size: int) -> int:

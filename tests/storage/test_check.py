@@ -244,9 +244,15 @@ PACKED_CORRUPTIONS: dict[str, tuple[list[str], str]] = {
         "chunks.terms is not a blob"),
     "chunks.tfs": (
         [f"UPDATE chunks SET tfs = x'00' WHERE id = {FLUSHED_CHUNK}"], "chunks.tfs"),
-    "chunks.terms longer than tfs": (
+    "chunks.terms longer than tfs": (  # a packed blob (schema 11) grown by 4 bytes: still packed, too long
         [f"UPDATE chunks SET terms = CAST(terms || x'01000000' AS BLOB) WHERE id = {TAIL_CHUNK}"],
+        "chunks.terms is not a packed forward index: not the length its terms and their escapes take"),
+    "chunks.terms raw longer than tfs": (  # a raw row (as written before schema 11) with a tf too few
+        [f"UPDATE chunks SET terms = x'0100000002000000', tfs = x'0100' WHERE id = {TAIL_CHUNK}"],
         "chunks.terms and chunks.tfs differ in length"),
+    "chunks.tfs of a packed row": (
+        [f"UPDATE chunks SET tfs = CAST(tfs || x'01' AS BLOB) WHERE id = {FLUSHED_CHUNK}"],
+        "chunks.tfs is not as many uint8 or uint16 values as chunks.terms has terms"),
     "chunk_log.terms": (
         ["UPDATE chunk_log SET terms = x'000000' WHERE terms IS NOT NULL"], "chunk_log.terms"),
     "chunk_log.terms text": (
@@ -282,7 +288,8 @@ def test_malformed_forward_index_is_skipped_by_the_later_checks(kb):
     old = one(kb, f"SELECT id FROM chunks WHERE latest = 1 AND id < {cid} AND id <= (SELECT flushed_upto FROM stats)")
     corrupt(kb, "UPDATE chunks SET terms = x'00' WHERE id = ?", params=(old[0],))
     problems = problems_of(kb)
-    assert problems[0].startswith("chunks.terms is not a whole number of uint32 values in 1 chunk (e.g. chunk ")
+    assert problems[0].startswith("chunks.terms is not a packed forward index: shorter than its terms need in 1 chunk "
+                                  "(e.g. chunk ")
     assert not any("postings disagree" in p for p in problems), problems
 
 

@@ -1,0 +1,14 @@
+-- ragdb schema version 11: forward indexes may be packed.
+--
+-- From this schema on, a chunk's ``terms`` is either raw (4 * n bytes: uint32 term ids in
+-- the analyzer's order, as before) or packed: sorted term ids as byte gaps with escapes,
+-- and the permutation that gives back the analyzer's order (ragdb/index/forward.py). Its
+-- ``tfs`` is then n uint8 or n uint16 values in the sorted order. A packed ``terms`` blob is
+-- never a multiple of 4 bytes long (a pad byte is added when it would be), a raw one always
+-- is: the length tells the two apart. ``chunk_log.terms`` is a deleted chunk's ``terms`` as
+-- stored, in either form. Rows written before stay as they are and read as before (a
+-- database built before searches with the same hits and scores); new writes pack.
+--
+-- The migration changes no table. It is recorded so that an older ragdb, which would read
+-- packed blobs as raw uint32 values, refuses the file ("written by a newer ragdb") instead
+-- of returning wrong results.

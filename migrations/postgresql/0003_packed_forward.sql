@@ -1,0 +1,7 @@
+-- ragdb PostgreSQL schema version 3: forward indexes may be packed.
+--
+-- The same change as SQLite schema 11 (migrations/0011_packed_forward.sql): a chunk's terms
+-- is raw uint32 values (a multiple of 4 bytes) or a packed forward index (never a multiple
+-- of 4 bytes), its tfs uint16 values or, packed, uint8 or uint16 values (ragdb.index.forward).
+-- No table changes; recorded so that an older ragdb refuses the database instead of reading
+-- packed blobs as raw ones.

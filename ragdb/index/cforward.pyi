@@ -1,0 +1,9 @@
+"""Types of the compiled forward index decoder (``ragdb/index/cforward.pyx``)."""
+
+import numpy as np
+
+def counts(buf: np.ndarray, offsets: np.ndarray) -> np.ndarray | int: ...
+def decode(buf: np.ndarray, offsets: np.ndarray, n: np.ndarray, tbuf: np.ndarray, toffsets: np.ndarray,
+           with_tfs: bool, analyzer_order: bool, ids: np.ndarray, tfs: np.ndarray) -> int: ...
+def encode(ids: np.ndarray, tfs: np.ndarray, lens: np.ndarray, out: np.ndarray, offsets: np.ndarray,
+           tout: np.ndarray, toffsets: np.ndarray, sid: np.ndarray, stf: np.ndarray) -> int: ...
