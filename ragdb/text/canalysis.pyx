@@ -111,6 +111,19 @@ ctypedef struct Entry:
     Py_ssize_t nterms   # -1: not learned yet
 
 
+cdef inline Py_ssize_t _count(int64_t tid, int64_t clock, int64_t* stamp, int64_t* cnt, int64_t* order,
+                              Py_ssize_t norder) noexcept nogil:
+    """Count term ``tid`` once more in a text whose count is stamped ``clock``: a term met
+    first in it starts at 1 and goes at the end of ``order``; returns the new length of order."""
+    if stamp[tid] != clock:
+        stamp[tid] = clock
+        cnt[tid] = 1
+        order[norder] = tid
+        return norder + 1
+    cnt[tid] += 1
+    return norder
+
+
 cdef int grow(void** buf, Py_ssize_t* cap, Py_ssize_t need, size_t item) except -1:
     """Make ``*buf`` hold at least ``need`` items (doubling)."""
     cdef Py_ssize_t n = cap[0] if cap[0] > 0 else 16
@@ -420,22 +433,10 @@ cdef class Analysis:
                 tid = self.tids[j]
                 if tid == self.overlap:
                     ov += 1
-                elif self.stamp[tid] != clock:
-                    self.stamp[tid] = clock
-                    self.cnt[tid] = 1
-                    self.order[norder] = tid
-                    norder += 1
                 else:
-                    self.cnt[tid] += 1
+                    norder = _count(tid, clock, self.stamp, self.cnt, self.order, norder)
         for k in range(c0, c1):
-            tid = self.cjk[k]
-            if self.stamp[tid] != clock:
-                self.stamp[tid] = clock
-                self.cnt[tid] = 1
-                self.order[norder] = tid
-                norder += 1
-            else:
-                self.cnt[tid] += 1
+            norder = _count(self.cjk[k], clock, self.stamp, self.cnt, self.order, norder)
         overlaps[0] = ov
         return norder
 

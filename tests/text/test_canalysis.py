@@ -28,24 +28,26 @@ CONFIGS = [
 ]
 
 
+@contextlib.contextmanager
+def kernel_in_use(name):
+    """Run with kernel ``name`` (the switch turns the compiled analysis on or off), then the one before."""
+    before = kernel.use(name)
+    try:
+        yield
+    finally:
+        kernel.use(before)
+
+
 @pytest.fixture(autouse=True)
 def compiled_path():
     """These tests run the compiled analysis (whatever RAGDB_KERNEL says) beside the reference."""
-    before = kernel.use("compiled")
-    try:
+    with kernel_in_use("compiled"):
         yield
-    finally:
-        kernel.use(before)
 
 
-@contextlib.contextmanager
 def python_path():
     """Run the Python reference (the kernel switch turns the compiled analysis off)."""
-    before = kernel.use("numpy")
-    try:
-        yield
-    finally:
-        kernel.use(before)
+    return kernel_in_use("numpy")
 
 
 def view(counts):
