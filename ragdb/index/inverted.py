@@ -26,6 +26,7 @@ import math
 import sys
 from collections import Counter
 from dataclasses import dataclass, field
+from itertools import chain
 from typing import TYPE_CHECKING, Any
 from collections.abc import Callable, Collection, Container, Iterable, Iterator, Sequence
 
@@ -445,11 +446,14 @@ class Index:
         # In blocks: a list of every row as Python tuples would be the largest
         # thing a searching process ever holds (~15 MB at 100k chunks).
         for rows in self.store.chunk_table_blocks():
-            arr = np.array(rows, dtype=np.int64).reshape(-1, 5)
-            self.lengths[arr[:, 0]] = arr[:, 1]
-            self.state[arr[:, 0]] = np.where(arr[:, 2] == 1, LATEST, OLD)
-            self.chunk_doc[arr[:, 0]] = arr[:, 3]
-            self.whole[arr[:, 0]] = arr[:, 4] == 1
+            # (id, doc id, length * 4 + latest * 2 + whole) a row; fromiter over the flattened
+            # rows costs a third of np.array's reading of a list of tuples
+            arr = np.fromiter(chain.from_iterable(rows), np.int64, 3 * len(rows)).reshape(-1, 3)
+            ids, folded = arr[:, 0], arr[:, 2]
+            self.lengths[ids] = folded >> 2
+            self.state[ids] = np.where(folded & 2, LATEST, OLD)
+            self.chunk_doc[ids] = arr[:, 1]
+            self.whole[ids] = (folded & 1).astype(bool)
         self.max_id = size - 1
         self.flushed_upto = stats["flushed_upto"]
         forward = self.store.forward_since(self.flushed_upto)

@@ -37,6 +37,10 @@ def batches(items: list[Any], size: int = PARAM_CHUNK) -> Iterator[list[Any]]:
 
 # A chunk that is its whole document (no text copy, start 0) with no metadata of its own.
 WHOLE_CHUNK = "(text IS NULL AND start = 0 AND ordinal = 0 AND metadata = '{}')"
+#: The columns of ``chunk_table_blocks``: a chunk's id, its document's, and its length, whether
+#: it is latest and whether it is whole (:data:`WHOLE_CHUNK`) folded into one integer
+#: (length × 4 + latest × 2 + whole). The same SQL on SQLite and PostgreSQL.
+CHUNK_STATE_SQL = f"id, doc_id, length * 4 + latest * 2 + CASE WHEN {WHOLE_CHUNK} THEN 1 ELSE 0 END"
 
 
 _DROPPED = re.compile(r"no such table: (?:main\.)?c(\d+)_")

@@ -60,7 +60,7 @@ from ragdb.storage import collections as _coll
 from ragdb.storage.backend import glob_regex, password_of, redact
 from ragdb.storage.codec import dumps, utcnow_iso
 from ragdb.storage.conditions import COMPARE, Dialect, condition_sql, doc_set_sql
-from ragdb.storage.base import NO_CODEC
+from ragdb.storage.base import CHUNK_STATE_SQL, NO_CODEC
 from ragdb.storage.store import WHOLE_CHUNK, Store, migrations_dir
 from ragdb.storage.textcodec import TextCodec
 
@@ -795,8 +795,8 @@ class PgStore(Store):
                                [(doc_id, label) for label in acl[1]])
         return [r[0] for r in pg.execute("SELECT id FROM chunks WHERE doc_id = ? ORDER BY id", [doc_id])]
 
-    def chunk_table_blocks(self, size: int = 8192) -> Iterator[list[tuple[int, int, int, int, int]]]:
-        cur = self._binary(f"SELECT id, length, latest, doc_id, ({WHOLE_CHUNK})::int FROM chunks")
+    def chunk_table_blocks(self, size: int = 8192) -> Iterator[list[tuple[int, int, int]]]:
+        cur = self._binary(f"SELECT {CHUNK_STATE_SQL} FROM chunks")
         while rows := cur.fetchmany(size):
             yield rows
 
