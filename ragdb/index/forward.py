@@ -51,6 +51,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from types import ModuleType
+from typing import cast
 
 import numpy as np
 
@@ -296,6 +297,22 @@ def unpack_forward_many(terms: Sequence[bytes], tfs: Sequence[bytes] | None = No
         if tfs is not None:
             tf[at] = np.frombuffer(b"".join([tfs[i] for i in rl]), "<u2")
     return ForwardBatch(ids, tf, starts, problems)
+
+
+def invert_compiled(entries: list[tuple[int, np.ndarray, np.ndarray]], wide_ids: bool
+                    ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray] | None:
+    """Forward indexes (chunk id, term ids, tfs) grouped by term by the compiled counting sort
+    (``cforward.invert``): (distinct term ids, their starts, chunk ids, tfs), what
+    ``ragdb.index.inverted._Tail.build`` makes with numpy, its reference. None where numpy is to
+    do it: no compiled module or the numpy kernel chosen, entries not of the forward indexes'
+    own types (uint32 term ids, uint16 tfs), or too few postings for the counting to pay."""
+    if _cforward is None or kernel.compiled() is None:
+        return None
+    try:
+        return cast("tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray] | None",
+                    _cforward.invert(entries, wide_ids))
+    except ValueError:  # another dtype (a buffer mismatch) or lengths that disagree: numpy decides
+        return None
 
 
 def _compiled_batch(terms: Sequence[bytes], tfs: Sequence[bytes] | None, tlen: np.ndarray,

@@ -34,7 +34,7 @@ import numpy as np
 import orjson
 
 from ragdb.index import kernel, scoring
-from ragdb.index.forward import forward_term_ids, unpack_forward_many
+from ragdb.index.forward import forward_term_ids, invert_compiled, unpack_forward_many
 from ragdb.errors import StorageError
 from ragdb.text.fields import effective_title
 from ragdb.storage import Store
@@ -264,13 +264,17 @@ class _Tail:
     def build(cls, entries: Sequence[tuple[int, np.ndarray, np.ndarray]]) -> "_Tail":
         if not entries:
             return cls()
+        top = max(cid for cid, _, _ in entries)
+        inverted = invert_compiled(entries if isinstance(entries, list) else list(entries), top >= 1 << 32)
+        if inverted is not None:  # the same arrays, by a counting sort in C
+            term_ids, starts, cids, tfs = inverted
+            return cls(term_ids, starts, cids, tfs, len(entries))
         # Forward indexes' own types (uint32 term ids, uint16 tfs) and uint32 chunk ids
         # while ids fit: a bulk load's flush of 16,384 chunks (~2M postings) peaked
         # ~45 MiB higher with every array widened to int64 first.
         terms = np.concatenate([t for _, t, _ in entries])
         tfs = np.concatenate([f for _, _, f in entries])
         lens = np.fromiter((len(t) for _, t, _ in entries), np.int64, len(entries))
-        top = max(cid for cid, _, _ in entries)
         cids = np.repeat(np.fromiter((cid for cid, _, _ in entries), np.uint32 if top < 1 << 32 else np.int64,
                                      len(entries)), lens)
         del lens
