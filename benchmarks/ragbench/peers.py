@@ -347,6 +347,37 @@ class TantivyAdapter(Adapter):
             h["writer"].wait_merging_threads()
 
 
+@system("tantivy-text")
+class TantivyTextAdapter(TantivyAdapter):
+    """tantivy's index and query, each hit's stored text read as well (``Searcher.doc``), as a
+    RAG application does to build its prompt: ragdb's hits carry their text, tantivy's
+    ids-only search does not read it. A context row beside the bars, which stay on tantivy's
+    ids-only search."""
+
+    label = "tantivy (+ stored text)"
+    index_of = "tantivy"
+
+    @staticmethod
+    def search(h, text: str, k: int) -> list[str]:
+        tv = h["tv"]
+        tokens = h["analyzer"].analyze(expand_cjk(text) if h["lang"] == "mixed" else text)
+        if not tokens:
+            return []
+        query = tv.Query.boolean_query(
+            [(tv.Occur.Should, tv.Query.term_query(h["schema"], "body", t)) for t in tokens])
+        searcher = h["searcher"]
+        hits = searcher.search(query, k, count=False).hits
+        field = "text" if h["lang"] == "mixed" else "body"
+        ids = h["ids"]
+        out = []
+        for _score, addr in hits:
+            doc = searcher.doc(addr)
+            if not doc[field]:  # (every document stores its text)
+                raise RuntimeError("a tantivy hit without its stored text")
+            out.append(ids[doc["row"][0]])
+        return out
+
+
 def _bm25s_tokens(texts: list[str], lang: str, *, ids: bool):
     """bm25s tokenization: PyStemmer English + English stopwords, or CJK uni+bigrams; on
     mixed text, the English tokenization of its CJK-expanded form keeping one-character CJK
