@@ -363,8 +363,9 @@ def invert(list entries, bint wide_ids):
     order: what ``inverted._Tail.build``'s stable sort gives (its reference), without the
     concatenated copies and the int64 order array (some 24 bytes a posting at once: a bulk
     load's flush of 16,384 chunks sorts ~3M). None when the counts would cost more than the
-    sort: fewer postings than an eighth of the highest term id (a few chunks' tail in a large
-    vocabulary), or no postings. Raises ValueError for an entry of other types or lengths."""
+    sort: fewer postings than half the highest term id (a few chunks' tail in a large
+    vocabulary: the counts take 8 bytes a term id up to the highest, at most 16 a posting), or
+    no postings. Raises ValueError for an entry of other types or lengths."""
     cdef Py_ssize_t n = len(entries), i, j, m, total = 0, nterms = 0
     cdef int64_t t, top = -1
     cdef const uint32_t[::1] terms
@@ -378,7 +379,7 @@ def invert(list entries, bint wide_ids):
         for j in range(m):
             if terms[j] > top:
                 top = terms[j]
-    if total == 0 or total * 8 < top:
+    if total == 0 or total * 2 < top:
         return None
     place = <int64_t*>malloc((top + 1) * sizeof(int64_t))
     if place == NULL:

@@ -311,7 +311,7 @@ def invert_compiled(entries: list[tuple[int, np.ndarray, np.ndarray]], wide_ids:
     try:
         return cast("tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray] | None",
                     _cforward.invert(entries, wide_ids))
-    except ValueError:  # another dtype (a buffer mismatch) or lengths that disagree: numpy decides
+    except (ValueError, TypeError):  # another type (a buffer mismatch) or lengths that disagree: numpy decides
         return None
 
 

@@ -52,7 +52,7 @@ def test_the_counting_sort_groups_postings_as_the_stable_sort_does(forwards, wid
     # the compiled path ran wherever it was to (not a silent fallback to numpy)
     total = sum(len(f) for f in forwards)
     top = max((t for f in forwards for t, _ in f), default=-1)
-    dense = total > 0 and total * 8 >= top
+    dense = total > 0 and total * 2 >= top
     before = kernel.use("compiled")
     try:
         assert (invert_compiled(entries, wide) is not None) == dense
