@@ -34,7 +34,7 @@ from ragdb.text import fields
 from ragdb.index import inverted as idx
 from ragdb.errors import DocumentNotFound, EmbeddingError, InvalidInput, StorageError
 from ragdb.index.inverted import FLUSH_THRESHOLD
-from ragdb.index.forward import pack_forward, pack_forward_many, unpack_forward_many
+from ragdb.index.forward import forward_term_lists, pack_forward, pack_forward_many, unpack_forward_many
 from ragdb.engine.prepare import Prepared, check_acl, check_metadata, field_counts_of
 from ragdb.options import check_positive_int
 from ragdb.storage import dumps, loads, model_mismatch, utcnow_iso
@@ -621,12 +621,12 @@ class Writer:
         if latest:
             upto = self.engine.index.flushed_upto
             flushed = [terms for cid, _l, _latest, terms, _tfs in rows if cid <= upto]
-            dead = iter(idx.forward_term_ids(flushed)) if flushed else None
+            dead = iter(forward_term_lists(flushed)) if flushed else None
             for cid, _l, _latest, terms, _tfs in rows:
                 if cid <= upto:
                     assert dead is not None
                     changes.absent.append((cid, terms))  # (the blob as stored: chunk_log.terms reads either form)
-                    changes.dead.append(next(dead).tolist())
+                    changes.dead.append(next(dead))
                 else:
                     changes.absent.append((cid, None))
             self._uncount(rows, changes, -1, df=False)
@@ -656,8 +656,8 @@ class Writer:
         Unflushed chunks count in df through their state alone; flushed ones update ``vocabulary``."""
         upto = self.engine.index.flushed_upto
         flushed = [terms for cid, _l, _latest, terms, _tfs in rows if cid <= upto] if df else []
-        for term_ids in (idx.forward_term_ids(flushed) if flushed else ()):
-            changes.df.update(dict.fromkeys(term_ids.tolist(), sign))
+        for term_ids in (forward_term_lists(flushed) if flushed else ()):
+            changes.df.update(dict.fromkeys(term_ids, sign))
         for _cid, length, _latest, _terms, _tfs in rows:
             changes.chunks += sign
             changes.length += sign * length

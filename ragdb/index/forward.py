@@ -206,6 +206,17 @@ def forward_term_ids(terms: Sequence[bytes]) -> list[np.ndarray]:
     return [ids for ids, _tfs in unpack_forward_many(terms).rows()]
 
 
+def forward_term_lists(terms: Sequence[bytes]) -> list[list[int]]:
+    """:func:`forward_term_ids` as lists of ints, for the few rows of a write (a delete, a
+    replace): the compiled decoder makes them without numpy's per-call setup."""
+    if _cforward is not None and kernel.compiled() is not None:
+        found = _cforward.term_id_lists(list(terms))
+        if found is not None:
+            return cast("list[list[int]]", found)
+        # a malformed row: the numpy path names it
+    return [ids.tolist() for ids in forward_term_ids(terms)]
+
+
 class ForwardBatch:
     """Decoded forward indexes of a batch of rows: row ``i``'s term ids and tfs are
     ``ids[starts[i]:starts[i + 1]]`` and ``tfs[...]`` (uint32 and uint16; tfs empty when

@@ -10,8 +10,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from ragdb.index import kernel
-from ragdb.index.forward import (forward_form, forward_term_ids, pack_forward, pack_forward_many,
-                                 unpack_forward_many)
+from ragdb.index.forward import (forward_form, forward_term_ids, forward_term_lists, pack_forward,
+                                 pack_forward_many, unpack_forward_many)
 
 # term ids: small gaps (one byte), middling (a uint16 escape), large (a uint32 escape), the top
 ids_st = st.one_of(st.integers(0, 300), st.integers(0, 70_000), st.integers(0, 2**32 - 1))
@@ -66,7 +66,7 @@ def test_packed_rows_read_back_sorted_and_in_the_analyzer_order(chunks, raw_ever
         assert b.tolist() == e.tolist() == [min(f, 65535) for _, f in want]
     assert [x.tolist() for x in forward_term_ids([t for t, _ in rows])] == \
         [sorted(t for t, _ in c) if not (raw_every and i % raw_every == 0) else [t for t, _ in c]
-         for i, c in enumerate(chunks)]
+         for i, c in enumerate(chunks)] == forward_term_lists([t for t, _ in rows])
 
 
 def test_the_pad_byte_keeps_every_length_off_multiples_of_4():
@@ -131,6 +131,14 @@ def test_a_damaged_row_is_reported_and_not_read(name):
             continue  # the content, not the layout: check() looks (and the sorted ids ignore the permutation)
         with pytest.raises(ValueError, match="malformed forward index"):
             unpack_forward_many([good[0], t], [good[1], f], analyzer_order=order)
+    # the term ids alone (a delete's read): the lists and the arrays agree, or both refuse the row
+    try:
+        want = [x.tolist() for x in forward_term_ids([good[0], t])]
+    except ValueError:
+        with pytest.raises(ValueError, match="malformed forward index"):
+            forward_term_lists([good[0], t])
+    else:
+        assert forward_term_lists([good[0], t]) == want
 
 
 def test_a_raw_row_whose_tfs_disagree_is_reported():
