@@ -305,9 +305,9 @@ class TantivyAdapter(Adapter):
         }
 
     @staticmethod
-    def search(h, text: str, k: int) -> list[str]:
-        # A boolean OR of term queries over the analyzed tokens: no query
-        # syntax to escape, and no phrase queries from the ngram tokenizer.
+    def _hits(h, text: str, k: int) -> list:
+        """(score, doc address) of the top ``k``: a boolean OR of term queries over the analyzed
+        tokens (no query syntax to escape, no phrase queries from the ngram tokenizer)."""
         tv = h["tv"]
         tokens = h["analyzer"].analyze(expand_cjk(text) if h["lang"] == "mixed" else text)
         if not tokens:
@@ -315,10 +315,14 @@ class TantivyAdapter(Adapter):
         query = tv.Query.boolean_query(
             [(tv.Occur.Should, tv.Query.term_query(h["schema"], "body", t)) for t in tokens]
         )
-        searcher = h["searcher"]
-        hits = searcher.search(query, k, count=False).hits
+        return h["searcher"].search(query, k, count=False).hits
+
+    @classmethod
+    def search(cls, h, text: str, k: int) -> list[str]:
+        hits = cls._hits(h, text, k)
         if not hits:
             return []
+        searcher = h["searcher"]
         rows = searcher.fast_field_values("row", [addr for _score, addr in hits])
         ids = h["ids"]
         return [ids[r] for r in rows]
@@ -357,16 +361,10 @@ class TantivyTextAdapter(TantivyAdapter):
     label = "tantivy (+ stored text)"
     index_of = "tantivy"
 
-    @staticmethod
-    def search(h, text: str, k: int) -> list[str]:
-        tv = h["tv"]
-        tokens = h["analyzer"].analyze(expand_cjk(text) if h["lang"] == "mixed" else text)
-        if not tokens:
-            return []
-        query = tv.Query.boolean_query(
-            [(tv.Occur.Should, tv.Query.term_query(h["schema"], "body", t)) for t in tokens])
+    @classmethod
+    def search(cls, h, text: str, k: int) -> list[str]:
+        hits = cls._hits(h, text, k)
         searcher = h["searcher"]
-        hits = searcher.search(query, k, count=False).hits
         field = "text" if h["lang"] == "mixed" else "body"
         ids = h["ids"]
         out = []

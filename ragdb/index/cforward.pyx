@@ -400,9 +400,9 @@ def invert(list entries, bint wide_ids):
         tfs = np.empty(total, np.uint16)
         _fill_starts(place, top, term_ids, starts)
         if wide_ids:
-            _scatter64(entries, place, cids, tfs)
+            _scatter[int64_t](entries, place, cids, tfs)
         else:
-            _scatter32(entries, place, cids, tfs)
+            _scatter[uint32_t](entries, place, cids, tfs)
         return term_ids, starts, cids, tfs
     finally:
         free(place)
@@ -422,9 +422,15 @@ cdef void _fill_starts(int64_t* place, int64_t top_term, int64_t[::1] term_ids, 
     starts[u] = pos
 
 
-cdef _scatter32(list entries, int64_t* place, uint32_t[::1] cids, uint16_t[::1] out_tfs):
+ctypedef fused chunk_id_t:  # the chunk ids' type: uint32 while they fit, else int64
+    uint32_t
+    int64_t
+
+
+cdef _scatter(list entries, int64_t* place, chunk_id_t[::1] cids, uint16_t[::1] out_tfs):
+    """Each entry's postings to their term's next place (``place``: each term's first, advanced)."""
     cdef Py_ssize_t i, j, p
-    cdef uint32_t cid
+    cdef chunk_id_t cid
     cdef const uint32_t[::1] terms
     cdef const uint16_t[::1] tf
     for i in range(len(entries)):
@@ -436,23 +442,6 @@ cdef _scatter32(list entries, int64_t* place, uint32_t[::1] cids, uint16_t[::1] 
             place[terms[j]] = p + 1
             cids[p] = cid
             out_tfs[p] = tf[j]
-
-
-cdef _scatter64(list entries, int64_t* place, int64_t[::1] cids, uint16_t[::1] out_tfs):
-    cdef Py_ssize_t i, j, p
-    cdef int64_t cid
-    cdef const uint32_t[::1] terms
-    cdef const uint16_t[::1] tf
-    for i in range(len(entries)):
-        cid = entries[i][0]
-        terms = entries[i][1]
-        tf = entries[i][2]
-        for j in range(terms.shape[0]):
-            p = place[terms[j]]
-            place[terms[j]] = p + 1
-            cids[p] = cid
-            out_tfs[p] = tf[j]
-
 
 def term_id_lists(list blobs):
     """Each forward-index blob's term ids (either form; sorted when packed) as a list of ints,
