@@ -158,6 +158,16 @@ def _query_cap(name: str, size: int, n_queries: int, prev: dict[str, Any] | None
     return cap if cap < n_queries else None
 
 
+def _common_caps(caps: dict[str, int | None]) -> dict[str, int | None]:
+    """Every system but FTS5 (its own fixed cap) runs the same first queries: the smallest of
+    their caps, so that the ratios between them are over one set of queries (a system capped
+    alone by its own latency would be compared on an easier or harder subset)."""
+    shared = [c for name, c in caps.items() if name != "fts5" and c is not None]
+    if not shared:
+        return caps
+    return {name: (c if name == "fts5" else min(shared)) for name, c in caps.items()}
+
+
 def _lat_stats(lat: list[float], langs: list[str]) -> dict[str, float]:
     out = {}
     for group in ("en", "zh"):
@@ -236,7 +246,7 @@ def measure_size(ctx: Context, corpus: Corpus, meta: dict, qlang: dict[str, str]
                       "build_peak_rss_mb": b.get("peak_rss_mb"), "error": b.get("error"), "n": size}
         if "error" not in b:
             built.append(name)
-    caps = {name: _query_cap(name, size, corpus.n_queries, (prev or {}).get(name)) for name in built}
+    caps = _common_caps({name: _query_cap(name, size, corpus.n_queries, (prev or {}).get(name)) for name in built})
     rounds = min(ctx.args.query_rounds, BIG_QUERY_ROUNDS) if size >= BIG else ctx.args.query_rounds
     for name, q in _query_rounds(ctx, built, corpus, caps, langs, rounds).items():
         run = q.pop("run", None)
@@ -252,7 +262,8 @@ def measure_size(ctx: Context, corpus: Corpus, meta: dict, qlang: dict[str, str]
                 rows[name]["run"] = run
         if caps.get(name):
             why = (f"FTS5 runs at most {FTS5_MAX_QUERIES}" if caps[name] == FTS5_MAX_QUERIES and name == "fts5"
-                   else f"as many as fit ~{QUERY_BUDGET_S:.0f} s at its mean latency at the previous size, scaled")
+                   else f"as many as fit ~{QUERY_BUDGET_S:.0f} s at the slowest system's mean latency at the "
+                        "previous size, scaled; every system but FTS5 runs these same queries")
             notes.append(f"{SYSTEMS[name].label} at {tag(size)}: the first {caps[name]} of the {corpus.n_queries} "
                          f"queries (interleaved, so both languages; {why}); its nDCG is over those.")
     exact: dict[str, Any] = {}
