@@ -107,7 +107,8 @@ def from_scores(scores: Sequence[float] | np.ndarray, bound: float) -> list[floa
     if bound <= 0:
         return [0.0] * len(scores)
     if len(scores) >= 16:
-        return np.clip(np.asarray(scores, dtype=np.float64) / bound, 0.0, 1.0).tolist()
+        with np.errstate(over="ignore"):  # a score over a tiny bound: inf, clipped to 1 as in Python
+            return np.clip(np.asarray(scores, dtype=np.float64) / bound, 0.0, 1.0).tolist()
     plain = scores.tolist() if isinstance(scores, np.ndarray) else scores  # Python floats out
     return [min(1.0, max(0.0, s / bound)) for s in plain]
 

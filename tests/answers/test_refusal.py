@@ -12,7 +12,7 @@ from collections import Counter
 from pathlib import Path
 
 import pytest
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
 import ragdb
@@ -597,7 +597,9 @@ def test_any_min_confidence_gives_a_result_or_a_ragdb_error(en_db, value):
     en_db.set_min_confidence(None)
 
 
+@pytest.mark.filterwarnings("error")  # numpy's overflow over a tiny bound is no warning either
 @given(st.lists(st.floats(0.0, 50.0, allow_nan=False), max_size=60), st.floats(0.0, 40.0, allow_nan=False))
+@example(scores=[50.0] * 16, bound=5e-324)
 def test_confidences_from_scores_are_python_floats_of_the_one_formula(scores, bound):
     """from_scores switches to numpy from 16 scores; both ways give the same Python floats
     (JSON output needs Python floats), from a list or an array."""
