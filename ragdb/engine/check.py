@@ -28,6 +28,7 @@ import numpy as np
 
 from ragdb.errors import TextDamaged
 from ragdb.index.forward import unpack_forward_many
+from ragdb.index import snapshot
 from ragdb.index.inverted import Index, postings_problem
 from ragdb.storage import DTYPES
 from ragdb.engine.write import stored_filter_rows
@@ -146,9 +147,11 @@ def check(engine: Engine, quick: bool = False) -> list[str]:
             live = np.array([c in table and c not in bad_chunks for c in ids_a.tolist()], dtype=bool)
             posted.append(np.stack([np.full(int(live.sum()), tid, np.int64), ids_a[live], tfs_a[live]], axis=1))
         problems += tally.problems()
+        problems += _snapshot_readable(store, s)
         if df_known:
             index = Index(store)  # a fresh view, independent of this connection's cache
             index.sync()
+            problems += _snapshot_agrees(store, index)
             bad_df = [(tid, df, df_real.get(tid, 0)) for tid, df in index.live_dfs().items()
                       if df != df_real.get(tid, 0)]
             if bad_df:
@@ -165,6 +168,43 @@ def check(engine: Engine, quick: bool = False) -> list[str]:
             # damaged text would also fail its vectors' hashes: that is reported once, above
             problems += text or _vector_hash_problems(store)
     return problems + check_vectors(engine)
+
+
+def _snapshot_readable(store: Store, stats: dict[str, int]) -> list[str]:
+    """A chunk-state snapshot tagged with the last flush that cannot be read (opening scans
+    the chunk rows instead: slower, not wrong)."""
+    got = store.chunk_state_snapshot()
+    if got is None or (got[0], got[1]) != (stats["flush_count"], stats["flushed_upto"]):
+        return []  # none, or another flush's: not used
+    try:
+        n = len(snapshot.decode(got[2]).lengths)
+    except ValueError as e:
+        return [f"chunk_state: the snapshot of the last flush cannot be read ({e}); handles scan every chunk "
+                f"row instead; `ragdb reindex` writes it again"]
+    if n != got[1] + 1:
+        return [f"chunk_state: the snapshot of the last flush holds {n} chunk ids, not {got[1] + 1}; handles "
+                f"scan every chunk row instead; `ragdb reindex` writes it again"]
+    return []
+
+
+def _snapshot_agrees(store: Store, index: Index) -> list[str]:
+    """Whether a view opened through the chunk-state snapshot (``index``) holds what a scan of
+    every chunk row gives (the same arrays, the same tail)."""
+    scanned = Index(store, use_snapshot=False)
+    scanned.sync()
+    n = max(len(index.lengths), len(scanned.lengths))
+    differ: set[int] = set()
+    for name in ("lengths", "state", "chunk_doc", "whole"):
+        a, b = getattr(index, name), getattr(scanned, name)
+        a = np.concatenate([a, np.zeros(n - len(a), a.dtype)])
+        b = np.concatenate([b, np.zeros(n - len(b), b.dtype)])
+        differ.update(np.flatnonzero(a != b).tolist())
+    tail = sorted(e[0] for e in index.tail_entries) != sorted(e[0] for e in scanned.tail_entries)
+    if not differ and not tail:
+        return []
+    where = f"e.g. chunk id {min(differ)}" if differ else "the unflushed chunks"
+    return [f"chunk_state: the snapshot of the last flush and the change log disagree with the chunk rows "
+            f"({_count(len(differ), 'chunk id')}; {where}); `ragdb reindex` writes it again"]
 
 
 def check_vectors(engine: Engine) -> list[str]:

@@ -298,8 +298,11 @@ class Writer:
             if new_fields is not None:
                 store.set_setting("fields", new_fields)
             store.bump_stats(next_ids=(0, top + 1))  # every chunk id below next_chunk_id again (check() asks it)
-            # this connection's view is rebuilt from the file at its next read
+            # this connection's view is rebuilt from the rows (clear_lexical_index dropped the
+            # chunk-state snapshot: lengths changed), and is the snapshot of this flush
             engine.index = idx.Index(store)
+            engine.index.sync()
+            engine.index.write_snapshot()
         engine.analyzer = analyzer
         engine.analyzer_config = engine.settings["analyzer"] = analyzer.config()
         if new_fields is not None:

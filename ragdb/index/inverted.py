@@ -33,7 +33,7 @@ from collections.abc import Callable, Collection, Container, Iterable, Iterator,
 import numpy as np
 import orjson
 
-from ragdb.index import kernel, scoring
+from ragdb.index import kernel, scoring, snapshot
 from ragdb.index.forward import forward_term_ids, invert_compiled, unpack_forward_many
 from ragdb.errors import StorageError
 from ragdb.text.fields import effective_title
@@ -357,8 +357,11 @@ class _Tail:
 class Index:
     """In-memory view of one database's index, kept in step with its generation."""
 
-    def __init__(self, store: Store) -> None:
+    def __init__(self, store: Store, *, use_snapshot: bool = True) -> None:
         self.store = store
+        #: read the chunk-state snapshot of the last flush when it is current (False: scan
+        #: every chunk row; ``check()`` compares the two)
+        self.use_snapshot = use_snapshot
         self.generation = -1
         self.lengths = np.zeros(0, np.float64)
         self.state = np.zeros(0, np.int8)
@@ -447,6 +450,23 @@ class Index:
         self.state = np.zeros(_capacity(size), np.int8)
         self.chunk_doc = np.zeros(_capacity(size), np.int64)
         self.whole = np.zeros(_capacity(size), bool)
+        self.flushed_upto = stats["flushed_upto"]
+        snap = self._current_snapshot(stats, size) if self.use_snapshot else None
+        if snap is not None:
+            self._load_snapshot(snap)
+        else:
+            self._scan_chunks()
+        self.max_id = size - 1
+        self.dead = Counter()
+        dead = self.store.dead_terms()
+        if dead:  # a chunk's terms are distinct: one count each, as per blob
+            self.dead.update(unpack_forward_many(dead).ids.tolist())
+        self.log_seq = self.store.log_seq()
+        # the change log that told which chunks' fields changed is gone with the flush
+        self.forget_hits(None)
+
+    def _scan_chunks(self) -> None:
+        """The per-chunk arrays from every chunk row, and the tail's forward indexes."""
         # In blocks: a list of every row as Python tuples would be the largest
         # thing a searching process ever holds (~15 MB at 100k chunks).
         for rows in self.store.chunk_table_blocks():
@@ -458,19 +478,55 @@ class Index:
             self.state[ids] = np.where(folded & 2, LATEST, OLD)
             self.chunk_doc[ids] = arr[:, 1]
             self.whole[ids] = (folded & 1).astype(bool)
-        self.max_id = size - 1
-        self.flushed_upto = stats["flushed_upto"]
         forward = self.store.forward_since(self.flushed_upto)
         self.tail_entries = [(row[0], t, f) for row, (t, f) in zip(
             forward, unpack_forward_many([r[1] for r in forward], [r[2] for r in forward]).rows())]
-        del forward
-        self.dead = Counter()
-        dead = self.store.dead_terms()
-        if dead:  # a chunk's terms are distinct: one count each, as per blob
-            self.dead.update(unpack_forward_many(dead).ids.tolist())
-        self.log_seq = self.store.log_seq()
-        # the change log that told which chunks' fields changed is gone with the flush
-        self.forget_hits(None)
+
+    def _current_snapshot(self, stats: dict[str, int], size: int) -> snapshot.ChunkState | None:
+        """The stored chunk-state snapshot if it is the last flush's and whole (else None: scan)."""
+        got = self.store.chunk_state_snapshot()
+        if got is None or got[0] != stats["flush_count"] or got[1] != stats["flushed_upto"]:
+            return None
+        try:
+            snap = snapshot.decode(got[2])
+        except ValueError:
+            return None  # (check() reports it; the rows are the truth)
+        return snap if len(snap.lengths) == got[1] + 1 <= size else None
+
+    def _load_snapshot(self, snap: snapshot.ChunkState) -> None:
+        """The per-chunk arrays from the last flush's snapshot, brought up to date with the rows
+        after it (the tail, with their forward indexes) and the change log since it, which
+        holds every state change of a flushed chunk since that flush."""
+        n = len(snap.lengths)
+        self.lengths[:n] = snap.lengths
+        self.state[:n] = snap.state
+        self.chunk_doc[:n] = snap.chunk_doc
+        self.whole[:n] = snap.whole
+        upto = self.flushed_upto
+        for _seq, cid, state, _terms in self.store.log_since(0):
+            if cid <= upto:  # (a tail chunk's row is current)
+                self.state[cid] = state
+                if state == ABSENT:
+                    self.lengths[cid] = 0.0
+                    self.chunk_doc[cid] = 0
+                    self.whole[cid] = False
+        new = self.store.chunks_since(upto)
+        decoded = unpack_forward_many([r[4] for r in new], [r[5] for r in new]).rows() if new else []
+        self.tail_entries = []
+        for (cid, length, latest, doc_id, _terms, _tfs, whole), (terms, tfs) in zip(new, decoded):
+            self.lengths[cid] = length
+            self.state[cid] = LATEST if latest == 1 else OLD
+            self.chunk_doc[cid] = doc_id
+            self.whole[cid] = whole == 1
+            self.tail_entries.append((cid, terms, tfs))
+
+    def write_snapshot(self) -> None:
+        """Store this view's per-chunk arrays as the snapshot of the flush just recorded
+        (in the flush's transaction: :meth:`flush` calls it)."""
+        n = self.flushed_upto + 1
+        self._grow(n)
+        body = snapshot.encode(self.lengths, self.state, self.chunk_doc, self.whole, n)
+        self.store.set_chunk_state_snapshot(self.store.stats_row()["flush_count"], self.flushed_upto, body)
 
     def _catch_up(self) -> None:
         """Apply other connections' writes since this view was current."""
@@ -630,6 +686,7 @@ class Index:
             self.flushed_upto = new_upto
             self.flush_count += 1
             self.log_seq = 0
+            self.write_snapshot()
             return
         store = self.store
         in_tail = tail.term_ids
@@ -663,6 +720,7 @@ class Index:
         self.log_seq = 0
         self.tail_entries = []
         self._tail = None
+        self.write_snapshot()
 
     def _merge(self, term_ids: list[int], tail: _Tail) -> None:
         """Rewrite these terms' segments (plus their tail postings) as one, dropping deleted chunks.

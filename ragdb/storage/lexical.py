@@ -171,6 +171,18 @@ class LexicalSQL(StoreBase):
         self.conn.execute("UPDATE stats SET flushed_upto = ?, flush_count = flush_count + 1 WHERE id = 1",
                           [flushed_upto])
 
+    # -- the chunk-state snapshot (ragdb.index.snapshot) -------------------------------------------
+    def chunk_state_snapshot(self) -> tuple[int, int, bytes] | None:
+        """(flush_count, flushed_upto, body) of the stored chunk-state snapshot, if any."""
+        row = self.conn.execute("SELECT flush_count, flushed_upto, body FROM chunk_state WHERE id = 1").fetchone()
+        return None if row is None else (int(row[0]), int(row[1]), bytes(row[2]))
+
+    def set_chunk_state_snapshot(self, flush_count: int, flushed_upto: int, body: bytes) -> None:
+        """Store the snapshot of the flush ``flush_count`` (replacing the one before)."""
+        self.conn.execute("DELETE FROM chunk_state")
+        self.conn.execute("INSERT INTO chunk_state (id, flush_count, flushed_upto, body) VALUES (1, ?, ?, ?)",
+                          [flush_count, flushed_upto, body])
+
     def dead_terms(self) -> list[bytes]:
         """Forward indexes of the flushed latest chunks deleted since the last flush."""
         return [r[0] for r in self.conn.execute("SELECT terms FROM chunk_log WHERE terms IS NOT NULL")]
@@ -181,6 +193,7 @@ class LexicalSQL(StoreBase):
         self.conn.execute("DELETE FROM postings")
         self.conn.execute("DELETE FROM vocabulary")
         self.conn.execute("DELETE FROM chunk_log")
+        self.conn.execute("DELETE FROM chunk_state")  # (lengths change: the next flush writes it again)
 
     def chunk_texts_after(self, after_id: int, limit: int) -> list[tuple[int, int, str, str | None, str, str]]:
         """(id, latest, text, document title, source, chunk metadata json) of the next ``limit``

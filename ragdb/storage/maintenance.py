@@ -29,13 +29,14 @@ COPY_TABLES: tuple[tuple[str, tuple[str, ...]], ...] = (
     ("doc_acl", ("doc_id", "label")),
     ("vectors", ("chunk_id", "vector", "text_hash")),
     ("vector_log", ("seq", "chunk_id")),
+    ("chunk_state", ("id", "flush_count", "flushed_upto", "body")),  # valid with stats and chunks copied as they are
 )
 #: The order rows of each copied table are read in (a unique key where the table has one).
 COPY_ORDER: dict[str, tuple[str, ...]] = {
     "settings": ("key",), "stats": ("id",), "vector_stats": ("id",), "documents": ("id",), "chunks": ("id",),
     "vocabulary": ("id",), "postings": ("term_id", "segment"), "chunk_log": ("seq",),
     "doc_meta": ("doc_id", "key", "at", "num"), "doc_acl": ("doc_id", "label"), "vectors": ("chunk_id",),
-    "vector_log": ("seq",),
+    "vector_log": ("seq",), "chunk_state": ("id",),
 }
 COPY_COLUMNS = dict(COPY_TABLES)
 

@@ -390,7 +390,8 @@ PLAIN_SQL = (
     "clear_filter_index", "doc_rows_matching", "document_filter_blocks", "filter_index_rows", "filtered_chunk_ids",
     "filtered_doc_ids", "has_metadata_key", "has_private_labels",
     # lexical.py
-    "add_df", "add_terms", "all_dfs", "all_term_ids", "bump_vocab_epoch", "chunk_texts_after", "clear_lexical_index",
+    "add_df", "add_terms", "all_dfs", "all_term_ids", "bump_vocab_epoch", "chunk_state_snapshot", "chunk_texts_after",
+    "clear_lexical_index", "set_chunk_state_snapshot",
     "dead_terms", "delete_segments", "field_term_ids", "finish_flush", "finish_reindex", "frequent_term_ids",
     "has_postings", "has_term_with_prefix", "insert_segments", "log_seq", "log_since", "next_term_id",
     "posting_counts", "segment_counts", "segment_counts_all", "segment_total", "set_forward_indexes", "term_id_map",
