@@ -46,6 +46,9 @@ if TYPE_CHECKING:
 ABSENT, LATEST, OLD = 0, 1, 2
 
 FLUSH_THRESHOLD = 2048      # tail chunks that trigger a flush
+# Tail entries appended since the tail was grouped are grouped apart while they are at most
+# TAIL_DELTA_MIN or 1/TAIL_DELTA_SHARE of the rest (Index._tail_parts), then all regrouped.
+TAIL_DELTA_MIN, TAIL_DELTA_SHARE = 64, 8
 HIT_CACHE_BYTES = 12 << 20  # hit fields (text, metadata) kept for building hits, about 12 MiB
 HIT_ENTRY_OVERHEAD = 500    # bytes of one cache entry besides its text (measured: dict, tuple, source)
 _NO_META: dict[str, Any] = {}  # shared by cache entries without metadata; never mutated
@@ -57,6 +60,7 @@ _NO_META: dict[str, Any] = {}  # shared by cache entries without metadata; never
 # ~2 MB (1M postings there had added ~3 MiB of RSS for no speed).
 POSTINGS_CACHE_MIN_BYTES = 4 << 20
 POSTINGS_CACHE_BYTES_PER_CHUNK = 32
+_NO_TAIL_BYTES = 100  # what a cached "no tail postings" entry counts for (a dict slot and an int)
 LOOKUP_CACHE_TERMS = 200_000  # vocabulary lookups kept until the generation changes
 _LOOKUP_BATCH = 50_000  # terms looked up in the vocabulary at a time
 MAX_SEGMENTS = 16           # segments per term before they are merged
@@ -346,6 +350,20 @@ class _Tail:
         counts = self.starts[at + 1] - self.starts[at]
         return dict(zip(want[found].tolist(), counts[found].tolist()))
 
+    def get_many(self, term_ids: Sequence[int]) -> dict[int, tuple[np.ndarray, np.ndarray]]:
+        """term id -> (chunk ids, tfs) of those of ``term_ids`` this tail holds (one searchsorted)."""
+        if not self.count or not len(self.term_ids) or not len(term_ids):
+            return {}
+        want = np.asarray(term_ids, dtype=np.int64)
+        at = np.minimum(np.searchsorted(self.term_ids, want), len(self.term_ids) - 1)
+        hit = np.flatnonzero(self.term_ids[at] == want)
+        if not len(hit):
+            return {}
+        at = at[hit]
+        starts, ends = self.starts[at].tolist(), self.starts[at + 1].tolist()
+        ids, tfs = self.chunk_ids, self.tfs
+        return {t: (ids[a:b], tfs[a:b]) for t, a, b in zip(want[hit].tolist(), starts, ends)}
+
     def get(self, term_id: int) -> tuple[np.ndarray, np.ndarray] | None:
         i = int(np.searchsorted(self.term_ids, term_id))
         if i < len(self.term_ids) and self.term_ids[i] == term_id:
@@ -380,6 +398,8 @@ class Index:
         self.log_seq = 0      # last chunk_log entry applied
         self.tail_entries: list[tuple[int, np.ndarray, np.ndarray]] = []
         self._tail: _Tail | None = None
+        # (the tail_entries list, how many of its entries ``base`` groups, base, the rest's or None)
+        self._tail_split: tuple[list[tuple[int, np.ndarray, np.ndarray]], int, _Tail, _Tail | None] | None = None
         # term id -> number of deleted flushed latest chunks holding it (chunk_log terms)
         self.dead: Counter[int] = Counter()
         self._norms: np.ndarray | None = None
@@ -393,6 +413,12 @@ class Index:
         self._shared_strings: dict[str, str] = {}
         self._postings_cache: dict[int, tuple[np.ndarray, np.ndarray] | None] = {}
         self._postings_cached = 0
+        # term id -> its stored segments' postings alone, kept across writes until the next
+        # flush (segments change only then): a write empties the cache above, whose entries
+        # hold the tail's postings too, and the next searches decode only what the tail adds
+        self._segment_cache: dict[int, tuple[np.ndarray, np.ndarray] | None] = {}
+        self._segment_cached = 0
+        self._segment_key: tuple[int, int] = (-1, -1)  # (flush_count, vocab_epoch) it holds
         # term -> id of terms known to exist; ids change only when optimize
         # removes unused terms, which bumps stats.vocab_epoch.
         self.term_cache: dict[str, int] = {}
@@ -451,6 +477,7 @@ class Index:
         self.chunk_doc = np.zeros(_capacity(size), np.int64)
         self.whole = np.zeros(_capacity(size), bool)
         self.flushed_upto = stats["flushed_upto"]
+        self._tail_split = None
         snap = self._current_snapshot(stats, size) if self.use_snapshot else None
         if snap is not None:
             self._load_snapshot(snap)
@@ -626,8 +653,11 @@ class Index:
             self.chunk_doc[ids] = 0
             if self.tail_entries:
                 gone = set(chunk_ids)
-                self.tail_entries = [e for e in self.tail_entries if e[0] not in gone]
-                self._tail = None
+                kept = [e for e in self.tail_entries if e[0] not in gone]
+                if len(kept) != len(self.tail_entries):  # (a deleted flushed chunk leaves the tail be)
+                    self.tail_entries = kept
+                    self._tail = None
+                    self._tail_split = None
 
     def _grow(self, size: int) -> None:
         if size > len(self.lengths):
@@ -639,9 +669,47 @@ class Index:
 
     @property
     def tail(self) -> _Tail:
+        """The unflushed chunks' postings grouped by term, all in one :class:`_Tail`."""
         if self._tail is None:
-            self._tail = _Tail.build(self.tail_entries)
+            base, delta = self._tail_parts()
+            if delta is not None:
+                base = _Tail.build(self.tail_entries)
+                self._tail_split = (self.tail_entries, len(self.tail_entries), base, None)
+            self._tail = base
         return self._tail
+
+    def _tail_parts(self) -> tuple[_Tail, _Tail | None]:
+        """The tail as (a :class:`_Tail` of the first tail entries, one of the entries appended
+        since or None), for searches: a write that adds chunks appends their entries, and
+        grouping only those (while they are few beside the rest) spares each search after a
+        write the regrouping of the whole tail (up to FLUSH_THRESHOLD chunks: ~0.6 ms of a
+        ~1 ms search at 100k chunks). Entries are only appended to one list (chunk ids
+        ascending); removing any makes a new list, and so a new grouping of all of them."""
+        entries = self.tail_entries
+        parts = self._tail_split
+        if parts is not None and parts[0] is entries and parts[1] <= len(entries):
+            _list, covered, base, delta = parts
+            rest = len(entries) - covered
+            if rest == 0:
+                return base, None
+            if rest <= max(TAIL_DELTA_MIN, covered // TAIL_DELTA_SHARE):
+                if delta is None or delta.count != rest:
+                    delta = _Tail.build(entries[covered:])
+                    self._tail_split = (entries, covered, base, delta)
+                return base, delta
+        base = _Tail.build(entries)
+        self._tail_split = (entries, len(entries), base, None)
+        return base, None
+
+    def tail_postings_many(self, term_ids: Sequence[int]) -> dict[int, tuple[np.ndarray, np.ndarray]]:
+        """term id -> its tail postings (chunk ids ascending, tfs), for those of ``term_ids``
+        the tail holds (:meth:`_tail_parts`; one search of each part for all of them)."""
+        base, delta = self._tail_parts()
+        found = base.get_many(term_ids)
+        if delta is not None:
+            for t, more in delta.get_many(term_ids).items():
+                found[t] = _joined([found[t], more]) if t in found else more
+        return found
 
     # -- document frequencies ------------------------------------------------------
     def df_corrections(self) -> dict[int, int]:
@@ -659,10 +727,12 @@ class Index:
 
     def effective_df(self, term_id: int, base: int) -> int:
         """The live document frequency of a term whose ``vocabulary.df`` is ``base``."""
+        return self._live_df(term_id, base, self.tail_postings_many([term_id]).get(term_id))
+
+    def _live_df(self, term_id: int, base: int, tail: tuple[np.ndarray, np.ndarray] | None) -> int:
         n = base - self.dead.get(term_id, 0)
-        p = self.tail.get(term_id)
-        if p is not None:
-            n += int(np.count_nonzero(self.state[p[0]] == LATEST))
+        if tail is not None:
+            n += int(np.count_nonzero(self.state[tail[0]] == LATEST))
         return n
 
     # -- flushing and merging (inside a write transaction) ---------------------
@@ -720,6 +790,7 @@ class Index:
         self.log_seq = 0
         self.tail_entries = []
         self._tail = None
+        self._tail_split = None  # (a bulk load's flushed tail is large: not kept)
         self.write_snapshot()
 
     def _merge(self, term_ids: list[int], tail: _Tail) -> None:
@@ -877,54 +948,88 @@ class Index:
             found = self.store.term_ids(part)
             if len(cache) + len(part) > LOOKUP_CACHE_TERMS:
                 cache.clear()
+            tail = self.tail_postings_many([v[0] for v in found.values()]) if self.tail_entries else {}
             for t in part:
                 v = found.get(t)
-                known[t] = cache[t] = None if v is None else (v[0], self.effective_df(v[0], v[1]))
+                known[t] = cache[t] = None if v is None else (v[0], self._live_df(v[0], v[1], tail.get(v[0])))
         return {t: v for t, v in known.items() if v is not None}
 
     def term_postings(self, term_ids: Sequence[int]) -> dict[int, tuple[np.ndarray, np.ndarray]]:
         """term id -> (chunk ids, tfs), segments and tail together (may include deleted chunks).
 
-        Decoded postings are cached until the generation changes (segments and
-        the tail change only with writes), up to :meth:`postings_cache_bytes`."""
-        cache = self._postings_cache
-        found = {t: cache[t] for t in term_ids if t in cache}
-        missing = [t for t in term_ids if t not in found]
+        The stored segments' postings are decoded through a cache kept until the next flush
+        (:meth:`_segment_postings`; writes between flushes only add to the tail and log
+        states). A term that also has tail postings gets them joined on, cached until the
+        generation changes (every write does), so a write costs the next searches only the
+        terms the tail holds. Each cache holds up to :meth:`postings_cache_bytes`."""
+        budget = self.postings_cache_bytes()
+        stored = self._segment_postings(term_ids, budget)
+        if not self.tail_entries:
+            return {t: e for t in term_ids if (e := stored[t]) is not None}
+        cache = self._postings_cache  # term -> joined postings, or None: the tail has none of it
+        out: dict[int, tuple[np.ndarray, np.ndarray]] = {}
+        missing = []
+        for t in term_ids:
+            if t in cache:
+                e = cache[t]
+                if e is None:
+                    e = stored[t]
+            else:
+                missing.append(t)
+                e = stored[t]
+            if e is not None:
+                out[t] = e
         if missing:
-            tail = self.tail
-            budget = self.postings_cache_bytes()
-            parts: dict[int, list[tuple[np.ndarray, np.ndarray]]] = {t: [] for t in missing}
-            for tid, n, ids, tfs in self.store.postings(missing):
-                try:
-                    parts[tid].append(unpack_postings(ids, tfs, n))
-                except (ValueError, TypeError) as damage:  # a damaged row: say where, not numpy's words
-                    raise StorageError(f"the postings of term id {tid} are damaged ({damage}); `ragdb check` "
-                                       f"lists what is damaged, and `ragdb reindex` rebuilds the postings from "
-                                       f"the chunks") from damage
+            tail = self.tail_postings_many(missing)
             for t in missing:
-                # ids stay uint32 views of the blobs (no copy); numpy indexes with them directly
-                extra = tail.get(t) if tail.count else None
-                if extra is not None:
-                    parts[t].append((extra[0].astype("<u4"), extra[1].astype("<u2")))
-                if not parts[t]:
-                    entry = None
-                elif len(parts[t]) == 1:
-                    entry = parts[t][0]
-                else:
-                    entry = (np.concatenate([p[0] for p in parts[t]]), np.concatenate([p[1] for p in parts[t]]))
-                    if any(int(a[0][-1]) >= int(z[0][0]) for a, z in zip(parts[t], parts[t][1:]) if len(a[0]) and len(z[0])):
-                        # each segment is sorted; segments after one another hold later chunks, but
-                        # the pruning kernel's galloping search relies on it: sort when they do not
-                        order = np.argsort(entry[0], kind="stable")
-                        entry = (entry[0][order], entry[1][order])
-                size = 0 if entry is None else entry[0].nbytes + entry[1].nbytes
+                got = tail.get(t)
+                entry = None
+                size = _NO_TAIL_BYTES
+                if got is not None:
+                    # tail ids and tfs in the stored types (uint32 ids index numpy arrays directly)
+                    more = (got[0].astype("<u4"), got[1].astype("<u2"))
+                    seg = stored[t]
+                    entry = out[t] = more if seg is None else _joined([seg, more])
+                    size = entry[0].nbytes + entry[1].nbytes
                 if self._postings_cached + size > budget:
-                    cache.clear()  # entries this query already looked up are kept in ``found``
+                    cache.clear()  # (this call's entries are kept in ``out``)
                     self._postings_cached = 0
                 cache[t] = entry
-                found[t] = entry
                 self._postings_cached += size
-        return {t: e for t in term_ids if (e := found[t] if t in found else cache[t]) is not None}
+        return {t: out[t] for t in term_ids if t in out}  # (in the order asked)
+
+    def _segment_postings(self, term_ids: Sequence[int], budget: int
+                          ) -> dict[int, tuple[np.ndarray, np.ndarray] | None]:
+        """term id -> its stored segments' postings joined (None: it has none), through a
+        cache of this flush (``stats.flush_count`` and ``vocab_epoch``: segments are written,
+        merged and dropped only by a flush, an optimize or a reindex, which each count one)."""
+        key = (self.flush_count, self.vocab_epoch)
+        seg = self._segment_cache
+        if self._segment_key != key:
+            seg.clear()
+            self._segment_cached = 0
+            self._segment_key = key
+        out = {t: seg[t] for t in term_ids if t in seg}
+        need = [t for t in term_ids if t not in out]
+        if not need:
+            return out
+        parts: dict[int, list[tuple[np.ndarray, np.ndarray]]] = {t: [] for t in need}
+        for tid, n, ids, tfs in self.store.postings(need):
+            try:
+                parts[tid].append(unpack_postings(ids, tfs, n))
+            except (ValueError, TypeError) as damage:  # a damaged row: say where, not numpy's words
+                raise StorageError(f"the postings of term id {tid} are damaged ({damage}); `ragdb check` "
+                                   f"lists what is damaged, and `ragdb reindex` rebuilds the postings from "
+                                   f"the chunks") from damage
+        for t in need:
+            entry = _joined(parts[t]) if parts[t] else None
+            size = 0 if entry is None else entry[0].nbytes + entry[1].nbytes
+            if self._segment_cached + size > budget:
+                seg.clear()  # (this call's entries are kept in ``out``)
+                self._segment_cached = 0
+            seg[t] = out[t] = entry
+            self._segment_cached += size
+        return out
 
     def postings_cache_bytes(self) -> int:
         """How many bytes of decoded postings :meth:`term_postings` keeps between queries."""
@@ -1212,6 +1317,19 @@ class TermMask:
     def ids(self) -> np.ndarray:
         """The ids added, sorted."""
         return np.flatnonzero(self._mask).astype(np.int64)
+
+
+def _joined(parts: list[tuple[np.ndarray, np.ndarray]]) -> tuple[np.ndarray, np.ndarray]:
+    """One term's postings from several parts (segments, then the tail), sorted by chunk id."""
+    if len(parts) == 1:
+        return parts[0]
+    entry = (np.concatenate([p[0] for p in parts]), np.concatenate([p[1] for p in parts]))
+    if any(int(a[0][-1]) >= int(z[0][0]) for a, z in zip(parts, parts[1:]) if len(a[0]) and len(z[0])):
+        # each segment is sorted; segments after one another hold later chunks, but
+        # the pruning kernel's galloping search relies on it: sort when they do not
+        order = np.argsort(entry[0], kind="stable")
+        entry = (entry[0][order], entry[1][order])
+    return entry
 
 
 def write_all_postings(store: Store, batches: Iterable[Sequence[tuple[int, np.ndarray, np.ndarray]]]) -> None:

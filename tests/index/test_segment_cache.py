@@ -1,0 +1,101 @@
+"""Decoded postings across writes (``Index.term_postings``): a write empties the cache of
+postings joined with the tail, but the stored segments' part stays decoded until the next
+flush, which alone writes, merges or drops segments. Searches between writes equal a fresh
+build of the same documents, on this handle and on another one that follows the writes."""
+
+from __future__ import annotations
+
+from unittest import mock
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+import ragdb
+import ragdb.engine.write
+import ragdb.index.inverted
+from ragdb.storage.lexical import LexicalSQL
+
+QUERIES = ["apple note", "检索 生成", "evidence apple -note", '"apple note"']
+WORDS = ["apple", "note", "evidence", "检索", "生成", "model"]
+
+
+def hits(db):
+    return [[(h.source, h.start, h.end, h.text, round(h.score, 9)) for h in db.search(q, k=30)] for q in QUERIES]
+
+
+def fresh(live):
+    with ragdb.open(":memory:", chunker="none") as db:
+        db.add_many([{"text": t, "source": s} for s, t in sorted(live.items())])
+        return hits(db)
+
+
+@pytest.fixture
+def postings_reads(monkeypatch):
+    """The term ids whose stored segments each call of ``Store.postings`` read."""
+    reads: list[list[int]] = []
+    real = LexicalSQL.postings
+
+    def spy(self, term_ids):
+        reads.append(list(term_ids))
+        return real(self, term_ids)
+
+    monkeypatch.setattr(LexicalSQL, "postings", spy)
+    return reads
+
+
+def test_a_write_keeps_the_segments_decoded_until_the_next_flush(tmp_path, postings_reads):
+    path = tmp_path / "kb.db"
+    live = {f"s{i}": f"apple note {i} 检索 evidence {i % 4}" for i in range(300)}
+    with ragdb.open(path, chunker="none") as db:
+        db.add_many([{"text": t, "source": s} for s, t in live.items()])
+        db.optimize(vacuum=False)  # every posting in segments
+        want = fresh(live)  # (the fresh build reads postings too: before the reads counted)
+        postings_reads.clear()
+        assert hits(db) == want
+        decoded = {t for r in postings_reads for t in r}
+        assert decoded
+        db.add("apple note tail 生成", source="t1")  # a tail chunk, no flush
+        live["t1"] = "apple note tail 生成"
+        db.delete(source="s3")  # a flushed chunk deleted: logged, segments unchanged
+        del live["s3"]
+        want = fresh(live)
+        postings_reads.clear()
+        assert hits(db) == want
+        assert not decoded & {t for r in postings_reads for t in r}  # (only terms new to the cache)
+        db.optimize(vacuum=False)  # a flush: the segments changed, read again
+        postings_reads.clear()
+        assert hits(db) == want
+        assert decoded <= {t for r in postings_reads for t in r}
+
+
+@pytest.mark.parametrize("flush_every, delta_min, delta_share", [(4, 64, 8), (40, 1, 2)])
+@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(ops=st.lists(st.tuples(st.sampled_from(["add", "replace", "delete", "optimize", "search"]),
+                              st.integers(0, 12), st.lists(st.sampled_from(WORDS), min_size=1, max_size=5)),
+                    min_size=1, max_size=30))
+def test_searches_between_any_writes_equal_a_fresh_build(tmp_path_factory, ops, flush_every, delta_min, delta_share):
+    """A file flushing every few chunks; after each write, this handle and a second one (which
+    follows another connection's writes) search like a fresh build. The second setting keeps
+    up to 40 chunks unflushed and regroups the tail whenever the chunks appended since it was
+    grouped outnumber half the rest (Index._tail_parts: grouped apart, then all again)."""
+    path = tmp_path_factory.mktemp("seg") / "kb.db"
+    live: dict[str, str] = {}
+    with mock.patch.object(ragdb.engine.write, "FLUSH_THRESHOLD", flush_every), \
+            mock.patch.object(ragdb.index.inverted, "TAIL_DELTA_MIN", delta_min), \
+            mock.patch.object(ragdb.index.inverted, "TAIL_DELTA_SHARE", delta_share), \
+            ragdb.open(path, chunker="none") as db, ragdb.open(path) as other:
+        for op, n, words in ops:
+            source = f"s{n}"
+            if op in ("add", "replace"):
+                text = " ".join(words) + f" {n}"
+                db.add(text, source=source)
+                live[source] = text
+            elif op == "delete" and source in live:
+                db.delete(source=source)
+                del live[source]
+            elif op == "optimize":
+                db.optimize(vacuum=False)
+            want = fresh(live)
+            assert hits(db) == want
+            assert hits(other) == want
