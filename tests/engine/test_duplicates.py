@@ -160,3 +160,28 @@ def test_versions_of_one_source_are_not_copies(tmp_path):
         hits = db.search("fs.readFile encoding", versions="all")
         assert sorted((h.source, h.version) for h in hits) == [("api/read.md", "1"), ("api/read.md", "2")]
         assert all(not h.duplicates for h in hits)
+
+
+def test_many_copies_of_every_passage_are_ranked_in_two_passes_not_four(monkeypatch):
+    """With 19 copies of every passage, k=20 distinct passages need ~380 ranked hits. The depth
+    of the second ranking follows the share of copies the first one saw, so two rankings do
+    (growing 4x at a time took three, and ranked, built and shingled 7,168 hits for k=100 where
+    ~2,300 were enough). Every passage comes once and names its 18 copies."""
+    from ragdb.engine.search import Searcher
+
+    depths: list[int] = []
+    real = Searcher._ranked
+
+    def spy(self, query, opts, depth):
+        depths.append(depth)
+        return real(self, query, opts, depth)
+
+    monkeypatch.setattr(Searcher, "_ranked", spy)
+    words = ["retrieval", "index", "answer", "evidence", "model", "search", "corpus", "query"]
+    with ragdb.open(":memory:", chunker="none") as db:
+        db.add_many([{"text": f"passage {p} about {words[p % 8]} and {words[(p * 3) % 8]} {p} number {p}",
+                      "source": f"p{p}/copy{c}.md"} for p in range(40) for c in range(19)])
+        hits = db.search("passage about retrieval index answer evidence", k=20)
+    assert len(hits) == 20 and len({h.source.split("/")[0] for h in hits}) == 20
+    assert all(len(h.duplicates) == 18 for h in hits)
+    assert len(depths) == 2, depths
