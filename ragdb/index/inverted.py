@@ -364,13 +364,6 @@ class _Tail:
         ids, tfs = self.chunk_ids, self.tfs
         return {t: (ids[a:b], tfs[a:b]) for t, a, b in zip(want[hit].tolist(), starts, ends)}
 
-    def get(self, term_id: int) -> tuple[np.ndarray, np.ndarray] | None:
-        i = int(np.searchsorted(self.term_ids, term_id))
-        if i < len(self.term_ids) and self.term_ids[i] == term_id:
-            a, b = self.starts[i], self.starts[i + 1]
-            return self.chunk_ids[a:b], self.tfs[a:b]
-        return None
-
 
 class Index:
     """In-memory view of one database's index, kept in step with its generation."""
@@ -530,17 +523,19 @@ class Index:
         self.chunk_doc[:n] = snap.chunk_doc
         self.whole[:n] = snap.whole
         upto = self.flushed_upto
-        for _seq, cid, state, _terms in self.store.log_since(0):
-            if cid <= upto:  # (a tail chunk's row is current)
-                self.state[cid] = state
-                if state == ABSENT:
-                    self.lengths[cid] = 0.0
-                    self.chunk_doc[cid] = 0
-                    self.whole[cid] = False
-        new = self.store.chunks_since(upto)
-        decoded = unpack_forward_many([r[4] for r in new], [r[5] for r in new]).rows() if new else []
         self.tail_entries = []
-        for (cid, length, latest, doc_id, _terms, _tfs, whole), (terms, tfs) in zip(new, decoded):
+        for _seq, cid, state, _terms in self.store.log_since(0):
+            if 0 <= cid <= upto:  # (a tail chunk's row is current)
+                self.set_state([cid], state)
+        self._add_rows(self.store.chunks_since(upto))
+
+    def _add_rows(self, rows: Sequence[tuple[int, int, int, int, bytes, bytes, int]]) -> None:
+        """Chunk rows (``Store.chunks_since``) into the per-chunk arrays, their forward indexes
+        onto the tail."""
+        if not rows:
+            return
+        decoded = unpack_forward_many([r[4] for r in rows], [r[5] for r in rows]).rows()
+        for (cid, length, latest, doc_id, _terms, _tfs, whole), (terms, tfs) in zip(rows, decoded):
             self.lengths[cid] = length
             self.state[cid] = LATEST if latest == 1 else OLD
             self.chunk_doc[cid] = doc_id
@@ -560,13 +555,7 @@ class Index:
         new = self.store.chunks_since(self.max_id)
         if new:
             self._grow(new[-1][0] + 1)
-            decoded = unpack_forward_many([r[4] for r in new], [r[5] for r in new]).rows()
-            for (cid, length, latest, doc_id, _terms, _tfs, whole), (terms, tfs) in zip(new, decoded):
-                self.lengths[cid] = length
-                self.state[cid] = LATEST if latest == 1 else OLD
-                self.chunk_doc[cid] = doc_id
-                self.whole[cid] = whole == 1
-                self.tail_entries.append((cid, terms, tfs))
+            self._add_rows(new)
             self.max_id = new[-1][0]
         log = self.store.log_since(self.log_seq)
         if log:
@@ -648,9 +637,10 @@ class Index:
         self.state[ids] = state
         self.masks.clear()
         self._bases.clear()
-        if state == ABSENT:
+        if state == ABSENT:  # (as a scan of the rows leaves an id no row has)
             self.lengths[ids] = 0.0
             self.chunk_doc[ids] = 0
+            self.whole[ids] = False
             if self.tail_entries:
                 gone = set(chunk_ids)
                 kept = [e for e in self.tail_entries if e[0] not in gone]

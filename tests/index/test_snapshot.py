@@ -43,16 +43,16 @@ def build(path, n=300):
         return hits(db)
 
 
-def scanned_instead(monkeypatch):
+def scanned_instead(monkeypatch, store_class=DocumentSQL):
     """Record every full scan of the chunk rows (opening without a usable snapshot)."""
     calls = []
-    real = DocumentSQL.chunk_table_blocks
+    real = store_class.chunk_table_blocks
 
     def spy(self, *args, **kwargs):
         calls.append(1)
         return real(self, *args, **kwargs)
 
-    monkeypatch.setattr(DocumentSQL, "chunk_table_blocks", spy)
+    monkeypatch.setattr(store_class, "chunk_table_blocks", spy)
     return calls
 
 
@@ -191,14 +191,7 @@ def test_on_postgres_a_handle_opens_through_the_snapshot(pg_url, monkeypatch):
         db.delete(source="s5")
         db.add("apple tail 生成", source="t")
         want = hits(db)
-    calls = []
-    real = PgStore.chunk_table_blocks
-
-    def spy(self, *args, **kwargs):
-        calls.append(1)
-        return real(self, *args, **kwargs)
-
-    monkeypatch.setattr(PgStore, "chunk_table_blocks", spy)
+    calls = scanned_instead(monkeypatch, PgStore)
     with ragdb.open(pg_url) as db:
         assert hits(db) == want and not calls
         assert db.check() == []
