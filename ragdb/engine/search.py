@@ -133,7 +133,7 @@ class Searcher:
             # last passage seen counts as a part, its other copies may come next): with 19 copies
             # of every passage, 112 hits held 6 passages, and growing 4x at a time ranked, built
             # and shingled 7,168 hits for 100 passages, where ~2,300 were enough (SciFact x19,
-            # k=100: 686 -> 139 ms a search, the same hits and copies).
+            # k=100: 672 -> 165 ms a search, the same hits and copies).
             fetch = min(MAX_K, depth + max(4, depth // 8))
             while True:
                 ranked, terms = self._ranked(query, opts, fetch)

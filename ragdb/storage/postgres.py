@@ -391,10 +391,10 @@ PLAIN_SQL = (
     "filtered_doc_ids", "has_metadata_key", "has_private_labels",
     # lexical.py
     "add_df", "add_terms", "all_dfs", "all_term_ids", "bump_vocab_epoch", "chunk_state_snapshot", "chunk_texts_after",
-    "clear_lexical_index", "set_chunk_state_snapshot",
-    "dead_terms", "delete_segments", "field_term_ids", "finish_flush", "finish_reindex", "frequent_term_ids",
-    "has_postings", "has_term_with_prefix", "insert_segments", "log_seq", "log_since", "next_term_id",
-    "posting_counts", "segment_counts", "segment_counts_all", "segment_total", "set_forward_indexes", "term_id_map",
+    "clear_lexical_index", "dead_terms", "delete_segments", "field_term_ids", "finish_flush", "finish_reindex",
+    "frequent_term_ids", "has_postings", "has_term_with_prefix", "insert_segments", "log_seq", "log_since",
+    "next_term_id", "posting_counts", "segment_counts", "segment_counts_all", "segment_total",
+    "set_chunk_state_snapshot", "set_forward_indexes", "term_id_map",
     "term_ids", "term_ids_after", "terms_with_prefix", "vocabulary_size",
     # maintenance.py
     "latest_mismatch", "orphan_chunks", "real_counts", "stored_counts",
