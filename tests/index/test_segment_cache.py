@@ -99,3 +99,92 @@ def test_searches_between_any_writes_equal_a_fresh_build(tmp_path_factory, ops, 
             want = fresh(live)
             assert hits(db) == want
             assert hits(other) == want
+
+
+# -- segment numbers and counts across flushes (Index._segment_counts) ------------------------
+
+def stored_segments(path):
+    """term id -> its segment numbers, read from the file."""
+    import sqlite3
+
+    conn = sqlite3.connect(path)
+    try:
+        out: dict[int, list[int]] = {}
+        for tid, seg in conn.execute("SELECT term_id, segment FROM postings ORDER BY term_id, segment"):
+            out.setdefault(tid, []).append(seg)
+        return out
+    finally:
+        conn.close()
+
+
+def test_a_bulk_load_into_an_empty_file_never_asks_the_store_for_segment_counts(tmp_path, monkeypatch):
+    """Its flushes know every term's segments from the ones before (none at first)."""
+    asked: list[int] = []
+    real = LexicalSQL.segment_counts
+
+    def spy(self, term_ids):
+        asked.append(len(term_ids))
+        return real(self, term_ids)
+
+    monkeypatch.setattr(LexicalSQL, "segment_counts", spy)
+    monkeypatch.setattr(ragdb.database, "BULK_FLUSH_CHUNKS", 50)
+    live = {f"s{i}": f"apple note {i} 检索 evidence {i % 7} model{i % 13}" for i in range(400)}
+    path = tmp_path / "kb.db"
+    with ragdb.open(path, chunker="none") as db:
+        db.add_many([{"text": t, "source": s} for s, t in live.items()], workers=0)
+        assert db.check() == []
+        assert hits(db) == fresh(live)
+    assert asked == []
+    assert all(segs == [0] for segs in stored_segments(path).values())  # the load's last flush merged them
+
+
+@pytest.mark.parametrize("max_segments", [2, 16])
+@settings(max_examples=30, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(ops=st.lists(st.tuples(st.sampled_from(["add", "add", "delete", "optimize"]), st.booleans(),
+                              st.integers(0, 9), st.lists(st.sampled_from(WORDS), min_size=1, max_size=4)),
+                    min_size=1, max_size=30))
+def test_two_writing_handles_number_and_merge_segments_as_the_file_holds_them(tmp_path_factory, ops, max_segments):
+    """Two handles write in turn, each flushing every few chunks: a handle's knowledge of the
+    segments its last flush left is stale once the other flushed, and its next flush must read
+    them again (a stale number would collide with a stored segment; a stale count would leave
+    a term past MAX_SEGMENTS). After each write both search like a fresh build; at the end no
+    term has more than MAX_SEGMENTS segments and check() finds nothing wrong."""
+    path = tmp_path_factory.mktemp("segcount") / "kb.db"
+    live: dict[str, str] = {}
+    with mock.patch.object(ragdb.engine.write, "FLUSH_THRESHOLD", 2), \
+            mock.patch.object(ragdb.index.inverted, "MAX_SEGMENTS", max_segments), \
+            ragdb.open(path, chunker="none") as a, ragdb.open(path) as b:
+        for op, first, n, words in ops:
+            db = a if first else b
+            source = f"s{n}"
+            if op == "add":
+                text = " ".join(words) + f" {n}"
+                db.add(text, source=source)
+                live[source] = text
+            elif op == "delete" and source in live:
+                db.delete(source=source)
+                del live[source]
+            elif op == "optimize":
+                db.optimize(vacuum=False)
+            want = fresh(live)
+            assert hits(a) == want
+            assert hits(b) == want
+        assert a.check() == []
+    assert all(len(segs) <= max_segments for segs in stored_segments(path).values())
+
+
+def test_a_flush_after_another_handles_flush_numbers_past_its_segments(tmp_path):
+    """Handle a flushes, b flushes the same terms, a flushes again: a's segments follow b's."""
+    path = tmp_path / "kb.db"
+    with mock.patch.object(ragdb.engine.write, "FLUSH_THRESHOLD", 1), \
+            ragdb.open(path, chunker="none") as a, ragdb.open(path) as b:
+        a.add("apple note one", source="a1")
+        b.add("apple note two", source="b1")
+        a.add("apple note three", source="a2")
+        b.add("apple note four", source="b2")
+        want = fresh({"a1": "apple note one", "b1": "apple note two", "a2": "apple note three",
+                      "b2": "apple note four"})
+        assert hits(a) == want and hits(b) == want
+        assert a.check() == []
+    segments = stored_segments(path)
+    assert max(len(s) for s in segments.values()) == 4  # apple: one segment a flush
