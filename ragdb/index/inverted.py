@@ -1420,7 +1420,15 @@ def _merged_rows(terms: Sequence[int], segments: Sequence[tuple[int, int, bytes,
 
     Done for all the terms at once (one stable sort of (term, chunk id), one
     :func:`pack_postings_many`) rather than a concatenate, sort and pack per term: the same
-    rows, but numpy's per-call cost had been most of a bulk load's final merge."""
+    rows, but numpy's per-call cost had been most of a bulk load's final merge. The compiled
+    kernel's ``merge_postings`` gives the same rows in one pass per term where it can (terms
+    ascending, each term's postings already in chunk order: every merge of segments written
+    in chunk order), and leaves the rest to the code here."""
+    fast = kernel.compiled()
+    if fast is not None:
+        rows = _merged_rows_compiled(fast, terms, segments, tail, state)
+        if rows is not None:
+            return rows
     place = {t: i for i, t in enumerate(terms)}  # term id -> its place in terms
     id_parts: list[np.ndarray] = []
     tf_parts: list[np.ndarray] = []
@@ -1470,6 +1478,27 @@ def _merged_rows(terms: Sequence[int], segments: Sequence[tuple[int, int, bytes,
     packed = pack_postings_many(ids, tfs, bounds)
     sizes = np.diff(bounds).tolist()
     return [(terms[p], 0, n, ib, tb) for p, n, (ib, tb) in zip(place_of[starts].tolist(), sizes, packed)]
+
+
+def _merged_rows_compiled(fast: Any, terms: Sequence[int], segments: Sequence[tuple[int, int, bytes, bytes]],
+                          tail: _Tail, state: np.ndarray | None) -> list[tuple[int, int, int, bytes, bytes]] | None:
+    """:func:`_merged_rows` by the compiled kernel, or None where it leaves them to numpy."""
+    lens = np.zeros(len(terms), np.int64)
+    tail_ids = tail_tfs = np.zeros(0, np.int64)
+    if len(tail.term_ids) and len(terms):
+        want = np.asarray(terms, dtype=np.int64)
+        at = np.minimum(np.searchsorted(tail.term_ids, want), len(tail.term_ids) - 1)
+        found = np.flatnonzero(tail.term_ids[at] == want)
+        if len(found):
+            a, b = tail.starts[at[found]], tail.starts[at[found] + 1]
+            lens[found] = b - a
+            picks = np.repeat(a - np.concatenate(([0], np.cumsum(b - a)[:-1])), b - a) + np.arange(int((b - a).sum()))
+            tail_ids = np.ascontiguousarray(tail.chunk_ids[picks], dtype=np.int64)
+            tail_tfs = np.ascontiguousarray(tail.tfs[picks], dtype=np.int64)
+    flags = None if state is None else np.ascontiguousarray(state, dtype=np.int8)
+    rows: list[tuple[int, int, int, bytes, bytes]] | None = fast.merge_postings(
+        list(terms), list(segments), lens, tail_ids, tail_tfs, flags, ABSENT, PACK_MIN)
+    return rows
 
 
 def _parts(term_ids: Sequence[int], sizes: dict[int, int], budget: int) -> Iterator[list[int]]:

@@ -196,3 +196,124 @@ def test_check_reports_a_damaged_packed_segment(tmp_path):
 def test_unpack_postings_refuses_blobs_of_the_wrong_shape(ids_blob, tfs_blob, n):
     with pytest.raises(ValueError):
         unpack_postings(ids_blob, tfs_blob, n)
+
+
+# -- merging segments: the compiled kernel's merge_postings against numpy's _merged_rows ----------
+
+def _segment_rows(data, tid, start, count, segments):
+    """``segments`` stored segments of ``count`` postings each from chunk id ``start`` on,
+    chunk ids ascending across them; (rows, next id)."""
+    rows = []
+    nxt = start
+    for _ in range(segments):
+        gap = data.draw(st.sampled_from([1, 3, 300, 70_000]))
+        ids = nxt + np.cumsum(np.full(count, gap, np.int64)) - gap
+        tfs = np.asarray(data.draw(st.lists(st.sampled_from([1, 2, 255, 256, 65535, 70_000]),
+                                            min_size=count, max_size=count)), np.int64)
+        ib, tb = pack_postings(ids, tfs)
+        rows.append((tid, count, ib, tb))
+        nxt = int(ids[-1]) + 1 if count else nxt
+    return rows, nxt
+
+
+@settings(max_examples=200, deadline=None)
+@given(data=st.data(), nterms=st.integers(0, 6), shuffle=st.booleans(), with_state=st.booleans())
+def test_the_compiled_merge_gives_the_rows_of_the_numpy_merge(data, nterms, shuffle, with_state):
+    """Segments of every stored shape (raw and packed, 1- and 2-byte gaps with escapes, uint8 and
+    uint16 tfs, tfs clipped at 65535), then tail postings, deleted chunks dropped: the same rows,
+    byte for byte. With ``shuffle`` some term's postings come out of order (a segment written
+    after a later one: the reference sorts them), which the compiled merge leaves to numpy."""
+    from ragdb.index import inverted, kernel
+    from ragdb.index.inverted import _merged_rows, _Tail
+
+    if "compiled" not in kernel.available():
+        pytest.skip("the compiled kernel is not installed")
+    terms = sorted(data.draw(st.sets(st.integers(1, 10_000), min_size=nterms, max_size=nterms)))
+    segments: list = []
+    entries: dict[int, list[tuple[int, int]]] = {}  # chunk id -> (term id, tf) of the tail
+    nxt = 0
+    top = 0
+    for tid in terms:
+        rows, after = _segment_rows(data, tid, data.draw(st.integers(0, 5_000)),
+                                    data.draw(st.sampled_from([0, 1, 5, PACK_MIN - 1, PACK_MIN, 300])),
+                                    data.draw(st.integers(0, 3)))
+        rows = [r for r in rows if r[1]]
+        if shuffle and len(rows) > 1 and data.draw(st.booleans()):
+            rows.reverse()
+        segments.extend(rows)
+        top = max(top, after)
+        nxt = max(nxt, after)
+    for cid in range(nxt, nxt + data.draw(st.integers(0, 40))):  # tail chunks, after every segment's
+        for tid in data.draw(st.sets(st.sampled_from(terms), max_size=len(terms))) if terms else ():
+            entries.setdefault(cid, []).append((tid, data.draw(st.integers(1, 300))))
+    tail = _Tail.build([(cid, np.asarray([t for t, _ in pairs], np.uint32), np.asarray([f for _, f in pairs], np.uint16))
+                        for cid, pairs in sorted(entries.items())])
+    size = max([top, nxt, *entries]) + 41
+    state = None
+    if with_state:
+        rng = np.random.default_rng(data.draw(st.integers(0, 2**32 - 1)))
+        state = rng.choice(np.asarray([0, 1, 1, 2], np.int8), size)
+    before = kernel.use("compiled")
+    try:
+        got = _merged_rows(terms, segments, tail, state)
+        compiled = inverted._merged_rows_compiled(kernel.compiled(), terms, segments, tail, state)
+        kernel.use("numpy")
+        want = _merged_rows(terms, segments, tail, state)
+    finally:
+        kernel.use(before)
+    assert got == want
+    if not shuffle:  # every term's postings in chunk order: the compiled merge made them itself
+        assert compiled == want
+
+
+def test_the_compiled_merge_leaves_what_it_cannot_prove_to_numpy():
+    """Terms not ascending, a segment of a term not asked for, a malformed blob, a chunk id past
+    the state array: None (numpy decides, and raises where it raises)."""
+    from ragdb.index import kernel
+    from ragdb.index.inverted import ABSENT, _Tail
+
+    if "compiled" not in kernel.available():
+        pytest.skip("the compiled kernel is not installed")
+    from ragdb.index import ckernel
+
+    ib, tb = pack_postings(np.arange(3, dtype=np.int64), np.ones(3, np.int64))
+    none = np.zeros(0, np.int64)
+
+    def merge(terms, segments, state=None):
+        return ckernel.merge_postings(terms, segments, np.zeros(len(terms), np.int64), none, none, state,
+                                      ABSENT, PACK_MIN)
+
+    assert merge([5], [(5, 3, ib, tb)]) == [(5, 0, 3, ib, tb)]
+    assert merge([6, 5], [(5, 3, ib, tb)]) is None
+    assert merge([5], [(4, 3, ib, tb), (5, 3, ib, tb)]) is None
+    assert merge([5], [(5, 3, ib, tb), (6, 3, ib, tb)]) is None
+    assert merge([5], [(5, 3, ib[:-1], tb)]) is None
+    assert merge([5], [(5, 3, ib, tb + b"\0")]) is None
+    assert merge([5], [(5, 3, ib, tb)], np.ones(2, np.int8)) is None
+    assert merge([5], [(5, 3, ib, tb)], np.asarray([0, 1, 0], np.int8)) == [(5, 0, 1, *pack_postings(np.asarray([1]), np.ones(1)))]
+    assert _Tail.build([]).count == 0
+
+
+@pytest.mark.parametrize("n", [PACK_MIN, PACK_MIN + 1, PACK_MIN + 3, 200])
+def test_the_compiled_merge_packs_at_every_width_boundary_as_pack_postings(n):
+    """Gaps mixing small ones with ones of 255 (an escape at width 1) and 65,535 (at width 2), in
+    every proportion around where raw, width 1 and width 2 cost the same: the bytes of
+    pack_postings, whose choice (the smallest, raw on a tie, then width 1) decides the layout."""
+    from ragdb.index import kernel
+    from ragdb.index.inverted import ABSENT
+
+    if "compiled" not in kernel.available():
+        pytest.skip("the compiled kernel is not installed")
+    from ragdb.index import ckernel
+
+    none = np.zeros(0, np.int64)
+    for big in range(n + 1):
+        for size in (255, 65535):
+            gaps = np.ones(n, np.int64)
+            gaps[:big] = size
+            for order in (gaps, gaps[::-1]):
+                ids = np.cumsum(order)
+                tfs = np.arange(n, dtype=np.int64) % 300
+                raw = (5, n, pack_ids(ids), pack_tfs(tfs))
+                got = ckernel.merge_postings([5], [raw], np.zeros(1, np.int64), none, none, None, ABSENT, PACK_MIN)
+                assert got == [(5, 0, n, *pack_postings(ids, tfs))], (big, size)
