@@ -901,3 +901,53 @@ def merge_postings(list terms, list segments, const int64_t[::1] tail_lens, cons
     finally:
         free(ids)
         free(tfs)
+
+
+def tail_rows(const int64_t[::1] term_ids, const int64_t[::1] starts, const ids_t[::1] ids, const tfs_t[::1] tfs,
+              const int64_t[::1] numbers, const uint8_t[::1] skip, Py_ssize_t g0, Py_ssize_t g1,
+              Py_ssize_t pack_min):
+    """``inverted._Tail.segment_rows`` of groups ``g0`` to ``g1``: a row (term id, its segment
+    number ``numbers[g]``, n, chunk ids, tfs) per group not ``skip``ped, postings of ``pack_min``
+    or more packed as ``pack_postings_many`` packs them, shorter ones raw (uint32 ids, uint16
+    tfs clipped at 65,535); the very bytes. None where an id is negative or past 2**32."""
+    cdef Py_ssize_t g, a, b, j, n, cap = 0
+    cdef uint64_t* buf = NULL
+    cdef uint32_t* tbuf = NULL
+    cdef uint8_t* p
+    cdef uint64_t v
+    cdef int64_t tf
+    out = []
+    try:
+        for g in range(g0, g1):
+            if skip[g]:
+                continue
+            a, b = starts[g], starts[g + 1]
+            n = b - a
+            if n >= pack_min:
+                _grow(&buf, &tbuf, &cap, n)
+                for j in range(n):
+                    if ids[a + j] < 0 or <uint64_t>ids[a + j] >= 4294967296ULL:
+                        return None
+                    buf[j] = <uint64_t>ids[a + j]
+                    tf = <int64_t>tfs[a + j]
+                    tbuf[j] = <uint32_t>(tf if tf < 65535 else 65535) if tf >= 0 else 0
+                iblob, tblob = _pack_one(buf, tbuf, n, pack_min)
+            else:
+                iblob = PyBytes_FromStringAndSize(NULL, 4 * n)
+                p = <uint8_t*>PyBytes_AS_STRING(iblob)
+                for j in range(n):
+                    if ids[a + j] < 0 or <uint64_t>ids[a + j] >= 4294967296ULL:
+                        return None
+                    _put_u32(p + 4 * j, <uint64_t>ids[a + j])
+                tblob = PyBytes_FromStringAndSize(NULL, 2 * n)
+                p = <uint8_t*>PyBytes_AS_STRING(tblob)
+                for j in range(n):
+                    tf = <int64_t>tfs[a + j]
+                    tf = tf if tf < 65535 else 65535
+                    p[2 * j] = tf & 0xFF
+                    p[2 * j + 1] = (tf >> 8) & 0xFF
+            out.append((term_ids[g], numbers[g], n, iblob, tblob))
+        return out
+    finally:
+        free(buf)
+        free(tbuf)
