@@ -41,6 +41,7 @@ class Engine:
         self.embedder: Embedder | None = None
         self._recorded: tuple[str, Embedder] | None = None
         self._private: tuple[Index, int, bool] | None = None  # (index, generation, has private labels)
+        self._rollbacks = store.rollbacks()  # the connection's rollbacks this engine's views have seen
 
     @contextlib.contextmanager
     def writing(self) -> Iterator[None]:
@@ -53,10 +54,13 @@ class Engine:
                     yield
             except BaseException:
                 self.index = Index(self.store)
-                mode = self.vectors.ann_mode
-                self.vectors = VectorIndex(self.store)
-                self.vectors.ann_mode = mode
+                self._new_vectors()
                 raise
+
+    def _new_vectors(self) -> None:
+        mode = self.vectors.ann_mode
+        self.vectors = VectorIndex(self.store)
+        self.vectors.ann_mode = mode
 
     def sync(self) -> None:
         """Bring the in-memory index up to date (inside a transaction). After another
@@ -65,7 +69,18 @@ class Engine:
         once: every settings change advances the generation, as every write does.
         That includes the analyzer: after another connection's ``reindex`` this one
         analyzes queries and new documents with the new analyzer from then on (its
-        index view reloads in the same sync: a reindex counts as a flush)."""
+        index view reloads in the same sync: a reindex counts as a flush).
+
+        After a rollback on this connection (any collection's, any handle's: a transaction
+        of one handle may hold another's writes as savepoints), the views start again from
+        the file: what they learned from a write it undid (term ids, segment counts, decoded
+        postings) may be keyed by counters the file reaches again with other writes."""
+        rollbacks = self.store.rollbacks()
+        if rollbacks != self._rollbacks:
+            self._rollbacks = rollbacks
+            self.index.reset()  # (in place: a write may hold the index it took before this sync)
+            self._new_vectors()
+            self._private = None  # (keyed by the index and its generation, which may come again)
         index = self.index
         before = index.generation
         index.sync()

@@ -23,6 +23,7 @@ from cpython.buffer cimport PyObject_GetBuffer, PyBuffer_Release, PyBUF_C_CONTIG
 from libc.stdint cimport int8_t, uint8_t, uint16_t, uint32_t, uint64_t, int64_t
 from libc.stdlib cimport malloc, calloc, free, qsort, realloc
 from libc.string cimport memset
+from cpython.pyport cimport PY_SSIZE_T_MAX
 
 import numpy as np
 
@@ -688,6 +689,8 @@ cdef int _grow(uint64_t** ids, uint32_t** tfs, Py_ssize_t* cap, Py_ssize_t need)
     cdef void* p
     if need <= size:
         return 0
+    if need > PY_SSIZE_T_MAX // 32:  # (no doubling or byte size below may overflow)
+        raise MemoryError()
     while size < need:
         size = 2 * size if size else 1024
     p = realloc(ids[0], size * sizeof(uint64_t))
@@ -858,10 +861,10 @@ def merge_postings(list terms, list segments, const int64_t[::1] tail_lens, cons
                         return None  # a segment of a term not asked for
                     break
                 n = row[1]
-                if n < 0:
-                    return None
                 ib = row[2]
                 tb = row[3]
+                if n < 0 or n > tb.shape[0]:
+                    return None  # (a tfs blob holds n or 2n bytes: a damaged n is refused before any allocation)
                 _grow(&ids, &tfs, &cap, m + n + 1)
                 got = _segment_into(&ib[0] if ib.shape[0] else NULL, ib.shape[0],
                                     &tb[0] if tb.shape[0] else NULL, tb.shape[0], n, ids + m, tfs + m)
@@ -870,6 +873,8 @@ def merge_postings(list terms, list segments, const int64_t[::1] tail_lens, cons
                 m += got
                 s += 1
             n = tail_lens[i]
+            if n < 0 or t_at + n > tail_ids.shape[0] or t_at + n > tail_tfs.shape[0]:
+                return None
             if n:
                 _grow(&ids, &tfs, &cap, m + n + 1)
                 for j in range(n):
@@ -909,7 +914,8 @@ def tail_rows(const int64_t[::1] term_ids, const int64_t[::1] starts, const ids_
     """``inverted._Tail.segment_rows`` of groups ``g0`` to ``g1``: a row (term id, its segment
     number ``numbers[g]``, n, chunk ids, tfs) per group not ``skip``ped, postings of ``pack_min``
     or more packed as ``pack_postings_many`` packs them, shorter ones raw (uint32 ids, uint16
-    tfs clipped at 65,535); the very bytes. None where an id is negative or past 2**32."""
+    tfs clipped at 65,535); the very bytes. None where an id is negative or past 2**32. The
+    caller passes tfs that are not negative (uint16: what a tail holds)."""
     cdef Py_ssize_t g, a, b, j, n, cap = 0
     cdef uint64_t* buf = NULL
     cdef uint32_t* tbuf = NULL
@@ -930,7 +936,7 @@ def tail_rows(const int64_t[::1] term_ids, const int64_t[::1] starts, const ids_
                         return None
                     buf[j] = <uint64_t>ids[a + j]
                     tf = <int64_t>tfs[a + j]
-                    tbuf[j] = <uint32_t>(tf if tf < 65535 else 65535) if tf >= 0 else 0
+                    tbuf[j] = <uint32_t>(tf if tf < 65535 else 65535)
                 iblob, tblob = _pack_one(buf, tbuf, n, pack_min)
             else:
                 iblob = PyBytes_FromStringAndSize(NULL, 4 * n)

@@ -303,7 +303,7 @@ class _Tail:
         ~24 MiB): by the compiled kernel ``ROWS_PART`` terms at a time where it runs (the same
         rows; a 100k-chunk bulk load's flushes made ~700,000 rows here, ~0.9 s in Python)."""
         fast = kernel.compiled()
-        if fast is not None and self.chunk_ids.dtype == np.uint32 and self.tfs.dtype in (np.uint16, np.int64):
+        if fast is not None and self.chunk_ids.dtype == np.uint32 and self.tfs.dtype == np.uint16:
             yield from self._compiled_rows(fast, segment, skip)
             return
         terms = self.term_ids.tolist()
@@ -461,6 +461,14 @@ class Index:
         self.term_cache_frequent = False
         self.vocab_epoch = -1
         self.next_ids = (0, 0)  # next free (document id, chunk id), as of the last sync
+
+    def reset(self) -> None:
+        """Forget everything this view knows, as a new view of the store would (the next sync
+        reads the file again): after a rollback undid writes it had seen (``Engine.sync``). In
+        place, every attribute a new view's: a write holds the index it took before syncing."""
+        fresh = Index(self.store, use_snapshot=self.use_snapshot)
+        self.__dict__.clear()
+        self.__dict__.update(fresh.__dict__)
 
     # -- keeping in step -----------------------------------------------------
     def sync(self) -> None:

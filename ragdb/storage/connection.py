@@ -207,7 +207,7 @@ class _Shared:
     """What the stores of one file's collections share: the connection, its lock, and
     whether a read transaction is open on it."""
 
-    __slots__ = ("raw", "lock", "reading", "db", "closed", "codec")
+    __slots__ = ("raw", "lock", "reading", "db", "closed", "codec", "rollbacks")
 
     def __init__(self, raw: sqlite3.Connection, lock: threading.RLock) -> None:
         self.raw = raw
@@ -217,6 +217,9 @@ class _Shared:
         self.lock = lock
         self.reading = False  # a read transaction (``read``) is open: writes must not nest in it
         self.closed = False  # closed by its owner's close(): a second close does nothing
+        #: writes undone on this connection (a transaction or savepoint rolled back): see
+        #: :meth:`ConnectionSQL.rollbacks`
+        self.rollbacks = 0
         self.db: sqlite_utils.Database | None = None
 
 
@@ -468,6 +471,7 @@ class ConnectionSQL(StoreBase):
                     with self.db.atomic():
                         yield self.conn
                 except BaseException:
+                    self.shared.rollbacks += 1
                     self.shared.codec.forget()  # a text dictionary it stored is undone (its id may come again)
                     raise
                 return
@@ -480,12 +484,20 @@ class ConnectionSQL(StoreBase):
                 self.conn.execute("COMMIT")
             except sqlite3.Error as e:
                 self._rollback()
+                self.shared.rollbacks += 1
                 self.shared.codec.forget()  # a text dictionary it stored is undone (its id may come again)
                 raise _translate(e, self.path) from e
             except BaseException:
                 self._rollback()
+                self.shared.rollbacks += 1
                 self.shared.codec.forget()
                 raise
+
+    def rollbacks(self) -> int:
+        """How many writes were rolled back on this connection (by any collection's store
+        on it): a view of the file kept in memory by a write that a rollback undid may hold
+        what the file no longer does (``Engine.sync`` drops it when this changes)."""
+        return self.shared.rollbacks
 
     @contextlib.contextmanager
     def read(self) -> Iterator[sqlite3.Connection]:

@@ -174,6 +174,7 @@ class _PgShared:
         self.stats_hint: tuple[int, dict[str, int]] | None = None
         self.reading = False
         self.depth = 0          # savepoints open in the transaction
+        self.rollbacks = 0      # writes rolled back (PgStore.rollbacks)
         self.locked: set[int] = set()  # collections whose stats row this transaction locked
         self.closed = False
         self.busy_timeout = 30.0
@@ -569,9 +570,13 @@ class PgStore(Store):
             if shared.begin is None:  # else no statement ran: there is no transaction to end
                 conn.execute("ROLLBACK" if lock == "read" else "COMMIT")
         except psycopg.Error as e:
+            if lock != "read":
+                shared.rollbacks += 1
             self._abort(conn)
             raise translate(e, shared) from None
         except BaseException:
+            if lock != "read":
+                shared.rollbacks += 1
             self._abort(conn)
             raise
         finally:
@@ -631,10 +636,12 @@ class PgStore(Store):
                     yield self.conn
                     conn.execute(f"RELEASE SAVEPOINT {name}")
                 except psycopg.Error as e:
+                    shared.rollbacks += 1
                     with contextlib.suppress(psycopg.Error):
                         conn.execute(f"ROLLBACK TO SAVEPOINT {name}")
                     raise translate(e, shared) from None
                 except BaseException:
+                    shared.rollbacks += 1
                     with contextlib.suppress(psycopg.Error):
                         conn.execute(f"ROLLBACK TO SAVEPOINT {name}")
                     raise
@@ -653,6 +660,10 @@ class PgStore(Store):
                 return
             with self._transaction("read"):
                 yield self.conn
+
+    def rollbacks(self) -> int:
+        """As :meth:`ragdb.storage.connection.ConnectionSQL.rollbacks`."""
+        return self.shared.rollbacks
 
     def _rollback(self) -> None:  # pragma: no cover - transactions end in _transaction
         pass

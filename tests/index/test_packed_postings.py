@@ -291,6 +291,13 @@ def test_the_compiled_merge_leaves_what_it_cannot_prove_to_numpy():
     assert merge([5], [(5, 3, ib, tb + b"\0")]) is None
     assert merge([5], [(5, 3, ib, tb)], np.ones(2, np.int8)) is None
     assert merge([5], [(5, 3, ib, tb)], np.asarray([0, 1, 0], np.int8)) == [(5, 0, 1, *pack_postings(np.asarray([1]), np.ones(1)))]
+    # a damaged n (SQLite's INTEGER holds any): refused before any allocation, never a crash or a hang
+    for n in (2**31, 2**60 + 1, 2**62, -1):
+        assert merge([1, 2], [(1, 3, ib, tb), (2, n, b"", b"")]) is None
+    # tail lengths that do not fit the tail's arrays
+    assert ckernel.merge_postings([5], [], np.asarray([2], np.int64), np.asarray([1], np.int64),
+                                  np.asarray([1], np.int64), None, ABSENT, PACK_MIN) is None
+    assert ckernel.merge_postings([5], [], np.asarray([-1], np.int64), none, none, None, ABSENT, PACK_MIN) is None
     assert _Tail.build([]).count == 0
 
 

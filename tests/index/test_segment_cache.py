@@ -188,3 +188,38 @@ def test_a_flush_after_another_handles_flush_numbers_past_its_segments(tmp_path)
         assert a.check() == []
     segments = stored_segments(path)
     assert max(len(s) for s in segments.values()) == 4  # apple: one segment a flush
+
+
+@pytest.mark.parametrize("path", [None, "file"])
+def test_a_handle_whose_flush_a_rollback_undid_reads_the_file_again(tmp_path, path):
+    """Two handles of one collection on one connection: b flushes inside a's transaction, which
+    rolls back; a's own flush then brings the file to b's flush count again. b's next flush must
+    not number its segments from what its undone flush left (its segment of "two" collided
+    with a's), and both handles search like a fresh build."""
+    target = ":memory:" if path is None else tmp_path / "kb.db"
+    queries = ("two", "epsilon", "gamma", "alpha")
+
+    def flushing(every):
+        return mock.patch.object(ragdb.engine.write, "FLUSH_THRESHOLD", every)
+
+    with ragdb.open(target, chunker="none") as a:
+        b = a.collection("default")
+        with flushing(1000):
+            a.add("alpha beta", source="s0")
+        with pytest.raises(RuntimeError), a.transaction(), flushing(1):
+            b.add("gamma delta two", source="s1")  # flushed: undone below
+            raise RuntimeError("undo")
+        with flushing(1000):
+            for i, word in enumerate(["one", "two", "three"]):
+                a.add(f"epsilon {word}", source=f"e{i}")
+        with flushing(1):
+            a.add("epsilon four", source="e3")  # the file's first flush, as b's undone one was
+            b.add("two three", source="s2")
+        live = {"s0": "alpha beta", "e0": "epsilon one", "e1": "epsilon two", "e2": "epsilon three",
+                "e3": "epsilon four", "s2": "two three"}
+        with ragdb.open(":memory:", chunker="none") as db:
+            db.add_many([{"text": t, "source": s} for s, t in live.items()])
+            want = [[(h.source, round(h.score, 9)) for h in db.search(q, k=10)] for q in queries]
+        for handle in (a, b):
+            assert [[(h.source, round(h.score, 9)) for h in handle.search(q, k=10)] for q in queries] == want
+        assert a.check() == []
