@@ -458,6 +458,9 @@ class Writer:
             pending_ids: set[int] = set()
             new_docs_all: list[tuple[int, Prepared]] = []
             written: dict[int, Prepared] = {}  # documents this batch added so far
+            # stored documents found unchanged, as they stood then: a later record of the batch
+            # may replace the same source, which deletes (or demotes) the version first found
+            unchanged: dict[int, Document] = {}
             for p in batch:
                 ex = existing.get(p.source)
                 if ex is not None:
@@ -469,6 +472,8 @@ class Writer:
                             and _chunk_metadata(store, ex_id, written) == [dumps(m) for _s, _e, m, _c in p.chunks]):
                         # the same text, chunks, headings (spans), title, metadata and labels
                         results.append(("unchanged", ex_id, None))
+                        if ex_id not in written and ex_id not in unchanged:
+                            unchanged[ex_id] = self.document(ex_id)
                         continue
                     if ex_id in pending_ids:
                         # replaced again within this batch: write what we have first
@@ -503,7 +508,7 @@ class Writer:
             if tally is not None:
                 tally.reused += changes.reused
             made = dict(new_docs_all)
-            return [Change(status, doc_from_prepared(d, made[d]) if d in made else self.document(d), replaced)
+            return [Change(status, doc_from_prepared(d, made[d]) if d in made else unchanged[d], replaced)
                     for status, d, replaced in results]
 
     def _insert(self, docs: list[tuple[int, Prepared]], changes: _Changes, next_chunk: int) -> None:

@@ -1289,3 +1289,20 @@ def test_embed_without_any_embedder_names_what_to_give(db):
     db.add("some text", source="a.md")
     with pytest.raises(InvalidInput, match="give an embedder"):
         db.embed()
+
+
+@pytest.mark.parametrize("keep", [False, True])
+def test_a_batch_that_finds_a_document_unchanged_then_replaces_it_reports_both(keep):
+    """One add_many batch: the first record is the stored document again (unchanged), the second
+    a new version of the same source, which deletes (or, keeping versions, demotes) it. The
+    report names the stored document for the first and the new one for the second (it raised
+    DocumentNotFound: the unchanged document was read after the batch had deleted it)."""
+    with ragdb.open(":memory:", keep_versions=keep, chunker="none") as db:
+        first = db.add_many([{"source": "a/x.md", "text": "zeta"}])[0]
+        report = db.add_many([{"source": "a/x.md", "text": "zeta"},
+                              {"source": "a/x.md", "text": "zeta", "version": "1"}])
+        assert [c.status for c in report.changes] == ["unchanged", "replaced"]
+        assert report.changes[0].document.id == first.id
+        assert report.changes[1].previous == first.id
+        assert [d.version for d in db.documents()] == ["1"]
+        assert len(db.documents(versions="all")) == (2 if keep else 1)
