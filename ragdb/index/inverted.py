@@ -361,6 +361,18 @@ class _Tail:
         picks = np.repeat(at - bounds[:-1], lens) + np.arange(int(bounds[-1]))
         return dict(zip(groups, pack_postings_many(self.chunk_ids[picks], self.tfs[picks], bounds)))
 
+    def picks(self, term_ids: Sequence[int]) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """(the places in ``term_ids`` of the terms this tail holds, their numbers of postings,
+        the positions of their postings in the tail's arrays, one term after another in the
+        order of ``term_ids``); ``term_ids`` and the tail not empty."""
+        want = np.asarray(term_ids, dtype=np.int64)
+        at = np.minimum(np.searchsorted(self.term_ids, want), len(self.term_ids) - 1)
+        found = np.flatnonzero(self.term_ids[at] == want)
+        a, b = self.starts[at[found]], self.starts[at[found] + 1]
+        lens = b - a
+        picks = np.repeat(a - np.concatenate(([0], np.cumsum(lens)[:-1])), lens) + np.arange(int(lens.sum()))
+        return found, lens, picks
+
     def sizes(self, term_ids: Sequence[int]) -> dict[int, int]:
         """term id -> its number of tail postings, for those of ``term_ids`` in the tail
         (one searchsorted for all of them)."""
@@ -1472,14 +1484,8 @@ def _merged_rows(terms: Sequence[int], segments: Sequence[tuple[int, int, bytes,
         seg_sizes.append(len(ids))
     places = [np.repeat(np.asarray(seg_place, dtype=np.int64), np.asarray(seg_sizes, dtype=np.int64))]
     if len(tail.term_ids) and len(terms):
-        want = np.asarray(terms, dtype=np.int64)
-        at = np.minimum(np.searchsorted(tail.term_ids, want), len(tail.term_ids) - 1)
-        found = np.flatnonzero(tail.term_ids[at] == want)
+        found, lens, picks = tail.picks(terms)
         if len(found):
-            a, b = tail.starts[at[found]], tail.starts[at[found] + 1]
-            lens = b - a
-            # the concatenated ranges [a, b) of the found terms, in order of terms
-            picks = np.repeat(a - np.concatenate(([0], np.cumsum(lens)[:-1])), lens) + np.arange(int(lens.sum()))
             id_parts.append(tail.chunk_ids[picks])
             tf_parts.append(tail.tfs[picks])
             places.append(np.repeat(found.astype(np.int64), lens))
@@ -1516,13 +1522,9 @@ def _merged_rows_compiled(fast: Any, terms: Sequence[int], segments: Sequence[tu
     lens = np.zeros(len(terms), np.int64)
     tail_ids = tail_tfs = np.zeros(0, np.int64)
     if len(tail.term_ids) and len(terms):
-        want = np.asarray(terms, dtype=np.int64)
-        at = np.minimum(np.searchsorted(tail.term_ids, want), len(tail.term_ids) - 1)
-        found = np.flatnonzero(tail.term_ids[at] == want)
+        found, found_lens, picks = tail.picks(terms)
         if len(found):
-            a, b = tail.starts[at[found]], tail.starts[at[found] + 1]
-            lens[found] = b - a
-            picks = np.repeat(a - np.concatenate(([0], np.cumsum(b - a)[:-1])), b - a) + np.arange(int((b - a).sum()))
+            lens[found] = found_lens
             tail_ids = np.ascontiguousarray(tail.chunk_ids[picks], dtype=np.int64)
             tail_tfs = np.ascontiguousarray(tail.tfs[picks], dtype=np.int64)
     flags = None if state is None else np.ascontiguousarray(state, dtype=np.int8)
