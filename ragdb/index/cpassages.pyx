@@ -268,6 +268,7 @@ def fold_compat(str text, const uint32_t[::1] table):
 
 
 _sparse_pairs = False  # tests: the sparse count for any number of passages
+_full_pairs = False    # tests: every pair counted (no filter of the passages first)
 
 
 DEF MIN_SEEN_BITS = 16  # the bitmaps: at least 2**16 bits (8 KiB each, the first-level cache) ...
@@ -289,7 +290,13 @@ cdef extern from *:
     """
     #if defined(__GNUC__) || defined(__clang__)
     #define RAGDB_POPCOUNT(x) __builtin_popcountll(x)
+    #define RAGDB_CTZ(x) __builtin_ctzll(x)
     #else
+    static int RAGDB_CTZ(unsigned long long x) {  /* x != 0 */
+        int n = 0;
+        while (!(x & 1ULL)) { x >>= 1; n++; }
+        return n;
+    }
     static int RAGDB_POPCOUNT(unsigned long long x) {
         x = x - ((x >> 1) & 0x5555555555555555ULL);
         x = (x & 0x3333333333333333ULL) + ((x >> 2) & 0x3333333333333333ULL);
@@ -299,6 +306,7 @@ cdef extern from *:
     #endif
     """
     int RAGDB_POPCOUNT(uint64_t x) noexcept nogil
+    int RAGDB_CTZ(uint64_t x) noexcept nogil
 
 
 DEF DENSE_MAX = 256     # up to this many passages, what each two share is counted in a matrix ...
@@ -414,6 +422,172 @@ cdef list _pairs_dense(Py_buffer* bufs, Py_ssize_t n, const uint64_t* seen2, uin
         free(keys); free(head); free(nowners); free(used); free(owner); free(nxt); free(matrix); free(sizes); free(bitsets)
 
 
+DEF FILTER_MAX = 64  # the passages that may be the smaller of a pair: one bit each in a word
+
+
+cdef int _cmp_int64(const void* a, const void* b) noexcept nogil:
+    cdef int64_t x = (<const int64_t*>a)[0], y = (<const int64_t*>b)[0]
+    return (x > y) - (x < y)
+
+
+cdef Py_ssize_t _distinct(int64_t* vals, Py_ssize_t m) noexcept nogil:
+    """How many distinct values ``vals[:m]`` holds (sorted in place)."""
+    cdef Py_ssize_t t, d = 0
+    if m == 0:
+        return 0
+    qsort(vals, m, sizeof(int64_t), _cmp_int64)
+    d = 1
+    for t in range(1, m):
+        if vals[t] != vals[t - 1]:
+            d += 1
+    return d
+
+
+cdef object _pairs_filtered(Py_buffer* bufs, Py_ssize_t n, const uint64_t* seen2, uint64_t bits_mask,
+                            double jaccard, double containment, int64_t min_shingles):
+    """``same_pairs`` counting only what a pair of one passage needs, or None when that does
+    not pay (the callers' full count then runs).
+
+    Two passages that are one share at least ``f * min(a, b)`` of their shingles, ``f`` the
+    smaller of ``2 * jaccard / (1 + jaccard)`` (Jaccard: ``shared >= j * (a + b - shared)``
+    and ``a + b >= 2 * min``) and ``containment``: 0.75 with the defaults. So the smaller
+    passage of such a pair has at most ``(1 - f)`` of its shingles in no other passage. A
+    shingle whose bit in ``seen2`` is clear was met once in all: in its passage only. A
+    passage with more of those than ``(1 - f)`` of its size (bounded above by every shingle
+    it holds) is never the smaller of a pair; most of a search's hits are such (a passage
+    shares a few common runs with others, not most of its text). Only the others ("small
+    candidates", at most FILTER_MAX) go into a hash table, each shingle with the bitset of
+    the candidates holding it; every passage's shingles met twice then look it up, counting
+    (once per distinct shingle) what each shares with each candidate. A pair is tested
+    (``same_passage``, exactly) when a candidate is in it and, unless both are candidates,
+    shares at least ``f`` of the candidate's size, the other passage's size then counted."""
+    cdef double f = containment, fj
+    cdef Py_ssize_t i, t, m, nr = 0, nc = 0, ci, cap, slot, li, size_l
+    cdef int64_t v, s
+    cdef uint64_t bits, one
+    cdef const int64_t* vals
+    cdef Py_ssize_t* start = NULL   # passage i's shingles met twice: rv[start[i]:start[i + 1]]
+    cdef int64_t* rv = NULL
+    cdef int64_t* once = NULL       # shingles met once (each in its passage only): per passage
+    cdef int64_t* sizes = NULL      # distinct shingles per passage, -1 while not counted
+    cdef int32_t* cand = NULL       # passage -> its candidate index, or -1
+    cdef Py_ssize_t cands[FILTER_MAX]
+    cdef int64_t* keys = NULL
+    cdef uint64_t* owners = NULL
+    cdef int32_t* stamp = NULL
+    cdef int32_t* shared = NULL     # candidate x passage
+    cdef int64_t* scratch = NULL
+    if jaccard > 0.0:
+        fj = 2.0 * jaccard / (1.0 + jaccard)
+        if fj < f:
+            f = fj
+    else:
+        return None
+    f *= 1.0 - 1e-9  # a margin for the rounding of the doubles the test computes
+    if not (f > 0.0):
+        return None
+    try:
+        start = <Py_ssize_t*>malloc((n + 1) * sizeof(Py_ssize_t))
+        once = <int64_t*>calloc(n, sizeof(int64_t))
+        sizes = <int64_t*>malloc(n * sizeof(int64_t))
+        cand = <int32_t*>malloc(n * sizeof(int32_t))
+        for i in range(n):
+            nr += bufs[i].len // 8
+        rv = <int64_t*>malloc((nr if nr else 1) * sizeof(int64_t))
+        if not (start and once and sizes and cand and rv):
+            raise MemoryError()
+        nr = 0
+        for i in range(n):
+            start[i] = nr
+            vals = <const int64_t*>bufs[i].buf
+            for t in range(bufs[i].len // 8):
+                v = vals[t]
+                if seen_twice(seen2, v, bits_mask):
+                    rv[nr] = v
+                    nr += 1
+                else:
+                    once[i] += 1
+            sizes[i] = -1
+            cand[i] = -1
+            # at most (1 - f) of its distinct shingles alone, their number at most once + met twice
+            if nr > start[i] and (1.0 - f) * <double>(once[i] + nr - start[i]) >= <double>once[i]:
+                if nc == FILTER_MAX:
+                    return None
+                cand[i] = <int32_t>nc
+                cands[nc] = i
+                nc += 1
+        start[n] = nr
+        if nc == 0:
+            return []
+        m = 0
+        for ci in range(nc):
+            m += start[cands[ci] + 1] - start[cands[ci]]
+        cap = 16
+        while cap < 2 * m:
+            cap *= 2
+        keys = <int64_t*>malloc(cap * sizeof(int64_t))
+        owners = <uint64_t*>calloc(cap, sizeof(uint64_t))  # 0: an empty slot
+        stamp = <int32_t*>calloc(cap, sizeof(int32_t))
+        shared = <int32_t*>calloc(nc * n, sizeof(int32_t))
+        if not (keys and owners and stamp and shared):
+            raise MemoryError()
+        for ci in range(nc):
+            i = cands[ci]
+            one = 1ULL << ci
+            s = 0
+            for t in range(start[i], start[i + 1]):
+                v = rv[t]
+                slot = <Py_ssize_t>((<uint64_t>v ^ (<uint64_t>v >> 32)) & (cap - 1))
+                while owners[slot] and keys[slot] != v:
+                    slot = (slot + 1) & (cap - 1)
+                if owners[slot] & one:
+                    continue  # a repeat within the candidate
+                keys[slot] = v
+                owners[slot] |= one
+                s += 1
+            sizes[i] = once[i] + s
+        for li in range(n):
+            for t in range(start[li], start[li + 1]):
+                v = rv[t]
+                slot = <Py_ssize_t>((<uint64_t>v ^ (<uint64_t>v >> 32)) & (cap - 1))
+                while owners[slot] and keys[slot] != v:
+                    slot = (slot + 1) & (cap - 1)
+                if not owners[slot] or stamp[slot] == li + 1:
+                    continue  # in no candidate, or a repeat within passage li
+                stamp[slot] = <int32_t>(li + 1)
+                bits = owners[slot]
+                while bits:
+                    ci = <Py_ssize_t>RAGDB_CTZ(bits)
+                    bits &= bits - 1
+                    shared[ci * n + li] += 1
+        pairs = []
+        for ci in range(nc):
+            i = cands[ci]
+            for li in range(n):
+                s = shared[ci * n + li]
+                if s == 0 or li == i or (cand[li] >= 0 and li > i):
+                    continue  # (two candidates: tested once, from the later one's row)
+                if cand[li] < 0:
+                    # the other passage is then the larger: it shares at least f of this one
+                    if <double>s < f * <double>sizes[i]:
+                        continue
+                    if sizes[li] < 0:
+                        size_l = start[li + 1] - start[li]
+                        if scratch == NULL:
+                            scratch = <int64_t*>malloc((nr if nr else 1) * sizeof(int64_t))
+                            if scratch == NULL:
+                                raise MemoryError()
+                        memcpy(scratch, &rv[start[li]], size_l * sizeof(int64_t))
+                        sizes[li] = once[li] + _distinct(scratch, size_l)
+                if same_passage(s, sizes[i], sizes[li], jaccard, containment, min_shingles):
+                    pairs.append((i, li) if i > li else (li, i))
+        pairs.sort()
+        return pairs
+    finally:
+        free(start); free(rv); free(once); free(sizes); free(cand)
+        free(keys); free(owners); free(stamp); free(shared); free(scratch)
+
+
 def same_pairs(list sets, double jaccard, double containment, int64_t min_shingles):
     """The pairs ``(i, j)``, ``j < i``, of the passages whose shingles are ``sets`` (int64
     arrays, :func:`shingles`, in ranking order) that are one passage (``hits.same_passages`` of
@@ -426,7 +600,13 @@ def same_pairs(list sets, double jaccard, double containment, int64_t min_shingl
     counts what passage ``i`` shares with each earlier one (a repeat within ``i`` is skipped,
     ``i`` being the latest owner); then the test for the passages it shares any with. The
     bitmaps grow with the number of shingles. Up to DENSE_MAX passages, :func:`_pairs_dense`
-    counts instead (the same pairs: a test sets ``_sparse_pairs`` to compare the two)."""
+    counts instead (the same pairs: a test sets ``_sparse_pairs`` to compare the two).
+
+    First, though, :func:`_pairs_filtered` counts only for the few passages that may be the
+    smaller of a pair (most hits have too many shingles of their own); the counts above run
+    when more than FILTER_MAX may be (tests set ``_full_pairs`` to compare). On the realistic
+    10k corpus: 1.05 -> 0.38 ms a Chinese search of 112 hits (52,000 shingles), 0.28 -> 0.10
+    ms an English one."""
     cdef Py_ssize_t n = len(sets), got = 0, i, j, t, cap, slot, e = 0, nt, again = 0, bit
     cdef int64_t v, shared, size
     cdef Py_buffer* bufs = NULL
@@ -474,6 +654,10 @@ def same_pairs(list sets, double jaccard, double containment, int64_t min_shingl
                     again += 1
                 else:
                     seen1[bit >> 6] |= one
+        if not _full_pairs:
+            found = _pairs_filtered(bufs, n, seen2, bits_mask, jaccard, containment, min_shingles)
+            if found is not None:
+                return found
         if n <= DENSE_MAX and not _sparse_pairs:
             return _pairs_dense(bufs, n, seen2, bits_mask, again, jaccard, containment, min_shingles)
         cap = 16

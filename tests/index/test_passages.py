@@ -208,8 +208,61 @@ def test_compiled_pair_counts_agree(n):
     args = (hits.DUPLICATE_JACCARD, hits.DUPLICATE_CONTAINMENT, hits.DUPLICATE_MIN_SHINGLES)
     expected = _reference_pairs(sets)
     assert compiled.same_pairs(sets, *args) == expected and (expected or n < 40)
-    compiled._sparse_pairs = True
+    assert _every_compiled_count(compiled, sets, args) == [expected] * 3
+
+
+def _every_compiled_count(compiled, sets, args):
+    """The compiled pairs of ``sets``: filtered first (the default), every pair counted in a
+    matrix (up to 256 passages), every pair counted pair by pair."""
+    out = [compiled.same_pairs(sets, *args)]
+    compiled._full_pairs = True
     try:
-        assert compiled.same_pairs(sets, *args) == expected
+        out.append(compiled.same_pairs(sets, *args))
+        compiled._sparse_pairs = True
+        out.append(compiled.same_pairs(sets, *args))
     finally:
-        compiled._sparse_pairs = False
+        compiled._full_pairs = compiled._sparse_pairs = False
+    return out
+
+
+@st.composite
+def _shingle_sets(draw):
+    """Passages of shingles (int64 values from a small pool, so many are shared, with repeats
+    within a passage), and copies of some of them with a few shingles dropped or added, near
+    the thresholds of Jaccard and containment (both ways: a copy may be the larger)."""
+    pool = draw(st.integers(2, 400))
+    n = draw(st.integers(0, 90))
+    sets: list[list[int]] = []
+    for _ in range(n):
+        if sets and draw(st.booleans()):
+            base = draw(st.sampled_from(sets))
+            kept = [v for v in base if draw(st.integers(0, 99)) >= draw(st.sampled_from([0, 3, 10, 30]))]
+            fresh = draw(st.lists(st.integers(pool, pool + 10_000), max_size=draw(st.sampled_from([0, 2, 8, 40]))))
+            sets.append(kept + fresh)
+        else:
+            size = draw(st.sampled_from([0, 1, 5, 15, 16, 17, 30, 120]))
+            sets.append(draw(st.lists(st.integers(-pool, pool), min_size=size, max_size=size)))
+    return [np.asarray(s, dtype=np.int64) for s in sets]
+
+
+@settings(max_examples=300, deadline=None)
+@given(sets=_shingle_sets(),
+       args=st.sampled_from([(hits.DUPLICATE_JACCARD, hits.DUPLICATE_CONTAINMENT, hits.DUPLICATE_MIN_SHINGLES),
+                             (0.3, 0.5, 4), (0.9, 0.99, 1), (0.0, 0.9, 16), (0.6, 0.0, 16), (1.0, 1.0, 0)]))
+def test_compiled_pairs_filtered_or_not_are_the_references(sets, args):
+    """Whichever way the compiled module counts (the passages that may be the smaller of a
+    pair filtered first, or every pair), it gives the reference's pairs, the thresholds
+    given included."""
+    compiled = hits._cpassages
+    if compiled is None:
+        return
+    shared = hits.shared_shingles(sets)
+    sizes = [len(set(s.tolist())) for s in sets]
+    jaccard, containment, min_shingles = args
+
+    def same(sh: int, a: int, b: int) -> bool:  # hits.same_passage with these thresholds
+        small = min(a, b)
+        return sh > 0 and (sh >= jaccard * (a + b - sh) or (small >= min_shingles and sh >= containment * small))
+
+    expected = [(i, j) for i in range(len(sets)) for j in range(i) if same(int(shared[i, j]), sizes[i], sizes[j])]
+    assert _every_compiled_count(compiled, sets, args) == [expected] * 3
