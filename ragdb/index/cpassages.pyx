@@ -269,6 +269,12 @@ def fold_compat(str text, const uint32_t[::1] table):
 
 _sparse_pairs = False  # tests: the sparse count for any number of passages
 _full_pairs = False    # tests: every pair counted (no filter of the passages first)
+cdef Py_ssize_t _filtered = 0  # searches whose pairs the filter gave (tests: filtered_count)
+
+
+def filtered_count():
+    """How many calls of :func:`same_pairs` the filter of the passages answered (for tests)."""
+    return _filtered
 
 
 DEF MIN_SEEN_BITS = 16  # the bitmaps: at least 2**16 bits (8 KiB each, the first-level cache) ...
@@ -461,6 +467,7 @@ cdef object _pairs_filtered(Py_buffer* bufs, Py_ssize_t n, const uint64_t* seen2
     (once per distinct shingle) what each shares with each candidate. A pair is tested
     (``same_passage``, exactly) when a candidate is in it and, unless both are candidates,
     shares at least ``f`` of the candidate's size, the other passage's size then counted."""
+    global _filtered
     cdef double f = containment, fj
     cdef Py_ssize_t i, t, m, nr = 0, nc = 0, ci, cap, slot, li, size_l
     cdef int64_t v, s
@@ -484,8 +491,8 @@ cdef object _pairs_filtered(Py_buffer* bufs, Py_ssize_t n, const uint64_t* seen2
     else:
         return None
     f *= 1.0 - 1e-9  # a margin for the rounding of the doubles the test computes
-    if not (f > 0.0):
-        return None
+    if not (f > 1e-6):  # (below, the margin no longer covers the rounding of (1 - f) * size,
+        return None     # and nearly every passage would be a candidate anyway)
     try:
         start = <Py_ssize_t*>malloc((n + 1) * sizeof(Py_ssize_t))
         once = <int64_t*>calloc(n, sizeof(int64_t))
@@ -517,6 +524,7 @@ cdef object _pairs_filtered(Py_buffer* bufs, Py_ssize_t n, const uint64_t* seen2
                 cands[nc] = i
                 nc += 1
         start[n] = nr
+        _filtered += 1
         if nc == 0:
             return []
         m = 0

@@ -245,17 +245,25 @@ def _shingle_sets(draw):
     return [np.asarray(s, dtype=np.int64) for s in sets]
 
 
+_THRESHOLDS = [(hits.DUPLICATE_JACCARD, hits.DUPLICATE_CONTAINMENT, hits.DUPLICATE_MIN_SHINGLES),
+               (0.3, 0.5, 4), (0.9, 0.99, 1), (0.0, 0.9, 16), (0.6, 0.0, 16), (1.0, 1.0, 0),
+               (float("nan"), 0.9, 16), (0.6, float("nan"), 16), (float("inf"), 0.9, 16), (2.0, 2.0, 0),
+               (3.0, 0.9, 16), (0.6, 1.5, 16), (1e-300, 0.9, 16), (-1.0, 0.9, 16), (0.6, 0.9, -5)]
+
+
 @settings(max_examples=300, deadline=None)
-@given(sets=_shingle_sets(),
-       args=st.sampled_from([(hits.DUPLICATE_JACCARD, hits.DUPLICATE_CONTAINMENT, hits.DUPLICATE_MIN_SHINGLES),
-                             (0.3, 0.5, 4), (0.9, 0.99, 1), (0.0, 0.9, 16), (0.6, 0.0, 16), (1.0, 1.0, 0)]))
+@given(sets=_shingle_sets(), args=st.sampled_from(_THRESHOLDS))
 def test_compiled_pairs_filtered_or_not_are_the_references(sets, args):
     """Whichever way the compiled module counts (the passages that may be the smaller of a
     pair filtered first, or every pair), it gives the reference's pairs, the thresholds
-    given included."""
+    given included (those the filter leaves to the full count too: none, NaN, infinite)."""
     compiled = hits._cpassages
     if compiled is None:
         return
+    _assert_reference_pairs(compiled, sets, args)
+
+
+def _assert_reference_pairs(compiled, sets, args):
     shared = hits.shared_shingles(sets)
     sizes = [len(set(s.tolist())) for s in sets]
     jaccard, containment, min_shingles = args
@@ -266,3 +274,26 @@ def test_compiled_pairs_filtered_or_not_are_the_references(sets, args):
 
     expected = [(i, j) for i in range(len(sets)) for j in range(i) if same(int(shared[i, j]), sizes[i], sizes[j])]
     assert _every_compiled_count(compiled, sets, args) == [expected] * 3
+
+
+@pytest.mark.parametrize("sets, args, expected", [
+    # two passages of 19 shingles sharing 18, Jaccard 18/20 = 0.9 exactly: 2j/(1+j) rounds up
+    # from 18/19, so without a margin the filter would take neither for the smaller of a pair
+    ([np.arange(19), np.r_[np.arange(18), 100]], (0.9, 0.99, 1), [(1, 0)]),
+    # 18 of a passage of 20 inside one of 118 whose other 100 shingles are its own (containment
+    # 0.9 exactly): only the smaller may be the smaller of a pair
+    ([np.r_[np.arange(18), 500, 501], np.r_[np.arange(18), np.arange(1000, 1100)]], (0.6, 0.9, 16), [(1, 0)]),
+    ([np.r_[np.arange(17), 500, 501, 502], np.r_[np.arange(17), np.arange(1000, 1100)]], (0.6, 0.9, 16), []),
+    # the same passage three times, one copy with its shingles repeated
+    ([np.arange(30), np.r_[np.arange(30), np.arange(30)], np.arange(30)], (0.6, 0.9, 16), [(1, 0), (2, 0), (2, 1)]),
+])
+def test_compiled_pairs_at_the_thresholds(sets, args, expected):
+    """Pairs exactly at a threshold, found by the filter (which answers these calls)."""
+    compiled = hits._cpassages
+    if compiled is None:
+        pytest.skip("no compiled module")
+    sets = [np.asarray(s, dtype=np.int64) for s in sets]
+    before = compiled.filtered_count()
+    assert compiled.same_pairs(sets, *args) == expected
+    assert compiled.filtered_count() == before + 1  # the filter answered, not the full count
+    _assert_reference_pairs(compiled, sets, args)
