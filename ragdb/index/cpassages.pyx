@@ -469,7 +469,7 @@ cdef object _pairs_filtered(Py_buffer* bufs, Py_ssize_t n, const uint64_t* seen2
     shares at least ``f`` of the candidate's size, the other passage's size then counted."""
     global _filtered
     cdef double f = containment, fj
-    cdef Py_ssize_t i, t, m, nr = 0, nc = 0, ci, cap, slot, li, size_l
+    cdef Py_ssize_t i, t, m, nr = 0, nc = 0, ci, cap, slot, li, size_l, twice
     cdef int64_t v, s
     cdef uint64_t bits, one
     cdef const int64_t* vals
@@ -509,11 +509,10 @@ cdef object _pairs_filtered(Py_buffer* bufs, Py_ssize_t n, const uint64_t* seen2
             vals = <const int64_t*>bufs[i].buf
             for t in range(bufs[i].len // 8):
                 v = vals[t]
-                if seen_twice(seen2, v, bits_mask):
-                    rv[nr] = v
-                    nr += 1
-                else:
-                    once[i] += 1
+                rv[nr] = v  # (kept when met twice: without a branch, as above)
+                twice = seen_twice(seen2, v, bits_mask)
+                nr += twice
+                once[i] += 1 - twice
             sizes[i] = -1
             cand[i] = -1
             # at most (1 - f) of its distinct shingles alone, their number at most once + met twice
@@ -626,7 +625,7 @@ def same_pairs(list sets, double jaccard, double containment, int64_t min_shingl
     cdef int32_t* counts = NULL
     cdef int32_t* touched = NULL
     cdef int64_t* sizes = NULL  # each passage's number of distinct shingles
-    cdef uint64_t mask, one, bits_mask
+    cdef uint64_t mask, one, bits_mask, met
     cdef uint64_t* seen1 = NULL
     cdef uint64_t* seen2 = NULL
     cdef Py_ssize_t total = 0, seen_bits = MIN_SEEN_BITS
@@ -655,13 +654,13 @@ def same_pairs(list sets, double jaccard, double containment, int64_t min_shingl
         for i in range(n):
             vals = <const int64_t*>bufs[i].buf
             for t in range(bufs[i].len // 8):
+                # (without branches: whether a bit was met before is a coin toss the
+                # processor would mispredict a third of the time)
                 bit = seen_bit(vals[t], bits_mask)
-                one = 1ULL << (bit & 63)
-                if seen1[bit >> 6] & one:
-                    seen2[bit >> 6] |= one
-                    again += 1
-                else:
-                    seen1[bit >> 6] |= one
+                met = seen1[bit >> 6]
+                seen2[bit >> 6] |= met & (1ULL << (bit & 63))
+                again += (met >> (bit & 63)) & 1
+                seen1[bit >> 6] = met | (1ULL << (bit & 63))
         if not _full_pairs:
             found = _pairs_filtered(bufs, n, seen2, bits_mask, jaccard, containment, min_shingles)
             if found is not None:
