@@ -34,7 +34,8 @@ from ragdb.text import fields
 from ragdb.index import inverted as idx
 from ragdb.errors import DocumentNotFound, EmbeddingError, InvalidInput, StorageError
 from ragdb.index.inverted import FLUSH_THRESHOLD
-from ragdb.index.forward import forward_term_lists, pack_forward, pack_forward_many, unpack_forward_many
+from ragdb.index.forward import (forward_term_lists, pack_forward, pack_forward_many, pack_forward_one,
+                                 unpack_forward_many)
 from ragdb.engine.prepare import Prepared, check_acl, check_metadata, field_counts_of
 from ragdb.options import check_positive_int
 from ragdb.storage import dumps, loads, model_mismatch, utcnow_iso
@@ -812,6 +813,19 @@ def forward_indexes(items: Sequence[tuple[Any, Mapping[str, int] | None]], ids: 
     whole-array passes (:func:`ragdb.index.forward.pack_forward_many`; per chunk, the sum,
     max, list and array calls had cost ~40 µs a chunk). ``decoded``: extended with each
     chunk's term ids (sorted) and tfs, what the in-memory index keeps of it."""
+    if len(items) == 1 and not given:  # a single add's one chunk: without the batch's arrays
+        counts, fields = items[0]
+        try:
+            tfs_one = array("I", counts.values() if not fields else chain(counts.values(), fields.values()))
+        except (OverflowError, TypeError):  # a count that is no uint32: as forward_index takes it
+            return _one_at_a_time(items, ids, decoded)
+        if len(tfs_one) != len(counts) + (len(fields) if fields else 0):  # pragma: no cover - as below
+            return _one_at_a_time(items, ids, decoded)
+        terms_blob, tfs_blob, sid, stf = pack_forward_one(
+            array("I", map(ids.__getitem__, counts if not fields else chain(counts, fields))), tfs_one)
+        if decoded is not None:
+            decoded.append((sid, stf))
+        return [(terms_blob, tfs_blob, sum(tfs_one[:len(counts)]) - getattr(counts, "overlaps", 0))]
     sizes: list[int] = []  # per chunk: its text's terms
     extras: list[int] = []  # its field terms
     counts_all = array("I")

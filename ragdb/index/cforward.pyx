@@ -11,6 +11,7 @@ the decoding with its row number, and the caller reads the batch with numpy to r
 from libc.stdint cimport uint8_t, uint16_t, uint32_t, uint64_t, int64_t
 from libc.stdlib cimport malloc, free
 from libc.string cimport memcpy
+from cpython.bytes cimport PyBytes_FromStringAndSize
 
 import numpy as np
 
@@ -230,15 +231,11 @@ cdef void _sort(uint64_t* a, int64_t n) noexcept nogil:
         a[j + 1] = tmp
 
 
-def encode(const int64_t[::1] ids, const int64_t[::1] tfs, const int64_t[::1] lens,
-           uint8_t[::1] out, int64_t[::1] offsets, uint8_t[::1] tout, int64_t[::1] toffsets,
-           uint32_t[::1] sid, uint16_t[::1] stf):
-    """:func:`ragdb.index.forward.pack_forward_many` in C, the same bytes: each row's packed
-    terms blob into ``out`` (from ``offsets[i]`` to ``offsets[i + 1]``), its tfs blob into
-    ``tout`` (``toffsets``), its sorted ids and tfs into ``sid``/``stf``. ``ids`` in [0, 2**32),
-    ``tfs`` capped at 65535 by the caller; ``out`` holds 7 * rows + 9 * len(ids) bytes and
-    ``tout`` 2 * len(ids). Returns 0, or -1 when memory ran out."""
-    cdef Py_ssize_t rows = lens.shape[0], i
+cdef int _encode(const int64_t* ids, const int64_t* tfs, const int64_t* lens, Py_ssize_t rows,
+                 uint8_t* out, int64_t* offsets, uint8_t* tout, int64_t* toffsets,
+                 uint32_t* sid, uint16_t* stf) noexcept nogil:
+    """The body of :func:`encode` (and of :func:`pack_one`), on raw arrays."""
+    cdef Py_ssize_t i
     cdef int64_t at = 0, w = 0, tw = 0, m, k, pw, vl, e16, e32, size, pad, j, moved, p, v
     cdef uint64_t gap, prev
     cdef uint64_t* keys = NULL
@@ -247,112 +244,171 @@ def encode(const int64_t[::1] ids, const int64_t[::1] tfs, const int64_t[::1] le
     cdef uint8_t* o
     cdef int wide
     cdef int status = 0
-    with nogil:
-        offsets[0] = 0
-        toffsets[0] = 0
-        for i in range(rows):
-            m = lens[i]
-            if m > cap:
-                free(keys)
-                free(perm)
-                cap = m if m > 2 * cap else 2 * cap
-                keys = <uint64_t*>malloc(8 * cap)
-                perm = <int64_t*>malloc(8 * cap)
-                if keys == NULL or perm == NULL:
-                    status = -1
-                    break
-            for k in range(m):
-                keys[k] = (<uint64_t>ids[at + k] << 32) | <uint64_t>k
-            _sort(keys, m)
-            moved = 0
-            e16 = 0
-            e32 = 0
-            prev = 0
-            wide = 0
-            for k in range(m):
-                p = <int64_t>(<uint32_t>keys[k])  # (the low half: the analyzer place)
-                perm[p] = k
-                if p != k:
-                    moved = 1
-                gap = (keys[k] >> 32) - prev
-                prev = keys[k] >> 32
-                if gap >= 255:
-                    e16 += 1
-                    if gap >= 65535:
-                        e32 += 1
-                sid[at + k] = <uint32_t>prev
-                stf[at + k] = <uint16_t>tfs[at + p]
-                if tfs[at + p] > 255:
-                    wide = 1
-            pw = 0 if not moved else (1 if m <= 256 else 2)
-            vl = 1
-            for j in range(1, 5):
-                if m >= (<int64_t>1) << (7 * j):
-                    vl += 1
-            size = 1 + vl + pw * m + m + 2 * e16 + 4 * e32
-            pad = 1 if size % 4 == 0 else 0
-            size += pad
-            o = &out[w]
-            o[0] = <uint8_t>(pw | (pad << 2))
-            v = m
-            for j in range(vl):
-                o[1 + j] = <uint8_t>((v & 127) | (128 if j + 1 < vl else 0))
-                v >>= 7
-            o += 1 + vl
-            if pw == 1:
-                for k in range(m):
-                    o[k] = <uint8_t>perm[k]
-            elif pw == 2:
-                for k in range(m):
-                    o[2 * k] = <uint8_t>(perm[k] & 255)
-                    o[2 * k + 1] = <uint8_t>(perm[k] >> 8)
-            o += pw * m
-            # gaps, then the uint16 escapes, then the uint32 ones
-            e16 = 0
-            e32 = 0
-            prev = 0
-            for k in range(m):
-                gap = (keys[k] >> 32) - prev
-                prev = keys[k] >> 32
-                o[k] = <uint8_t>(gap if gap < 255 else 255)
-            o += m
-            prev = 0
-            for k in range(m):
-                gap = (keys[k] >> 32) - prev
-                prev = keys[k] >> 32
-                if gap >= 255:
-                    v = <int64_t>(gap if gap < 65535 else 65535)
-                    o[0] = <uint8_t>(v & 255)
-                    o[1] = <uint8_t>(v >> 8)
-                    o += 2
-            prev = 0
-            for k in range(m):
-                gap = (keys[k] >> 32) - prev
-                prev = keys[k] >> 32
+    offsets[0] = 0
+    toffsets[0] = 0
+    for i in range(rows):
+        m = lens[i]
+        if m > cap:
+            free(keys)
+            free(perm)
+            cap = m if m > 2 * cap else 2 * cap
+            keys = <uint64_t*>malloc(8 * cap)
+            perm = <int64_t*>malloc(8 * cap)
+            if keys == NULL or perm == NULL:
+                status = -1
+                break
+        for k in range(m):
+            keys[k] = (<uint64_t>ids[at + k] << 32) | <uint64_t>k
+        _sort(keys, m)
+        moved = 0
+        e16 = 0
+        e32 = 0
+        prev = 0
+        wide = 0
+        for k in range(m):
+            p = <int64_t>(<uint32_t>keys[k])  # (the low half: the analyzer place)
+            perm[p] = k
+            if p != k:
+                moved = 1
+            gap = (keys[k] >> 32) - prev
+            prev = keys[k] >> 32
+            if gap >= 255:
+                e16 += 1
                 if gap >= 65535:
-                    o[0] = <uint8_t>(gap & 255)
-                    o[1] = <uint8_t>((gap >> 8) & 255)
-                    o[2] = <uint8_t>((gap >> 16) & 255)
-                    o[3] = <uint8_t>((gap >> 24) & 255)
-                    o += 4
-            if pad:
-                o[0] = 0
-            w += size
-            offsets[i + 1] = w
-            if wide:
-                for k in range(m):
-                    tout[tw + 2 * k] = <uint8_t>(stf[at + k] & 255)
-                    tout[tw + 2 * k + 1] = <uint8_t>(stf[at + k] >> 8)
-                tw += 2 * m
-            else:
-                for k in range(m):
-                    tout[tw + k] = <uint8_t>stf[at + k]
-                tw += m
-            toffsets[i + 1] = tw
-            at += m
-        free(keys)
-        free(perm)
+                    e32 += 1
+            sid[at + k] = <uint32_t>prev
+            stf[at + k] = <uint16_t>tfs[at + p]
+            if tfs[at + p] > 255:
+                wide = 1
+        pw = 0 if not moved else (1 if m <= 256 else 2)
+        vl = 1
+        for j in range(1, 5):
+            if m >= (<int64_t>1) << (7 * j):
+                vl += 1
+        size = 1 + vl + pw * m + m + 2 * e16 + 4 * e32
+        pad = 1 if size % 4 == 0 else 0
+        size += pad
+        o = &out[w]
+        o[0] = <uint8_t>(pw | (pad << 2))
+        v = m
+        for j in range(vl):
+            o[1 + j] = <uint8_t>((v & 127) | (128 if j + 1 < vl else 0))
+            v >>= 7
+        o += 1 + vl
+        if pw == 1:
+            for k in range(m):
+                o[k] = <uint8_t>perm[k]
+        elif pw == 2:
+            for k in range(m):
+                o[2 * k] = <uint8_t>(perm[k] & 255)
+                o[2 * k + 1] = <uint8_t>(perm[k] >> 8)
+        o += pw * m
+        # gaps, then the uint16 escapes, then the uint32 ones
+        e16 = 0
+        e32 = 0
+        prev = 0
+        for k in range(m):
+            gap = (keys[k] >> 32) - prev
+            prev = keys[k] >> 32
+            o[k] = <uint8_t>(gap if gap < 255 else 255)
+        o += m
+        prev = 0
+        for k in range(m):
+            gap = (keys[k] >> 32) - prev
+            prev = keys[k] >> 32
+            if gap >= 255:
+                v = <int64_t>(gap if gap < 65535 else 65535)
+                o[0] = <uint8_t>(v & 255)
+                o[1] = <uint8_t>(v >> 8)
+                o += 2
+        prev = 0
+        for k in range(m):
+            gap = (keys[k] >> 32) - prev
+            prev = keys[k] >> 32
+            if gap >= 65535:
+                o[0] = <uint8_t>(gap & 255)
+                o[1] = <uint8_t>((gap >> 8) & 255)
+                o[2] = <uint8_t>((gap >> 16) & 255)
+                o[3] = <uint8_t>((gap >> 24) & 255)
+                o += 4
+        if pad:
+            o[0] = 0
+        w += size
+        offsets[i + 1] = w
+        if wide:
+            for k in range(m):
+                tout[tw + 2 * k] = <uint8_t>(stf[at + k] & 255)
+                tout[tw + 2 * k + 1] = <uint8_t>(stf[at + k] >> 8)
+            tw += 2 * m
+        else:
+            for k in range(m):
+                tout[tw + k] = <uint8_t>stf[at + k]
+            tw += m
+        toffsets[i + 1] = tw
+        at += m
+    free(keys)
+    free(perm)
     return status
+
+
+def encode(const int64_t[::1] ids, const int64_t[::1] tfs, const int64_t[::1] lens,
+           uint8_t[::1] out, int64_t[::1] offsets, uint8_t[::1] tout, int64_t[::1] toffsets,
+           uint32_t[::1] sid, uint16_t[::1] stf):
+    """:func:`ragdb.index.forward.pack_forward_many` in C, the same bytes: each row's packed
+    terms blob into ``out`` (from ``offsets[i]`` to ``offsets[i + 1]``), its tfs blob into
+    ``tout`` (``toffsets``), its sorted ids and tfs into ``sid``/``stf``. ``ids`` in [0, 2**32),
+    ``tfs`` capped at 65535 by the caller; ``out`` holds 7 * rows + 9 * len(ids) bytes and
+    ``tout`` 2 * len(ids). Returns 0, or -1 when memory ran out."""
+    cdef int status
+    with nogil:
+        status = _encode(&ids[0] if ids.shape[0] else NULL, &tfs[0] if tfs.shape[0] else NULL,
+                         &lens[0] if lens.shape[0] else NULL, lens.shape[0],
+                         &out[0] if out.shape[0] else NULL, &offsets[0],
+                         &tout[0] if tout.shape[0] else NULL, &toffsets[0],
+                         &sid[0] if sid.shape[0] else NULL, &stf[0] if stf.shape[0] else NULL)
+    return status
+
+
+def pack_one(const uint32_t[::1] ids, const uint32_t[::1] tfs):
+    """:func:`encode` of one chunk, without the arrays around it (a single add packs one
+    chunk: the numpy calls around ``encode`` cost more than the packing): ``ids`` its term ids
+    in the analyzer's order, ``tfs`` their counts (capped at 65535 here). Returns (terms blob,
+    tfs blob, sorted ids as uint32, their tfs as uint16): :func:`ragdb.index.forward.pack_forward_many`'s
+    bytes and ``decoded`` entry."""
+    cdef Py_ssize_t m = ids.shape[0], k
+    cdef int64_t lens = m
+    cdef int64_t offsets[2]
+    cdef int64_t toffsets[2]
+    cdef int64_t* ids64 = NULL
+    cdef int64_t* tfs64 = NULL
+    cdef uint8_t* out = NULL
+    cdef uint8_t* tout = NULL
+    cdef int status
+    if tfs.shape[0] != m:
+        raise ValueError(f"{m} term ids and {tfs.shape[0]} counts")
+    sid = np.empty(m, np.uint32)
+    stf = np.empty(m, np.uint16)
+    cdef uint32_t[::1] sv = sid
+    cdef uint16_t[::1] tv = stf
+    try:
+        ids64 = <int64_t*>malloc((m + 1) * sizeof(int64_t))
+        tfs64 = <int64_t*>malloc((m + 1) * sizeof(int64_t))
+        out = <uint8_t*>malloc(7 + 9 * m)
+        tout = <uint8_t*>malloc(2 * m + 1)
+        if ids64 == NULL or tfs64 == NULL or out == NULL or tout == NULL:
+            raise MemoryError()
+        for k in range(m):
+            ids64[k] = ids[k]
+            tfs64[k] = tfs[k] if tfs[k] < 65535 else 65535
+        with nogil:
+            status = _encode(ids64, tfs64, &lens, 1, out, offsets, tout, toffsets,
+                             &sv[0] if m else NULL, &tv[0] if m else NULL)
+        if status < 0:
+            raise MemoryError()
+        return (PyBytes_FromStringAndSize(<char*>out, offsets[1]),
+                PyBytes_FromStringAndSize(<char*>tout, toffsets[1]), sid, stf)
+    finally:
+        free(ids64); free(tfs64); free(out); free(tout)
 
 
 def invert(list entries, bint wide_ids):

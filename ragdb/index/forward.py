@@ -49,6 +49,7 @@ permutation 1.45, tfs 1.2); variable-byte gaps would have saved 0.07 MB more.
 
 from __future__ import annotations
 
+from array import array
 from collections.abc import Sequence
 from types import ModuleType
 from typing import cast
@@ -168,6 +169,19 @@ def pack_forward_many(ids: np.ndarray, tfs: np.ndarray, lens: Sequence[int] | np
         decoded.extend((sid32[rl[i]:rl[i + 1]], stf16[rl[i]:rl[i + 1]]) for i in range(rows))
     return [(blob[ol[i]:ol[i + 1]], tf2[2 * rl[i]:2 * rl[i + 1]] if wl[i] else tf1[rl[i]:rl[i + 1]])
             for i in range(rows)]
+
+
+def pack_forward_one(ids: array[int], tfs: array[int]) -> tuple[bytes, bytes, np.ndarray, np.ndarray]:
+    """:func:`pack_forward_many` of one chunk from uint32 arrays (``array("I")``: its term ids
+    in the analyzer's order and their counts): (terms blob, tfs blob, sorted ids as uint32,
+    their tfs as uint16), the blobs and the ``decoded`` entry. A single add packs one chunk,
+    where the numpy calls around the compiled encoder cost more than the packing."""
+    if _cforward is not None and kernel.compiled() is not None:
+        return _cforward.pack_one(ids, tfs)
+    decoded: list[tuple[np.ndarray, np.ndarray]] = []
+    (terms_blob, tfs_blob), = pack_forward_many(np.frombuffer(ids, np.uint32).astype(np.int64),
+                                                np.frombuffer(tfs, np.uint32).astype(np.int64), [len(ids)], decoded)
+    return terms_blob, tfs_blob, decoded[0][0], decoded[0][1]
 
 
 def _compiled_pack(ids: np.ndarray, tf: np.ndarray, lens: np.ndarray,

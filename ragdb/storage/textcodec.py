@@ -222,6 +222,8 @@ def pack(conn: sqlite3.Connection, codec: TextCodec, collection_id: int, texts: 
     they are enough (:func:`train`), or else, when ``doc_ids`` pass a multiple of
     :data:`TRAIN_EVERY`, from them and ``stored()`` (texts already stored): a database filled one
     document at a time gets its dictionary too."""
+    if all(t is None for t in texts):  # chunks that are their whole document store no text of their own
+        return list(texts)
     dict_id = current_dict(conn, collection_id)
     if dict_id == 0 and doc_ids:
         fresh = [t for t in texts if t]

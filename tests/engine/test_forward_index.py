@@ -9,6 +9,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from ragdb.engine.write import forward_index, forward_indexes
+from ragdb.index import kernel
 from ragdb.text.analysis import Analyzer, PackedCounts, TermCounts
 
 terms = st.text(min_size=1, max_size=6)
@@ -79,3 +80,27 @@ def test_numbered_counts_map_through_the_cached_ids_until_the_index_token_change
         numbered.resolve(ids)
         items = [(c, None) for c in chunks]
         assert forward_indexes(items, ids, numbered.term_ids()) == [forward_index(c, ids) for c, _f in items]
+
+
+@settings(max_examples=200, deadline=None)
+@given(chunk=st.tuples(counts, fields, st.sampled_from(["packed", "term", "dict"]), st.integers(0, 3)),
+       base=st.sampled_from([0, 1 << 20, (1 << 32) - 200]))
+def test_a_single_chunk_packs_as_in_a_batch_in_each_kernel(chunk, base):
+    """A single add's one chunk takes its own path (``pack_forward_one``): the same blobs, length
+    and decoded ids and tfs as the chunk gets in a batch, with either kernel."""
+    c, f, kind, overlaps = chunk
+    item = (_as(kind, c, min(overlaps, sum(c.values()))), f)
+    names = sorted({*c, *(f or ())})
+    ids = {t: base + 7 * i for i, t in enumerate(reversed(names))}  # ids not in the analyzer's order
+    for name in ("compiled", "numpy"):
+        before = kernel.use(name)
+        try:
+            one: list = []
+            two: list = []
+            got = forward_indexes([item], ids, decoded=one)
+            assert got == forward_indexes([item, item], ids, decoded=two)[:1] == [forward_index(item[0], ids, f)]
+            assert len(one) == 1
+            for a, b in zip(one[0], two[0]):
+                assert a.dtype == b.dtype and a.tolist() == b.tolist()
+        finally:
+            kernel.use(before)
