@@ -813,19 +813,6 @@ def forward_indexes(items: Sequence[tuple[Any, Mapping[str, int] | None]], ids: 
     whole-array passes (:func:`ragdb.index.forward.pack_forward_many`; per chunk, the sum,
     max, list and array calls had cost ~40 µs a chunk). ``decoded``: extended with each
     chunk's term ids (sorted) and tfs, what the in-memory index keeps of it."""
-    if len(items) == 1 and not given:  # a single add's one chunk: without the batch's arrays
-        counts, fields = items[0]
-        try:
-            tfs_one = array("I", counts.values() if not fields else chain(counts.values(), fields.values()))
-        except (OverflowError, TypeError):  # a count that is no uint32: as forward_index takes it
-            return _one_at_a_time(items, ids, decoded)
-        if len(tfs_one) != len(counts) + (len(fields) if fields else 0):  # pragma: no cover - as below
-            return _one_at_a_time(items, ids, decoded)
-        terms_blob, tfs_blob, sid, stf = pack_forward_one(
-            array("I", map(ids.__getitem__, counts if not fields else chain(counts, fields))), tfs_one)
-        if decoded is not None:
-            decoded.append((sid, stf))
-        return [(terms_blob, tfs_blob, sum(tfs_one[:len(counts)]) - getattr(counts, "overlaps", 0))]
     sizes: list[int] = []  # per chunk: its text's terms
     extras: list[int] = []  # its field terms
     counts_all = array("I")
@@ -843,8 +830,13 @@ def forward_indexes(items: Sequence[tuple[Any, Mapping[str, int] | None]], ids: 
     if len(counts_all) != sum(sizes) + sum(extras):  # pragma: no cover - values() disagreeing with len()
         return _one_at_a_time(items, ids, decoded)
     if not given:
-        term_arr = np.frombuffer(array("I", map(ids.__getitem__, chain.from_iterable(
-            (c if not f else chain(c, f)) for c, f in items))), dtype=np.uint32)
+        term_ids = array("I", map(ids.__getitem__, chain.from_iterable((c if not f else chain(c, f)) for c, f in items)))
+        if len(items) == 1:  # a single add's one chunk: packed without the batch's arrays
+            terms_blob, tfs_blob, sid, stf = pack_forward_one(term_ids, counts_all)
+            if decoded is not None:
+                decoded.append((sid, stf))
+            return [(terms_blob, tfs_blob, sum(counts_all[:sizes[0]]) - getattr(items[0][0], "overlaps", 0))]
+        term_arr = np.frombuffer(term_ids, dtype=np.uint32)
     else:  # some chunks' term ids are given (numbered counts): the others' mapped here, in chunk order
         pieces: list[Any] = []
         for i, (c, f) in enumerate(items):
