@@ -183,8 +183,8 @@ _ASCII_SPLIT = bytes(c if chr(c).isascii() and chr(c).isalnum() else 0x20 for c 
 MEMO_SIZE = 200_000
 # Bound of the positions memo (phrase checks) in (term, position) pairs, not runs: a CJK
 # run is a whole clause, hundreds of pairs, so 200,000 runs of them could be gigabytes.
-# Measured about 250 bytes a pair (the memo, its indexes, the CJK terms' strings): about
-# 16 MiB. The 15 phrase queries of the realistic 100k benchmark held 80,000 pairs (20 MiB).
+# Measured about 165 bytes a pair (the memo, its indexes, the terms' strings; see _pos_info):
+# about 10 MiB. The phrase queries of the realistic 100k benchmark held 74,000 pairs.
 POS_MEMO_PAIRS = 64_000
 
 
@@ -541,8 +541,9 @@ class Analyzer:
         # version 2: raw token -> the tuple of its index terms (see _learn2).
         self._memo: dict[Any, Any] = {}
         self._multi: dict[Any, tuple[str, ...]] = {}  # version 1: tokens that yield several terms
-        self._pos_memo: dict[Any, tuple[list[tuple[str, int]], int, bool]] = {}  # run -> _pos_info
-        self._runs_of: dict[str, set[Any]] = {}  # term -> the remembered runs holding it
+        self._pos_memo: dict[Any, tuple[tuple[str, ...], tuple[int, ...], int]] = {}  # run -> _pos_info
+        self._runs_of: dict[str, Any] = {}  # term -> the remembered run holding it, or a set of them
+        self._pos_terms: dict[str, str] = {}  # one string object per remembered term
         self._width: dict[Any, int] = {}  # run -> its width in positions
         self._nonsimple: set[Any] = set()  # runs of other than one position
         self._pos_pairs = 0  # (term, position) pairs held by _pos_memo
@@ -955,33 +956,50 @@ class Analyzer:
         words are looked at once each, and a text holding none of them is done with then."""
         return self._positions(text, wanted)
 
-    def _pos_info(self, run: str | bytes) -> tuple[list[tuple[str, int]], int, bool]:
-        """A run's (term, relative position) pairs, its width in positions, and whether it is
-        simple (width 1, every term at 0): remembered. ``run``: text, or ASCII bytes."""
+    def _pos_info(self, run: str | bytes) -> tuple[tuple[str, ...], tuple[int, ...], int]:
+        """A run's terms, their positions relative to the run's start, and its width in
+        positions: remembered. ``run``: text, or ASCII bytes.
+
+        Compactly, as the memo holds up to ``POS_MEMO_PAIRS`` of them: two tuples rather than a
+        tuple a pair, one string object per distinct term (a CJK run's terms are slices of it,
+        new strings each time), and a term held by one run maps to that run rather than to a
+        set. Measured on the realistic 100k benchmark's queries (74,000 pairs held): 21.0 MiB as a
+        tuple a pair, 11.6 MiB so (~300 and ~165 bytes a pair); a reader's peak RSS over those
+        queries went from 111 to 101 MiB."""
         memo = self._pos_memo
         found = memo.get(run)
         if found is None:
             text = run.decode("ascii") if isinstance(run, bytes) else run
             if _CJK_CHAR.match(text):
-                pairs = [(t, p) for t, _s, _e, p in self._cjk_spans(text)]
+                items = [(t, p) for t, _s, _e, p in self._cjk_spans(text)]
                 width = len(text)
             else:
                 plan, width = (_plan1 if self._v1 else _plan2)(text)
-                pairs = [(t, p) for t, _s, _e, p, _why in self._resolve(plan) if t]
-            found = (pairs, width, width == 1 and all(p == 0 for _t, p in pairs))
-            if len(memo) >= MEMO_SIZE or self._pos_pairs + len(pairs) > POS_MEMO_PAIRS:
+                items = [(t, p) for t, _s, _e, p, _why in self._resolve(plan) if t]
+            if len(memo) >= MEMO_SIZE or self._pos_pairs + len(items) > POS_MEMO_PAIRS:
                 memo.clear()
                 self._runs_of.clear()
+                self._pos_terms.clear()
                 self._width.clear()
                 self._nonsimple.clear()
                 self._pos_pairs = 0
-            memo[run] = found
-            self._pos_pairs += len(pairs)
+            one = self._pos_terms.setdefault
+            terms = tuple([one(t, t) for t, _p in items])
+            positions = tuple([p for _t, p in items])
+            found = memo[run] = (terms, positions, width)
+            self._pos_pairs += len(terms)
             self._width[run] = width
-            if not found[2]:
+            if width != 1 or any(positions):
                 self._nonsimple.add(run)
-            for t, _p in pairs:
-                self._runs_of.setdefault(t, set()).add(run)
+            runs_of = self._runs_of
+            for t in terms:
+                held = runs_of.get(t)
+                if held is None:
+                    runs_of[t] = run
+                elif type(held) is set:
+                    held.add(run)
+                elif held != run:
+                    runs_of[t] = {held, run}
         return found
 
     def _runs(self, text: str) -> list[Any]:
@@ -1008,9 +1026,13 @@ class Analyzer:
             runs_of = self._runs_of
             holding: set[Any] = set()
             for t in wanted:
-                found = runs_of.get(t)
-                if found:
-                    holding |= distinct & found
+                held = runs_of.get(t)
+                if held is None:
+                    continue
+                if type(held) is set:
+                    holding |= distinct & held
+                elif held in distinct:
+                    holding.add(held)
             if not holding:
                 return out
             hits = [i for i, run in enumerate(runs) if run in holding]
@@ -1021,14 +1043,15 @@ class Analyzer:
                 starts = [acc[i] for i in hits]
             memo = self._pos_memo
             for i, start in zip(hits, starts):
-                for term, p in memo[runs[i]][0]:
+                terms, positions, _width = memo[runs[i]]
+                for term, p in zip(terms, positions):
                     if term in wanted:
                         out.setdefault(term, []).append(start + p)
             return out
         pos = 0
         for run in runs:
-            pairs, width, _simple = info(run)
-            for term, p in pairs:
+            terms, positions, width = info(run)
+            for term, p in zip(terms, positions):
                 entry = out.get(term)
                 if entry is None:
                     out[term] = [pos + p]

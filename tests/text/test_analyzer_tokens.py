@@ -120,6 +120,6 @@ def test_positions_of_with_a_memo_that_fills_up(text, pieces, budget):
         for _ in range(2):  # cold, then with whatever the memo kept
             assert an.positions_of(text, wanted) == {t: p for t, p in full.items() if t in wanted}
             assert an.positions(text) == full
-            held = [len(pairs) for pairs, _width, _simple in an._pos_memo.values()]
+            held = [len(terms) for terms, _positions, _width in an._pos_memo.values()]
             assert an._pos_pairs == sum(held)
             assert an._pos_pairs <= budget or len(held) == 1  # one run over the budget is kept alone
