@@ -41,7 +41,7 @@ from ragdb.storage import Store, is_postgres, loads, open_store
 from ragdb.storage.collections import DEFAULT as DEFAULT_COLLECTION, check_name
 from ragdb.types import AddReport, Changes, CollectionInfo, Document, Facets, Hit, LoadedDocument, QueryPlan, ReindexReport, Span, Stats, VectorInfo
 from ragdb.index.vectors import VectorIndex
-from ragdb.engine.write import VectorTally, Writer, collector_paused, doc_from_row
+from ragdb.engine.write import VectorTally, Writer, collector_paused, doc_from_row, stored_texts
 
 if TYPE_CHECKING:
     from ragdb.models.embedder import Embedder
@@ -345,9 +345,14 @@ class Database:
 
         # Validation, chunking and analysis (of the texts, titles and headings) happen in
         # prepared_batches, outside the write lock; each batch is then one write transaction.
+        # The texts of each batch after the first are compressed in the background while the
+        # batch before is written (Store.pack_ahead).
+        store = eng.store
         batches = prepared_batches(records, analyzer=analyzer, chunker=ch, batch_size=batch_size, workers=workers,
-                                   fields=eng.settings.get("fields") is not None)
+                                   fields=eng.settings.get("fields") is not None,
+                                   ahead=lambda batch: store.pack_ahead(stored_texts(batch)))
         with contextlib.closing(batches), contextlib.ExitStack() as pause:
+            pause.callback(store.end_pack_ahead)
             for n, batch in enumerate(batches):
                 if n == 1:  # a bulk load (more than one batch): see collector_paused
                     pause.enter_context(collector_paused())

@@ -14,7 +14,7 @@ from __future__ import annotations
 import hashlib
 import os
 import sys
-from collections.abc import Generator, Iterable, Mapping, Sequence
+from collections.abc import Callable, Generator, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -64,7 +64,8 @@ class Prepared:
 def check_metadata(metadata: Any, label: str) -> tuple[dict[str, Any], str]:
     """Validated metadata and its JSON text (None: none; ``False``, ``0`` or ``[]`` are
     mistakes, not empty metadata)."""
-    metadata = {} if metadata is None else metadata
+    if metadata is None:
+        return {}, "{}"  # (most records of a bulk load: what the steps below make of {})
     if not isinstance(metadata, Mapping):
         raise InvalidInput(f"{label}: metadata must be a mapping, got {type(metadata).__name__}")
     metadata = dict(metadata)
@@ -90,6 +91,8 @@ def check_metadata(metadata: Any, label: str) -> tuple[dict[str, Any], str]:
 
 def check_acl(acl_in: Any, label: str) -> tuple[str, ...]:
     """Validated access labels, distinct and sorted."""
+    if acl_in is None:
+        return ()
     acl_in = acl_in or ()
     if not isinstance(acl_in, (list, tuple, set, frozenset)) or not all(isinstance(a, str) and a for a in acl_in):
         raise InvalidInput(f"{label}: acl must be a list of non-empty strings, got {acl_in!r}")
@@ -107,8 +110,8 @@ def prepare(record: Mapping[str, Any] | LoadedDocument, chunker: Chunker, n: int
                   "metadata": meta, "spans": record.spans, "acl": record.acl}
     if not isinstance(record, Mapping):
         raise InvalidInput(f"record {n}: expected a mapping with 'text', got {type(record).__name__}")
-    unknown = set(record) - RECORD_KEYS
-    if unknown:
+    if not RECORD_KEYS.issuperset(record):
+        unknown = set(record) - RECORD_KEYS
         raise InvalidInput(f"record {n}: unknown keys {sorted(unknown, key=repr)}")
     text = record.get("text")
     source = record.get("source")
@@ -193,7 +196,8 @@ def _dispatch(analyzer: Analyzer, pool: AnalysisPool | None, texts: list[str], b
 
 
 def prepared_batches(records: Iterable[Mapping[str, Any] | LoadedDocument], *, analyzer: Analyzer,
-                     chunker: Chunker, batch_size: int, workers: int | None, fields: bool = False
+                     chunker: Chunker, batch_size: int, workers: int | None, fields: bool = False,
+                     ahead: Callable[[list[Prepared]], None] | None = None
                      ) -> Generator[list[Prepared], None, None]:
     """``records`` validated, chunked and analyzed, ``batch_size`` at a time, in record
     order: everything a write does that needs no lock. With ``fields`` (the database
@@ -203,7 +207,10 @@ def prepared_batches(records: Iterable[Mapping[str, Any] | LoadedDocument], *, a
     A batch is analyzed while the one before it is written (the texts go to worker
     processes in parts; this process analyzes a part itself when there are no workers
     or they are behind). An invalid record raises after the batches before it were
-    yielded. Close the generator when done early (the worker pool stops with it)."""
+    yielded. Close the generator when done early (the worker pool stops with it).
+
+    ``ahead``: called with each batch after the first once it is prepared, before the batch
+    before it is yielded (and written): the texts it will store may be compressed meanwhile."""
     now = parse_timestamp(None, "now")
     pool: AnalysisPool | None = None
     backlog = max(2, -(-batch_size // ANALYSIS_PART))  # parts a worker may have queued (a batch)
@@ -251,6 +258,8 @@ def prepared_batches(records: Iterable[Mapping[str, Any] | LoadedDocument], *, a
             if not batch:
                 break
             if pending is not None:
+                if ahead is not None:
+                    ahead(batch)
                 done, pending = pending, None
                 yield finish(*done)  # while the workers analyze this batch
             pending = (batch, pooled, parts)

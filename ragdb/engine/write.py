@@ -589,8 +589,7 @@ class Writer:
                 terms_blob, tfs_blob, length = next(forward)
                 cid = next_chunk
                 next_chunk += 1
-                # A chunk that is the whole document stores no copy of the text.
-                ctext = None if start == 0 and end == whole else p.text[start:end]
+                ctext = chunk_text(p, start, end, whole)
                 if reusable is not None:
                     hashed.append((cid, text_hash(p.text if ctext is None else ctext)))
                 chunk_rows.append((cid, doc_id, ordinal, start, end, length, ctext,
@@ -923,6 +922,24 @@ def rewrite_filter_index(store: Any) -> None:
             meta_rows += meta
             acl_rows += labels
         store.insert_doc_index(meta_rows, acl_rows)
+
+
+def chunk_text(p: Prepared, start: int, end: int, whole: int) -> str | None:
+    """The text a chunk stores of its own: None for a chunk that is its whole document
+    (``whole``: the document text's length), which stores no copy."""
+    return None if start == 0 and end == whole else p.text[start:end]
+
+
+def stored_texts(batch: Sequence[Prepared]) -> list[str]:
+    """Every text a write of ``batch`` stores: each document's, and its chunks' own (:func:`chunk_text`)."""
+    out: list[str] = []
+    for p in batch:
+        out.append(p.text)
+        whole = len(p.text)
+        for start, end, _m, _c in p.chunks:
+            if (own := chunk_text(p, start, end, whole)) is not None:
+                out.append(own)
+    return out
 
 
 def doc_from_prepared(doc_id: int, p: Prepared) -> Document:

@@ -131,6 +131,13 @@ class StoreBase:
         """What to store for each of ``texts``: as they are (SQLite compresses: ``ConnectionSQL``)."""
         return list(texts)
 
+    def pack_ahead(self, texts: Sequence[str]) -> None:
+        """Texts a bulk load is about to write (its next batch): a store that compresses
+        them may start now, in the background (``ConnectionSQL``). Nothing here."""
+
+    def end_pack_ahead(self) -> None:
+        """The bulk load is over: stop what :meth:`pack_ahead` started."""
+
     def _filter_sql(self, conditions: Sequence[Any], public_unlabeled: bool, per_chunk: bool = False
                     ) -> tuple[list[str], list[Any]]:
         """WHERE terms on ``documents d`` for filter conditions (see ragdb.query.filters.Condition).

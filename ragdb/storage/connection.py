@@ -589,6 +589,19 @@ class ConnectionSQL(StoreBase):
 
         return _text.pack(raw, self.shared.codec, self.collection_id, texts, doc_ids, stored)
 
+    def pack_ahead(self, texts: Sequence[str]) -> None:
+        """Compress ``texts`` in a background thread with the collection's dictionary, for
+        :meth:`pack_texts` to take when they are written (:meth:`TextCodec.compress_ahead`);
+        nothing while the collection has no dictionary yet (its first write trains it)."""
+        try:
+            dict_id = _text.current_dict(self.shared.raw, self.collection_id)
+        except sqlite3.Error:  # (only a head start: the write compresses them anyway)
+            return
+        self.shared.codec.compress_ahead(texts, dict_id)
+
+    def end_pack_ahead(self) -> None:
+        self.shared.codec.end_ahead()
+
     def in_transaction(self) -> bool:
         """Whether a transaction of this connection is open (then writes nest as savepoints)."""
         return bool(self.conn.in_transaction)

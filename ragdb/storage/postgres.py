@@ -1000,6 +1000,12 @@ class PgStore(Store):
     def pack_texts(self, texts: Sequence[str | None], doc_ids: Sequence[int] = ()) -> list[str | bytes | None]:
         return list(texts)
 
+    def pack_ahead(self, texts: Sequence[str]) -> None:
+        pass  # (nothing to compress)
+
+    def end_pack_ahead(self) -> None:
+        pass
+
     # -- vectors (vectors.py) ------------------------------------------------------------------------
     _CHUNK_TEXT_BYTES = "convert_to(coalesce(c.text, d.text), 'UTF8')"
 

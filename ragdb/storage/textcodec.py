@@ -24,6 +24,7 @@ from __future__ import annotations
 import sqlite3
 import threading
 from collections.abc import Callable, Sequence
+from concurrent.futures import Future, ThreadPoolExecutor
 
 import zstandard
 
@@ -63,6 +64,8 @@ class TextCodec:
         self._dicts: dict[int, zstandard.ZstdCompressionDict] = {}
         self._decompressors: dict[int, zstandard.ZstdDecompressor] = {}
         self._compressors: dict[int, zstandard.ZstdCompressor] = {}
+        self._ahead: list[_Ahead] = []  # texts being compressed ahead of their write (compress_ahead)
+        self._ahead_thread: ThreadPoolExecutor | None = None
 
     def _dict(self, dict_id: int) -> zstandard.ZstdCompressionDict:
         d = self._dicts.get(dict_id)
@@ -84,6 +87,7 @@ class TextCodec:
             self._dicts.clear()
             self._decompressors.clear()
             self._compressors.clear()
+            self._ahead.clear()  # (made with a dictionary that may be gone)
 
     # -- reading -------------------------------------------------------------------------
     def decode_bytes(self, blob: bytes) -> bytes:
@@ -119,17 +123,108 @@ class TextCodec:
         that is shorter than its UTF-8, else the text as it is."""
         if text is None:
             return None
-        raw = text.encode("utf-8")
-        if len(raw) < MIN_BYTES:
-            return text
+        if self._ahead:
+            found = self._made_ahead(text, dict_id)
+            if found is not None:
+                return found
         with self._lock:
             comp = self._compressors.get(dict_id)
             if comp is None:
                 comp = (zstandard.ZstdCompressor(level=LEVEL) if dict_id == 0 else
                         zstandard.ZstdCompressor(level=LEVEL, dict_data=self._dict(dict_id)))
                 self._compressors[dict_id] = comp
-            frame = comp.compress(raw)
-        return frame if len(frame) < len(raw) else text
+            return _stored(comp, text)
+
+    # -- compressing ahead of a write ----------------------------------------------------------
+    def compress_ahead(self, texts: Sequence[str], dict_id: int) -> None:
+        """Start compressing ``texts`` with dictionary ``dict_id`` in a background thread, for
+        :meth:`encode` to take when they are written: the same values (a compressor of the same
+        level and dictionary, its own, as a zstd compressor serves one thread at a time).
+
+        zstd releases the GIL while it compresses, so the frames are made on another core while
+        the caller goes on: a bulk load hands over its next batch while it writes the one before
+        (``Database.add_many``), and its main thread spent ~8% of a 100k-chunk load compressing.
+        The last two batches handed over are held (texts never written drop out with them);
+        :meth:`end_ahead` stops the thread."""
+        if not texts or dict_id == 0:
+            return
+        zdict = self._dict(dict_id)
+        comp = zstandard.ZstdCompressor(level=LEVEL, dict_data=zdict)  # (made here: the dictionary is digested once, in this thread)
+        if self._ahead_thread is None:
+            self._ahead_thread = ThreadPoolExecutor(max_workers=1, thread_name_prefix="ragdb-zstd")
+        job = _Ahead(dict_id, zdict, self._ahead_thread.submit(_stored_all, comp, list(texts)))
+        with self._lock:
+            self._ahead.append(job)
+            del self._ahead[:-2]
+
+    def end_ahead(self) -> None:
+        """Stop compressing ahead (the thread ends) and drop what was made."""
+        with self._lock:
+            self._ahead.clear()
+            thread, self._ahead_thread = self._ahead_thread, None
+        if thread is not None:
+            thread.shutdown(wait=True, cancel_futures=True)
+
+    def _made_ahead(self, text: str, dict_id: int) -> str | bytes | None:
+        """What :meth:`compress_ahead` made for ``text`` with dictionary ``dict_id`` (the same
+        dictionary object this codec holds for that id: one trained again after a rollback is
+        another), or None."""
+        for job in self._ahead:
+            if job.dict_id != dict_id or self._dicts.get(dict_id) is not job.zdict:
+                continue
+            try:
+                made = job.future.result()
+            except Exception:  # (the thread failed, e.g. out of memory: compressed here instead)
+                continue
+            found = made.get(text)
+            if found is not None:
+                return found
+        return None
+
+
+class _Ahead:
+    """Texts being compressed ahead of their write: text -> what to store, when done."""
+
+    __slots__ = ("dict_id", "zdict", "future")
+
+    def __init__(self, dict_id: int, zdict: zstandard.ZstdCompressionDict,
+                 future: Future[dict[str, str | bytes]]) -> None:
+        self.dict_id = dict_id
+        self.zdict = zdict
+        self.future = future
+
+
+def _stored(comp: zstandard.ZstdCompressor, text: str) -> str | bytes:
+    """What to store for ``text`` with compressor ``comp``: its frame when that is shorter
+    than its UTF-8, else the text as it is."""
+    raw = text.encode("utf-8")
+    if len(raw) < MIN_BYTES:
+        return text
+    frame = comp.compress(raw)
+    return frame if len(frame) < len(raw) else text
+
+
+def _stored_all(comp: zstandard.ZstdCompressor, texts: list[str]) -> dict[str, str | bytes]:
+    """text -> :func:`_stored` of it, for every one of ``texts`` (in a background thread).
+
+    The frames are made in one call, which holds no GIL from the first to the last: a call a
+    text took the GIL back after each, and a thread waits up to the switch interval (5 ms) for
+    it while the writer's thread runs Python, so the batch was not done when its write came.
+    (The same frames as :func:`_stored`'s; a backend without the call makes them one by one.)"""
+    raws = [t.encode("utf-8") for t in texts]
+    big = [i for i, raw in enumerate(raws) if len(raw) >= MIN_BYTES]
+    frames: list[bytes] = []
+    if big:
+        try:
+            made = comp.multi_compress_to_buffer([raws[i] for i in big], threads=1)
+            frames = [made[j].tobytes() for j in range(len(big))]
+        except (AttributeError, NotImplementedError):  # (python-zstandard's cffi backend)
+            frames = [comp.compress(raws[i]) for i in big]
+    out: dict[str, str | bytes] = {t: t for t in texts}
+    for i, frame in zip(big, frames):
+        if len(frame) < len(raws[i]):
+            out[texts[i]] = frame
+    return out
 
 
 def new_codec(conn: sqlite3.Connection) -> TextCodec:

@@ -13,6 +13,7 @@ from __future__ import annotations
 import io
 import os
 import sqlite3
+import string
 import tempfile
 from pathlib import Path
 
@@ -79,6 +80,108 @@ def test_short_and_incompressible_texts_stay_text():
     noise = os.urandom(400).hex()[:300] + "🎉" * 3
     assert codec.encode("a" * 300, 0) != "a" * 300  # compressible: a frame
     assert codec.decode(codec.encode(noise, 0)) == noise
+
+
+def _codec_with_dict(texts: list[str]) -> tuple[textcodec.TextCodec, int]:
+    import zstandard
+
+    content = zstandard.train_dictionary(4096, [t.encode() for t in texts], dict_id=40000, level=3).as_bytes()
+    return textcodec.TextCodec(lambda dict_id: content if dict_id == 40000 else None), 40000
+
+
+_AHEAD_TEXTS = st.lists(st.one_of(st.sampled_from(seed_texts(20)),  # long ones, some repeated
+                                  st.text(alphabet=st.characters(blacklist_categories=("Cs",)), max_size=300),
+                                  # just over the 64 bytes a frame needs to gain: a frame is longer
+                                  st.text(alphabet=string.ascii_letters + string.digits, min_size=64, max_size=90)),
+                        min_size=1, max_size=40)
+
+
+@settings(max_examples=EXAMPLES, deadline=None)
+@given(texts=_AHEAD_TEXTS, slow=st.booleans())
+def test_texts_compressed_ahead_store_what_a_write_would(texts, slow):
+    """Compressed ahead of their write in the background thread (a bulk load's next batch), the
+    texts store exactly what compressing them in the write stores: the same frames, short and
+    incompressible texts as they are, a text given twice once. Texts not handed over, or
+    handed over with another dictionary, are compressed in the write."""
+    ahead, dict_id = _codec_with_dict(seed_texts(40))
+    plain, _ = _codec_with_dict(seed_texts(40))
+    if slow:  # one call a text (python-zstandard's cffi backend has no multi_compress_to_buffer)
+        class OneByOne:
+            def __init__(self, comp):
+                self.comp = comp
+
+            def compress(self, raw):
+                return self.comp.compress(raw)
+
+        real = textcodec.zstandard.ZstdCompressor
+        import unittest.mock
+        with unittest.mock.patch.object(textcodec.zstandard, "ZstdCompressor", lambda **kw: OneByOne(real(**kw))):
+            ahead.compress_ahead(texts[::2], dict_id)
+    else:
+        ahead.compress_ahead(texts[::2], dict_id)
+    ahead.compress_ahead(texts[1::3], 0)  # no dictionary: nothing is done ahead
+    try:
+        for t in texts + ["not handed over " * 20]:
+            got = ahead.encode(t, dict_id)
+            assert got == plain.encode(t, dict_id)
+            assert plain.decode(got) == t
+    finally:
+        ahead.end_ahead()
+    assert ahead.encode(texts[0] if texts else "x", dict_id) == plain.encode(texts[0] if texts else "x", dict_id)
+
+
+def test_frames_made_ahead_with_another_dictionary_of_that_id_are_not_used():
+    """A rollback may undo a dictionary's row, and the next one trained can get the same id
+    with other content: what was compressed ahead with the old one is not used then."""
+    import zstandard
+
+    codec, dict_id = _codec_with_dict(seed_texts(40))
+    texts = seed_texts(6)
+    other = zstandard.train_dictionary(4096, [t.upper().encode() for t in seed_texts(40)], dict_id=dict_id,
+                                       level=3).as_bytes()
+    fresh = textcodec.TextCodec(lambda i: other if i == dict_id else None)
+    try:
+        codec.compress_ahead(texts[:3], dict_id)
+        codec.encode(texts[0], dict_id)  # (the thread is done)
+        codec.add_dict(dict_id, other)  # trained again, same id
+        assert [codec.encode(t, dict_id) for t in texts[:3]] == [fresh.encode(t, dict_id) for t in texts[:3]]
+        codec.compress_ahead(texts[3:], dict_id)
+        codec.forget()  # a rollback: dictionaries are read again, frames made ahead dropped
+        assert not codec._ahead
+    finally:
+        codec.end_ahead()
+
+
+def test_a_bulk_load_compresses_its_batches_ahead(tmp_path, small_training, monkeypatch):
+    """``add_many`` hands each batch after the first to the background thread while it writes
+    the one before: from the third batch on (the first trains the dictionary), every text it
+    stores was made ahead, and the file holds what a load without it holds; chunk texts of
+    split documents too."""
+    used: list[bool] = []
+    real = textcodec.TextCodec._made_ahead
+
+    def spy(self, text, dict_id):
+        found = real(self, text, dict_id)
+        used.append(found is not None)
+        return found
+
+    monkeypatch.setattr(textcodec.TextCodec, "_made_ahead", spy)
+    texts = seed_texts(120)
+    records = [{"text": t + (" " + t if i % 3 == 0 else ""), "source": f"s{i}"} for i, t in enumerate(texts)]
+    with ragdb.open(tmp_path / "kb.db") as db:
+        db.add_many(records, batch_size=20, workers=0, chunker="window:size=40,overlap=0")
+        assert db.check() == []
+        assert [db.get(source=f"s{i}").text for i in range(len(texts))] == [r["text"] for r in records]
+    assert sum(used) >= len(records) * 2 // 3  # documents' and chunks' texts from the third batch on
+    monkeypatch.setattr(textcodec.TextCodec, "_made_ahead", lambda self, text, dict_id: None)
+    with ragdb.open(tmp_path / "plain.db") as db:
+        db.add_many(records, batch_size=20, workers=0, chunker="window:size=40,overlap=0")
+    sql = ("SELECT 'd', id, typeof(text), CAST(text AS BLOB) FROM documents UNION ALL "
+           "SELECT 'c', id, typeof(text), CAST(text AS BLOB) FROM chunks ORDER BY 1, 2")
+    assert stored(tmp_path / "kb.db", sql) == stored(tmp_path / "plain.db", sql)
+    with ragdb.open(tmp_path / "kb.db") as db:  # reopened: the texts search and read back
+        hit = db.search("retrieval database", k=1)[0]
+        assert hit.text in db.get(hit.doc_id).text
 
 
 # ---------------------------------------------------------------------------- the database, end to end
