@@ -345,17 +345,17 @@ class Database:
 
         # Validation, chunking and analysis (of the texts, titles and headings) happen in
         # prepared_batches, outside the write lock; each batch is then one write transaction.
-        # The texts of each batch after the first are compressed in the background while the
-        # batch before is written (Store.pack_ahead).
-        store = eng.store
-        batches = prepared_batches(records, analyzer=analyzer, chunker=ch, batch_size=batch_size, workers=workers,
-                                   fields=eng.settings.get("fields") is not None,
-                                   ahead=lambda batch: store.pack_ahead(stored_texts(batch)))
-        with contextlib.closing(batches), contextlib.ExitStack() as pause:
-            pause.callback(store.end_pack_ahead)
+        with contextlib.ExitStack() as stack:
+            # The texts a batch stores are compressed in the background while the batch
+            # before it is written (Store.packing_ahead).
+            packer = stack.enter_context(eng.store.packing_ahead())
+            batches = stack.enter_context(contextlib.closing(prepared_batches(
+                records, analyzer=analyzer, chunker=ch, batch_size=batch_size, workers=workers,
+                fields=eng.settings.get("fields") is not None,
+                ahead=None if packer is None else (lambda batch: packer(stored_texts(batch))))))
             for n, batch in enumerate(batches):
                 if n == 1:  # a bulk load (more than one batch): see collector_paused
-                    pause.enter_context(collector_paused())
+                    stack.enter_context(collector_paused())
                 changes.extend(self._writer.write(batch, tally, analyzer))
                 bulk_terms.add(self._writer.maybe_flush(BULK_FLUSH_CHUNKS))  # bound a bulk load's memory
             # After a bulk load that flushed in mid-load, flush the rest and merge the

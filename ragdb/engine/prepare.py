@@ -210,7 +210,9 @@ def prepared_batches(records: Iterable[Mapping[str, Any] | LoadedDocument], *, a
     yielded. Close the generator when done early (the worker pool stops with it).
 
     ``ahead``: called with each batch after the first once it is prepared, before the batch
-    before it is yielded (and written): the texts it will store may be compressed meanwhile."""
+    before it is yielded (and written): the texts it will store may be compressed meanwhile,
+    in a thread. Not before the analysis workers are forked (``POOL_AFTER`` records), which
+    forking with another thread alive could deadlock."""
     now = parse_timestamp(None, "now")
     pool: AnalysisPool | None = None
     backlog = max(2, -(-batch_size // ANALYSIS_PART))  # parts a worker may have queued (a batch)
@@ -258,7 +260,7 @@ def prepared_batches(records: Iterable[Mapping[str, Any] | LoadedDocument], *, a
             if not batch:
                 break
             if pending is not None:
-                if ahead is not None:
+                if ahead is not None and n > POOL_AFTER:  # (no worker is forked after: see ahead)
                     ahead(batch)
                 done, pending = pending, None
                 yield finish(*done)  # while the workers analyze this batch

@@ -12,10 +12,11 @@ overrides them with PostgreSQL's, and the sections' statements are shared.
 
 from __future__ import annotations
 
+import contextlib
 import re
 import sqlite3
 import threading
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from typing import Any, overload
 
 from ragdb.errors import CollectionNotFound, DatabaseBusy, DatabaseCorrupt, RagdbError, StorageError, TextDamaged
@@ -131,12 +132,12 @@ class StoreBase:
         """What to store for each of ``texts``: as they are (SQLite compresses: ``ConnectionSQL``)."""
         return list(texts)
 
-    def pack_ahead(self, texts: Sequence[str]) -> None:
-        """Texts a bulk load is about to write (its next batch): a store that compresses
-        them may start now, in the background (``ConnectionSQL``). Nothing here."""
-
-    def end_pack_ahead(self) -> None:
-        """The bulk load is over: stop what :meth:`pack_ahead` started."""
+    @contextlib.contextmanager
+    def packing_ahead(self) -> Iterator[Callable[[Sequence[str]], None] | None]:
+        """A bulk load's head start on the texts it stores: a function to call with the texts of
+        its next batch, which a store that compresses them starts on in the background while
+        the load writes the batch before (``ConnectionSQL``), or None (here: nothing to do)."""
+        yield None
 
     def _filter_sql(self, conditions: Sequence[Any], public_unlabeled: bool, per_chunk: bool = False
                     ) -> tuple[list[str], list[Any]]:

@@ -14,7 +14,7 @@ import time
 import threading
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 
 if TYPE_CHECKING:
     import sqlite_utils
@@ -589,18 +589,33 @@ class ConnectionSQL(StoreBase):
 
         return _text.pack(raw, self.shared.codec, self.collection_id, texts, doc_ids, stored)
 
-    def pack_ahead(self, texts: Sequence[str]) -> None:
-        """Compress ``texts`` in a background thread with the collection's dictionary, for
-        :meth:`pack_texts` to take when they are written (:meth:`TextCodec.compress_ahead`);
-        nothing while the collection has no dictionary yet (its first write trains it)."""
-        try:
-            dict_id = _text.current_dict(self.shared.raw, self.collection_id)
-        except sqlite3.Error:  # (only a head start: the write compresses them anyway)
-            return
-        self.shared.codec.compress_ahead(texts, dict_id)
+    @contextlib.contextmanager
+    def packing_ahead(self) -> Iterator[Callable[[Sequence[str]], None] | None]:
+        """A bulk load's texts compressed in a background thread with the collection's
+        dictionary, a batch ahead, for :meth:`pack_texts` to take when they are written
+        (:class:`ragdb.storage.textcodec.AheadCompression`); nothing while the collection has
+        no dictionary yet (the load's first write trains it). The thread ends with the block."""
+        session = self.shared.codec.ahead()
 
-    def end_pack_ahead(self) -> None:
-        self.shared.codec.end_ahead()
+        def ahead(texts: Sequence[str]) -> None:
+            # Only a head start, so it never waits and never fails the load: with another
+            # thread's write under way (whose dictionary may yet be rolled back) or on any
+            # error, the write compresses these texts itself.
+            if not self.lock.acquire(blocking=False):
+                return
+            try:
+                dict_id = _text.current_dict(self.shared.raw, self.collection_id)
+                if dict_id:
+                    session.submit(texts, dict_id)
+            except Exception:
+                return
+            finally:
+                self.lock.release()
+
+        try:
+            yield ahead
+        finally:
+            session.close()
 
     def in_transaction(self) -> bool:
         """Whether a transaction of this connection is open (then writes nest as savepoints)."""

@@ -50,7 +50,7 @@ import logging
 import re
 import threading
 import time
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from decimal import Decimal
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, cast
@@ -1000,11 +1000,9 @@ class PgStore(Store):
     def pack_texts(self, texts: Sequence[str | None], doc_ids: Sequence[int] = ()) -> list[str | bytes | None]:
         return list(texts)
 
-    def pack_ahead(self, texts: Sequence[str]) -> None:
-        pass  # (nothing to compress)
-
-    def end_pack_ahead(self) -> None:
-        pass
+    @contextlib.contextmanager
+    def packing_ahead(self) -> Iterator[Callable[[Sequence[str]], None] | None]:
+        yield None  # (nothing to compress)
 
     # -- vectors (vectors.py) ------------------------------------------------------------------------
     _CHUNK_TEXT_BYTES = "convert_to(coalesce(c.text, d.text), 'UTF8')"

@@ -64,8 +64,7 @@ class TextCodec:
         self._dicts: dict[int, zstandard.ZstdCompressionDict] = {}
         self._decompressors: dict[int, zstandard.ZstdDecompressor] = {}
         self._compressors: dict[int, zstandard.ZstdCompressor] = {}
-        self._ahead: list[_Ahead] = []  # texts being compressed ahead of their write (compress_ahead)
-        self._ahead_thread: ThreadPoolExecutor | None = None
+        self._ahead: list[AheadCompression] = []  # bulk loads compressing ahead of their writes (ahead())
 
     def _dict(self, dict_id: int) -> zstandard.ZstdCompressionDict:
         d = self._dicts.get(dict_id)
@@ -87,7 +86,8 @@ class TextCodec:
             self._dicts.clear()
             self._decompressors.clear()
             self._compressors.clear()
-            self._ahead.clear()  # (made with a dictionary that may be gone)
+            for session in self._ahead:
+                session.drop()  # (made with a dictionary that may be gone)
 
     # -- reading -------------------------------------------------------------------------
     def decode_bytes(self, blob: bytes) -> bytes:
@@ -136,61 +136,93 @@ class TextCodec:
             return _stored(comp, text)
 
     # -- compressing ahead of a write ----------------------------------------------------------
-    def compress_ahead(self, texts: Sequence[str], dict_id: int) -> None:
-        """Start compressing ``texts`` with dictionary ``dict_id`` in a background thread, for
-        :meth:`encode` to take when they are written: the same values (a compressor of the same
-        level and dictionary, its own, as a zstd compressor serves one thread at a time).
-
-        zstd releases the GIL while it compresses, so the frames are made on another core while
-        the caller goes on: a bulk load hands over its next batch while it writes the one before
-        (``Database.add_many``), and its main thread spent ~8% of a 100k-chunk load compressing.
-        The last two batches handed over are held (texts never written drop out with them);
-        :meth:`end_ahead` stops the thread."""
-        if not texts or dict_id == 0:
-            return
-        zdict = self._dict(dict_id)
-        comp = zstandard.ZstdCompressor(level=LEVEL, dict_data=zdict)  # (made here: the dictionary is digested once, in this thread)
-        if self._ahead_thread is None:
-            self._ahead_thread = ThreadPoolExecutor(max_workers=1, thread_name_prefix="ragdb-zstd")
-        job = _Ahead(dict_id, zdict, self._ahead_thread.submit(_stored_all, comp, list(texts)))
+    def ahead(self) -> AheadCompression:
+        """A bulk load's head start on compressing its texts: see :class:`AheadCompression`
+        (:meth:`encode` takes what it made; close it when the load is over)."""
+        session = AheadCompression(self._dict, self._end)
         with self._lock:
-            self._ahead.append(job)
-            del self._ahead[:-2]
+            self._ahead = [*self._ahead, session]  # (replaced, not changed in place: encode reads it without the lock)
+        return session
 
-    def end_ahead(self) -> None:
-        """Stop compressing ahead (the thread ends) and drop what was made."""
+    def _end(self, session: AheadCompression) -> None:
         with self._lock:
-            self._ahead.clear()
-            thread, self._ahead_thread = self._ahead_thread, None
-        if thread is not None:
-            thread.shutdown(wait=True, cancel_futures=True)
+            self._ahead = [s for s in self._ahead if s is not session]
 
     def _made_ahead(self, text: str, dict_id: int) -> str | bytes | None:
-        """What :meth:`compress_ahead` made for ``text`` with dictionary ``dict_id`` (the same
-        dictionary object this codec holds for that id: one trained again after a rollback is
+        """What a session made for ``text`` with dictionary ``dict_id`` (the dictionary object
+        this codec holds for that id: one trained again under the same id after a rollback is
         another), or None."""
-        for job in self._ahead:
-            if job.dict_id != dict_id or self._dicts.get(dict_id) is not job.zdict:
-                continue
-            try:
-                made = job.future.result()
-            except Exception:  # (the thread failed, e.g. out of memory: compressed here instead)
-                continue
-            found = made.get(text)
+        zdict = self._dicts.get(dict_id)
+        for session in self._ahead:
+            found = session.made(text, dict_id, zdict)
             if found is not None:
                 return found
         return None
 
 
+class AheadCompression:
+    """Texts compressed in a background thread before the write that stores them, for
+    :meth:`TextCodec.encode` to take then: the same values (a compressor of the same level
+    and dictionary, each batch its own, as a zstd compressor serves one thread at a time).
+
+    zstd releases the GIL while it compresses, so the frames are made on another core while
+    the load's thread goes on: ``Database.add_many`` hands over each batch while it writes the
+    one before (its main thread spent ~8% of a 100k-chunk load compressing). The last two
+    batches handed over are held (texts never written drop out with them); :meth:`close`
+    stops the thread. One per load: loads in other threads (other collections of one
+    connection share its codec) have their own."""
+
+    def __init__(self, dictionary: Callable[[int], zstandard.ZstdCompressionDict],
+                 on_close: Callable[[AheadCompression], None]) -> None:
+        self._dictionary = dictionary  # (the codec's: the same object its encode compares with)
+        self._on_close = on_close
+        self._jobs: list[_Ahead] = []  # replaced whole, never changed in place (read without a lock)
+        self._thread: ThreadPoolExecutor | None = None
+
+    def submit(self, texts: Sequence[str], dict_id: int) -> None:
+        """Start compressing ``texts`` with dictionary ``dict_id`` (not 0)."""
+        zdict = self._dictionary(dict_id)
+        comp = zstandard.ZstdCompressor(level=LEVEL, dict_data=zdict)
+        if self._thread is None:
+            self._thread = ThreadPoolExecutor(max_workers=1, thread_name_prefix="ragdb-zstd")
+        listed = list(texts)
+        # (the set, made here, is what a lookup asks first: only the job holding a text is waited for)
+        job = _Ahead(dict_id, zdict, frozenset(listed), self._thread.submit(_stored_all, comp, listed))
+        self._jobs = [*self._jobs[-1:], job]
+
+    def made(self, text: str, dict_id: int, zdict: zstandard.ZstdCompressionDict | None
+             ) -> str | bytes | None:
+        for job in self._jobs:
+            if job.dict_id == dict_id and job.zdict is zdict and text in job.texts:
+                try:
+                    return job.future.result().get(text)
+                except Exception:  # (the thread failed, e.g. out of memory: compressed in the write instead)
+                    return None
+        return None
+
+    def drop(self) -> None:
+        """Forget what was made (a rollback: made with a dictionary that may be gone)."""
+        self._jobs = []
+
+    def close(self) -> None:
+        """Stop the thread (waiting for the batch it is on) and forget what was made."""
+        self._on_close(self)
+        self._jobs = []
+        thread, self._thread = self._thread, None
+        if thread is not None:
+            thread.shutdown(wait=True, cancel_futures=True)
+
+
 class _Ahead:
-    """Texts being compressed ahead of their write: text -> what to store, when done."""
+    """A batch's texts being compressed ahead of their write: text -> what to store, when done."""
 
-    __slots__ = ("dict_id", "zdict", "future")
+    __slots__ = ("dict_id", "zdict", "texts", "future")
 
-    def __init__(self, dict_id: int, zdict: zstandard.ZstdCompressionDict,
+    def __init__(self, dict_id: int, zdict: zstandard.ZstdCompressionDict, texts: frozenset[str],
                  future: Future[dict[str, str | bytes]]) -> None:
         self.dict_id = dict_id
         self.zdict = zdict
+        self.texts = texts
         self.future = future
 
 

@@ -15,6 +15,7 @@ import os
 import sqlite3
 import string
 import tempfile
+import threading
 from pathlib import Path
 
 import orjson
@@ -101,33 +102,35 @@ _AHEAD_TEXTS = st.lists(st.one_of(st.sampled_from(seed_texts(20)),  # long ones,
 def test_texts_compressed_ahead_store_what_a_write_would(texts, slow):
     """Compressed ahead of their write in the background thread (a bulk load's next batch), the
     texts store exactly what compressing them in the write stores: the same frames, short and
-    incompressible texts as they are, a text given twice once. Texts not handed over, or
-    handed over with another dictionary, are compressed in the write."""
-    ahead, dict_id = _codec_with_dict(seed_texts(40))
+    incompressible texts as they are, a text given twice once. Texts not handed over are
+    compressed in the write; after the session is closed nothing is taken from it."""
+    codec, dict_id = _codec_with_dict(seed_texts(40))
     plain, _ = _codec_with_dict(seed_texts(40))
-    if slow:  # one call a text (python-zstandard's cffi backend has no multi_compress_to_buffer)
-        class OneByOne:
-            def __init__(self, comp):
-                self.comp = comp
-
-            def compress(self, raw):
-                return self.comp.compress(raw)
-
-        real = textcodec.zstandard.ZstdCompressor
-        import unittest.mock
-        with unittest.mock.patch.object(textcodec.zstandard, "ZstdCompressor", lambda **kw: OneByOne(real(**kw))):
-            ahead.compress_ahead(texts[::2], dict_id)
-    else:
-        ahead.compress_ahead(texts[::2], dict_id)
-    ahead.compress_ahead(texts[1::3], 0)  # no dictionary: nothing is done ahead
+    session = codec.ahead()
     try:
+        if slow:  # one call a text (python-zstandard's cffi backend has no multi_compress_to_buffer)
+            class OneByOne:
+                def __init__(self, comp):
+                    self.comp = comp
+
+                def compress(self, raw):
+                    return self.comp.compress(raw)
+
+            real = textcodec.zstandard.ZstdCompressor
+            import unittest.mock
+            with unittest.mock.patch.object(textcodec.zstandard, "ZstdCompressor", lambda **kw: OneByOne(real(**kw))):
+                session.submit(texts[::2], dict_id)
+        else:
+            session.submit(texts[::2], dict_id)
+        session.submit(texts[1::3], dict_id)
         for t in texts + ["not handed over " * 20]:
-            got = ahead.encode(t, dict_id)
+            got = codec.encode(t, dict_id)
             assert got == plain.encode(t, dict_id)
             assert plain.decode(got) == t
     finally:
-        ahead.end_ahead()
-    assert ahead.encode(texts[0] if texts else "x", dict_id) == plain.encode(texts[0] if texts else "x", dict_id)
+        session.close()
+    assert codec._made_ahead(texts[0], dict_id) is None
+    assert codec.encode(texts[0], dict_id) == plain.encode(texts[0], dict_id)
 
 
 def test_frames_made_ahead_with_another_dictionary_of_that_id_are_not_used():
@@ -140,48 +143,67 @@ def test_frames_made_ahead_with_another_dictionary_of_that_id_are_not_used():
     other = zstandard.train_dictionary(4096, [t.upper().encode() for t in seed_texts(40)], dict_id=dict_id,
                                        level=3).as_bytes()
     fresh = textcodec.TextCodec(lambda i: other if i == dict_id else None)
+    session = codec.ahead()
     try:
-        codec.compress_ahead(texts[:3], dict_id)
+        session.submit(texts[:3], dict_id)
         codec.encode(texts[0], dict_id)  # (the thread is done)
         codec.add_dict(dict_id, other)  # trained again, same id
         assert [codec.encode(t, dict_id) for t in texts[:3]] == [fresh.encode(t, dict_id) for t in texts[:3]]
-        codec.compress_ahead(texts[3:], dict_id)
+        session.submit(texts[3:], dict_id)
+        assert codec._made_ahead(texts[3], dict_id) is not None
         codec.forget()  # a rollback: dictionaries are read again, frames made ahead dropped
-        assert not codec._ahead
+        assert codec._made_ahead(texts[3], dict_id) is None
     finally:
-        codec.end_ahead()
+        session.close()
 
 
 def test_a_bulk_load_compresses_its_batches_ahead(tmp_path, small_training, monkeypatch):
-    """``add_many`` hands each batch after the first to the background thread while it writes
-    the one before: from the third batch on (the first trains the dictionary), every text it
-    stores was made ahead, and the file holds what a load without it holds; chunk texts of
-    split documents too."""
-    used: list[bool] = []
+    """``add_many`` hands each batch, once the analysis workers would have been forked
+    (``POOL_AFTER`` records), to the background thread while it writes the batch before:
+    those batches' texts, documents' and chunks' alike, are all taken from it, and the file
+    holds what a load without it holds. The thread ends with the load, also when a record is
+    invalid (the batches before it are written)."""
+    from ragdb.engine.prepare import POOL_AFTER
+
+    found: dict[str, bool] = {}
     real = textcodec.TextCodec._made_ahead
 
     def spy(self, text, dict_id):
-        found = real(self, text, dict_id)
-        used.append(found is not None)
-        return found
+        made = real(self, text, dict_id)
+        found[text] = made is not None
+        return made
 
     monkeypatch.setattr(textcodec.TextCodec, "_made_ahead", spy)
-    texts = seed_texts(120)
+    batch = 40
+    texts = seed_texts(POOL_AFTER + 4 * batch)
     records = [{"text": t + (" " + t if i % 3 == 0 else ""), "source": f"s{i}"} for i, t in enumerate(texts)]
+    chunker = "window:size=40,overlap=0"
     with ragdb.open(tmp_path / "kb.db") as db:
-        db.add_many(records, batch_size=20, workers=0, chunker="window:size=40,overlap=0")
+        db.add_many(records, batch_size=batch, workers=0, chunker=chunker)
         assert db.check() == []
         assert [db.get(source=f"s{i}").text for i in range(len(texts))] == [r["text"] for r in records]
-    assert sum(used) >= len(records) * 2 // 3  # documents' and chunks' texts from the third batch on
+        assert not [t for t in threading.enumerate() if t.name.startswith("ragdb-zstd")]
+    first = POOL_AFTER // batch * batch  # the first record of the first batch handed over (its last is past POOL_AFTER)
+    assert [found.get(r["text"]) for r in records[first:]] == [True] * (len(records) - first)
+    assert not any(found.get(r["text"]) for r in records[:first])
+    assert sum(found.values()) > len(records) - first  # chunks' own texts too
     monkeypatch.setattr(textcodec.TextCodec, "_made_ahead", lambda self, text, dict_id: None)
     with ragdb.open(tmp_path / "plain.db") as db:
-        db.add_many(records, batch_size=20, workers=0, chunker="window:size=40,overlap=0")
+        db.add_many(records, batch_size=batch, workers=0, chunker=chunker)
     sql = ("SELECT 'd', id, typeof(text), CAST(text AS BLOB) FROM documents UNION ALL "
            "SELECT 'c', id, typeof(text), CAST(text AS BLOB) FROM chunks ORDER BY 1, 2")
     assert stored(tmp_path / "kb.db", sql) == stored(tmp_path / "plain.db", sql)
     with ragdb.open(tmp_path / "kb.db") as db:  # reopened: the texts search and read back
         hit = db.search("retrieval database", k=1)[0]
         assert hit.text in db.get(hit.doc_id).text
+    monkeypatch.setattr(textcodec.TextCodec, "_made_ahead", spy)
+    bad = [*records[:first + 2 * batch], {"text": ""}, *records[:batch]]
+    with ragdb.open(tmp_path / "bad.db") as db:
+        with pytest.raises(InvalidInput):
+            db.add_many(bad, batch_size=batch, workers=0, chunker=chunker)
+        assert not [t for t in threading.enumerate() if t.name.startswith("ragdb-zstd")]
+        assert db.stats().documents == first + 2 * batch
+        assert db.check() == []
 
 
 # ---------------------------------------------------------------------------- the database, end to end
