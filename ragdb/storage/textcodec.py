@@ -226,36 +226,45 @@ class _Ahead:
         self.future = future
 
 
+#: Whether ``ZstdCompressor.multi_compress_to_buffer`` works: python-zstandard's C backend has
+#: it, its cffi backend (``PYTHON_ZSTANDARD_IMPORT_POLICY=cffi``, or platforms without the C
+#: extension) raises NotImplementedError, and there :func:`_stored_all` makes one call a text.
+MULTI_COMPRESS = zstandard.backend != "cffi"
+
+
 def _stored(comp: zstandard.ZstdCompressor, text: str) -> str | bytes:
     """What to store for ``text`` with compressor ``comp``: its frame when that is shorter
     than its UTF-8, else the text as it is."""
     raw = text.encode("utf-8")
-    if len(raw) < MIN_BYTES:
-        return text
-    frame = comp.compress(raw)
+    return text if len(raw) < MIN_BYTES else _shorter(text, raw, comp.compress(raw))
+
+
+def _shorter(text: str, raw: bytes, frame: bytes) -> str | bytes:
+    """What to store for ``text`` (UTF-8 ``raw``) given its zstd ``frame``: the frame when that
+    is shorter, else the text as it is."""
     return frame if len(frame) < len(raw) else text
 
 
 def _stored_all(comp: zstandard.ZstdCompressor, texts: list[str]) -> dict[str, str | bytes]:
-    """text -> :func:`_stored` of it, for every one of ``texts`` (in a background thread).
+    """text -> what :meth:`TextCodec.encode` stores for it, for each of ``texts`` (in a background thread).
 
     The frames are made in one call, which holds no GIL from the first to the last: a call a
     text took the GIL back after each, and a thread waits up to the switch interval (5 ms) for
     it while the writer's thread runs Python, so the batch was not done when its write came.
-    (The same frames as :func:`_stored`'s; a backend without the call makes them one by one.)"""
+    The same frames as ``encode``'s (tested); one call a text where the backend has no
+    such call (:data:`MULTI_COMPRESS`)."""
+    out: dict[str, str | bytes] = {t: t for t in texts}
     raws = [t.encode("utf-8") for t in texts]
     big = [i for i, raw in enumerate(raws) if len(raw) >= MIN_BYTES]
-    frames: list[bytes] = []
-    if big:
-        try:
-            made = comp.multi_compress_to_buffer([raws[i] for i in big], threads=1)
-            frames = [made[j].tobytes() for j in range(len(big))]
-        except (AttributeError, NotImplementedError):  # (python-zstandard's cffi backend)
-            frames = [comp.compress(raws[i]) for i in big]
-    out: dict[str, str | bytes] = {t: t for t in texts}
+    if not big:
+        return out
+    if MULTI_COMPRESS:
+        made = comp.multi_compress_to_buffer([raws[i] for i in big], threads=1)
+        frames = [made[j].tobytes() for j in range(len(big))]
+    else:
+        frames = [comp.compress(raws[i]) for i in big]
     for i, frame in zip(big, frames):
-        if len(frame) < len(raws[i]):
-            out[texts[i]] = frame
+        out[texts[i]] = _shorter(texts[i], raws[i], frame)
     return out
 
 
