@@ -123,6 +123,9 @@ class TextCodec:
         that is shorter than its UTF-8, else the text as it is."""
         if text is None:
             return None
+        raw = text.encode("utf-8")
+        if len(raw) < MIN_BYTES:
+            return text
         if self._ahead:
             found = self._made_ahead(text, dict_id)
             if found is not None:
@@ -133,7 +136,8 @@ class TextCodec:
                 comp = (zstandard.ZstdCompressor(level=LEVEL) if dict_id == 0 else
                         zstandard.ZstdCompressor(level=LEVEL, dict_data=self._dict(dict_id)))
                 self._compressors[dict_id] = comp
-            return _stored(comp, text)
+            frame = comp.compress(raw)
+        return _shorter(text, raw, frame)
 
     # -- compressing ahead of a write ----------------------------------------------------------
     def ahead(self) -> AheadCompression:
@@ -230,13 +234,6 @@ class _Ahead:
 #: it, its cffi backend (``PYTHON_ZSTANDARD_IMPORT_POLICY=cffi``, or platforms without the C
 #: extension) raises NotImplementedError, and there :func:`_stored_all` makes one call a text.
 MULTI_COMPRESS = zstandard.backend != "cffi"
-
-
-def _stored(comp: zstandard.ZstdCompressor, text: str) -> str | bytes:
-    """What to store for ``text`` with compressor ``comp``: its frame when that is shorter
-    than its UTF-8, else the text as it is."""
-    raw = text.encode("utf-8")
-    return text if len(raw) < MIN_BYTES else _shorter(text, raw, comp.compress(raw))
 
 
 def _shorter(text: str, raw: bytes, frame: bytes) -> str | bytes:
