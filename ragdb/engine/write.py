@@ -601,7 +601,7 @@ class Writer:
                 changes.length += length
             changes.docs += 1
         if new_terms:
-            store.add_terms([(ids[t], t, 0) for t in new_terms])
+            store.add_new_terms([(ids[t], t) for t in new_terms])
         store.insert_documents(doc_rows)
         store.insert_chunks(chunk_rows)
         meta_rows = [(doc_id, *row) for doc_id, p in docs for row in scalar_items(p.metadata)]

@@ -621,6 +621,12 @@ class Index:
             self.forget_hits([row[1] for row in log])
             self.log_seq = log[-1][0]
 
+    def may_have_new_terms(self) -> bool:
+        """Whether ``new_terms`` may hold terms (as of the last :meth:`sync`): a chunk id was
+        handed out after the last flush, which moved them all into ``vocabulary``. Lookups
+        skip that table otherwise (the store's ``recent``)."""
+        return bool(self.next_ids[1] - 1 > self.flushed_upto)
+
     def forget_terms(self) -> None:
         """Empty the writer's term cache (term ids changed: a vocabulary clean-up)."""
         self.term_cache.clear()
@@ -784,7 +790,9 @@ class Index:
         load ``merge_terms`` is the whole vocabulary, and dicts of per-term counts for all
         of it (and sets of it) held ~400 bytes a term (~600 MiB at a million chunks)."""
         tail = self.tail
-        # fold the live corrections into vocabulary.df, then the tail becomes segments
+        # fold the live corrections into vocabulary.df (the terms added since the last flush
+        # moved there first), then the tail becomes segments
+        self.store.settle_new_terms()
         corrections = [(d, t) for t, d in self.df_corrections().items() if d]
         self.store.add_df(corrections)  # (finish_flush then empties chunk_log, deleted chunks' terms with it)
         self.dead = Counter()
@@ -1045,7 +1053,7 @@ class Index:
                 missing.append(t)
         for n in range(0, len(missing), _LOOKUP_BATCH):  # in batches; the answer never waits on the cache
             part = missing[n:n + _LOOKUP_BATCH]
-            found = self.store.term_ids(part)
+            found = self.store.term_ids(part, recent=self.may_have_new_terms())
             if len(cache) + len(part) > LOOKUP_CACHE_TERMS:
                 cache.clear()
             tail = self.tail_postings_many([v[0] for v in found.values()]) if self.tail_entries else {}

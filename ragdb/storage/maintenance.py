@@ -23,6 +23,7 @@ COPY_TABLES: tuple[tuple[str, tuple[str, ...]], ...] = (
                    "acl", "chunker", "added_at", "title", "text")),
     ("chunks", ("id", "doc_id", "ordinal", "start", "end", "length", "latest", "metadata", "terms", "tfs", "text")),
     ("vocabulary", ("id", "term", "df")),
+    ("new_terms", ("id", "term")),
     ("postings", ("term_id", "segment", "n", "chunk_ids", "tfs")),
     ("chunk_log", ("seq", "chunk_id", "state", "terms")),
     ("doc_meta", ("doc_id", "key", "value", "num", "at")),
@@ -34,7 +35,7 @@ COPY_TABLES: tuple[tuple[str, tuple[str, ...]], ...] = (
 #: The order rows of each copied table are read in (a unique key where the table has one).
 COPY_ORDER: dict[str, tuple[str, ...]] = {
     "settings": ("key",), "stats": ("id",), "vector_stats": ("id",), "documents": ("id",), "chunks": ("id",),
-    "vocabulary": ("id",), "postings": ("term_id", "segment"), "chunk_log": ("seq",),
+    "vocabulary": ("id",), "new_terms": ("id",), "postings": ("term_id", "segment"), "chunk_log": ("seq",),
     "doc_meta": ("doc_id", "key", "at", "num"), "doc_acl": ("doc_id", "label"), "vectors": ("chunk_id",),
     "vector_log": ("seq",), "chunk_state": ("id",),
 }
@@ -62,6 +63,14 @@ class MaintenanceSQL(StoreBase):
     def orphan_chunks(self) -> int:
         return int(self.conn.execute(
             "SELECT count(*) FROM chunks c LEFT JOIN documents d ON d.id = c.doc_id WHERE d.id IS NULL").fetchone()[0])
+
+    def new_term_counts(self) -> tuple[int, int]:
+        """(terms in ``new_terms``, those of them also in ``vocabulary`` by id or by term)."""
+        n = int(self.conn.execute("SELECT count(*) FROM new_terms").fetchone()[0])
+        both = int(self.conn.execute(
+            "SELECT count(*) FROM new_terms n WHERE EXISTS (SELECT 1 FROM vocabulary v WHERE v.id = n.id) "
+            "OR EXISTS (SELECT 1 FROM vocabulary v WHERE v.term = n.term)").fetchone()[0]) if n else 0
+        return n, both
 
     def latest_mismatch(self) -> int:
         return int(self.conn.execute(
