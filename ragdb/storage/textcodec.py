@@ -230,9 +230,10 @@ class _Ahead:
         self.future = future
 
 
-#: Whether ``ZstdCompressor.multi_compress_to_buffer`` works: python-zstandard's C backend has
-#: it, its cffi backend (``PYTHON_ZSTANDARD_IMPORT_POLICY=cffi``, or platforms without the C
-#: extension) raises NotImplementedError, and there :func:`_stored_all` makes one call a text.
+#: Whether python-zstandard's backend offers ``ZstdCompressor.multi_compress_to_buffer``: its C
+#: backend does; its cffi backend (``PYTHON_ZSTANDARD_IMPORT_POLICY=cffi``, or platforms without
+#: the C extension) lacks it, so there :func:`_stored_all` makes one ``compress`` call a text.
+#: Both paths are complete and tested (tests/storage/test_compressed_text.py runs a load on each).
 MULTI_COMPRESS = zstandard.backend != "cffi"
 
 

@@ -206,3 +206,47 @@ def test_postgresql_keeps_new_terms_apart_too_and_answers_as_sqlite(tmp_path, pg
         pg.optimize()
         lite.optimize()
         assert answers(pg) == answers(lite) and pg.check() == []
+
+
+def _by_source(hits) -> list:
+    return [(h.source, round(h.score, 9)) for h in hits]
+
+
+def _source_queries(db: ragdb.Database) -> list:
+    return [_by_source(db.search(q, k=20)) for q in QUERIES + ["zyxwordtwo", "检索增强 frames"]]
+
+
+def test_unflushed_new_terms_answer_as_a_fresh_build_of_the_same_documents(tmp_path):
+    """Adds with new words, a replaced version and a deleted document, left unflushed: the
+    file reopened, in this process and a fresh one, answers as a new database built from the
+    documents that remain, and so does it after the flush that moves the terms."""
+    docs = {f"s{i}": t for i, t in enumerate(EN)}
+    path = tmp_path / "kb.db"
+    with ragdb.open(path, chunker="none") as db:
+        db.add_many([{"text": t, "source": s} for s, t in docs.items()])
+        db.optimize()
+        for source, text in (("new", "zyxwordone and zyxwordtwo 检索增强"), ("gone", "zyxwordgone frames"),
+                             ("s1", "packed postings zyxwordtwo replaced")):
+            db.add(text, source=source)
+            docs[source] = text
+        db.delete(source="gone")
+        del docs["gone"]
+        assert counts(path)[1] > 0
+    fresh = tmp_path / "fresh.db"
+    with ragdb.open(fresh, chunker="none") as db:
+        for source, text in docs.items():  # (s1's replacement added where it was replaced: last)
+            if source != "s1":
+                db.add(text, source=source)
+        db.add(docs["s1"], source="s1")
+        expected = _source_queries(db)
+    with ragdb.open(path) as db:
+        assert _source_queries(db) == expected and db.check() == []
+        code = ("import json, sys, ragdb\n"
+                "from test_new_terms import _source_queries\n"
+                "print(json.dumps(_source_queries(ragdb.open(sys.argv[1]))))\n")
+        out = subprocess.run([sys.executable, "-c", code, str(path)], capture_output=True, text=True, check=True,
+                             cwd=Path(__file__).parent)
+        assert [[tuple(h) for h in hits] for hits in json.loads(out.stdout)] == expected
+        db.optimize()
+        assert counts(path)[1] == 0
+        assert _source_queries(db) == expected and db.check() == []
