@@ -54,7 +54,12 @@ if sys.byteorder != "little":  # pragma: no cover - the blobs are little-endian
 
 __all__ = ["Database", "open_database", "MAX_K", "SCORERS", "BULK_FLUSH_CHUNKS"]
 
-BULK_FLUSH_CHUNKS = 16384  # during add_many, flush once this many chunks are pending
+BULK_FLUSH_CHUNKS = 65536  # during add_many, flush once this many chunks are pending
+# ... grouping them by term this many at a time in between (Index.seal_tail): a flush's
+# postings rows, df updates and page writes grow with its terms, not its chunks, and four
+# times the chunks a flush cut a 100k-chunk load's time by ~13%, where holding them as
+# forward indexes until the flush had cost ~110 MiB more
+BULK_SEAL_CHUNKS = 16384
 PROMPT_K = 5  # hits a prompt is built from, unless k or options say otherwise
 
 
@@ -358,6 +363,7 @@ class Database:
                     stack.enter_context(collector_paused())
                 changes.extend(self._writer.write(batch, tally, analyzer))
                 bulk_terms.add(self._writer.maybe_flush(BULK_FLUSH_CHUNKS))  # bound a bulk load's memory
+                self._writer.seal_tail(BULK_SEAL_CHUNKS)
             # After a bulk load that flushed in mid-load, flush the rest and merge the
             # segments it wrote, so each term it touched is one segment again
             # (queries then read one row per term, not one per mid-load flush).

@@ -207,7 +207,7 @@ def _snapshot_agrees(store: Store, index: Index) -> list[str]:
         a = np.concatenate([a, np.zeros(n - len(a), a.dtype)])
         b = np.concatenate([b, np.zeros(n - len(b), b.dtype)])
         differ.update(np.flatnonzero(a != b).tolist())
-    tail = sorted(e[0] for e in index.tail_entries) != sorted(e[0] for e in scanned.tail_entries)
+    tail = index.tail_chunk_ids() != scanned.tail_chunk_ids()
     if not differ and not tail:
         return []
     where = f"e.g. chunk id {min(differ)}" if differ else "the unflushed chunks"

@@ -110,6 +110,14 @@ class Writer:
     def __init__(self, engine: Engine) -> None:
         self.engine = engine
 
+    def seal_tail(self, at: int) -> None:
+        """Group the in-memory tail's newest entries by term once there are ``at`` of them
+        (:meth:`ragdb.index.inverted.Index.seal_tail`: a bulk load's memory between flushes)."""
+        with self.engine.store.lock:
+            index = self.engine.index
+            if len(index.tail_entries) >= max(at, 1):
+                index.seal_tail()
+
     def maybe_flush(self, threshold: int | None = None, merge_terms: Collection[int] | np.ndarray = ()
                     ) -> np.ndarray:
         """Move the in-memory tail into packed segments once it is large (its own
@@ -121,12 +129,12 @@ class Writer:
         if threshold is None:
             threshold = self.engine.settings.get("flush_threshold", FLUSH_THRESHOLD)
         none = np.zeros(0, np.int64)
-        if len(self.engine.index.tail_entries) < max(threshold, 1) and not len(merge_terms):
+        if self.engine.index.tail_count() < max(threshold, 1) and not len(merge_terms):
             return none
         with self.engine.writing():
             index = self.engine.index
             self.engine.sync()
-            if len(index.tail_entries) < max(threshold, 1) and not len(merge_terms):
+            if index.tail_count() < max(threshold, 1) and not len(merge_terms):
                 return none
             flushed = index.tail.term_ids.copy()
             index.flush(merge_terms=merge_terms)

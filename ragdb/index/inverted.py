@@ -60,6 +60,9 @@ _NO_META: dict[str, Any] = {}  # shared by cache entries without metadata; never
 # ~2 MB (1M postings there had added ~3 MiB of RSS for no speed).
 POSTINGS_CACHE_MIN_BYTES = 4 << 20
 POSTINGS_CACHE_BYTES_PER_CHUNK = 32
+# postings of sealed tail parts a flush groups at a time (_Tails.segment_rows): ~4 MiB of
+# work arrays; 1 << 19 held ~25 MiB at once in a 65,536-chunk flush
+SEALED_RUN_POSTINGS = 1 << 17
 _NO_TAIL_BYTES = 100  # what a cached "no tail postings" entry counts for (a dict slot and an int)
 LOOKUP_CACHE_TERMS = 200_000  # vocabulary lookups kept until the generation changes
 _LOOKUP_BATCH = 50_000  # terms looked up in the vocabulary at a time
@@ -361,7 +364,7 @@ class _Tail:
         picks = np.repeat(at - bounds[:-1], lens) + np.arange(int(bounds[-1]))
         return dict(zip(groups, pack_postings_many(self.chunk_ids[picks], self.tfs[picks], bounds)))
 
-    def picks(self, term_ids: Sequence[int]) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    def picks(self, term_ids: Sequence[int] | np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """(the places in ``term_ids`` of the terms this tail holds, their numbers of postings,
         the positions of their postings in the tail's arrays, one term after another in the
         order of ``term_ids``); ``term_ids`` and the tail not empty."""
@@ -384,6 +387,28 @@ class _Tail:
         counts = self.starts[at + 1] - self.starts[at]
         return dict(zip(want[found].tolist(), counts[found].tolist()))
 
+    def latest_counts(self, state: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """(this tail's term ids, how many of each one's chunks are LATEST in ``state``)."""
+        if not len(self.term_ids):
+            return self.term_ids, np.zeros(0, np.int64)
+        latest = (state[self.chunk_ids] == LATEST).astype(np.int64)
+        return self.term_ids, np.add.reduceat(latest, self.starts[:-1])
+
+    def without(self, chunk_ids: np.ndarray) -> "_Tail":
+        """This tail without the postings of ``chunk_ids`` (a term left without any goes)."""
+        keep = ~np.isin(self.chunk_ids, chunk_ids)
+        if bool(keep.all()):
+            return self
+        sizes = np.add.reduceat(keep.astype(np.int64), self.starts[:-1]) if len(self.term_ids) else keep[:0]
+        kept = np.flatnonzero(sizes)
+        return _Tail(self.term_ids[kept], np.concatenate(([0], np.cumsum(sizes[kept]))),
+                     self.chunk_ids[keep], self.tfs[keep], self.count)
+
+    def restricted(self, term_ids: Sequence[int] | np.ndarray) -> "_Tail":
+        """What :func:`_merged_rows` reads of the tail for ``term_ids``: the tail itself (see
+        :meth:`_Tails.restricted`)."""
+        return self
+
     def get_many(self, term_ids: Sequence[int]) -> dict[int, tuple[np.ndarray, np.ndarray]]:
         """term id -> (chunk ids, tfs) of those of ``term_ids`` this tail holds (one searchsorted)."""
         if not self.count or not len(self.term_ids) or not len(term_ids):
@@ -397,6 +422,79 @@ class _Tail:
         starts, ends = self.starts[at].tolist(), self.starts[at + 1].tolist()
         ids, tfs = self.chunk_ids, self.tfs
         return {t: (ids[a:b], tfs[a:b]) for t, a, b in zip(want[hit].tolist(), starts, ends)}
+
+
+class _Tails:
+    """The tail as several :class:`_Tail` parts, in chunk order (a bulk load's sealed groups,
+    :meth:`Index.seal_tail`, then the entries after them), with what a flush reads of one
+    :class:`_Tail`: the segment rows are made from a few terms of every part at a time, so
+    the whole tail is never grouped twice over (one grouping of a bulk load's 65,536-chunk
+    flush is ~50 MiB; its forward indexes beside it had been ~70 MiB more)."""
+
+    def __init__(self, parts: Sequence[_Tail]) -> None:
+        self.parts = [p for p in parts if len(p.term_ids)]
+        self.count = sum(p.count for p in parts)
+        self.term_ids = (np.unique(np.concatenate([p.term_ids for p in self.parts])) if self.parts
+                         else np.zeros(0, np.int64))
+
+    def sizes(self, term_ids: Sequence[int]) -> dict[int, int]:
+        out: dict[int, int] = {}
+        for p in self.parts:
+            for t, n in p.sizes(term_ids).items():
+                out[t] = out.get(t, 0) + n
+        return out
+
+    def latest_counts(self, state: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        counts = np.zeros(len(self.term_ids), np.int64)
+        for p in self.parts:
+            terms, c = p.latest_counts(state)
+            counts[np.searchsorted(self.term_ids, terms)] += c
+        return self.term_ids, counts
+
+    def restricted(self, term_ids: Sequence[int] | np.ndarray) -> _Tail:
+        """One :class:`_Tail` of the postings of ``term_ids`` (ascending) in every part, each
+        term's in chunk order (the parts' order)."""
+        want = np.asarray(term_ids, dtype=np.int64)
+        ids: list[np.ndarray] = []
+        tfs: list[np.ndarray] = []
+        places: list[np.ndarray] = []
+        for p in self.parts:
+            found, lens, picks = p.picks(want)
+            if len(found):
+                ids.append(p.chunk_ids[picks])
+                tfs.append(p.tfs[picks])
+                places.append(np.repeat(found.astype(np.int64), lens))
+        if not ids:
+            return _Tail(count=self.count)
+        place = np.concatenate(places)
+        order = np.argsort(place, kind="stable")  # by term; each term's postings stay in part order
+        place = place[order]
+        starts = np.flatnonzero(np.concatenate(([True], place[1:] != place[:-1])))
+        return _Tail(want[place[starts]], np.append(starts, len(place)), np.concatenate(ids)[order],
+                     np.concatenate(tfs)[order], self.count)
+
+    def segment_rows(self, segment: int | np.ndarray, skip: Collection[int] = frozenset()
+                     ) -> Iterator[tuple[int, int, int, bytes, bytes]]:
+        """:meth:`_Tail.segment_rows` of the parts together: the terms in runs of about
+        ``SEALED_RUN_POSTINGS`` postings, each run's postings grouped (:meth:`restricted`)
+        as its rows are made."""
+        terms = self.term_ids
+        numbers = np.broadcast_to(np.asarray(segment, dtype=np.int64), (len(terms),))
+        skipped = (np.isin(terms, np.fromiter(skip, np.int64, len(skip))) if skip
+                   else np.zeros(len(terms), bool))
+        sizes = np.zeros(len(terms), np.int64)
+        for p in self.parts:
+            sizes[np.searchsorted(terms, p.term_ids)] += np.diff(p.starts)
+        bounds = np.cumsum(sizes)
+        a = 0
+        while a < len(terms):
+            b = max(a + 1, int(np.searchsorted(bounds, (bounds[a - 1] if a else 0) + SEALED_RUN_POSTINGS,
+                                               side="right")))
+            run = terms[a:b]
+            part = self.restricted(run)
+            yield from part.segment_rows(np.ascontiguousarray(numbers[a:b]),
+                                         set(run[skipped[a:b]].tolist()))
+            a = b
 
 
 class Index:
@@ -424,7 +522,10 @@ class Index:
         self.max_id = 0       # highest chunk id this view has seen
         self.log_seq = 0      # last chunk_log entry applied
         self.tail_entries: list[tuple[int, np.ndarray, np.ndarray]] = []
-        self._tail: _Tail | None = None
+        # the tail's first chunks grouped by seal_tail (their ids below the entries'), and their ids
+        self._sealed: list[_Tail] = []
+        self._sealed_ids: list[np.ndarray] = []
+        self._tail: _Tail | _Tails | None = None
         # (the tail_entries list, how many of its entries ``base`` groups, base, the rest's or None)
         self._tail_split: tuple[list[tuple[int, np.ndarray, np.ndarray]], int, _Tail, _Tail | None] | None = None
         # term id -> number of deleted flushed latest chunks holding it (chunk_log terms)
@@ -521,6 +622,7 @@ class Index:
         self.whole = np.zeros(_capacity(size), bool)
         self.flushed_upto = stats["flushed_upto"]
         self._tail_split = None
+        self._sealed, self._sealed_ids = [], []
         snap = self._current_snapshot(stats, size) if self.use_snapshot else None
         if snap is not None:
             self._load_snapshot(snap)
@@ -697,6 +799,15 @@ class Index:
             self.lengths[ids] = 0.0
             self.chunk_doc[ids] = 0
             self.whole[ids] = False
+            if self._sealed:
+                for i, (part, sealed_ids) in enumerate(zip(self._sealed, self._sealed_ids)):
+                    hit = np.isin(sealed_ids, ids)
+                    if bool(hit.any()):
+                        part = part.without(ids)
+                        self._sealed_ids[i] = sealed_ids[~hit]
+                        self._sealed[i] = _Tail(part.term_ids, part.starts, part.chunk_ids, part.tfs,
+                                                len(self._sealed_ids[i]))
+                        self._tail = None
             if self.tail_entries:
                 gone = set(chunk_ids)
                 kept = [e for e in self.tail_entries if e[0] not in gone]
@@ -714,15 +825,42 @@ class Index:
             self.whole = np.concatenate([self.whole, np.zeros(cap - len(self.whole), bool)])
 
     @property
-    def tail(self) -> _Tail:
-        """The unflushed chunks' postings grouped by term, all in one :class:`_Tail`."""
+    def tail(self) -> _Tail | _Tails:
+        """The unflushed chunks' postings grouped by term: one :class:`_Tail`, or a
+        :class:`_Tails` of the sealed groups and the entries after them."""
         if self._tail is None:
             base, delta = self._tail_parts()
             if delta is not None:
                 base = _Tail.build(self.tail_entries)
                 self._tail_split = (self.tail_entries, len(self.tail_entries), base, None)
-            self._tail = base
+            self._tail = _Tails([*self._sealed, base]) if self._sealed else base
         return self._tail
+
+    def tail_count(self) -> int:
+        """How many chunks the tail holds (sealed or not)."""
+        return sum(p.count for p in self._sealed) + len(self.tail_entries)
+
+    def tail_chunk_ids(self) -> list[int]:
+        """The ids of the tail's chunks, ascending."""
+        return [*(c for ids in self._sealed_ids for c in ids.tolist()), *sorted(e[0] for e in self.tail_entries)]
+
+    def seal_tail(self) -> None:
+        """Group the tail's entries by term now and keep only that grouping of them (a bulk
+        load's, between its flushes: see ``ragdb.database.BULK_SEAL_CHUNKS``). The entries'
+        forward indexes (two arrays a chunk, and the batches' buffers behind them) would
+        otherwise be held until the flush grouped them all again beside themselves. Searches
+        and flushes read the sealed groups with the entries after them (:class:`_Tails`)."""
+        entries = self.tail_entries
+        if not entries:
+            return
+        self._sealed.append(_Tail.build(entries))
+        self._sealed_ids.append(np.fromiter((e[0] for e in entries), np.int64, len(entries)))
+        self.tail_entries = []
+        self._tail = None
+        self._tail_split = None
+
+    def has_tail(self) -> bool:
+        return bool(self.tail_entries) or bool(self._sealed)
 
     def _tail_parts(self) -> tuple[_Tail, _Tail | None]:
         """The tail as (a :class:`_Tail` of the first tail entries, one of the entries appended
@@ -751,22 +889,21 @@ class Index:
         """term id -> its tail postings (chunk ids ascending, tfs), for those of ``term_ids``
         the tail holds (:meth:`_tail_parts`; one search of each part for all of them)."""
         base, delta = self._tail_parts()
-        found = base.get_many(term_ids)
-        if delta is not None:
-            for t, more in delta.get_many(term_ids).items():
-                found[t] = _joined([found[t], more]) if t in found else more
-        return found
+        parts = [*self._sealed, base] if delta is None else [*self._sealed, base, delta]
+        if len(parts) == 1:
+            return base.get_many(term_ids)
+        got: dict[int, list[tuple[np.ndarray, np.ndarray]]] = {}
+        for part in parts:  # (in chunk order)
+            for t, postings in part.get_many(term_ids).items():
+                got.setdefault(t, []).append(postings)
+        return {t: _joined(p) for t, p in got.items()}
 
     # -- document frequencies ------------------------------------------------------
     def df_corrections(self) -> dict[int, int]:
         """term id -> live df minus ``vocabulary.df``: latest unflushed chunks
         holding the term, minus deleted flushed chunks that held it."""
-        tail = self.tail
-        corr: dict[int, int] = {}
-        if len(tail.term_ids):
-            latest = (self.state[tail.chunk_ids] == LATEST).astype(np.int64)
-            counts = np.add.reduceat(latest, tail.starts[:-1])
-            corr = dict(zip(tail.term_ids.tolist(), counts.tolist()))
+        terms, counts = self.tail.latest_counts(self.state)
+        corr: dict[int, int] = dict(zip(terms.tolist(), counts.tolist()))
         for t, c in self.dead.items():
             corr[t] = corr.get(t, 0) - c
         return corr
@@ -793,10 +930,16 @@ class Index:
         # fold the live corrections into vocabulary.df (the terms added since the last flush
         # moved there first), then the tail becomes segments
         self.store.settle_new_terms()
-        corrections = [(d, t) for t, d in self.df_corrections().items() if d]
-        self.store.add_df(corrections)  # (finish_flush then empties chunk_log, deleted chunks' terms with it)
+        # (df_corrections' sums, as arrays: a dict and a list of pairs for a bulk load's ~250k
+        # tail terms held ~40 MiB at once; a term both in the tail and dead gets two updates)
+        terms, counts = tail.latest_counts(self.state)
+        live = counts != 0
+        self.store.add_df(chain(zip(counts[live].tolist(), terms[live].tolist()),
+                                ((-c, t) for t, c in self.dead.items() if c)))
+        del terms, counts, live  # (finish_flush then empties chunk_log, deleted chunks' terms with it)
         self.dead = Counter()
-        top = max((e[0] for e in self.tail_entries), default=self.flushed_upto)
+        top = max((e[0] for e in self.tail_entries),
+                  default=max((int(ids[-1]) for ids in self._sealed_ids if len(ids)), default=self.flushed_upto))
         new_upto = max(self.flushed_upto, top, self.store.max_chunk_id())
         wanted = np.asarray(merge_terms, dtype=np.int64)
         if tail.count == 0 and not merge_all and not len(wanted):
@@ -841,6 +984,7 @@ class Index:
         self._seg_key = (self.flush_count, self.vocab_epoch)  # what this flush left (noted as it went)
         self.log_seq = 0
         self.tail_entries = []
+        self._sealed, self._sealed_ids = [], []
         self._tail = None
         self._tail_split = None  # (a bulk load's flushed tail is large: not kept)
         self.write_snapshot()
@@ -896,7 +1040,7 @@ class Index:
         self._seg_n[term_ids] = n
         self._seg_top[term_ids] = high
 
-    def _merge(self, term_ids: list[int], tail: _Tail) -> None:
+    def _merge(self, term_ids: list[int], tail: _Tail | _Tails) -> None:
         """Rewrite these terms' segments (plus their tail postings) as one, dropping deleted chunks.
 
         In parts of about ``MERGE_PART_POSTINGS`` postings, each read, merged, deleted and
@@ -908,7 +1052,7 @@ class Index:
         for t, n in tail.sizes(term_ids).items():
             sizes[t] = sizes.get(t, 0) + n
         for terms in _parts(term_ids, sizes, MERGE_PART_POSTINGS):
-            rows = _merged_rows(terms, store.postings(terms), tail, self.state)
+            rows = _merged_rows(terms, store.postings(terms), tail.restricted(terms), self.state)
             store.delete_segments(terms)
             store.insert_segments(rows)
             # one segment numbered 0 each, none for a term whose every posting was dropped
@@ -1056,7 +1200,7 @@ class Index:
             found = self.store.term_ids(part, recent=self.may_have_new_terms())
             if len(cache) + len(part) > LOOKUP_CACHE_TERMS:
                 cache.clear()
-            tail = self.tail_postings_many([v[0] for v in found.values()]) if self.tail_entries else {}
+            tail = self.tail_postings_many([v[0] for v in found.values()]) if self.has_tail() else {}
             for t in part:
                 v = found.get(t)
                 known[t] = cache[t] = None if v is None else (v[0], self._live_df(v[0], v[1], tail.get(v[0])))
@@ -1072,7 +1216,7 @@ class Index:
         terms the tail holds. Each cache holds up to :meth:`postings_cache_bytes`."""
         budget = self.postings_cache_bytes()
         stored = self._segment_postings(term_ids, budget)
-        if not self.tail_entries:
+        if not self.has_tail():
             return {t: e for t in term_ids if (e := stored[t]) is not None}
         cache = self._postings_cache  # term -> joined postings, or None: the tail has none of it
         out: dict[int, tuple[np.ndarray, np.ndarray]] = {}

@@ -102,3 +102,51 @@ def test_the_compiled_segment_rows_are_the_numpy_rows(data, chunks, terms, numbe
     segment = np.asarray(rng.integers(0, 20, len(ids)), np.int64) if numbered else data.draw(st.integers(0, 20))
     skip = set(data.draw(st.lists(st.sampled_from(ids), max_size=len(ids)))) if ids else set()
     assert _rows(tail, "compiled", segment, skip) == _rows(tail, "numpy", segment, skip)
+
+
+@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(data=st.data(), chunks=st.integers(0, 300), terms=st.integers(1, 30), numbered=st.booleans(),
+       run=st.sampled_from([1, 5, 1 << 19]), name=st.sampled_from(["compiled", "numpy"]))
+def test_sealed_parts_read_as_the_one_grouping_of_all_their_entries(data, chunks, terms, numbered, run, name,
+                                                                     monkeypatch):
+    """A bulk load's tail sealed in parts (``_Tails``: ``Index.seal_tail``) gives a flush and a
+    search what one ``_Tail`` of all the entries gives: the same segment rows byte for byte
+    (made a run of terms at a time, ``SEALED_RUN_POSTINGS``), sizes, live counts, the postings
+    ``_merged_rows`` reads, each term's postings, and without a deleted chunk the same again."""
+    from ragdb.index import inverted
+    from ragdb.index.inverted import LATEST, OLD, _merged_rows, _Tails
+
+    if name not in kernel.available():
+        return
+    monkeypatch.setattr(inverted, "SEALED_RUN_POSTINGS", run)
+    rng = np.random.default_rng(data.draw(st.integers(0, 2**32 - 1)))
+    entries = []
+    for i in range(chunks):
+        held = np.flatnonzero(rng.random(terms) < data.draw(st.sampled_from([0.1, 0.8]), label="density"))
+        entries.append((1 + 3 * i, held.astype(np.uint32),
+                        rng.choice(np.asarray([1, 2, 255, 256, 65_535], np.uint16), len(held))))
+    cuts = sorted(set(data.draw(st.lists(st.integers(0, chunks), max_size=5))))
+    pieces = [entries[a:b] for a, b in zip([0, *cuts], [*cuts, chunks])]
+    before = kernel.use(name)
+    try:
+        one = _Tail.build(entries)
+        parts = _Tails([_Tail.build(p) for p in pieces])
+        state = np.where(rng.random(3 * chunks + 2) < 0.8, LATEST, OLD).astype(np.int8)
+        gone = np.asarray(sorted(set(data.draw(st.lists(st.sampled_from([e[0] for e in entries]), max_size=4))
+                                     if entries else [])), np.int64)
+        for whole, split in ((one, parts), (one.without(gone), _Tails([_Tail.build(p).without(gone) for p in pieces]))):
+            ids = whole.term_ids.tolist()
+            assert split.term_ids.tolist() == ids and split.count == whole.count
+            segment = np.asarray(rng.integers(0, 20, len(ids)), np.int64) if numbered else data.draw(st.integers(0, 20))
+            skip = set(data.draw(st.lists(st.sampled_from(ids), max_size=len(ids)))) if ids else set()
+            assert list(split.segment_rows(segment, skip)) == list(whole.segment_rows(segment, skip))
+            asked = sorted(set(data.draw(st.lists(st.integers(0, terms + 2), max_size=terms))))
+            assert split.sizes(asked) == whole.sizes(asked)
+            a, b = split.latest_counts(state), whole.latest_counts(state)
+            assert a[0].tolist() == b[0].tolist() and a[1].tolist() == b[1].tolist()
+            assert _merged_rows(asked, [], split.restricted(asked), state) == _merged_rows(asked, [], whole, state)
+            got, want = split.restricted(asked).get_many(asked), whole.get_many(asked)
+            assert {t: (i.tolist(), f.tolist()) for t, (i, f) in got.items()} == \
+                {t: (i.tolist(), f.tolist()) for t, (i, f) in want.items()}
+    finally:
+        kernel.use(before)
