@@ -57,6 +57,18 @@ class Engine:
                 self._new_vectors()
                 raise
 
+    @contextlib.contextmanager
+    def changing_view(self) -> Iterator[Index]:
+        """The in-memory index view, to change outside a write (``Index.seal_tail``): if the
+        change fails midway (an interrupt included), the view is dropped and reloaded from
+        the file, as after a failed write."""
+        with self.store.lock:
+            try:
+                yield self.index
+            except BaseException:
+                self.index = Index(self.store)
+                raise
+
     def _new_vectors(self) -> None:
         mode = self.vectors.ann_mode
         self.vectors = VectorIndex(self.store)

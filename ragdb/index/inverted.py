@@ -800,14 +800,19 @@ class Index:
             self.chunk_doc[ids] = 0
             self.whole[ids] = False
             if self._sealed:
-                for i, (part, sealed_ids) in enumerate(zip(self._sealed, self._sealed_ids)):
+                parts: list[_Tail] = []
+                part_ids: list[np.ndarray] = []
+                for part, sealed_ids in zip(self._sealed, self._sealed_ids):
                     hit = np.isin(sealed_ids, ids)
                     if bool(hit.any()):
                         part = part.without(ids)
-                        self._sealed_ids[i] = sealed_ids[~hit]
-                        self._sealed[i] = _Tail(part.term_ids, part.starts, part.chunk_ids, part.tfs,
-                                                len(self._sealed_ids[i]))
+                        sealed_ids = sealed_ids[~hit]
+                        part = _Tail(part.term_ids, part.starts, part.chunk_ids, part.tfs, len(sealed_ids))
                         self._tail = None
+                    if len(sealed_ids):  # (a part left without chunks goes)
+                        parts.append(part)
+                        part_ids.append(sealed_ids)
+                self._sealed, self._sealed_ids = parts, part_ids
             if self.tail_entries:
                 gone = set(chunk_ids)
                 kept = [e for e in self.tail_entries if e[0] not in gone]
@@ -853,9 +858,10 @@ class Index:
         entries = self.tail_entries
         if not entries:
             return
-        self._sealed.append(_Tail.build(entries))
-        self._sealed_ids.append(np.fromiter((e[0] for e in entries), np.int64, len(entries)))
-        self.tail_entries = []
+        part = _Tail.build(entries)
+        ids = np.fromiter((e[0] for e in entries), np.int64, len(entries))
+        # (made first, then set together: the caller drops the whole view if this fails midway)
+        self._sealed, self._sealed_ids, self.tail_entries = [*self._sealed, part], [*self._sealed_ids, ids], []
         self._tail = None
         self._tail_split = None
 
@@ -943,6 +949,8 @@ class Index:
         new_upto = max(self.flushed_upto, top, self.store.max_chunk_id())
         wanted = np.asarray(merge_terms, dtype=np.int64)
         if tail.count == 0 and not merge_all and not len(wanted):
+            self.tail_entries = []
+            self._sealed, self._sealed_ids = [], []
             self.store.finish_flush(new_upto)
             self.flushed_upto = new_upto
             self.flush_count += 1

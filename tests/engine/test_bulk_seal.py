@@ -105,3 +105,44 @@ def test_a_bulk_load_stopped_by_a_bad_record_leaves_its_sealed_chunks_searchable
         assert db.stats().pending_chunks == 0 and db.check() == []
         assert _hits(db) == want
     assert _in_fresh_process(path) == [*want, []]
+
+
+def test_an_interrupt_inside_a_seal_drops_the_view_and_loses_nothing(tmp_path, monkeypatch):
+    """A KeyboardInterrupt in the middle of ``Index.seal_tail`` (here: while it reads the
+    entries' chunk ids, after grouping them) leaves no chunk both sealed and still an entry:
+    the handle reloads its view from the file, and the next flush writes each posting once."""
+    import numpy as np
+
+    from ragdb import database
+    from ragdb.index import inverted
+
+    monkeypatch.setattr(database, "BULK_SEAL_CHUNKS", 3)
+    monkeypatch.setattr(database, "BULK_FLUSH_CHUNKS", 1000)
+    real_seal, real_fromiter, calls = inverted.Index.seal_tail, np.fromiter, []
+
+    def interrupted(*args, **kwargs):
+        raise KeyboardInterrupt
+
+    def seal(self):
+        calls.append(1)
+        if len(calls) != 2:
+            return real_seal(self)
+        monkeypatch.setattr(np, "fromiter", interrupted)
+        try:
+            return real_seal(self)
+        finally:
+            monkeypatch.setattr(np, "fromiter", real_fromiter)
+
+    monkeypatch.setattr(inverted.Index, "seal_tail", seal)
+    records = _records(12)
+    path = tmp_path / "kb.db"
+    with ragdb.open(path, chunker="none") as db:
+        with pytest.raises(KeyboardInterrupt):
+            db.add_many(records, batch_size=2, workers=0)
+        stored = {d.source for d in db.documents()}
+        written = [r for r in records if r["source"] in stored]
+        want = _fresh(tmp_path, written)
+        assert _hits(db) == want and db.check() == []
+        db.optimize()
+        assert db.check() == [] and _hits(db) == want
+    assert _in_fresh_process(path) == [*want, []]
