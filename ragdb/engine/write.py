@@ -113,6 +113,8 @@ class Writer:
     def seal_tail(self, at: int) -> None:
         """Group the in-memory tail's newest entries by term once there are ``at`` of them
         (:meth:`ragdb.index.inverted.Index.seal_tail`: a bulk load's memory between flushes)."""
+        if len(self.engine.index.tail_entries) < max(at, 1):  # (every single add: nothing to seal)
+            return
         with self.engine.changing_view() as index:
             if len(index.tail_entries) >= max(at, 1):
                 index.seal_tail()
