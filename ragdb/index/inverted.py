@@ -376,6 +376,17 @@ class _Tail:
         picks = np.repeat(a - np.concatenate(([0], np.cumsum(lens)[:-1])), lens) + np.arange(int(lens.sum()))
         return found, lens, picks
 
+    def gathered(self, term_ids: Sequence[int] | np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray] | None:
+        """(chunk ids, tfs, each one's term's place in ``term_ids``) of the postings of those
+        of ``term_ids`` this tail holds, one term after another in the order of ``term_ids``;
+        None when it holds none of them."""
+        if not len(self.term_ids) or not len(term_ids):
+            return None
+        found, lens, picks = self.picks(term_ids)
+        if not len(found):
+            return None
+        return self.chunk_ids[picks], self.tfs[picks], np.repeat(found.astype(np.int64), lens)
+
     def sizes(self, term_ids: Sequence[int]) -> dict[int, int]:
         """term id -> its number of tail postings, for those of ``term_ids`` in the tail
         (one searchsorted for all of them)."""
@@ -459,11 +470,11 @@ class _Tails:
         tfs: list[np.ndarray] = []
         places: list[np.ndarray] = []
         for p in self.parts:
-            found, lens, picks = p.picks(want)
-            if len(found):
-                ids.append(p.chunk_ids[picks])
-                tfs.append(p.tfs[picks])
-                places.append(np.repeat(found.astype(np.int64), lens))
+            got = p.gathered(want)
+            if got is not None:
+                ids.append(got[0])
+                tfs.append(got[1])
+                places.append(got[2])
         if not ids:
             return _Tail(count=self.count)
         place = np.concatenate(places)
@@ -1643,12 +1654,11 @@ def _merged_rows(terms: Sequence[int], segments: Sequence[tuple[int, int, bytes,
         seg_place.append(place[tid])
         seg_sizes.append(len(ids))
     places = [np.repeat(np.asarray(seg_place, dtype=np.int64), np.asarray(seg_sizes, dtype=np.int64))]
-    if len(tail.term_ids) and len(terms):
-        found, lens, picks = tail.picks(terms)
-        if len(found):
-            id_parts.append(tail.chunk_ids[picks])
-            tf_parts.append(tail.tfs[picks])
-            places.append(np.repeat(found.astype(np.int64), lens))
+    got = tail.gathered(terms)
+    if got is not None:
+        id_parts.append(got[0])
+        tf_parts.append(got[1])
+        places.append(got[2])
     if not id_parts:
         return []
     ids = np.concatenate(id_parts).astype(np.int64)
