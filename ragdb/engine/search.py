@@ -12,7 +12,7 @@ vector index (:mod:`ragdb.index.vectors`); hits are built and ordered by
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, NamedTuple
 
 import numpy as np
@@ -148,18 +148,24 @@ class Searcher:
             self._highlight(query, opts, hits, terms)
         return hits, terms
 
-    def _passage_shingles(self, hit: Hit) -> np.ndarray:
-        """:func:`ragdb.index.hits.passage_shingles` of a hit's text, kept for the next searches
-        (a chunk's text is hashed with it: a chunk id that comes back holds the same text)."""
-        key = (hit.chunk_id, hash(hit.text))
-        found = self._shingles.get(key)
-        if found is None:
-            found = passage_shingles(hit.text)
-            if self._shingles_kept + len(found) > SHINGLES_KEPT:
-                self._shingles, self._shingles_kept = {}, 0
-            self._shingles[key] = found
-            self._shingles_kept += len(found)
-        return found
+    def _passage_shingles(self, hits: Sequence[Hit]) -> list[np.ndarray]:
+        """:func:`ragdb.index.hits.passage_shingles` of each hit's text, kept for the next
+        searches (a chunk's text is hashed with it: a chunk id that comes back holds the same
+        text); one call for all the hits of a search."""
+        cache = self._shingles
+        keys = [(h.chunk_id, hash(h.text)) for h in hits]
+        found = [cache.get(key) for key in keys]
+        out: list[np.ndarray] = []
+        for i, got in enumerate(found):
+            if got is None:
+                got = passage_shingles(hits[i].text)
+                if self._shingles_kept + len(got) > SHINGLES_KEPT:
+                    cache, self._shingles_kept = {}, 0
+                    self._shingles = cache
+                cache[keys[i]] = got
+                self._shingles_kept += len(got)
+            out.append(got)
+        return out
 
     def _ranked(self, query: str, opts: SearchOptions, depth: int) -> tuple[list[Hit], QueryTerms | None]:
         """The first ``depth`` hits of the ranking (the first stage, and the reranker's order)."""

@@ -14,7 +14,7 @@ the ~150 hits of one search, in less time than its Python calls take.
 """
 
 from cpython.unicode cimport Py_UNICODE_ISALNUM, Py_UNICODE_ISSPACE
-from libc.stdint cimport uint64_t, int64_t, int32_t, uint32_t
+from libc.stdint cimport uint64_t, int64_t, int32_t, uint32_t, uint16_t, uint8_t
 from libc.stdlib cimport calloc, malloc, free, qsort
 from libc.string cimport memcpy, memset
 from cpython.buffer cimport PyObject_GetBuffer, PyBuffer_Release, PyBUF_C_CONTIGUOUS, PyBUF_FORMAT
@@ -135,25 +135,14 @@ cdef Py_ssize_t words_ascii(const unsigned char* s, Py_ssize_t n, uint64_t* word
     return nwords
 
 
-cdef Py_ssize_t words_prepared(int kind, void* data, Py_ssize_t n, uint64_t* words,
-                               const uint32_t* fold, Py_ssize_t fold_size) noexcept:
+cdef Py_ssize_t words_prepared(int kind, void* data, Py_ssize_t n, uint64_t* words) noexcept:
     """The word hashes of normalized, case-folded text without markup into ``words``; their
-    count. With ``fold``, the text is not yet case folded: each character below ``fold_size``
-    is read as ``fold[c]`` (its case folding, one character), and -1 is returned where a
-    character folds to more than one (``fold[c] == MANY``) or is a letter or digit past the
-    table (whose folding the table does not hold)."""
+    count (the fallback of :func:`shingles_raw`: text Python prepared)."""
     cdef Py_ssize_t i, length = 0, nwords = 0
     cdef Py_UCS4 c
     cdef uint64_t h = 0
     for i in range(n):
         c = PyUnicode_READ(kind, data, i)
-        if fold != NULL:
-            if c < fold_size:
-                if fold[c] == MANY:
-                    return -1
-                c = <Py_UCS4>fold[c]
-            elif Py_UNICODE_ISALNUM(c):  # (casefold changes only letters)
-                return -1
         if is_cjk(c):
             if length:
                 words[nwords] = fmix(h + <uint64_t>length * GOLDEN)
@@ -170,6 +159,91 @@ cdef Py_ssize_t words_prepared(int kind, void* data, Py_ssize_t n, uint64_t* wor
             nwords += 1
             length = 0
             h = 0
+    if length:
+        words[nwords] = fmix(h + <uint64_t>length * GOLDEN)
+        nwords += 1
+    return nwords
+
+
+# A text's characters as its str stores them (PEP 393: 1, 2 or 4 bytes each): words_raw is
+# compiled once per width, so its loop reads them without a switch on the width per character.
+ctypedef fused chars_t:
+    uint8_t
+    uint16_t
+    uint32_t
+
+
+cdef Py_ssize_t markup_end_raw(const chars_t* s, Py_ssize_t n, Py_ssize_t i) noexcept:
+    """Where the markup at ``s[i]`` (a ``]`` or ``<``) ends, -1 where none starts there: the
+    reference's ``_MARKUP`` (``\\]\\([^)\\s]*\\)`` and ``<[^>\\n]{1,200}>``, ``\\s`` being
+    ``str.isspace``) at one place, as :func:`markup_end_ascii` for ASCII text."""
+    cdef Py_ssize_t j
+    cdef Py_UCS4 d
+    if s[i] == 0x5D:  # ']'
+        if i + 1 >= n or s[i + 1] != 0x28:  # '('
+            return -1
+        j = i + 2
+        while j < n:
+            d = s[j]
+            if d == 0x29:  # ')'
+                return j + 1
+            if Py_UNICODE_ISSPACE(d):
+                return -1
+            j += 1
+        return -1
+    j = i + 1  # '<'
+    while j < n and j - i - 1 <= MAX_MARKUP:
+        d = s[j]
+        if d == 0x3E:  # '>'
+            return j + 1 if j > i + 1 else -1
+        if d == 0x0A:
+            return -1
+        j += 1
+    return -1
+
+
+cdef Py_ssize_t words_raw(const chars_t* s, Py_ssize_t n, uint64_t* words, const uint32_t* table) noexcept:
+    """The word hashes of NFKC-normalized text (markup in it, not case folded) into ``words``;
+    their count, or -1 where ``table`` cannot case fold a character outside markup (it folds to
+    more than one, or it is a letter or digit past the BMP). ``table`` (``hits._raw_table``):
+    each BMP character's case folding in its low 16 bits and the folded character's class in
+    bits 24-25 (1 a letter or digit, 2 a CJK character), MANY where it folds to more than one.
+    Markup is found on the characters before folding, as the reference removes it before it
+    case folds (``str.casefold`` folds each character on its own)."""
+    cdef Py_ssize_t i = 0, end, length = 0, nwords = 0
+    cdef Py_UCS4 c
+    cdef uint32_t e, cls
+    cdef uint64_t h = 0
+    while i < n:
+        c = s[i]
+        if chars_t is uint8_t or c < 0x10000:
+            e = table[c]
+            if e == MANY:
+                return -1
+        elif Py_UNICODE_ISALNUM(c):  # (past the table: no class or folding of a letter)
+            return -1
+        else:
+            e = 0
+        cls = e >> 24
+        if cls == 1:
+            h += (<uint64_t>(e & 0xFFFF) + 1) * position(length)
+            length += 1
+            i += 1
+            continue
+        if length:
+            words[nwords] = fmix(h + <uint64_t>length * GOLDEN)
+            nwords += 1
+            length = 0
+            h = 0
+        if cls == 2:
+            words[nwords] = fmix((<uint64_t>(e & 0xFFFF) + 1) * _POSITION[0] + GOLDEN)
+            nwords += 1
+        elif c == 0x5D or c == 0x3C:
+            end = markup_end_raw(s, n, i)
+            if end > 0:
+                i = end
+                continue
+        i += 1
     if length:
         words[nwords] = fmix(h + <uint64_t>length * GOLDEN)
         nwords += 1
@@ -205,24 +279,33 @@ def shingles(str text, bint markup):
         if markup:
             nwords = words_ascii(<const unsigned char*>data, n, words)
         else:
-            nwords = words_prepared(kind, data, n, words, NULL, 0)
+            nwords = words_prepared(kind, data, n, words)
         return from_words(words, nwords)
     finally:
         free(words)
 
 
-def shingles_folding(str text, const uint32_t[::1] fold):
-    """:func:`shingles` of ``text.casefold()`` (``text`` normalized, without markup), folding
-    each character by the table ``fold`` (``hits._fold_table``), or None where that table
-    cannot: a character that folds to more than one, or a letter past it."""
+def shingles_raw(str text, const uint32_t[::1] table):
+    """:func:`shingles` of ``text`` (NFKC-normalized, markup in it, not case folded): markup
+    removed and characters case folded and classed by ``table`` (``hits._raw_table``, 65,536
+    entries) as the words are read, in one pass; None where the table cannot fold a character
+    (:func:`words_raw`), which Python then prepares."""
     cdef int kind = PyUnicode_KIND(text)
     cdef void* data = PyUnicode_DATA(text)
     cdef Py_ssize_t n = PyUnicode_GET_LENGTH(text), nwords
-    cdef uint64_t* words = <uint64_t*>malloc((n + 1) * sizeof(uint64_t))
+    cdef uint64_t* words
+    if table.shape[0] != 0x10000:
+        raise ValueError("the table holds the 65,536 BMP characters")
+    words = <uint64_t*>malloc((n + 1) * sizeof(uint64_t))
     if words == NULL:
         raise MemoryError()
     try:
-        nwords = words_prepared(kind, data, n, words, &fold[0], fold.shape[0])
+        if kind == 1:
+            nwords = words_raw(<const uint8_t*>data, n, words, &table[0])
+        elif kind == 2:
+            nwords = words_raw(<const uint16_t*>data, n, words, &table[0])
+        else:
+            nwords = words_raw(<const uint32_t*>data, n, words, &table[0])
         if nwords < 0:
             return None
         return from_words(words, nwords)

@@ -188,7 +188,7 @@ _fold: np.ndarray | None = None
 
 
 def _fold_table() -> np.ndarray:
-    """The table of ``cpassages.shingles_folding``: uint32, each BMP code point to its
+    """The case folding of :func:`_raw_table`: uint32, each BMP code point to its
     ``str.casefold`` (which folds each character on its own), :data:`_MANY` where that is more
     than one character. Made once, on first use, 256 characters at a time (about 3 ms; a
     block that folds to 256 characters folds one for one)."""
@@ -206,6 +206,29 @@ def _fold_table() -> np.ndarray:
                 table[code] = ord(one) if len(one) == 1 else _MANY
         _fold = table
     return _fold
+
+
+_raw: np.ndarray | None = None
+
+
+def _raw_table() -> np.ndarray:
+    """The table of ``cpassages.shingles_raw``: uint32, each BMP code point to its case folding
+    (:func:`_fold_table`) in the low 16 bits and the folded character's class in bits 24-25 (1 a
+    word character: ``str.isalnum``, which ``_`` is not; 2 a CJK character, a word of its own;
+    0 neither), :data:`_MANY` where it folds to more than one character or to one past the BMP.
+    Made once, on first use (about 10 ms)."""
+    global _raw
+    if _raw is None:
+        fold = _fold_table()
+        classes = np.fromiter(map(str.isalnum, map(chr, range(0x10000))), np.uint32, 0x10000)
+        for lo, hi in ((0x3040, 0x30FF), (0x3400, 0x4DBF), (0x4E00, 0x9FFF), (0xAC00, 0xD7AF), (0xF900, 0xFAFF)):
+            classes[lo:hi + 1] = 2  # (the ranges of _CJK)
+        many = (fold == _MANY) | (fold >= 0x10000)
+        folded = np.where(many, 0, fold)
+        table = folded | (classes[folded] << np.uint32(24))
+        table[many] = _MANY
+        _raw = table
+    return _raw
 
 
 def _nfkc(text: str, compiled: Any) -> str:
@@ -290,13 +313,17 @@ def passage_shingles(text: str) -> np.ndarray:
             return compiled.shingles(text, True)
     elif not unicodedata.is_normalized("NFKC", text):
         text = _nfkc(text, compiled)
+    if compiled is not None:
+        # markup removed, then case folded, as the words are read, in one pass where the table
+        # can fold (searching for markup cost ~1.5 us a paragraph, casefold ~10 us)
+        found = compiled.shingles_raw(text, _raw_table())
+        if found is not None:
+            return found
     # (markup is found before case folding, which may change lengths; most texts have none)
     prepared = _MARKUP.sub(" ", text) if "<" in text or "](" in text else text
-    if compiled is not None:
-        # case folded as the words are read, where a table can (casefold costs ~10 us a paragraph)
-        found = compiled.shingles_folding(prepared, _fold_table())
-        return found if found is not None else compiled.shingles(prepared.casefold(), False)
     prepared = prepared.casefold()
+    if compiled is not None:
+        return compiled.shingles(prepared, False)
     h = word_hashes(prepared)
     if len(h) < SHINGLE:
         one = h[:1] * _MIX1 + (h[1:] * _MIX2 if len(h) > 1 else np.uint64(0))
@@ -381,16 +408,16 @@ def _versions_of_one_source(a: Hit, b: Hit) -> bool:
 
 
 def collapse_duplicates(hits: Sequence[Hit],
-                        shingles: Callable[[Hit], np.ndarray] | None = None) -> list[Hit]:
+                        shingles: Callable[[Sequence[Hit]], Sequence[np.ndarray]] | None = None) -> list[Hit]:
     """``hits`` (best first) with each passage once: the first hit of a passage stays, its
     later copies go into its :attr:`Hit.duplicates` (in ranking order). Deterministic in the
     ranking: the passages kept from a prefix of it are the same however long it is (the copies
     named grow with it: a search names those among the hits it ranked).
     Versions of one source (a search of history) are never copies of each other.
-    ``shingles``: a hit's :func:`passage_shingles` (a cache of them), else computed."""
+    ``shingles``: the hits' :func:`passage_shingles` in their order (a cache of them), else computed."""
     if len(hits) < 2:
         return list(hits)
-    sets = [shingles(h) if shingles is not None else passage_shingles(h.text) for h in hits]
+    sets = shingles(hits) if shingles is not None else [passage_shingles(h.text) for h in hits]
     earlier: dict[int, list[int]] = {}  # a hit's index -> the earlier hits of its passage, in order
     for i, j in same_pairs(sets):
         earlier.setdefault(i, []).append(j)

@@ -128,6 +128,10 @@ class StoreBase:
             return value
         return self.text_codec().decode(value)
 
+    def _texts(self, values: Sequence[str | bytes | None]) -> list[str | None]:
+        """:meth:`_text` of each of ``values``, in order, in one call (:meth:`TextCodec.decode_many`)."""
+        return self.text_codec().decode_many(values)
+
     def pack_texts(self, texts: Sequence[str | None], doc_ids: Sequence[int] = ()) -> list[str | bytes | None]:
         """What to store for each of ``texts``: as they are (SQLite compresses: ``ConnectionSQL``)."""
         return list(texts)

@@ -221,12 +221,13 @@ class DocumentSQL(StoreBase):
         out: dict[int, tuple[Any, ...]] = {}
         for part in _chunks(list(chunk_ids)):
             q = ",".join("?" * len(part))
-            for row in self.conn.execute(
-                    f'SELECT c.id, c.doc_id, d.source, d.version, d.timestamp, coalesce(c.text, d.text), c.start, c."end", '
-                    f"c.ordinal, "
-                    f"c.metadata, d.metadata, d.title FROM chunks c JOIN documents d ON d.id = c.doc_id "
-                    f"WHERE c.id IN ({q})", part):
-                out[row[0]] = (*row[1:5], self._text(row[5]), *row[6:])
+            rows = self.conn.execute(
+                f'SELECT c.id, c.doc_id, d.source, d.version, d.timestamp, coalesce(c.text, d.text), c.start, c."end", '
+                f"c.ordinal, "
+                f"c.metadata, d.metadata, d.title FROM chunks c JOIN documents d ON d.id = c.doc_id "
+                f"WHERE c.id IN ({q})", part).fetchall()
+            for row, text in zip(rows, self._texts([row[5] for row in rows])):
+                out[row[0]] = (*row[1:5], text, *row[6:])
         return out
 
     def doc_hit_rows(self, doc_ids: Sequence[int]) -> dict[int, tuple[Any, ...]]:
@@ -236,10 +237,11 @@ class DocumentSQL(StoreBase):
         out: dict[int, tuple[Any, ...]] = {}
         for part in _chunks(list(doc_ids)):
             q = ",".join("?" * len(part))
-            for row in self.conn.execute(
-                    f"SELECT id, source, version, timestamp, text, metadata, title FROM documents WHERE id IN ({q})",
-                    part):
-                out[row[0]] = (*row[1:4], self._text(row[4]), *row[5:])
+            rows = self.conn.execute(
+                f"SELECT id, source, version, timestamp, text, metadata, title FROM documents WHERE id IN ({q})",
+                part).fetchall()
+            for row, text in zip(rows, self._texts([row[4] for row in rows])):
+                out[row[0]] = (*row[1:4], text, *row[5:])
         return out
 
     def texts_by_id(self, chunk_ids: Sequence[int], doc_ids: Sequence[int]) -> tuple[dict[int, str], dict[int, str]]:

@@ -379,9 +379,9 @@ def _meta_row(row: Sequence[Any]) -> tuple[Any, ...]:
 PLAIN_SQL = (
     # connection.py
     "_open_or_refuse", "generation", "in_transaction", "set_setting", "settings",
-    # base.py: the filter SQL, built from the dialect's pieces; a stored text as read (PostgreSQL's is
-    # always a str, which _text passes through)
-    "_filter_sql", "_text",
+    # base.py: the filter SQL, built from the dialect's pieces; stored texts as read (PostgreSQL's are
+    # always str, which _text and _texts pass through)
+    "_filter_sql", "_text", "_texts",
     # documents.py
     "chunk_metadata", "chunk_sort_keys", "chunk_table", "count_chunks_since", "count_documents", "doc_chunks",
     "doc_hit_rows", "doc_row", "doc_source", "hit_rows", "insert_chunks", "insert_documents", "iter_chunk_spans",

@@ -27,11 +27,17 @@ TRICKY = [
     "A\x1c](b\x1c)c Ab]( x) snake_case_word CamelCase 3.14 ½ ²",
     "p < 0.05 and q > 0.01 in the < 5 group",
     "\ud800 lone surrogate \udfff text",
+    # markup in text of each width (PEP 393: 1, 2 and 4 bytes a character), Unicode whitespace
+    # ending a Markdown link's target (\\s is str.isspace), NFKC's no-break space
+    "café naïve <b>Bold</b> ](x) a](b\x85c) d](e) Ünï ÀÉ",
+    "Ünï ]( x) a](b\x85c) d](e\u2028f) <p\x85>x</p> g](h)i Σίσυφος ΣΊΣΥΦΟΣ",
+    "café ](x\xa0y) naïve <b>bold</b> ](z) end",
+    "😀 emoji <b>😀</b> word😀word ]( 😀) a](😀)b 𐐀 after",
 ]
 
 # (ß, İ and ŉ case fold to two characters, 𐐀 is a letter past the compiled folding table, Σ
 # folds to σ, ，and ｡ need NFKC)
-text_ = st.lists(st.sampled_from(list("ab Cé ß_<>]()\n\x1c一二タ한½İŉ𐐀ΣＡ，｡") + ["the ", "word ", "](x) ", "<b>"]),
+text_ = st.lists(st.sampled_from(list("ab Cé ß_<>]()\n\x1c\x85\u2028\xa0一二タ한½İŉ𐐀😀ΣＡ，｡") + ["the ", "word ", "](x) ", "<b>"]),
                  max_size=40).map("".join)
 
 

@@ -398,6 +398,8 @@ def test_damaged_compressed_text_is_reported_and_raises_a_ragdb_error(compressed
             list(db.records(principals=ragdb.ALL))
         with pytest.raises(TextDamaged):  # through SQL (ragdb_instr): the same error
             db.count(filter={"$contains": "zzz-not-there"})
+        with pytest.raises(TextDamaged):  # a search's hits: their texts decoded together
+            db.search(" ".join(seed_texts()[3].split()[:12]), k=100, principals=ragdb.ALL)
 
 
 def test_a_frame_that_decodes_to_other_text_fails_the_content_hash(compressed_kb, small_training):
