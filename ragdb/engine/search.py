@@ -152,17 +152,16 @@ class Searcher:
         """:func:`ragdb.index.hits.passage_shingles` of each hit's text, kept for the next
         searches (a chunk's text is hashed with it: a chunk id that comes back holds the same
         text); one call for all the hits of a search."""
-        cache = self._shingles
         keys = [(h.chunk_id, hash(h.text)) for h in hits]
-        found = [cache.get(key) for key in keys]
+        found = [self._shingles.get(key) for key in keys]
         out: list[np.ndarray] = []
         for i, got in enumerate(found):
             if got is None:
                 got = passage_shingles(hits[i].text)
                 if self._shingles_kept + len(got) > SHINGLES_KEPT:
-                    cache, self._shingles_kept = {}, 0
-                    self._shingles = cache
-                cache[keys[i]] = got
+                    self._shingles, self._shingles_kept = {}, 0
+                # (the cache of now: a thread sharing the handle may have started it again)
+                self._shingles[keys[i]] = got
                 self._shingles_kept += len(got)
             out.append(got)
         return out

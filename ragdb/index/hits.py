@@ -227,6 +227,7 @@ def _raw_table() -> np.ndarray:
         folded = np.where(many, 0, fold)
         table = folded | (classes[folded] << np.uint32(24))
         table[many] = _MANY
+        table.flags.writeable = False  # shared by every search
         _raw = table
     return _raw
 

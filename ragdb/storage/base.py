@@ -123,7 +123,7 @@ class StoreBase:
     def _text(self, value: str | bytes | None) -> str | None:
         """A stored text as read: TEXT as it is, a compressed BLOB decoded (a damaged one is
         :class:`ragdb.errors.TextDamaged`). Every read of ``documents.text`` or ``chunks.text``
-        goes through it."""
+        goes through it or :meth:`_texts`."""
         if value is None or type(value) is str:
             return value
         return self.text_codec().decode(value)

@@ -90,65 +90,61 @@ class TextCodec:
                 session.drop()  # (made with a dictionary that may be gone)
 
     # -- reading -------------------------------------------------------------------------
-    def decode_bytes(self, blob: bytes) -> bytes:
-        """The UTF-8 bytes a stored BLOB holds; :class:`TextDamaged` when it is not a frame
-        this database can decode."""
+    def _frame(self, blob: bytes) -> bytes:
+        """The UTF-8 bytes of one stored zstd frame, the caller holding the lock (a zstandard
+        (de)compressor must not be used by two threads at once); :class:`TextDamaged` when it
+        is not a frame this database can decode."""
         if blob[:4] != ZSTD_MAGIC:
             raise TextDamaged("a stored text is a BLOB that is not a zstd frame")
         try:
             dict_id = zstandard.get_frame_parameters(blob).dict_id
-            with self._lock:  # a zstandard (de)compressor must not be used by two threads at once
-                dec = self._decompressors.get(dict_id)
-                if dec is None:
-                    dec = (zstandard.ZstdDecompressor() if dict_id == 0
-                           else zstandard.ZstdDecompressor(dict_data=self._dict(dict_id)))
-                    self._decompressors[dict_id] = dec
-                return dec.decompress(blob)
+            dec = self._decompressors.get(dict_id)
+            if dec is None:
+                dec = (zstandard.ZstdDecompressor() if dict_id == 0
+                       else zstandard.ZstdDecompressor(dict_data=self._dict(dict_id)))
+                self._decompressors[dict_id] = dec
+            return dec.decompress(blob)
         except (zstandard.ZstdError, MemoryError, ValueError, OverflowError) as e:
             raise TextDamaged(f"a stored text's zstd frame is damaged ({e})") from None
 
-    def decode(self, value: str | bytes | None) -> str | None:
-        """A stored text: TEXT as it is, a BLOB decompressed."""
-        if value is None or isinstance(value, str):
-            return value
-        raw = self.decode_bytes(value)
+    @staticmethod
+    def _utf8(raw: bytes) -> str:
         try:
             return raw.decode("utf-8")
         except UnicodeDecodeError as e:
             raise TextDamaged(f"a stored text decompresses to bytes that are not UTF-8 (byte {e.start})") from None
 
+    def decode_bytes(self, blob: bytes) -> bytes:
+        """The UTF-8 bytes a stored BLOB holds; :class:`TextDamaged` when it is not a frame
+        this database can decode."""
+        with self._lock:
+            return self._frame(blob)
+
+    def decode(self, value: str | bytes | None) -> str | None:
+        """A stored text: TEXT as it is, a BLOB decompressed."""
+        if value is None or isinstance(value, str):
+            return value
+        return self._utf8(self.decode_bytes(value))
+
     def decode_many(self, values: Sequence[str | bytes | None]) -> list[str | None]:
         """:meth:`decode` of each of ``values``, in order: the texts of a search's hits, read
-        together (one lock for all, the decompressors looked up as they change; ~1 us a text
-        less than one call each)."""
+        together under one hold of the lock, taken at the first BLOB (none for values that are
+        all TEXT, as PostgreSQL's always are); ~1 us a text less than one call each."""
         out: list[str | None] = []
         append = out.append
-        dec: zstandard.ZstdDecompressor | None = None
-        last = -1
-        with self._lock:  # a zstandard (de)compressor must not be used by two threads at once
+        held = False
+        try:
             for value in values:
                 if value is None or isinstance(value, str):
                     append(value)
                     continue
-                if value[:4] != ZSTD_MAGIC:
-                    raise TextDamaged("a stored text is a BLOB that is not a zstd frame")
-                try:
-                    dict_id = zstandard.get_frame_parameters(value).dict_id
-                    if dict_id != last or dec is None:
-                        dec = self._decompressors.get(dict_id)
-                        if dec is None:
-                            dec = (zstandard.ZstdDecompressor() if dict_id == 0
-                                   else zstandard.ZstdDecompressor(dict_data=self._dict(dict_id)))
-                            self._decompressors[dict_id] = dec
-                        last = dict_id
-                    raw = dec.decompress(value)
-                except (zstandard.ZstdError, MemoryError, ValueError, OverflowError) as e:
-                    raise TextDamaged(f"a stored text's zstd frame is damaged ({e})") from None
-                try:
-                    append(raw.decode("utf-8"))
-                except UnicodeDecodeError as e:
-                    raise TextDamaged(f"a stored text decompresses to bytes that are not UTF-8 "
-                                      f"(byte {e.start})") from None
+                if not held:
+                    self._lock.acquire()
+                    held = True
+                append(self._utf8(self._frame(value)))
+        finally:
+            if held:
+                self._lock.release()
         return out
 
     # -- writing -------------------------------------------------------------------------

@@ -185,3 +185,25 @@ def test_many_copies_of_every_passage_are_ranked_in_two_passes_not_four(monkeypa
     assert len(hits) == 20 and len({h.source.split("/")[0] for h in hits}) == 20
     assert all(len(h.duplicates) == 18 for h in hits)
     assert len(depths) == 2, depths
+
+
+def test_a_shingle_cache_started_again_mid_search_collapses_alike(tmp_path, monkeypatch):
+    """A search's shingles come from the handle's cache (``Searcher._passage_shingles``), which
+    starts again when it would hold more than ``SHINGLES_KEPT``: a cache of almost nothing,
+    started again within every search, collapses as a cache that keeps everything."""
+    from ragdb.engine import search
+
+    queries = ["fs.readFile encoding option", "file contents Buffer", "stat link", "streams encoding"]
+
+    def answers(db) -> list:
+        return [[(h.source, round(h.score, 9), [d.source for d in h.duplicates]) for h in db.search(q, k=5)]
+                for q in queries]
+
+    with ragdb.open(str(tmp_path / "kb.db")) as db:
+        db.add_many(records())
+        want = answers(db)
+        assert any(h[2] for q in want for h in q)  # (copies were collapsed)
+    monkeypatch.setattr(search, "SHINGLES_KEPT", 40)  # fewer shingles than two of these passages hold
+    with ragdb.open(str(tmp_path / "kb.db")) as db:
+        assert answers(db) == want
+        assert answers(db) == want  # (the second time, from what the cache kept)

@@ -303,3 +303,17 @@ def test_compiled_pairs_at_the_thresholds(sets, args, expected):
     assert compiled.same_pairs(sets, *args) == expected
     assert compiled.filtered_count() == before + 1  # the filter answered, not the full count
     _assert_reference_pairs(compiled, sets, args)
+
+
+def test_the_raw_table_is_the_bmps_and_read_only():
+    """``cpassages.shingles_raw`` refuses a table that is not one entry per BMP character (it
+    reads any BMP character's entry), and the shared table cannot be changed by a caller."""
+    if "compiled" not in kernel.available():
+        pytest.skip("the compiled kernel is not installed")
+    from ragdb.index import cpassages
+
+    with pytest.raises(ValueError):
+        cpassages.shingles_raw("é", np.zeros(256, np.uint32))
+    table = hits._raw_table()
+    assert len(table) == 0x10000 and not table.flags.writeable
+    assert cpassages.shingles_raw("Größe", table) is None  # (ß folds to two characters: Python's path)

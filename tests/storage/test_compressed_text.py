@@ -402,6 +402,38 @@ def test_damaged_compressed_text_is_reported_and_raises_a_ragdb_error(compressed
             db.search(" ".join(seed_texts()[3].split()[:12]), k=100, principals=ragdb.ALL)
 
 
+def test_decode_many_is_decode_of_each_text(compressed_kb):
+    """``TextCodec.decode_many`` (the texts of a search's hits, under one hold of the lock) gives
+    what ``decode`` gives for each value, and for a damaged one the same ``TextDamaged``, after
+    which the codec still decodes (its lock was released)."""
+    import zstandard
+
+    conn = sqlite3.connect(compressed_kb)
+    try:
+        codec = textcodec.new_codec(conn)
+        values = [t for (t,) in conn.execute("SELECT text FROM documents ORDER BY id")] + [None, "plain"]
+        assert any(isinstance(v, bytes) for v in values)
+        assert codec.decode_many(values) == [codec.decode(v) for v in values]
+        good = next(v for v in values if isinstance(v, bytes))
+        text = codec.decode(good)
+        damaged = [b"\x01\x02\x03\x04\x05", good[:len(good) // 2], textcodec.ZSTD_MAGIC + b"\xff" * 12,
+                   zstandard.ZstdCompressor().compress(b"\xff\xfe" * 40)]
+        for bad in damaged:
+            with pytest.raises(TextDamaged) as one:
+                codec.decode(bad)
+            with pytest.raises(TextDamaged) as many:
+                codec.decode_many(["text", good, bad, good])
+            assert str(many.value) == str(one.value)
+            done: list = []
+            worker = threading.Thread(target=lambda out=done: out.append(codec.decode_many([good, "text"])),
+                                      daemon=True)
+            worker.start()
+            worker.join(10)
+            assert done == [[text, "text"]], bad  # (a lock left held: the thread waits, done stays empty)
+    finally:
+        conn.close()
+
+
 def test_a_frame_that_decodes_to_other_text_fails_the_content_hash(compressed_kb, small_training):
     conn = sqlite3.connect(compressed_kb)
     codec = textcodec.new_codec(conn)
