@@ -71,17 +71,27 @@ cdef int _cmp_int32(const void* a, const void* b) noexcept nogil:
     return (x > y) - (x < y)
 
 
-# ASCII character classes of the reference's regular expressions: 1 a word character
-# (str.isalnum, '_' not), 2 whitespace (\s: str.isspace, which counts \x1c-\x1f)
+# ASCII word characters of the reference's regular expressions: 1 for str.isalnum ('_' not)
 cdef unsigned char _ASCII[128]
 for _i in range(128):
-    _ASCII[_i] = 1 if (_i != 0x5F and Py_UNICODE_ISALNUM(<Py_UCS4>_i)) else (2 if Py_UNICODE_ISSPACE(<Py_UCS4>_i) else 0)
+    _ASCII[_i] = 1 if (_i != 0x5F and Py_UNICODE_ISALNUM(<Py_UCS4>_i)) else 0
 
 
-cdef Py_ssize_t markup_end_ascii(const unsigned char* s, Py_ssize_t n, Py_ssize_t i) noexcept nogil:
-    """:func:`markup_end` of ASCII text."""
+# A text's characters as its str stores them (PEP 393: 1, 2 or 4 bytes each): words_raw and
+# markup_end_raw are compiled once per width, so their loops read them without a switch on the
+# width per character.
+ctypedef fused chars_t:
+    uint8_t
+    uint16_t
+    uint32_t
+
+
+cdef Py_ssize_t markup_end_raw(const chars_t* s, Py_ssize_t n, Py_ssize_t i) noexcept:
+    """Where the markup at ``s[i]`` (a ``]`` or ``<``) ends, -1 where none starts there: the
+    reference's ``_MARKUP`` (``\\]\\([^)\\s]*\\)`` and ``<[^>\\n]{1,200}>``, ``\\s`` being
+    ``str.isspace``) at one place, in text of any width (ASCII text's too: :func:`words_ascii`)."""
     cdef Py_ssize_t j
-    cdef unsigned char d
+    cdef Py_UCS4 d
     if s[i] == 0x5D:  # ']'
         if i + 1 >= n or s[i + 1] != 0x28:  # '('
             return -1
@@ -90,7 +100,7 @@ cdef Py_ssize_t markup_end_ascii(const unsigned char* s, Py_ssize_t n, Py_ssize_
             d = s[j]
             if d == 0x29:  # ')'
                 return j + 1
-            if _ASCII[d] == 2:
+            if Py_UNICODE_ISSPACE(d):
                 return -1
             j += 1
         return -1
@@ -105,7 +115,7 @@ cdef Py_ssize_t markup_end_ascii(const unsigned char* s, Py_ssize_t n, Py_ssize_
     return -1
 
 
-cdef Py_ssize_t words_ascii(const unsigned char* s, Py_ssize_t n, uint64_t* words) noexcept nogil:
+cdef Py_ssize_t words_ascii(const uint8_t* s, Py_ssize_t n, uint64_t* words) noexcept:
     """The word hashes of raw ASCII text (markup skipped, letters lowered) into ``words``; their count."""
     cdef Py_ssize_t i = 0, end, length = 0, nwords = 0
     cdef unsigned char c
@@ -124,7 +134,7 @@ cdef Py_ssize_t words_ascii(const unsigned char* s, Py_ssize_t n, uint64_t* word
             length = 0
             h = 0
         if c == 0x5D or c == 0x3C:
-            end = markup_end_ascii(s, n, i)
+            end = markup_end_raw(s, n, i)
             if end > 0:
                 i = end
                 continue
@@ -163,43 +173,6 @@ cdef Py_ssize_t words_prepared(int kind, void* data, Py_ssize_t n, uint64_t* wor
         words[nwords] = fmix(h + <uint64_t>length * GOLDEN)
         nwords += 1
     return nwords
-
-
-# A text's characters as its str stores them (PEP 393: 1, 2 or 4 bytes each): words_raw is
-# compiled once per width, so its loop reads them without a switch on the width per character.
-ctypedef fused chars_t:
-    uint8_t
-    uint16_t
-    uint32_t
-
-
-cdef Py_ssize_t markup_end_raw(const chars_t* s, Py_ssize_t n, Py_ssize_t i) noexcept:
-    """Where the markup at ``s[i]`` (a ``]`` or ``<``) ends, -1 where none starts there: the
-    reference's ``_MARKUP`` (``\\]\\([^)\\s]*\\)`` and ``<[^>\\n]{1,200}>``, ``\\s`` being
-    ``str.isspace``) at one place, as :func:`markup_end_ascii` for ASCII text."""
-    cdef Py_ssize_t j
-    cdef Py_UCS4 d
-    if s[i] == 0x5D:  # ']'
-        if i + 1 >= n or s[i + 1] != 0x28:  # '('
-            return -1
-        j = i + 2
-        while j < n:
-            d = s[j]
-            if d == 0x29:  # ')'
-                return j + 1
-            if Py_UNICODE_ISSPACE(d):
-                return -1
-            j += 1
-        return -1
-    j = i + 1  # '<'
-    while j < n and j - i - 1 <= MAX_MARKUP:
-        d = s[j]
-        if d == 0x3E:  # '>'
-            return j + 1 if j > i + 1 else -1
-        if d == 0x0A:
-            return -1
-        j += 1
-    return -1
 
 
 cdef Py_ssize_t words_raw(const chars_t* s, Py_ssize_t n, uint64_t* words, const uint32_t* table) noexcept:
@@ -277,7 +250,7 @@ def shingles(str text, bint markup):
         raise MemoryError()
     try:
         if markup:
-            nwords = words_ascii(<const unsigned char*>data, n, words)
+            nwords = words_ascii(<const uint8_t*>data, n, words)
         else:
             nwords = words_prepared(kind, data, n, words)
         return from_words(words, nwords)
