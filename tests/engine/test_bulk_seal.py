@@ -13,19 +13,7 @@ import pytest
 import ragdb
 from ragdb.errors import RagdbError
 
-EN = ["retrieval of deleted documents", "ranking passages by BM25", "incremental index updates",
-      "the inverted index holds postings"]
-ZH = ["检索增强生成的知识库", "倒排索引与文档频率", "增量更新后的结果"]
-QUERIES = ["retrieval documents index", "postings ranking", "检索 索引", "word7 word23 第9段"]
-
-
-def _records(n: int) -> list[dict]:
-    return [{"text": f"{EN[i % 4]} {ZH[i % 3]} word{i} 第{i}段 {'extra ' * (i % 5)}", "source": f"s{i}"}
-            for i in range(n)]
-
-
-def _hits(db) -> list:
-    return [[(h.source, round(h.score, 9)) for h in db.search(q, k=50)] for q in QUERIES]
+from bulk_helpers import QUERIES, seal_hits as _hits, seal_records as _records
 
 
 def _fresh(tmp_path, records, name: str = "fresh.db") -> list:

@@ -26,6 +26,7 @@ from ragdb.errors import DatabaseBusy, NotADatabase, RagdbError, StorageError
 from ragdb.storage import Store, is_postgres, redact
 from ragdb.storage.backend import glob_regex, password_of
 
+from bulk_helpers import seal_hits, seal_records
 from cli_helpers import cli, mcp_call, mcp_session, out_json, run, serving
 from conftest import with_schema
 
@@ -390,21 +391,6 @@ def test_postgres_answers_exactly_like_sqlite(pg_server, ops, chunker, keep, pub
             conn.execute(f"DROP SCHEMA {schema} CASCADE")
 
 
-SEAL_EN = ["retrieval of deleted documents", "ranking passages by BM25", "incremental index updates",
-           "the inverted index holds postings"]
-SEAL_ZH = ["检索增强生成的知识库", "倒排索引与文档频率", "增量更新后的结果"]
-SEAL_QUERIES = ["retrieval documents index", "postings ranking", "检索 索引", "word7 word23 第9段"]
-
-
-def _seal_records(n: int) -> list[dict]:
-    return [{"text": f"{SEAL_EN[i % 4]} {SEAL_ZH[i % 3]} word{i} 第{i}段 {'extra ' * (i % 5)}", "source": f"s{i}"}
-            for i in range(n)]
-
-
-def _seal_hits(db) -> list:
-    return [[(h.source, round(h.score, 9)) for h in db.search(q, k=50)] for q in SEAL_QUERIES]
-
-
 @pytest.mark.parametrize("flush", [11, 1000])
 def test_a_sealed_bulk_load_on_postgres_answers_as_on_sqlite(pg_url, tmp_path, monkeypatch, each_kernel, flush):
     """A bulk load whose tail is sealed between flushes (``BULK_SEAL_CHUNKS``), with flushes
@@ -417,11 +403,11 @@ def test_a_sealed_bulk_load_on_postgres_answers_as_on_sqlite(pg_url, tmp_path, m
 
     monkeypatch.setattr(database, "BULK_SEAL_CHUNKS", 3)
     monkeypatch.setattr(database, "BULK_FLUSH_CHUNKS", flush)
-    records = _seal_records(60)
+    records = seal_records(60)
     with ragdb.open(tmp_path / "one.db", chunker="none") as lite:
         for r in records:
             lite.add(r["text"], source=r["source"])
-        want = _seal_hits(lite)
+        want = seal_hits(lite)
     with ragdb.open(pg_url, chunker="none") as pg, ragdb.open(pg_url) as other, \
             ragdb.open(tmp_path / "bulk.db", chunker="none") as bulk:
         other.search("retrieval")  # opened before the load: catches up after it
@@ -432,22 +418,22 @@ def test_a_sealed_bulk_load_on_postgres_answers_as_on_sqlite(pg_url, tmp_path, m
             (sl.documents, sl.chunks, sl.vocabulary, sl.postings, sl.pending_chunks, sl.segments)
         assert sp.pending_chunks == (0 if flush == 11 else 60)
         assert pg.check() == []
-        assert _seal_hits(pg) == want and _seal_hits(other) == want
+        assert seal_hits(pg) == want and seal_hits(other) == want
         # a second load stopped by a bad record: its batches before it stay, sealed
-        more = _seal_records(80)[60:]
+        more = seal_records(80)[60:]
         for db in (pg, bulk):
             with pytest.raises(RagdbError):
                 db.add_many([*more[:9], {"text": 42, "source": "bad"}, *more[9:]], batch_size=2, workers=0)
         assert {d.source for d in pg.documents()} == {d.source for d in bulk.documents()}
         for source in ("s0", "s61", "s65"):
             assert pg.delete(source=source) == bulk.delete(source=source)
-        assert pg.check() == [] and _seal_hits(pg) == _seal_hits(bulk) and _seal_hits(other) == _seal_hits(bulk)
+        assert pg.check() == [] and seal_hits(pg) == seal_hits(bulk) and seal_hits(other) == seal_hits(bulk)
         pg.optimize(vacuum=False)
         bulk.optimize(vacuum=False)
         assert pg.stats().pending_chunks == 0 and pg.check() == []
-        assert _seal_hits(pg) == _seal_hits(bulk)
+        assert seal_hits(pg) == seal_hits(bulk)
     with ragdb.open(pg_url) as again, ragdb.open(tmp_path / "bulk.db") as bulk:
-        assert _seal_hits(again) == _seal_hits(bulk) and again.check() == []
+        assert seal_hits(again) == seal_hits(bulk) and again.check() == []
 
 
 def test_collections_on_postgres(pg_url):
