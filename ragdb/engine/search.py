@@ -153,7 +153,8 @@ class Searcher:
         searches (a chunk's text is hashed with it: a chunk id that comes back holds the same
         text); one call for all the hits of a search."""
         keys = [(h.chunk_id, hash(h.text)) for h in hits]
-        found = [self._shingles.get(key) for key in keys]
+        get = self._shingles.get
+        found = [get(key) for key in keys]
         out: list[np.ndarray] = []
         for i, got in enumerate(found):
             if got is None:
