@@ -64,6 +64,27 @@ POSTINGS_CACHE_BYTES_PER_CHUNK = 32
 # work arrays; 1 << 19 held ~25 MiB at once in a 65,536-chunk flush
 SEALED_RUN_POSTINGS = 1 << 17
 _NO_TAIL_BYTES = 100  # what a cached "no tail postings" entry counts for (a dict slot and an int)
+_ABSENT: Any = object()  # not in a cache (None is a cached "no postings")
+
+
+def _evict_oldest(cache: dict[int, tuple[np.ndarray, np.ndarray] | None], at_least: int, empty: int) -> int:
+    """Drop the least recently used entries of a postings cache (its first: a hit moves an
+    entry to the end) until ``at_least`` bytes are freed, or all; returns the bytes freed
+    (``empty``: what an entry of None counts for). A full cache is cut to 3/4 of its budget,
+    not emptied: emptying it had every query after read and decode again the common terms'
+    long lists, which come back query after query (the realistic 1M corpus, its 1,811 mixed
+    queries: 681 -> 553 KB of postings read and decoded a query at the same 30 MiB, the time
+    spent in ``term_postings`` 12-18% lower)."""
+    freed = 0
+    victims = []
+    for t, e in cache.items():  # one pass (popping the first again and again walks the holes)
+        if freed >= at_least:
+            break
+        victims.append(t)
+        freed += empty if e is None else e[0].nbytes + e[1].nbytes
+    for t in victims:
+        del cache[t]
+    return freed
 LOOKUP_CACHE_TERMS = 200_000  # vocabulary lookups kept until the generation changes
 _LOOKUP_BATCH = 50_000  # terms looked up in the vocabulary at a time
 MAX_SEGMENTS = 16           # segments per term before they are merged
@@ -1241,13 +1262,14 @@ class Index:
         out: dict[int, tuple[np.ndarray, np.ndarray]] = {}
         missing = []
         for t in term_ids:
-            if t in cache:
-                e = cache[t]
-                if e is None:
-                    e = stored[t]
-            else:
+            e = cache.pop(t, _ABSENT)
+            if e is _ABSENT:
                 missing.append(t)
                 e = stored[t]
+            else:
+                cache[t] = e  # (the newest again: least recently used first)
+                if e is None:
+                    e = stored[t]
             if e is not None:
                 out[t] = e
         if missing:
@@ -1262,9 +1284,9 @@ class Index:
                     seg = stored[t]
                     entry = out[t] = more if seg is None else _joined([seg, more])
                     size = entry[0].nbytes + entry[1].nbytes
-                if self._postings_cached + size > budget:
-                    cache.clear()  # (this call's entries are kept in ``out``)
-                    self._postings_cached = 0
+                if self._postings_cached + size > budget:  # (this call's entries are kept in ``out``)
+                    self._postings_cached -= _evict_oldest(cache, self._postings_cached + size - budget * 3 // 4,
+                                                           _NO_TAIL_BYTES)
                 cache[t] = entry
                 self._postings_cached += size
         return {t: out[t] for t in term_ids if t in out}  # (in the order asked)
@@ -1280,8 +1302,14 @@ class Index:
             seg.clear()
             self._segment_cached = 0
             self._segment_key = key
-        out = {t: seg[t] for t in term_ids if t in seg}
-        need = [t for t in term_ids if t not in out]
+        out: dict[int, tuple[np.ndarray, np.ndarray] | None] = {}
+        need = []
+        for t in term_ids:
+            e = seg.pop(t, _ABSENT)
+            if e is _ABSENT:
+                need.append(t)
+            else:
+                seg[t] = out[t] = e  # (the newest again: least recently used first)
         if not need:
             return out
         parts: dict[int, list[tuple[np.ndarray, np.ndarray]]] = {t: [] for t in need}
@@ -1295,9 +1323,8 @@ class Index:
         for t in need:
             entry = _joined(parts[t]) if parts[t] else None
             size = 0 if entry is None else entry[0].nbytes + entry[1].nbytes
-            if self._segment_cached + size > budget:
-                seg.clear()  # (this call's entries are kept in ``out``)
-                self._segment_cached = 0
+            if self._segment_cached + size > budget:  # (this call's entries are kept in ``out``)
+                self._segment_cached -= _evict_oldest(seg, self._segment_cached + size - budget * 3 // 4, 0)
             seg[t] = out[t] = entry
             self._segment_cached += size
         return out

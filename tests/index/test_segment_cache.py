@@ -69,19 +69,26 @@ def test_a_write_keeps_the_segments_decoded_until_the_next_flush(tmp_path, posti
         assert decoded <= {t for r in postings_reads for t in r}
 
 
-@pytest.mark.parametrize("flush_every, delta_min, delta_share", [(4, 64, 8), (40, 1, 2)])
+@pytest.mark.parametrize("flush_every, delta_min, delta_share, cache_bytes", [(4, 64, 8, None), (40, 1, 2, None),
+                                                                          (40, 1, 2, 160)])
 @settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(ops=st.lists(st.tuples(st.sampled_from(["add", "replace", "delete", "optimize", "search"]),
                               st.integers(0, 12), st.lists(st.sampled_from(WORDS), min_size=1, max_size=5)),
                     min_size=1, max_size=30))
-def test_searches_between_any_writes_equal_a_fresh_build(tmp_path_factory, ops, flush_every, delta_min, delta_share):
+def test_searches_between_any_writes_equal_a_fresh_build(tmp_path_factory, ops, flush_every, delta_min, delta_share,
+                                                          cache_bytes):
     """A file flushing every few chunks; after each write, this handle and a second one (which
     follows another connection's writes) search like a fresh build. The second setting keeps
     up to 40 chunks unflushed and regroups the tail whenever the chunks appended since it was
-    grouped outnumber half the rest (Index._tail_parts: grouped apart, then all again)."""
+    grouped outnumber half the rest (Index._tail_parts: grouped apart, then all again); the
+    third also gives the decoded postings 160 bytes, so that both caches drop terms all along."""
     path = tmp_path_factory.mktemp("seg") / "kb.db"
     live: dict[str, str] = {}
+    inv = ragdb.index.inverted
+    budget = {"POSTINGS_CACHE_MIN_BYTES": inv.POSTINGS_CACHE_MIN_BYTES if cache_bytes is None else cache_bytes,
+              "POSTINGS_CACHE_BYTES_PER_CHUNK": inv.POSTINGS_CACHE_BYTES_PER_CHUNK if cache_bytes is None else 0}
     with mock.patch.object(ragdb.engine.write, "FLUSH_THRESHOLD", flush_every), \
+            mock.patch.multiple(ragdb.index.inverted, **budget), \
             mock.patch.object(ragdb.index.inverted, "TAIL_DELTA_MIN", delta_min), \
             mock.patch.object(ragdb.index.inverted, "TAIL_DELTA_SHARE", delta_share), \
             ragdb.open(path, chunker="none") as db, ragdb.open(path) as other:
@@ -223,3 +230,34 @@ def test_a_handle_whose_flush_a_rollback_undid_reads_the_file_again(tmp_path, pa
         for handle in (a, b):
             assert [[(h.source, round(h.score, 9)) for h in handle.search(q, k=10)] for q in queries] == want
         assert a.check() == []
+
+
+def test_a_full_postings_cache_drops_its_least_recently_used_terms(tmp_path, postings_reads, monkeypatch):
+    """Over its budget the cache of decoded postings drops the terms used longest ago, down to
+    3/4 of the budget, and keeps those searches use again and again (emptying it whole had every
+    search after it read and decode the common terms' long lists again)."""
+    monkeypatch.setattr(ragdb.index.inverted, "POSTINGS_CACHE_MIN_BYTES", 2400)
+    monkeypatch.setattr(ragdb.index.inverted, "POSTINGS_CACHE_BYTES_PER_CHUNK", 0)
+    live = {f"s{i}": f"apple tok{i % 20} filler{i}" for i in range(300)}  # apple 1,500 bytes decoded, a tok 75
+    with ragdb.open(tmp_path / "kb.db", chunker="none") as db:
+        db.add_many([{"text": t, "source": s} for s, t in live.items()])
+        db.optimize(vacuum=False)  # every posting in segments: this cache alone decodes them
+
+        def read_by(query):
+            postings_reads.clear()
+            found = [(h.source, round(h.score, 9)) for h in db.search(query, k=400)]
+            return found, {t for r in postings_reads for t in r}
+
+        _, (apple,) = read_by("apple")
+        _, (tok0,) = read_by("tok0")
+        read = set()
+        for j in range(1, 20):  # each query uses apple again; the tok terms overflow the budget
+            read |= read_by(f"apple tok{j}")[1]
+        assert len(read) == 19 and apple not in read  # used by every search: never dropped
+        assert read_by("apple")[1] == set()
+        assert read_by("tok0")[1] == {tok0}  # used longest ago: dropped, read again
+        with ragdb.open(":memory:", chunker="none") as ref:
+            ref.add_many([{"text": t, "source": s} for s, t in sorted(live.items())])
+            for q in ["apple", "tok0", "apple tok7", "tok19 apple"]:
+                assert read_by(q)[0] == [(h.source, round(h.score, 9)) for h in ref.search(q, k=400)]
+    assert apple != tok0
