@@ -207,3 +207,36 @@ def test_a_shingle_cache_started_again_mid_search_collapses_alike(tmp_path, monk
     with ragdb.open(str(tmp_path / "kb.db")) as db:
         assert answers(db) == want
         assert answers(db) == want  # (the second time, from what the cache kept)
+
+
+def test_a_full_shingle_cache_drops_the_passages_kept_longest(monkeypatch):
+    """Over ``SHINGLES_KEPT`` the handle's shingle cache drops its oldest passages (first in,
+    first out) down to 3/4, not all of them: a search run again right after finds every
+    passage it shingled still kept, and the cache stays within its bound."""
+    from ragdb.engine import search
+
+    computed: list[str] = []
+    real = search.passage_shingles
+
+    def counting(text: str):
+        computed.append(text)
+        return real(text)
+
+    monkeypatch.setattr(search, "passage_shingles", counting)
+    monkeypatch.setattr(search, "SHINGLES_KEPT", 300)  # ~1.5 searches' passages (24 hits of 8 shingles)
+    with ragdb.open(":memory:", chunker="none") as db:
+        db.add_many([{"text": f"apple orchard harvest {i} crisp fruit season number {i} grows", "source": f"a{i}"}
+                     for i in range(30)] +
+                    [{"text": f"river canyon erosion {i} ancient stone layers number {i} flows", "source": f"r{i}"}
+                     for i in range(30)])
+
+        def shingled(query: str) -> int:
+            computed.clear()
+            hits = db.search(query, k=20)
+            assert len(hits) == 20
+            return len(computed)
+
+        assert shingled("apple orchard harvest") == 24  # (k + 4 hits ranked, each shingled once)
+        assert shingled("river canyon erosion") == 24   # the cache overflows: the apple passages go first
+        assert shingled("river canyon erosion") == 0    # every river passage still kept
+        assert 0 < shingled("apple orchard harvest") <= 24  # (some apple passages were dropped)
