@@ -1206,10 +1206,32 @@ def token_spans(text: str) -> Iterator[tuple[int, int]]:
 WORKER_VOCABULARY = 1_000_000
 
 
-def _pack(analyzer: Analyzer, texts: list[str], local: dict[str, int]
+class Numbering:
+    """A worker's local vocabulary (:func:`_pack`): term -> number. The Python path keeps it
+    in ``terms``; the compiled analysis (``canalysis.Analysis.pack``) holds the numbers in its
+    own table of terms instead (``holder``: that object, else None), which already holds each
+    term, so the worker keeps no dict entry and int a term (~30 MiB in the worker of the
+    realistic 100k build, whose 354,000 terms it numbers), and puts them back into ``terms``
+    when another path is to go on from them (:meth:`terms_now`)."""
+
+    __slots__ = ("terms", "holder")
+
+    def __init__(self) -> None:
+        self.terms: dict[str, int] = {}
+        self.holder: Any = None
+
+    def terms_now(self) -> dict[str, int]:
+        """The numbering as a dict (term -> number), taken back from the compiled analysis
+        holding it, if one does: what the Python path reads and extends."""
+        if self.holder is not None:
+            self.holder.give_back(self)
+        return self.terms
+
+
+def _pack(analyzer: Analyzer, texts: list[str], numbering: Numbering
           ) -> tuple[bool, str, bytes, bytes, bytes, bytes]:
     """Term counts of each text, packed for the trip back. Each term is sent once, numbered
-    in the worker's local vocabulary ``local`` (term -> number, kept between parts); a text is
+    in the worker's local vocabulary ``numbering`` (kept between parts); a text is
     then its terms' numbers, its counts (uint32s each) and its ``overlaps``. Unpickling a dict
     of a hundred terms per text cost the writing process more than the analysis it saved, and
     splitting each text's joined terms made a new string of every term of every text: numbered,
@@ -1225,9 +1247,10 @@ def _pack(analyzer: Analyzer, texts: list[str], local: dict[str, int]
     overlaps, as uint32 arrays' bytes)."""
     fast = analyzer.compiled()
     if fast is not None:
-        packed = fast.pack(list(texts), local, WORKER_VOCABULARY)
+        packed = fast.pack(list(texts), numbering, WORKER_VOCABULARY)
         if packed is not None:
             return packed
+    local = numbering.terms_now()
     restarted = False
     if len(local) > WORKER_VOCABULARY:
         local.clear()
@@ -1389,7 +1412,7 @@ def _worker_main(conn: Any, config: dict[str, Any], parent: int = 0, inherited: 
     threading.Thread(target=receive, daemon=True).start()
     sender = threading.Thread(target=send, daemon=True)
     sender.start()
-    local: dict[str, int] = {}  # this worker's term numbers (see _pack)
+    local = Numbering()  # this worker's term numbers (see _pack)
     while (texts := tasks.get()) is not None:
         try:
             results.put(("ok", _pack(analyzer, texts, local)))

@@ -56,8 +56,8 @@ def view(counts):
 
 
 def pack_all(analyzer, parts):
-    local: dict[str, int] = {}
-    return [analysis._pack(analyzer, part, local) for part in parts], local
+    local = analysis.Numbering()
+    return [analysis._pack(analyzer, part, local) for part in parts], local.terms_now()
 
 
 # Fragments that exercise each rule: compounds, symbols, clitics, abbreviations, long words,
@@ -149,16 +149,37 @@ def test_a_pack_goes_on_from_the_numbering_it_is_given():
     parts = [["retrieval augmented generation"], ["检索增强生成 retrieval"], ["generation of node.js"]]
     with python_path():
         ref = Analyzer()
-        local: dict[str, int] = {}
+        local = analysis.Numbering()
         want = [analysis._pack(ref, p, local) for p in parts]
     fast = Analyzer()
-    local2: dict[str, int] = {}
+    local2 = analysis.Numbering()
     got = [analysis._pack(fast, parts[0], local2)]
-    with python_path():  # the middle part numbered by the reference, into the same dict
+    assert local2.holder is not None and local2.terms == {}  # the compiled analysis holds the numbers
+    with python_path():  # the middle part numbered by the reference, into the same numbering
         got.append(analysis._pack(fast, parts[1], local2))
     got.append(analysis._pack(fast, parts[2], local2))
-    assert got == want and local2 == local
-    assert analysis._pack(fast, parts[0], {}) == want[0]  # another dict: numbered from 0 again
+    assert got == want and local2.terms_now() == local.terms_now()
+    assert analysis._pack(fast, parts[0], analysis.Numbering()) == want[0]  # another one: from 0 again
+
+
+def test_a_numbering_passes_between_compiled_analyses_and_outlives_a_forgotten_table(monkeypatch):
+    """One worker numbering packed by two compiled analyses in turn (each takes the numbers
+    from the other), one of which forgets its terms in between (a full table: its numbers go
+    back into the numbering's dict first), numbers as the reference does."""
+    monkeypatch.setattr(canalysis, "MAX_TERMS", 12)
+    parts = [[f"doc {i} about node.js 检索{i} word{i}", f"more {i % 3} words"] for i in range(12)]
+    with python_path():
+        want = pack_all(Analyzer(), parts)
+    a, b = Analyzer(), Analyzer()
+    local = analysis.Numbering()
+    got = []
+    for i, part in enumerate(parts):
+        if i % 4 == 1:  # a, holding the numbers, gets a table of more than 12 terms: forgotten
+            a.term_counts(f"unrelated text {i} with enough distinct new words to fill it all up")
+        got.append(analysis._pack(a if i % 2 == 0 else b, part, local))
+        assert local.terms == {} and local.holder is not None
+    assert (got, local.terms_now()) == want
+    assert local.holder is None and len(local.terms) == len(want[1])
 
 
 def test_the_python_path_runs_where_the_compiled_one_does_not_apply():
@@ -183,7 +204,8 @@ def test_a_text_that_is_not_a_string_fails_as_in_the_reference():
 
 def test_the_python_path_numbers_new_terms_in_order_of_first_appearance():
     with python_path():
-        restarted, new, *_ = analysis._pack(Analyzer(), ["zeta alpha zeta beta", "gamma alpha"], {})
+        restarted, new, *_ = analysis._pack(Analyzer(), ["zeta alpha zeta beta", "gamma alpha"],
+                                            analysis.Numbering())
     assert not restarted and new.split("\0") == ["zeta", "alpha", "beta", "gamma"]
 
 
