@@ -993,11 +993,10 @@ class Index:
             return
         store = self.store
         in_tail = tail.term_ids
-        term_list = in_tail.tolist()
         # the tail's terms: segment numbers, and which are merged (with their tail postings)
         seg_n, seg_top = self._segment_counts(in_tail)
         if merge_all:
-            merge = set(term_list)
+            merge = set(in_tail.tolist())
             wanted = np.setdiff1d(np.asarray(store.segment_counts_all(), dtype=np.int64), in_tail)
         else:
             if len(wanted) > 1 and not bool(np.all(wanted[1:] > wanted[:-1])):
