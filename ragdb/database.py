@@ -28,7 +28,6 @@ from datetime import datetime
 from typing import TYPE_CHECKING, Any, ParamSpec, TypeVar
 
 from ragdb.text.analysis import Analyzer, describe_config
-from ragdb.text.chunking import Chunker, get_chunker
 from ragdb.engine.state import Engine
 from ragdb.text.fields import DEFAULT_WEIGHTS as DEFAULT_FIELD_WEIGHTS
 from ragdb.errors import AnalyzerMismatch, CollectionExists, CollectionNotFound, DocumentNotFound, InternalError, InvalidInput, NotADatabase, RagdbError
@@ -44,10 +43,20 @@ from ragdb.index.vectors import VectorIndex
 from ragdb.engine.write import VectorTally, Writer, collector_paused, doc_from_row, stored_texts
 
 if TYPE_CHECKING:
+    from ragdb.text.chunking import Chunker
     from ragdb.models.embedder import Embedder
     from ragdb.answers.llm import Answer
     from ragdb.answers.prompt import Prompt
     from ragdb.answers.evaluation import SelfCalibration
+
+
+def get_chunker(spec: str | Chunker | None) -> Chunker:
+    """:func:`ragdb.text.chunking.get_chunker`, its module imported on first use: opening a
+    database to search never chunks, and that module costs a command-line search ~10 ms."""
+    from ragdb.text.chunking import get_chunker as get
+
+    return get(spec)
+
 
 if sys.byteorder != "little":  # pragma: no cover - the blobs are little-endian
     raise ImportError("ragdb stores packed little-endian integers and needs a little-endian machine")

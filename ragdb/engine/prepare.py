@@ -11,23 +11,24 @@ the previous batch is written.
 
 from __future__ import annotations
 
-import hashlib
 import os
 import sys
 from collections.abc import Callable, Generator, Iterable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import orjson
 
 from ragdb.text.analysis import AnalysisPool, Analyzer, PackedCounts, is_blank
 from ragdb.text import fields as fields_mod
-from ragdb.text.chunking import Chunker, get_chunker
 from ragdb.errors import InvalidInput
 from ragdb.query.filters import check_finite
 from ragdb.options import check_count, check_positive_int, check_text, parse_timestamp
 from ragdb.storage import dumps, loads
 from ragdb.types import LoadedDocument, Span
+
+if TYPE_CHECKING:
+    from ragdb.text.chunking import Chunker
 
 MAX_ANALYSIS_WORKERS = 3
 POOL_AFTER = 256     # records of one add_many analyzed here before it starts analysis workers
@@ -124,6 +125,10 @@ def prepare(record: Mapping[str, Any] | LoadedDocument, chunker: Chunker, n: int
         raise InvalidInput(f"{label}: text is not valid Unicode (lone surrogate at offset {e.start})") from None
     if is_blank(text):
         raise InvalidInput(f"{label}: text is empty (only whitespace or invisible characters)")
+    # (hashlib and the chunkers imported here, not with the module: the engine imports this
+    # module, and a command-line search, which never ingests, would pay ~15 ms for them)
+    import hashlib
+
     content_hash = hashlib.sha256(data).hexdigest()
     if source is None:
         source = f"sha256:{content_hash[:16]}"
@@ -148,7 +153,11 @@ def prepare(record: Mapping[str, Any] | LoadedDocument, chunker: Chunker, n: int
     if title is not None:
         check_text(title, f"{label}: title")
     acl = check_acl(record.get("acl"), label)
-    rec_chunker = get_chunker(record["chunker"]) if record.get("chunker") else chunker
+    rec_chunker = chunker
+    if record.get("chunker"):
+        from ragdb.text.chunking import get_chunker
+
+        rec_chunker = get_chunker(record["chunker"])
     spans: Sequence[Span] = record.get("spans") or ()
     if not isinstance(spans, (list, tuple)) or not all(isinstance(sp, Span) for sp in spans):
         raise InvalidInput(f"{label}: spans must be a sequence of ragdb.types.Span")

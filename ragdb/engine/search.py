@@ -34,7 +34,6 @@ from ragdb.text.analysis import MAX_TOKEN_CHARS
 from ragdb.types import Hit, QueryPlan
 from ragdb.index.fusion import empty_pool, minmax_weighted_pools, rrf_pools
 from ragdb.models.embedder import dimensions_of
-from ragdb.models.embeddings import cjk_share
 
 #: Chunks read for the word behind a suggested index term (see Searcher._surface).
 SURFACE_CHUNKS = 16
@@ -533,6 +532,11 @@ class Searcher:
         question over English chunks, or the reverse), so BM25 cannot match it, and no
         cross-lingual vectors serve the search: what to do about it (inside a read transaction)."""
         words = [t for t in terms if any(c.isalpha() for c in t)]
+        if not words or not all(t in unknown for t in words):
+            return ()  # (a note needs every word unknown: most searches end here)
+        # here, not at the top: the embedding models' module costs a command-line search ~10 ms to import
+        from ragdb.models.embeddings import cjk_share
+
         cjk = [t for t in words if cjk_share([t]) > 0]
         other = [t for t in words if t not in cjk]
         question_cjk = bool(cjk) and all(t in unknown for t in cjk) and all(t in unknown for t in other)

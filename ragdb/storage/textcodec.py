@@ -24,12 +24,15 @@ from __future__ import annotations
 import sqlite3
 import threading
 from collections.abc import Callable, Sequence
-from concurrent.futures import Future, ThreadPoolExecutor
+from typing import TYPE_CHECKING
 
 import zstandard
 
 from ragdb.errors import TextDamaged
 from ragdb.storage.codec import utcnow_iso
+
+if TYPE_CHECKING:  # (imported where a bulk load starts its thread: a search never needs it, ~10 ms)
+    from concurrent.futures import Future, ThreadPoolExecutor
 
 #: zstd level: 3 (zstd's default) compresses a 1.4 KiB text in ~12 us; 7 saves 5% more in ~4x the time
 LEVEL = 3
@@ -218,6 +221,8 @@ class AheadCompression:
         zdict = self._dictionary(dict_id)
         comp = zstandard.ZstdCompressor(level=LEVEL, dict_data=zdict)
         if self._thread is None:
+            from concurrent.futures import ThreadPoolExecutor
+
             self._thread = ThreadPoolExecutor(max_workers=1, thread_name_prefix="ragdb-zstd")
         listed = list(texts)
         # (the set, made here, is what a lookup asks first: only the job holding a text is waited for)

@@ -21,7 +21,6 @@ instead of being embedded again.
 
 from __future__ import annotations
 
-import hashlib
 import sqlite3
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from typing import Any
@@ -42,7 +41,10 @@ def text_hash(text: str) -> bytes:
     """The key under which a vector of ``text`` is found again: SHA-256 of its UTF-8
     bytes (32 bytes; the digest ``documents.content_hash`` is the hex form of).
     SHA-256 rather than BLAKE2: OpenSSL's is the faster of hashlib's on the
-    ~800-character chunks ragdb makes (0.8 against 1.4 us here)."""
+    ~800-character chunks ragdb makes (0.8 against 1.4 us here). (hashlib imported here: a
+    search without vectors never hashes, and it costs a command-line start ~7 ms.)"""
+    import hashlib
+
     return hashlib.sha256(text.encode("utf-8")).digest()
 
 

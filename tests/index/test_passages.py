@@ -305,6 +305,25 @@ def test_compiled_pairs_at_the_thresholds(sets, args, expected):
     _assert_reference_pairs(compiled, sets, args)
 
 
+def test_the_tables_are_their_definitions_character_by_character():
+    """The case folding and raw tables, made a block at a time (and word characters found by a
+    regular expression), equal their definitions for every BMP character on its own:
+    ``str.casefold`` (``_MANY`` where it is several characters), ``str.isalnum`` and the CJK
+    ranges as the class of the folded character."""
+    many = hits._MANY
+    fold = np.array([ord(f) if len(f := chr(c).casefold()) == 1 else many for c in range(0x10000)], np.uint32)
+    assert np.array_equal(hits._fold_table(), fold)
+    classes = np.array([chr(c).isalnum() for c in range(0x10000)], np.uint32)
+    for lo, hi in ((0x3040, 0x30FF), (0x3400, 0x4DBF), (0x4E00, 0x9FFF), (0xAC00, 0xD7AF), (0xF900, 0xFAFF)):
+        classes[lo:hi + 1] = 2
+    several = (fold == many) | (fold >= 0x10000)
+    folded = np.where(several, 0, fold)
+    raw = folded | (classes[folded] << np.uint32(24))
+    raw[several] = many
+    assert np.array_equal(hits._raw_table(), raw)
+    assert hits._raw_table()[ord("_")] == ord("_") and hits._raw_table()[ord("ß")] == many
+
+
 def test_the_raw_table_is_the_bmps_and_read_only():
     """``cpassages.shingles_raw`` refuses a table that is not one entry per BMP character (it
     reads any BMP character's entry), and the shared table cannot be changed by a caller."""
