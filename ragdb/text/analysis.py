@@ -920,15 +920,26 @@ class Analyzer:
         out: list[Token] = []
         pos = 0
         memo = self._tok_memo
-        for m in (_TERM_RE if self._v1 else _TERM2_RE).finditer(norm):
-            run, base = m.group(), m.start()
+        runs = [(m.group(), m.start()) for m in (_TERM_RE if self._v1 else _TERM2_RE).finditer(norm)]
+        if not self._v1:
+            # the words of the runs not met before, stemmed in one call rather than one a run
+            # (a first highlight's cost: a command-line search tokenizes ten texts cold)
+            self._learn_words({run for run, _ in runs
+                               if run not in memo and run.isalnum() and not _CJK_CHAR.match(run)})
+        for run, base in runs:
             if _CJK_CHAR.match(run):
                 found = [(t, s, e, p) for t, s, e, p in self._cjk_spans(run)]
                 width = len(run)
             else:
                 cached = memo.get(run)
                 if cached is None:
-                    plan, width = (_plan1 if self._v1 else _plan2)(run)
+                    if self._v1:
+                        plan, width = _plan1(run)
+                    elif run.isalnum():  # one word (what _plan2 makes of it, without its expressions)
+                        plan = []
+                        width = _word_items(run, 0, 0, plan)
+                    else:
+                        plan, width = _plan2(run)
                     cached = ([(t, s, e, p) for t, s, e, p, _why in self._resolve(plan) if t], width)
                     if len(memo) >= MEMO_SIZE:
                         memo.clear()

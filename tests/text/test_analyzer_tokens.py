@@ -123,3 +123,20 @@ def test_positions_of_with_a_memo_that_fills_up(text, pieces, budget):
             held = [len(terms) for terms, _positions, _width in an._pos_memo.values()]
             assert an._pos_pairs == sum(held)
             assert an._pos_pairs <= budget or len(held) == 1  # one run over the budget is kept alone
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.one_of(st.text(alphabet=st.characters(categories=["Lu", "Ll", "Lt", "Lm", "Lo", "Nd", "Nl", "No"]),
+                         min_size=1, max_size=140),
+                 st.sampled_from(["a" * 64, "a" * 65, "b" * 129, "x86", "Straße", "ǅ", "½", "covid19", "ｶ"])))
+@example("a" * 200)
+def test_a_word_of_word_characters_is_planned_as_one_word(word):
+    """tokens() plans a run of word characters alone as one word (cut at MAX_TOKEN_CHARS), not
+    through _plan2's expressions: the same items and width as _plan2 gives it."""
+    from ragdb.text import analysis
+
+    if not word.isalnum():
+        return
+    plan: list = []
+    width = analysis._word_items(word, 0, 0, plan)
+    assert (plan, width) == analysis._plan2(word)
