@@ -924,8 +924,9 @@ class Analyzer:
         if not self._v1:
             # the words of the runs not met before, stemmed in one call rather than one a run
             # (a first highlight's cost: a command-line search tokenizes ten texts cold)
-            self._learn_words({run for run, _ in runs
-                               if run not in memo and run.isalnum() and not _CJK_CHAR.match(run)})
+            new = {run for run, _ in runs}.difference(memo)
+            if new:
+                self._learn_words({run for run in new if run.isalnum() and not _CJK_CHAR.match(run)})
         for run, base in runs:
             if _CJK_CHAR.match(run):
                 found = [(t, s, e, p) for t, s, e, p in self._cjk_spans(run)]
