@@ -135,7 +135,10 @@ DUPLICATE_MIN_SHINGLES = 16
 SHINGLE = 3
 
 _CJK = "\u3040-\u30ff\u3400-\u4dbf\u4e00-\u9fff\uac00-\ud7af\uf900-\ufaff"
-_WORDS = re.compile(f"[{_CJK}]|[^\\W_{_CJK}]+")
+#: The words of a passage: each CJK character one, else runs of word characters (``_`` not one).
+#: The definition :func:`word_hashes` and the compiled module's tables follow; its source, not a
+#: compiled pattern (re takes ~10 ms to compile the CJK ranges, which no search here needs).
+WORDS_SOURCE = f"[{_CJK}]|[^\\W_{_CJK}]+"
 _MARKUP = re.compile(r"\]\([^)\s]*\)|<[^>\n]{1,200}>")  # a Markdown link's target, an HTML tag
 
 # uint64 constants of the shingle hash (cpassages.pyx has the same)
@@ -291,7 +294,7 @@ _classes: np.ndarray | None = None
 
 
 def _char_classes() -> np.ndarray:
-    """Each code point's class in the words of :data:`_WORDS`: 0 none, 1 a word character
+    """Each code point's class in the words of :data:`WORDS_SOURCE`: 0 none, 1 a word character
     (``str.isalnum``, the regular expression's word class, but not ``_``), 2 a CJK character
     (a word of its own). Made once, on first use (about 0.1 s)."""
     global _classes
@@ -307,7 +310,7 @@ def word_hashes(prepared: str) -> np.ndarray:
     """The 64-bit hash (uint64) of each word of ``prepared`` (normalized, case folded, without
     markup), in order: ``fmix(sum((char + 1) * P[i]) + len * GOLDEN)`` over its characters'
     code points at positions ``i``, ``P`` odd constants (``_positions``). The words are those
-    ``_WORDS.findall`` gives, found here with a table of character classes, all at once."""
+    :data:`WORDS_SOURCE` finds, found here with a table of character classes, all at once."""
     codes = np.frombuffer(prepared.encode("utf-32-le", "surrogatepass"), np.uint32)
     cls = _char_classes()[codes]
     at = np.flatnonzero(cls)  # the characters of words

@@ -111,19 +111,25 @@ _CJK = "\u3040-\u30ff\u3400-\u4dbf\u4e00-\u9fff\uf900-\ufaff\U00020000-\U0003134
 
 class _LazyPattern:
     """A regex compiled on its first use, with the compiled pattern's methods. A character class
-    of the CJK ranges takes re 2-3 ms to compile; a pattern that only version-1 analyzers or
-    chunking use is not compiled by every process that imports this module (every search)."""
-
-    __slots__ = ("_source", "_compiled")
+    of the CJK ranges takes re 2-3 ms to compile (8 on a slow machine: re's compiler visits each
+    of the ranges' 28,000 characters in Python); a pattern that only version-1 analyzers,
+    chunking or text with CJK characters use is not compiled by every process that imports
+    this module (every command-line search). A method looked up once is kept on the object,
+    so later lookups cost what an attribute does, not a call of ``__getattr__``."""
 
     def __init__(self, source: str) -> None:
         self._source = source
-        self._compiled: re.Pattern[str] | None = None
 
     def __getattr__(self, name: str) -> Any:
-        if self._compiled is None:
-            self._compiled = re.compile(self._source)
-        return getattr(self._compiled, name)
+        value = getattr(re.compile(self._source), name)  # (re's own cache: compiled once)
+        self.__dict__[name] = value
+        return value
+
+
+def _below_cjk(text: str) -> bool:
+    """True when ``text`` has no character from the first CJK range (U+3040) up: it has no CJK
+    character then, which one pass over it in C tells without a CJK regular expression."""
+    return not text or max(text) < "\u3040"
 
 
 _TERM_RE = _LazyPattern(rf"[{_CJK}]+|[^\W_{_CJK}]+")  # version 1 only
@@ -132,7 +138,7 @@ _TERM_RE = _LazyPattern(rf"[{_CJK}]+|[^\W_{_CJK}]+")  # version 1 only
 _WORD_RE = re.compile(r"[^\W_]{2,64}|\d")
 # For chunking: every CJK character is one token, words are tokens.
 _SPAN_RE = _LazyPattern(rf"[{_CJK}]|[^\W_{_CJK}]+")
-_CJK_CHAR = re.compile(rf"[{_CJK}]")
+_CJK_CHAR = _LazyPattern(rf"[{_CJK}]")
 
 # English stopwords (the NLTK list, which bm25s and most BM25 setups use).
 ENGLISH_STOPWORDS = frozenset(
@@ -198,7 +204,7 @@ ANALYZER_VERSIONS = (1, 2)
 # version 1), and _plan2 reads each raw token: ``.`` ``-`` ``_`` ``::`` join
 # compounds, ``++`` and ``#`` end symbols, an apostrophe starts a clitic.
 _RAW2 = re.compile(r"[\w.\-:+#'\u2019]+")  # text without CJK (\w includes "_")
-_TERM2_RE = re.compile(rf"[{_CJK}]+|(?:[^\W{_CJK}]|[.\-:+#'\u2019])+")
+_TERM2_RE = _LazyPattern(rf"[{_CJK}]+|(?:[^\W{_CJK}]|[.\-:+#'\u2019])+")  # _RAW2's runs without CJK
 _ASCII_SPLIT2 = bytes(c if (chr(c).isascii() and chr(c).isalnum()) or chr(c) in "._-:+#'" else 0x20
                       for c in range(256))
 # The units of a raw token, in order of preference at each place:
@@ -441,7 +447,7 @@ def compiled_available() -> bool:
 
 def is_cjk(text: str) -> bool:
     """True when ``text`` contains at least one CJK ideograph or kana."""
-    return _CJK_CHAR.search(text) is not None
+    return not _below_cjk(text) and _CJK_CHAR.search(text) is not None
 
 
 def describe_config(config: Any) -> str:
@@ -640,14 +646,14 @@ class Analyzer:
         if self._v1:
             if text.isascii():
                 return text.lower().encode("ascii").translate(_ASCII_SPLIT).split(), []
-            if _CJK_CHAR.search(text) is None:
+            if _below_cjk(text) or _CJK_CHAR.search(text) is None:
                 return _WORD_RE.findall(text), []
             term_re: Any = _TERM_RE  # a _LazyPattern here, a compiled pattern below
             word_re = _WORD_RE
         else:
             if text.isascii():
                 return text.lower().encode("ascii").translate(_ASCII_SPLIT2).split(), []
-            if _CJK_CHAR.search(text) is None:
+            if _below_cjk(text) or _CJK_CHAR.search(text) is None:
                 return _raw_tokens2(text), []
             term_re, word_re = _TERM2_RE, None
         words: list[Any] = []
@@ -920,15 +926,18 @@ class Analyzer:
         out: list[Token] = []
         pos = 0
         memo = self._tok_memo
-        runs = [(m.group(), m.start()) for m in (_TERM_RE if self._v1 else _TERM2_RE).finditer(norm)]
+        cjk = not _below_cjk(norm)
+        term_re: Any = _TERM_RE if self._v1 else _TERM2_RE if cjk else _RAW2  # (the same runs without CJK)
+        runs = [(m.group(), m.start()) for m in term_re.finditer(norm)]
+        cjk_match = _CJK_CHAR.match if cjk else None
         if not self._v1:
             # the words of the runs not met before, stemmed in one call rather than one a run
             # (a first highlight's cost: a command-line search tokenizes ten texts cold)
             new = {run for run, _ in runs}.difference(memo)
             if new:
-                self._learn_words({run for run in new if run.isalnum() and not _CJK_CHAR.match(run)})
+                self._learn_words({run for run in new if run.isalnum() and not (cjk_match and cjk_match(run))})
         for run, base in runs:
-            if _CJK_CHAR.match(run):
+            if cjk_match is not None and cjk_match(run):
                 found = [(t, s, e, p) for t, s, e, p in self._cjk_spans(run)]
                 width = len(run)
             else:
@@ -1020,7 +1029,7 @@ class Analyzer:
         if text.isascii() and not self._v1:
             return text.lower().encode("ascii").translate(_ASCII_SPLIT2).split()
         norm = text.lower() if text.isascii() else unicodedata.normalize("NFKC", text).casefold()
-        return (_TERM_RE if self._v1 else _TERM2_RE).findall(norm)
+        return (_TERM_RE if self._v1 else _TERM2_RE if not _below_cjk(norm) else _RAW2).findall(norm)
 
     def _positions(self, text: str, wanted: Set[str] | None) -> dict[str, list[int]]:
         runs = self._runs(text)

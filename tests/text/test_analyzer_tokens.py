@@ -140,3 +140,51 @@ def test_a_word_of_word_characters_is_planned_as_one_word(word):
     plan: list = []
     width = analysis._word_items(word, 0, 0, plan)
     assert (plan, width) == analysis._plan2(word)
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.one_of(st.text(max_size=80), st.text(alphabet=st.characters(max_codepoint=0x303F), max_size=80),
+                 st.lists(_PIECES, max_size=20).map(" ".join)))
+def test_text_below_the_cjk_ranges_has_the_runs_of_the_cjk_free_expression(text):
+    """Text with no character from U+3040 up has no CJK character, and there the runs of
+    _RAW2 (compiled at import) are those of _TERM2_RE (compiled when CJK is met)."""
+    from ragdb.text import analysis
+
+    norm = analysis._normalize_map(text)[0]
+    if analysis._below_cjk(norm):
+        assert analysis._CJK_CHAR.search(norm) is None
+        assert [(m.group(), m.start()) for m in analysis._RAW2.finditer(norm)] == \
+               [(m.group(), m.start()) for m in analysis._TERM2_RE.finditer(norm)]
+    else:
+        assert max(norm) >= "\u3040"
+    assert analysis.is_cjk(text) == (analysis._CJK_CHAR.search(text) is not None)
+
+
+def test_an_english_search_compiles_no_cjk_expression(tmp_path):
+    """Searching English text, highlights and duplicate passages included, never compiles the
+    regular expressions of the CJK ranges (each ~3-10 ms of a command-line search); a Chinese
+    text then does."""
+    import subprocess
+    import sys
+
+    db_path = tmp_path / "kb.db"
+    with ragdb.open(str(db_path)) as db:
+        db.add("Deleted documents leave the index at once; naïve café entries too.", source="a.md")
+        db.add("Deleted documents leave the index at once; naïve café entries too!", source="a.html")
+    probe = (
+        "import ragdb\n"
+        "from ragdb.text import analysis\n"
+        "def compiled():\n"
+        "    return sorted(n for n in ('_CJK_CHAR', '_TERM2_RE', '_TERM_RE')\n"
+        "                  if len(vars(getattr(analysis, n))) > 1)\n"
+        f"db = ragdb.open({str(db_path)!r})\n"
+        "hits = db.search('deleted café documents', k=5, highlight=True)\n"
+        "assert hits and hits[0].snippet is not None, hits\n"
+        "print(compiled())\n"
+        "db.search('删除文档', k=5, highlight=True)\n"
+        "print(compiled())\n")
+    out = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr
+    english, chinese = out.stdout.splitlines()
+    assert english == "[]"
+    assert "_CJK_CHAR" in chinese
