@@ -128,8 +128,9 @@ class _LazyPattern:
 
 def _below_cjk(text: str) -> bool:
     """True when ``text`` has no character from the first CJK range (U+3040) up: it has no CJK
-    character then, which one pass over it in C tells without a CJK regular expression."""
-    return not text or max(text) < "\u3040"
+    character then, which one pass over it in C tells without a CJK regular expression (none
+    for ASCII text: ``str.isascii`` reads a flag)."""
+    return text.isascii() or max(text) < "\u3040"
 
 
 _TERM_RE = _LazyPattern(rf"[{_CJK}]+|[^\W_{_CJK}]+")  # version 1 only
