@@ -323,6 +323,11 @@ def test_the_tables_are_their_definitions_character_by_character():
     raw[several] = many
     assert np.array_equal(hits._raw_table(), raw)
     assert hits._raw_table()[ord("_")] == ord("_") and hits._raw_table()[ord("ß")] == many
+    # the numpy path's classes, over every code point (planes above the BMP included)
+    every = np.array([chr(c).isalnum() for c in range(0x110000)], np.uint8)
+    for lo, hi in ((0x3040, 0x30FF), (0x3400, 0x4DBF), (0x4E00, 0x9FFF), (0xAC00, 0xD7AF), (0xF900, 0xFAFF)):
+        every[lo:hi + 1] = 2
+    assert np.array_equal(hits._char_classes(), every)
 
 
 def test_the_raw_table_is_the_bmps_and_read_only():
