@@ -49,7 +49,7 @@ from cpython.bytes cimport PyBytes_FromStringAndSize
 from cpython.ref cimport PyObject
 from libc.stdint cimport uint64_t, uint32_t, int32_t, int64_t, uint8_t, uint16_t
 from libc.stdlib cimport malloc, realloc, free
-from libc.string cimport memcpy, memcmp
+from libc.string cimport memcpy, memcmp, memset
 
 cdef extern from "Python.h":
     bint PyUnicode_IS_ASCII(object o)
@@ -144,6 +144,15 @@ cdef int grow(void** buf, Py_ssize_t* cap, Py_ssize_t need, size_t item) except 
     return 0
 
 
+cdef int32_t* empty_slots(Py_ssize_t n) except NULL:
+    """A new table of ``n`` slots of an open-addressing map, every one empty (-1)."""
+    cdef int32_t* slots = <int32_t*>malloc(n * sizeof(int32_t))
+    if slots == NULL:
+        raise MemoryError()
+    memset(slots, 0xFF, n * sizeof(int32_t))  # (all bits set: -1)
+    return slots
+
+
 cdef class Analysis:
     """The compiled hot loop of one version 2, bigram analyzer (see the module docstring).
 
@@ -211,19 +220,14 @@ cdef class Analysis:
 
     # -- tables ------------------------------------------------------------
     cdef int _clear_memo(self) except -1:
-        cdef Py_ssize_t i
         self.nentries = 0
         self.keys_len = 0
         self.tids_len = 0
-        if self.nslots != 1024:
-            free(self.slots)
-            self.slots = <int32_t*>malloc(1024 * sizeof(int32_t))
-            if self.slots == NULL:
-                self.nslots = 0
-                raise MemoryError()
-            self.nslots = 1024
-        for i in range(self.nslots):
-            self.slots[i] = -1
+        free(self.slots)
+        self.slots = NULL
+        self.nslots = 0
+        self.slots = empty_slots(1024)
+        self.nslots = 1024
         return 0
 
     cdef int _clear_terms(self) except -1:
@@ -232,13 +236,10 @@ cdef class Analysis:
         cdef Py_ssize_t i
         self._give_back()
         free(self.tslots)
-        self.tslots = <int32_t*>malloc(1024 * sizeof(int32_t))
-        if self.tslots == NULL:
-            self.ntslots = 0
-            raise MemoryError()
+        self.tslots = NULL
+        self.ntslots = 0
+        self.tslots = empty_slots(1024)
         self.ntslots = 1024
-        for i in range(self.ntslots):
-            self.tslots[i] = -1
         self.names = []
         self.clock = 0
         self.nlocal = -1
@@ -275,12 +276,8 @@ cdef class Analysis:
     cdef int _grow_term_slots(self) except -1:
         """Twice as many slots, every term placed again (a str keeps its hash: no rehashing)."""
         cdef Py_ssize_t n = self.ntslots * 2, i
-        cdef int32_t* fresh = <int32_t*>malloc(n * sizeof(int32_t))
+        cdef int32_t* fresh = empty_slots(n)
         cdef size_t slot, mask = <size_t>(n - 1)
-        if fresh == NULL:
-            raise MemoryError()
-        for i in range(n):
-            fresh[i] = -1
         for i in range(len(self.names)):
             slot = (<size_t>PyObject_Hash(<object>PyList_GET_ITEM(self.names, i))) & mask
             while fresh[slot] >= 0:
