@@ -188,3 +188,58 @@ def test_an_english_search_compiles_no_cjk_expression(tmp_path):
     english, chinese = out.stdout.splitlines()
     assert english == "[]"
     assert "_CJK_CHAR" in chinese
+
+
+def _cluster_by_cluster(text):
+    """_normalize_map's definition, one cluster at a time (what it did before it skipped the
+    plain ASCII characters): the oracle of the test below."""
+    import unicodedata
+
+    if text.isascii():
+        return text.lower(), None, None
+    if unicodedata.is_normalized("NFKC", text):
+        folded = text.casefold()
+        if len(folded) == len(text):
+            return folded, None, None
+    nfkc = unicodedata.normalize
+    bounds = [0] + [i for i in range(1, len(text)) if not unicodedata.combining(text[i])] + [len(text)]
+    segs: list = []
+    for a, b in zip(bounds, bounds[1:]):
+        norm = nfkc("NFKC", text[a:b])
+        if segs and not text[a].isascii():
+            pa, _pb, pn = segs[-1]
+            joined = nfkc("NFKC", text[pa:b])
+            if joined != pn + norm:
+                segs[-1] = (pa, b, joined)
+                continue
+        segs.append((a, b, norm))
+    whole = unicodedata.normalize("NFKC", text).casefold()
+    starts: list = []
+    ends: list = []
+    for a, b, norm in segs:
+        n = len(norm.casefold())
+        starts.extend([a] * n)
+        ends.extend([b] * n)
+    if "".join(norm.casefold() for _a, _b, norm in segs) != whole:
+        return whole, [0] * len(whole), [len(text)] * len(whole)
+    return whole, starts, ends
+
+
+# characters that compose with what comes before them, or change under NFKC or case folding
+_COMPOSING = st.sampled_from(["\u0301", "\u0308", "\u0327", "\u0338", "\u1161", "\u11a8", "\u1100", "\uac00",
+                              "\uff76", "\uff9e", "\uff9f", "\u3099", "\u309a", "\u304b", "\u09be", "\u09c7",
+                              "\u0cd5", "\u0cc6", "\u0cbf", "\u0cc2", "ß", "İ", "ﬁ", "Ａ", "½", "²", "µ", "Å",
+                              "\u212b", "e", "E", "a", "1", " ", ".", "-", "\u00a0"])
+
+
+@settings(max_examples=500, deadline=None)
+@given(st.one_of(st.lists(_COMPOSING, max_size=30).map("".join), _TEXT,
+                 st.lists(st.one_of(_COMPOSING, _PIECES), max_size=30).map("".join)))
+@example("e\u0301\u0301x")
+@example("\u1100\u1161\u11a8 a\u1161")
+@example("a\uff9e")
+@example("\u0301abc")
+def test_the_normalization_map_is_the_cluster_by_cluster_definition(text):
+    from ragdb.text import analysis
+
+    assert analysis._normalize_map(text) == _cluster_by_cluster(text)
