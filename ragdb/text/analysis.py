@@ -84,6 +84,7 @@ position of its first character.
 from __future__ import annotations
 
 import collections
+import functools
 import os
 import re
 import signal
@@ -190,6 +191,8 @@ MAX_TOKEN_CHARS = 64  # keep in step with _WORD_RE
 _ASCII_SPLIT = bytes(c if chr(c).isascii() and chr(c).isalnum() else 0x20 for c in range(256))
 # Bound of the token memo (distinct tokens); it is emptied when full.
 MEMO_SIZE = 200_000
+#: The size of ``array("i")``'s items: the compiled token table gives 32-bit offsets.
+_INT_BYTES = array("i").itemsize
 # Bound of the positions memo (phrase checks) in (term, position) pairs, not runs: a CJK
 # run is a whole clause, hundreds of pairs, so 200,000 runs of them could be gigabytes.
 # Measured about 165 bytes a pair (the memo, its indexes, the terms' strings; see _pos_info):
@@ -537,6 +540,11 @@ class Token(NamedTuple):
     start: int
     end: int
     position: int
+
+
+#: ``Token`` of a (term, start, end, position) tuple, made in C (``Token(...)`` runs the
+#: named tuple's ``__new__`` in Python: twice the time, for ~150 tokens a highlighted chunk)
+_new_token = functools.partial(tuple.__new__, Token)
 
 
 class Analyzer:
@@ -965,6 +973,42 @@ class Analyzer:
         if type(self).term_counts is not Analyzer.term_counts and type(self).tokens is Analyzer.tokens:
             raise InvalidInput(f"analyzer {self.config().get('name')!r} analyzes text its own way and does not "
                                f"provide tokens() (its plugin would have to)")
+        table = self._compiled_table(text)
+        if table is not None:
+            terms, offsets = table
+            return list(map(_new_token, zip(terms, offsets[0::3], offsets[1::3], offsets[2::3])))
+        return self._reference_tokens(text)
+
+    def token_table(self, text: str) -> tuple[list[str], array]:
+        """:meth:`tokens` as two columns: the terms, and an ``array("i")`` of each token's
+        start, end and position in turn (``3 * i`` onwards for the i-th token). What highlights
+        keep of a text (:class:`ragdb.text.snippets.TextTokens`); made without a
+        :class:`Token` a token where the compiled analysis runs."""
+        table = None
+        if type(self).tokens is Analyzer.tokens and type(self).term_counts is Analyzer.term_counts:
+            table = self._compiled_table(text)
+        if table is not None:
+            return table
+        tokens = self.tokens(text)  # (a plugin's own, or its refusal)
+        return [t[0] for t in tokens], array("i", chain.from_iterable(t[1:] for t in tokens))
+
+    def _compiled_table(self, text: str) -> tuple[list[str], array] | None:
+        """:meth:`token_table` from the compiled analysis (:func:`ragdb.text.canalysis.token_table`:
+        the same tokens as :meth:`_reference_tokens`, tests/text/test_canalysis.py), or None
+        where it does not run."""
+        if self.compiled() is None or _INT_BYTES != 4:
+            return None
+        norm, starts, ends = _normalize_map(text)
+        found = _canalysis.token_table(norm, self._tok_memo, starts, ends, self._cjk_stop, self._learn_runs)
+        if found is None:  # (a text of 2**31 characters or more)
+            return None
+        offsets = array("i")
+        offsets.frombytes(found[1])
+        return found[0], offsets
+
+    def _reference_tokens(self, text: str) -> list[Token]:
+        """:meth:`tokens` in Python: the reference, and what runs where the compiled analysis
+        does not (version 1, jieba, ``RAGDB_KERNEL=numpy``, no compiled module)."""
         norm, starts, ends = _normalize_map(text)
         out: list[Token] = []
         pos = 0
@@ -986,23 +1030,56 @@ class Analyzer:
             else:
                 cached = memo.get(run)
                 if cached is None:
-                    if self._v1:
-                        plan, width = _plan1(run)
-                    elif run.isalnum():  # one word (what _plan2 makes of it, without its expressions)
-                        plan = []
-                        width = _word_items(run, 0, 0, plan)
-                    else:
-                        plan, width = _plan2(run)
-                    cached = ([(t, s, e, p) for t, s, e, p, _why in self._resolve(plan) if t], width)
-                    if len(memo) >= MEMO_SIZE:
-                        memo.clear()
-                    memo[run] = cached
+                    cached = self._run_entry(run)
                 found, width = cached
             for term, s, e, p in found:
                 a, b = base + s, base + e
                 out.append(Token(term, a if starts is None else starts[a], b if ends is None else ends[b - 1],
                                  pos + p))
             pos += width
+        return out
+
+    def _run_entry(self, run: str) -> tuple[list[tuple[str, int, int, int]], int]:
+        """A word run's tokens (term, start, end, position within it) and its width in
+        positions, remembered in the memo of :meth:`tokens`."""
+        if self._v1:
+            plan, width = _plan1(run)
+        elif run.isalnum():  # one word (what _plan2 makes of it, without its expressions)
+            plan = []
+            width = _word_items(run, 0, 0, plan)
+        else:
+            plan, width = _plan2(run)
+        entry = ([(t, s, e, p) for t, s, e, p, _why in self._resolve(plan) if t], width)
+        memo = self._tok_memo
+        if len(memo) >= MEMO_SIZE:
+            memo.clear()
+        memo[run] = entry
+        return entry
+
+    def _learn_runs(self, runs: list[str]) -> list[tuple[list[tuple[str, int, int, int]], int]]:
+        """:meth:`_run_entry` of each of ``runs`` (word runs not met before, distinct), their
+        words stemmed in one call: what the compiled :meth:`token_table` asks of Python."""
+        words = {run if run.isalnum() else run[:-1] for run in runs
+                 if run.isalnum() or (run[-1] in ".:" and run[:-1].isalnum())}
+        self._learn_words(words)
+        if self._v1:
+            return [self._run_entry(run) for run in runs]
+        memo, table = self._tok_memo, self._words
+        out = []
+        for run in runs:
+            # A word, or a word ending a sentence (``word.``, ``word:``: the joiner after it
+            # is no unit), of at most MAX_TOKEN_CHARS: its one item, as _run_entry resolves it
+            # (_word_items, _plan2 and _resolve, without them). The tests compare the two.
+            word = run if run.isalnum() else run[:-1] if run[-1] in ".:" else ""
+            term = table.get(word) if 0 < len(word) <= MAX_TOKEN_CHARS and word.isalnum() else None
+            if term is None:
+                out.append(self._run_entry(run))
+                continue
+            entry: tuple[list[tuple[str, int, int, int]], int] = ([(term, 0, len(word), 0)] if term else [], 1)
+            if len(memo) >= MEMO_SIZE:
+                memo.clear()
+            memo[run] = entry
+            out.append(entry)
         return out
 
     def positions(self, text: str) -> dict[str, list[int]]:

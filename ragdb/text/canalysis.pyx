@@ -688,3 +688,130 @@ cdef int scan(Analysis self, const uchar* s, Py_ssize_t n, list missing) except 
             i += 1
         self._word(h, m, missing)
     return 0
+
+
+# -- tokens with their offsets (``Analyzer.token_table``: highlights) -------------------------
+#
+# The same runs as ``scan`` (and the reference's regular expressions): maximal runs of CJK
+# characters, and of word characters. A word run's tokens come from the analyzer's memo of
+# runs (``Analyzer._tok_memo``: run -> ([(term, start, end, position)], width), filled in Python
+# by ``learn`` for the runs it lacks, all of a text's at once); a CJK run's are made here, as
+# ``Analyzer._cjk_spans`` makes them: per character its unigram then its bigram with the next,
+# each at the character's place, the stopwords left out.
+
+cdef Py_ssize_t _token_runs(const uchar* s, Py_ssize_t n, Py_ssize_t** bounds, Py_ssize_t* cap) except -1:
+    """The runs of a normalized text as (start, end, is CJK) triples in ``bounds``; their count."""
+    cdef Py_ssize_t i = 0, a, r = 0
+    cdef uint32_t c
+    cdef bint cjk
+    while i < n:
+        c = s[i]
+        cjk = is_cjk(c)
+        if not cjk and not is_word(c):
+            i += 1
+            continue
+        a = i
+        i += 1
+        if cjk:
+            while i < n and is_cjk(s[i]):
+                i += 1
+        else:
+            while i < n and is_word(s[i]):
+                i += 1
+        if 3 * (r + 1) > cap[0]:
+            grow(<void**>bounds, cap, 3 * (r + 1), sizeof(Py_ssize_t))
+        bounds[0][3 * r] = a
+        bounds[0][3 * r + 1] = i
+        bounds[0][3 * r + 2] = cjk
+        r += 1
+    return r
+
+
+cdef inline Py_ssize_t _mapped(object table, Py_ssize_t i) except? -1:
+    return i if table is None else <Py_ssize_t>(<list>table)[i]
+
+
+cdef int _emit(list terms, int32_t** offs, Py_ssize_t* cap, Py_ssize_t* m, object term, Py_ssize_t a,
+               Py_ssize_t b, Py_ssize_t position, object starts, object ends) except -1:
+    """One token: its term, and its start, end (offsets in the original text, through the
+    normalization maps) and position."""
+    if m[0] + 3 > cap[0]:
+        grow(<void**>offs, cap, m[0] + 3, sizeof(int32_t))
+    terms.append(term)
+    offs[0][m[0]] = <int32_t>_mapped(starts, a)
+    offs[0][m[0] + 1] = <int32_t>(b if ends is None else <Py_ssize_t>(<list>ends)[b - 1])
+    offs[0][m[0] + 2] = <int32_t>position
+    m[0] += 3
+    return 0
+
+
+def token_table(str norm, dict memo, object starts, object ends, object cjk_stop, object learn):
+    """The tokens of a normalized text as ``(terms, offsets)``: each token's term, and a bytes
+    of int32 (start, end, position) triples (``Analyzer.tokens``' fields, in its order);
+    None for a text too long for 32-bit offsets. ``starts``/``ends``: ``_normalize_map``'s
+    (None: the same offsets); ``learn``: word runs not in ``memo`` (a list, each once) -> their
+    memo entries, in order (it also remembers them)."""
+    cdef Py_ssize_t n = PyUnicode_GET_LENGTH(norm), nruns, r, a, b, j, pos = 0, width
+    cdef Py_ssize_t bcap = 0, ocap = 0, m = 0
+    cdef int kind = PyUnicode_KIND(norm)
+    cdef Py_ssize_t* bounds = NULL
+    cdef int32_t* offs = NULL
+    cdef list terms = [], entries = [], missing = []
+    cdef dict learned = {}
+    cdef tuple tok, entry
+    cdef PyObject* got
+    if n >= 0x7FFFFFFF:
+        return None
+    if (starts is not None and type(starts) is not list) or (ends is not None and type(ends) is not list):
+        raise TypeError("starts and ends must be lists or None")
+    try:
+        if kind == PyUnicode_1BYTE_KIND:
+            nruns = _token_runs(<const uint8_t*>PyUnicode_DATA(norm), n, &bounds, &bcap)
+        elif kind == PyUnicode_2BYTE_KIND:
+            nruns = _token_runs(<const uint16_t*>PyUnicode_DATA(norm), n, &bounds, &bcap)
+        else:
+            nruns = _token_runs(<const uint32_t*>PyUnicode_DATA(norm), n, &bounds, &bcap)
+        for r in range(nruns):  # the memo's entries of the word runs (held: ``learn`` may empty it)
+            if bounds[3 * r + 2]:
+                entries.append(None)
+                continue
+            run = norm[bounds[3 * r]:bounds[3 * r + 1]]
+            got = PyDict_GetItem(memo, run)
+            if got != NULL:
+                entries.append(<object>got)
+            else:
+                if run not in learned:
+                    learned[run] = None
+                    missing.append(run)
+                entries.append(run)
+        if missing:
+            found = learn(missing)
+            if len(found) != len(missing):
+                raise ValueError("learn gave another number of entries than runs")
+            for run, entry in zip(missing, found):
+                learned[run] = entry
+        for r in range(nruns):
+            a = bounds[3 * r]
+            b = bounds[3 * r + 1]
+            if bounds[3 * r + 2]:
+                for j in range(a, b):
+                    term = norm[j:j + 1]
+                    if term not in cjk_stop:
+                        _emit(terms, &offs, &ocap, &m, term, j, j + 1, pos + j - a, starts, ends)
+                    if j + 1 < b:
+                        term = norm[j:j + 2]
+                        if term not in cjk_stop:
+                            _emit(terms, &offs, &ocap, &m, term, j, j + 2, pos + j - a, starts, ends)
+                pos += b - a
+                continue
+            item = entries[r]
+            entry = learned[item] if type(item) is str else <tuple>item
+            for tok in <list>entry[0]:
+                _emit(terms, &offs, &ocap, &m, tok[0], a + <Py_ssize_t>tok[1], a + <Py_ssize_t>tok[2],
+                      pos + <Py_ssize_t>tok[3], starts, ends)
+            width = entry[1]
+            pos += width
+        return terms, PyBytes_FromStringAndSize(<char*>offs, m * sizeof(int32_t))
+    finally:
+        free(bounds)
+        free(offs)

@@ -23,10 +23,8 @@ tokenized once and a search only picks the query's terms out of its tokens.
 from __future__ import annotations
 
 import threading
-from array import array
 from collections import OrderedDict
 from collections.abc import Iterable, Iterator, Mapping, Sequence
-from itertools import chain
 from typing import TYPE_CHECKING
 
 from ragdb.types import Snippet
@@ -52,9 +50,7 @@ class TextTokens:
     __slots__ = ("terms", "offsets")
 
     def __init__(self, analyzer: Analyzer, text: str) -> None:
-        tokens = analyzer.tokens(text)
-        self.terms = [t[0] for t in tokens]
-        self.offsets = array("i", chain.from_iterable(t[1:] for t in tokens))  # (start, end, position)
+        self.terms, self.offsets = analyzer.token_table(text)  # (start, end, position) a token
 
     def find(self, wanted: set[str] | frozenset[str]) -> Iterator[tuple[str, int, int, int]]:
         """(term, start, end, position) of the tokens whose term is in ``wanted``, in text order."""

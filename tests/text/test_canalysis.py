@@ -235,3 +235,67 @@ def test_threads_analyzing_with_one_analyzer_get_the_reference():
     finally:
         sys.setswitchinterval(before)
     assert len(got) == 4 and all(g == want + want[:200] for g in got.values())
+
+
+def token_view(analyzer, text):
+    """A text's tokens both ways the analyzer gives them: Tokens, and the two columns."""
+    terms, offsets = analyzer.token_table(text)
+    return [tuple(t) for t in analyzer.tokens(text)], terms, offsets.tolist(), type(offsets).__name__
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("config", CONFIGS, ids=repr)
+@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(batch=st.lists(texts, min_size=1, max_size=6))
+def test_compiled_tokens_are_the_reference(config, batch):
+    """Offsets mapped back through normalization, positions, CJK unigrams and bigrams with
+    stopwords left out, runs met before (memo) and not: the reference's tokens, in order."""
+    compiled = Analyzer(**config)
+    with python_path():
+        reference = Analyzer(**config)
+        want = [token_view(reference, t) for t in batch]
+    assert [token_view(compiled, t) for t in batch] == want
+    assert [token_view(compiled, t) for t in batch] == want  # (now from the memo)
+    for (tokens, terms, offsets, _kind), text in zip(want, batch):  # (and the reference is what it says)
+        assert terms == [t for t, *_ in tokens]
+        assert offsets == [x for _t, *rest in tokens for x in rest]
+        assert all(0 <= s <= e <= len(text) for _t, s, e, _p in tokens)
+
+
+def test_compiled_tokens_stay_the_reference_as_the_memo_empties(monkeypatch):
+    """A text whose new runs fill the memo past its size (emptied while learning them) still
+    gets every token: the compiled table holds the entries it read before asking for more."""
+    monkeypatch.setattr(analysis, "MEMO_SIZE", 4)
+    batch = [f"document {i} about node.js, e-mail and running retrieval 检索增强{i} " + FRAGMENTS[i % len(FRAGMENTS)]
+             for i in range(40)]
+    compiled = Analyzer()
+    with python_path():
+        reference = Analyzer()
+        want = [token_view(reference, t) for t in batch]
+    assert [token_view(compiled, t) for t in batch] == want
+    assert len(compiled._tok_memo) <= 4 + 12
+
+
+def test_compiled_tokens_run_only_where_the_compiled_analysis_does():
+    """Version 1 tokenizes in Python, the same with the switch either way; a subclass with
+    tokens() of its own gets its columns from them."""
+    text = "Running e-mail servers 检索增强生成"
+    with python_path():
+        want = token_view(Analyzer(version=1), text)
+    assert Analyzer(version=1)._compiled_table(text) is None
+    assert token_view(Analyzer(version=1), text) == want
+    assert Analyzer()._compiled_table(text) is not None
+
+    class Mine(Analyzer):
+        def tokens(self, text):
+            return [analysis.Token("x", 0, 1, 0), analysis.Token("y", 2, 4, 5)]
+
+    terms, offsets = Mine().token_table(text)
+    assert terms == ["x", "y"] and offsets.tolist() == [0, 1, 0, 2, 4, 5]
+
+    class Counting(Analyzer):  # analyzes its own way, no tokens(): neither way gives any
+        def term_counts(self, text):
+            return {"x": 1}
+
+    with pytest.raises(analysis.InvalidInput, match="does not provide tokens"):
+        Counting().token_table(text)
