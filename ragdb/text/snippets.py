@@ -25,6 +25,7 @@ from __future__ import annotations
 import threading
 from collections import OrderedDict
 from collections.abc import Iterable, Iterator, Mapping, Sequence
+from itertools import compress
 from typing import TYPE_CHECKING
 
 from ragdb.types import Snippet
@@ -54,11 +55,11 @@ class TextTokens:
 
     def find(self, wanted: set[str] | frozenset[str]) -> Iterator[tuple[str, int, int, int]]:
         """(term, start, end, position) of the tokens whose term is in ``wanted``, in text order."""
-        offsets = self.offsets
-        for i, term in enumerate(self.terms):
-            if term in wanted:
-                j = 3 * i
-                yield term, offsets[j], offsets[j + 1], offsets[j + 2]
+        offsets, terms = self.offsets, self.terms
+        # (the tokens picked in C: a Python step a token was most of a cached text's highlight)
+        for i in compress(range(len(terms)), map(wanted.__contains__, terms)):
+            j = 3 * i
+            yield terms[i], offsets[j], offsets[j + 1], offsets[j + 2]
 
 
 class TokenCache:
@@ -147,15 +148,29 @@ def best_window(text: str, matches: Sequence[Match], size: int) -> Span:
         return 0, _word_end(text, size, 0)
     best = (-1, -1, 0)  # (distinct terms, matches, -start)
     best_span = (matches[0][0], matches[0][1])
-    j = 0
+    # Each window starts at a match i and holds the matches after it that end within ``size``
+    # of its start (at least match i itself), slid along: ``held`` counts the keys of the
+    # matches in it, so a window's distinct terms are len(held), without a union of the whole
+    # window at each step.
+    held: dict[str, int] = {}
+    j = -1  # the window's last match
     for i in range(len(matches)):
-        j = max(j, i)
+        if j < i:
+            j = i
+            for key in matches[i][2]:
+                held[key] = held.get(key, 0) + 1
         while j + 1 < len(matches) and matches[j + 1][1] - matches[i][0] <= size:
             j += 1
-        window = matches[i:j + 1]
-        score = (len(frozenset().union(*(k for _s, _e, k in window))), len(window), -matches[i][0])
+            for key in matches[j][2]:
+                held[key] = held.get(key, 0) + 1
+        score = (len(held), j - i + 1, -matches[i][0])
         if score > best:
             best, best_span = score, (matches[i][0], matches[j][1])
+        for key in matches[i][2]:  # match i leaves the window
+            if held[key] == 1:
+                del held[key]
+            else:
+                held[key] -= 1
     lo, hi = best_span
     room = size - (hi - lo)
     start = max(0, lo - room // 2)

@@ -127,3 +127,47 @@ def test_cli_marks_matches_and_json_carries_spans(runner, tmp_path):
     snip = hit["snippet"]
     assert snip["text"] == hit["text"][snip["start"]:snip["end"]]
     assert [hit["text"][a:b] for a, b in hit["highlights"]][-1] == "deleted documents"
+
+
+def _best_window_by_union(text, matches, size):
+    """best_window's definition, each window's distinct terms a union of its matches' keys
+    (what it computed before it slid one count along): the oracle of the test below."""
+    from ragdb.text.snippets import _word_end, _word_start
+
+    n = len(text)
+    if n <= size:
+        return 0, n
+    if not matches:
+        return 0, _word_end(text, size, 0)
+    best = (-1, -1, 0)
+    best_span = (matches[0][0], matches[0][1])
+    j = 0
+    for i in range(len(matches)):
+        j = max(j, i)
+        while j + 1 < len(matches) and matches[j + 1][1] - matches[i][0] <= size:
+            j += 1
+        window = matches[i:j + 1]
+        score = (len(frozenset().union(*(k for _s, _e, k in window))), len(window), -matches[i][0])
+        if score > best:
+            best, best_span = score, (matches[i][0], matches[j][1])
+    lo, hi = best_span
+    room = size - (hi - lo)
+    start = max(0, lo - room // 2)
+    end = min(n, start + size)
+    start = max(0, end - size)
+    return _word_start(text, start, lo), _word_end(text, end, hi)
+
+
+@settings(max_examples=400, deadline=None)
+@given(gaps=st.lists(st.tuples(st.integers(0, 40), st.integers(1, 30),
+                               st.sets(st.sampled_from("abcde"), min_size=1, max_size=3)), max_size=25),
+       size=st.integers(1, 200), tail=st.integers(0, 60), spaces=st.integers(1, 9))
+def test_the_best_window_is_the_one_of_its_definition(gaps, size, tail, spaces):
+    """Matches in text order, apart or touching, longer than the window or not, with one key or
+    several (a phrase's): the window of the definition, whose distinct keys are a union."""
+    matches, at = [], 0
+    for gap, length, keys in gaps:
+        matches.append((at + gap, at + gap + length, frozenset(keys)))
+        at += gap + length
+    text = "".join(" " if i % spaces == 0 else "x" for i in range(at + tail))
+    assert best_window(text, matches, size) == _best_window_by_union(text, matches, size)
