@@ -28,7 +28,7 @@ from collections import Counter
 from dataclasses import dataclass, field
 from itertools import chain
 from typing import TYPE_CHECKING, Any
-from collections.abc import Callable, Collection, Iterable, Iterator, Sequence
+from collections.abc import Callable, Collection, Iterable, Iterator, Mapping, Sequence
 
 import numpy as np
 import orjson
@@ -1440,8 +1440,8 @@ class Index:
         size = len(self.lengths)
         if self._zeros is None or len(self._zeros) != size:
             self._zeros = np.zeros(size, np.float64)  # the kernel's work array: it leaves it all zeros
-        self.term_postings(sorted({t for ids, _df, _w in units for t in ids}))  # one read for every unit
-        postings = [self.unit_postings(ids) for ids, _df, _w in units]
+        read = self.term_postings(sorted({t for ids, _df, _w in units for t in ids}))  # one read for every unit
+        postings = [self.unit_postings(ids, read) for ids, _df, _w in units]
         idfs = [scoring.bm25_idf(self.n_chunks, df) for _, df, _ in units]
         if not all(0 < x < math.inf for x in idfs):  # only a damaged index has such a df: scored in full
             return None
@@ -1451,11 +1451,13 @@ class Index:
         return compiled.bm25_top_k(self._zeros, norm, postings, idfs, weights, flats, float(k1),
                                    np.ascontiguousarray(mask[:n]).view(np.uint8), k, float(floor))
 
-    def unit_postings(self, ids: Sequence[int]) -> tuple[np.ndarray, np.ndarray] | None:
+    def unit_postings(self, ids: Sequence[int], read: Mapping[int, tuple[np.ndarray, np.ndarray]] | None = None
+                      ) -> tuple[np.ndarray, np.ndarray] | None:
         """(chunk ids, tfs) of index terms ``ids`` scored as one term: one term's postings,
         or for several the chunks holding any of them with their term frequencies summed
-        (a prefix or fuzzy word's expansions; see :mod:`ragdb.index.matching`)."""
-        postings = self.term_postings(ids)
+        (a prefix or fuzzy word's expansions; see :mod:`ragdb.index.matching`). ``read``: what
+        :meth:`term_postings` gave for all of ``ids`` (and more), when the caller has it."""
+        postings = self.term_postings(ids) if read is None else read
         found = [postings[t] for t in ids if t in postings]
         if not found:
             return None
@@ -1503,8 +1505,8 @@ class Index:
         flat = np.float64(k1)  # k1 * (1 - b + b * dl / avgdl) with b = 0
         compiled = kernel.compiled()
         if compiled is not None and not contributions:
-            self.term_postings(sorted({t for ids, _df, _w in units for t in ids}))  # one read for every unit
-            return self._compiled_bm25(compiled, [self.unit_postings(ids) for ids, _df, _w in units], norm, idfs,
+            read = self.term_postings(sorted({t for ids, _df, _w in units for t in ids}))  # one read for every unit
+            return self._compiled_bm25(compiled, [self.unit_postings(ids, read) for ids, _df, _w in units], norm, idfs,
                                        [float(w) for _ids, _df, w in units],
                                        [i < len(fields) and bool(fields[i]) for i in range(len(units))], k1), []
 
@@ -1530,8 +1532,9 @@ class Index:
                           weigh: Callable[[int, np.ndarray, np.ndarray], np.ndarray],
                           contributions: bool) -> tuple[np.ndarray, list[np.ndarray]]:
         """:meth:`_accumulate` for scoring units (each unit's terms' postings as one)."""
-        self.term_postings(sorted({t for ids, _df, _w in units for t in ids}))  # one read for every unit
-        return self._accumulate_postings([self.unit_postings(ids) for ids, _df, _w in units], weigh, contributions)
+        read = self.term_postings(sorted({t for ids, _df, _w in units for t in ids}))  # one read for every unit
+        return self._accumulate_postings([self.unit_postings(ids, read) for ids, _df, _w in units], weigh,
+                                         contributions)
 
     def tfidf(self, query: Sequence[tuple[int, int, int]], contributions: bool = False
               ) -> tuple[np.ndarray, list[np.ndarray]]:
