@@ -1306,3 +1306,25 @@ def test_a_batch_that_finds_a_document_unchanged_then_replaces_it_reports_both(k
         assert report.changes[1].previous == first.id
         assert [d.version for d in db.documents()] == ["1"]
         assert len(db.documents(versions="all")) == (2 if keep else 1)
+
+
+def test_options_made_from_the_same_keywords_are_kept_and_stay_exact():
+    """Options of plain keyword values are made once and kept (they are frozen): the same
+    value again, and a value that is equal but not the same (True is 1, -0.0 is 0.0) is
+    still checked and kept as given; a refusal is never kept."""
+    first = SearchOptions.from_keywords(k=7, scorer="bm25", min_score=0.5)
+    assert SearchOptions.from_keywords(min_score=0.5, scorer="bm25", k=7) is first
+    assert first == SearchOptions(k=7, min_score=0.5)
+    assert SearchOptions.from_keywords(k=1).k == 1
+    for _ in range(2):
+        with pytest.raises(InvalidInput, match="k"):
+            SearchOptions.from_keywords(k=True)  # (equal to k=1, kept above: still refused)
+        with pytest.raises(InvalidInput, match="k1 applies"):
+            SearchOptions.from_keywords(scorer="tfidf", k1=1.2)
+    assert math.copysign(1.0, SearchOptions.from_keywords(min_score=0.0).min_score) == 1.0
+    assert math.copysign(1.0, SearchOptions.from_keywords(min_score=-0.0).min_score) == -1.0
+    over = SearchOptions(k=3)  # over another base: made from it, not from the defaults
+    assert SearchOptions.from_keywords(over, scorer="tfidf") == SearchOptions(k=3, scorer="tfidf")
+    assert SearchOptions.from_keywords(scorer="tfidf") == SearchOptions(scorer="tfidf")
+    kept = SearchOptions.from_keywords(filter={"lang": "en"})  # (not plain: made each time, equal)
+    assert SearchOptions.from_keywords(filter={"lang": "en"}) == kept
