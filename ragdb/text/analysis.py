@@ -848,11 +848,13 @@ class Analyzer:
         """Version 2, for tokens(): the term of each word not known yet (stopwords dropped, the
         rest stemmed), as _learn2 gives it."""
         table = self._words
-        missing = set(words).difference(table)
+        words = set(words)
+        missing = words.difference(table)
         if not missing:
             return
         if len(table) + len(missing) > MEMO_SIZE:
             table.clear()
+            missing = words  # (every word the caller asks about, the known ones too, is looked up next)
         stop = self._stop
         plain = [w for w in missing if w not in stop]
         table.update((w, "") for w in missing if w in stop)
@@ -870,7 +872,11 @@ class Analyzer:
             if words:
                 if not self._memo.keys() >= set(words):
                     self._learn2(words)
-                out = list(chain.from_iterable(map(self._memo.__getitem__, words)))
+                try:
+                    out = list(chain.from_iterable(map(self._memo.__getitem__, words)))
+                except KeyError:  # another thread's learning emptied the memo since: these words apart
+                    found = self._expand2(set(words), {})
+                    out = list(chain.from_iterable(map(found.__getitem__, words)))
                 if _OVERLAP in out:
                     out = [t for t in out if t != _OVERLAP]
         if cjk:
@@ -1213,9 +1219,14 @@ class Analyzer:
                     out.append(("", s, e, p, "one letter: too short"))
             return out
         self._learn_words(v for kind, v, *_ in plan if kind in _WORDS)
+        table = self._words
         for kind, value, s, e, p in plan:
             if kind in _WORDS:
-                term = self._words[value]
+                known = table.get(value)
+                if known is None:  # (another thread's learning emptied the table since)
+                    known = "" if value in self._stop else \
+                        self._stemmer.stemWords([value])[0] if self._stemmer is not None else value
+                term = known
                 why = "" if term else "English stopword" if value in self._stop else "one letter"
                 out.append((term, s, e, p, why))
             elif kind in _TERMS:

@@ -243,3 +243,43 @@ def test_the_normalization_map_is_the_cluster_by_cluster_definition(text):
     from ragdb.text import analysis
 
     assert analysis._normalize_map(text) == _cluster_by_cluster(text)
+
+
+_FILLING = ["alpha beta gamma", "alpha-delta", "x alpha beta-gamma.zeta", "Running servers, e-mail and node.js",
+            "state-of-the-art x-ray", "alpha", "检索增强 alpha-omega", "omega-alpha. gamma:"]
+
+
+@pytest.mark.parametrize("kernel_name", ["compiled", "numpy"])
+def test_tokens_and_terms_stay_right_as_the_word_tables_empty(monkeypatch, kernel_name):
+    """The tables of known words are emptied when full (MEMO_SIZE distinct words): a compound
+    whose one part was known and the other new raised KeyError there (a long-running server's
+    highlights, after 200,000 distinct words). And a table emptied by another thread between
+    learning and looking up (simulated: emptied right after each learning) changes nothing."""
+    from ragdb.index import kernel
+    from ragdb.text import analysis
+
+    before = kernel.use(kernel_name)
+    try:
+        reference = ragdb.Analyzer()
+        want = [(reference.tokens(t), reference.terms(t)) for t in _FILLING]
+        monkeypatch.setattr(analysis, "MEMO_SIZE", 3)
+        small = ragdb.Analyzer()
+        assert [(small.tokens(t), small.terms(t)) for t in _FILLING] == want
+
+        learn_words, learn2 = analysis.Analyzer._learn_words, analysis.Analyzer._learn2
+
+        def learn_words_then_empty(self, words):
+            learn_words(self, words)
+            self._words.clear()
+
+        def learn2_then_empty(self, words):
+            learn2(self, words)
+            self._memo.clear()
+
+        monkeypatch.setattr(analysis, "MEMO_SIZE", 10**6)
+        monkeypatch.setattr(analysis.Analyzer, "_learn_words", learn_words_then_empty)
+        monkeypatch.setattr(analysis.Analyzer, "_learn2", learn2_then_empty)
+        raced = ragdb.Analyzer()
+        assert [(raced.tokens(t), raced.terms(t)) for t in _FILLING] == want
+    finally:
+        kernel.use(before)
