@@ -990,9 +990,7 @@ class Analyzer:
         start, end and position in turn (``3 * i`` onwards for the i-th token). What highlights
         keep of a text (:class:`ragdb.text.snippets.TextTokens`); made without a
         :class:`Token` a token where the compiled analysis runs."""
-        table = None
-        if type(self).tokens is Analyzer.tokens and type(self).term_counts is Analyzer.term_counts:
-            table = self._compiled_table(text)
+        table = self._compiled_table(text)  # (None for a subclass: compiled() runs only for Analyzer)
         if table is not None:
             return table
         tokens = self.tokens(text)  # (a plugin's own, or its refusal)
@@ -1055,7 +1053,11 @@ class Analyzer:
             width = _word_items(run, 0, 0, plan)
         else:
             plan, width = _plan2(run)
-        entry = ([(t, s, e, p) for t, s, e, p, _why in self._resolve(plan) if t], width)
+        return self._remember_run(run, ([(t, s, e, p) for t, s, e, p, _why in self._resolve(plan) if t], width))
+
+    def _remember_run(self, run: str, entry: tuple[list[tuple[str, int, int, int]], int]
+                      ) -> tuple[list[tuple[str, int, int, int]], int]:
+        """Keep a run's entry in the memo of :meth:`tokens` (emptied when full); returns it."""
         memo = self._tok_memo
         if len(memo) >= MEMO_SIZE:
             memo.clear()
@@ -1065,12 +1067,11 @@ class Analyzer:
     def _learn_runs(self, runs: list[str]) -> list[tuple[list[tuple[str, int, int, int]], int]]:
         """:meth:`_run_entry` of each of ``runs`` (word runs not met before, distinct), their
         words stemmed in one call: what the compiled :meth:`token_table` asks of Python."""
-        words = {run if run.isalnum() else run[:-1] for run in runs
-                 if run.isalnum() or (run[-1] in ".:" and run[:-1].isalnum())}
-        self._learn_words(words)
         if self._v1:
             return [self._run_entry(run) for run in runs]
-        memo, table = self._tok_memo, self._words
+        self._learn_words({run if run.isalnum() else run[:-1] for run in runs
+                           if run.isalnum() or (run[-1] in ".:" and run[:-1].isalnum())})
+        table = self._words
         out = []
         for run in runs:
             # A word, or a word ending a sentence (``word.``, ``word:``: the joiner after it
@@ -1081,11 +1082,7 @@ class Analyzer:
             if term is None:
                 out.append(self._run_entry(run))
                 continue
-            entry: tuple[list[tuple[str, int, int, int]], int] = ([(term, 0, len(word), 0)] if term else [], 1)
-            if len(memo) >= MEMO_SIZE:
-                memo.clear()
-            memo[run] = entry
-            out.append(entry)
+            out.append(self._remember_run(run, ([(term, 0, len(word), 0)] if term else [], 1)))
         return out
 
     def positions(self, text: str) -> dict[str, list[int]]:
