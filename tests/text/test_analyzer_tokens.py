@@ -142,6 +142,43 @@ def test_a_word_of_word_characters_is_planned_as_one_word(word):
     assert (plan, width) == analysis._plan2(word)
 
 
+_JOINED_COMMON = ["tissue-resident", "0.05", "24.7-fold", "-0.5", "world-wide.", "u.s.a", "e.g", "b-cell",
+                  "il-10", "0.5-9.6", "a-b-c", "x-ray:", "--a", "tgf-β", "1.2.3", "a" * 70 + "-b", "e-" + "m" * 64]
+
+
+@settings(max_examples=500, deadline=None)
+@given(st.one_of(st.text(alphabet="ab1e\u00e9\u00b2\u03b2.-:_'+#", max_size=24),
+                 st.lists(st.sampled_from(["a", "b", "1", "23", "e", "g", "ie", "x" * 63, "y" * 65, "\u00bd"]),
+                          min_size=1, max_size=5).flatmap(
+                     lambda parts: st.lists(st.sampled_from([".", "-"]), min_size=len(parts) - 1,
+                                            max_size=len(parts) - 1).map(
+                         lambda joins: "".join(p + j for p, j in zip(parts, joins + [""])))),
+                 st.sampled_from(_JOINED_COMMON)))
+@example("a." * 40 + "b")
+@example("e.g")
+@example("-i.e.")
+@example("x-u.s.a-0.5")
+def test_joined_tokens_are_planned_as_the_unit_expression_plans_them(raw):
+    """_joined_plan (words joined by hyphens and dots, planned with str.split) gives the
+    items and width of the unit expression (_unit_plan), wherever it gives a plan."""
+    from ragdb.text import analysis
+
+    found = analysis._joined_plan(raw)
+    if found is not None:
+        assert found == analysis._unit_plan(raw)
+    assert analysis._plan2(raw) == analysis._unit_plan(raw)
+
+
+def test_the_common_joined_tokens_skip_the_unit_expression():
+    """The common compounds and numbers take the quick path (else it would save nothing)."""
+    from ragdb.text import analysis
+
+    for raw in _JOINED_COMMON:
+        assert analysis._joined_plan(raw) is not None, raw
+    for raw in (".net", "c++", "don't", "a_b", "a::b", "a..b", "-", "."):
+        assert analysis._joined_plan(raw) is None, raw
+
+
 @settings(max_examples=300, deadline=None)
 @given(st.one_of(st.text(max_size=80), st.text(alphabet=st.characters(max_codepoint=0x303F), max_size=80),
                  st.lists(_PIECES, max_size=20).map(" ".join)))
