@@ -160,7 +160,8 @@ def write_report(ctx: Context, bodies: list[str], started: float, command: str) 
         "(build: index the corpus and persist; query: open the persisted index and run the queries; "
         "rank_bm25 cannot persist, so its figure covers build and queries).",
         f"- Query latency: each query timed on its own with `time.perf_counter` after {WARMUP_QUERIES} "
-        "warm-up queries (the first ones of the timed set, so caches are warm as in a running service), including query tokenization and mapping hits to document ids (ragdb also "
+        "warm-up queries (the first ones of the timed set, so caches are warm as in a running service; the "
+        "system's index files are read once before its query stage, so the OS holds them), including query tokenization and mapping hits to document ids (ragdb also "
         "returns the chunk text; the peers return ids only).",
         f"- Add / delete: median of {UPDATE_OPS} operations, each its own transaction/commit, on the built "
         f"index, in {ctx.args.rounds} rounds over the systems in turn (each round adds new documents and "

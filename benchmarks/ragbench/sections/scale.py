@@ -426,8 +426,9 @@ def _report(ctx: Context, sizes: list[int], results: dict[int, dict], base: dict
              f"{gen_s:.0f} s this run (cached under benchmarks/.cache/corpora/).", "",
              f"Queries: the {n_en} judged SciFact train queries and the {n_zh} judged CMRC trial queries, "
              f"interleaved; qrels unchanged (the judged documents are in the corpus), so nDCG@10 is measured at "
-             f"every size. Latency per query after {WARMUP_QUERIES} warm-up queries, p50/p95 over all and per "
-             f"language; query figures are medians of {ctx.args.query_rounds} rounds "
+             f"every size. Before each query stage the system's index files are read once (the OS page cache "
+             f"here holds about one 1M-chunk index; each system queries from a warm cache). Latency per query "
+             f"after {WARMUP_QUERIES} warm-up queries, p50/p95 over all and per language; query figures are medians of {ctx.args.query_rounds} rounds "
              f"({min(ctx.args.query_rounds, BIG_QUERY_ROUNDS)} at {tag(BIG)} chunks and more) over the systems in turn "
              f"(one round for a system whose p50 is over {REPEAT_QUERY_MS:g} ms); builds run once; add/delete "
              f"median of {UPDATE_OPS} each, {ctx.args.rounds} rounds. The peers index the text with CJK runs "
