@@ -287,30 +287,8 @@ def _compound_items(core: str) -> list[tuple[int, str]] | None:
     if "'" in core or "\u2019" in core:
         m = _CLITIC_WORD.fullmatch(core)
         return None if m is None or len(m.group(1)) > MAX_TOKEN_CHARS else [(_WORD, m.group(1)), (_DROP, m.group(2))]
-    segments = core.split("-")
-    items: list[tuple[int, str]] = []
-    if len(segments) > 1:
-        first, second = segments[0], segments[1]
-        if len(first) == 1 and not first.isdecimal() and second.isalnum() and len(second) < MAX_TOKEN_CHARS:
-            items.append((_WHOLE_WORD, first + second))
-    for seg in segments:
-        if seg.isalnum():
-            if len(seg) > MAX_TOKEN_CHARS:
-                return None
-            items.append((_WORD, seg))
-            continue
-        parts = seg.split(".")
-        for p in parts:
-            if not p.isalnum() or len(p) > MAX_TOKEN_CHARS:
-                return None
-        if len(seg) == 2 * len(parts) - 1 and not any(p.isdecimal() for p in parts):  # u.s.a, e.g
-            letters = "".join(parts)
-            items.append((_DROP, seg) if letters in DOTTED_STOPWORDS else (_WORD, letters))
-            continue
-        if len(seg) <= MAX_TOKEN_CHARS:
-            items.append((_WHOLE_TERM, seg))
-        items += [(_WORD, p) for p in parts]
-    return items
+    found = _joined_plan(core)  # words joined by hyphens and dots: their items without the offsets
+    return None if found is None else [(kind, value) for kind, value, *_ in found[0]]
 
 
 def _word_items(word: str, start: int, pos: int, out: Plan) -> int:
@@ -1122,15 +1100,19 @@ class Analyzer:
         words stemmed in one call: what the compiled :meth:`token_table` asks of Python."""
         if self._v1:
             return [self._run_entry(run) for run in runs]
-        words: set[str] = set()
-        plans: dict[str, tuple[Plan, int]] = {}  # runs that are not one word: planned first, and
-        for run in runs:                         # their words learned with the others, in one call
+        # A word, or a word ending a sentence (``word.``, ``word:``: the joiner after it is no
+        # unit): its one word. Other runs are planned first; every word of both is learned in one call.
+        words: dict[str, str] = {}
+        plans: dict[str, tuple[Plan, int]] = {}
+        learn: set[str] = set()
+        for run in runs:
             if run.isalnum() or (run[-1] in ".:" and run[:-1].isalnum()):
-                words.add(run if run.isalnum() else run[:-1])
+                learn.add(word := run if run.isalnum() else run[:-1])
+                words[run] = word
             else:
                 plan = plans[run] = _plan2(run)
-                words.update(v for kind, v, *_ in plan[0] if kind in _WORDS)
-        self._learn_words(words)
+                learn.update(v for kind, v, *_ in plan[0] if kind in _WORDS)
+        self._learn_words(learn)
         table = self._words
         out = []
         for run in runs:
@@ -1139,11 +1121,10 @@ class Analyzer:
                 out.append(self._remember_run(run, ([(t, s, e, p) for t, s, e, p, _why
                                                      in self._resolve(planned[0], learn=False) if t], planned[1])))
                 continue
-            # A word, or a word ending a sentence (``word.``, ``word:``: the joiner after it
-            # is no unit), of at most MAX_TOKEN_CHARS: its one item, as _run_entry resolves it
-            # (_word_items, _plan2 and _resolve, without them). The tests compare the two.
-            word = run if run.isalnum() else run[:-1] if run[-1] in ".:" else ""
-            term = table.get(word) if 0 < len(word) <= MAX_TOKEN_CHARS and word.isalnum() else None
+            # a word of at most MAX_TOKEN_CHARS: its one item, as _run_entry resolves it (_word_items,
+            # _plan2 and _resolve, without them). The tests compare the two.
+            word = words[run]
+            term = table.get(word) if len(word) <= MAX_TOKEN_CHARS else None
             if term is None:
                 out.append(self._run_entry(run))
                 continue
