@@ -8,11 +8,13 @@
 -- (commits 3.1 -> 2.0 s, the inserts into this table 1.5 -> 1.0 s). The table is read by
 -- id now: each handle keeps the terms it has read and reads the rows above the last
 -- id it holds (``Index.recent_terms``, ragdb/index/inverted.py; ``check`` reports a
--- term stored twice). The terms it holds are moved into ``vocabulary`` (df 0) first,
--- as a flush does before it counts the flushed chunks' terms.
-INSERT INTO vocabulary (id, term, df) SELECT id, term, 0 FROM new_terms ORDER BY term;
+-- term stored twice). The rows are copied as they are (a damaged file's too, for
+-- ``check`` to report and ``reindex`` to mend).
+CREATE TABLE new_terms_old AS SELECT id, term FROM new_terms;
 DROP TABLE new_terms;
 CREATE TABLE new_terms (
     id    INTEGER PRIMARY KEY,
     term  TEXT NOT NULL
 );
+INSERT INTO new_terms (id, term) SELECT id, term FROM new_terms_old;
+DROP TABLE new_terms_old;

@@ -213,9 +213,9 @@ def _term_index(path: Path) -> list:
 
 @pytest.mark.parametrize("unflushed", [False, True])
 def test_a_schema_13_file_migrates_and_answers_the_same(tmp_path, unflushed):
-    """Schema 14 drops the unique index of new_terms.term, moving the terms the table holds
-    into vocabulary (df 0) as a flush would: the file answers as before, in this process and a
-    fresh one, before and after its next flush, and later writes add to new_terms again."""
+    """Schema 14 drops the unique index of new_terms.term, the rows kept: the file answers as
+    before, in this process and a fresh one, before and after its next flush, and later writes
+    add to new_terms."""
     path = tmp_path / "kb.db"
     with ragdb.open(path, chunker="none") as db:
         db.add_many([{"text": t, "source": f"s{i}"} for i, t in enumerate(EN)])
@@ -229,16 +229,36 @@ def test_a_schema_13_file_migrates_and_answers_the_same(tmp_path, unflushed):
     assert _term_index(path) != [] and (held[1] > 0) == unflushed
     with ragdb.open(path) as db:
         assert _term_index(path) == []
-        assert counts(path) == (held[0] + held[1], 0)
+        assert counts(path) == held
         assert answers(db) == before and db.check() == [] and db.stats().vocabulary == vocabulary
         assert in_a_new_process(path) == before
         db.add("zyxwordthree", source="later")
-        assert counts(path)[1] == 1
+        assert counts(path)[1] == held[1] + 1
         assert [h.source for h in db.search("zyxwordthree")] == ["later"]
         assert sorted(h.source for h in db.search("zyxwordt*", k=5)) == (["later", "new"] if unflushed else ["later"])
         db.delete(source="later")
         db.optimize()
         assert answers(db) == before and db.check() == []
+
+
+def test_a_damaged_schema_13_file_migrates_for_check_to_report(tmp_path):
+    """A term of new_terms also in vocabulary (a damaged file) does not stop the migration:
+    the rows are copied as they are, check() reports them and reindex mends the file."""
+    path = tmp_path / "kb.db"
+    with ragdb.open(path, chunker="none") as db:
+        db.add_many([{"text": t, "source": f"s{i}"} for i, t in enumerate(EN)])
+        db.optimize()
+        db.add("zyxwordone", source="new")
+    with contextlib.closing(sqlite3.connect(path)) as conn:
+        tid, term = conn.execute("SELECT id, term FROM new_terms").fetchone()
+        conn.execute("INSERT INTO vocabulary (id, term, df) VALUES (?, ?, 0)", [tid + 1000, term])
+        conn.commit()
+    _as_schema_13(path)
+    with ragdb.open(path) as db:
+        assert _term_index(path) == []
+        assert any("1 term of new_terms also in vocabulary" in p for p in db.check())
+        db.reindex()
+        assert db.check() == [] and [h.source for h in db.search("zyxwordone")] == ["new"]
 
 
 def test_a_blank_schema_13_database_migrates(tmp_path):
