@@ -857,7 +857,7 @@ class Database:
             self._engine.sync()
             index = self._engine.index
             dfs = index.live_dfs()
-            for field_term in index.field_term_ids():  # the text's vocabulary and postings
+            for field_term in store.field_term_ids():  # the text's vocabulary and postings
                 dfs.pop(field_term, None)
             vocab = sum(1 for df in dfs.values() if df > 0)
             postings = int(sum(dfs.values()))

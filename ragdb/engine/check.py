@@ -107,12 +107,9 @@ def check(engine: Engine, quick: bool = False) -> list[str]:
             problems.append(f"{_count(len(beyond), 'chunk')} with an id outside 1..{next_id - 1}, flushed up to "
                             f"{s['flushed_upto']} (stats.next_chunk_id {next_id}): search and optimize fail on "
                             f"such ids; run `ragdb reindex`")
-        new_terms, in_both, twice = store.new_term_counts()
+        new_terms, in_both = store.new_term_counts()
         if in_both:
             problems.append(f"{_count(in_both, 'term')} of new_terms also in vocabulary (by id or by term); "
-                            f"run `ragdb reindex`")
-        if twice:
-            problems.append(f"{_count(twice, 'term')} of new_terms stored twice (under two ids); "
                             f"run `ragdb reindex`")
         if new_terms and s["flushed_upto"] >= next_id - 1:
             # (a flush moves them all; lookups skip new_terms when no chunk came after it)

@@ -350,9 +350,9 @@ class Searcher:
             return weights
         generation = self.engine.index.generation
         if self._indexed_fields[0] != generation:
-            index = self.engine.index
+            store = self.engine.store
             self._indexed_fields = (generation, {f for f, prefix in fields.PREFIX.items()
-                                                 if index.has_term_with_prefix(prefix)})
+                                                 if store.has_term_with_prefix(prefix)})
         indexed = self._indexed_fields[1]
         return {f: w for f, w in weights.items() if f in indexed}
 
@@ -365,13 +365,14 @@ class Searcher:
         """The units and match tree of a query that uses the query language (or ``fuzzy``)."""
         eng = self.engine
         index = eng.index
+        store = eng.store
 
         def visible(term_id: int) -> bool:
             return True if mask is None else index.visible((term_id,), mask)
 
         def prefixed(prefix: str, limit: int) -> list[tuple[str, int, int]]:
             return [(t, tid, index.effective_df(tid, df))
-                    for t, tid, df in index.terms_with_prefix(prefix, limit)]
+                    for t, tid, df in store.terms_with_prefix(prefix, limit, recent=index.may_have_new_terms())]
 
         lookup = Lookup(index.lookup_terms, prefixed, visible, index.union_df,
                         index.stored_terms if opts.restrictions.history else None)

@@ -567,8 +567,6 @@ class Writer:
                     missing = [t for t in missing if t not in ids]
                 if missing:
                     ids.update(store.term_id_map(missing))
-                    recent = index.recent_terms(always=True)  # (the terms since the last flush)
-                    ids.update((t, recent[t]) for t in missing if t not in ids and t in recent)
                 missing = [t for t in missing if t not in ids]
         new_terms = sorted(missing)
         if new_terms:

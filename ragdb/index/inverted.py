@@ -21,7 +21,6 @@ only the segments of the query's terms.
 
 from __future__ import annotations
 
-import bisect
 import math
 
 import sys
@@ -568,13 +567,6 @@ class Index:
         self._length_norm: tuple[Any, np.ndarray] | None = None  # BM25 length part per chunk
         self._zeros: np.ndarray | None = None  # the pruning kernel's work array, all zeros between queries
         self._lookup_cache: dict[str, tuple[int, int] | None] = {}
-        # The rows of new_terms (the terms added since the last flush) this view has read: term ->
-        # id, the highest id read, the (flush_count, vocab_epoch) they belong to, and the terms
-        # sorted for prefix ranges, made when asked (:meth:`recent_terms`)
-        self._recent: dict[str, int] = {}
-        self._recent_upto = 0
-        self._recent_key: tuple[int, int] = (-1, -1)
-        self._recent_sorted: list[str] | None = None
         self._rows: dict[int, tuple[dict[str, Any], dict[str, Any]]] = {}
         self._rows_bytes = 0
         self._scratch: dict[str, np.ndarray] = {}
@@ -766,62 +758,8 @@ class Index:
     def may_have_new_terms(self) -> bool:
         """Whether ``new_terms`` may hold terms (as of the last :meth:`sync`): a chunk id was
         handed out after the last flush, which moved them all into ``vocabulary``. Lookups
-        skip that table otherwise (:meth:`recent_terms`)."""
+        skip that table otherwise (the store's ``recent``)."""
         return bool(self.next_ids[1] - 1 > self.flushed_upto)
-
-    def recent_terms(self, always: bool = False) -> dict[str, int]:
-        """term -> id of the terms of ``new_terms``: added since the last flush (which moves them
-        into ``vocabulary``), df 0 there, as this transaction sees them. Call inside one, after
-        :meth:`sync`; the table is skipped when no chunk came after the last flush
-        (:meth:`may_have_new_terms`) unless ``always`` (a writer, whose own write may have come
-        since).
-
-        The table has no index on ``term`` (migrations/0014_new_terms_by_id.sql): it is read by
-        id. Between flushes it only grows, by rising ids, so the terms read are kept and only
-        the rows above the highest id held are read again. A flush or a vocabulary clean-up (the
-        only time ids are handed out again) starts it over, and a rollback that undid rows read
-        here resets the whole view (:meth:`reset`, or a new view after a failed write)."""
-        if not always and not self.may_have_new_terms():
-            return {}
-        key = (self.flush_count, self.vocab_epoch)
-        if key != self._recent_key:
-            self._recent, self._recent_upto, self._recent_key, self._recent_sorted = {}, 0, key, None
-        rows = self.store.new_terms_after(self._recent_upto)
-        if rows:
-            self._recent.update(rows)
-            self._recent_upto = rows[-1][1]
-            self._recent_sorted = None
-        return self._recent
-
-    def _recent_in_range(self, low: str, high: str) -> list[tuple[str, int]]:
-        """(term, id) of the :meth:`recent_terms` from ``low`` up to but not including ``high``, by
-        term (code point order: the order of their UTF-8 bytes, which SQLite's and PostgreSQL's
-        "C" collation compare)."""
-        recent = self.recent_terms()
-        if not recent:
-            return []
-        if self._recent_sorted is None:
-            self._recent_sorted = sorted(recent)
-        keys = self._recent_sorted
-        return [(t, recent[t]) for t in keys[bisect.bisect_left(keys, low):bisect.bisect_left(keys, high)]]
-
-    def terms_with_prefix(self, prefix: str, limit: int) -> list[tuple[str, int, int]]:
-        """(term, id, stored df) of up to ``limit`` terms starting with ``prefix``, of both tables
-        of the vocabulary, the most frequent by stored df first, then by term (inside a read
-        transaction, after :meth:`sync`)."""
-        found = self.store.terms_with_prefix(prefix, limit)
-        recent = self._recent_in_range(prefix, prefix + "\U0010ffff")
-        if not recent:
-            return found
-        return sorted(found + [(t, tid, 0) for t, tid in recent], key=lambda r: (-r[2], r[0]))[:limit]
-
-    def has_term_with_prefix(self, prefix: str) -> bool:
-        """Whether a term of either table of the vocabulary starts with ``prefix``."""
-        return self.store.has_term_with_prefix(prefix) or bool(self._recent_in_range(prefix, prefix + "\U0010ffff"))
-
-    def field_term_ids(self) -> list[int]:
-        """Ids of the field terms (:mod:`ragdb.text.fields`: they start with its mark) of both tables."""
-        return self.store.field_term_ids() + [tid for _t, tid in self._recent_in_range("\x1f", "\x20")]
 
     def forget_terms(self) -> None:
         """Empty the writer's term cache (term ids changed: a vocabulary clean-up)."""
@@ -1298,10 +1236,7 @@ class Index:
                 missing.append(t)
         for n in range(0, len(missing), _LOOKUP_BATCH):  # in batches; the answer never waits on the cache
             part = missing[n:n + _LOOKUP_BATCH]
-            found = self.store.term_ids(part)
-            recent = self.recent_terms()
-            if recent:
-                found.update((t, (recent[t], 0)) for t in part if t not in found and t in recent)
+            found = self.store.term_ids(part, recent=self.may_have_new_terms())
             if len(cache) + len(part) > LOOKUP_CACHE_TERMS:
                 cache.clear()
             tail = self.tail_postings_many([v[0] for v in found.values()]) if self.has_tail() else {}
@@ -1646,7 +1581,7 @@ class Index:
         for t, c in self.df_corrections().items():
             df[t] += c
         idf = scoring.tfidf_idf(self.n_chunks, df)
-        idf[self.field_term_ids()] = 0.0  # a chunk's vector is its text's: field terms weigh nothing
+        idf[self.store.field_term_ids()] = 0.0  # a chunk's vector is its text's: field terms weigh nothing
         # In blocks of chunks, to keep memory flat on large databases; a
         # chunk's terms are summed in their stored order either way.
         block: list[tuple[int, bytes, bytes]] = []

@@ -38,9 +38,8 @@ from typing import Any
 TABLES = ("settings", "stats", "chunk_log", "documents", "chunks", "vocabulary", "dead_chunks", "postings",
           "doc_meta", "doc_acl", "vectors", "vector_log", "vector_stats", "chunk_state", "new_terms")  # keep parents first
 #: Indexes and triggers on those tables (schema objects need file-wide unique names too).
-#: (``new_terms_old`` lives only inside migration 0014, which copies ``new_terms`` through it.)
 OTHER_OBJECTS = ("documents_source", "documents_ts", "chunks_doc", "doc_meta_kv", "doc_meta_doc", "doc_acl_doc",
-                 "chunks_delete_vectors", "vectors_text_hash", "doc_meta_num", "doc_meta_at", "new_terms_old")
+                 "chunks_delete_vectors", "vectors_text_hash", "doc_meta_num", "doc_meta_at")
 #: Every per-collection schema object name; a migration adding a table, index or trigger
 #: adds its name here (tests/storage/test_collections.py fails until it does).
 OBJECTS = frozenset(TABLES + OTHER_OBJECTS)

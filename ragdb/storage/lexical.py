@@ -14,57 +14,72 @@ class LexicalSQL(StoreBase):
     """Vocabulary, postings, the change log (see the module docstring)."""
 
     # -- vocabulary --------------------------------------------------------------------------
-    def term_ids(self, terms: Sequence[str]) -> dict[str, tuple[int, int]]:
-        """term -> (id, df) for the terms that are in ``vocabulary`` (the terms added since the
-        last flush are in ``new_terms``, which the index reads by id: ``Index.recent_terms``)."""
+    def term_ids(self, terms: Sequence[str], recent: bool = True) -> dict[str, tuple[int, int]]:
+        """term -> (id, df) for the terms that are in the vocabulary. ``recent``: whether
+        ``new_terms`` may hold some (False only when no chunk was added since the last flush:
+        ``Index.may_have_new_terms``); those not in ``vocabulary`` are looked up there, df 0."""
         out: dict[str, tuple[int, int]] = {}
         for part in _chunks(list(terms)):
             q = ",".join("?" * len(part))
             for tid, term, df in self.conn.execute(
                     f"SELECT id, term, df FROM vocabulary WHERE term IN ({q})", part):
                 out[term] = (tid, df)
+        if recent:
+            for term, tid in self._new_term_ids([t for t in terms if t not in out]):
+                out[term] = (tid, 0)
         return out
 
-    def term_id_map(self, terms: Sequence[str]) -> dict[str, int]:
-        """term -> id for the terms that are in ``vocabulary``: a writer's lookup (as :meth:`term_ids`).
-        Without the df it reads only the term index (``id`` is its rowid), about half the page
-        visits of :meth:`term_ids` (measured: 56 terms of a 354k-term vocabulary, 88 against 158 µs)."""
+    def term_id_map(self, terms: Sequence[str], recent: bool = True) -> dict[str, int]:
+        """term -> id for the terms that are in the vocabulary: a writer's lookup (``recent``:
+        as :meth:`term_ids`). Without the df it reads only the term index (``id`` is its
+        rowid), about half the page visits of :meth:`term_ids` (measured: 56 terms of a
+        354k-term vocabulary, 88 against 158 µs)."""
         out: dict[str, int] = {}
         for part in _chunks(list(terms)):
             q = ",".join("?" * len(part))
             out.update(self.conn.execute(f"SELECT term, id FROM vocabulary WHERE term IN ({q})", part).fetchall())
+        if recent:
+            out.update(self._new_term_ids([t for t in terms if t not in out]))
         return out
 
-    def new_terms_after(self, term_id: int) -> list[tuple[str, int]]:
-        """(term, id) of the rows of ``new_terms`` with an id above ``term_id``, by id: the table
-        grows by rising ids between flushes, so a reader keeps what it read and asks for the rest
-        (``Index.recent_terms``). The table has no index on ``term`` (migrations/0014)."""
-        return self.conn.execute("SELECT term, id FROM new_terms WHERE id > ? ORDER BY id", [term_id]).fetchall()
+    def _new_term_ids(self, terms: Sequence[str]) -> Iterator[tuple[str, int]]:
+        """(term, id) of those of ``terms`` in ``new_terms``. (A second statement for the
+        terms ``vocabulary`` lacks: one UNION ALL of both tables cost ~40 µs more a lookup of
+        5 terms, with ``new_terms`` empty.)"""
+        for part in _chunks(list(terms)):
+            q = ",".join("?" * len(part))
+            yield from self.conn.execute(f"SELECT term, id FROM new_terms WHERE term IN ({q})", part)
 
     def frequent_term_ids(self, min_df: int) -> Iterator[tuple[str, int]]:
         """(term, id) of the terms whose stored df is at least ``min_df`` (a scan of the vocabulary;
         ``min_df`` is at least 1, which no term of ``new_terms`` has)."""
         yield from self.conn.execute("SELECT term, id FROM vocabulary WHERE df >= ?", [min_df])
 
-    def terms_with_prefix(self, prefix: str, limit: int) -> list[tuple[str, int, int]]:
-        """(term, id, df) of up to ``limit`` terms of ``vocabulary`` starting with ``prefix``, the
-        most frequent (by stored df) first, then by term: a range scan of the term index (the
-        terms of ``new_terms``, df 0, are the index's: ``Index.recent_terms``)."""
+    def terms_with_prefix(self, prefix: str, limit: int, recent: bool = True) -> list[tuple[str, int, int]]:
+        """(term, id, df) of up to ``limit`` vocabulary terms starting with ``prefix``, the
+        most frequent (by stored df) first: a range scan of the term index (``recent``: as
+        :meth:`term_ids`; ``new_terms`` have df 0)."""
         end = prefix + "\U0010ffff"
+        if not recent:
+            return self.conn.execute(
+                "SELECT term, id, df FROM vocabulary WHERE term >= ? AND term < ? ORDER BY df DESC, term LIMIT ?",
+                [prefix, end, limit]).fetchall()
         return self.conn.execute(
-            "SELECT term, id, df FROM vocabulary WHERE term >= ? AND term < ? ORDER BY df DESC, term LIMIT ?",
-            [prefix, end, limit]).fetchall()
+            "SELECT term, id, df FROM vocabulary WHERE term >= ? AND term < ? UNION ALL "
+            "SELECT term, id, 0 FROM new_terms WHERE term >= ? AND term < ? ORDER BY 3 DESC, 1 LIMIT ?",
+            [prefix, end, prefix, end, limit]).fetchall()
 
     def has_term_with_prefix(self, prefix: str) -> bool:
-        """Whether a term of ``vocabulary`` starts with ``prefix``: a probe of its term index."""
+        """Whether a vocabulary term starts with ``prefix``: a probe of each table's term index."""
         end = prefix + "\U0010ffff"
-        return self.conn.execute("SELECT 1 FROM vocabulary WHERE term >= ? AND term < ? LIMIT 1",
-                                 [prefix, end]).fetchone() is not None
+        return any(self.conn.execute(f"SELECT 1 FROM {table} WHERE term >= ? AND term < ? LIMIT 1",
+                                     [prefix, end]).fetchone() is not None for table in ("vocabulary", "new_terms"))
 
     def field_term_ids(self) -> list[int]:
-        """Ids of the field terms of ``vocabulary`` (:mod:`ragdb.text.fields`: they start with its mark)."""
-        return [r[0] for r in self.conn.execute("SELECT id FROM vocabulary WHERE term >= ? AND term < ?",
-                                                ["\x1f", "\x20"])]
+        """Ids of the vocabulary's field terms (:mod:`ragdb.text.fields`: they start with its mark)."""
+        return [r[0] for r in self.conn.execute("SELECT id FROM vocabulary WHERE term >= ? AND term < ? "
+                                                "UNION ALL SELECT id FROM new_terms WHERE term >= ? AND term < ?",
+                                                ["\x1f", "\x20", "\x1f", "\x20"])]
 
     def all_term_ids(self) -> Iterator[tuple[str, int]]:
         yield from self.conn.execute("SELECT term, id FROM vocabulary UNION ALL SELECT term, id FROM new_terms")
@@ -85,8 +100,7 @@ class LexicalSQL(StoreBase):
         """Insert a write's new terms as (id, term): into ``new_terms`` until the next flush
         (:meth:`settle_new_terms`). The unique index of ``vocabulary.term`` is not touched: new
         terms land all over it, so each batch of a bulk load dirtied most of its pages and
-        every commit wrote them to the WAL again (migrations/0013_new_terms.sql); nor has
-        ``new_terms`` an index on ``term`` since (migrations/0014_new_terms_by_id.sql)."""
+        every commit wrote them to the WAL again (migrations/0013_new_terms.sql)."""
         self.conn.executemany("INSERT INTO new_terms (id, term) VALUES (?, ?)", rows)
 
     def settle_new_terms(self) -> None:

@@ -64,14 +64,13 @@ class MaintenanceSQL(StoreBase):
         return int(self.conn.execute(
             "SELECT count(*) FROM chunks c LEFT JOIN documents d ON d.id = c.doc_id WHERE d.id IS NULL").fetchone()[0])
 
-    def new_term_counts(self) -> tuple[int, int, int]:
-        """(rows of ``new_terms``, those of them whose term is also in ``vocabulary`` or whose id is,
-        rows whose term an earlier row of ``new_terms`` holds: the table has no unique index)."""
-        n, distinct = self.conn.execute("SELECT count(*), count(DISTINCT term) FROM new_terms").fetchone()
+    def new_term_counts(self) -> tuple[int, int]:
+        """(terms in ``new_terms``, those of them also in ``vocabulary`` by id or by term)."""
+        n = int(self.conn.execute("SELECT count(*) FROM new_terms").fetchone()[0])
         both = int(self.conn.execute(
             "SELECT count(*) FROM new_terms n WHERE EXISTS (SELECT 1 FROM vocabulary v WHERE v.id = n.id) "
             "OR EXISTS (SELECT 1 FROM vocabulary v WHERE v.term = n.term)").fetchone()[0]) if n else 0
-        return int(n), both, int(n) - int(distinct)
+        return n, both
 
     def latest_mismatch(self) -> int:
         return int(self.conn.execute(

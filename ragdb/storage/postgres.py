@@ -391,11 +391,11 @@ PLAIN_SQL = (
     "clear_filter_index", "doc_rows_matching", "document_filter_blocks", "filter_index_rows", "filtered_chunk_ids",
     "filtered_doc_ids", "has_metadata_key", "has_private_labels",
     # lexical.py
-    "add_df", "add_new_terms", "add_terms", "all_dfs", "all_term_ids", "bump_vocab_epoch",
+    "_new_term_ids", "add_df", "add_new_terms", "add_terms", "all_dfs", "all_term_ids", "bump_vocab_epoch",
     "chunk_state_snapshot", "chunk_texts_after",
     "clear_lexical_index", "dead_terms", "delete_segments", "field_term_ids", "finish_flush", "finish_reindex",
     "frequent_term_ids", "has_postings", "has_term_with_prefix", "insert_segments", "log_seq", "log_since",
-    "new_terms_after", "next_term_id", "posting_counts", "segment_counts", "segment_counts_all", "segment_total",
+    "next_term_id", "posting_counts", "segment_counts", "segment_counts_all", "segment_total",
     "set_chunk_state_snapshot", "set_forward_indexes", "settle_new_terms", "term_id_map",
     "term_ids", "term_ids_after", "terms_with_prefix", "vocabulary_size",
     # maintenance.py

@@ -1,9 +1,7 @@
 """Terms added since the last flush live in ``new_terms`` (migrations/0013_new_terms.sql) and
 move into ``vocabulary`` at the flush; the vocabulary is both tables. Every read path sees
 a term wherever it is: searches, prefix queries, a second handle, a fresh process, copies,
-check(), and files written before the table existed. Since schema 14 the table has no index
-on ``term``: each handle reads its rows by id and keeps them (``Index.recent_terms``), until
-a flush, a vocabulary clean-up or a rollback."""
+check(), and files written before the table existed."""
 
 from __future__ import annotations
 
@@ -172,7 +170,7 @@ def test_a_schema_12_file_migrates_and_answers_the_same(tmp_path, unflushed):
     with contextlib.closing(sqlite3.connect(path)) as conn:  # back to schema 12, as its writer left it
         conn.execute("INSERT INTO vocabulary (id, term, df) SELECT id, term, 0 FROM new_terms")
         conn.execute("DROP TABLE new_terms")
-        conn.execute("DELETE FROM _sqlite_migrations WHERE name IN ('0013_new_terms', '0014_new_terms_by_id')")
+        conn.execute("DELETE FROM _sqlite_migrations WHERE name = '0013_new_terms'")
         conn.commit()
     with ragdb.open(path) as db:
         assert counts(path)[1] == 0
@@ -193,150 +191,6 @@ def test_a_blank_schema_12_database_migrates(tmp_path):
         db.add("zyxwordone 检索", source="a")
         assert counts(path)[1] > 0
         assert [h.source for h in db.search("zyxwordone")] == ["a"] and db.check() == []
-
-
-def _as_schema_13(path: Path) -> None:
-    """Give the file's new_terms the unique index on term it had before schema 14, its rows kept."""
-    with contextlib.closing(sqlite3.connect(path)) as conn:
-        rows = conn.execute("SELECT id, term FROM new_terms").fetchall()
-        conn.execute("DROP TABLE new_terms")
-        conn.execute("CREATE TABLE new_terms (id INTEGER PRIMARY KEY, term TEXT NOT NULL UNIQUE)")
-        conn.executemany("INSERT INTO new_terms (id, term) VALUES (?, ?)", rows)
-        conn.execute("DELETE FROM _sqlite_migrations WHERE name = '0014_new_terms_by_id'")
-        conn.commit()
-
-
-def _term_index(path: Path) -> list:
-    with contextlib.closing(sqlite3.connect(path)) as conn:
-        return conn.execute("SELECT name FROM sqlite_master WHERE tbl_name = 'new_terms' AND type = 'index'").fetchall()
-
-
-@pytest.mark.parametrize("unflushed", [False, True])
-def test_a_schema_13_file_migrates_and_answers_the_same(tmp_path, unflushed):
-    """Schema 14 drops the unique index of new_terms.term, the rows kept: the file answers as
-    before, in this process and a fresh one, before and after its next flush, and later writes
-    add to new_terms."""
-    path = tmp_path / "kb.db"
-    with ragdb.open(path, chunker="none") as db:
-        db.add_many([{"text": t, "source": f"s{i}"} for i, t in enumerate(EN)])
-        db.optimize()
-        if unflushed:
-            db.add("zyxwordone and zyxwordtwo 检索增强", source="new")
-        before = answers(db)
-        vocabulary = db.stats().vocabulary
-    _as_schema_13(path)
-    held = counts(path)
-    assert _term_index(path) != [] and (held[1] > 0) == unflushed
-    with ragdb.open(path) as db:
-        assert _term_index(path) == []
-        assert counts(path) == held
-        assert answers(db) == before and db.check() == [] and db.stats().vocabulary == vocabulary
-        assert in_a_new_process(path) == before
-        db.add("zyxwordthree", source="later")
-        assert counts(path)[1] == held[1] + 1
-        assert [h.source for h in db.search("zyxwordthree")] == ["later"]
-        assert sorted(h.source for h in db.search("zyxwordt*", k=5)) == (["later", "new"] if unflushed else ["later"])
-        db.delete(source="later")
-        db.optimize()
-        assert answers(db) == before and db.check() == []
-
-
-def test_a_damaged_schema_13_file_migrates_for_check_to_report(tmp_path):
-    """A term of new_terms also in vocabulary (a damaged file) does not stop the migration:
-    the rows are copied as they are, check() reports them and reindex mends the file."""
-    path = tmp_path / "kb.db"
-    with ragdb.open(path, chunker="none") as db:
-        db.add_many([{"text": t, "source": f"s{i}"} for i, t in enumerate(EN)])
-        db.optimize()
-        db.add("zyxwordone", source="new")
-    with contextlib.closing(sqlite3.connect(path)) as conn:
-        tid, term = conn.execute("SELECT id, term FROM new_terms").fetchone()
-        conn.execute("INSERT INTO vocabulary (id, term, df) VALUES (?, ?, 0)", [tid + 1000, term])
-        conn.commit()
-    _as_schema_13(path)
-    with ragdb.open(path) as db:
-        assert _term_index(path) == []
-        assert any("1 term of new_terms also in vocabulary" in p for p in db.check())
-        db.reindex()
-        assert db.check() == [] and [h.source for h in db.search("zyxwordone")] == ["new"]
-
-
-def test_a_blank_schema_13_database_migrates(tmp_path):
-    path = tmp_path / "old.db"
-    with contextlib.closing(sqlite3.connect(path)) as conn:
-        build_migrations(stop_after="0013_new_terms").apply(__import__("sqlite_utils").Database(conn))
-    assert _term_index(path) != []
-    with ragdb.open(path) as db:
-        assert _term_index(path) == []
-        db.add("zyxwordone 检索", source="a")
-        assert counts(path)[1] > 0
-        assert [h.source for h in db.search("zyxwordone")] == ["a"] and db.check() == []
-
-
-def test_a_handle_reads_the_new_terms_added_after_those_it_holds(tmp_path):
-    """A handle keeps the rows of new_terms it has read and reads those another handle adds
-    after them; lookups, prefix queries and field terms all see both."""
-    path = tmp_path / "kb.db"
-    with ragdb.open(path, chunker="none") as a, ragdb.open(path) as b:
-        a.add_many([{"text": t, "source": f"s{i}"} for i, t in enumerate(EN)])
-        a.optimize()
-        a.add("zyxwordone first", source="one")
-        assert [h.source for h in b.search("zyxwordone")] == ["one"]
-        assert [h.source for h in b.search("zyxword*")] == ["one"]
-        a.add("zyxwordtwo second", source="two", title="zyxtitleword")
-        assert [h.source for h in b.search("zyxwordtwo")] == ["two"]
-        assert sorted(h.source for h in b.search("zyxword*")) == ["one", "two"]
-        assert [h.source for h in b.search("title:zyxtitleword")] == ["two"]
-        assert b.stats() == a.stats()
-        assert counts(path)[1] > 0 and b.check() == []
-
-
-def test_term_ids_handed_out_again_are_read_again(tmp_path):
-    """A vocabulary clean-up (optimize) deletes terms no chunk holds, and a later new term may
-    get the id of one of them: a handle that held the old term under that id answers by the
-    new one. So does a handle after a rollback that undid a term it had read."""
-    path = tmp_path / "kb.db"
-    with ragdb.open(path, chunker="none") as a, ragdb.open(path) as b:
-        a.add_many([{"text": t, "source": f"s{i}"} for i, t in enumerate(EN)])
-        a.optimize()
-        a.add("zyxwordone", source="one")
-        assert [h.source for h in b.search("zyxwordone")] == ["one"]
-        with contextlib.closing(sqlite3.connect(path)) as conn:
-            [(first, old)] = conn.execute("SELECT id, term FROM new_terms").fetchall()
-        a.delete(source="one")
-        a.optimize()  # zyxwordone is held by no chunk: deleted
-        a.add("zyxwordtwo", source="two")
-        with contextlib.closing(sqlite3.connect(path)) as conn:
-            [(again, term)] = conn.execute("SELECT id, term FROM new_terms").fetchall()
-            assert again == first and term != old
-        for db in (a, b):
-            assert db.search("zyxwordone") == [] and [h.source for h in db.search("zyxwordtwo")] == ["two"]
-        with pytest.raises(RuntimeError), a.transaction():
-            a.add("zyxwordthree", source="three")
-            assert [h.source for h in a.search("zyxwordthree")] == ["three"]
-            raise RuntimeError("undo")
-        a.add("zyxwordfour", source="four")  # (the id the rolled-back term had)
-        for db in (a, b):
-            assert db.search("zyxwordthree") == [] and [h.source for h in db.search("zyxwordfour")] == ["four"]
-            assert [h.source for h in db.search("zyxwordt*")] == ["two"]
-            assert db.check() == []
-
-
-def test_check_reports_a_term_stored_twice_in_new_terms(tmp_path):
-    path = tmp_path / "kb.db"
-    with ragdb.open(path, chunker="none") as db:
-        db.add_many([{"text": t, "source": f"s{i}"} for i, t in enumerate(EN)])
-        db.optimize()
-        db.add("zyxwordone", source="new")
-    with contextlib.closing(sqlite3.connect(path)) as conn:
-        tid, term = conn.execute("SELECT id, term FROM new_terms").fetchone()
-        conn.execute("INSERT INTO new_terms (id, term) VALUES (?, ?)", [tid + 1000, term])
-        conn.commit()
-    with ragdb.open(path) as db:
-        assert any("1 term of new_terms stored twice" in p for p in db.check())
-        db.reindex()
-        assert db.check() == [] and counts(path)[1] == 0
-        assert [h.source for h in db.search("zyxwordone")] == ["new"]
 
 
 def test_postgresql_keeps_new_terms_apart_too_and_answers_as_sqlite(tmp_path, pg_url):
