@@ -37,7 +37,8 @@ BAR_SEARCH = 5.0  # one ragdb search on SciFact ≤ 5× the floor
 
 @worker_stage("cli_build")
 def _stage_cli_build(spec: dict) -> dict:
-    """The SciFact database ``ragdb search`` opens (one chunk a document, the default analyzer)."""
+    """A database ``ragdb search`` opens (one chunk a document, the default analyzer): SciFact's,
+    flushed, or the small CMRC one, whose chunks are all still unflushed."""
     import ragdb
 
     path = Path(spec["index_dir"]) / "cli.db"
@@ -87,7 +88,8 @@ def section_cli(ctx: Context) -> str:
         "version": [*ragdb_cmd, "--version"],
         "search": [*ragdb_cmd, "-d", built["path"], "search", query, "-k", "10"],
     }
-    if "error" not in small and small_corpus is not None:
+    if "error" not in small:  # (there is one when small_corpus is None)
+        assert small_corpus is not None
         small_query = read_pairs(Path(small_corpus.queries_path))[0][1]
         commands["search_small"] = [*ragdb_cmd, "-d", small["path"], "search", small_query, "-k", "10"]
     rounds = QUICK_ROUNDS if ctx.args.quick else ROUNDS
