@@ -351,7 +351,7 @@ class Database:
         embedder = eng.embedder if self._embed_on_add else None
         if embedder is not None:
             eng.check_embedder(embedder)  # a different model is refused before writing
-        bulk_terms = TermMask()  # terms flushed by this call in mid-load
+        flushed_terms = TermMask()  # terms flushed by this call in mid-load
         tally = VectorTally()
 
         analyzer = eng.analyzer
@@ -371,14 +371,16 @@ class Database:
             for n, batch in enumerate(batches):
                 if n == 1:  # a bulk load (more than one batch): see collector_paused
                     stack.enter_context(collector_paused())
-                changes.extend(self._writer.write(batch, tally, analyzer))
-                bulk_terms.add(self._writer.maybe_flush(BULK_FLUSH_CHUNKS))  # bound a bulk load's memory
+                # (the batches after the first put their new terms in bulk_terms: Writer.write)
+                changes.extend(self._writer.write(batch, tally, analyzer, bulk=n > 0))
+                flushed_terms.add(self._writer.maybe_flush(BULK_FLUSH_CHUNKS))  # bound a bulk load's memory
                 self._writer.seal_tail(BULK_SEAL_CHUNKS)
             # After a bulk load that flushed in mid-load, flush the rest and merge the
             # segments it wrote, so each term it touched is one segment again
             # (queries then read one row per term, not one per mid-load flush).
-            merge = bulk_terms.ids()
+            merge = flushed_terms.ids()
             self._writer.maybe_flush(0 if len(merge) else None, merge_terms=merge)
+            self._writer.settle_bulk_terms()  # (when no flush moved them)
         if embedder is not None and changes:
             # Text is committed first; vectors follow in their own transactions.
             # If the embedder fails, the new chunks stay pending (lexical search

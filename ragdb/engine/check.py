@@ -115,6 +115,15 @@ def check(engine: Engine, quick: bool = False) -> list[str]:
             # (a flush moves them all; lookups skip new_terms when no chunk came after it)
             problems.append(f"new_terms holds {_count(new_terms, 'term')} but no chunk was added since the last "
                             f"flush, so searches do not see them; run `ragdb reindex`")
+        bulk, elsewhere, twice = store.bulk_term_counts()
+        if elsewhere:
+            problems.append(f"{_count(elsewhere, 'term')} of bulk_terms also in vocabulary or new_terms (by id or by "
+                            f"term); run `ragdb reindex`")
+        if twice:
+            problems.append(f"{_count(twice, 'term')} of bulk_terms stored twice (under two ids); run `ragdb reindex`")
+        if bulk and s["flushed_upto"] >= next_id - 1:
+            problems.append(f"bulk_terms holds {_count(bulk, 'term')} but no chunk was added since the last "
+                            f"flush, so searches do not see them; run `ragdb reindex`")
         tally = _Tally()
         flushed = s["flushed_upto"]
         bad_chunks: set[int] = set()

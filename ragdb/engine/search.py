@@ -372,7 +372,8 @@ class Searcher:
 
         def prefixed(prefix: str, limit: int) -> list[tuple[str, int, int]]:
             return [(t, tid, index.effective_df(tid, df))
-                    for t, tid, df in store.terms_with_prefix(prefix, limit, recent=index.may_have_new_terms())]
+                    for t, tid, df in store.terms_with_prefix(prefix, limit, recent=index.may_have_new_terms(),
+                                                                  bulk=index.bulk_terms)]
 
         lookup = Lookup(index.lookup_terms, prefixed, visible, index.union_df,
                         index.stored_terms if opts.restrictions.history else None)

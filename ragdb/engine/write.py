@@ -142,6 +142,21 @@ class Writer:
             index.note_write(self.engine.store.bump_stats(), index.n_chunks, index.total_length)
         return flushed
 
+    def settle_bulk_terms(self) -> None:
+        """At the end of a bulk load: the new terms its batches after the first left in
+        ``bulk_terms`` (when no flush moved them into ``vocabulary``) into ``new_terms``, in one
+        sorted insert (its own transaction), so that lookups find them by index again."""
+        if not self.engine.index.bulk_terms:
+            return
+        with self.engine.writing():
+            self.engine.sync()
+            index = self.engine.index
+            if not index.bulk_terms:
+                return
+            self.engine.store.settle_bulk_terms()
+            index.bulk_terms = False
+            index.note_write(self.engine.store.bump_stats(), index.n_chunks, index.total_length)
+
     def delete(self, doc_id: int | None = None, *, source: str | None = None, glob: bool = False,
                conditions: Sequence[Any] | None = None) -> list[int]:
         """Delete a document by id, every version of a source (``glob``: a pattern),
@@ -440,7 +455,7 @@ class Writer:
         return doc_from_row(row, with_text)
 
     def write(self, batch: list[Prepared], tally: VectorTally | None = None,
-              analyzer: Analyzer | None = None) -> list[Change]:
+              analyzer: Analyzer | None = None, bulk: bool = False) -> list[Change]:
         """Write a batch of prepared documents (one transaction): each is added,
         replaces the latest version of its source, or is identical to it (unchanged).
 
@@ -448,10 +463,17 @@ class Writer:
         chunk of the version it replaces, or any stored chunk) gets a copy of it
         in this transaction; ``tally.reused`` counts them. ``analyzer``: the one the
         batch was analyzed with; should another connection have reindexed the database
-        with another one since, the batch's chunks are analyzed again with that one here."""
+        with another one since, the batch's chunks are analyzed again with that one here.
+        ``bulk``: a batch of a bulk load after its first, whose new terms go to ``bulk_terms``
+        (:meth:`settle_bulk_terms` at the load's end; ``LexicalSQL.add_new_terms``)."""
         store, index = self.engine.store, self.engine.index
         with self.engine.writing():
             self.engine.sync()
+            if index.bulk_terms and not bulk:
+                # a bulk load that did not reach its end (interrupted, or still running in another
+                # process) left its terms there: into new_terms, where lookups find them by index
+                store.settle_bulk_terms()
+                index.bulk_terms = False
             current = self.engine.analyzer
             if analyzer is not None and analyzer is not current:
                 for p in batch:
@@ -487,7 +509,7 @@ class Writer:
                         continue
                     if ex_id in pending_ids:
                         # replaced again within this batch: write what we have first
-                        self._insert(new_docs, changes, next_chunk)
+                        self._insert(new_docs, changes, next_chunk, bulk)
                         next_chunk = changes.next_chunk
                         new_docs = []
                         pending_ids = set()
@@ -510,7 +532,7 @@ class Writer:
                 written[doc_id] = p
                 results.append(("replaced" if replaced is not None else "added", doc_id, replaced))
             if new_docs:
-                self._insert(new_docs, changes, next_chunk)
+                self._insert(new_docs, changes, next_chunk, bulk)
             if new_docs_all:
                 changes.next_ids = (next_doc, changes.next_chunk)
             if changes.any:
@@ -521,7 +543,8 @@ class Writer:
             return [Change(status, doc_from_prepared(d, made[d]) if d in made else unchanged[d], replaced)
                     for status, d, replaced in results]
 
-    def _insert(self, docs: list[tuple[int, Prepared]], changes: _Changes, next_chunk: int) -> None:
+    def _insert(self, docs: list[tuple[int, Prepared]], changes: _Changes, next_chunk: int,
+                bulk: bool = False) -> None:
         store, index = self.engine.store, self.engine.index
         ids = index.term_cache
         chunk_counts = [counts for _, p in docs for *_, counts in p.chunks]
@@ -548,7 +571,7 @@ class Writer:
                         index.term_cache_upto = max(index.term_cache_upto, tid)
                     index.term_cache_stale = False
                     missing = [t for t in missing if t not in ids]
-            elif len(missing) > 2000 or (next_id := store.next_term_id()) <= WRITER_TERM_CACHE:
+            elif len(missing) > 2000 or (next_id := store.next_term_id(index.bulk_terms)) <= WRITER_TERM_CACHE:
                 # One scan of the vocabulary, then every miss is a new term: it
                 # beats thousands of lookups in bulk loads, and saves single adds
                 # a lookup each. Vocabularies over WRITER_TERM_CACHE terms are
@@ -566,11 +589,11 @@ class Writer:
                     index.term_cache_frequent = True
                     missing = [t for t in missing if t not in ids]
                 if missing:
-                    ids.update(store.term_id_map(missing))
+                    ids.update(store.term_id_map(missing, bulk=index.bulk_terms))
                 missing = [t for t in missing if t not in ids]
         new_terms = sorted(missing)
         if new_terms:
-            first = next_id or store.next_term_id()  # (read above, when it was: no term was added since)
+            first = next_id or store.next_term_id(index.bulk_terms)  # (read above, when it was: none added since)
             for i, term in enumerate(new_terms):
                 ids[term] = first + i
             if index.term_cache_upto >= 0:
@@ -610,7 +633,9 @@ class Writer:
                 changes.length += length
             changes.docs += 1
         if new_terms:
-            store.add_new_terms([(ids[t], t) for t in new_terms])
+            store.add_new_terms([(ids[t], t) for t in new_terms], bulk=bulk)
+            if bulk:
+                index.bulk_terms = True
         store.insert_documents(doc_rows)
         store.insert_chunks(chunk_rows)
         meta_rows = [(doc_id, *row) for doc_id, p in docs for row in scalar_items(p.metadata)]

@@ -606,6 +606,9 @@ class Index:
         self.term_cache_frequent = False
         self.vocab_epoch = -1
         self.next_ids = (0, 0)  # next free (document id, chunk id), as of the last sync
+        #: whether ``bulk_terms`` holds terms (a bulk load's, not yet settled), as of the last
+        #: sync or this connection's own write: lookups scan that table only then
+        self.bulk_terms = False
 
     def reset(self) -> None:
         """Forget everything this view knows, as a new view of the store would (the next sync
@@ -628,6 +631,7 @@ class Index:
             return
         # another connection wrote: it may have added terms this cache lacks
         self.term_cache_stale = True
+        self.bulk_terms = self.store.has_bulk_terms()
         if stats["vocab_epoch"] != self.vocab_epoch:
             self.forget_terms()
             self.vocab_epoch = stats["vocab_epoch"]
@@ -968,6 +972,7 @@ class Index:
         # fold the live corrections into vocabulary.df (the terms added since the last flush
         # moved there first), then the tail becomes segments
         self.store.settle_new_terms()
+        self.bulk_terms = False
         # (df_corrections' sums, as arrays: a dict and a list of pairs for a bulk load's ~250k
         # tail terms held ~40 MiB at once; a term both in the tail and dead gets two updates)
         terms, counts = tail.latest_counts(self.state)
@@ -1236,7 +1241,7 @@ class Index:
                 missing.append(t)
         for n in range(0, len(missing), _LOOKUP_BATCH):  # in batches; the answer never waits on the cache
             part = missing[n:n + _LOOKUP_BATCH]
-            found = self.store.term_ids(part, recent=self.may_have_new_terms())
+            found = self.store.term_ids(part, recent=self.may_have_new_terms(), bulk=self.bulk_terms)
             if len(cache) + len(part) > LOOKUP_CACHE_TERMS:
                 cache.clear()
             tail = self.tail_postings_many([v[0] for v in found.values()]) if self.has_tail() else {}

@@ -36,7 +36,8 @@ from typing import Any
 #: (``dead_chunks`` existed until migration 0004; a new collection replaying the
 #: migrations creates and drops it like an old file did).
 TABLES = ("settings", "stats", "chunk_log", "documents", "chunks", "vocabulary", "dead_chunks", "postings",
-          "doc_meta", "doc_acl", "vectors", "vector_log", "vector_stats", "chunk_state", "new_terms")  # keep parents first
+          "doc_meta", "doc_acl", "vectors", "vector_log", "vector_stats", "chunk_state", "new_terms",
+          "bulk_terms")  # keep parents first
 #: Indexes and triggers on those tables (schema objects need file-wide unique names too).
 OTHER_OBJECTS = ("documents_source", "documents_ts", "chunks_doc", "doc_meta_kv", "doc_meta_doc", "doc_acl_doc",
                  "chunks_delete_vectors", "vectors_text_hash", "doc_meta_num", "doc_meta_at")

@@ -14,10 +14,12 @@ class LexicalSQL(StoreBase):
     """Vocabulary, postings, the change log (see the module docstring)."""
 
     # -- vocabulary --------------------------------------------------------------------------
-    def term_ids(self, terms: Sequence[str], recent: bool = True) -> dict[str, tuple[int, int]]:
+    def term_ids(self, terms: Sequence[str], recent: bool = True, bulk: bool = True
+                 ) -> dict[str, tuple[int, int]]:
         """term -> (id, df) for the terms that are in the vocabulary. ``recent``: whether
         ``new_terms`` may hold some (False only when no chunk was added since the last flush:
-        ``Index.may_have_new_terms``); those not in ``vocabulary`` are looked up there, df 0."""
+        ``Index.may_have_new_terms``); those not in ``vocabulary`` are looked up there, df 0.
+        ``bulk``: whether ``bulk_terms`` may too (``Index.bulk_terms``; with ``recent`` only)."""
         out: dict[str, tuple[int, int]] = {}
         for part in _chunks(list(terms)):
             q = ",".join("?" * len(part))
@@ -25,13 +27,13 @@ class LexicalSQL(StoreBase):
                     f"SELECT id, term, df FROM vocabulary WHERE term IN ({q})", part):
                 out[term] = (tid, df)
         if recent:
-            for term, tid in self._new_term_ids([t for t in terms if t not in out]):
+            for term, tid in self._new_term_ids([t for t in terms if t not in out], bulk):
                 out[term] = (tid, 0)
         return out
 
-    def term_id_map(self, terms: Sequence[str], recent: bool = True) -> dict[str, int]:
-        """term -> id for the terms that are in the vocabulary: a writer's lookup (``recent``:
-        as :meth:`term_ids`). Without the df it reads only the term index (``id`` is its
+    def term_id_map(self, terms: Sequence[str], recent: bool = True, bulk: bool = True) -> dict[str, int]:
+        """term -> id for the terms that are in the vocabulary: a writer's lookup (``recent``,
+        ``bulk``: as :meth:`term_ids`). Without the df it reads only the term index (``id`` is its
         rowid), about half the page visits of :meth:`term_ids` (measured: 56 terms of a
         354k-term vocabulary, 88 against 158 µs)."""
         out: dict[str, int] = {}
@@ -39,75 +41,116 @@ class LexicalSQL(StoreBase):
             q = ",".join("?" * len(part))
             out.update(self.conn.execute(f"SELECT term, id FROM vocabulary WHERE term IN ({q})", part).fetchall())
         if recent:
-            out.update(self._new_term_ids([t for t in terms if t not in out]))
+            out.update(self._new_term_ids([t for t in terms if t not in out], bulk))
         return out
 
-    def _new_term_ids(self, terms: Sequence[str]) -> Iterator[tuple[str, int]]:
-        """(term, id) of those of ``terms`` in ``new_terms``. (A second statement for the
-        terms ``vocabulary`` lacks: one UNION ALL of both tables cost ~40 µs more a lookup of
-        5 terms, with ``new_terms`` empty.)"""
+    def _new_term_ids(self, terms: Sequence[str], bulk: bool = True) -> Iterator[tuple[str, int]]:
+        """(term, id) of those of ``terms`` in ``new_terms``, then (``bulk``) of the rest in
+        ``bulk_terms``. (A second statement for the terms ``vocabulary`` lacks: one UNION ALL of
+        both tables cost ~40 µs more a lookup of 5 terms, with ``new_terms`` empty.)"""
+        left = set(terms) if bulk else None
         for part in _chunks(list(terms)):
             q = ",".join("?" * len(part))
-            yield from self.conn.execute(f"SELECT term, id FROM new_terms WHERE term IN ({q})", part)
+            for term, tid in self.conn.execute(f"SELECT term, id FROM new_terms WHERE term IN ({q})", part):
+                if left is not None:
+                    left.discard(term)
+                yield term, tid
+        if left:
+            # a scan (the table has no index on term): it holds terms only during a bulk load
+            for part in _chunks(sorted(left)):
+                q = ",".join("?" * len(part))
+                yield from self.conn.execute(f"SELECT term, id FROM bulk_terms WHERE term IN ({q})", part)
 
     def frequent_term_ids(self, min_df: int) -> Iterator[tuple[str, int]]:
         """(term, id) of the terms whose stored df is at least ``min_df`` (a scan of the vocabulary;
-        ``min_df`` is at least 1, which no term of ``new_terms`` has)."""
+        ``min_df`` is at least 1, which no term of ``new_terms`` or ``bulk_terms`` has)."""
         yield from self.conn.execute("SELECT term, id FROM vocabulary WHERE df >= ?", [min_df])
 
-    def terms_with_prefix(self, prefix: str, limit: int, recent: bool = True) -> list[tuple[str, int, int]]:
+    def terms_with_prefix(self, prefix: str, limit: int, recent: bool = True, bulk: bool = True
+                          ) -> list[tuple[str, int, int]]:
         """(term, id, df) of up to ``limit`` vocabulary terms starting with ``prefix``, the
-        most frequent (by stored df) first: a range scan of the term index (``recent``: as
-        :meth:`term_ids`; ``new_terms`` have df 0)."""
+        most frequent (by stored df) first: a range scan of the term index (``recent``,
+        ``bulk``: as :meth:`term_ids`; ``new_terms`` and ``bulk_terms`` have df 0)."""
         end = prefix + "\U0010ffff"
         if not recent:
             return self.conn.execute(
                 "SELECT term, id, df FROM vocabulary WHERE term >= ? AND term < ? ORDER BY df DESC, term LIMIT ?",
                 [prefix, end, limit]).fetchall()
+        if not bulk:
+            return self.conn.execute(
+                "SELECT term, id, df FROM vocabulary WHERE term >= ? AND term < ? UNION ALL "
+                "SELECT term, id, 0 FROM new_terms WHERE term >= ? AND term < ? ORDER BY 3 DESC, 1 LIMIT ?",
+                [prefix, end, prefix, end, limit]).fetchall()
         return self.conn.execute(
             "SELECT term, id, df FROM vocabulary WHERE term >= ? AND term < ? UNION ALL "
-            "SELECT term, id, 0 FROM new_terms WHERE term >= ? AND term < ? ORDER BY 3 DESC, 1 LIMIT ?",
-            [prefix, end, prefix, end, limit]).fetchall()
+            "SELECT term, id, 0 FROM new_terms WHERE term >= ? AND term < ? UNION ALL "
+            "SELECT term, id, 0 FROM bulk_terms WHERE term >= ? AND term < ? ORDER BY 3 DESC, 1 LIMIT ?",
+            [prefix, end, prefix, end, prefix, end, limit]).fetchall()
 
     def has_term_with_prefix(self, prefix: str) -> bool:
-        """Whether a vocabulary term starts with ``prefix``: a probe of each table's term index."""
+        """Whether a vocabulary term starts with ``prefix``: a probe of each table's term index
+        (a scan of ``bulk_terms``, which has none and is empty but during a bulk load)."""
         end = prefix + "\U0010ffff"
         return any(self.conn.execute(f"SELECT 1 FROM {table} WHERE term >= ? AND term < ? LIMIT 1",
-                                     [prefix, end]).fetchone() is not None for table in ("vocabulary", "new_terms"))
+                                     [prefix, end]).fetchone() is not None
+                   for table in ("vocabulary", "new_terms", "bulk_terms"))
 
     def field_term_ids(self) -> list[int]:
         """Ids of the vocabulary's field terms (:mod:`ragdb.text.fields`: they start with its mark)."""
         return [r[0] for r in self.conn.execute("SELECT id FROM vocabulary WHERE term >= ? AND term < ? "
-                                                "UNION ALL SELECT id FROM new_terms WHERE term >= ? AND term < ?",
-                                                ["\x1f", "\x20", "\x1f", "\x20"])]
+                                                "UNION ALL SELECT id FROM new_terms WHERE term >= ? AND term < ? "
+                                                "UNION ALL SELECT id FROM bulk_terms WHERE term >= ? AND term < ?",
+                                                ["\x1f", "\x20", "\x1f", "\x20", "\x1f", "\x20"])]
 
     def all_term_ids(self) -> Iterator[tuple[str, int]]:
-        yield from self.conn.execute("SELECT term, id FROM vocabulary UNION ALL SELECT term, id FROM new_terms")
+        yield from self.conn.execute("SELECT term, id FROM vocabulary UNION ALL SELECT term, id FROM new_terms "
+                                     "UNION ALL SELECT term, id FROM bulk_terms")
 
     def term_ids_after(self, term_id: int) -> Iterator[tuple[str, int]]:
         yield from self.conn.execute("SELECT term, id FROM vocabulary WHERE id > ? "
-                                     "UNION ALL SELECT term, id FROM new_terms WHERE id > ?", [term_id, term_id])
+                                     "UNION ALL SELECT term, id FROM new_terms WHERE id > ? "
+                                     "UNION ALL SELECT term, id FROM bulk_terms WHERE id > ?", [term_id] * 3)
 
-    def next_term_id(self) -> int:
+    def next_term_id(self, bulk: bool = True) -> int:
+        """The next free term id (``bulk``: whether ``bulk_terms`` may hold terms, as for :meth:`term_ids`)."""
         return max(int(self.conn.execute(f"SELECT coalesce(max(id), 0) FROM {table}").fetchone()[0])
-                   for table in ("vocabulary", "new_terms")) + 1
+                   for table in (("vocabulary", "new_terms", "bulk_terms") if bulk else ("vocabulary", "new_terms"))) + 1
+
+    def has_bulk_terms(self) -> bool:
+        """Whether ``bulk_terms`` holds terms (a bulk load's, not yet settled)."""
+        return self.conn.execute("SELECT 1 FROM bulk_terms LIMIT 1").fetchone() is not None
 
     def add_terms(self, rows: Iterable[tuple[int, str, int]]) -> None:
         """Insert terms as (id, term, df) into ``vocabulary`` (a reindex, which flushes everything)."""
         self.conn.executemany("INSERT INTO vocabulary (id, term, df) VALUES (?, ?, ?)", rows)
 
-    def add_new_terms(self, rows: Iterable[tuple[int, str]]) -> None:
+    def add_new_terms(self, rows: Iterable[tuple[int, str]], bulk: bool = False) -> None:
         """Insert a write's new terms as (id, term): into ``new_terms`` until the next flush
         (:meth:`settle_new_terms`). The unique index of ``vocabulary.term`` is not touched: new
         terms land all over it, so each batch of a bulk load dirtied most of its pages and
-        every commit wrote them to the WAL again (migrations/0013_new_terms.sql)."""
-        self.conn.executemany("INSERT INTO new_terms (id, term) VALUES (?, ?)", rows)
+        every commit wrote them to the WAL again (migrations/0013_new_terms.sql). ``bulk``:
+        a bulk load's batch after its first, into ``bulk_terms``, which has no index on term
+        for the same reason at the scale of ``new_terms`` (migrations/0014_bulk_terms.sql),
+        until the flush or the load's end (:meth:`settle_bulk_terms`)."""
+        if bulk:
+            self.conn.executemany("INSERT INTO bulk_terms (id, term) VALUES (?, ?)", rows)
+        else:
+            self.conn.executemany("INSERT INTO new_terms (id, term) VALUES (?, ?)", rows)
 
     def settle_new_terms(self) -> None:
-        """Move the terms of ``new_terms`` into ``vocabulary`` (df 0), at a flush, before
-        :meth:`add_df` counts the flushed chunks' terms."""
-        self.conn.execute("INSERT INTO vocabulary (id, term, df) SELECT id, term, 0 FROM new_terms ORDER BY term")
+        """Move the terms of ``new_terms`` and ``bulk_terms`` into ``vocabulary`` (df 0), at a
+        flush, before :meth:`add_df` counts the flushed chunks' terms."""
+        self.conn.execute("INSERT INTO vocabulary (id, term, df) SELECT id, term, 0 FROM new_terms UNION ALL "
+                          "SELECT id, term, 0 FROM bulk_terms ORDER BY 2")
         self.conn.execute("DELETE FROM new_terms")
+        self.conn.execute("DELETE FROM bulk_terms")
+
+    def settle_bulk_terms(self) -> None:
+        """Move the terms of ``bulk_terms`` into ``new_terms``, in term order (one pass over its
+        index): at the end of a bulk load that no flush ended, or at the next write after one
+        that did not end."""
+        self.conn.execute("INSERT INTO new_terms (id, term) SELECT id, term FROM bulk_terms ORDER BY term")
+        self.conn.execute("DELETE FROM bulk_terms")
 
     def bump_vocab_epoch(self) -> None:
         self.conn.execute("UPDATE stats SET vocab_epoch = vocab_epoch + 1 WHERE id = 1")
@@ -118,7 +161,8 @@ class LexicalSQL(StoreBase):
         self.conn.executemany("UPDATE vocabulary SET df = df + ? WHERE id = ?", deltas)
 
     def all_dfs(self) -> list[tuple[int, int]]:
-        return self.conn.execute("SELECT id, df FROM vocabulary UNION ALL SELECT id, 0 FROM new_terms").fetchall()
+        return self.conn.execute("SELECT id, df FROM vocabulary UNION ALL SELECT id, 0 FROM new_terms "
+                                 "UNION ALL SELECT id, 0 FROM bulk_terms").fetchall()
 
     def delete_unused_terms(self) -> int:
         """Delete the terms of ``vocabulary`` that no chunk holds any more (after a flush of
@@ -128,8 +172,8 @@ class LexicalSQL(StoreBase):
         return cur.rowcount
 
     def vocabulary_size(self) -> int:
-        return int(self.conn.execute("SELECT (SELECT count(*) FROM vocabulary) + (SELECT count(*) FROM new_terms)"
-                                     ).fetchone()[0])
+        return int(self.conn.execute("SELECT (SELECT count(*) FROM vocabulary) + (SELECT count(*) FROM new_terms) "
+                                     "+ (SELECT count(*) FROM bulk_terms)").fetchone()[0])
 
     # -- postings ----------------------------------------------------------------------------
     def has_postings(self) -> bool:
@@ -237,6 +281,7 @@ class LexicalSQL(StoreBase):
         self.conn.execute("DELETE FROM postings")
         self.conn.execute("DELETE FROM vocabulary")
         self.conn.execute("DELETE FROM new_terms")
+        self.conn.execute("DELETE FROM bulk_terms")
         self.conn.execute("DELETE FROM chunk_log")
         self.conn.execute("DELETE FROM chunk_state")  # (lengths change: the next flush writes it again)
 

@@ -24,6 +24,7 @@ COPY_TABLES: tuple[tuple[str, tuple[str, ...]], ...] = (
     ("chunks", ("id", "doc_id", "ordinal", "start", "end", "length", "latest", "metadata", "terms", "tfs", "text")),
     ("vocabulary", ("id", "term", "df")),
     ("new_terms", ("id", "term")),
+    ("bulk_terms", ("id", "term")),
     ("postings", ("term_id", "segment", "n", "chunk_ids", "tfs")),
     ("chunk_log", ("seq", "chunk_id", "state", "terms")),
     ("doc_meta", ("doc_id", "key", "value", "num", "at")),
@@ -35,7 +36,8 @@ COPY_TABLES: tuple[tuple[str, tuple[str, ...]], ...] = (
 #: The order rows of each copied table are read in (a unique key where the table has one).
 COPY_ORDER: dict[str, tuple[str, ...]] = {
     "settings": ("key",), "stats": ("id",), "vector_stats": ("id",), "documents": ("id",), "chunks": ("id",),
-    "vocabulary": ("id",), "new_terms": ("id",), "postings": ("term_id", "segment"), "chunk_log": ("seq",),
+    "vocabulary": ("id",), "new_terms": ("id",), "bulk_terms": ("id",),
+    "postings": ("term_id", "segment"), "chunk_log": ("seq",),
     "doc_meta": ("doc_id", "key", "at", "num"), "doc_acl": ("doc_id", "label"), "vectors": ("chunk_id",),
     "vector_log": ("seq",), "chunk_state": ("id",),
 }
@@ -71,6 +73,17 @@ class MaintenanceSQL(StoreBase):
             "SELECT count(*) FROM new_terms n WHERE EXISTS (SELECT 1 FROM vocabulary v WHERE v.id = n.id) "
             "OR EXISTS (SELECT 1 FROM vocabulary v WHERE v.term = n.term)").fetchone()[0]) if n else 0
         return n, both
+
+    def bulk_term_counts(self) -> tuple[int, int, int]:
+        """(rows of ``bulk_terms``, those of them whose id or term ``vocabulary`` or ``new_terms``
+        also holds, rows whose term an earlier row of ``bulk_terms`` holds: it has no unique index)."""
+        n, distinct = self.conn.execute("SELECT count(*), count(DISTINCT term) FROM bulk_terms").fetchone()
+        elsewhere = int(self.conn.execute(
+            "SELECT count(*) FROM bulk_terms b WHERE EXISTS (SELECT 1 FROM vocabulary v WHERE v.id = b.id) "
+            "OR EXISTS (SELECT 1 FROM vocabulary v WHERE v.term = b.term) "
+            "OR EXISTS (SELECT 1 FROM new_terms n WHERE n.id = b.id) "
+            "OR EXISTS (SELECT 1 FROM new_terms n WHERE n.term = b.term)").fetchone()[0]) if n else 0
+        return int(n), elsewhere, int(n) - int(distinct)
 
     def latest_mismatch(self) -> int:
         return int(self.conn.execute(

@@ -392,6 +392,7 @@ PLAIN_SQL = (
     "filtered_doc_ids", "has_metadata_key", "has_private_labels",
     # lexical.py
     "_new_term_ids", "add_df", "add_new_terms", "add_terms", "all_dfs", "all_term_ids", "bump_vocab_epoch",
+    "has_bulk_terms", "settle_bulk_terms",
     "chunk_state_snapshot", "chunk_texts_after",
     "clear_lexical_index", "dead_terms", "delete_segments", "field_term_ids", "finish_flush", "finish_reindex",
     "frequent_term_ids", "has_postings", "has_term_with_prefix", "insert_segments", "log_seq", "log_since",
@@ -399,7 +400,7 @@ PLAIN_SQL = (
     "set_chunk_state_snapshot", "set_forward_indexes", "settle_new_terms", "term_id_map",
     "term_ids", "term_ids_after", "terms_with_prefix", "vocabulary_size",
     # maintenance.py
-    "latest_mismatch", "new_term_counts", "orphan_chunks", "real_counts", "stored_counts",
+    "bulk_term_counts", "latest_mismatch", "new_term_counts", "orphan_chunks", "real_counts", "stored_counts",
     # vectors.py
     "_bump_vector_epoch", "_decode_vectors", "_existing_chunks", "_insert_vectors", "_maybe_cut_vector_log",
     "_write_vector_model", "all_vectors", "chunk_text_sample", "chunk_texts_of", "copy_vectors", "doc_vectors",

@@ -751,7 +751,7 @@ def test_cli_copy_and_search(pg_url, tmp_path, runner):
     assert out_json(run(runner, "-d", pg_url, "stats", "--json"))["documents"] == 1
     listed = out_json(run(runner, "-d", pg_url, "migrate", "--list", "--json"))
     assert [m["name"] for m in listed["applied"]] == ["0001_initial", "0002_packed_postings", "0003_packed_forward",
-                                                      "0004_chunk_state", "0005_new_terms"]
+                                                      "0004_chunk_state", "0005_new_terms", "0006_bulk_terms"]
     assert listed["pending"] == []
     assert json.loads(run(runner, "-d", pg_url, "check", "--json").output)["problems"] == []
 
