@@ -368,7 +368,9 @@ class Database:
                 records, analyzer=analyzer, chunker=ch, batch_size=batch_size, workers=workers,
                 fields=eng.settings.get("fields") is not None,
                 ahead=None if packer is None else (lambda batch: packer(stored_texts(batch))))))
+            n_batches = 0
             for n, batch in enumerate(batches):
+                n_batches = n + 1
                 if n == 1:  # a bulk load (more than one batch): see collector_paused
                     stack.enter_context(collector_paused())
                 # (the batches after the first put their new terms in bulk_terms: Writer.write)
@@ -380,7 +382,8 @@ class Database:
             # (queries then read one row per term, not one per mid-load flush).
             merge = flushed_terms.ids()
             self._writer.maybe_flush(0 if len(merge) else None, merge_terms=merge)
-            self._writer.settle_bulk_terms()  # (when no flush moved them)
+            if n_batches > 1:
+                self._writer.settle_bulk_terms()  # (when no flush moved them)
         if embedder is not None and changes:
             # Text is committed first; vectors follow in their own transactions.
             # If the embedder fails, the new chunks stay pending (lexical search

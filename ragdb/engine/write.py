@@ -145,9 +145,9 @@ class Writer:
     def settle_bulk_terms(self) -> None:
         """At the end of a bulk load: the new terms its batches after the first left in
         ``bulk_terms`` (when no flush moved them into ``vocabulary``) into ``new_terms``, in one
-        sorted insert (its own transaction), so that lookups find them by index again."""
-        if not self.engine.index.bulk_terms:
-            return
+        sorted insert (its own transaction), so that lookups find them by index again.
+        (Asked under the write lock, of a synced view: the load's own view may have been
+        dropped since it wrote them, by a failed write of this connection.)"""
         with self.engine.writing():
             self.engine.sync()
             index = self.engine.index
@@ -469,7 +469,8 @@ class Writer:
         store, index = self.engine.store, self.engine.index
         with self.engine.writing():
             self.engine.sync()
-            if index.bulk_terms and not bulk:
+            settled = bool(index.bulk_terms and not bulk)
+            if settled:
                 # a bulk load that did not reach its end (interrupted, or still running in another
                 # process) left its terms there: into new_terms, where lookups find them by index
                 store.settle_bulk_terms()
@@ -537,6 +538,8 @@ class Writer:
                 changes.next_ids = (next_doc, changes.next_chunk)
             if changes.any:
                 self._commit_changes(changes)
+            elif settled:  # (a new generation: other handles read bulk_terms' state again)
+                index.note_write(store.bump_stats(), index.n_chunks, index.total_length)
             if tally is not None:
                 tally.reused += changes.reused
             made = dict(new_docs_all)

@@ -67,41 +67,63 @@ def answers_in_a_new_process(path: Path, n: int, collection: str | None = None) 
     return [[tuple(h) for h in hits] for hits in json.loads(out.stdout)]
 
 
-def fresh_answers(tmp_path: Path, n: int, name: str = "fresh.db") -> list:
-    """Answers of a database built from the first ``n`` records in one batch (nothing in bulk_terms)."""
+def fresh_answers(tmp_path: Path, n: int, name: str = "fresh.db", extra: bool = False) -> list:
+    """Answers of a database built from the first ``n`` records in one batch (nothing in
+    bulk_terms); ``extra``: and the document added before them in the test."""
     with ragdb.open(tmp_path / name, chunker="none") as db:
+        if extra:
+            db.add("zqwordearly 早", source="early")
         db.add_many(records(n))
         assert counts(tmp_path / name)[2] == 0
         return answers(db, N)
 
 
-def test_the_terms_of_a_running_bulk_load_are_found_by_other_handles_and_processes(tmp_path):
+@pytest.mark.parametrize("cache", ["whole", "lookups"])
+def test_the_terms_of_a_running_bulk_load_are_found_by_other_handles_and_processes(tmp_path, monkeypatch, cache):
+    """Mid-load: a handle that searched before the load began, a new one, a fresh process
+    find what the load wrote so far; a second handle's write in between (which moves the
+    load's terms into new_terms) and the rest of the load give every term one id.
+    ``lookups``: the writer looks terms up per batch (a vocabulary over its term cache) and
+    must find the earlier batches' terms in bulk_terms (else a term gets a second id)."""
+    if cache == "lookups":
+        from ragdb.engine import write
+
+        monkeypatch.setattr(write, "WRITER_TERM_CACHE", 0)
     path = tmp_path / "kb.db"
     seen: dict[str, object] = {}
+    with ragdb.open(path, chunker="none") as early:
+        early.add("zqwordearly 早", source="early")
+        assert answers(early, N)[0] == []
 
-    def probe() -> None:  # mid-load: some batches written, their terms in bulk_terms
-        with ragdb.open(path) as other:
-            n = other.stats().documents
-            seen["n"] = n
+        def probe() -> None:  # mid-load: some batches written, their terms in bulk_terms
+            seen["n"] = n = early.stats().documents - 1
             seen["counts"] = counts(path)
-            seen["answers"] = answers(other, N)
-            seen["check"] = other.check()
-        seen["process"] = answers_in_a_new_process(path, N)
+            seen["early"] = answers(early, N)
+            with ragdb.open(path) as other:
+                seen["answers"] = answers(other, N)
+                seen["check"] = other.check()
+            seen["process"] = answers_in_a_new_process(path, N)
+            seen["expected"] = fresh_answers(tmp_path, n, f"fresh-{n}.db", extra=True)
+            early.add("zqwordmiddle 中间 zqword1", source="middle")  # a write between two batches
+            seen["settled"] = counts(path)
 
-    with ragdb.open(path, chunker="none") as db:
-        db.add_many(records(probe=probe), batch_size=2, workers=0)
-        n = seen["n"]
-        assert isinstance(n, int) and 4 <= n < N
-        assert seen["counts"][2] > 0  # type: ignore[index]
-        expected = fresh_answers(tmp_path, n)
-        assert any(hits for hits in expected[:n])
-        assert seen["answers"] == expected and seen["process"] == expected and seen["check"] == []
-        # the end of the load (no flush: under the threshold) moved them into new_terms
-        vocab, new, bulk = counts(path)
-        assert bulk == 0 and new > 0
-        everything = fresh_answers(tmp_path, N, "all.db")
-        assert answers(db, N) == everything and db.check() == []
-        assert db.stats().vocabulary == new + vocab
+        with ragdb.open(path, chunker="none") as db:
+            db.add_many(records(probe=probe), batch_size=2, workers=0)
+            n = seen["n"]
+            assert isinstance(n, int) and 4 <= n < N
+            assert seen["counts"][2] > 0 and seen["settled"][2] == 0  # type: ignore[index]
+            expected = seen["expected"]
+            assert any(hits for hits in expected[:n])  # type: ignore[index]
+            assert seen["early"] == expected and seen["answers"] == expected and seen["process"] == expected
+            assert seen["check"] == []
+            # the end of the load (no flush: under the threshold) moved them into new_terms
+            _vocab, new, bulk = counts(path)
+            assert bulk == 0 and new > 0
+            db.delete(source="middle")
+            everything = fresh_answers(tmp_path, N, "all.db", extra=True)
+            assert answers(db, N) == everything and answers(early, N) == everything and db.check() == []
+            with ragdb.open(tmp_path / "all.db") as fresh:
+                assert db.stats().vocabulary == fresh.stats().vocabulary
     with ragdb.open(path) as db:
         assert answers(db, N) == everything
     assert answers_in_a_new_process(path, N) == everything
@@ -226,10 +248,20 @@ def test_a_blank_schema_13_database_migrates(tmp_path):
     path = tmp_path / "old.db"
     with contextlib.closing(sqlite3.connect(path)) as conn:
         build_migrations(stop_after="0013_new_terms").apply(__import__("sqlite_utils").Database(conn))
+    seen = []
     with ragdb.open(path, chunker="none") as db:
-        db.add_many(records(), batch_size=2, workers=0)
-        assert counts(path)[2] == 0
+        db.add_many(records(probe=lambda: seen.append(counts(path))), batch_size=2, workers=0)
+        assert seen[0][2] > 0 and counts(path)[2] == 0
         assert answers(db, N) == fresh_answers(tmp_path, N) and db.check() == []
+
+
+def pg_bulk_terms(url: str) -> int:
+    import psycopg
+
+    with psycopg.connect(url) as conn:
+        row = conn.execute("SELECT count(*) FROM bulk_terms").fetchone()
+        assert row is not None
+        return int(row[0])
 
 
 def test_postgresql_answers_as_sqlite_during_and_after_an_interrupted_bulk_load(tmp_path, pg_url):
@@ -238,7 +270,7 @@ def test_postgresql_answers_as_sqlite_during_and_after_an_interrupted_bulk_load(
         for db in (lite, pg):
             with pytest.raises(RuntimeError):
                 db.add_many(records(fail_at=20), batch_size=2, workers=0)
-        assert counts(path)[2] > 0
+        assert counts(path)[2] > 0 and pg_bulk_terms(pg_url) == counts(path)[2]
         assert answers(pg, N) == answers(lite, N) and pg.check() == []
         assert pg.stats().vocabulary == lite.stats().vocabulary
         with ragdb.open(pg_url) as reader:
@@ -248,8 +280,52 @@ def test_postgresql_answers_as_sqlite_during_and_after_an_interrupted_bulk_load(
         assert answers(pg, N) == answers(lite, N) and pg.check() == []
         for db in (lite, pg):
             db.add_many(records(N + 6), batch_size=2, workers=0)  # a load that reaches its end
-        assert counts(path)[2] == 0
+        assert counts(path)[2] == 0 and pg_bulk_terms(pg_url) == 0
         assert answers(pg, N + 6) == answers(lite, N + 6) and pg.check() == []
         pg.optimize()
         lite.optimize()
         assert answers(pg, N + 6) == answers(lite, N + 6) and pg.check() == []
+
+
+@pytest.mark.parametrize("cache", ["whole", "lookups"])
+def test_two_bulk_loads_at_once_give_each_term_one_id(tmp_path, monkeypatch, cache):
+    """Two handles (threads) load documents of the same words in lockstep, batch after batch:
+    each finds the terms the other's batches left in bulk_terms (``lookups``: by looking them
+    up, a vocabulary over the writer's term cache), so no term gets a second id."""
+    import threading
+
+    if cache == "lookups":
+        from ragdb.engine import write
+
+        monkeypatch.setattr(write, "WRITER_TERM_CACHE", 0)
+    path = tmp_path / "kb.db"
+    ragdb.open(path, chunker="none").close()
+    step = threading.Barrier(2, timeout=60)
+    errors: list[BaseException] = []
+
+    def load(prefix: str) -> None:
+        def lockstep() -> Iterator[dict]:
+            for i in range(N):
+                step.wait()
+                yield {"text": text(i), "source": f"{prefix}{i}"}
+
+        try:
+            with ragdb.open(path) as db:
+                db.add_many(lockstep(), batch_size=2, workers=0)
+        except BaseException as e:  # noqa: BLE001 - reported below
+            errors.append(e)
+            step.abort()
+
+    threads = [threading.Thread(target=load, args=(p,)) for p in ("a", "b")]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert errors == []
+    with ragdb.open(path) as db:
+        assert db.check() == [] and counts(path)[2] == 0
+        fresh = tmp_path / "fresh.db"
+        with ragdb.open(fresh, chunker="none") as f:
+            f.add_many([{"text": text(i), "source": f"{p}{i}"} for p in ("a", "b") for i in range(N)])
+            assert db.stats().vocabulary == f.stats().vocabulary
+            assert answers(db, N) == answers(f, N)
