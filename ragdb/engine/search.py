@@ -54,7 +54,8 @@ MAX_SUGGESTED = 32
 _SUGGESTED_TERMS = 8
 
 
-#: How many passage shingles (8 bytes each) a searcher keeps for collapsing copies (then it starts again).
+#: How many passage shingles (4 bytes each, :func:`ragdb.index.hits.passage_shingles`) a searcher
+#: keeps for collapsing copies (then it drops the oldest passages).
 SHINGLES_KEPT = 2_000_000
 
 
@@ -98,7 +99,7 @@ class Searcher:
         self._keys: tuple[int, dict[str, bool]] = (-1, {})  # (generation, metadata key -> stored)
         self._indexed_fields: tuple[int, set[str]] = (-1, set())  # (generation, fields with index terms)
         self._cjk: tuple[int, float] = (-1, 0.0)  # (generation, CJK share of the chunks' sampled text)
-        self._shingles: dict[tuple[int, int], np.ndarray] = {}  # (chunk id, hash of its text) -> its shingles
+        self._shingles: dict[tuple[int, int], bytes] = {}  # (chunk id, hash of its text) -> its shingles
         self._shingles_kept = 0
         #: the tokens of recently highlighted texts: a chunk's text is tokenized once, not once a search
         self.token_cache = snippets.TokenCache()
@@ -148,22 +149,23 @@ class Searcher:
             self._highlight(query, opts, hits, terms)
         return hits, terms
 
-    def _passage_shingles(self, hits: Sequence[Hit]) -> list[np.ndarray]:
+    def _passage_shingles(self, hits: Sequence[Hit]) -> list[bytes]:
         """:func:`ragdb.index.hits.passage_shingles` of each hit's text, kept for the next
         searches (a chunk's text is hashed with it: a chunk id that comes back holds the same
         text); one call for all the hits of a search."""
         keys = [(h.chunk_id, hash(h.text)) for h in hits]
         get = self._shingles.get
         found = [get(key) for key in keys]
-        out: list[np.ndarray] = []
+        out: list[bytes] = []
         for i, got in enumerate(found):
             if got is None:
                 got = passage_shingles(hits[i].text)
-                if self._shingles_kept + len(got) > SHINGLES_KEPT:
-                    self._drop_oldest_shingles(self._shingles_kept + len(got) - SHINGLES_KEPT * 3 // 4)
+                size = len(got) // 4
+                if self._shingles_kept + size > SHINGLES_KEPT:
+                    self._drop_oldest_shingles(self._shingles_kept + size - SHINGLES_KEPT * 3 // 4)
                 # (the cache of now: a thread sharing the handle may have started it again)
                 self._shingles[keys[i]] = got
-                self._shingles_kept += len(got)
+                self._shingles_kept += size
             out.append(got)
         return out
 
@@ -179,7 +181,7 @@ class Searcher:
         for got in list(kept.values()):  # (one pass: deleting the first again and again walks the holes)
             if freed >= at_least:
                 break
-            freed += len(got)
+            freed += len(got) // 4
             cut += 1
         self._shingles = dict(itertools.islice(kept.items(), cut, None))
         self._shingles_kept = max(0, self._shingles_kept - freed)

@@ -4,8 +4,9 @@ enough of them (the compiled half of :mod:`ragdb.index.hits`, which holds the nu
 the definitions and the reasons).
 
 The values are numpy's, bit for bit (the same uint64 arithmetic: wrapping multiply-adds and
-the splitmix64 finalizer), so the two paths give the same shingle sets and a cache may hold
-either; the duplicate test is the same double arithmetic (no fused multiply-add: setup.py).
+the splitmix64 finalizer, each shingle's low 32 bits kept, as bytes of native uint32), so the
+two paths give the same shingle sets and a cache may hold either; the duplicate test is the
+same double arithmetic (no fused multiply-add: setup.py).
 
 Why hand-written rather than a library: the tokenization must be exactly the reference's
 (its regular expressions, Python's ``str.isalnum`` and ``str.isspace``), which no hashing or
@@ -17,9 +18,9 @@ from cpython.unicode cimport Py_UNICODE_ISALNUM, Py_UNICODE_ISSPACE
 from libc.stdint cimport uint64_t, int64_t, int32_t, uint32_t, uint16_t, uint8_t
 from libc.stdlib cimport calloc, malloc, free, qsort
 from libc.string cimport memcpy, memset
+from cpython.bytes cimport PyBytes_FromStringAndSize, PyBytes_AS_STRING
 from cpython.buffer cimport PyObject_GetBuffer, PyBuffer_Release, PyBUF_C_CONTIGUOUS, PyBUF_FORMAT
 
-import numpy as np
 
 cdef extern from "Python.h":
     int PyUnicode_KIND(object o)
@@ -223,14 +224,15 @@ cdef Py_ssize_t words_raw(const chars_t* s, Py_ssize_t n, uint64_t* words, const
     return nwords
 
 
-cdef object to_array(const int64_t* values, Py_ssize_t n):
-    """A new int64 array of ``values`` (an array that owns its memory: numpy exports the
-    buffer of one made by ``np.frombuffer`` many times slower, and same_pairs reads 150)."""
-    cdef Py_buffer buf
-    out = np.empty(n, np.int64)
-    PyObject_GetBuffer(out, &buf, PyBUF_C_CONTIGUOUS)
-    memcpy(buf.buf, values, n * sizeof(int64_t))
-    PyBuffer_Release(&buf)
+cdef object to_bytes(const uint64_t* values, Py_ssize_t n):
+    """A bytes object of the low 32 bits of each of ``values``, native uint32 (what a search
+    keeps of a passage: 4 bytes a shingle and a 33-byte header, where an int64 array took 8 and
+    ~110; ``hits.passage_shingles`` says why 32 bits are enough)."""
+    cdef bytes out = PyBytes_FromStringAndSize(NULL, n * 4)
+    cdef uint32_t* dst = <uint32_t*>PyBytes_AS_STRING(out)
+    cdef Py_ssize_t k
+    for k in range(n):
+        dst[k] = <uint32_t>values[k]
     return out
 
 
@@ -294,10 +296,10 @@ cdef object from_words(uint64_t* words, Py_ssize_t nwords):
         h = words[0] * MIX1 if nwords else 0
         if nwords == 2:
             h += words[1] * MIX2
-        return to_array(<int64_t*>&h, 1 if nwords else 0)
+        return to_bytes(&h, 1 if nwords else 0)
     for k in range(nwords - 2):  # in place: word k is read before shingle k is written
         words[k] = words[k] * MIX1 + words[k + 1] * MIX2 + words[k + 2]
-    return to_array(<int64_t*>words, nwords - 2)
+    return to_bytes(words, nwords - 2)
 
 
 def fold_compat(str text, const uint32_t[::1] table):
@@ -393,7 +395,7 @@ cdef list _pairs_dense(Py_buffer* bufs, Py_ssize_t n, const uint64_t* seen2, uin
     that two passages share the matrix cell plus the bits their bitsets have in common."""
     cdef Py_ssize_t i, j, t, cap = 16, slot, e = 0, nheavy = 0, words, w, bit
     cdef int64_t v, shared
-    cdef const int64_t* vals
+    cdef const uint32_t* vals
     cdef int64_t* keys = NULL
     cdef int32_t* head = NULL
     cdef int32_t* nowners = NULL
@@ -421,8 +423,8 @@ cdef list _pairs_dense(Py_buffer* bufs, Py_ssize_t n, const uint64_t* seen2, uin
             raise MemoryError()
         memset(head, 0xFF, cap * sizeof(int32_t))  # -1: an empty slot
         for i in range(n):
-            vals = <const int64_t*>bufs[i].buf
-            for t in range(bufs[i].len // 8):
+            vals = <const uint32_t*>bufs[i].buf
+            for t in range(bufs[i].len // 4):
                 v = vals[t]
                 if not seen_twice(seen2, v, bits_mask):
                     sizes[i] += 1  # in this passage only, once
@@ -528,7 +530,7 @@ cdef object _pairs_filtered(Py_buffer* bufs, Py_ssize_t n, const uint64_t* seen2
     cdef Py_ssize_t i, t, m, nr = 0, nc = 0, ci, cap, slot, li, size_l, twice
     cdef int64_t v, s
     cdef uint64_t bits, one
-    cdef const int64_t* vals
+    cdef const uint32_t* vals
     cdef Py_ssize_t* start = NULL   # passage i's shingles met twice: rv[start[i]:start[i + 1]]
     cdef int64_t* rv = NULL
     cdef int64_t* once = NULL       # shingles met once (each in its passage only): per passage
@@ -555,15 +557,15 @@ cdef object _pairs_filtered(Py_buffer* bufs, Py_ssize_t n, const uint64_t* seen2
         sizes = <int64_t*>malloc(n * sizeof(int64_t))
         cand = <int32_t*>malloc(n * sizeof(int32_t))
         for i in range(n):
-            nr += bufs[i].len // 8
+            nr += bufs[i].len // 4
         rv = <int64_t*>malloc((nr if nr else 1) * sizeof(int64_t))
         if not (start and once and sizes and cand and rv):
             raise MemoryError()
         nr = 0
         for i in range(n):
             start[i] = nr
-            vals = <const int64_t*>bufs[i].buf
-            for t in range(bufs[i].len // 8):
+            vals = <const uint32_t*>bufs[i].buf
+            for t in range(bufs[i].len // 4):
                 v = vals[t]
                 rv[nr] = v  # (kept when met twice: without a branch, as above)
                 twice = seen_twice(seen2, v, bits_mask)
@@ -652,8 +654,8 @@ cdef object _pairs_filtered(Py_buffer* bufs, Py_ssize_t n, const uint64_t* seen2
 
 
 def same_pairs(list sets, double jaccard, double containment, int64_t min_shingles):
-    """The pairs ``(i, j)``, ``j < i``, of the passages whose shingles are ``sets`` (int64
-    arrays, :func:`shingles`, in ranking order) that are one passage (``hits.same_passages`` of
+    """The pairs ``(i, j)``, ``j < i``, of the passages whose shingles are ``sets`` (bytes of
+    uint32 values from :func:`shingles`, or uint32 arrays, in ranking order) that are one passage (``hits.same_passages`` of
     their sets of shingles), sorted.
 
     Most shingles are in one passage only: a first pass marks each shingle's bit in a bitmap,
@@ -673,7 +675,7 @@ def same_pairs(list sets, double jaccard, double containment, int64_t min_shingl
     cdef Py_ssize_t n = len(sets), got = 0, i, j, t, cap, slot, e = 0, nt, again = 0, bit
     cdef int64_t v, shared, size
     cdef Py_buffer* bufs = NULL
-    cdef const int64_t* vals
+    cdef const uint32_t* vals
     cdef int64_t* keys = NULL
     cdef int32_t* head = NULL
     cdef int32_t* owner = NULL
@@ -694,12 +696,13 @@ def same_pairs(list sets, double jaccard, double containment, int64_t min_shingl
     try:
         for got in range(n):
             PyObject_GetBuffer(sets[got], &bufs[got], PyBUF_C_CONTIGUOUS | PyBUF_FORMAT)
-            if bufs[got].itemsize != 8 or bufs[got].format[0] not in b"qlL" and bufs[got].format[0] != 0x3D:
+            if not (bufs[got].itemsize == 4 and bufs[got].format[0] in b"IiLl=<"
+                    or bufs[got].itemsize == 1 and bufs[got].len % 4 == 0):
                 PyBuffer_Release(&bufs[got])
-                raise TypeError("shingles are int64 arrays")
+                raise TypeError("shingles are uint32 values: bytes (from shingles) or uint32 arrays")
         got = n
         for i in range(n):
-            total += bufs[i].len // 8
+            total += bufs[i].len // 4
         while seen_bits < MAX_SEEN_BITS and (1 << seen_bits) < 16 * total:
             seen_bits += 1
         bits_mask = (1ULL << seen_bits) - 1
@@ -708,8 +711,8 @@ def same_pairs(list sets, double jaccard, double containment, int64_t min_shingl
         if seen1 == NULL or seen2 == NULL:
             raise MemoryError()
         for i in range(n):
-            vals = <const int64_t*>bufs[i].buf
-            for t in range(bufs[i].len // 8):
+            vals = <const uint32_t*>bufs[i].buf
+            for t in range(bufs[i].len // 4):
                 # (without branches: whether a bit was met before is a coin toss the
                 # processor would mispredict a third of the time)
                 bit = seen_bit(vals[t], bits_mask)
@@ -740,8 +743,8 @@ def same_pairs(list sets, double jaccard, double containment, int64_t min_shingl
         for i in range(n):
             nt = 0
             size = 0
-            vals = <const int64_t*>bufs[i].buf
-            for t in range(bufs[i].len // 8):
+            vals = <const uint32_t*>bufs[i].buf
+            for t in range(bufs[i].len // 4):
                 v = vals[t]
                 if not seen_twice(seen2, v, bits_mask):
                     size += 1  # in this passage only, once

@@ -7,12 +7,12 @@ from __future__ import annotations
 import pytest
 
 import ragdb
-from ragdb.index.hits import collapse_duplicates, passage_shingles as _shingles, same_passage, shared_shingles
+from ragdb.index.hits import collapse_duplicates, passage_shingles as _shingles, same_passage, shared_shingles, shingle_values
 from ragdb.serve.shapes import hit_json
 from ragdb.types import Duplicate
 
 def passage_shingles(text: str) -> frozenset[int]:
-    return frozenset(_shingles(text).tolist())
+    return frozenset(shingle_values(_shingles(text)).tolist())
 
 
 READ = ("The fs.readFile method reads the entire contents of a file asynchronously. When the "
@@ -55,10 +55,11 @@ def test_shingles_see_through_markup_and_case():
 
 def test_shared_shingles_counts_every_pair():
     sets = [_shingles(t) for t in (READ, STAT, READ + " More words here.", WRITE, READ)]
+    values = [set(shingle_values(s).tolist()) for s in sets]
     got = shared_shingles(sets)
-    for i, a in enumerate(sets):
-        for j, b in enumerate(sets):
-            assert got[i, j] == (len(set(a.tolist()) & set(b.tolist())) if i != j else 0)
+    for i, a in enumerate(values):
+        for j, b in enumerate(values):
+            assert got[i, j] == (len(a & b) if i != j else 0)
 
 
 def test_same_passage_thresholds():

@@ -57,7 +57,7 @@ def test_shingles_are_the_references_in_each_kernel(each_kernel):
         got = hits.passage_shingles(text)
         before = kernel.use("numpy")
         try:
-            assert got.dtype == np.int64 and got.tolist() == hits.passage_shingles(text).tolist(), text[:40]
+            assert isinstance(got, bytes) and got == hits.passage_shingles(text), text[:40]
         finally:
             kernel.use(before)
 
@@ -68,7 +68,7 @@ def test_compiled_shingles_equal_numpys(text):
     if "compiled" not in kernel.available():
         return
     expected, got = _both(hits.passage_shingles, text)
-    assert got.tolist() == expected.tolist()
+    assert got == expected
 
 
 def test_words_are_the_regular_expressions():
@@ -83,18 +83,50 @@ def test_words_are_the_regular_expressions():
 
 
 def test_shingle_counts_and_sets():
-    assert len(hits.passage_shingles("")) == 0
-    assert len(hits.passage_shingles("one")) == 1
-    assert len(hits.passage_shingles("one two")) == 1
-    assert len(hits.passage_shingles("one two three four")) == 2
+    def values(text):
+        return hits.shingle_values(hits.passage_shingles(text)).tolist()
+
+    assert len(values("")) == 0
+    assert len(values("one")) == 1
+    assert len(values("one two")) == 1
+    assert len(values("one two three four")) == 2
     # a repeated shingle repeats; its set is what passages compare
-    again = hits.passage_shingles("a b c a b c")
-    assert len(again) == 4 and len(set(again.tolist())) == 3
+    again = values("a b c a b c")
+    assert len(again) == 4 and len(set(again)) == 3
+
+
+def test_shingles_are_the_low_32_bits_of_the_64_bit_hashes(each_kernel):
+    """A shingle is the low half of the polynomial of its three words' 64-bit hashes
+    (``word_hashes``), as native uint32 bytes; a text of fewer words is one shingle."""
+    mask = (1 << 64) - 1
+    mix1, mix2 = int(hits._MIX1), int(hits._MIX2)
+    for text in ("the fs.readFile method reads files", "one two", "一个中文段落", "word"):
+        prepared = hits._MARKUP.sub(" ", text).casefold()
+        h = [int(v) for v in hits.word_hashes(prepared)]
+        if len(h) >= 3:
+            want = [((a * mix1 + b * mix2 + c) & mask) & 0xFFFFFFFF for a, b, c in zip(h, h[1:], h[2:])]
+        else:
+            want = [((h[0] * mix1 + (h[1] * mix2 if len(h) > 1 else 0)) & mask) & 0xFFFFFFFF]
+        got = hits.passage_shingles(text)
+        assert isinstance(got, bytes) and len(got) == 4 * len(want)
+        assert hits.shingle_values(got).tolist() == want, text
+
+
+def test_shingle_values_refuse_other_widths():
+    with pytest.raises(TypeError):
+        hits.shingle_values(np.arange(3, dtype=np.int64))
+    assert hits.shingle_values(np.arange(3, dtype=np.uint32)).tolist() == [0, 1, 2]
+    compiled = hits._cpassages
+    if compiled is not None:
+        with pytest.raises(TypeError):
+            compiled.same_pairs([np.arange(3, dtype=np.int64), np.arange(3, dtype=np.int64)], 0.6, 0.9, 16)
+        with pytest.raises(TypeError):
+            compiled.same_pairs([b"abc", b"abcd"], 0.6, 0.9, 16)  # (not whole uint32 values)
 
 
 def test_shingles_are_the_same_in_every_process():
     code = ("from ragdb.index import hits, kernel; kernel.use('numpy'); "
-            "print(hits.passage_shingles('The fs.readFile method reads files').tolist())")
+            "print(hits.shingle_values(hits.passage_shingles('The fs.readFile method reads files')).tolist())")
     outs = {subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT, check=True,
                            env={"PYTHONHASHSEED": seed, "PYTHONPATH": str(ROOT)}).stdout
             for seed in ("1", "2")}
@@ -130,7 +162,7 @@ def test_same_pairs_are_the_references_in_each_kernel(each_kernel):
         sets = [hits.passage_shingles(t) for t in texts]
         got = hits.same_pairs(sets)
         shared = hits.shared_shingles(sets)
-        sizes = [len(set(s.tolist())) for s in sets]
+        sizes = [len(set(hits.shingle_values(s).tolist())) for s in sets]
         expected = [(i, j) for i in range(len(sets)) for j in range(i)
                     if hits.same_passage(int(shared[i, j]), sizes[i], sizes[j])]
         assert got == expected
@@ -156,10 +188,10 @@ def test_same_pairs_of_many_long_passages_are_the_references(each_kernel):
         start = rng.randint(0, 200)
         texts.append(t[start:start + rng.randint(300, 600)] + "".join(rng.choice("天地玄黄") for _ in range(20)))
     sets = [hits.passage_shingles(t) for t in texts]
-    assert sum(map(len, sets)) > 40_000
+    assert sum(map(len, sets)) > 4 * 40_000
     got = hits.same_pairs(sets)
     shared = hits.shared_shingles(sets)
-    sizes = [len(set(s.tolist())) for s in sets]
+    sizes = [len(set(hits.shingle_values(s).tolist())) for s in sets]
     expected = [(i, j) for i in range(len(sets)) for j in range(i)
                 if hits.same_passage(int(shared[i, j]), sizes[i], sizes[j])]
     assert got == expected and len(expected) > 10
@@ -194,7 +226,7 @@ def test_compat_folding_of_every_mapped_character():
 
 def _reference_pairs(sets):
     shared = hits.shared_shingles(sets)
-    sizes = [len(set(s.tolist())) for s in sets]
+    sizes = [len(set(hits.shingle_values(s).tolist())) for s in sets]
     return [(i, j) for i in range(len(sets)) for j in range(i) if hits.same_passage(int(shared[i, j]), sizes[i], sizes[j])]
 
 
@@ -234,7 +266,7 @@ def _every_compiled_count(compiled, sets, args):
 
 @st.composite
 def _shingle_sets(draw):
-    """Passages of shingles (int64 values from a small pool, so many are shared, with repeats
+    """Passages of shingles (uint32 values from a small pool, so many are shared, with repeats
     within a passage), and copies of some of them with a few shingles dropped or added, near
     the thresholds of Jaccard and containment (both ways: a copy may be the larger)."""
     pool = draw(st.integers(2, 400))
@@ -249,7 +281,7 @@ def _shingle_sets(draw):
         else:
             size = draw(st.sampled_from([0, 1, 5, 15, 16, 17, 30, 120]))
             sets.append(draw(st.lists(st.integers(-pool, pool), min_size=size, max_size=size)))
-    return [np.asarray(s, dtype=np.int64) for s in sets]
+    return [np.asarray(s, dtype=np.int64).astype(np.uint32) for s in sets]  # (negatives wrap)
 
 
 _THRESHOLDS = [(hits.DUPLICATE_JACCARD, hits.DUPLICATE_CONTAINMENT, hits.DUPLICATE_MIN_SHINGLES),
@@ -272,7 +304,7 @@ def test_compiled_pairs_filtered_or_not_are_the_references(sets, args):
 
 def _assert_reference_pairs(compiled, sets, args):
     shared = hits.shared_shingles(sets)
-    sizes = [len(set(s.tolist())) for s in sets]
+    sizes = [len(set(hits.shingle_values(s).tolist())) for s in sets]
     jaccard, containment, min_shingles = args
 
     def same(sh: int, a: int, b: int) -> bool:  # hits.same_passage with these thresholds
@@ -299,7 +331,7 @@ def test_compiled_pairs_at_the_thresholds(sets, args, expected):
     compiled = hits._cpassages
     if compiled is None:
         pytest.skip("no compiled module")
-    sets = [np.asarray(s, dtype=np.int64) for s in sets]
+    sets = [np.asarray(s, dtype=np.uint32).tobytes() for s in sets]
     before = compiled.filtered_count()
     assert compiled.same_pairs(sets, *args) == expected
     assert compiled.filtered_count() == before + 1  # the filter answered, not the full count
