@@ -149,7 +149,9 @@ class Writer:
         result would keep; the next write looks its terms up instead, as that handle's would.
         On the realistic 100k corpus (353,000 terms) the cache, its strings and ints were
         ~57 MiB held through the load's last flush, its peak of memory."""
-        with self.engine.writing():
+        if len(self.engine.index.term_cache) <= WRITER_TERM_CACHE:
+            return  # (most loads, and every single add: no lock taken)
+        with self.engine.store.lock:  # (the cache is the writers' of this handle: no transaction needed)
             if len(self.engine.index.term_cache) > WRITER_TERM_CACHE:
                 self.engine.index.forget_terms()
 

@@ -721,3 +721,31 @@ def test_new_files_have_8_kib_pages_and_older_files_keep_theirs(tmp_path):
         assert conn.execute("PRAGMA page_size").fetchone()[0] == size
         conn.close()
     assert PAGE_SIZE == 8192
+
+
+def test_each_write_is_one_transaction(tmp_path, monkeypatch):
+    """An add, a small add_many, a replace, an update and a delete each run one transaction:
+    nothing before or after the write takes the write lock again (an empty transaction after
+    every add had doubled its BEGIN/COMMIT pairs)."""
+    statements: list[str] = []
+    real = sqlite3.connect
+
+    def connect(*args, **kwargs):
+        conn = real(*args, **kwargs)
+        conn.set_trace_callback(statements.append)
+        return conn
+
+    monkeypatch.setattr(sqlite3, "connect", connect)
+    with ragdb.open(tmp_path / "kb.db", chunker="none") as db:
+        db.add("warm words", source="w")
+        writes = [lambda: db.add("alpha beta", source="a"),
+                  lambda: db.add_many([{"text": "gamma", "source": "g"}, {"text": "delta", "source": "d"}]),
+                  lambda: db.add("alpha beta again", source="a"),
+                  lambda: db.update(3, metadata={"k": 1}),
+                  lambda: db.delete(source="d")]
+        for write in writes:
+            statements.clear()
+            write()
+            begins = [s for s in statements if s.startswith("BEGIN IMMEDIATE")]  # (reads take BEGIN)
+            assert len(begins) == 1, statements
+        assert db.get(3).source == "g" and db.get(3).metadata == {"k": 1}
