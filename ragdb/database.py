@@ -377,12 +377,6 @@ class Database:
                 changes.extend(self._writer.write(batch, tally, analyzer, bulk=n > 0))
                 flushed_terms.add(self._writer.maybe_flush(BULK_FLUSH_CHUNKS))  # bound a bulk load's memory
                 self._writer.seal_tail(BULK_SEAL_CHUNKS)
-            # The last flush is a bulk load's peak of memory: before it, the workers stop and
-            # what they sent goes (their vocabularies, the last batch), and so does a term
-            # cache grown past what a writer keeps (Writer.release_term_cache).
-            batch = []
-            batches.close()
-            self._writer.release_term_cache()
             # After a bulk load that flushed in mid-load, flush the rest and merge the
             # segments it wrote, so each term it touched is one segment again
             # (queries then read one row per term, not one per mid-load flush).

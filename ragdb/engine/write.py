@@ -142,19 +142,6 @@ class Writer:
             index.note_write(self.engine.store.bump_stats(), index.n_chunks, index.total_length)
         return flushed
 
-    def release_term_cache(self) -> None:
-        """At the end of a bulk load: forget the writer's term cache when it holds more than
-        ``WRITER_TERM_CACHE`` terms. A load that began with a small vocabulary kept every term
-        it met (one scan, then every miss a new term), past the size a handle opened on the
-        result would keep; the next write looks its terms up instead, as that handle's would.
-        On the realistic 100k corpus (353,000 terms) the cache, its strings and ints were
-        ~57 MiB held through the load's last flush, its peak of memory."""
-        if len(self.engine.index.term_cache) <= WRITER_TERM_CACHE:
-            return  # (most loads, and every single add: no lock taken)
-        with self.engine.store.lock:  # (the cache is the writers' of this handle: no transaction needed)
-            if len(self.engine.index.term_cache) > WRITER_TERM_CACHE:
-                self.engine.index.forget_terms()
-
     def settle_bulk_terms(self) -> None:
         """At the end of a bulk load: the new terms its batches after the first left in
         ``bulk_terms`` (when no flush moved them into ``vocabulary``) into ``new_terms``, in one

@@ -329,39 +329,3 @@ def test_two_bulk_loads_at_once_give_each_term_one_id(tmp_path, monkeypatch, cac
             f.add_many([{"text": text(i), "source": f"{p}{i}"} for p in ("a", "b") for i in range(N)])
             assert db.stats().vocabulary == f.stats().vocabulary
             assert answers(db, N) == answers(f, N)
-
-
-@pytest.mark.parametrize("limit", [10, 10_000])
-def test_a_bulk_load_forgets_a_term_cache_grown_past_what_a_writer_keeps(tmp_path, monkeypatch, limit):
-    """A load into a small vocabulary keeps every term it meets; at its end (before its last
-    flush) the writer forgets them when they are more than ``WRITER_TERM_CACHE``, as a handle
-    opened on the result would not keep them. The writes after it look their terms up (old
-    terms keep their ids, new ones get new ids) and the answers stay a fresh build's."""
-    from ragdb.engine import write
-
-    monkeypatch.setattr(write, "WRITER_TERM_CACHE", limit)
-    path = tmp_path / "kb.db"
-    with ragdb.open(path, chunker="none") as db:
-        db._settings["flush_threshold"] = 8
-        db.add_many(records(N), batch_size=4, workers=0)
-        cached = len(db._engine.index.term_cache)
-        if limit == 10:
-            assert cached == 0
-        else:
-            assert cached == db.stats().vocabulary
-        db.add("zqword3 zqfresh 新词", source="late")  # an old term and new ones
-        db.add_many([{"text": "zqshared2 zqfresher 第1段落", "source": "later"},
-                     {"text": "zqword7 packed", "source": "latest"}], batch_size=1, workers=0)
-        assert db.check() == []
-        got = answers(db, N) + [[(h.source, round(h.score, 9)) for h in db.search(q, k=40)]
-                                for q in ("zqfresh", "新词", "zqfresher", "zqword3", "packed")]
-    with ragdb.open(tmp_path / "fresh.db", chunker="none") as fresh:
-        fresh.add_many(records(N))
-        fresh.add("zqword3 zqfresh 新词", source="late")
-        fresh.add_many([{"text": "zqshared2 zqfresher 第1段落", "source": "later"},
-                        {"text": "zqword7 packed", "source": "latest"}])
-        want = answers(fresh, N) + [[(h.source, round(h.score, 9)) for h in fresh.search(q, k=40)]
-                                    for q in ("zqfresh", "新词", "zqfresher", "zqword3", "packed")]
-        assert got == want
-        with ragdb.open(path) as again:
-            assert again.stats().vocabulary == fresh.stats().vocabulary
