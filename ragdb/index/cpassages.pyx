@@ -17,8 +17,8 @@ the ~150 hits of one search, in less time than its Python calls take.
 from cpython.unicode cimport Py_UNICODE_ISALNUM, Py_UNICODE_ISSPACE
 from libc.stdint cimport uint64_t, int64_t, int32_t, uint32_t, uint16_t, uint8_t
 from libc.stdlib cimport calloc, malloc, free, qsort
-from libc.string cimport memcpy, memset
-from cpython.bytes cimport PyBytes_FromStringAndSize, PyBytes_AS_STRING
+from libc.string cimport memcpy, memset, strcmp
+from cpython.bytes cimport PyBytes_FromStringAndSize, PyBytes_AS_STRING, PyBytes_CheckExact
 from cpython.buffer cimport PyObject_GetBuffer, PyBuffer_Release, PyBUF_C_CONTIGUOUS, PyBUF_FORMAT
 
 
@@ -345,6 +345,13 @@ cdef inline Py_ssize_t seen_bit(int64_t v, uint64_t bits_mask) noexcept nogil:
     return <Py_ssize_t>(((<uint64_t>v) ^ ((<uint64_t>v) >> 29)) & bits_mask)
 
 
+cdef inline Py_ssize_t table_slot(int64_t v, uint64_t mask) noexcept nogil:
+    """A shingle's first slot in a hash table of ``mask + 1`` slots: the high half of a
+    multiplicative hash (Knuth), so that shingles sharing a bitmap bit (:func:`seen_bit`, their
+    low bits) do not also start at neighbouring slots."""
+    return <Py_ssize_t>((((<uint64_t>v) * 0x9E3779B97F4A7C15ULL) >> 32) & mask)
+
+
 cdef inline bint seen_twice(const uint64_t* seen2, int64_t v, uint64_t bits_mask) noexcept nogil:
     cdef Py_ssize_t bit = seen_bit(v, bits_mask)
     return (seen2[bit >> 6] >> (bit & 63)) & 1
@@ -429,7 +436,7 @@ cdef list _pairs_dense(Py_buffer* bufs, Py_ssize_t n, const uint64_t* seen2, uin
                 if not seen_twice(seen2, v, bits_mask):
                     sizes[i] += 1  # in this passage only, once
                     continue
-                slot = <Py_ssize_t>((<uint64_t>v ^ (<uint64_t>v >> 32)) & (cap - 1))
+                slot = table_slot(v, cap - 1)
                 while head[slot] != -1 and keys[slot] != v:
                     slot = (slot + 1) & (cap - 1)
                 if head[slot] != -1 and owner[head[slot]] == i:
@@ -602,7 +609,7 @@ cdef object _pairs_filtered(Py_buffer* bufs, Py_ssize_t n, const uint64_t* seen2
             s = 0
             for t in range(start[i], start[i + 1]):
                 v = rv[t]
-                slot = <Py_ssize_t>((<uint64_t>v ^ (<uint64_t>v >> 32)) & (cap - 1))
+                slot = table_slot(v, cap - 1)
                 while owners[slot] and keys[slot] != v:
                     slot = (slot + 1) & (cap - 1)
                 if owners[slot] & one:
@@ -614,7 +621,7 @@ cdef object _pairs_filtered(Py_buffer* bufs, Py_ssize_t n, const uint64_t* seen2
         for li in range(n):
             for t in range(start[li], start[li + 1]):
                 v = rv[t]
-                slot = <Py_ssize_t>((<uint64_t>v ^ (<uint64_t>v >> 32)) & (cap - 1))
+                slot = table_slot(v, cap - 1)
                 while owners[slot] and keys[slot] != v:
                     slot = (slot + 1) & (cap - 1)
                 if not owners[slot] or stamp[slot] == li + 1:
@@ -655,8 +662,8 @@ cdef object _pairs_filtered(Py_buffer* bufs, Py_ssize_t n, const uint64_t* seen2
 
 def same_pairs(list sets, double jaccard, double containment, int64_t min_shingles):
     """The pairs ``(i, j)``, ``j < i``, of the passages whose shingles are ``sets`` (bytes of
-    uint32 values from :func:`shingles`, or uint32 arrays, in ranking order) that are one passage (``hits.same_passages`` of
-    their sets of shingles), sorted.
+    uint32 values from :func:`shingles`, or native uint32 arrays, in ranking order) that are
+    one passage (``hits.same_passages`` of their sets of shingles), sorted.
 
     Most shingles are in one passage only: a first pass marks each shingle's bit in a bitmap,
     and a second bitmap the bits met twice (two shingles or one repeated), so a shingle whose
@@ -695,11 +702,19 @@ def same_pairs(list sets, double jaccard, double containment, int64_t min_shingl
         raise MemoryError()
     try:
         for got in range(n):
-            PyObject_GetBuffer(sets[got], &bufs[got], PyBUF_C_CONTIGUOUS | PyBUF_FORMAT)
-            if not (bufs[got].itemsize == 4 and bufs[got].format[0] in b"IiLl=<"
-                    or bufs[got].itemsize == 1 and bufs[got].len % 4 == 0):
+            try:
+                PyObject_GetBuffer(sets[got], &bufs[got], PyBUF_C_CONTIGUOUS | PyBUF_FORMAT)
+            except (BufferError, ValueError) as err:  # (not contiguous)
+                raise TypeError(f"shingles are bytes or contiguous uint32 values: {err}") from None
+            # (the rule of hits.shingle_values: bytes of whole values, or native uint32 items;
+            # either is 4-byte aligned, which the reads below need)
+            if not ((PyBytes_CheckExact(sets[got]) and bufs[got].len % 4 == 0)
+                    or (bufs[got].itemsize == 4 and bufs[got].format != NULL
+                        and (strcmp(bufs[got].format, b"I") == 0 or strcmp(bufs[got].format, b"=I") == 0
+                             or strcmp(bufs[got].format, b"@I") == 0)
+                        and (<size_t>bufs[got].buf) % 4 == 0)):
                 PyBuffer_Release(&bufs[got])
-                raise TypeError("shingles are uint32 values: bytes (from shingles) or uint32 arrays")
+                raise TypeError("shingles are uint32 values: bytes (from shingles) or native uint32 arrays")
         got = n
         for i in range(n):
             total += bufs[i].len // 4
@@ -749,7 +764,7 @@ def same_pairs(list sets, double jaccard, double containment, int64_t min_shingl
                 if not seen_twice(seen2, v, bits_mask):
                     size += 1  # in this passage only, once
                     continue
-                slot = <Py_ssize_t>((<uint64_t>v ^ (<uint64_t>v >> 32)) & mask)
+                slot = table_slot(v, mask)
                 while head[slot] != -1 and keys[slot] != v:
                     slot = (slot + 1) & mask
                 if head[slot] != -1 and owner[head[slot]] == i:

@@ -110,7 +110,8 @@ def cut_with_ties(ids: np.ndarray, scores: np.ndarray, k: int) -> Pool:
 # (Broder's containment: a short chunk cut from the middle of the same section). Shingles
 # are over the words a reader sees: NFKC, case folded, letters and digits only (markup
 # punctuation, Markdown link targets and HTML tags are not words), each CJK character a
-# word. The sets are compared exactly, through an inverted index of the hits' shingles: a
+# word. The sets (of each shingle's 32-bit hash: :func:`passage_shingles`) are compared
+# exactly, through an inverted index of the hits' shingles: a
 # search collapses at most a few thousand hits, where exact Jaccard costs less than
 # estimating it with MinHash (datasketch), which pays off only across millions.
 #
@@ -372,11 +373,20 @@ def passage_shingles(text: str) -> bytes:
 
 
 def shingle_values(shingles: bytes | np.ndarray) -> np.ndarray:
-    """The uint32 values of a passage's shingles (:func:`passage_shingles`: bytes of them; a
-    uint32 array is read as it is)."""
-    if isinstance(shingles, np.ndarray) and shingles.dtype != np.uint32:
-        raise TypeError(f"shingles are uint32 values, not {shingles.dtype}")
-    return np.frombuffer(shingles, np.uint32)
+    """The uint32 values of a passage's shingles: bytes of them (:func:`passage_shingles`), or
+    a contiguous buffer of native uint32 items (a uint32 array), read as it is. The compiled
+    ``same_pairs`` takes the same and refuses the same (a ``TypeError``)."""
+    if type(shingles) is bytes:
+        if len(shingles) % 4:
+            raise TypeError(f"shingles are whole uint32 values, not {len(shingles)} bytes")
+        return np.frombuffer(shingles, np.uint32)
+    try:
+        view = memoryview(shingles)  # type: ignore[arg-type]
+    except TypeError:
+        raise TypeError(f"shingles are bytes or uint32 values, not {type(shingles).__name__}") from None
+    if view.itemsize != 4 or view.format not in ("I", "=I", "@I") or not view.c_contiguous:
+        raise TypeError(f"shingles are bytes or native uint32 values, not items of format {view.format!r}")
+    return np.frombuffer(view, np.uint32)
 
 
 def same_passage(shared: int, a: int, b: int) -> bool:

@@ -237,7 +237,14 @@ def test_a_full_shingle_cache_drops_the_passages_kept_longest(monkeypatch):
             assert len(hits) == 20
             return len(computed)
 
+        def within_bound() -> None:  # the count is of shingles (4 bytes each), and true
+            kept = db._searcher._shingles
+            assert db._searcher._shingles_kept == sum(len(v) // 4 for v in kept.values()) <= 300
+
         assert shingled("apple orchard harvest") == 24  # (k + 4 hits ranked, each shingled once)
+        within_bound()
         assert shingled("river canyon erosion") == 24   # the cache overflows: the apple passages go first
+        within_bound()
         assert shingled("river canyon erosion") == 0    # every river passage still kept
         assert 0 < shingled("apple orchard harvest") <= 24  # (some apple passages were dropped)
+        within_bound()

@@ -112,16 +112,30 @@ def test_shingles_are_the_low_32_bits_of_the_64_bit_hashes(each_kernel):
         assert hits.shingle_values(got).tolist() == want, text
 
 
-def test_shingle_values_refuse_other_widths():
-    with pytest.raises(TypeError):
-        hits.shingle_values(np.arange(3, dtype=np.int64))
-    assert hits.shingle_values(np.arange(3, dtype=np.uint32)).tolist() == [0, 1, 2]
+def test_shingles_are_bytes_or_native_uint32_arrays_in_both_kernels():
+    """Both kernels take the same two kinds of shingles (bytes of whole uint32 values, native
+    uint32 arrays) and refuse everything else, other widths, byte orders and buffers included
+    (the compiled count reads aligned uint32 values)."""
+    import array
+    import ctypes
+
+    one = np.arange(3, dtype=np.uint32)
+    assert hits.shingle_values(one.tobytes()).tolist() == hits.shingle_values(one).tolist() == [0, 1, 2]
+    refused = [np.arange(3, dtype=np.int64), np.arange(3, dtype=np.int32), np.arange(12, dtype=np.uint8),
+               np.arange(3, dtype=">u4" if sys.byteorder == "little" else "<u4"), array.array("f", [1, 2, 3]),
+               memoryview(b"x" + one.tobytes())[1:], bytearray(one.tobytes()), one[::2],
+               (ctypes.c_float * 3)(), b"abc", [0, 1, 2]]
     compiled = hits._cpassages
+    for bad in refused:
+        with pytest.raises(TypeError):
+            hits.shingle_values(bad)
+        if compiled is not None:
+            with pytest.raises(TypeError):
+                compiled.same_pairs([one.tobytes(), bad], 0.6, 0.9, 16)
     if compiled is not None:
-        with pytest.raises(TypeError):
-            compiled.same_pairs([np.arange(3, dtype=np.int64), np.arange(3, dtype=np.int64)], 0.6, 0.9, 16)
-        with pytest.raises(TypeError):
-            compiled.same_pairs([b"abc", b"abcd"], 0.6, 0.9, 16)  # (not whole uint32 values)
+        assert compiled.same_pairs([one.tobytes(), one], 0.6, 0.9, 16) == [(1, 0)]
+    if array.array("I").itemsize == 4:  # (a buffer of native uint32 items, numpy's or not)
+        assert hits.shingle_values(array.array("I", [0, 1, 2])).tolist() == [0, 1, 2]
 
 
 def test_shingles_are_the_same_in_every_process():
