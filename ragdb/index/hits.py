@@ -111,9 +111,9 @@ def cut_with_ties(ids: np.ndarray, scores: np.ndarray, k: int) -> Pool:
 # are over the words a reader sees: NFKC, case folded, letters and digits only (markup
 # punctuation, Markdown link targets and HTML tags are not words), each CJK character a
 # word. The sets (of each shingle's 32-bit hash: :func:`passage_shingles`) are compared
-# exactly, through an inverted index of the hits' shingles: a
-# search collapses at most a few thousand hits, where exact Jaccard costs less than
-# estimating it with MinHash (datasketch), which pays off only across millions.
+# exactly, through an inverted index of the hits' shingles: a search collapses at most a
+# few thousand hits, where exact Jaccard costs less than estimating it with MinHash
+# (datasketch), which pays off only across millions.
 #
 # Every search collapses its hits, so this runs on the ~150 hits of a k=100 search each
 # time: in C where the compiled kernel is installed and chosen (ragdb/index/cpassages.pyx;
@@ -344,7 +344,7 @@ def passage_shingles(text: str) -> bytes:
     shingles of the passages it met (``Searcher._passage_shingles``), and int64 arrays took
     ~13 MiB of the ~100 MiB a process held after the realistic 100k corpus's 1,811 queries
     (8 bytes a shingle and ~110 of array header, against 4 and 33 here; the process's peak
-    RSS 99.8 -> 89.8 MiB). 32 bits are enough: two unrelated passages of 500 shingles each
+    RSS 99.8 -> 90.2 MiB). 32 bits are enough: two unrelated passages of 500 shingles each
     share a value by chance with probability ~6e-5, one shingle more in their count, which
     moves no pair far from the thresholds across them."""
     compiled = _compiled()
