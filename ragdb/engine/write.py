@@ -574,7 +574,7 @@ class Writer:
                         index.term_cache_upto = max(index.term_cache_upto, tid)
                     index.term_cache_stale = False
                     missing = [t for t in missing if t not in ids]
-            elif len(missing) > 2000 or (next_id := store.next_term_id(index.bulk_terms)) <= WRITER_TERM_CACHE:
+            elif len(missing) > 2000 or (next_id := self._next_term_id()) <= WRITER_TERM_CACHE:
                 # One scan of the vocabulary, then every miss is a new term: it
                 # beats thousands of lookups in bulk loads, and saves single adds
                 # a lookup each. Vocabularies over WRITER_TERM_CACHE terms are
@@ -596,9 +596,10 @@ class Writer:
                 missing = [t for t in missing if t not in ids]
         new_terms = sorted(missing)
         if new_terms:
-            first = next_id or store.next_term_id(index.bulk_terms)  # (read above, when it was: none added since)
+            first = next_id or self._next_term_id()  # (read above, when it was: none added since)
             for i, term in enumerate(new_terms):
                 ids[term] = first + i
+            index.next_term = (index.generation, first + len(new_terms))  # (Index.next_term)
             if index.term_cache_upto >= 0:
                 index.term_cache_upto = max(index.term_cache_upto, first + len(new_terms) - 1)
         now = utcnow_iso()
@@ -652,6 +653,17 @@ class Writer:
             if found:
                 changes.reused += store.copy_vectors([(cid, found[h], h) for cid, h in hashed if h in found])
         changes.next_chunk = next_chunk
+
+    def _next_term_id(self) -> int:
+        """The vocabulary's next free term id: as this connection's last write left it when
+        nothing changed the file since (:attr:`ragdb.index.inverted.Index.next_term`), else read."""
+        index = self.engine.index
+        known = index.next_term
+        if known is not None and known[0] == index.generation:
+            return known[1]
+        found = self.engine.store.next_term_id(index.bulk_terms)
+        index.next_term = (index.generation, found)
+        return found
 
     def _remove(self, doc_id: int, latest: bool, changes: _Changes,
                 indexed: tuple[bool, bool] = (True, True),
@@ -727,6 +739,10 @@ class Writer:
             index.set_state(changes.old, idx.OLD)
         if changes.latest:
             index.set_state(changes.latest, idx.LATEST)
+        # the next free term id this write left, known at the new generation (it added any terms
+        # itself, in _insert, at the generation before)
+        known = index.next_term
+        index.next_term = (gen, known[1]) if known is not None and known[0] == index.generation else None
         index.note_write(gen, index.n_chunks + changes.chunks, index.total_length + changes.length, log_seq)
 
 

@@ -250,3 +250,54 @@ def test_unflushed_new_terms_answer_as_a_fresh_build_of_the_same_documents(tmp_p
         db.optimize()
         assert counts(path)[1] == 0
         assert _source_queries(db) == expected and db.check() == []
+
+
+def _term_ids(path: Path) -> list[tuple[int, str]]:
+    with contextlib.closing(sqlite3.connect(path)) as conn:
+        return conn.execute("SELECT id, term FROM vocabulary UNION ALL SELECT id, term FROM new_terms "
+                            "UNION ALL SELECT id, term FROM bulk_terms ORDER BY id").fetchall()
+
+
+def test_handles_taking_turns_at_adding_new_words_give_each_term_its_own_id(tmp_path):
+    """A writer remembers the next free term id after its own write (Index.next_term) and
+    must read it again once anything else wrote: another handle's adds, a flush, a delete, a
+    write rolled back inside a transaction. Each new word gets one id of its own, and the
+    file answers as a fresh build of the same documents."""
+    path = tmp_path / "kb.db"
+    docs: dict[str, str] = {}
+    a, b = ragdb.open(path, chunker="none"), ragdb.open(path, chunker="none")
+    try:
+        for i in range(6):
+            for name, db in (("a", a), ("a", a), ("b", b)):
+                source, text = f"{name}{i}-{len(docs)}", f"zyxnew{name}{i}w{len(docs)} shared words {i}"
+                db.add(text, source=source)
+                docs[source] = text
+            if i == 2:
+                a.optimize()  # a flush moves the new terms into the vocabulary
+            if i == 3:
+                with pytest.raises(RuntimeError), a.transaction():
+                    a.add("zyxrolledback words", source="rolled")
+                    raise RuntimeError("undo")
+                gone = next(iter(docs))
+                b.delete(source=gone)
+                del docs[gone]
+            if i == 4:
+                with a.transaction():  # two adds in one transaction: the second goes on from the first
+                    for j in range(2):
+                        source, text = f"t{j}", f"zyxtxn{j} words"
+                        a.add(text, source=source)
+                        docs[source] = text
+    finally:
+        a.close()
+        b.close()
+    ids = _term_ids(path)
+    assert len({i for i, _ in ids}) == len(ids) and len({t for _, t in ids}) == len(ids)
+    assert "zyxrolledback" not in {t for _, t in ids}
+    fresh = tmp_path / "fresh.db"
+    with ragdb.open(fresh, chunker="none") as db:
+        db.add_many([{"text": t, "source": s} for s, t in docs.items()])
+        queries = [t.split()[0] for t in docs.values()] + ["shared words"]
+        expected = [_by_source(db.search(q, k=50)) for q in queries]
+    with ragdb.open(path) as db:
+        assert db.check() == []
+        assert [_by_source(db.search(q, k=50)) for q in queries] == expected
