@@ -169,6 +169,33 @@ def test_joined_tokens_are_planned_as_the_unit_expression_plans_them(raw):
     assert analysis._plan2(raw) == analysis._unit_plan(raw)
 
 
+_TOKEN_SHAPES = ["cells", "cells.", "cells:", "the", "the.", "small-scale", "age-dependent.", "30-fold", "3-10",
+                 "e-mail", "b-cell", "\u00b2-x", "0.58", "47.6:", "0.58.", "1.21-5.80", "x86_64", "node.js", "u.s.a",
+                 "-0.5", "word-", "a--b", "alzheimer's", "c++", ".net", "is-the", "the-is", "0.the", "x" * 65,
+                 "x" * 65 + ".", "y" * 30 + "-" + "z" * 65, "9" * 40 + "." + "9" * 30, "\u03b2-catenin", "\u00bd.5"]
+
+
+@settings(max_examples=300, deadline=None)
+@given(tokens=st.lists(st.one_of(st.sampled_from(_TOKEN_SHAPES),
+                                 st.text(alphabet="ab1e\u00e9\u00b2\u03b2.-:_'+#", min_size=1, max_size=12)),
+                       min_size=1, max_size=12, unique=True),
+       language=st.sampled_from(["english", None]))
+@example(tokens=_TOKEN_SHAPES, language="english")
+@example(tokens=_TOKEN_SHAPES, language=None)
+def test_new_tokens_learned_in_one_batch_get_their_terms_alone(tokens, language):
+    """_expand_list (the compiled analysis's call for the tokens it has not met, all in one
+    batch: one stemming call, a memo filled as it goes, which a word ending a sentence reads)
+    gives each token the terms it gets alone, stopwords, overlap markers and over-long words
+    included."""
+    from ragdb.text.analysis import Analyzer
+
+    analyzer = Analyzer(stem=language, stopwords=language)
+    expected = [analyzer._expand2([t], {})[t] for t in tokens]
+    assert analyzer._expand_list(list(tokens)) == expected
+    assert analyzer._expand_list([t for t in tokens if t.isalnum()]) == [e for t, e in zip(tokens, expected)
+                                                                          if t.isalnum()]
+
+
 def test_the_common_joined_tokens_skip_the_unit_expression():
     """The common compounds and numbers take the quick path (else it would save nothing)."""
     from ragdb.text import analysis
