@@ -779,6 +779,7 @@ class Index:
         self.term_cache_upto = -1
         self.term_cache_frequent = False
         self.term_token = object()
+        self.next_term = None
 
     def forget_hits(self, chunk_ids: Sequence[int] | None) -> None:
         """Drop cached hit fields of these chunks (``None``: of every chunk)."""
