@@ -565,7 +565,6 @@ class Writer:
                 for fc in field_terms[doc_id]:
                     all_terms.update(fc)
         missing = list(all_terms.difference(ids))  # (sorted below, where order matters)
-        next_id = 0  # the vocabulary's next free term id, once read
         if missing:
             if index.term_cache_upto >= 0:
                 if index.term_cache_stale:  # another connection wrote: read the terms it added
@@ -574,7 +573,7 @@ class Writer:
                         index.term_cache_upto = max(index.term_cache_upto, tid)
                     index.term_cache_stale = False
                     missing = [t for t in missing if t not in ids]
-            elif len(missing) > 2000 or (next_id := self._next_term_id()) <= WRITER_TERM_CACHE:
+            elif len(missing) > 2000 or self._next_term_id() <= WRITER_TERM_CACHE:
                 # One scan of the vocabulary, then every miss is a new term: it
                 # beats thousands of lookups in bulk loads, and saves single adds
                 # a lookup each. Vocabularies over WRITER_TERM_CACHE terms are
@@ -596,7 +595,7 @@ class Writer:
                 missing = [t for t in missing if t not in ids]
         new_terms = sorted(missing)
         if new_terms:
-            first = next_id or self._next_term_id()  # (read above, when it was: none added since)
+            first = self._next_term_id()  # (read once a write at most: remembered until the file changes)
             for i, term in enumerate(new_terms):
                 ids[term] = first + i
             index.next_term = (index.generation, first + len(new_terms))  # (Index.next_term)

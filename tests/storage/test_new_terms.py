@@ -261,8 +261,9 @@ def _term_ids(path: Path) -> list[tuple[int, str]]:
 def test_handles_taking_turns_at_adding_new_words_give_each_term_its_own_id(tmp_path):
     """A writer remembers the next free term id after its own write (Index.next_term) and
     must read it again once anything else wrote: another handle's adds, a flush, a delete and
-    the clean-up of unused terms, a write rolled back inside a transaction. Each new word gets one id of its own, and the
-    file answers as a fresh build of the same documents."""
+    the clean-up of unused terms, a write rolled back inside a transaction. Each new word gets
+    one id of its own, and the file, reopened here and in a fresh process, answers as a fresh
+    build of the same documents."""
     path = tmp_path / "kb.db"
     docs: dict[str, str] = {}
     a, b = ragdb.open(path, chunker="none"), ragdb.open(path, chunker="none")
@@ -302,3 +303,10 @@ def test_handles_taking_turns_at_adding_new_words_give_each_term_its_own_id(tmp_
     with ragdb.open(path) as db:
         assert db.check() == []
         assert [_by_source(db.search(q, k=50)) for q in queries] == expected
+    code = ("import json, sys, ragdb\n"
+            "from test_new_terms import _by_source\n"
+            "db = ragdb.open(sys.argv[1])\n"
+            "print(json.dumps([_by_source(db.search(q, k=50)) for q in json.loads(sys.argv[2])]))\n")
+    out = subprocess.run([sys.executable, "-c", code, str(path), json.dumps(queries)], capture_output=True,
+                         text=True, check=True, cwd=Path(__file__).parent)
+    assert [[tuple(h) for h in hits] for hits in json.loads(out.stdout)] == expected
