@@ -84,7 +84,8 @@ def _extensions() -> list[Extension]:
     exts = [Extension("ragdb.index.ckernel", ["ragdb/index/ckernel.pyx"]),
             Extension("ragdb.index.cpassages", ["ragdb/index/cpassages.pyx"]),
             Extension("ragdb.text.canalysis", ["ragdb/text/canalysis.pyx"]),
-            Extension("ragdb.index.cforward", ["ragdb/index/cforward.pyx"])]
+            Extension("ragdb.index.cforward", ["ragdb/index/cforward.pyx"]),
+            Extension("ragdb.index.cterms", ["ragdb/index/cterms.pyx"])]
     return cythonize(exts, compiler_directives={"language_level": "3"}, quiet=True)
 
 

@@ -34,6 +34,7 @@ from ragdb.text import fields
 from ragdb.index import inverted as idx
 from ragdb.errors import DocumentNotFound, EmbeddingError, InvalidInput, StorageError
 from ragdb.index.inverted import FLUSH_THRESHOLD
+from ragdb.index.terms import TermTable
 from ragdb.index.forward import (forward_term_lists, pack_forward, pack_forward_many, pack_forward_one,
                                  unpack_forward_many)
 from ragdb.engine.prepare import Prepared, check_acl, check_metadata, field_counts_of
@@ -564,7 +565,7 @@ class Writer:
                 field_terms[doc_id] = p.field_counts if p.field_counts is not None else field_counts_of(analyzer, p)
                 for fc in field_terms[doc_id]:
                     all_terms.update(fc)
-        missing = list(all_terms.difference(ids))  # (sorted below, where order matters)
+        missing = ids.missing(all_terms)  # (sorted below, where order matters)
         if missing:
             if index.term_cache_upto >= 0:
                 if index.term_cache_stale:  # another connection wrote: read the terms it added
@@ -778,7 +779,7 @@ def _chunk_metadata(store: Any, doc_id: int, written: Mapping[int, Prepared]) ->
     return list(store.chunk_metadata(doc_id))
 
 
-def forward_index(counts: Any, ids: Mapping[str, int], fields: Mapping[str, int] | None = None
+def forward_index(counts: Any, ids: TermTable | Mapping[str, int], fields: Mapping[str, int] | None = None
                   ) -> tuple[bytes, bytes, int]:
     """A chunk's forward index from its term counts (the analyzer's order, kept so the
     same text gives the same norms in any database: :mod:`ragdb.index.forward`) and term
@@ -811,7 +812,8 @@ class _NumberedTerms:
                 by_vocabulary.setdefault(id(vocabulary), (vocabulary, []))[1].append(i)
         self.positions: set[int] = set()
         self.sizes: dict[int, list[int]] = {}  # id(vocabulary) -> its chunks' numbers of terms
-        self.groups: list[tuple[Any, list[int], np.ndarray, np.ndarray]] = []  # vocabulary, chunks, numbers, unknown
+        # vocabulary, chunks, numbers, unknown numbers, their terms
+        self.groups: list[tuple[Any, list[int], np.ndarray, np.ndarray, list[str]]] = []
         for vocabulary, positions in by_vocabulary.values():
             size = len(vocabulary.names)
             if vocabulary.token is not token or vocabulary.term_ids is None:
@@ -827,26 +829,26 @@ class _NumberedTerms:
             flat = np.frombuffer(numbers, dtype=np.uint32) if len(numbers) else np.zeros(0, np.uint32)
             seen = np.zeros(size, dtype=bool)  # (a mask over the numbers: np.unique hashed, ~20 ms a batch)
             seen[flat] = True
-            self.groups.append((vocabulary, positions, flat, np.flatnonzero(seen & (vocabulary.term_ids[:size] == 0))))
+            unknown = np.flatnonzero(seen & (vocabulary.term_ids[:size] == 0))
+            # (the terms made strings once, for this write: the vocabulary holds them joined)
+            self.groups.append((vocabulary, positions, flat, unknown, vocabulary.names.many(unknown)))
             self.positions.update(positions)
 
     def unknown_terms(self) -> Iterator[str]:
         """The terms of the numbers whose term id is not cached (each once a worker)."""
-        for vocabulary, _positions, _flat, unknown in self.groups:
-            yield from map(vocabulary.names.__getitem__, unknown.tolist())
+        for *_rest, terms in self.groups:
+            yield from terms
 
-    def resolve(self, ids: Mapping[str, int]) -> None:
+    def resolve(self, ids: TermTable) -> None:
         """Cache the term ids of the unknown numbers (``ids`` holds all of them now)."""
-        for vocabulary, _positions, _flat, unknown in self.groups:
+        for vocabulary, _positions, _flat, unknown, terms in self.groups:
             if len(unknown):
-                names = vocabulary.names
-                vocabulary.term_ids[unknown] = np.fromiter((ids[names[u]] for u in unknown.tolist()), np.int64,
-                                                           len(unknown))
+                vocabulary.term_ids[unknown] = ids.ids_of(terms)
 
     def term_ids(self) -> dict[int, np.ndarray]:
         """Chunk position -> its text's term ids (in its counts' order), for the numbered chunks."""
         out: dict[int, np.ndarray] = {}
-        for vocabulary, positions, flat, _unknown in self.groups:
+        for vocabulary, positions, flat, _unknown, _terms in self.groups:
             mapped = vocabulary.term_ids[flat]
             a = 0
             for i, n in zip(positions, self.sizes[id(vocabulary)]):
@@ -855,7 +857,7 @@ class _NumberedTerms:
         return out
 
 
-def forward_indexes(items: Sequence[tuple[Any, Mapping[str, int] | None]], ids: Mapping[str, int],
+def forward_indexes(items: Sequence[tuple[Any, Mapping[str, int] | None]], ids: TermTable | Mapping[str, int],
                     given: Mapping[int, np.ndarray] | None = None,
                     decoded: list[tuple[np.ndarray, np.ndarray]] | None = None) -> list[tuple[bytes, bytes, int]]:
     """:func:`forward_index` of each (counts, fields) of a write's chunks, the same blobs and
@@ -914,7 +916,7 @@ def forward_indexes(items: Sequence[tuple[Any, Mapping[str, int] | None]], ids: 
     return out
 
 
-def _one_at_a_time(items: Sequence[tuple[Any, Mapping[str, int] | None]], ids: Mapping[str, int],
+def _one_at_a_time(items: Sequence[tuple[Any, Mapping[str, int] | None]], ids: TermTable | Mapping[str, int],
                    decoded: list[tuple[np.ndarray, np.ndarray]] | None) -> list[tuple[bytes, bytes, int]]:
     out = [forward_index(c, ids, f) for c, f in items]
     if decoded is not None and out:

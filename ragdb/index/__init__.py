@@ -5,8 +5,8 @@ vectors and the ANN graph, hybrid fusion, and how scores become hits."""
 
 import importlib
 
-_SUBMODULES = frozenset(['ann', 'cforward', 'ckernel', 'confidence', 'cpassages', 'forward', 'fusion', 'hits', 'inverted',
-                         'kernel', 'matching', 'scoring', 'vectors'])
+_SUBMODULES = frozenset(['ann', 'cforward', 'ckernel', 'confidence', 'cpassages', 'cterms', 'forward', 'fusion', 'hits', 'inverted',
+                         'kernel', 'matching', 'scoring', 'terms', 'vectors'])
 
 
 def __getattr__(name: str) -> object:

@@ -35,6 +35,7 @@ import orjson
 
 from ragdb.index import kernel, scoring, snapshot
 from ragdb.index.forward import forward_term_ids, invert_compiled, unpack_forward_many
+from ragdb.index.terms import TermTable, new_table
 from ragdb.errors import StorageError
 from ragdb.text.fields import effective_title
 from ragdb.storage import Store
@@ -592,7 +593,7 @@ class Index:
         self._seg_complete = False
         # term -> id of terms known to exist; ids change only when optimize
         # removes unused terms, which bumps stats.vocab_epoch.
-        self.term_cache: dict[str, int] = {}
+        self.term_cache: TermTable = new_table()  # (held in C where the compiled kernel runs)
         # Stands for the term ids this index's writer has looked up: a new one when they may have
         # changed (forget_terms), so caches of them kept elsewhere (a bulk load's worker term
         # numbers, ragdb.text.analysis.WorkerVocabulary) know to start again.

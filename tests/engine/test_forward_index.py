@@ -57,14 +57,17 @@ def _numbered(vocabulary, terms_counts):
 
     numbers = array("I")
     for t in terms_counts:
-        if t not in vocabulary.names:
-            vocabulary.names.append(t)
-        numbers.append(vocabulary.names.index(t))
+        known = vocabulary.names.many(range(len(vocabulary.names)))
+        if t not in known:
+            vocabulary.names.add(t)  # (a result's new terms, here one at a time)
+            known.append(t)
+        numbers.append(known.index(t))
     return PackedCounts(None, array("I", terms_counts.values()), 0, numbers, vocabulary)
 
 
 def test_numbered_counts_map_through_the_cached_ids_until_the_index_token_changes():
     from ragdb.engine.write import _NumberedTerms
+    from ragdb.index.terms import TermDict
     from ragdb.text.analysis import WorkerVocabulary
 
     vocabulary = WorkerVocabulary()
@@ -77,7 +80,7 @@ def test_numbered_counts_map_through_the_cached_ids_until_the_index_token_change
         numbered = _NumberedTerms(chunks, token)
         assert numbered.positions == {0, 2}
         assert set(numbered.unknown_terms()) == unknown
-        numbered.resolve(ids)
+        numbered.resolve(TermDict(ids))
         items = [(c, None) for c in chunks]
         assert forward_indexes(items, ids, numbered.term_ids()) == [forward_index(c, ids) for c, _f in items]
 
