@@ -106,6 +106,24 @@ try:  # built by setup.py beside the scoring kernel; absent where no compiler wa
 except ImportError:  # pragma: no cover - a platform without the extension
     _canalysis = None
 
+
+def _file_stamps() -> tuple[tuple[int, int], ...]:
+    """The size and modification time of this module's file and of the compiled analysis's (as
+    this process imports them: :data:`_CODE_STAMP`). A worker started as a fresh interpreter
+    reads the files on disk, which an upgrade (or an edit) may have changed since this process
+    read them; the pool forks its workers instead then (:func:`_start_fresh_workers`)."""
+    stamps = []
+    for path in (__file__, getattr(_canalysis, "__file__", None)):
+        try:
+            st = os.stat(path) if path else None
+        except OSError:
+            st = None
+        stamps.append((st.st_size, st.st_mtime_ns) if st is not None else (-1, -1))
+    return tuple(stamps)
+
+
+_CODE_STAMP = _file_stamps()
+
 # CJK ideographs (unified + extension A + compatibility + supplementary planes)
 # and Japanese kana. Hangul is space-delimited, so it is treated as words.
 _CJK = "\u3040-\u30ff\u3400-\u4dbf\u4e00-\u9fff\uf900-\ufaff\U00020000-\U0003134f"
@@ -1670,6 +1688,104 @@ def _worker_main(conn: Any, config: dict[str, Any], parent: int = 0, inherited: 
     sender.join()
 
 
+#: What a worker started as a fresh interpreter runs (:class:`_FreshWorker`): the writing
+#: process's ``sys.path``, then :func:`_fresh_worker_main` on its end of the pipe.
+_FRESH_WORKER_CODE = ("import json, sys; sys.path[:] = json.loads(sys.argv[1]); "
+                      "from ragdb.text.analysis import _fresh_worker_main; "
+                      "_fresh_worker_main(int(sys.argv[2]), int(sys.argv[3]))")
+
+
+def _fresh_worker_main(fd: int, parent: int) -> None:
+    """A worker started as a fresh interpreter: its pipe is the socket ``fd``; the first message
+    is (the analyzer's configuration, whether analysis runs compiled), then :func:`_worker_main`."""
+    from multiprocessing.connection import Connection
+
+    conn = Connection(fd)
+    config, compiled = conn.recv()
+    use_compiled(compiled)
+    Analyzer.from_config(config)  # (what _worker_main makes: a failure here is one to start)
+    conn.send(("ready", _CODE_STAMP))
+    _worker_main(conn, config, parent)
+
+
+class _FreshWorker:
+    """An analysis worker started as a fresh interpreter, with the calls of
+    ``multiprocessing.Process`` the pool makes. A forked worker's resident set starts as the
+    writing process's at the fork (~48 MiB of it with numpy and the database open, counted again
+    in the worker's peak); a fresh one holds ~17 MiB before its first text (the realistic 100k
+    bulk load: the worker's peak 100 -> 82 MiB). Not multiprocessing's ``spawn`` or
+    ``forkserver``: they import the user's ``__main__`` again, which a library must not do.
+    ragdb's own analyzer only: a plugin's may exist only in this process (registered at run
+    time), and is forked with it."""
+
+    def __init__(self, fd: int, parent: int) -> None:
+        import json
+        import subprocess
+
+        self._popen = subprocess.Popen([sys.executable, "-c", _FRESH_WORKER_CODE, json.dumps(sys.path), str(fd),
+                                        str(parent)], pass_fds=(fd,), stdin=subprocess.DEVNULL)
+        self.pid = self._popen.pid
+
+    def join(self, timeout: float | None = None) -> None:
+        import subprocess
+
+        try:
+            self._popen.wait(timeout)
+        except subprocess.TimeoutExpired:
+            pass
+
+    def is_alive(self) -> bool:
+        return self._popen.poll() is None
+
+    def terminate(self) -> None:
+        self._popen.terminate()
+
+    def kill(self) -> None:
+        self._popen.kill()
+
+
+#: How long the pool waits for a worker started as a fresh interpreter to say it is ready (it
+#: takes ~0.1 s here) before it kills it and forks its workers instead.
+FRESH_WORKER_START_S = 20.0
+
+
+def _start_fresh_workers(analyzer: Analyzer, workers: int) -> list[tuple[Any, Any]] | None:
+    """``workers`` workers started as fresh interpreters (:class:`_FreshWorker`), each with its
+    end of the pipe, all ready; None where that is not for this process (a plugin's analyzer,
+    a frozen application, no interpreter to start) or did not work (those started are ended)."""
+    import socket
+    from multiprocessing.connection import Connection
+
+    if type(analyzer) is not Analyzer or not sys.executable or getattr(sys, "frozen", False) \
+            or os.name != "posix":
+        return None
+    stamp = _CODE_STAMP
+    started: list[tuple[Any, Any]] = []
+    try:
+        for _ in range(workers):  # (a socket pair, as multiprocessing's duplex Pipe is on POSIX)
+            ours, theirs = socket.socketpair()
+            conn = Connection(ours.detach())
+            try:
+                started.append((conn, _FreshWorker(theirs.fileno(), os.getpid())))
+            except BaseException:
+                conn.close()
+                raise
+            finally:
+                theirs.close()
+            conn.send((analyzer.config(), _compiled_on))
+        deadline = time.monotonic() + FRESH_WORKER_START_S
+        for conn, _proc in started:
+            if not conn.poll(max(0.0, deadline - time.monotonic())) or conn.recv() != ("ready", stamp):
+                raise OSError("an analysis worker did not start, or runs other code than this process")
+        return started
+    except (OSError, EOFError):
+        for conn, proc in started:
+            conn.close()
+            proc.kill()
+            proc.join()
+        return None
+
+
 class AnalysisPool:
     """Worker processes running :meth:`Analyzer.term_counts` with one configuration."""
 
@@ -1685,12 +1801,16 @@ class AnalysisPool:
         self._jobs: collections.deque[_Job] = collections.deque()
         self._next = 0
         try:
-            for _ in range(workers):
-                parent, child = ctx.Pipe()
-                proc = ctx.Process(target=_worker_main, daemon=True,
-                                   args=(child, analyzer.config(), os.getpid(), [*self._conns, parent]))
-                proc.start()
-                child.close()
+            fresh = _start_fresh_workers(analyzer, workers)
+            for w in range(workers):
+                if fresh is not None:
+                    parent, proc = fresh[w]
+                else:  # forked
+                    parent, child = ctx.Pipe()
+                    proc = ctx.Process(target=_worker_main, daemon=True,
+                                       args=(child, analyzer.config(), os.getpid(), [*self._conns, parent]))
+                    proc.start()
+                    child.close()
                 self._conns.append(parent)
                 self._procs.append(proc)
                 self._waiting.append(collections.deque())

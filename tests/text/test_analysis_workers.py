@@ -18,18 +18,20 @@ from pathlib import Path
 
 import pytest
 
+import ragdb
+
 pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="analysis workers fork on Linux only")
 
 SCRIPT = textwrap.dedent("""
-    import multiprocessing, sys, time
+    import glob, sys, time
     import ragdb
 
     db = ragdb.open(sys.argv[1])
 
     def records():
         for i in range(100_000):
-            if i == 2_000:
-                pids = [p.pid for p in multiprocessing.active_children()]
+            if i == 2_000:  # this process's children: the workers (forked, or fresh interpreters)
+                pids = sorted({int(p) for f in glob.glob("/proc/self/task/*/children") for p in open(f).read().split()})
                 print(" ".join(map(str, pids)), flush=True)
                 time.sleep(600)  # killed here, in the middle of the load
             yield {"text": f"record {i} about analysis workers and their parent", "source": f"r{i}"}
@@ -68,3 +70,64 @@ def test_workers_end_when_the_writing_process_is_killed(tmp_path):
         if proc.poll() is None:
             proc.kill()
             proc.wait()
+
+
+def _records(n: int) -> list[dict]:
+    return [{"text": f"record {i} about analysis workers, word{i % 97} and 北京{i % 13}", "source": f"r{i}"}
+            for i in range(n)]
+
+
+def _answers(db) -> list:
+    return [[(h.source, round(h.score, 9)) for h in db.search(q, k=20)] for q in ("word5 record", "北京3", "workers")]
+
+
+def test_workers_start_as_fresh_interpreters_that_answer_as_a_forked_one(tmp_path, monkeypatch):
+    """ragdb's own analyzer: the workers are fresh interpreters (ready, running this process's
+    code); where they cannot be (another file on disk than this process imported, no interpreter
+    to start), the pool forks them, and the load is the same either way."""
+    from ragdb.engine import prepare
+    from ragdb.text import analysis
+
+    started = analysis._start_fresh_workers(analysis.Analyzer(), 2)
+    assert started is not None and len(started) == 2
+    for conn, proc in started:
+        assert proc.is_alive() and Path(f"/proc/{proc.pid}/cmdline").read_bytes().split(b"\0")[1] == b"-c"
+        conn.send(None)  # the end of the texts: the worker exits
+        proc.join(30)
+        assert not proc.is_alive()
+        conn.close()
+
+    records = _records(prepare.POOL_AFTER + 700)
+    results = []
+    for case in ("fresh", "other code", "no interpreter"):
+        with monkeypatch.context() as m:
+            if case == "other code":  # (as after an upgrade on disk since this process imported ragdb)
+                m.setattr(analysis, "_CODE_STAMP", ((0, 0), (0, 0)))
+            elif case == "no interpreter":
+                m.setattr(sys, "executable", str(tmp_path / "no-python-here"))
+            if case != "fresh":
+                assert analysis._start_fresh_workers(analysis.Analyzer(), 1) is None
+            with ragdb.open(tmp_path / f"{case}.db", chunker="none") as db:
+                db.add_many(records, workers=2, batch_size=200)
+                assert db.check() == [] and db.count() == len(records)
+                results.append(_answers(db))
+    with ragdb.open(tmp_path / "one.db", chunker="none") as db:
+        db.add_many(records, workers=0, batch_size=200)
+        assert results == [_answers(db)] * 3
+
+
+def test_a_script_without_a_main_guard_loads_once(tmp_path):
+    """A fresh worker runs ragdb's code only: the user's script (its ``__main__``) is not run
+    again, as multiprocessing's spawn would."""
+    script = tmp_path / "load.py"
+    script.write_text(textwrap.dedent(f"""
+        import ragdb
+        print("script ran", flush=True)
+        with ragdb.open({str(tmp_path / "kb.db")!r}, chunker="none") as db:
+            db.add_many(({{"text": f"record {{i}} text", "source": f"r{{i}}"}} for i in range(3000)), workers=2)
+            print("documents", db.count(), flush=True)
+    """))
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)}
+    out = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, env=env, timeout=300)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.split("\n").count("script ran") == 1 and "documents 3000" in out.stdout
