@@ -201,13 +201,14 @@ class Changes(Sequence[Change]):
     holds: a bulk load reports every record, and one ``Change`` object per record
     (with its ``Document``, hash string and metadata dict) costs ~500 bytes, 470 MiB
     for a million records, most of a streaming load's memory. Here a record costs
-    ~130 bytes: ids, counts, statuses and hashes in arrays, the source string, and
-    the rare values (a version, metadata, access labels, a hash that is not a
+    ~80 bytes: ids, counts, statuses and hashes in arrays, the sources' UTF-8 in one
+    buffer (a str object a record was ~50 bytes more: 5 MiB of the realistic 100k
+    load's peak, 50 MiB of a million records'), and the rare values (a version, metadata, access labels, a hash that is not a
     SHA-256 hex digest) in dicts by index; each ``Change`` is made again on access
     (equal to the one appended, not the same object)."""
 
-    __slots__ = ("_status", "_ids", "_previous", "_counts", "_latest", "_hashes", "_sources", "_timestamps",
-                 "_rare")
+    __slots__ = ("_status", "_ids", "_previous", "_counts", "_latest", "_hashes", "_sources", "_source_ends",
+                 "_timestamps", "_rare")
 
     def __init__(self, changes: Iterable[Change] = ()) -> None:
         self._status = bytearray()
@@ -216,7 +217,8 @@ class Changes(Sequence[Change]):
         self._counts = array("q")
         self._latest = bytearray()
         self._hashes = bytearray()  # 32 bytes a record
-        self._sources: list[str] = []
+        self._sources = bytearray()  # every record's source, UTF-8 (surrogatepass: any str comes back)
+        self._source_ends = array("q")  # where each record's source ends in it
         self._timestamps: list[str | None] = []  # (one string object for a whole load, as a rule)
         self._rare: dict[int, dict[str, Any]] = {}  # index -> the fields that do not fit the columns
         self.extend(changes)
@@ -242,6 +244,11 @@ class Changes(Sequence[Change]):
         if len(digest) != 32 or digest.hex() != d.content_hash:
             rare["content_hash"] = d.content_hash
             digest = bytes(32)
+        if isinstance(d.source, str):
+            source = d.source.encode("utf-8", "surrogatepass")
+        else:  # (not a str: kept as it is)
+            source = b""
+            rare["source"] = d.source
         if rare:
             self._rare[i] = rare
         self._status.append(_STATUSES.index(change.status))
@@ -250,7 +257,8 @@ class Changes(Sequence[Change]):
         self._counts.append(d.chunk_count)
         self._latest.append(1 if d.latest else 0)
         self._hashes += digest
-        self._sources.append(d.source)
+        self._sources += source
+        self._source_ends.append(len(self._sources))
         self._timestamps.append(d.timestamp)
 
     def extend(self, changes: Iterable[Change]) -> None:
@@ -263,7 +271,9 @@ class Changes(Sequence[Change]):
     def _make(self, i: int) -> Change:
         rare = self._rare.get(i, {})
         h = rare.get("content_hash")
-        doc = Document(id=self._ids[i], source=self._sources[i], version=rare.get("version"),
+        source = rare["source"] if "source" in rare else \
+            self._sources[self._source_ends[i - 1] if i else 0:self._source_ends[i]].decode("utf-8", "surrogatepass")
+        doc = Document(id=self._ids[i], source=source, version=rare.get("version"),
                        timestamp=self._timestamps[i],
                        content_hash=h if h is not None else self._hashes[32 * i:32 * i + 32].hex(),
                        metadata=dict(rare.get("metadata", {})), acl=rare.get("acl", ()),

@@ -441,6 +441,11 @@ def test_add_report_holds_changes_compactly_and_gives_them_back_equal(db):
         ch[-4]
     with pytest.raises(InvalidInput, match="moved"):
         Changes([Change("moved", odd)])
+    # sources are kept as UTF-8 in one buffer: every str comes back as it was, any other value too
+    sources = ["数据/报告.md", "", "x\udcff.txt", "é" * 300, "plain"]
+    kept = Changes([Change("added", dataclasses.replace(odd, source=s, id=n)) for n, s in enumerate(sources)])
+    assert [c.document.source for c in kept] == sources and [c.document.id for c in kept] == [0, 1, 2, 3, 4]
+    assert Changes([Change("added", dataclasses.replace(odd, source=None))])[0].document.source is None
     assert AddReport(tuple(ch)).replaced == AddReport(ch).replaced == (7,)
 
 
