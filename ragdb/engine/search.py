@@ -99,7 +99,7 @@ class Searcher:
         self._keys: tuple[int, dict[str, bool]] = (-1, {})  # (generation, metadata key -> stored)
         self._indexed_fields: tuple[int, set[str]] = (-1, set())  # (generation, fields with index terms)
         self._cjk: tuple[int, float] = (-1, 0.0)  # (generation, CJK share of the chunks' sampled text)
-        self._shingles: dict[tuple[int, int], bytes] = {}  # (chunk id, hash of its text) -> its shingles
+        self._shingles: dict[int, bytes] = {}  # chunk id << 64 | the hash of its text -> its shingles
         self._shingles_kept = 0
         #: the tokens of recently highlighted texts: a chunk's text is tokenized once, not once a search
         self.token_cache = snippets.TokenCache()
@@ -152,8 +152,9 @@ class Searcher:
     def _passage_shingles(self, hits: Sequence[Hit]) -> list[bytes]:
         """:func:`ragdb.index.hits.passage_shingles` of each hit's text, kept for the next
         searches (a chunk's text is hashed with it: a chunk id that comes back holds the same
-        text); one call for all the hits of a search."""
-        keys = [(h.chunk_id, hash(h.text)) for h in hits]
+        text); one call for all the hits of a search. Keyed by one int, the chunk id and the
+        text's hash side by side (a tuple of two ints cost ~80 bytes more an entry)."""
+        keys = [(h.chunk_id << 64) | (hash(h.text) & 0xFFFF_FFFF_FFFF_FFFF) for h in hits]
         get = self._shingles.get
         found = [get(key) for key in keys]
         out: list[bytes] = []
