@@ -335,7 +335,8 @@ class Database:
 
         ``workers``: processes that analyze text while this one writes. By
         default (``None``) a load of more than 256 records uses one per spare
-        CPU core, up to 3, on Linux (workers are forked); ``0`` analyzes in
+        CPU core, up to 3, on Linux (fresh Python interpreters that import only
+        ragdb's analysis; forked for a plugin's analyzer); ``0`` analyzes in
         this process. Results do not depend on it.
 
         Vectors: once the database holds vectors, a new chunk whose text already
@@ -356,7 +357,7 @@ class Database:
 
         analyzer = eng.analyzer
 
-        changes = Changes()  # compact: ~130 bytes a record (see Changes)
+        changes = Changes()  # compact: ~80 bytes a record (see Changes)
 
         # Validation, chunking and analysis (of the texts, titles and headings) happen in
         # prepared_batches, outside the write lock; each batch is then one write transaction.
