@@ -388,12 +388,13 @@ class ConnectionSQL(StoreBase):
                 raise SchemaTooNew(f"{self.path}: written by a newer ragdb (schema {unknown[-1]}; "
                                    f"this ragdb knows up to {known[-1]}); upgrade ragdb to open it")
         conn.execute(f"PRAGMA busy_timeout = {int(busy_timeout * 1000)}")
-        # 2 MiB of page cache (SQLite's default; it was 4). Hit texts are served from
-        # the index's own row cache and the OS page cache. On the realistic 100k
-        # corpus, 4 MiB and 16 MiB held 2.2 and ~20 MiB more in a reader and 7 and
-        # 30 MiB more in a bulk load, with no build, add or query time measurably
-        # gained (build 19.2-20.0 s at 2 MiB, 18.6-22.0 at 4, 17.0-23.9 at 16).
-        conn.execute("PRAGMA cache_size = -2048")
+        # 4 MiB of page cache (the default is 2 MiB). Hit texts are served from
+        # the index's own row cache and the OS page cache; a larger SQLite
+        # cache (16 MiB was tried) mostly raised a reader's memory at 100k docs.
+        # The default 2 MiB held 2.2 MiB less in a reader (and ~7 MiB less in a
+        # bulk load) but slowed k=100 searches of the realistic 10k corpus ~6%
+        # (p50 1.76 vs 1.65 ms, medians of 5 runs each, interleaved).
+        conn.execute("PRAGMA cache_size = -4096")
         conn.execute("PRAGMA foreign_keys = ON")
         if readonly:
             if not tables:
