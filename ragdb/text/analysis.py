@@ -107,18 +107,19 @@ except ImportError:  # pragma: no cover - a platform without the extension
     _canalysis = None
 
 
-def _file_stamps() -> tuple[tuple[int, int], ...]:
-    """The size and modification time of this module's file and of the compiled analysis's (as
-    this process imports them: :data:`_CODE_STAMP`). A worker started as a fresh interpreter
-    reads the files on disk, which an upgrade (or an edit) may have changed since this process
-    read them; the pool forks its workers instead then (:func:`_start_fresh_workers`)."""
+def _file_stamps() -> tuple[tuple[str, int, int], ...]:
+    """The path, size and modification time of this module's file and of the compiled
+    analysis's (as this process imports them: :data:`_CODE_STAMP`). A worker started as a fresh
+    interpreter reads the files on disk, which an upgrade (or an edit) may have changed since
+    this process read them, or finds another copy of ragdb first; the pool forks its workers
+    instead then (:func:`_start_fresh_workers`)."""
     stamps = []
     for path in (__file__, getattr(_canalysis, "__file__", None)):
         try:
             st = os.stat(path) if path else None
         except OSError:
             st = None
-        stamps.append((st.st_size, st.st_mtime_ns) if st is not None else (-1, -1))
+        stamps.append((str(path), st.st_size, st.st_mtime_ns) if st is not None else (str(path), -1, -1))
     return tuple(stamps)
 
 
@@ -1690,9 +1691,14 @@ def _worker_main(conn: Any, config: dict[str, Any], parent: int = 0, inherited: 
 
 #: What a worker started as a fresh interpreter runs (:class:`_FreshWorker`): the writing
 #: process's ``sys.path``, then :func:`_fresh_worker_main` on its end of the pipe.
-_FRESH_WORKER_CODE = ("import json, sys; sys.path[:] = json.loads(sys.argv[1]); "
-                      "from ragdb.text.analysis import _fresh_worker_main; "
-                      "_fresh_worker_main(int(sys.argv[2]), int(sys.argv[3]))")
+#: A worker that cannot import it ends quietly (the pool then forks its workers instead).
+_FRESH_WORKER_CODE = ("import json, sys\n"
+                      "sys.path[:] = json.loads(sys.argv[1])\n"
+                      "try:\n"
+                      "    from ragdb.text.analysis import _fresh_worker_main\n"
+                      "except BaseException:\n"
+                      "    sys.exit(3)\n"
+                      "_fresh_worker_main(int(sys.argv[2]), int(sys.argv[3]))\n")
 
 
 def _fresh_worker_main(fd: int, parent: int) -> None:

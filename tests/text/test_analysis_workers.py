@@ -97,12 +97,18 @@ def test_workers_start_as_fresh_interpreters_that_answer_as_a_forked_one(tmp_pat
         assert not proc.is_alive()
         conn.close()
 
+    # a worker that cannot import ragdb (isolated, without site-packages or the writer's path)
+    # ends quietly, and the pool forks instead
+    quiet = subprocess.run([sys.executable, "-I", "-c", analysis._FRESH_WORKER_CODE, "[]", "0", "0"],
+                           capture_output=True, text=True, timeout=60)
+    assert quiet.returncode == 3 and quiet.stderr == ""
+
     records = _records(prepare.POOL_AFTER + 700)
     results = []
     for case in ("fresh", "other code", "no interpreter"):
         with monkeypatch.context() as m:
             if case == "other code":  # (as after an upgrade on disk since this process imported ragdb)
-                m.setattr(analysis, "_CODE_STAMP", ((0, 0), (0, 0)))
+                m.setattr(analysis, "_CODE_STAMP", (("elsewhere", 0, 0), ("elsewhere", 0, 0)))
             elif case == "no interpreter":
                 m.setattr(sys, "executable", str(tmp_path / "no-python-here"))
             if case != "fresh":
