@@ -11,7 +11,7 @@ kept a term. The strings looked up are hashed by Python (``hash(str)``, cached i
 and compared by their UTF-8 bytes (``surrogatepass``: a lone surrogate has its own bytes, which
 no other string's UTF-8 has, so equal bytes are equal strings either way).
 
-Not a general mapping: str keys, int values, no deletion (a writer's ids only change in a
+Not a general mapping: str keys (a str subclass is taken as its characters), int values, no deletion (a writer's ids only change in a
 clean-up of unused terms, which empties the table), no iteration.
 """
 
@@ -28,6 +28,16 @@ cdef extern from "Python.h":
     void* PyUnicode_DATA(object o)
     Py_ssize_t PyUnicode_GET_LENGTH(object o)
     object PyUnicode_AsEncodedString(object o, const char* encoding, const char* errors)
+
+
+cdef inline object _exact(object term):
+    """``term`` as an exact str (a str subclass's characters: what a dict compares, as a rule),
+    TypeError for anything else: the C reads below are a str's."""
+    if type(term) is str:
+        return term
+    if isinstance(term, str):
+        return str.__str__(term)
+    raise TypeError(f"a term is a str, not {type(term).__name__}")
 
 
 cdef class TermTable:
@@ -74,12 +84,13 @@ cdef class TermTable:
                     return <Py_ssize_t>i
             i = (i + 1) & mask
 
-    cdef int64_t _find(self, str term) except -2:
-        """The term's id, or -1 when the table does not hold it."""
+    cdef int64_t _find(self, object term) except -2:
+        """The term's id, or -1 when the table does not hold it (TypeError: not a str)."""
         cdef Py_ssize_t size, i
         cdef const char* s
         cdef object encoded
         cdef Py_hash_t h
+        term = _exact(term)
         if self.n == 0:
             return -1
         h = PyObject_Hash(term)
@@ -149,11 +160,13 @@ cdef class TermTable:
             self._rehash(max(2048, 2 * self.nslots))
         return 0
 
-    cdef int _set(self, str term, int64_t tid) except -1:
+    cdef int _set(self, object term, int64_t tid) except -1:
         cdef Py_ssize_t size, i
         cdef const char* s
         cdef object encoded
-        cdef Py_hash_t h = PyObject_Hash(term)
+        cdef Py_hash_t h
+        term = _exact(term)
+        h = PyObject_Hash(term)
         if PyUnicode_IS_ASCII(term):
             s = <const char*>PyUnicode_DATA(term)
             size = PyUnicode_GET_LENGTH(term)
@@ -191,7 +204,7 @@ cdef class TermTable:
             raise KeyError(term)
         return tid
 
-    def __setitem__(self, str term not None, tid):
+    def __setitem__(self, term, tid):
         cdef int64_t value = tid
         if value < 0:
             raise ValueError(f"a term id is never negative: {tid!r}")

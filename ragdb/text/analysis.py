@@ -1691,10 +1691,15 @@ def _worker_main(conn: Any, config: dict[str, Any], parent: int = 0, inherited: 
 
 #: What a worker started as a fresh interpreter runs (:class:`_FreshWorker`): the writing
 #: process's ``sys.path``, then :func:`_fresh_worker_main` on its end of the pipe.
-#: A worker that cannot import it ends quietly (the pool then forks its workers instead).
-_FRESH_WORKER_CODE = ("import json, sys\n"
-                      "sys.path[:] = json.loads(sys.argv[1])\n"
+#: A worker that cannot import it ends quietly (the pool then forks its workers instead). The
+#: working directory that ``-c`` puts first on the path goes before anything is imported (a
+#: ``json.py`` there is not run); the writer's path, which may hold it again, replaces it.
+_FRESH_WORKER_CODE = ("import sys\n"
+                      "if sys.path and sys.path[0] == '':\n"
+                      "    del sys.path[0]\n"
                       "try:\n"
+                      "    import json\n"
+                      "    sys.path[:] = json.loads(sys.argv[1])\n"
                       "    from ragdb.text.analysis import _fresh_worker_main\n"
                       "except BaseException:\n"
                       "    sys.exit(3)\n"
@@ -1703,14 +1708,20 @@ _FRESH_WORKER_CODE = ("import json, sys\n"
 
 def _fresh_worker_main(fd: int, parent: int) -> None:
     """A worker started as a fresh interpreter: its pipe is the socket ``fd``; the first message
-    is (the analyzer's configuration, whether analysis runs compiled), then :func:`_worker_main`."""
-    from multiprocessing.connection import Connection
+    is (the analyzer's configuration, whether analysis runs compiled, the writer's
+    :data:`WORKER_VOCABULARY`), then :func:`_worker_main`. A failure before it says it is ready
+    ends it quietly (exit 3: the pool forks instead)."""
+    global WORKER_VOCABULARY
+    try:
+        from multiprocessing.connection import Connection
 
-    conn = Connection(fd)
-    config, compiled = conn.recv()
-    use_compiled(compiled)
-    Analyzer.from_config(config)  # (what _worker_main makes: a failure here is one to start)
-    conn.send(("ready", _CODE_STAMP))
+        conn = Connection(fd)
+        config, compiled, WORKER_VOCABULARY = conn.recv()
+        use_compiled(compiled)
+        Analyzer.from_config(config)  # (what _worker_main makes: a failure here is one to start)
+        conn.send(("ready", _CODE_STAMP))
+    except BaseException:
+        os._exit(3)
     _worker_main(conn, config, parent)
 
 
@@ -1728,7 +1739,8 @@ class _FreshWorker:
         import json
         import subprocess
 
-        self._popen = subprocess.Popen([sys.executable, "-c", _FRESH_WORKER_CODE, json.dumps(sys.path), str(fd),
+        path = [os.fsdecode(p) for p in sys.path if isinstance(p, (str, bytes, os.PathLike))]
+        self._popen = subprocess.Popen([sys.executable, "-c", _FRESH_WORKER_CODE, json.dumps(path), str(fd),
                                         str(parent)], pass_fds=(fd,), stdin=subprocess.DEVNULL)
         self.pid = self._popen.pid
 
@@ -1762,33 +1774,43 @@ def _start_fresh_workers(analyzer: Analyzer, workers: int) -> list[tuple[Any, An
     import socket
     from multiprocessing.connection import Connection
 
-    if type(analyzer) is not Analyzer or not sys.executable or getattr(sys, "frozen", False) \
-            or os.name != "posix":
+    if type(analyzer) is not Analyzer or analyzer.cjk == "jieba" or not sys.executable \
+            or getattr(sys, "frozen", False) or os.name != "posix":
+        # (jieba: words added to its dictionary in this process would not reach the workers)
         return None
+    import fcntl
+
     stamp = _CODE_STAMP
     started: list[tuple[Any, Any]] = []
     try:
         for _ in range(workers):  # (a socket pair, as multiprocessing's duplex Pipe is on POSIX)
             ours, theirs = socket.socketpair()
             conn = Connection(ours.detach())
+            fd = theirs.fileno()
             try:
-                started.append((conn, _FreshWorker(theirs.fileno(), os.getpid())))
+                if fd < 3:  # (not where the child's stdin, stdout or stderr go)
+                    fd = fcntl.fcntl(fd, fcntl.F_DUPFD_CLOEXEC, 3)
+                started.append((conn, _FreshWorker(fd, os.getpid())))
             except BaseException:
                 conn.close()
                 raise
             finally:
+                if fd != theirs.fileno():
+                    os.close(fd)
                 theirs.close()
-            conn.send((analyzer.config(), _compiled_on))
+            conn.send((analyzer.config(), _compiled_on, WORKER_VOCABULARY))
         deadline = time.monotonic() + FRESH_WORKER_START_S
         for conn, _proc in started:
             if not conn.poll(max(0.0, deadline - time.monotonic())) or conn.recv() != ("ready", stamp):
                 raise OSError("an analysis worker did not start, or runs other code than this process")
         return started
-    except (OSError, EOFError):
+    except BaseException as e:  # (any failure: the workers started so far end here)
         for conn, proc in started:
             conn.close()
             proc.kill()
             proc.join()
+        if not isinstance(e, Exception):  # (an interrupt goes on)
+            raise
         return None
 
 

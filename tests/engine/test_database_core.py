@@ -562,7 +562,7 @@ def test_parallel_analysis_gives_the_same_database(tmp_path, monkeypatch, worker
 
     monkeypatch.setattr(ingest, "POOL_AFTER", 5)
     monkeypatch.setattr(ingest, "ANALYSIS_PART", 3)
-    if vocabulary is not None:  # the workers start their term numbers again many times (forked: they see it)
+    if vocabulary is not None:  # the workers start their term numbers again many times (the pool passes it on)
         monkeypatch.setattr(analysis, "WORKER_VOCABULARY", vocabulary)
     # (compounds too: their whole forms' overlaps travel back from the workers, and set chunk lengths)
     compounds = [f"node.js e-mail v2.{i} x86_64 " * (i % 2) for i in range(60)]

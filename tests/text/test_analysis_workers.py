@@ -88,6 +88,14 @@ def test_workers_start_as_fresh_interpreters_that_answer_as_a_forked_one(tmp_pat
     from ragdb.engine import prepare
     from ragdb.text import analysis
 
+    pool = analysis.AnalysisPool(analysis.Analyzer(), 2)  # what a bulk load starts
+    try:
+        for proc in pool._procs:
+            assert Path(f"/proc/{proc.pid}/cmdline").read_bytes().split(b"\0")[1] == b"-c"
+    finally:
+        pool.close()
+    assert analysis._start_fresh_workers(analysis.Analyzer(cjk="jieba"), 1) is None  # (its dictionary is ours)
+
     started = analysis._start_fresh_workers(analysis.Analyzer(), 2)
     assert started is not None and len(started) == 2
     for conn, proc in started:
@@ -111,6 +119,8 @@ def test_workers_start_as_fresh_interpreters_that_answer_as_a_forked_one(tmp_pat
                 m.setattr(analysis, "_CODE_STAMP", (("elsewhere", 0, 0), ("elsewhere", 0, 0)))
             elif case == "no interpreter":
                 m.setattr(sys, "executable", str(tmp_path / "no-python-here"))
+            else:  # a path entry json cannot write (the import system takes it) is not a failure
+                m.setattr(sys, "path", [*sys.path, tmp_path, b"/nonexistent"])
             if case != "fresh":
                 assert analysis._start_fresh_workers(analysis.Analyzer(), 1) is None
             with ragdb.open(tmp_path / f"{case}.db", chunker="none") as db:
