@@ -1721,7 +1721,7 @@ def _fresh_worker_main(fd: int, parent: int) -> None:
         Analyzer.from_config(config)  # (what _worker_main makes: a failure here is one to start)
         conn.send(("ready", _CODE_STAMP))
     except BaseException:
-        os._exit(3)
+        sys.exit(3)  # (SystemExit: no traceback)
     _worker_main(conn, config, parent)
 
 
