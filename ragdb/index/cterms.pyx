@@ -40,6 +40,20 @@ cdef inline object _exact(object term):
     raise TypeError(f"a term is a str, not {type(term).__name__}")
 
 
+cdef inline object _key_bytes(str term, const char** s, Py_ssize_t* size):
+    """A term's key: its UTF-8 (``surrogatepass``) in ``*s``, ``*size`` bytes; returns what holds
+    them (the str itself where it is ASCII, else the encoded bytes), to be kept while they are read."""
+    cdef object encoded
+    if PyUnicode_IS_ASCII(term):
+        s[0] = <const char*>PyUnicode_DATA(term)
+        size[0] = PyUnicode_GET_LENGTH(term)
+        return term
+    encoded = PyUnicode_AsEncodedString(term, "utf-8", "surrogatepass")
+    s[0] = PyBytes_AS_STRING(encoded)
+    size[0] = PyBytes_GET_SIZE(encoded)
+    return encoded
+
+
 cdef class TermTable:
     """term (str) -> term id (int): ``t[term]``, ``t[term] = id``, ``term in t``, ``t.get``,
     ``len(t)``, ``t.clear()``, ``t.update(pairs or mapping)``, and for a batch:
@@ -88,19 +102,12 @@ cdef class TermTable:
         """The term's id, or -1 when the table does not hold it (TypeError: not a str)."""
         cdef Py_ssize_t size, i
         cdef const char* s
-        cdef object encoded
         cdef Py_hash_t h
         term = _exact(term)
         if self.n == 0:
             return -1
         h = PyObject_Hash(term)
-        if PyUnicode_IS_ASCII(term):
-            s = <const char*>PyUnicode_DATA(term)
-            size = PyUnicode_GET_LENGTH(term)
-        else:
-            encoded = PyUnicode_AsEncodedString(term, "utf-8", "surrogatepass")
-            s = PyBytes_AS_STRING(encoded)
-            size = PyBytes_GET_SIZE(encoded)
+        keep = _key_bytes(term, &s, &size)
         i = self._slot(h, s, size)
         if self.slots[i] < 0:
             return -1
@@ -163,17 +170,10 @@ cdef class TermTable:
     cdef int _set(self, object term, int64_t tid) except -1:
         cdef Py_ssize_t size, i
         cdef const char* s
-        cdef object encoded
         cdef Py_hash_t h
         term = _exact(term)
         h = PyObject_Hash(term)
-        if PyUnicode_IS_ASCII(term):
-            s = <const char*>PyUnicode_DATA(term)
-            size = PyUnicode_GET_LENGTH(term)
-        else:
-            encoded = PyUnicode_AsEncodedString(term, "utf-8", "surrogatepass")
-            s = PyBytes_AS_STRING(encoded)
-            size = PyBytes_GET_SIZE(encoded)
+        keep = _key_bytes(term, &s, &size)
         self._reserve(size)
         i = self._slot(h, s, size)
         if self.slots[i] >= 0:  # held: a new id

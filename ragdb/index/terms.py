@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
 from types import ModuleType
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Union
 
 import numpy as np
 
@@ -19,20 +19,6 @@ try:  # built by setup.py with the compiled kernel
     _cterms: ModuleType | None = _cterms_module
 except ImportError:  # pragma: no cover - a platform without the extension
     _cterms = None
-
-
-class TermTable(Protocol):
-    """What the writer asks of its term table (both kinds answer it)."""
-
-    def __len__(self) -> int: ...
-    def __contains__(self, term: object) -> bool: ...
-    def __getitem__(self, term: str) -> int: ...
-    def __setitem__(self, term: str, tid: int) -> None: ...
-    def get(self, term: str, default: Any = None) -> Any: ...
-    def update(self, items: Any) -> None: ...
-    def clear(self) -> None: ...
-    def missing(self, terms: Iterable[str]) -> list[str]: ...
-    def ids_of(self, terms: list[str]) -> np.ndarray: ...
 
 
 class TermDict(dict[str, int]):
@@ -49,9 +35,15 @@ class TermDict(dict[str, int]):
         return np.fromiter(map(self.__getitem__, terms), np.int64, len(terms))
 
 
+if TYPE_CHECKING:
+    from ragdb.index.cterms import TermTable as CTermTable
+
+#: What the writer asks of its term table: either kind answers the same calls.
+TermTable = Union[TermDict, "CTermTable"]
+
+
 def new_table() -> TermTable:
     """An empty table: the compiled one where the compiled kernel runs, else a :class:`TermDict`."""
     if _cterms is not None and kernel.compiled() is not None:
-        table: TermTable = _cterms.TermTable()
-        return table
+        return _cterms.TermTable()
     return TermDict()
