@@ -8,6 +8,7 @@ then polls /proc until the workers are gone (no assertion on how fast: a minute'
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import subprocess
@@ -130,6 +131,19 @@ def test_workers_start_as_fresh_interpreters_that_answer_as_a_forked_one(tmp_pat
     with ragdb.open(tmp_path / "one.db", chunker="none") as db:
         db.add_many(records, workers=0, batch_size=200)
         assert results == [_answers(db)] * 3
+    # opened again: new handles, and a fresh process, read what the loads wrote
+    for case in ("fresh", "other code", "no interpreter"):
+        with ragdb.open(tmp_path / f"{case}.db") as db:
+            assert _answers(db) == results[0] and db.check() == []
+    code = ("import json, sys, ragdb\n"
+            "db = ragdb.open(sys.argv[1])\n"
+            "print(json.dumps([[[h.source, round(h.score, 9)] for h in db.search(q, k=20)]\n"
+            "                  for q in ('word5 record', '北京3', 'workers')]))\n")
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(map(str, sys.path))}
+    out = subprocess.run([sys.executable, "-c", code, str(tmp_path / "fresh.db")], capture_output=True, text=True,
+                         env=env, timeout=120)
+    assert out.returncode == 0, out.stderr
+    assert [[tuple(h) for h in hits] for hits in json.loads(out.stdout)] == results[0]
 
 
 def test_a_script_without_a_main_guard_loads_once(tmp_path):
