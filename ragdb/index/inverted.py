@@ -1445,7 +1445,8 @@ class Index:
         """The ``k`` best chunks ``mask`` allows (and any tied with the k-th) with a BM25 score
         above 0 and at least ``floor``, best first, equal scores by id, and their scores: what
         :meth:`bm25_units` then the kernel's ``top_k`` give, bit for bit, from the compiled
-        kernel's MaxScore pruning (most postings of common terms are never scored). None when the
+        kernel (MaxScore pruning, which leaves most postings of common terms unscored, where it
+        pays; else every posting, visiting only the chunks they name). None when the
         compiled kernel does not run or a unit's weight is not positive (the caller scores every
         posting then)."""
         compiled = kernel.compiled()

@@ -164,9 +164,11 @@ def _scoring_inputs(draw):
           suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
 @given(inputs=_scoring_inputs())
 def test_pruned_top_k_is_the_exhaustive_top_k(inputs):
-    """MaxScore (``bm25_top_k``) against every posting scored then ``top_k``: the same ids, order
-    and scores, bit for bit, with many ties, masks shorter and longer than the chunks, floors, any
-    k; and its work array is left all zeros."""
+    """``bm25_top_k`` against every posting scored then ``top_k``: the same ids, order and
+    scores, bit for bit, with many ties, masks shorter and longer than the chunks, floors, any
+    k; and its work array is left all zeros. Each of its two ways (MaxScore pruning, and every
+    posting in query order over the chunks named) and its own choice between them, on the
+    same inputs."""
     from ragdb.index import ckernel
 
     norm, postings, idfs, weights, flats, mask, k, floor = inputs
@@ -175,8 +177,36 @@ def test_pruned_top_k_is_the_exhaustive_top_k(inputs):
     ckernel.bm25_accumulate(scores, norm, postings, idfs, weights, flats, 1.2)
     m = min(len(mask), n)
     expected = ckernel.top_k(scores[:m], mask[:m], k, floor)
-    acc = np.zeros(n)
-    got = ckernel.bm25_top_k(acc, norm, postings, idfs, weights, flats, 1.2, mask[:m], k, floor)
-    assert got[0].tolist() == expected[0].tolist()
-    assert got[1].tolist() == expected[1].tolist()
-    assert not acc.any()
+    try:
+        for mode in (1, 2, 0):  # pruned, in full, chosen
+            ckernel._mode = mode
+            acc = np.zeros(n)
+            got = ckernel.bm25_top_k(acc, norm, postings, idfs, weights, flats, 1.2, mask[:m], k, floor)
+            assert got[0].tolist() == expected[0].tolist(), mode
+            assert got[1].tolist() == expected[1].tolist(), mode
+            assert not acc.any(), mode
+    finally:
+        ckernel._mode = 0
+
+
+@compiled_only
+@pytest.mark.parametrize("mode", [1, 2])
+def test_bad_postings_in_top_k_are_errors_and_leave_the_work_array_zero(mode):
+    """A negative chunk id (possible in int64 postings) or one past the chunks scored raises,
+    in either way of ``bm25_top_k``, after the postings before it were added: the work array
+    is all zeros again (the next search reuses it)."""
+    from ragdb.index import ckernel
+
+    norm = np.ones(8)
+    good = (np.array([0, 2, 5], np.int64), np.array([1, 2, 1], np.int64))
+    try:
+        ckernel._mode = mode
+        for bad_ids in ([1, 3, -2], [-1], [2, 8]):
+            ids = np.array(bad_ids, np.int64)
+            acc = np.zeros(8)
+            with pytest.raises(IndexError):
+                ckernel.bm25_top_k(acc, norm, [good, (ids, np.ones(len(ids), np.int64))], [2.0, 1.0],
+                                   [1.0, 1.0], [False, False], 1.2, np.ones(8, np.uint8), 3, 0.0)
+            assert not acc.any()
+    finally:
+        ckernel._mode = 0
