@@ -462,29 +462,29 @@ cdef double _kth_partial(const double* acc, const int64_t* cand, Py_ssize_t ncan
 #: how bm25_top_k scores: 0 chooses per query (:func:`_exhaustive`), 1 always prunes (MaxScore),
 #: 2 always scores every posting (tests set it to run both paths on the same inputs)
 _mode = 0
-#: a query of at most this many postings, or of at least this many scoring units, is scored in
-#: full (:func:`_exhaustive`)
-DEF EXHAUSTIVE_POSTINGS = 200000
-DEF EXHAUSTIVE_UNITS = 15
+#: a query is scored in full when it has at most this many postings per hit wanted and term
+#: (:func:`_exhaustive`)
+DEF EXHAUSTIVE_POSTINGS = 75.0
 
 
-cdef bint _exhaustive(const _Term* terms, Py_ssize_t T) noexcept nogil:
-    """Whether to score every posting in query order rather than prune. Both give the same hits;
-    pruning pays for itself only where it can leave most postings of long lists unread, and it
-    has costs of its own: finding the k-th best partial score several times, walking the
-    chunks still in the running along each term left, and scoring the finalists again term by
-    term (a query's terms are added in another order there). On the realistic corpus's judged
-    queries (mean kernel time a query, pruning / in full / the better of the two each time):
-    100k chunks, English 0.76 / 0.66 / 0.62 ms, Chinese 0.50 / 0.23 / 0.23; 1M chunks, English
-    5.9 / 8.7 / 5.9, Chinese 2.5 / 2.3 / 2.2. A Chinese query is many units (a character and
-    each pair of neighbours) of similar IDF, where the bound of the terms left stays above
-    the k-th best partial score until few remain: whatever its size it is scored in full."""
+cdef bint _exhaustive(const _Term* terms, Py_ssize_t T, Py_ssize_t k) noexcept nogil:
+    """Whether to score every posting in query order rather than prune: when the query has at
+    most EXHAUSTIVE_POSTINGS postings per k and term. Both give the same hits. Scoring in full
+    costs in proportion to the postings; pruning pays for itself by leaving most postings of the
+    common terms unread, at costs that grow with k and the terms: the chunks still in the
+    running, walked along each term left, are more the lower the k-th best score, and the
+    finalists (some k of them) are scored again term by term (a query's terms are added in
+    another order there). Chinese questions are many terms (a character, each pair of
+    neighbours) of similar IDF, where the bound of the terms left stays above the k-th best
+    partial score until few remain. Measured on the realistic corpus's judged queries, kernel
+    time a query (pruned / in full / this rule), k=100: 100k chunks English 0.68 / 0.64 /
+    0.63 ms, Chinese 0.53 / 0.27 / 0.27; 1M chunks English 4.9 / 6.9 / 4.9, Chinese 2.5 / 2.5 /
+    2.5; k=10: pruned, and within 1% of it, at every size; k=300: 100k English 1.07 / 0.72 /
+    0.72, 1M Chinese 4.0 / 2.7 / 2.7."""
     cdef Py_ssize_t j, total = 0
-    if T >= EXHAUSTIVE_UNITS:
-        return True
     for j in range(T):
         total += terms[j].m
-    return total <= EXHAUSTIVE_POSTINGS
+    return <double>total <= EXHAUSTIVE_POSTINGS * <double>k * <double>T
 
 
 cdef Py_ssize_t _select(const double* out, const int64_t* cand, Py_ssize_t ncand, const uint8_t* mk,
@@ -575,9 +575,8 @@ def bm25_top_k(double[::1] acc, const double[::1] norm, list postings, list idfs
     order = <Py_ssize_t*>malloc((T if T else 1) * sizeof(Py_ssize_t))
     cursor = <Py_ssize_t*>malloc((T if T else 1) * sizeof(Py_ssize_t))
     bufs = <Py_buffer*>malloc((2 * T if T else 1) * sizeof(Py_buffer))
-    heap = <double*>malloc(k * sizeof(double))
-    if terms == NULL or order == NULL or cursor == NULL or bufs == NULL or heap == NULL:
-        free(terms); free(order); free(cursor); free(bufs); free(heap)
+    if terms == NULL or order == NULL or cursor == NULL or bufs == NULL:
+        free(terms); free(order); free(cursor); free(bufs)
         raise MemoryError()
     got = 0
     try:
@@ -606,17 +605,21 @@ def bm25_top_k(double[::1] acc, const double[::1] norm, list postings, list idfs
                 raise ValueError("MaxScore needs positive, finite idfs and weights")
             # (t * idf) / (t + norm) * weight <= idf * weight, norm >= 0; a margin for rounding
             t.ub = t.idf * t.weight * (1.0 + 1e-9)
-            if t.m and _tid(t, t.m - 1) >= n:
+            # (ids ascending: the first and the last bound them all; a term out of order is still
+            # caught where a negative id is scored, or left unread where it is pruned)
+            if t.m and (_tid(t, 0) < 0 or _tid(t, t.m - 1) >= n):
                 raise IndexError(f"a posting's chunk id is outside the {n} chunks scored")
             cap += t.m
             order[j] = j
             total += t.ub
         words = (n + 63) // 64
-        bits = <uint64_t*>calloc(words if words else 1, sizeof(uint64_t))
-        cand = <int64_t*>malloc((min(cap, n) if cap else 1) * sizeof(int64_t))  # (each chunk at most once)
-        if bits == NULL or cand == NULL:
+        bits = <uint64_t*>calloc(max(words, 1), sizeof(uint64_t))
+        cand = <int64_t*>malloc(max(min(cap, n), 1) * sizeof(int64_t))  # (each chunk at most once)
+        # the k best partial scores: no more than the chunks the postings name
+        heap = <double*>malloc(max(min(k, cap), 1) * sizeof(double))
+        if bits == NULL or cand == NULL or heap == NULL:
             raise MemoryError()
-        exhaustive = _mode == 2 or (_mode == 0 and _exhaustive(terms, T))
+        exhaustive = _mode == 2 or (_mode == 0 and _exhaustive(terms, T, k))
         with nogil:
             if exhaustive:
                 # every posting, term by term in query order: the sums of bm25_accumulate

@@ -146,10 +146,10 @@ def _scoring_inputs(draw):
     for _ in range(draw(st.integers(0, 7))):
         share = draw(st.sampled_from([0.001, 0.01, 0.1, 0.5, 0.9]))
         ids = np.flatnonzero(rng.random(n) < share)
-        wide = draw(st.booleans())
+        id_type = draw(st.sampled_from([np.uint32, np.int64]))
+        tf_type = draw(st.sampled_from([np.uint8, np.uint16, np.int64]))
         postings.append(None if draw(st.integers(0, 9)) == 0 else
-                        (ids.astype(np.int64 if wide else np.uint32),
-                         rng.integers(1, 4, len(ids)).astype(np.uint8 if not wide else np.int64)))
+                        (ids.astype(id_type), rng.integers(1, 4, len(ids)).astype(tf_type)))
         idfs.append(float(np.log(1 + (n - len(ids) + 0.5) / (len(ids) + 0.5))))
         weights.append(draw(st.sampled_from([1.0, 1.0, 2.0, 0.5])))
         flats.append(draw(st.integers(0, 4)) == 0)
@@ -181,7 +181,7 @@ def test_pruned_top_k_is_the_exhaustive_top_k(inputs):
         for mode in (1, 2, 0):  # pruned, in full, chosen
             ckernel._mode = mode
             acc = np.zeros(n)
-            got = ckernel.bm25_top_k(acc, norm, postings, idfs, weights, flats, 1.2, mask[:m], k, floor)
+            got = ckernel.bm25_top_k(acc, norm, postings, idfs, weights, flats, 1.2, mask, k, floor)
             assert got[0].tolist() == expected[0].tolist(), mode
             assert got[1].tolist() == expected[1].tolist(), mode
             assert not acc.any(), mode
@@ -192,16 +192,19 @@ def test_pruned_top_k_is_the_exhaustive_top_k(inputs):
 @compiled_only
 @pytest.mark.parametrize("mode", [1, 2])
 def test_bad_postings_in_top_k_are_errors_and_leave_the_work_array_zero(mode):
-    """A negative chunk id (possible in int64 postings) or one past the chunks scored raises,
-    in either way of ``bm25_top_k``, after the postings before it were added: the work array
-    is all zeros again (the next search reuses it)."""
+    """A negative chunk id (possible in int64 postings) or one past the chunks scored raises in
+    either way of ``bm25_top_k``, before anything is scored; a term out of order (postings are
+    sorted: only a damaged index has one) with a negative id met while scoring raises too, after
+    the postings before it were added: either way the work array is all zeros again (the next
+    search reuses it)."""
     from ragdb.index import ckernel
 
     norm = np.ones(8)
     good = (np.array([0, 2, 5], np.int64), np.array([1, 2, 1], np.int64))
+    cases = [[-2, 1, 3], [-1], [2, 8]] + ([[1, 3, -2]] if mode == 2 else [])  # (in full: scored, not pruned)
     try:
         ckernel._mode = mode
-        for bad_ids in ([1, 3, -2], [-1], [2, 8]):
+        for bad_ids in cases:
             ids = np.array(bad_ids, np.int64)
             acc = np.zeros(8)
             with pytest.raises(IndexError):
@@ -210,3 +213,31 @@ def test_bad_postings_in_top_k_are_errors_and_leave_the_work_array_zero(mode):
             assert not acc.any()
     finally:
         ckernel._mode = 0
+
+
+@compiled_only
+@pytest.mark.parametrize("n_terms, share", [(3, 0.4), (16, 0.01)])
+def test_top_k_chooses_its_way_by_the_query_and_gives_the_same_hits(n_terms, share):
+    """Left to choose (``_mode`` 0), ``bm25_top_k`` prunes a query of many postings per k and
+    term (k=10) and scores in full one of few (16 small terms, k=1,000): the exhaustive hits
+    either way, with a k larger than some terms' postings and a mask."""
+    from ragdb.index import ckernel
+
+    rng = np.random.default_rng(7)
+    n = 300_000
+    norm = 1.2 * (0.25 + 0.75 * rng.choice(np.array([0.5, 1.0, 2.0]), n))
+    postings, idfs = [], []
+    for i in range(n_terms):
+        ids = np.flatnonzero(rng.random(n) < share * (i + 1) / n_terms)
+        postings.append((ids.astype(np.uint32), rng.integers(1, 5, len(ids)).astype(np.uint16)))
+        idfs.append(float(np.log(1 + (n - len(ids) + 0.5) / (len(ids) + 0.5))))
+    weights, flats = [1.0] * n_terms, [False] * n_terms
+    mask = (rng.random(n) < 0.7).astype(np.uint8)
+    scores = np.empty(n)
+    ckernel.bm25_accumulate(scores, norm, postings, idfs, weights, flats, 1.2)
+    for k in (10, 1000):
+        expected = ckernel.top_k(scores, mask, k, 0.0)
+        acc = np.zeros(n)
+        got = ckernel.bm25_top_k(acc, norm, postings, idfs, weights, flats, 1.2, mask, k, 0.0)
+        assert got[0].tolist() == expected[0].tolist() and got[1].tolist() == expected[1].tolist()
+        assert not acc.any()
