@@ -330,11 +330,12 @@ cdef inline double _contribution(const _Term* t, double tf, int64_t c, const dou
 
 
 cdef int _score_all(double* out, const double* nrm, const ids_t* ids, const tfs_t* tfs, Py_ssize_t m,
-                    const _Term* t, double flat, uint64_t* bits, double* maxpartial) noexcept nogil:
+                    const _Term* t, double flat, uint64_t* bits, double* maxpartial, Py_ssize_t n) noexcept nogil:
     """Add one term's every contribution to its chunk's partial score (the operations of
     ``_contribution``), mark each chunk in the bitmap ``bits``, and keep the highest partial
-    score so far in ``maxpartial``; -1 at a negative chunk id (the postings before it are
-    added and marked), else 0.
+    score so far in ``maxpartial``; -1 at a chunk id outside [0, n) (the postings before it
+    are added and marked), else 0. The ids are checked one by one here, where the caller
+    checked a term's first and last only (which bound them all in sorted postings).
 
     One loop per id and tf type, as ``_bm25_term``: the generic ``_tid``/``_ttf`` readers tested
     the item sizes at every posting. The chunks met go into a bitmap (one bit a chunk: 16 KiB
@@ -348,10 +349,9 @@ cdef int _score_all(double* out, const double* nrm, const ids_t* ids, const tfs_
     cdef bint use_flat = t.flat
     for j in range(m):
         c = <int64_t>ids[j]
-        if ids_t is int64_t:
-            if c < 0:
-                maxpartial[0] = mp
-                return -1
+        if <uint64_t>c >= <uint64_t>n:  # (a negative one too: a branch always predicted, about free)
+            maxpartial[0] = mp
+            return -1
         if j + PREFETCH < m:
             RAGDB_PREFETCH(&out[<int64_t>ids[j + PREFETCH]])
             RAGDB_PREFETCH(&nrm[<int64_t>ids[j + PREFETCH]])
@@ -371,19 +371,19 @@ cdef int _score_all(double* out, const double* nrm, const ids_t* ids, const tfs_
 
 
 cdef int _score_term(double* out, const double* nrm, const _Term* t, double flat, uint64_t* bits,
-                     double* maxpartial) noexcept nogil:
+                     double* maxpartial, Py_ssize_t n) noexcept nogil:
     """:func:`_score_all` for a term of any id and tf types."""
     if t.id_size == 4:
         if t.tf_size == 1:
-            return _score_all(out, nrm, <const uint32_t*>t.ids, <const uint8_t*>t.tfs, t.m, t, flat, bits, maxpartial)
+            return _score_all(out, nrm, <const uint32_t*>t.ids, <const uint8_t*>t.tfs, t.m, t, flat, bits, maxpartial, n)
         if t.tf_size == 2:
-            return _score_all(out, nrm, <const uint32_t*>t.ids, <const uint16_t*>t.tfs, t.m, t, flat, bits, maxpartial)
-        return _score_all(out, nrm, <const uint32_t*>t.ids, <const int64_t*>t.tfs, t.m, t, flat, bits, maxpartial)
+            return _score_all(out, nrm, <const uint32_t*>t.ids, <const uint16_t*>t.tfs, t.m, t, flat, bits, maxpartial, n)
+        return _score_all(out, nrm, <const uint32_t*>t.ids, <const int64_t*>t.tfs, t.m, t, flat, bits, maxpartial, n)
     if t.tf_size == 1:
-        return _score_all(out, nrm, <const int64_t*>t.ids, <const uint8_t*>t.tfs, t.m, t, flat, bits, maxpartial)
+        return _score_all(out, nrm, <const int64_t*>t.ids, <const uint8_t*>t.tfs, t.m, t, flat, bits, maxpartial, n)
     if t.tf_size == 2:
-        return _score_all(out, nrm, <const int64_t*>t.ids, <const uint16_t*>t.tfs, t.m, t, flat, bits, maxpartial)
-    return _score_all(out, nrm, <const int64_t*>t.ids, <const int64_t*>t.tfs, t.m, t, flat, bits, maxpartial)
+        return _score_all(out, nrm, <const int64_t*>t.ids, <const uint16_t*>t.tfs, t.m, t, flat, bits, maxpartial, n)
+    return _score_all(out, nrm, <const int64_t*>t.ids, <const int64_t*>t.tfs, t.m, t, flat, bits, maxpartial, n)
 
 
 cdef Py_ssize_t _gallop(const _Term* t, Py_ssize_t lo, int64_t c) noexcept nogil:
@@ -491,8 +491,8 @@ cdef Py_ssize_t _select(const double* out, const int64_t* cand, Py_ssize_t ncand
                         Py_ssize_t nmask, Py_ssize_t k, double floor, double* heap, _Hit* hits) noexcept nogil:
     """``top_k`` over the chunks in ``cand`` (every chunk with a score above 0 is there): the hits
     (best first, equal scores by id) of those ``mk`` allows with a score above 0 and at least
-    ``floor``, the ``k`` best and any tied with the k-th; returns how many. ``heap`` holds k
-    values, ``hits`` as many as ``cand``, whose chunks are distinct."""
+    ``floor``, the ``k`` best and any tied with the k-th; returns how many. ``heap`` holds
+    min(k, candidates) values, ``hits`` as many as ``cand``, whose chunks are distinct."""
     cdef Py_ssize_t j, size = 0, count = 0
     cdef int64_t c
     cdef double s, kth
@@ -605,8 +605,9 @@ def bm25_top_k(double[::1] acc, const double[::1] norm, list postings, list idfs
                 raise ValueError("MaxScore needs positive, finite idfs and weights")
             # (t * idf) / (t + norm) * weight <= idf * weight, norm >= 0; a margin for rounding
             t.ub = t.idf * t.weight * (1.0 + 1e-9)
-            # (ids ascending: the first and the last bound them all; a term out of order is still
-            # caught where a negative id is scored, or left unread where it is pruned)
+            # (ids ascending: the first and the last bound them all. A term out of order, which
+            # only a damaged index holds, is caught where its postings are scored, and read only
+            # by position where it is pruned: its ids index nothing there)
             if t.m and (_tid(t, 0) < 0 or _tid(t, t.m - 1) >= n):
                 raise IndexError(f"a posting's chunk id is outside the {n} chunks scored")
             cap += t.m
@@ -624,7 +625,7 @@ def bm25_top_k(double[::1] acc, const double[::1] norm, list postings, list idfs
             if exhaustive:
                 # every posting, term by term in query order: the sums of bm25_accumulate
                 for j in range(T):
-                    if _score_term(out, nrm, &terms[j], flat, bits, &maxpartial) < 0:
+                    if _score_term(out, nrm, &terms[j], flat, bits, &maxpartial, n) < 0:
                         bad = True
                         break
                 ncand = _ids_of_bits(bits, words, cand)
@@ -634,7 +635,7 @@ def bm25_top_k(double[::1] acc, const double[::1] norm, list postings, list idfs
                         nfin = _select(out, cand, ncand, mk, nmask, k, floor, heap, hits)
         if exhaustive:
             if bad:
-                raise IndexError("a posting's chunk id is negative")
+                raise IndexError(f"a posting's chunk id is outside the {n} chunks scored")
             if hits == NULL:
                 raise MemoryError()
             ids = np.empty(nfin, np.int64)
@@ -657,7 +658,7 @@ def bm25_top_k(double[::1] acc, const double[::1] norm, list postings, list idfs
             for jj in range(T):
                 t = &terms[order[jj]]
                 rest -= t.ub
-                if _score_term(out, nrm, t, flat, bits, &maxpartial) < 0:
+                if _score_term(out, nrm, t, flat, bits, &maxpartial, n) < 0:
                     bad = True
                     break
                 if jj + 1 < T and rest < maxpartial and rest <= 0.7 * last_try and attempts < 6:
@@ -700,7 +701,7 @@ def bm25_top_k(double[::1] acc, const double[::1] norm, list postings, list idfs
                                 count += 1
                         nalive = count
         if bad:
-            raise IndexError("a posting's chunk id is negative")
+            raise IndexError(f"a posting's chunk id is outside the {n} chunks scored")
         if b_from < T and alive == NULL:
             raise MemoryError()
         with nogil:

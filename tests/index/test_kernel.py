@@ -194,14 +194,15 @@ def test_pruned_top_k_is_the_exhaustive_top_k(inputs):
 def test_bad_postings_in_top_k_are_errors_and_leave_the_work_array_zero(mode):
     """A negative chunk id (possible in int64 postings) or one past the chunks scored raises in
     either way of ``bm25_top_k``, before anything is scored; a term out of order (postings are
-    sorted: only a damaged index has one) with a negative id met while scoring raises too, after
-    the postings before it were added: either way the work array is all zeros again (the next
-    search reuses it)."""
+    sorted: only a damaged index has one) with such an id met while scoring raises too, after
+    the postings before it were added, without writing past the arrays: either way the work
+    array is all zeros again (the next search reuses it)."""
     from ragdb.index import ckernel
 
     norm = np.ones(8)
     good = (np.array([0, 2, 5], np.int64), np.array([1, 2, 1], np.int64))
-    cases = [[-2, 1, 3], [-1], [2, 8]] + ([[1, 3, -2]] if mode == 2 else [])  # (in full: scored, not pruned)
+    # (out of order, in full: scored, not pruned)
+    cases = [[-2, 1, 3], [-1], [2, 8]] + ([[1, 3, -2], [1, 9, 3], [1, 2**40, 3]] if mode == 2 else [])
     try:
         ckernel._mode = mode
         for bad_ids in cases:
