@@ -462,6 +462,12 @@ cdef double _kth_partial(const double* acc, const int64_t* cand, Py_ssize_t ncan
 #: how bm25_top_k scores: 0 chooses per query (:func:`_exhaustive`), 1 always prunes (MaxScore),
 #: 2 always scores every posting (tests set it to run both paths on the same inputs)
 _mode = 0
+cdef Py_ssize_t _full = 0  # calls of bm25_top_k that scored in full (tests: full_count)
+
+
+def full_count():
+    """How many calls of :func:`bm25_top_k` scored every posting rather than pruned (for tests)."""
+    return _full
 #: a query is scored in full when it has at most this many postings per hit wanted and term
 #: (:func:`_exhaustive`)
 DEF EXHAUSTIVE_POSTINGS = 75.0
@@ -540,6 +546,7 @@ def bm25_top_k(double[::1] acc, const double[::1] norm, list postings, list idfs
     of the terms and cost a pass over every new term's postings: not worth it).
     Every term's postings must be sorted by chunk id; every idf and weight positive (else use
     the exhaustive pair: this raises ValueError)."""
+    global _full
     cdef Py_ssize_t n = acc.shape[0], nmask = min(mask.shape[0], acc.shape[0])
     cdef Py_ssize_t T = 0, i, j, jj, ncand = 0, nalive = 0, nfin = 0, cap = 0, b_from, pos, attempts = 0
     cdef Py_ssize_t size, count
@@ -621,6 +628,7 @@ def bm25_top_k(double[::1] acc, const double[::1] norm, list postings, list idfs
         if bits == NULL or cand == NULL or heap == NULL:
             raise MemoryError()
         exhaustive = _mode == 2 or (_mode == 0 and _exhaustive(terms, T, k))
+        _full += exhaustive
         with nogil:
             if exhaustive:
                 # every posting, term by term in query order: the sums of bm25_accumulate

@@ -217,11 +217,12 @@ def test_bad_postings_in_top_k_are_errors_and_leave_the_work_array_zero(mode):
 
 
 @compiled_only
-@pytest.mark.parametrize("n_terms, share", [(3, 0.4), (16, 0.01)])
-def test_top_k_chooses_its_way_by_the_query_and_gives_the_same_hits(n_terms, share):
+@pytest.mark.parametrize("n_terms, share, full_at", [(3, 0.4, ()), (16, 0.01, (1000,))])
+def test_top_k_chooses_its_way_by_the_query_and_gives_the_same_hits(n_terms, share, full_at):
     """Left to choose (``_mode`` 0), ``bm25_top_k`` prunes a query of many postings per k and
-    term (k=10) and scores in full one of few (16 small terms, k=1,000): the exhaustive hits
-    either way, with a k larger than some terms' postings and a mask."""
+    term (~240,000 postings in 3 terms at k=1,000 and k=10; ~25,000 in 16 at k=10) and scores in
+    full one of few (~25,000 in 16 at k=1,000: at most 75 a term and hit wanted): the exhaustive
+    hits either way, with a k larger than some terms' postings and a mask."""
     from ragdb.index import ckernel
 
     rng = np.random.default_rng(7)
@@ -239,6 +240,8 @@ def test_top_k_chooses_its_way_by_the_query_and_gives_the_same_hits(n_terms, sha
     for k in (10, 1000):
         expected = ckernel.top_k(scores, mask, k, 0.0)
         acc = np.zeros(n)
+        before = ckernel.full_count()
         got = ckernel.bm25_top_k(acc, norm, postings, idfs, weights, flats, 1.2, mask, k, 0.0)
+        assert ckernel.full_count() == before + (k in full_at)  # the way it chose
         assert got[0].tolist() == expected[0].tolist() and got[1].tolist() == expected[1].tolist()
         assert not acc.any()
