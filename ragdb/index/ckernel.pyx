@@ -437,15 +437,16 @@ cdef Py_ssize_t _ids_of_bits(const uint64_t* bits, Py_ssize_t words, int64_t* id
 
 cdef double _kth_partial(const double* acc, const int64_t* cand, Py_ssize_t ncand, const uint8_t* mask,
                          Py_ssize_t nmask, double least, Py_ssize_t k, double* heap) noexcept nogil:
-    """The k-th largest ``acc`` of the candidates the mask allows with ``acc >= least``, or -1
-    when fewer than k have one."""
+    """The k-th largest ``acc`` of the candidates the mask allows with ``acc`` above 0 and at
+    least ``least``, or -1 when fewer than k have one (a NaN, only from a damaged index, never
+    counts)."""
     cdef Py_ssize_t j, size = 0
     cdef int64_t c
     cdef double s
     for j in range(ncand):
         c = cand[j]
         s = acc[c]
-        if c >= nmask or not mask[c] or s < least or s <= 0.0:
+        if c >= nmask or not mask[c] or not (s > 0.0 and s >= least):
             continue
         if size < k:
             heap[size] = s
@@ -468,6 +469,8 @@ cdef Py_ssize_t _full = 0  # calls of bm25_top_k that scored in full (tests: ful
 def full_count():
     """How many calls of :func:`bm25_top_k` scored every posting rather than pruned (for tests)."""
     return _full
+
+
 #: a query is scored in full when it has at most this many postings per hit wanted and term
 #: (:func:`_exhaustive`)
 DEF EXHAUSTIVE_POSTINGS = 75.0
@@ -493,30 +496,28 @@ cdef bint _exhaustive(const _Term* terms, Py_ssize_t T, Py_ssize_t k) noexcept n
     return <double>total <= EXHAUSTIVE_POSTINGS * <double>k * <double>T
 
 
+cdef Py_ssize_t _best_first(_Hit* hits, Py_ssize_t count, Py_ssize_t k) noexcept nogil:
+    """Sort ``hits`` best first (equal scores by id) and keep the ``k`` best and any tied with the
+    k-th; how many are kept."""
+    cdef Py_ssize_t kept = k
+    qsort(hits, count, sizeof(_Hit), _by_score)
+    if count <= k:
+        return count
+    while kept < count and hits[kept].score >= hits[k - 1].score:
+        kept += 1
+    return kept
+
+
 cdef Py_ssize_t _select(const double* out, const int64_t* cand, Py_ssize_t ncand, const uint8_t* mk,
                         Py_ssize_t nmask, Py_ssize_t k, double floor, double* heap, _Hit* hits) noexcept nogil:
     """``top_k`` over the chunks in ``cand`` (every chunk with a score above 0 is there): the hits
     (best first, equal scores by id) of those ``mk`` allows with a score above 0 and at least
     ``floor``, the ``k`` best and any tied with the k-th; returns how many. ``heap`` holds
     min(k, candidates) values, ``hits`` as many as ``cand``, whose chunks are distinct."""
-    cdef Py_ssize_t j, size = 0, count = 0
+    cdef Py_ssize_t j, count = 0
     cdef int64_t c
-    cdef double s, kth
-    for j in range(ncand):
-        c = cand[j]
-        s = out[c]
-        if c >= nmask or not mk[c] or not (s > 0.0 and s >= floor):
-            continue
-        if size < k:
-            heap[size] = s
-            size += 1
-            if size == k:
-                for c in range(k // 2 - 1, -1, -1):
-                    _sift_down(heap, k, c)
-        elif s > heap[0]:
-            heap[0] = s
-            _sift_down(heap, k, 0)
-    kth = heap[0] if size == k else 0.0
+    cdef double s
+    cdef double kth = _kth_partial(out, cand, ncand, mk, nmask, floor, k, heap)  # (-1: fewer than k)
     for j in range(ncand):
         c = cand[j]
         s = out[c]
@@ -525,14 +526,7 @@ cdef Py_ssize_t _select(const double* out, const int64_t* cand, Py_ssize_t ncand
         hits[count].id = c
         hits[count].score = s
         count += 1
-    qsort(hits, count, sizeof(_Hit), _by_score)
-    if count > k:  # the k best and those tied with the k-th
-        s = hits[k - 1].score
-        j = k
-        while j < count and hits[j].score >= s:
-            j += 1
-        count = j
-    return count
+    return _best_first(hits, count, k)
 
 
 def bm25_top_k(double[::1] acc, const double[::1] norm, list postings, list idfs, list weights, list flats,
@@ -748,14 +742,7 @@ def bm25_top_k(double[::1] acc, const double[::1] norm, list postings, list idfs
                         hits[count].id = c
                         hits[count].score = s
                         count += 1
-                nfin = count
-                qsort(hits, nfin, sizeof(_Hit), _by_score)
-                if nfin > k:  # the k best and those tied with the k-th
-                    s = hits[k - 1].score
-                    count = k
-                    while count < nfin and hits[count].score >= s:
-                        count += 1
-                    nfin = count
+                nfin = _best_first(hits, count, k)
         if hits == NULL:
             raise MemoryError()
         ids = np.empty(nfin, np.int64)
