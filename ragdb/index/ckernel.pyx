@@ -409,12 +409,6 @@ cdef Py_ssize_t _gallop(const _Term* t, Py_ssize_t lo, int64_t c) noexcept nogil
     return lo
 
 
-cdef int _by_id(const void* a, const void* b) noexcept nogil:
-    cdef int64_t x = (<const int64_t*>a)[0]
-    cdef int64_t y = (<const int64_t*>b)[0]
-    return (x > y) - (x < y)
-
-
 cdef int _DEBRUIJN[64]
 _DEBRUIJN[:] = [0, 1, 48, 2, 57, 49, 28, 3, 61, 58, 50, 42, 38, 29, 17, 4, 62, 55, 59, 36, 53, 51, 43, 22, 45,
                 39, 33, 30, 24, 18, 12, 5, 63, 47, 56, 27, 60, 41, 37, 16, 54, 35, 52, 21, 44, 32, 23, 11, 46, 26,
