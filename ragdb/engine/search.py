@@ -639,7 +639,7 @@ class Searcher:
 
         def text_of(cid: int, field: str | None) -> str:
             if field is not None:  # a title or heading path: from the hit fields
-                return str(index.hit_protos([cid])[cid][0][field] or "")
+                return str(getattr(index.hit_protos([cid])[cid], field) or "")
             if cid not in texts:
                 texts.update(index.texts([cid]))
             return texts.get(cid, "")

@@ -34,6 +34,7 @@ import numpy as np
 import orjson
 
 from ragdb.index import kernel, scoring, snapshot
+from ragdb.index.hits import HitEntry
 from ragdb.index.forward import forward_term_ids, invert_compiled, unpack_forward_many
 from ragdb.index.terms import TermTable, new_table
 from ragdb.errors import StorageError
@@ -51,10 +52,10 @@ FLUSH_THRESHOLD = 2048      # tail chunks that trigger a flush
 # TAIL_DELTA_MIN or 1/TAIL_DELTA_SHARE of the rest (Index._tail_parts), then all regrouped.
 TAIL_DELTA_MIN, TAIL_DELTA_SHARE = 64, 8
 HIT_CACHE_BYTES = 12 << 20  # hit fields (text, metadata) kept for building hits, about 12 MiB
-# Bytes of one cache entry besides its text: its fields dict, the (fields, metadata) tuple,
-# the cache's slot, its ints, source and title strings. Measured (tracemalloc, 2,009 entries
-# of the realistic 100k corpus): 979; counted as 500 before, the cache held ~15 MiB, not 12.
-HIT_ENTRY_OVERHEAD = 980
+# Bytes of one cache entry besides its text: its HitEntry tuple, the cache's slot, its ints,
+# source and title strings. Measured (tracemalloc, 2,009 entries of the realistic 100k corpus,
+# text 1,907 bytes on average): 327; a dict of the fields, before HitEntry, took 711.
+HIT_ENTRY_OVERHEAD = 330
 _NO_META: dict[str, Any] = {}  # shared by cache entries without metadata; never mutated
 # Decoded postings kept between queries, in bytes: at least POSTINGS_CACHE_MIN_BYTES, and
 # POSTINGS_CACHE_BYTES_PER_CHUNK per chunk of the database. A query's postings grow with the
@@ -571,7 +572,7 @@ class Index:
         self._length_norm: tuple[Any, np.ndarray] | None = None  # BM25 length part per chunk
         self._zeros: np.ndarray | None = None  # the pruning kernel's work array, all zeros between queries
         self._lookup_cache: dict[str, tuple[int, int] | None] = {}
-        self._rows: dict[int, tuple[dict[str, Any], dict[str, Any]]] = {}
+        self._rows: dict[int, HitEntry] = {}
         self._rows_bytes = 0
         self._scratch: dict[str, np.ndarray] = {}
         self._shared_strings: dict[str, str] = {}
@@ -791,7 +792,7 @@ class Index:
         for cid in chunk_ids:
             entry = self._rows.pop(cid, None)
             if entry is not None:
-                self._rows_bytes -= sys.getsizeof(entry[0]["text"]) + HIT_ENTRY_OVERHEAD
+                self._rows_bytes -= sys.getsizeof(entry.text) + HIT_ENTRY_OVERHEAD
 
     def _invalidate(self) -> None:
         self.masks.clear()
@@ -1154,10 +1155,10 @@ class Index:
         return mask is self._bases.get(False)
 
     # -- scoring ----------------------------------------------------------------
-    def hit_protos(self, chunk_ids: Sequence[int]) -> dict[int, tuple[dict[str, Any], dict[str, Any]]]:
-        """chunk id -> (its :class:`~ragdb.types.Hit` fields but score, metadata, explain
-        and confidence; its metadata, the document's merged with the chunk's), for
-        building hits, through a cache.
+    def hit_protos(self, chunk_ids: Sequence[int]) -> dict[int, HitEntry]:
+        """chunk id -> its :class:`~ragdb.index.hits.HitEntry` (the :class:`~ragdb.types.Hit`
+        fields that do not depend on the query; its metadata, the document's merged with the
+        chunk's), for building hits, through a cache.
 
         A chunk's text and position never change (replacing a document creates
         new chunks; ids are never reused); its metadata can (``Database.update``),
@@ -1197,16 +1198,14 @@ class Index:
             timestamp = shared.setdefault(timestamp, timestamp)
             if version is not None:
                 version = shared.setdefault(version, version)
-            out[cid] = cache[cid] = ({"chunk_id": cid, "doc_id": doc_id, "source": source, "version": version,
-                                      "timestamp": timestamp, "text": text, "start": start, "end": end,
-                                      "ordinal": ordinal, "title": effective_title(title, source),
-                                      "section": section, "highlights": (), "snippet": None}, meta)
+            out[cid] = cache[cid] = HitEntry(doc_id, source, version, timestamp, text, start, end, ordinal,
+                                             effective_title(title, source), section, meta)
             self._rows_bytes += sys.getsizeof(text) + HIT_ENTRY_OVERHEAD
         if self._rows_bytes > HIT_CACHE_BYTES:
             evict = []
-            for c, (fields, _meta) in cache.items():  # oldest first
+            for c, entry in cache.items():  # oldest first
                 evict.append(c)
-                self._rows_bytes -= sys.getsizeof(fields["text"]) + HIT_ENTRY_OVERHEAD
+                self._rows_bytes -= sys.getsizeof(entry.text) + HIT_ENTRY_OVERHEAD
                 if self._rows_bytes <= HIT_CACHE_BYTES * 3 // 4:
                     break
             for c in evict:
@@ -1222,7 +1221,7 @@ class Index:
         for cid in chunk_ids:
             cached = self._rows.get(cid)
             if cached is not None:
-                out[cid] = cached[0]["text"]
+                out[cid] = cached.text
             elif self.whole[cid]:
                 whole.append(cid)
             else:
