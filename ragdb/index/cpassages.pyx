@@ -224,6 +224,116 @@ cdef Py_ssize_t words_raw(const chars_t* s, Py_ssize_t n, uint64_t* words, const
     return nwords
 
 
+DEF SAFE = 0x4000000  # bit 26 of an entry of hits._nfkc_table (hits._NFKC_SAFE)
+
+
+cdef Py_ssize_t markup_end_nfkc(const chars_t* s, Py_ssize_t n, Py_ssize_t i, const uint32_t* table) noexcept:
+    """:func:`markup_end_raw` on the characters' NFKC forms, as ``table`` (``hits._nfkc_table``)
+    gives them: where the markup at ``s[i]`` ends, -1 where none starts there, -2 at a
+    character the table has no safe form of (:func:`words_nfkc` then gives up)."""
+    cdef Py_ssize_t j
+    cdef Py_UCS4 c
+    cdef uint32_t e, d
+    if (table[s[i]] & 0xFFFF) == 0x5D:  # ']'
+        if i + 1 >= n:
+            return -1
+        c = s[i + 1]
+        if chars_t is not uint8_t and c >= 0x10000:
+            return -2
+        e = table[c]
+        if not (e & SAFE):
+            return -2
+        if (e & 0xFFFF) != 0x28:  # '('
+            return -1
+        j = i + 2
+        while j < n:
+            c = s[j]
+            if chars_t is not uint8_t and c >= 0x10000:
+                return -2
+            e = table[c]
+            if not (e & SAFE):
+                return -2
+            d = e & 0xFFFF
+            if d == 0x29:  # ')'
+                return j + 1
+            if Py_UNICODE_ISSPACE(d):
+                return -1
+            j += 1
+        return -1
+    j = i + 1  # '<'
+    while j < n and j - i - 1 <= MAX_MARKUP:
+        c = s[j]
+        if chars_t is not uint8_t and c >= 0x10000:
+            return -2
+        e = table[c]
+        if not (e & SAFE):
+            return -2
+        d = e & 0xFFFF
+        if d == 0x3E:  # '>'
+            return j + 1 if j > i + 1 else -1
+        if d == 0x0A:
+            return -1
+        j += 1
+    return -1
+
+
+cdef Py_ssize_t words_nfkc(const chars_t* s, Py_ssize_t n, uint64_t* words, const uint32_t* table) noexcept:
+    """The word hashes of the NFKC form of ``s`` (any text: markup in it, not case folded) into
+    ``words``; their count, or -1 at the first character whose entry in ``table``
+    (``hits._nfkc_table``) lacks SAFE, or past the BMP. Where every character has SAFE, the
+    text's NFKC form is each character's one-character form in turn (``hits._nfkc_table`` says
+    why), and the words are :func:`words_raw`'s of that form, read here in the same pass.
+    The CJK unified ideographs (most of a Chinese text) are their own forms, words of their own,
+    and are not looked up: the table's entries for them are spread over 84 KB of it."""
+    cdef Py_ssize_t i = 0, end, length = 0, nwords = 0
+    cdef Py_UCS4 c
+    cdef uint32_t e, cls
+    cdef uint64_t h = 0
+    while i < n:
+        c = s[i]
+        if chars_t is not uint8_t and 0x4E00 <= c <= 0x9FFF:  # (the table's entry: c, class 2, SAFE)
+            if length:
+                words[nwords] = fmix(h + <uint64_t>length * GOLDEN)
+                nwords += 1
+                length = 0
+                h = 0
+            words[nwords] = fmix((<uint64_t>c + 1) * _POSITION[0] + GOLDEN)
+            nwords += 1
+            i += 1
+            continue
+        if chars_t is not uint8_t and c >= 0x10000:
+            return -1
+        e = table[c]
+        if not (e & SAFE):
+            return -1
+        cls = (e >> 24) & 3
+        if cls == 1:
+            h += (<uint64_t>(e & 0xFFFF) + 1) * position(length)
+            length += 1
+            i += 1
+            continue
+        if length:
+            words[nwords] = fmix(h + <uint64_t>length * GOLDEN)
+            nwords += 1
+            length = 0
+            h = 0
+        if cls == 2:
+            words[nwords] = fmix((<uint64_t>(e & 0xFFFF) + 1) * _POSITION[0] + GOLDEN)
+            nwords += 1
+        elif (e & 0xFFFF) == 0x5D or (e & 0xFFFF) == 0x3C:
+            end = markup_end_nfkc(s, n, i, table)
+            if end == -2:
+                return -1
+            if end > 0:
+                i = end
+                continue
+        i += 1
+    if length:
+        words[nwords] = fmix(h + <uint64_t>length * GOLDEN)
+        nwords += 1
+    return nwords
+
+
 cdef object to_bytes(const uint64_t* values, Py_ssize_t n):
     """A bytes object of the low 32 bits of each of ``values``, native uint32 (what a search
     keeps of a passage: 4 bytes a shingle and a 33-byte header, where an int64 array took 8 and
@@ -281,6 +391,34 @@ def shingles_raw(str text, const uint32_t[::1] table):
             nwords = words_raw(<const uint16_t*>data, n, words, &table[0])
         else:
             nwords = words_raw(<const uint32_t*>data, n, words, &table[0])
+        if nwords < 0:
+            return None
+        return from_words(words, nwords)
+    finally:
+        free(words)
+
+
+def shingles_nfkc(str text, const uint32_t[::1] table):
+    """:func:`shingles` of ``text`` (any text: not normalized, markup in it, not case folded)
+    in one pass where every character has a safe entry in ``table`` (``hits._nfkc_table``,
+    65,536 entries): the text's NFKC form, markup removed, case folded, without making any of
+    them; None where a character has none, which Python then normalizes (:func:`words_nfkc`)."""
+    cdef int kind = PyUnicode_KIND(text)
+    cdef void* data = PyUnicode_DATA(text)
+    cdef Py_ssize_t n = PyUnicode_GET_LENGTH(text), nwords
+    cdef uint64_t* words
+    if table.shape[0] != 0x10000:
+        raise ValueError("the table holds the 65,536 BMP characters")
+    words = <uint64_t*>malloc((n + 1) * sizeof(uint64_t))
+    if words == NULL:
+        raise MemoryError()
+    try:
+        if kind == 1:
+            nwords = words_nfkc(<const uint8_t*>data, n, words, &table[0])
+        elif kind == 2:
+            nwords = words_nfkc(<const uint16_t*>data, n, words, &table[0])
+        else:
+            nwords = words_nfkc(<const uint32_t*>data, n, words, &table[0])
         if nwords < 0:
             return None
         return from_words(words, nwords)

@@ -279,6 +279,58 @@ def _raw_table() -> np.ndarray:
     return _raw
 
 
+_NFKC_SAFE = 1 << 26  # cpassages.SAFE
+# The BMP ranges whose characters :func:`_nfkc_table` may give a safe entry, checked one by one
+# (Latin, Greek, Cyrillic, punctuation and symbols, CJK punctuation and kana, the half-width and
+# full-width forms), and the ranges whose every character has one without a check (the CJK
+# ideographs and the Hangul syllables: their own NFKC forms, of combining class 0, with which
+# no character before them composes). No character of either is a combining class 0 character
+# a character before it may compose with (tests/index/test_passages.py checks both lists
+# against every composition Python's Unicode data holds).
+_SAFE_CHECKED = ((0x0000, 0x024F), (0x0370, 0x052F), (0x2000, 0x2BFF), (0x3000, 0x30FF), (0xFF00, 0xFFEF))
+_SAFE_ALWAYS = ((0x3400, 0x4DBF), (0x4E00, 0x9FFF), (0xAC00, 0xD7A3))
+_nfkc_tab: np.ndarray | None = None
+
+
+def _nfkc_table() -> np.ndarray:
+    """The table of ``cpassages.shingles_nfkc``: uint32, each BMP character ``c`` to the
+    :func:`_raw_table` entry (case folding and class) of its NFKC form where that is one
+    character (:func:`_compat_table`, else ``c`` itself), with bit :data:`_NFKC_SAFE` where that
+    form ``f`` is "safe": ``c`` and ``f`` lie in the ranges of :data:`_SAFE_CHECKED` or
+    :data:`_SAFE_ALWAYS` (so ``f`` is no character a character before it may compose with: a
+    half-width Hangul letter's form is a conjoining jamo, outside them), ``f`` is NFKC-normalized
+    alone, of combining class 0, and case folds to one character; 0 (no SAFE) for every other
+    character.
+
+    A text of safe characters only has as NFKC form its characters' forms in turn: the forms
+    replace each character with its one-character NFKC form (as ``fold_compat``, which
+    :func:`_nfkc` shows keeps the text's NFKC form), and a text of characters whose NFKC quick
+    check is YES (normalized alone, not composing with a character before, combining class 0)
+    is normalized (UAX #15's quick check). Made once, on first use (~1 ms besides the raw table)."""
+    global _nfkc_tab
+    if _nfkc_tab is None:
+        raw, compat = _raw_table(), _compat_table()
+        safe = np.zeros(0x10000, bool)
+        for lo, hi in _SAFE_ALWAYS:
+            safe[lo:hi + 1] = True
+        for lo, hi in _SAFE_CHECKED:
+            forms = [chr(f) for f in compat[lo:hi + 1].tolist()]
+            # each form's NFKC in one call: U+E000 between them (private use: a starter, its own
+            # form, composing with nothing, in no range), which keeps each apart (one call a
+            # character took ~4 ms in all)
+            normal = unicodedata.normalize("NFKC", "\ue000".join(forms)).split("\ue000")
+            safe[lo:hi + 1] = [n == f and not unicodedata.combining(f) for f, n in zip(forms, normal)]
+        bmp = compat < 0x10000  # (a few compatibility ideographs' forms lie past it)
+        form = np.where(bmp, compat, 0)
+        entry = raw[form]
+        # the form itself in the ranges (a half-width Hangul letter's is a conjoining jamo)
+        safe &= bmp & (entry != _MANY) & safe[form]
+        table = np.where(safe, entry | np.uint32(_NFKC_SAFE), np.uint32(0)).astype(np.uint32)
+        table.flags.writeable = False  # shared by every search
+        _nfkc_tab = table
+    return _nfkc_tab
+
+
 def _nfkc(text: str, compiled: Any) -> str:
     """``unicodedata.normalize("NFKC", text)``. With the compiled module, the characters whose
     NFKC form is one character are first replaced by it (``fold_compat``), which leaves the
@@ -373,8 +425,15 @@ def passage_shingles(text: str) -> bytes:
     if text.isascii():
         if compiled is not None:
             return compiled.shingles(text, True)
-    elif not unicodedata.is_normalized("NFKC", text):
-        text = _nfkc(text, compiled)
+    else:
+        if compiled is not None:
+            # most texts, Chinese with its full-width commas and brackets included, in one pass
+            # (normalizing first cost Chinese paragraphs about as much as the shingles)
+            found = compiled.shingles_nfkc(text, _nfkc_table())
+            if found is not None:
+                return found
+        if not unicodedata.is_normalized("NFKC", text):
+            text = _nfkc(text, compiled)
     if compiled is not None:
         # markup removed, then case folded, as the words are read, in one pass where the table
         # can fold (searching for markup cost ~1.5 us a paragraph, casefold ~10 us)

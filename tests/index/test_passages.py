@@ -388,3 +388,79 @@ def test_the_raw_table_is_the_bmps_and_read_only():
     table = hits._raw_table()
     assert len(table) == 0x10000 and not table.flags.writeable
     assert cpassages.shingles_raw("Größe", table) is None  # (ß folds to two characters: Python's path)
+
+
+# NFKC's hazards for the one-pass path (cpassages.shingles_nfkc): full-width markup and
+# brackets, the ideographic space, combining marks and kana voicing marks (also half-width),
+# Hangul jamo that compose with a syllable or jamo before them, forms of several characters
+# (ﬁ, ½, ſ folds to s outside the compatibility blocks), compatibility ideographs (one's form
+# lies past the BMP), characters past the BMP with and without a form of their own
+_NFKC_HAZARDS = (list("中文，。（）＜＞［］：　ａＡ０ｶﾞﾟか가각ﬁ½ſ①㈱豈丽ß") +
+                 ["\u3099", "\u309a", "\u0301", "\u1100", "\u1161", "\u11a8", "\U0002F800", "\U0001F100",
+                  "\U0001D400", "😀", "\u0345", "a", "Z", " ", "\n", "<", ">", "]", "(", ")", "<b>", "](x) ",
+                  "［x］（y）", "＜b＞"])
+
+
+@settings(max_examples=400, deadline=None)
+@given(text=st.lists(st.sampled_from(_NFKC_HAZARDS), max_size=40).map("".join))
+def test_the_one_pass_nfkc_shingles_are_the_references(text):
+    """Where ``shingles_nfkc`` answers (every character safe), its shingles are the numpy
+    reference's (NFKC, markup removed, case folded); either way the compiled
+    ``passage_shingles`` is the reference's."""
+    compiled = hits._cpassages
+    if compiled is None:
+        return
+    expected, got = _both(hits.passage_shingles, text)
+    assert got == expected
+    one_pass = compiled.shingles_nfkc(text, hits._nfkc_table())
+    assert one_pass is None or one_pass == expected
+
+
+def test_the_one_pass_nfkc_path_takes_most_text():
+    """Chinese with full-width punctuation, and accented or Greek Latin text, take the one
+    pass; a character whose form is several, or that may compose, leaves it to Python."""
+    if "compiled" not in kernel.available():
+        pytest.skip("the compiled kernel is not installed")
+    from ragdb.index import cpassages
+
+    table = hits._nfkc_table()
+    assert len(table) == 0x10000 and not table.flags.writeable
+    for text in ("生命数耗完即算为什么？（游戏）：玩家，ＡＢＣ１２３。", "café naïve – “quoted” α-helix Σίσυφος ²"):
+        assert cpassages.shingles_nfkc(text, table) == _both(hits.passage_shingles, text)[0], text
+    for text in ("ﬁle", "½", "Größe", "か\u3099", "e\u0301", "가\u11a8", "\U0001F100", "ſ"):
+        assert cpassages.shingles_nfkc(text, table) is None, text
+    with pytest.raises(ValueError):
+        cpassages.shingles_nfkc("é", np.zeros(256, np.uint32))
+
+
+def test_the_nfkc_table_is_its_definition_character_by_character():
+    """Every BMP character's entry: the raw table's entry of its one-character NFKC form, with
+    SAFE exactly where that form is normalized alone, of combining class 0, folds to one
+    character, and it and the character lie in the ranges the table checks or trusts; no character
+    of those ranges is one a character before it composes with (every canonical composition
+    of Python's Unicode data, and the Hangul jamo's), and the trusted ranges hold safe
+    characters only."""
+    raw, compat, table = hits._raw_table(), hits._compat_table(), hits._nfkc_table()
+    composing = {0x1161 + v for v in range(21)} | {0x11A8 + t for t in range(27)}
+    for code in range(0x110000):
+        parts = unicodedata.decomposition(chr(code)).split()
+        if len(parts) == 2 and not parts[0].startswith("<"):
+            first, second = (int(p, 16) for p in parts)
+            if unicodedata.normalize("NFC", chr(first) + chr(second)) == chr(code):  # not excluded
+                composing.add(second)
+    ranges = hits._SAFE_CHECKED + hits._SAFE_ALWAYS
+    in_ranges = np.zeros(0x10000, bool)
+    for lo, hi in ranges:
+        in_ranges[lo:hi + 1] = True
+    assert not [hex(c) for c in composing if c < 0x10000 and in_ranges[c] and not unicodedata.combining(chr(c))]
+    for code in range(0x10000):
+        form = int(compat[code])
+        safe = bool(in_ranges[code] and form < 0x10000 and in_ranges[form] and raw[form] != hits._MANY
+                    and unicodedata.is_normalized("NFKC", chr(form)) and not unicodedata.combining(chr(form))
+                    and form not in composing)
+        expected = (int(raw[form]) | hits._NFKC_SAFE) if safe else 0
+        assert int(table[code]) == expected, hex(code)
+    for lo, hi in hits._SAFE_ALWAYS:  # trusted, not checked, when the table is made
+        assert all(table[c] & hits._NFKC_SAFE for c in range(lo, hi + 1)), (hex(lo), hex(hi))
+    # the compiled pass reads the CJK unified ideographs without the table: their entries
+    assert all(int(table[c]) == c | (2 << 24) | hits._NFKC_SAFE for c in range(0x4E00, 0xA000))
