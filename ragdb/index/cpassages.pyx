@@ -280,7 +280,8 @@ cdef Py_ssize_t markup_end_nfkc(const chars_t* s, Py_ssize_t n, Py_ssize_t i, co
 cdef Py_ssize_t words_nfkc(const chars_t* s, Py_ssize_t n, uint64_t* words, const uint32_t* table) noexcept:
     """The word hashes of the NFKC form of ``s`` (any text: markup in it, not case folded) into
     ``words``; their count, or -1 at the first character whose entry in ``table``
-    (``hits._nfkc_table``) lacks SAFE, or past the BMP. Where every character has SAFE, the
+    (``hits._nfkc_table``) lacks SAFE, or past the BMP, met as a character or while looking
+    for the end of markup (:func:`markup_end_nfkc`). Where every character has SAFE, the
     text's NFKC form is each character's one-character form in turn (``hits._nfkc_table`` says
     why), and the words are :func:`words_raw`'s of that form, read here in the same pass.
     The CJK unified ideographs (most of a Chinese text) are their own forms, words of their own,

@@ -23,11 +23,12 @@ from ragdb.types import Duplicate, Hit
 class HitEntry(NamedTuple):
     """What a search keeps of a chunk to make its hits (:meth:`ragdb.index.inverted.Index.hit_protos`):
     the :class:`Hit` fields that do not depend on the query, and the metadata (the document's
-    merged with the chunk's; shared, never mutated: each hit gets a copy). A tuple, where a dict
-    of the fields was before: the cache of these is bounded in bytes, and a dict of 13 fields
-    took ~650 of them an entry, the tuple ~140, so the same bytes hold more chunks (at 12 MiB
-    all of SciFact's 5,183 fit; before, ~3,600-4,800 did and a search read ~17 of its ~110
-    hits from SQLite)."""
+    merged with the chunk's; never mutated: each hit gets its own copy, nested lists and
+    dicts included, :func:`_own_metadata`). A tuple, where a dict of the fields was before: the
+    cache of these is bounded in bytes, and an entry took 711 of them besides its text with the
+    dict, 327 with the tuple (``inverted.HIT_ENTRY_OVERHEAD``), so the same bytes hold more
+    chunks (at 12 MiB all of SciFact's 5,183 fit; before, ~3,600-4,800 did and a search read
+    ~17 of its ~110 hits from SQLite)."""
 
     doc_id: int
     source: str
@@ -66,11 +67,30 @@ def make_hits(protos: Protos, chunk_ids: Sequence[int], scores: Sequence[float],
         setattr_(hit, "__dict__", {
             "score": score, "chunk_id": cid, "doc_id": doc_id, "source": source, "version": version,
             "timestamp": timestamp, "text": text, "start": start, "end": end, "ordinal": ordinal,
-            "metadata": dict(meta) if meta else {},
+            "metadata": _own_metadata(meta) if meta else {},
             "explain": dict(explain.get(cid, ())) if explain is not None else {},
             "confidence": conf, "highlights": (), "snippet": None, "title": title, "section": section})
         append(hit)
     return hits
+
+
+def _own_metadata(meta: Mapping[str, Any]) -> dict[str, Any]:
+    """A hit's own copy of cached metadata: a caller changing a list or dict in a hit's
+    metadata (``hit.metadata["tags"].append(...)``) changes neither the cache nor other hits."""
+    out = dict(meta)
+    for key, value in out.items():
+        if type(value) is list or type(value) is dict:
+            out[key] = _copied(value)
+    return out
+
+
+def _copied(value: Any) -> Any:
+    """A copy of a JSON value's lists and dicts, at every depth (scalars are immutable)."""
+    if type(value) is list:
+        return [_copied(v) for v in value]
+    if type(value) is dict:
+        return {k: _copied(v) for k, v in value.items()}
+    return value
 
 
 def hit_order(h: Hit) -> tuple[float, str, int, int]:
@@ -173,6 +193,9 @@ _S30, _S27, _S31 = np.uint64(30), np.uint64(27), np.uint64(31)
 try:  # built by setup.py beside the scoring kernel; absent where no compiler was found
     from ragdb.index import cpassages as _cpassages_module
     _cpassages: Any = _cpassages_module
+    if not all(hasattr(_cpassages, name) for name in ("shingles", "shingles_raw", "shingles_nfkc", "fold_compat",
+                                                        "same_pairs")):
+        _cpassages = None  # pragma: no cover - an extension built from older sources: not used
 except ImportError:  # pragma: no cover - a platform without the extension
     _cpassages = None
 
@@ -305,8 +328,9 @@ def _nfkc_table() -> np.ndarray:
     A text of safe characters only has as NFKC form its characters' forms in turn: the forms
     replace each character with its one-character NFKC form (as ``fold_compat``, which
     :func:`_nfkc` shows keeps the text's NFKC form), and a text of characters whose NFKC quick
-    check is YES (normalized alone, not composing with a character before, combining class 0)
-    is normalized (UAX #15's quick check). Made once, on first use (~1 ms besides the raw table)."""
+    check is YES (normalized alone, not composing with a character before) and of combining
+    class 0 is normalized (UAX #15's quick check: YES for every character, and no combining
+    marks to reorder). Made once, on first use (~1 ms besides the raw table)."""
     global _nfkc_tab
     if _nfkc_tab is None:
         raw, compat = _raw_table(), _compat_table()

@@ -52,10 +52,14 @@ FLUSH_THRESHOLD = 2048      # tail chunks that trigger a flush
 # TAIL_DELTA_MIN or 1/TAIL_DELTA_SHARE of the rest (Index._tail_parts), then all regrouped.
 TAIL_DELTA_MIN, TAIL_DELTA_SHARE = 64, 8
 HIT_CACHE_BYTES = 12 << 20  # hit fields (text, metadata) kept for building hits, about 12 MiB
-# Bytes of one cache entry besides its text: its HitEntry tuple, the cache's slot, its ints,
-# source and title strings. Measured (tracemalloc, 2,009 entries of the realistic 100k corpus,
-# text 1,907 bytes on average): 327; a dict of the fields, before HitEntry, took 711.
+# Bytes of one cache entry besides its text and metadata: its HitEntry tuple, the cache's slot,
+# its ints, source and title strings. Measured (tracemalloc, 2,009 entries of the realistic 100k
+# corpus, text 1,907 bytes on average, no metadata): 327; a dict of the fields and the tuple
+# holding it, before HitEntry, took 711.
 HIT_ENTRY_OVERHEAD = 330
+# Metadata, counted from its JSON: a parsed dict took 4-14 bytes a byte of its JSON (tracemalloc:
+# 314-916 bytes for 50-151 bytes of JSON, nested values the most), counted as 200 + 6 a byte.
+HIT_META_BYTES = (200, 6)
 _NO_META: dict[str, Any] = {}  # shared by cache entries without metadata; never mutated
 # Decoded postings kept between queries, in bytes: at least POSTINGS_CACHE_MIN_BYTES, and
 # POSTINGS_CACHE_BYTES_PER_CHUNK per chunk of the database. A query's postings grow with the
@@ -792,7 +796,7 @@ class Index:
         for cid in chunk_ids:
             entry = self._rows.pop(cid, None)
             if entry is not None:
-                self._rows_bytes -= sys.getsizeof(entry.text) + HIT_ENTRY_OVERHEAD
+                self._rows_bytes -= self._entry_bytes(entry)
 
     def _invalidate(self) -> None:
         self.masks.clear()
@@ -1198,19 +1202,29 @@ class Index:
             timestamp = shared.setdefault(timestamp, timestamp)
             if version is not None:
                 version = shared.setdefault(version, version)
-            out[cid] = cache[cid] = HitEntry(doc_id, source, version, timestamp, text, start, end, ordinal,
-                                             effective_title(title, source), section, meta)
-            self._rows_bytes += sys.getsizeof(text) + HIT_ENTRY_OVERHEAD
+            out[cid] = cache[cid] = entry = HitEntry(doc_id, source, version, timestamp, text, start, end,
+                                                     ordinal, effective_title(title, source), section, meta)
+            self._rows_bytes += self._entry_bytes(entry)
         if self._rows_bytes > HIT_CACHE_BYTES:
             evict = []
             for c, entry in cache.items():  # oldest first
                 evict.append(c)
-                self._rows_bytes -= sys.getsizeof(entry.text) + HIT_ENTRY_OVERHEAD
+                self._rows_bytes -= self._entry_bytes(entry)
                 if self._rows_bytes <= HIT_CACHE_BYTES * 3 // 4:
                     break
             for c in evict:
                 del cache[c]
         return out
+
+    @staticmethod
+    def _entry_bytes(entry: HitEntry) -> int:
+        """What a hit cache entry counts for (:data:`HIT_CACHE_BYTES`): its text, the rest of it
+        and its metadata (estimated from its JSON: :data:`HIT_META_BYTES`)."""
+        size = sys.getsizeof(entry.text) + HIT_ENTRY_OVERHEAD
+        if entry.metadata:
+            base, per_byte = HIT_META_BYTES
+            size += base + per_byte * len(orjson.dumps(entry.metadata))
+        return size
 
     def texts(self, chunk_ids: Sequence[int]) -> dict[int, str]:
         """chunk id -> its text, read from the text columns alone (a chunk that is its whole

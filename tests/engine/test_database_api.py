@@ -617,6 +617,22 @@ def test_update_keeps_chunk_metadata_and_title(db):
     assert db.check() == []
 
 
+def test_changing_a_hits_metadata_changes_no_later_search(db):
+    """Hits are made from a cache: each gets its own metadata, nested lists and dicts included,
+    so a caller that changes them changes neither the next search's hits nor the other hits."""
+    meta = {"tags": ["a", "b"], "info": {"authors": ["x"], "year": 2020}, "n": 1}
+    db.add("copper wire conducts current", source="c.md", metadata=meta, chunker="none")
+    db.add("copper pipes carry water", source="p.md", metadata=meta, chunker="none")
+    first = db.search("copper", k=5)
+    assert [h.metadata for h in first] == [meta, meta]
+    first[0].metadata["tags"].append("mine")
+    first[0].metadata["info"]["authors"].append("me")
+    first[0].metadata["n"] = 2
+    assert first[1].metadata == meta
+    assert [h.metadata for h in db.search("copper", k=5)] == [meta, meta]
+    assert [h.metadata for h in db.search("copper", k=5, explain=True)] == [meta, meta]
+
+
 @pytest.mark.parametrize("flush_first", [False, True], ids=["tail", "flushed"])
 def test_update_seen_by_another_connection_with_cached_hits(tmp_path, flush_first):
     path = tmp_path / "shared.db"
