@@ -1173,10 +1173,12 @@ class Index:
         emptied oldest-first (FIFO) down to 3/4 of it: an LRU's bookkeeping on
         every hit cost more than its better hit rate saved."""
         cache = self._rows
-        missing = [c for c in chunk_ids if c not in cache]
-        if not missing:
-            return cache
-        out = {c: cache[c] for c in chunk_ids if c in cache}
+        # (a dict of the caller's own, not the cache: hits are made from it after the read
+        # transaction, while another thread's search on this handle may evict entries)
+        out = {c: e for c in chunk_ids if (e := cache.get(c)) is not None}
+        if len(out) == len(chunk_ids):
+            return out
+        missing = [c for c in chunk_ids if c not in out]
         ids = np.asarray(missing, dtype=np.intp)
         whole = self.whole[ids]
         rows = self.store.hit_rows(ids[~whole].tolist()) if not whole.all() else {}

@@ -633,6 +633,21 @@ def test_changing_a_hits_metadata_changes_no_later_search(db):
     assert [h.metadata for h in db.search("copper", k=5, explain=True)] == [meta, meta]
 
 
+def test_hit_fields_handed_out_are_the_callers_own(db):
+    """``Index.hit_protos`` hands out a dict of its own, not its cache: a search makes its hits
+    from it after the read transaction, while another thread's search on the same handle may
+    evict entries from the cache (or a write forget them)."""
+    for i in range(5):
+        db.add(f"zinc alloy number {i}", source=f"z{i}.md", chunker="none")
+    hits = db.search("zinc", k=5)
+    index = db._engine.index
+    ids = [h.chunk_id for h in hits]
+    with db._engine.store.read():
+        protos = index.hit_protos(ids)  # every one cached by the search
+    index.forget_hits(ids)
+    assert sorted(protos) == sorted(ids) and [protos[c].source for c in ids] == [h.source for h in hits]
+
+
 @pytest.mark.parametrize("flush_first", [False, True], ids=["tail", "flushed"])
 def test_update_seen_by_another_connection_with_cached_hits(tmp_path, flush_first):
     path = tmp_path / "shared.db"
