@@ -1,5 +1,7 @@
 """Types of the compiled half of collapsing copies (``ragdb/index/cpassages.pyx``)."""
 
+from typing import Any
+
 import numpy as np
 
 def shingles(text: str, markup: bool) -> bytes: ...
@@ -11,3 +13,5 @@ _sparse_pairs: bool
 _full_pairs: bool
 
 def filtered_count() -> int: ...
+def make_hits(hit_type: type, protos: Any, chunk_ids: list[int], scores: list[float], explain: Any,
+              confidences: Any, own_metadata: Any) -> list[Any]: ...

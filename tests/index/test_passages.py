@@ -464,3 +464,34 @@ def test_the_nfkc_table_is_its_definition_character_by_character():
         assert all(table[c] & hits._NFKC_SAFE for c in range(lo, hi + 1)), (hex(lo), hex(hi))
     # the compiled pass reads the CJK unified ideographs without the table: their entries
     assert all(int(table[c]) == c | (2 << 24) | hits._NFKC_SAFE for c in range(0x4E00, 0xA000))
+
+
+def test_hits_are_made_alike_by_both_kernels():
+    """``hits.make_hits``: the compiled one makes the same instance dicts (key for key, in
+    the same order) as the Python one, each hit with metadata and explain dicts of its own."""
+    from ragdb.types import Hit
+
+    meta = {"tags": ["a", {"b": [1]}], "n": 1}
+    protos = {7: hits.HitEntry(1, "a.md", "v1", "2024-01-01T00:00:00Z", "some text", 0, 9, 0, "a", None, meta),
+              9: hits.HitEntry(2, "b.md", None, None, "other text", 3, 13, 1, None, "Intro", {}),
+              11: hits.HitEntry(2, "b.md", None, None, "more", 13, 17, 2, None, None, {"x": "y"})}
+    ids, scores = [9, 7, 11], [2.5, 1.0, 1.0]
+    for explain, confidences in ((None, None), ({7: {"t": 0.5}, 9: {"u": 2.5}}, [0.9, 0.4, None])):
+        made = _both(hits.make_hits, protos, ids, scores, explain, confidences)
+        assert [list(vars(h).items()) for h in made[0]] == [list(vars(h).items()) for h in made[1]]
+        for got in made:
+            assert all(type(h) is Hit for h in got) and [h.chunk_id for h in got] == ids
+            assert got[1].metadata == meta and got[1].metadata is not meta
+            assert got[1].metadata["tags"] is not meta["tags"] and got[1].metadata["tags"][1] is not meta["tags"][1]
+            assert got[1].explain == ({} if explain is None else {"t": 0.5})
+            assert got[2].explain == {} and got[0].section == "Intro" and got[1].title == "a"
+            assert [h.confidence for h in got] == (confidences or [None] * 3)
+            assert got[0] == Hit(score=2.5, chunk_id=9, doc_id=2, source="b.md", version=None, timestamp=None,
+                                 text="other text", start=3, end=13, ordinal=1, metadata={},
+                                 explain={} if explain is None else {"u": 2.5},
+                                 confidence=None if confidences is None else 0.9, section="Intro")
+    if hits._cpassages is not None:
+        with pytest.raises(TypeError):
+            hits._cpassages.make_hits(Hit, {1: {"text": "x"}}, [1], [1.0], None, None, hits._own_metadata)
+        with pytest.raises(ValueError):
+            hits._cpassages.make_hits(Hit, protos, [7, 9], [1.0], None, None, hits._own_metadata)
