@@ -239,7 +239,7 @@ def test_a_full_shingle_cache_drops_the_passages_kept_longest(monkeypatch):
 
         def within_bound() -> None:  # the count is of shingles (4 bytes each), and true
             kept = db._searcher._shingles
-            assert db._searcher._shingles_kept == sum(len(v) // 4 for v in kept.values()) <= 300
+            assert db._searcher._shingles_kept == sum(len(v) // 4 for _h, v in kept.values()) <= 300
 
         assert shingled("apple orchard harvest") == 24  # (k + 4 hits ranked, each shingled once)
         within_bound()
