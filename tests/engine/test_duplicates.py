@@ -248,3 +248,27 @@ def test_a_full_shingle_cache_drops_the_passages_kept_longest(monkeypatch):
         assert shingled("river canyon erosion") == 0    # every river passage still kept
         assert 0 < shingled("apple orchard harvest") <= 24  # (some apple passages were dropped)
         within_bound()
+
+
+def test_the_shingle_cache_counts_a_chunk_ids_new_text_once():
+    """The handle's shingle cache holds one entry a chunk id, checked against the hash of the
+    text it was made of: a chunk id that comes back with another text (a rolled-back write's
+    ids are handed out again) gets that text's shingles, and the old ones stop counting."""
+    import dataclasses
+
+    with ragdb.open(":memory:", chunker="none") as db:
+        db.add_many([{"text": f"granite quarry stone {i} cut and polished slabs number {i}", "source": f"g{i}"}
+                     for i in range(6)])
+        hits = db.search("granite quarry", k=6)
+        searcher = db._searcher
+        first = searcher._passage_shingles(hits)
+        other = [dataclasses.replace(h, text=h.text + " with a different ending of several more words") for h in hits]
+        second = searcher._passage_shingles(other)
+        assert second == [passage_shingles_bytes(h.text) for h in other] and second != first
+        kept = searcher._shingles
+        assert len(kept) == len(hits)
+        assert searcher._shingles_kept == sum(len(v) // 4 for _h, v in kept.values())
+
+
+def passage_shingles_bytes(text: str) -> bytes:
+    return _shingles(text)
