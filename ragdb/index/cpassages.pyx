@@ -377,27 +377,7 @@ def shingles_raw(str text, const uint32_t[::1] table):
     removed and characters case folded and classed by ``table`` (``hits._raw_table``, 65,536
     entries) as the words are read, in one pass; None where the table cannot fold a character
     (:func:`words_raw`), which Python then prepares."""
-    cdef int kind = PyUnicode_KIND(text)
-    cdef void* data = PyUnicode_DATA(text)
-    cdef Py_ssize_t n = PyUnicode_GET_LENGTH(text), nwords
-    cdef uint64_t* words
-    if table.shape[0] != 0x10000:
-        raise ValueError("the table holds the 65,536 BMP characters")
-    words = <uint64_t*>malloc((n + 1) * sizeof(uint64_t))
-    if words == NULL:
-        raise MemoryError()
-    try:
-        if kind == 1:
-            nwords = words_raw(<const uint8_t*>data, n, words, &table[0])
-        elif kind == 2:
-            nwords = words_raw(<const uint16_t*>data, n, words, &table[0])
-        else:
-            nwords = words_raw(<const uint32_t*>data, n, words, &table[0])
-        if nwords < 0:
-            return None
-        return from_words(words, nwords)
-    finally:
-        free(words)
+    return _table_shingles(text, table, False)
 
 
 def shingles_nfkc(str text, const uint32_t[::1] table):
@@ -405,6 +385,12 @@ def shingles_nfkc(str text, const uint32_t[::1] table):
     in one pass where every character has a safe entry in ``table`` (``hits._nfkc_table``,
     65,536 entries): the text's NFKC form, markup removed, case folded, without making any of
     them; None where a character has none, which Python then normalizes (:func:`words_nfkc`)."""
+    return _table_shingles(text, table, True)
+
+
+cdef object _table_shingles(str text, const uint32_t[::1] table, bint nfkc):
+    """:func:`shingles_nfkc` (``nfkc``) or :func:`shingles_raw`: the words read through ``table``
+    by :func:`words_nfkc` or :func:`words_raw`, for the width of the text's characters."""
     cdef int kind = PyUnicode_KIND(text)
     cdef void* data = PyUnicode_DATA(text)
     cdef Py_ssize_t n = PyUnicode_GET_LENGTH(text), nwords
@@ -416,11 +402,14 @@ def shingles_nfkc(str text, const uint32_t[::1] table):
         raise MemoryError()
     try:
         if kind == 1:
-            nwords = words_nfkc(<const uint8_t*>data, n, words, &table[0])
+            nwords = (words_nfkc(<const uint8_t*>data, n, words, &table[0]) if nfkc
+                      else words_raw(<const uint8_t*>data, n, words, &table[0]))
         elif kind == 2:
-            nwords = words_nfkc(<const uint16_t*>data, n, words, &table[0])
+            nwords = (words_nfkc(<const uint16_t*>data, n, words, &table[0]) if nfkc
+                      else words_raw(<const uint16_t*>data, n, words, &table[0]))
         else:
-            nwords = words_nfkc(<const uint32_t*>data, n, words, &table[0])
+            nwords = (words_nfkc(<const uint32_t*>data, n, words, &table[0]) if nfkc
+                      else words_raw(<const uint32_t*>data, n, words, &table[0]))
         if nwords < 0:
             return None
         return from_words(words, nwords)
