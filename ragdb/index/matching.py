@@ -397,7 +397,7 @@ class Matcher:
         self.text_of = text_of
         self.size = len(index.lengths)
         self.phrase_terms: set[str] = set()  # the terms of the tree's phrases (see bounds)
-        self._term_masks: dict[int, np.ndarray] = {}
+        self._dense: np.ndarray | None = None  # a scratch mask, all False between uses
         self._node_masks: dict[int, np.ndarray] = {}  # id(MaskNode) -> its mask (the tree outlives the matcher)
         self._positions: dict[tuple[int, str | None], dict[str, list[int]]] = {}
         self._by_text: dict[str, dict[str, list[int]]] = {}
@@ -405,37 +405,52 @@ class Matcher:
         self._verdicts: dict[str, bool] = {}
         #: reads the texts of candidate chunks a batch at a time (see ragdb.engine.search)
         self.prefetch: Callable[[list[int]], object] = lambda _ids: None
+        #: lets go of the texts read so far and of what was worked out from them (see ragdb.engine.search)
+        self.release: Callable[[], object] = self.forget_texts
         self._text_only: bool | None = None
 
-    def term_mask(self, term_id: int) -> np.ndarray:
-        m = self._term_masks.get(term_id)
-        if m is None:
-            m = np.zeros(self.size, bool)
-            p = self.index.term_postings([term_id]).get(term_id)
+    # Masks are kept packed, 8 chunks a byte (numpy's packbits, bit ``i & 7`` of byte ``i >> 3``):
+    # a query's words and phrases each have their bounds, and dense masks of every node (and before,
+    # of every term: a Chinese question's unigrams and bigrams) held ~7 MiB at 100k chunks while a
+    # phrase was checked, ~70 MiB at 1M. Only :meth:`bounds` unpacks, for its caller.
+
+    def _any_mask(self, term_ids: Sequence[int]) -> np.ndarray:
+        """The chunks holding any of ``term_ids``, packed."""
+        if self._dense is None:
+            self._dense = np.zeros(self.size, bool)
+        dense = self._dense
+        postings = self.index.term_postings(list(term_ids))
+        for t in term_ids:
+            p = postings.get(t)
             if p is not None:
-                m[p[0]] = True
-            self._term_masks[term_id] = m
-        return m
+                dense[p[0]] = True
+        out = np.packbits(dense, bitorder="little")
+        dense.fill(False)
+        return out
 
     def _terms_mask(self, node: Terms) -> np.ndarray:
         if node.missing or not node.groups:
-            return np.zeros(self.size, bool)
-        out: np.ndarray | None = None
-        for group in node.groups:
-            m = self.term_mask(group[0]).copy()
-            for t in group[1:]:
-                m |= self.term_mask(t)
-            if out is None:
-                out = m
-            elif node.mode == ANY:
-                out |= m
-            else:
-                out &= m
-        assert out is not None
+            return self._none()
+        if node.mode == ANY:
+            return self._any_mask([t for group in node.groups for t in group])
+        out = self._any_mask(node.groups[0])
+        for group in node.groups[1:]:
+            out &= self._any_mask(group)
         return out
+
+    def _none(self) -> np.ndarray:
+        return np.zeros((self.size + 7) // 8, np.uint8)
+
+    def _all(self) -> np.ndarray:
+        return np.full((self.size + 7) // 8, 255, np.uint8)
 
     def bounds(self, node: MatchNode) -> tuple[np.ndarray, np.ndarray]:
         """(certainly matching, possibly matching) masks over chunk ids (worked out once a node)."""
+        lo, hi = self._packed_bounds(node)
+        return (np.unpackbits(lo, count=self.size, bitorder="little").view(bool),
+                np.unpackbits(hi, count=self.size, bitorder="little").view(bool))
+
+    def _packed_bounds(self, node: MatchNode) -> tuple[np.ndarray, np.ndarray]:
         found = self._bounds.get(id(node))
         if found is None:
             found = self._bounds[id(node)] = self._bounds_of(node)
@@ -448,32 +463,32 @@ class Matcher:
         if isinstance(node, MaskNode):
             cached = self._node_masks.get(id(node))
             if cached is None:
-                cached = self.mask_of(node.filter)[:self.size]
-                if len(cached) < self.size:
-                    cached = np.concatenate([cached, np.zeros(self.size - len(cached), bool)])
-                self._node_masks[id(node)] = cached
+                dense = self.mask_of(node.filter)[:self.size]
+                if len(dense) < self.size:
+                    dense = np.concatenate([dense, np.zeros(self.size - len(dense), bool)])
+                cached = self._node_masks[id(node)] = np.packbits(dense, bitorder="little")
             return cached, cached
         if isinstance(node, PhraseNode):
             self.phrase_terms.update(t for t, _p in node.seq)
             if node.ids is None:
-                none = np.zeros(self.size, bool)
+                none = self._none()
                 return none, none
             hi = self._terms_mask(Terms(tuple((i,) for i in node.ids), ALL))
-            return (hi if node.single else np.zeros(self.size, bool)), hi
-        return self._combine([(occur, self.bounds(child)) for occur, child in node.clauses])
+            return (hi if node.single else self._none()), hi
+        return self._combine([(occur, self._packed_bounds(child)) for occur, child in node.clauses])
 
     def _combine(self, parts: Sequence[tuple[str, tuple[np.ndarray, np.ndarray]]]) -> tuple[np.ndarray, np.ndarray]:
         must = [b for o, b in parts if o == q.MUST]
         should = [b for o, b in parts if o == q.SHOULD]
         nots = [b for o, b in parts if o == q.MUST_NOT]
-        lo = np.ones(self.size, bool)
-        hi = np.ones(self.size, bool)
+        lo = self._all()
+        hi = self._all()
         for m_lo, m_hi in must:
             lo &= m_lo
             hi &= m_hi
         if should and not must:
-            s_lo = np.zeros(self.size, bool)
-            s_hi = np.zeros(self.size, bool)
+            s_lo = self._none()
+            s_hi = self._none()
             for m_lo, m_hi in should:
                 s_lo |= m_lo
                 s_hi |= m_hi
@@ -487,12 +502,12 @@ class Matcher:
     def matches(self, node: MatchNode, cid: int) -> bool:
         """Whether chunk ``cid`` matches ``node`` exactly."""
         if isinstance(node, (Terms, MaskNode)):
-            return bool(self.bounds(node)[0][cid])
+            return _bit(self._packed_bounds(node)[0], cid)
         if isinstance(node, PhraseNode):
-            return node.ids is not None and bool(self.bounds(node)[1][cid]) and self.phrase_at(node, cid)
-        lo, hi = self.bounds(node)
-        if lo[cid] or not hi[cid]:  # settled without reading a text
-            return bool(lo[cid])
+            return node.ids is not None and _bit(self._packed_bounds(node)[1], cid) and self.phrase_at(node, cid)
+        lo, hi = self._packed_bounds(node)
+        if _bit(lo, cid) or not _bit(hi, cid):  # settled without reading a text
+            return _bit(lo, cid)
         must = [self.matches(c, cid) for o, c in node.clauses if o == q.MUST]
         if not all(must):
             return False
@@ -515,6 +530,13 @@ class Matcher:
             found = self._verdicts[text] = self.matches(tree, cid)
         return found
 
+    def forget_texts(self) -> None:
+        """Drop what was worked out from chunk texts (token positions, verdicts by text): the
+        chunks checked so far are not asked about again (their texts may be read again)."""
+        self._positions.clear()
+        self._by_text.clear()
+        self._verdicts.clear()
+
     def positions(self, cid: int, field: str | None = None) -> dict[str, list[int]]:
         """term -> sorted token positions in chunk ``cid``'s text (or the text of its ``field``), for
         the terms of the query's phrases."""
@@ -530,6 +552,11 @@ class Matcher:
 
     def phrase_at(self, node: PhraseNode, cid: int) -> bool:
         return phrase_in(node.seq, self.positions(cid, node.field))
+
+
+def _bit(packed: np.ndarray, cid: int) -> bool:
+    """Whether chunk ``cid`` is in the packed mask ``packed`` (see ``Matcher._any_mask``)."""
+    return bool(int(packed[cid >> 3]) >> (cid & 7) & 1)
 
 
 def _text_only(node: MatchNode) -> bool:

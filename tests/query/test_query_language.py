@@ -270,12 +270,17 @@ docs_ = st.lists(st.lists(st.sampled_from(VOCAB + ["filler", "words", "the", "of
 
 @settings(max_examples=EXAMPLES, deadline=None,
           suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture])
-@given(docs=docs_, query=query_tree(), deletes=st.lists(st.integers(0, 13), max_size=4), k=st.integers(1, 5))
-def test_operators_equal_brute_force(docs, query, deletes, k, each_kernel):
+@given(docs=docs_, query=query_tree(), deletes=st.lists(st.integers(0, 13), max_size=4), k=st.integers(1, 5),
+       verify_read=st.sampled_from([1, 2, 256]))
+def test_operators_equal_brute_force(docs, query, deletes, k, verify_read, each_kernel):
     """Hits of a query = the hits of a plain search of its positive words, kept where the
     reference semantics match: same chunks, same order, same scores; the first k of them at
-    any k (operators apply before the cut), before and after deletes."""
-    with ragdb.open(":memory:", chunker="none") as db:
+    any k (operators apply before the cut), before and after deletes; whatever the number of
+    texts a phrase check reads at once (``verify_read``: it lets go of them after each read)."""
+    from unittest import mock
+
+    with ragdb.open(":memory:", chunker="none") as db, \
+            mock.patch("ragdb.engine.search.VERIFY_READ", verify_read):
         for i, text in enumerate(docs):
             db.add(text, source=f"d{i:02d}")
         parsed = q.parse(query)

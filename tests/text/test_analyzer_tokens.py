@@ -105,15 +105,17 @@ def test_positions_of_some_terms(name, text, pieces):
 
 
 @settings(max_examples=150, deadline=None)
-@given(_TEXT, st.lists(_PIECES, max_size=3), st.sampled_from([1, 3, 8, 40]))
-def test_positions_of_with_a_memo_that_fills_up(text, pieces, budget):
+@given(_TEXT, st.lists(_PIECES, max_size=3), st.sampled_from([1, 3, 8, 40]), st.sampled_from([0, 1, 3, 10_000]))
+def test_positions_of_with_a_memo_that_fills_up(text, pieces, budget, run_pairs):
     """The positions memo is bounded in (term, position) pairs (a CJK run is hundreds): one
-    that fills up and is emptied mid-text, even a budget below one run, changes no answer."""
+    that fills up and is emptied mid-text, even a budget below one run, changes no answer; nor
+    do runs too long to be remembered (POS_MEMO_RUN_PAIRS), which it never holds."""
     from unittest import mock
 
     import ragdb.text.analysis
 
-    with mock.patch.object(ragdb.text.analysis, "POS_MEMO_PAIRS", budget):
+    with mock.patch.object(ragdb.text.analysis, "POS_MEMO_PAIRS", budget), \
+            mock.patch.object(ragdb.text.analysis, "POS_MEMO_RUN_PAIRS", run_pairs):
         an = ragdb.Analyzer()
         full = ragdb.Analyzer().positions(text)
         wanted = set(an.terms(" ".join(pieces))) | set(list(full)[:2])
@@ -122,6 +124,7 @@ def test_positions_of_with_a_memo_that_fills_up(text, pieces, budget):
             assert an.positions(text) == full
             held = [len(terms) for terms, _positions, _width in an._pos_memo.values()]
             assert an._pos_pairs == sum(held)
+            assert all(n <= run_pairs for n in held)
             assert an._pos_pairs <= budget or len(held) == 1  # one run over the budget is kept alone
 
 
