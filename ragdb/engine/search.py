@@ -654,12 +654,7 @@ class Searcher:
 
         matcher = Matcher(index, eng.analyzer, mask_of, text_of)
         matcher.prefetch = lambda ids: texts.update(index.texts([c for c in ids if c not in texts]))
-
-        def release() -> None:
-            texts.clear()
-            matcher.forget_texts()
-
-        matcher.release = release
+        matcher.on_release = texts.clear  # (nothing the matcher holds refers back to it: freed at once)
         return matcher
 
     # -- dense -----------------------------------------------------------------------

@@ -405,8 +405,8 @@ class Matcher:
         self._verdicts: dict[str, bool] = {}
         #: reads the texts of candidate chunks a batch at a time (see ragdb.engine.search)
         self.prefetch: Callable[[list[int]], object] = lambda _ids: None
-        #: lets go of the texts read so far and of what was worked out from them (see ragdb.engine.search)
-        self.release: Callable[[], object] = self.forget_texts
+        #: called by :meth:`release` (the searcher's texts read so far: see ragdb.engine.search)
+        self.on_release: Callable[[], object] = lambda: None
         self._text_only: bool | None = None
 
     # Masks are kept packed, 8 chunks a byte (numpy's packbits, bit ``i & 7`` of byte ``i >> 3``):
@@ -529,6 +529,12 @@ class Matcher:
         if found is None:
             found = self._verdicts[text] = self.matches(tree, cid)
         return found
+
+    def release(self) -> None:
+        """Let go of the texts read so far and of what was worked out from them (a phrase check
+        is done with the candidates it decided: see ragdb.engine.search)."""
+        self.forget_texts()
+        self.on_release()
 
     def forget_texts(self) -> None:
         """Drop what was worked out from chunk texts (token positions, verdicts by text): the

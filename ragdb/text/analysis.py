@@ -218,11 +218,11 @@ _INT_BYTES = array("i").itemsize
 # Measured about 165 bytes a pair (the memo, its indexes, the terms' strings; see _pos_info):
 # about 10 MiB. The phrase queries of the realistic 100k benchmark held 74,000 pairs.
 POS_MEMO_PAIRS = 64_000
-# A run of more (term, position) pairs is read each time, never remembered: a CJK run is a
+# A CJK run of more (term, position) pairs is read each time, never remembered: it is a
 # clause, which comes back in another text about as rarely as the text itself (the realistic
 # 100k benchmark's Chinese phrase queries filled the memo with clauses and emptied it again
 # and again; the reader's peak RSS over its 1,811 queries held ~5 MiB of them), while words
-# and two-character runs come back text after text.
+# (``os.path.join`` too) and two-character CJK runs come back text after text.
 POS_MEMO_RUN_PAIRS = 3
 
 
@@ -1189,11 +1189,11 @@ class Analyzer:
             if _CJK_CHAR.match(text):
                 items = [(t, p) for t, _s, _e, p in self._cjk_spans(text)]
                 width = len(text)
+                if len(items) > POS_MEMO_RUN_PAIRS:  # a clause: not remembered
+                    return tuple([t for t, _p in items]), tuple([p for _t, p in items]), width
             else:
                 plan, width = (_plan1 if self._v1 else _plan2)(text)
                 items = [(t, p) for t, _s, _e, p, _why in self._resolve(plan) if t]
-            if len(items) > POS_MEMO_RUN_PAIRS:
-                return tuple([t for t, _p in items]), tuple([p for _t, p in items]), width
             if len(memo) >= MEMO_SIZE or self._pos_pairs + len(items) > POS_MEMO_PAIRS:
                 memo.clear()
                 self._runs_of.clear()
@@ -1236,10 +1236,12 @@ class Analyzer:
             # Set operations in C on what the memo knows: the runs that hold a wanted term
             # (term -> its runs), whether any run takes other than one position.
             distinct = set(runs)
-            for run in distinct.difference(self._pos_memo):
-                if len(info(run)[0]) > POS_MEMO_RUN_PAIRS:
+            memo = self._pos_memo
+            for run in distinct.difference(memo):
+                info(run)
+                if run not in memo:
                     break  # a run the memo does not keep (see POS_MEMO_RUN_PAIRS)
-            if not self._pos_memo.keys() >= distinct:
+            if not memo.keys() >= distinct:
                 # a run not remembered, or the memo filled up and was emptied on the way: read
                 # the runs one by one
                 return {t: p for t, p in self._positions(text, None).items() if t in wanted}

@@ -415,3 +415,23 @@ def test_a_question_in_a_script_the_knowledge_base_lacks_says_so():
         db.add("环境变量用于配置构建。", source="z")
         assert "ragdb embed --cross-lingual" in db.query_plan("what are environment variables").notes[0]
         assert db.query_plan("环境变量").notes == ()
+
+
+def test_a_phrase_search_leaves_no_matcher_behind():
+    """A search's matcher (its masks, the texts it read) is freed when the search returns, not
+    whenever the cyclic garbage collector runs: nothing it holds refers back to it."""
+    import gc
+
+    from ragdb.index.matching import Matcher
+
+    with ragdb.open(":memory:", chunker="none") as db:
+        for i in range(30):
+            db.add(f"the quick brown fox number {i} jumps over the lazy dog", source=f"s{i}")
+        gc.collect()
+        gc.disable()
+        try:
+            for _ in range(5):
+                assert db.search('"brown fox" -cat', k=5)
+            assert not [o for o in gc.get_objects() if isinstance(o, Matcher)]
+        finally:
+            gc.enable()
