@@ -250,6 +250,26 @@ def test_a_full_shingle_cache_drops_the_passages_kept_longest(monkeypatch):
         within_bound()
 
 
+def test_a_drop_counts_the_shingles_kept_again(monkeypatch):
+    """Threads sharing a handle add to the shingle cache's count outside its lock, where an
+    update can be lost; such a loss must not last: each drop counts what is kept again, so the
+    count is true and the cache within its bound after the next searches."""
+    from ragdb.engine import search
+
+    monkeypatch.setattr(search, "SHINGLES_KEPT", 300)  # ~1.5 searches' passages (24 hits of 8 shingles)
+    with ragdb.open(":memory:", chunker="none") as db:
+        db.add_many([{"text": f"{words} {i} of the set number {i} goes on", "source": f"{words[0]}{i}"}
+                     for words in ("apple orchard harvest", "river canyon erosion", "desert dune wind")
+                     for i in range(30)])
+        searcher = db._searcher
+        db.search("apple orchard harvest", k=20)
+        searcher._shingles_kept -= 100  # an update lost to a race
+        db.search("river canyon erosion", k=20)
+        db.search("desert dune wind", k=20)  # over the bound: the oldest passages go
+        kept = searcher._shingles
+        assert searcher._shingles_kept == sum(len(v) // 4 for _h, v in kept.values()) <= 300
+
+
 def test_the_shingle_cache_counts_a_chunk_ids_new_text_once():
     """The handle's shingle cache holds one entry a chunk id, checked against the hash of the
     text it was made of: a chunk id that comes back with another text (a rolled-back write's
