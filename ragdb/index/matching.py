@@ -531,17 +531,13 @@ class Matcher:
         return found
 
     def release(self) -> None:
-        """Let go of the texts read so far and of what was worked out from them (a phrase check
-        is done with the candidates it decided: see ragdb.engine.search)."""
-        self.forget_texts()
-        self.on_release()
-
-    def forget_texts(self) -> None:
-        """Drop what was worked out from chunk texts (token positions, verdicts by text): the
-        chunks checked so far are not asked about again (their texts may be read again)."""
+        """Let go of the texts read so far and of what was worked out from them (token
+        positions, verdicts by text): a phrase check is done with the candidates it decided
+        (see ragdb.engine.search); a text asked about again is read again."""
         self._positions.clear()
         self._by_text.clear()
         self._verdicts.clear()
+        self.on_release()
 
     def positions(self, cid: int, field: str | None = None) -> dict[str, list[int]]:
         """term -> sorted token positions in chunk ``cid``'s text (or the text of its ``field``), for

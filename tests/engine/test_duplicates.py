@@ -284,11 +284,7 @@ def test_the_shingle_cache_counts_a_chunk_ids_new_text_once():
         first = searcher._passage_shingles(hits)
         other = [dataclasses.replace(h, text=h.text + " with a different ending of several more words") for h in hits]
         second = searcher._passage_shingles(other)
-        assert second == [passage_shingles_bytes(h.text) for h in other] and second != first
+        assert second == [_shingles(h.text) for h in other] and second != first
         kept = searcher._shingles
         assert len(kept) == len(hits)
         assert searcher._shingles_kept == sum(len(v) // 4 for _h, v in kept.values())
-
-
-def passage_shingles_bytes(text: str) -> bytes:
-    return _shingles(text)
