@@ -10,7 +10,8 @@ Metadata lives in pyproject.toml; this file adds what its tables cannot say:
   kernel's sums are the very operations numpy does, bit for bit.
 * ``ragdb.index.cpassages`` (``ragdb/index/cpassages.pyx``): the same, optional, for collapsing
   copies of one passage (word shingles and which hits share them; ``ragdb/index/hits.py`` holds
-  the numpy reference, which gives the same values).
+  the numpy reference, which gives the same values). Its Unicode tables are made here, by
+  ``ragdb/index/unitables.py`` with the building Python, and compiled in as constant data.
 * ``ragdb.text.canalysis`` (``ragdb/text/canalysis.pyx``): the same, optional, for the analyzer's
   hot loop (splitting, CJK terms, counting, a worker's term numbers; ``ragdb/text/analysis.py``
   holds the Python reference, which gives the same terms and counts).
@@ -58,9 +59,27 @@ class OptionalBuildExt(build_ext):
 
     def build_extensions(self) -> None:
         flags = ["/O2", "/fp:precise"] if self.compiler.compiler_type == "msvc" else ["-O3", "-ffp-contract=off"]
+        generated = _write_unicode_tables(Path(self.build_temp) / "generated")
         for ext in self.extensions:
             ext.extra_compile_args = flags + list(ext.extra_compile_args or [])
+            ext.include_dirs = [str(generated), *ext.include_dirs]
         super().build_extensions()
+
+
+def _write_unicode_tables(folder: Path) -> Path:
+    """``ragdb_unitables.h`` in ``folder``: the Unicode tables cpassages reads, as constant C
+    arrays, made by ragdb/index/unitables.py with this Python (the one the modules are built
+    for, whose Unicode data they must follow). The file is loaded by its path: importing the
+    ragdb package would need its dependencies, which a build does not have."""
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("_ragdb_unitables", HERE / "ragdb" / "index" / "unitables.py")
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    folder.mkdir(parents=True, exist_ok=True)
+    module.write_header(str(folder / "ragdb_unitables.h"))
+    return folder
 
 
 class BuildPyWithMigrations(build_py):

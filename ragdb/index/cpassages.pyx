@@ -19,7 +19,17 @@ from libc.stdint cimport uint64_t, int64_t, int32_t, uint32_t, uint16_t, uint8_t
 from libc.stdlib cimport calloc, malloc, free, qsort
 from libc.string cimport memcpy, memset, strcmp
 from cpython.bytes cimport PyBytes_FromStringAndSize, PyBytes_AS_STRING, PyBytes_CheckExact
-from cpython.buffer cimport PyObject_GetBuffer, PyBuffer_Release, PyBUF_C_CONTIGUOUS, PyBUF_FORMAT
+from cpython.buffer cimport PyObject_GetBuffer, PyBuffer_Release, PyBUF_C_CONTIGUOUS, PyBUF_FORMAT, PyBUF_READ
+from cpython.memoryview cimport PyMemoryView_FromMemory
+
+
+# The Unicode tables (ragdb/index/unitables.py), written by setup.py at build time as constant
+# data: a process reads them where they lie, no page of them in memory until a search reads it
+cdef extern from "ragdb_unitables.h":
+    const char* RAGDB_UNIDATA_VERSION
+    const uint32_t RAGDB_COMPAT_TABLE[0x10000]
+    const uint32_t RAGDB_RAW_TABLE[0x10000]
+    const uint32_t RAGDB_NFKC_TABLE[0x10000]
 
 
 cdef extern from "Python.h":
@@ -985,3 +995,14 @@ def make_hits(hit_type, protos, list chunk_ids, list scores, explain, confidence
         PyObject_GenericSetAttr(hit, "__dict__", d)
         out.append(hit)
     return out
+
+
+def unicode_tables():
+    """``(unidata_version, compat, raw, nfkc)``: the Unicode version the tables of
+    :mod:`ragdb.index.unitables` were made from when this module was built, and the tables
+    (``compat_table``, ``raw_table``, ``nfkc_table``: 65,536 native uint32 each) as read-only
+    memoryviews of the module's constant data (no copy)."""
+    return (RAGDB_UNIDATA_VERSION.decode("ascii"),
+            PyMemoryView_FromMemory(<char*>RAGDB_COMPAT_TABLE, 0x40000, PyBUF_READ),
+            PyMemoryView_FromMemory(<char*>RAGDB_RAW_TABLE, 0x40000, PyBUF_READ),
+            PyMemoryView_FromMemory(<char*>RAGDB_NFKC_TABLE, 0x40000, PyBUF_READ))

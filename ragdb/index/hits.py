@@ -17,7 +17,7 @@ from typing import Any, NamedTuple
 
 import numpy as np
 
-from ragdb.index import kernel
+from ragdb.index import kernel, unitables
 from ragdb.types import Duplicate, Hit
 
 class HitEntry(NamedTuple):
@@ -182,7 +182,7 @@ DUPLICATE_CONTAINMENT = 0.9
 DUPLICATE_MIN_SHINGLES = 16
 SHINGLE = 3
 
-_CJK = "\u3040-\u30ff\u3400-\u4dbf\u4e00-\u9fff\uac00-\ud7af\uf900-\ufaff"
+_CJK = "".join(f"{chr(lo)}-{chr(hi)}" for lo, hi in unitables.CJK_RANGES)  # (a character class's ranges)
 #: The words of a passage: each CJK character one, else runs of word characters (``_`` not one).
 #: The definition :func:`word_hashes` and the compiled module's tables follow; its source, not a
 #: compiled pattern (re takes ~10 ms to compile the CJK ranges, which no search here needs).
@@ -199,7 +199,7 @@ try:  # built by setup.py beside the scoring kernel; absent where no compiler wa
     from ragdb.index import cpassages as _cpassages_module
     _cpassages: Any = _cpassages_module
     if not all(hasattr(_cpassages, name) for name in ("shingles", "shingles_raw", "shingles_nfkc", "fold_compat",
-                                                        "same_pairs")):
+                                                        "same_pairs", "unicode_tables")):
         _cpassages = None  # pragma: no cover - an extension built from older sources: not used
 except ImportError:  # pragma: no cover - a platform without the extension
     _cpassages = None
@@ -211,153 +211,62 @@ def _compiled() -> Any:
     return _cpassages if _cpassages is not None and kernel.name() == "compiled" else None
 
 
-# The blocks whose characters :func:`_compat_table` maps (where NFKC makes one character of
-# one): Latin-1's (no-break space, superscripts), general punctuation, letterlike symbols,
-# enclosed alphanumerics, CJK symbols and punctuation, enclosed CJK and compatibility, CJK
-# compatibility ideographs, and the half-width and full-width forms (the commas and brackets
-# of most Chinese text).
-_COMPAT_BLOCKS = ((0x00A0, 0x00FF), (0x2000, 0x218F), (0x2460, 0x24FF), (0x3000, 0x303F), (0x3200, 0x33FF),
-                  (0xF900, 0xFAFF), (0xFE30, 0xFE6F), (0xFF00, 0xFFEF))
-_compat: np.ndarray | None = None
+_MANY = unitables.MANY  # cpassages.MANY: a character that case folds to more than one
+_NFKC_SAFE = unitables.NFKC_SAFE  # cpassages.SAFE
+_tables: tuple[np.ndarray, np.ndarray, np.ndarray] | None = None
+
+
+def _unicode_tables() -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """The Unicode tables of :mod:`ragdb.index.unitables` (compat, raw, nfkc), read-only uint32
+    arrays of 65,536 entries: the compiled module's constant data where it was built with this
+    Python's Unicode data version (no copy, nothing to make: making them took a process's first
+    non-ASCII search ~17 ms and kept 1 MiB), else made once now (~0.1 s, the same tables)."""
+    global _tables
+    if _tables is None:
+        built = _cpassages.unicode_tables() if _cpassages is not None else None
+        if built is not None and built[0] == unicodedata.unidata_version:
+            made: Sequence[Any] = built[1:]
+        else:
+            made = unitables.tables()
+        arrays = tuple(np.frombuffer(table, np.uint32) for table in made)
+        for table in arrays:
+            table.flags.writeable = False  # shared by every search
+        _tables = (arrays[0], arrays[1], arrays[2])
+    return _tables
 
 
 def _compat_table() -> np.ndarray:
-    """The table of ``cpassages.fold_compat``: uint32, each BMP code point to itself, but
-    those of :data:`_COMPAT_BLOCKS` whose NFKC form is one other character to that character
-    (made once, on first use: about 1 ms)."""
-    global _compat
-    if _compat is None:
-        table = np.arange(0x10000, dtype=np.uint32)
-        for lo, hi in _COMPAT_BLOCKS:
-            for code in range(lo, hi + 1):
-                folded = unicodedata.normalize("NFKC", chr(code))
-                if len(folded) == 1 and folded != chr(code):
-                    table[code] = ord(folded)
-        _compat = table
-    return _compat
-
-
-_MANY = 0xFFFFFFFF  # cpassages.MANY: a character that case folds to more than one
-_fold: np.ndarray | None = None
-
-
-def _bmp() -> str:
-    """Every BMP code point in order, one string (lone surrogates included)."""
-    return np.arange(0x10000, dtype=np.uint32).tobytes().decode("utf-32-le", "surrogatepass")
-
-
-def _folded_codes(block: str) -> np.ndarray | list[int]:
-    """The code points of ``block.casefold()``, one for each character of ``block``: a block
-    that folds to as many characters folds one for one; otherwise each character on its own,
-    :data:`_MANY` where it folds to more than one."""
-    folded = block.casefold()
-    if len(folded) == len(block):
-        return np.frombuffer(folded.encode("utf-32-le", "surrogatepass"), np.uint32)
-    return [ord(one) if len(one) == 1 else _MANY for one in map(str.casefold, block)]
-
-
-def _fold_table() -> np.ndarray:
-    """The case folding of :func:`_raw_table`: uint32, each BMP code point to its
-    ``str.casefold`` (which folds each character on its own), :data:`_MANY` where that is more
-    than one character. Made once, on first use, 4,096 characters at a time, the few blocks
-    of 256 with a character folding to several then one character at a time (a first
-    search's cost, the command line's included: some 2 ms, where 256 at a time from
-    ``chr`` was 6)."""
-    global _fold
-    if _fold is None:
-        bmp = _bmp()
-        table = np.empty(0x10000, np.uint32)
-        for lo in range(0, 0x10000, 4096):
-            big = bmp[lo:lo + 4096]
-            if len(big.casefold()) == 4096:
-                table[lo:lo + 4096] = _folded_codes(big)
-                continue
-            for sub in range(lo, lo + 4096, 256):
-                table[sub:sub + 256] = _folded_codes(bmp[sub:sub + 256])
-        _fold = table
-    return _fold
-
-
-_raw: np.ndarray | None = None
-_ALNUM_RUN = re.compile(r"[^\W_]+")
+    """The table of ``cpassages.fold_compat`` (:func:`ragdb.index.unitables.compat_table`): each
+    BMP code point to itself, but those whose NFKC form is one other character to that one."""
+    return _unicode_tables()[0]
 
 
 def _raw_table() -> np.ndarray:
-    """The table of ``cpassages.shingles_raw``: uint32, each BMP code point to its case folding
-    (:func:`_fold_table`) in the low 16 bits and the folded character's class in bits 24-25 (1 a
-    word character: ``str.isalnum``, which ``_`` is not; 2 a CJK character, a word of its own;
-    0 neither), :data:`_MANY` where it folds to more than one character or to one past the BMP.
-    Made once, on first use (about 10 ms)."""
-    global _raw
-    if _raw is None:
-        fold = _fold_table()
-        # str.isalnum of every character, found by the regular expression engine: [^\W_] is
-        # exactly str.isalnum (both Py_UNICODE_ISALNUM), three times faster than calling it
-        classes = np.zeros(0x10000, np.uint32)
-        for m in _ALNUM_RUN.finditer(_bmp()):
-            classes[m.start():m.end()] = 1
-        for lo, hi in ((0x3040, 0x30FF), (0x3400, 0x4DBF), (0x4E00, 0x9FFF), (0xAC00, 0xD7AF), (0xF900, 0xFAFF)):
-            classes[lo:hi + 1] = 2  # (the ranges of _CJK)
-        many = (fold == _MANY) | (fold >= 0x10000)
-        folded = np.where(many, 0, fold)
-        table = folded | (classes[folded] << np.uint32(24))
-        table[many] = _MANY
-        table.flags.writeable = False  # shared by every search
-        _raw = table
-    return _raw
-
-
-_NFKC_SAFE = 1 << 26  # cpassages.SAFE
-# The BMP ranges whose characters :func:`_nfkc_table` may give a safe entry, checked one by one
-# (Latin, Greek, Cyrillic, punctuation and symbols, CJK punctuation and kana, the half-width and
-# full-width forms), and the ranges whose every character has one without a check (the CJK
-# ideographs and the Hangul syllables: their own NFKC forms, of combining class 0, with which
-# no character before them composes). No character of either is a combining class 0 character
-# a character before it may compose with (tests/index/test_passages.py checks both lists
-# against every composition Python's Unicode data holds).
-_SAFE_CHECKED = ((0x0000, 0x024F), (0x0370, 0x052F), (0x2000, 0x2BFF), (0x3000, 0x30FF), (0xFF00, 0xFFEF))
-_SAFE_ALWAYS = ((0x3400, 0x4DBF), (0x4E00, 0x9FFF), (0xAC00, 0xD7A3))
-_nfkc_tab: np.ndarray | None = None
+    """The table of ``cpassages.shingles_raw`` (:func:`ragdb.index.unitables.raw_table`): each BMP
+    code point to its case folding in the low 16 bits and the folded character's class in bits
+    24-25 (1 a word character: ``str.isalnum``, which ``_`` is not; 2 a CJK character, a word of
+    its own; 0 neither), :data:`_MANY` where it folds to more than one character or to one past
+    the BMP."""
+    return _unicode_tables()[1]
 
 
 def _nfkc_table() -> np.ndarray:
-    """The table of ``cpassages.shingles_nfkc``: uint32, each BMP character ``c`` to the
-    :func:`_raw_table` entry (case folding and class) of its NFKC form where that is one
-    character (:func:`_compat_table`, else ``c`` itself), with bit :data:`_NFKC_SAFE` where that
-    form ``f`` is "safe": ``c`` and ``f`` lie in the ranges of :data:`_SAFE_CHECKED` or
-    :data:`_SAFE_ALWAYS` (so ``f`` is no character a character before it may compose with: a
-    half-width Hangul letter's form is a conjoining jamo, outside them), ``f`` is NFKC-normalized
-    alone, of combining class 0, and case folds to one character; 0 (no SAFE) for every other
-    character.
+    """The table of ``cpassages.shingles_nfkc`` (:func:`ragdb.index.unitables.nfkc_table`): each
+    BMP character ``c`` to the :func:`_raw_table` entry (case folding and class) of its NFKC form
+    where that is one character (:func:`_compat_table`, else ``c`` itself), with bit
+    :data:`_NFKC_SAFE` where that form ``f`` is "safe": ``c`` and ``f`` lie in the ranges of
+    ``unitables.SAFE_CHECKED`` or ``unitables.SAFE_ALWAYS`` (so ``f`` is no character a character
+    before it may compose with: a half-width Hangul letter's form is a conjoining jamo, outside
+    them), ``f`` is NFKC-normalized alone, of combining class 0, and case folds to one character;
+    0 (no SAFE) for every other character.
 
     A text of safe characters only has as NFKC form its characters' forms in turn: the forms
     replace each character with its one-character NFKC form (as ``fold_compat``, which
     :func:`_nfkc` shows keeps the text's NFKC form), and a text of characters whose NFKC quick
     check is YES (normalized alone, not composing with a character before) and of combining
     class 0 is normalized (UAX #15's quick check: YES for every character, and no combining
-    marks to reorder). Made once, on first use (~1 ms besides the raw table)."""
-    global _nfkc_tab
-    if _nfkc_tab is None:
-        raw, compat = _raw_table(), _compat_table()
-        safe = np.zeros(0x10000, bool)
-        for lo, hi in _SAFE_ALWAYS:
-            safe[lo:hi + 1] = True
-        for lo, hi in _SAFE_CHECKED:
-            forms = [chr(f) for f in compat[lo:hi + 1].tolist()]
-            # each form's NFKC in one call: U+E000 between them (private use: a starter, its own
-            # form, composing with nothing, in no range), which keeps each apart (one call a
-            # character took ~4 ms in all)
-            normal = unicodedata.normalize("NFKC", "\ue000".join(forms)).split("\ue000")
-            safe[lo:hi + 1] = [n == f and not unicodedata.combining(f) for f, n in zip(forms, normal)]
-        bmp = compat < 0x10000  # (a few compatibility ideographs' forms lie past it)
-        form = np.where(bmp, compat, 0)
-        entry = raw[form]
-        # the form itself in the ranges (a half-width Hangul letter's is a conjoining jamo)
-        safe &= bmp & (entry != _MANY) & safe[form]
-        table = np.where(safe, entry | np.uint32(_NFKC_SAFE), np.uint32(0)).astype(np.uint32)
-        table.flags.writeable = False  # shared by every search
-        _nfkc_tab = table
-    return _nfkc_tab
+    marks to reorder)."""
+    return _unicode_tables()[2]
 
 
 def _nfkc(text: str, compiled: Any) -> str:
@@ -401,16 +310,16 @@ def _char_classes() -> np.ndarray:
     """Each code point's class in the words of :data:`WORDS_SOURCE`: 0 none, 1 a word character
     (``str.isalnum``, the regular expression's word class, but not ``_``), 2 a CJK character
     (a word of its own). Made once, on first use: the word characters found by the regular
-    expression engine in one string of every code point (as for :func:`_raw_table`; calling
-    ``str.isalnum`` on each took ~0.1 s)."""
+    expression engine in one string of every code point (as ``unitables.raw_table`` finds them;
+    calling ``str.isalnum`` on each took ~0.1 s)."""
     global _classes
     if _classes is None:
         every = np.arange(0x110000, dtype=np.uint32).tobytes().decode("utf-32-le", "surrogatepass")
         table = np.zeros(0x110000, np.uint8)
-        for m in _ALNUM_RUN.finditer(every):
-            table[m.start():m.end()] = 1
-        for lo, hi in ((0x3040, 0x30FF), (0x3400, 0x4DBF), (0x4E00, 0x9FFF), (0xAC00, 0xD7AF), (0xF900, 0xFAFF)):
-            table[lo:hi + 1] = 2
+        for m in re.finditer(r"[^\W_]+", every):  # exactly str.isalnum: both are Py_UNICODE_ISALNUM
+            table[m.start():m.end()] = unitables.WORD
+        for lo, hi in unitables.CJK_RANGES:
+            table[lo:hi + 1] = unitables.CJK
         _classes = table
     return _classes
 

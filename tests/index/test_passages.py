@@ -13,7 +13,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from ragdb.index import hits, kernel
+from ragdb.index import hits, kernel, unitables
 
 from cli_helpers import ROOT
 
@@ -359,7 +359,7 @@ def test_the_tables_are_their_definitions_character_by_character():
     ranges as the class of the folded character."""
     many = hits._MANY
     fold = np.array([ord(f) if len(f := chr(c).casefold()) == 1 else many for c in range(0x10000)], np.uint32)
-    assert np.array_equal(hits._fold_table(), fold)
+    assert np.array_equal(np.frombuffer(unitables.fold_table(), np.uint32), fold)
     classes = np.array([chr(c).isalnum() for c in range(0x10000)], np.uint32)
     for lo, hi in ((0x3040, 0x30FF), (0x3400, 0x4DBF), (0x4E00, 0x9FFF), (0xAC00, 0xD7AF), (0xF900, 0xFAFF)):
         classes[lo:hi + 1] = 2
@@ -374,6 +374,27 @@ def test_the_tables_are_their_definitions_character_by_character():
     for lo, hi in ((0x3040, 0x30FF), (0x3400, 0x4DBF), (0x4E00, 0x9FFF), (0xAC00, 0xD7AF), (0xF900, 0xFAFF)):
         every[lo:hi + 1] = 2
     assert np.array_equal(hits._char_classes(), every)
+
+
+def test_the_tables_are_the_compiled_modules_own_and_made_alike_without_it(monkeypatch):
+    """The tables a search reads are the compiled module's constant data (no copy) where it was
+    built from this Python's Unicode data, and the same tables made by ``unitables`` where the
+    version differs (or the module lacks them)."""
+    compiled = hits._cpassages
+    if compiled is None:
+        pytest.skip("no compiled module")
+    version, *built = compiled.unicode_tables()
+    assert version == unicodedata.unidata_version
+    tables = hits._unicode_tables()
+    for table, own in zip(tables, built):
+        assert isinstance(own, memoryview) and own.readonly and len(own) == 4 * 0x10000
+        assert np.shares_memory(table, np.frombuffer(own, np.uint32)) and not table.flags.writeable
+    monkeypatch.setattr(hits, "_tables", None)
+    monkeypatch.setattr(compiled, "unicode_tables", lambda: ("0.0.0", *built))  # built for another Python
+    made = hits._unicode_tables()
+    for table, own in zip(made, built):
+        assert not np.shares_memory(table, np.frombuffer(own, np.uint32)) and not table.flags.writeable
+        assert np.array_equal(table, np.frombuffer(own, np.uint32))
 
 
 def test_the_raw_table_is_the_bmps_and_read_only():
@@ -448,7 +469,7 @@ def test_the_nfkc_table_is_its_definition_character_by_character():
             first, second = (int(p, 16) for p in parts)
             if unicodedata.normalize("NFC", chr(first) + chr(second)) == chr(code):  # not excluded
                 composing.add(second)
-    ranges = hits._SAFE_CHECKED + hits._SAFE_ALWAYS
+    ranges = unitables.SAFE_CHECKED + unitables.SAFE_ALWAYS
     in_ranges = np.zeros(0x10000, bool)
     for lo, hi in ranges:
         in_ranges[lo:hi + 1] = True
@@ -460,7 +481,7 @@ def test_the_nfkc_table_is_its_definition_character_by_character():
                     and form not in composing)
         expected = (int(raw[form]) | hits._NFKC_SAFE) if safe else 0
         assert int(table[code]) == expected, hex(code)
-    for lo, hi in hits._SAFE_ALWAYS:  # trusted, not checked, when the table is made
+    for lo, hi in unitables.SAFE_ALWAYS:  # trusted, not checked, when the table is made
         assert all(table[c] & hits._NFKC_SAFE for c in range(lo, hi + 1)), (hex(lo), hex(hi))
     # the compiled pass reads the CJK unified ideographs without the table: their entries
     assert all(int(table[c]) == c | (2 << 24) | hits._NFKC_SAFE for c in range(0x4E00, 0xA000))
