@@ -547,7 +547,7 @@ class Index:
         #: every chunk row; ``check()`` compares the two)
         self.use_snapshot = use_snapshot
         self.generation = -1
-        self.lengths = np.zeros(0, np.float64)
+        self.lengths = np.zeros(0, np.uint32)  # (token counts; BM25's length part is float64)
         self.state = np.zeros(0, np.int8)
         self.chunk_doc = np.zeros(0, np.int64)
         self.whole = np.zeros(0, bool)  # chunk is its whole document, no metadata of its own
@@ -666,7 +666,7 @@ class Index:
         # and a view sized by max(chunks.id) failed on them after the newest chunks were
         # deleted (issue 27). check() verifies that no stored id reaches next_chunk_id.
         size = max(self.store.max_chunk_id(), stats["next_chunk_id"] - 1, stats["flushed_upto"]) + 1
-        self.lengths = np.zeros(_capacity(size), np.float64)
+        self.lengths = np.zeros(_capacity(size), np.uint32)
         self.state = np.zeros(_capacity(size), np.int8)
         self.chunk_doc = np.zeros(_capacity(size), np.int64)
         self.whole = np.zeros(_capacity(size), bool)
@@ -847,7 +847,7 @@ class Index:
         self.masks.clear()
         self._bases.clear()
         if state == ABSENT:  # (as a scan of the rows leaves an id no row has)
-            self.lengths[ids] = 0.0
+            self.lengths[ids] = 0
             self.chunk_doc[ids] = 0
             self.whole[ids] = False
             if self._sealed:
@@ -875,7 +875,7 @@ class Index:
     def _grow(self, size: int) -> None:
         if size > len(self.lengths):
             cap = _capacity(size)
-            self.lengths = np.concatenate([self.lengths, np.zeros(cap - len(self.lengths))])
+            self.lengths = np.concatenate([self.lengths, np.zeros(cap - len(self.lengths), np.uint32)])
             self.state = np.concatenate([self.state, np.zeros(cap - len(self.state), np.int8)])
             self.chunk_doc = np.concatenate([self.chunk_doc, np.zeros(cap - len(self.chunk_doc), np.int64)])
             self.whole = np.concatenate([self.whole, np.zeros(cap - len(self.whole), bool)])
@@ -1424,7 +1424,17 @@ class Index:
         generation and parameters."""
         key = (self.generation, k1, b, len(self.lengths))
         if self._length_norm is None or self._length_norm[0] != key:
-            self._length_norm = (key, scoring.bm25_length_norm(self.lengths, self.total_length / self.n_chunks, k1, b))
+            self._length_norm = None  # (the old one's memory back first)
+            lengths = self.lengths
+            present = np.flatnonzero(lengths)
+            used = min(len(lengths), max(self.max_id + 1, int(present[-1]) + 1 if len(present) else 0))
+            # As long as the arrays (a kernel takes any id below that), written up to the last
+            # chunk id handed out (the highest a posting may hold, a deleted chunk's included):
+            # the pages past it (up to half the array, whose room doubles) stay the untouched
+            # zero pages np.zeros maps, in no process's memory
+            norm = np.zeros(len(lengths), np.float64)
+            norm[:used] = scoring.bm25_length_norm(lengths[:used], self.total_length / self.n_chunks, k1, b)
+            self._length_norm = (key, norm)
         return self._length_norm[1]
 
     def bm25(self, query: Sequence[tuple[int, int]], k1: float, b: float,

@@ -39,7 +39,7 @@ _WIDTH = 4 + 8 + 1  # bytes a chunk id in the frame
 class ChunkState(NamedTuple):
     """Per chunk id 0..n-1: length, state (``ragdb.index.inverted`` ABSENT/LATEST/OLD), document id, whole."""
 
-    lengths: np.ndarray  # float64
+    lengths: np.ndarray  # uint32
     state: np.ndarray  # int8
     chunk_doc: np.ndarray  # int64
     whole: np.ndarray  # bool
@@ -49,7 +49,7 @@ def encode(lengths: np.ndarray, state: np.ndarray, chunk_doc: np.ndarray, whole:
     """The snapshot body of chunk ids ``0..n-1`` of these arrays (an absent id stores zeros)."""
     st = state[:n].astype(np.uint8)
     present = st != 0
-    ln = np.where(present, lengths[:n], 0.0)
+    ln = np.where(present, lengths[:n], 0)
     if len(ln) and (ln.min() < 0 or ln.max() >= 2**32):
         raise ValueError("a chunk length outside uint32")
     docs = np.where(present, chunk_doc[:n], 0).astype(np.int64)
@@ -75,7 +75,7 @@ def decode(body: bytes) -> ChunkState:
         raise ValueError(f"a damaged chunk-state snapshot: {e}") from None
     if len(frame) != n * _WIDTH:
         raise ValueError(f"a chunk-state snapshot of {len(frame)} bytes for {n} chunk ids")
-    lengths = np.frombuffer(frame, "<u4", n).astype(np.float64)
+    lengths = np.frombuffer(frame, "<u4", n).astype(np.uint32)
     docs = np.cumsum(np.frombuffer(frame, "<i8", n, 4 * n), dtype=np.int64)
     flags = np.frombuffer(frame, np.uint8, n, 12 * n)
     state = flags & 3
