@@ -103,3 +103,41 @@ def test_a_command_runs_and_a_typo_is_still_a_usage_error() -> None:
     result = runner.invoke(cli_main.cli, ["serch", "x"], prog_name="ragdb")
     assert result.exit_code == 2 and "No such command 'serch'" in result.output
     assert runner.invoke(cli_main.cli, ["plugins", "--help"], prog_name="ragdb").exit_code == 0
+
+
+def test_main_rests_the_collector_only_while_the_command_loads(monkeypatch) -> None:
+    """``main`` (the console entry point) turns the garbage collector off while the command and
+    the library load, and on again before the command runs, the objects made until then frozen;
+    a collector already off stays off, and nothing is frozen then."""
+    import gc
+
+    seen: list[bool] = []
+    probe = click.Command("gc-probe", callback=lambda: seen.append(gc.isenabled()))
+    cli_main.cli.add_command(probe)
+    monkeypatch.setattr(sys, "argv", ["ragdb", "gc-probe"])
+    was = gc.isenabled()
+    gc.enable()  # (as a process starts; an earlier test may have left it off)
+    frozen = gc.get_freeze_count()
+    try:
+        try:
+            cli_main.main()
+        except SystemExit as e:
+            assert e.code in (0, None)
+        assert seen == [True] and gc.isenabled()
+        assert gc.get_freeze_count() > frozen  # (the start's objects)
+        gc.unfreeze()
+        gc.disable()
+        try:
+            try:
+                cli_main.main()
+            except SystemExit as e:
+                assert e.code in (0, None)
+            assert seen == [True, False] and not gc.isenabled()
+            assert gc.get_freeze_count() == 0
+        finally:
+            gc.enable()
+    finally:
+        gc.unfreeze()
+        del cli_main.cli.commands["gc-probe"]
+        if not was:
+            gc.disable()

@@ -16,7 +16,11 @@ def collector_on():
     was = gc.isenabled()
     gc.enable()
     yield
-    if not was:
+    # as it was, whatever the test did (one switches it off: left so, every later test of the
+    # session ran without the collector)
+    if was:
+        gc.enable()
+    else:
         gc.disable()
 
 
