@@ -549,7 +549,7 @@ class Index:
         self.generation = -1
         self.lengths = np.zeros(0, np.uint32)  # (token counts; BM25's length part is float64)
         self.state = np.zeros(0, np.int8)
-        self.chunk_doc = np.zeros(0, np.int64)
+        self.chunk_doc = np.zeros(0, np.int32)  # (int64 once a document id needs it: _fit_doc_ids)
         self.whole = np.zeros(0, bool)  # chunk is its whole document, no metadata of its own
         # (generation, filter) -> allowed-chunk mask, for repeated filters
         self.masks: dict[Any, np.ndarray] = {}
@@ -668,7 +668,7 @@ class Index:
         size = max(self.store.max_chunk_id(), stats["next_chunk_id"] - 1, stats["flushed_upto"]) + 1
         self.lengths = np.zeros(_capacity(size), np.uint32)
         self.state = np.zeros(_capacity(size), np.int8)
-        self.chunk_doc = np.zeros(_capacity(size), np.int64)
+        self.chunk_doc = np.zeros(_capacity(size), np.int32)
         self.whole = np.zeros(_capacity(size), bool)
         self.flushed_upto = stats["flushed_upto"]
         self._tail_split = None
@@ -696,6 +696,7 @@ class Index:
             # rows costs a third of np.array's reading of a list of tuples
             arr = np.fromiter(chain.from_iterable(rows), np.int64, 3 * len(rows)).reshape(-1, 3)
             ids, folded = arr[:, 0], arr[:, 2]
+            self._fit_doc_ids(int(arr[:, 1].max(initial=0)))
             self.lengths[ids] = folded >> 2
             self.state[ids] = np.where(folded & 2, LATEST, OLD)
             self.chunk_doc[ids] = arr[:, 1]
@@ -720,6 +721,7 @@ class Index:
         after it (the tail, with their forward indexes) and the change log since it, which
         holds every state change of a flushed chunk since that flush."""
         n = len(snap.lengths)
+        self._fit_doc_ids(int(snap.chunk_doc.max(initial=0)))
         self.lengths[:n] = snap.lengths
         self.state[:n] = snap.state
         self.chunk_doc[:n] = snap.chunk_doc
@@ -737,6 +739,7 @@ class Index:
         if not rows:
             return
         decoded = unpack_forward_many([r[4] for r in rows], [r[5] for r in rows]).rows()
+        self._fit_doc_ids(max(r[3] for r in rows))
         for (cid, length, latest, doc_id, _terms, _tfs, whole), (terms, tfs) in zip(rows, decoded):
             self.lengths[cid] = length
             self.state[cid] = LATEST if latest == 1 else OLD
@@ -830,6 +833,7 @@ class Index:
             return
         top = max(c[0] for c in chunks)
         self._grow(top + 1)
+        self._fit_doc_ids(max(c[1] for c in chunks))
         self.masks.clear()  # (the writer's note_write clears them too: a mask is never older than the state)
         self._bases.clear()
         self.max_id = max(self.max_id, top)
@@ -877,8 +881,15 @@ class Index:
             cap = _capacity(size)
             self.lengths = np.concatenate([self.lengths, np.zeros(cap - len(self.lengths), np.uint32)])
             self.state = np.concatenate([self.state, np.zeros(cap - len(self.state), np.int8)])
-            self.chunk_doc = np.concatenate([self.chunk_doc, np.zeros(cap - len(self.chunk_doc), np.int64)])
+            self.chunk_doc = np.concatenate([self.chunk_doc, np.zeros(cap - len(self.chunk_doc), self.chunk_doc.dtype)])
             self.whole = np.concatenate([self.whole, np.zeros(cap - len(self.whole), bool)])
+
+    def _fit_doc_ids(self, top: int) -> None:
+        """``chunk_doc`` able to hold document id ``top``: int32 (half the memory: 0.4 MiB a
+        reader at 100k chunks) until an id needs int64, then int64 for good (numpy would wrap
+        a larger id into int32 without a word)."""
+        if top > _INT32_MAX and self.chunk_doc.dtype != np.int64:
+            self.chunk_doc = self.chunk_doc.astype(np.int64)
 
     @property
     def tail(self) -> _Tail | _Tails:
@@ -1796,6 +1807,9 @@ def _norm_block(block: Sequence[tuple[int, bytes, bytes]], idf: np.ndarray, out:
     batch = unpack_forward_many([t for _, t, _ in block], [f for _, _, f in block], analyzer_order=True)
     w = scoring.tfidf_tf(batch.tfs) * idf[batch.ids.astype(np.intp)]
     out[ids] = scoring.cosine_norms(np.repeat(np.arange(len(block)), batch.lengths()), w, len(block))
+
+
+_INT32_MAX = 2**31 - 1
 
 
 def _capacity(size: int) -> int:

@@ -358,3 +358,33 @@ def test_closing_twice_is_harmless_and_a_closed_handle_says_so(tmp_path, request
             read()
     with ragdb.open(path) as again:
         assert [h.source for h in again.search("apple")] == ["a.md"]
+
+
+def test_document_ids_past_int32_are_held_whole(tmp_path):
+    """A view keeps each chunk's document id in int32 until an id needs more: a document id past
+    2**31 (a knowledge base that has seen billions of documents) makes it int64, in a handle
+    that adds the document and in every handle opened later, flushed or not. The id is what
+    a hit of a chunk that is its whole document reads its row by (numpy would have wrapped it
+    into int32 without a word: another document's row, or none)."""
+    path = str(tmp_path / "kb.db")
+    big = 2**31 + 5
+    with ragdb.open(path) as db:
+        db.add("apple orchard notes", source="a.md", chunker="none")
+    con = sqlite3.connect(path)
+    with con:  # the id the next document gets
+        con.execute("UPDATE stats SET next_doc_id = ? WHERE id = 1", (big,))
+    con.close()
+    with ragdb.open(path) as db:
+        db.add("pear orchard notes", source="b.md", chunker="none")
+        (hit,) = db.search("pear", k=5)
+        assert (hit.source, hit.doc_id, hit.text) == ("b.md", big, "pear orchard notes")
+    for flush in (False, True):  # reopened through the change log, then through the snapshot of a flush
+        with ragdb.open(path) as db:
+            if flush:
+                db.optimize()
+            (hit,) = db.search("pear", k=5)
+            assert (hit.source, hit.doc_id, hit.text) == ("b.md", big, "pear orchard notes")
+            assert [h.source for h in db.search("orchard", k=5, filter={"source": "b.md"})] == ["b.md"]
+        with ragdb.open(path) as db:
+            (hit,) = db.search("pear", k=5)
+            assert (hit.source, hit.doc_id, hit.text) == ("b.md", big, "pear orchard notes")
