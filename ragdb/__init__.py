@@ -24,8 +24,9 @@ if TYPE_CHECKING:  # the names below are imported on first use (``__getattr__``)
     from ragdb.files.transfer import CopyReport, copy_database
     from ragdb.options import ALL, PUBLIC, Restrictions, SearchOptions
     from ragdb.text.analysis import Analyzer
-    from ragdb.types import (AddReport, Change, Changes, CollectionInfo, Document, Facets, Hit, QueryPlan,
-                             ReindexReport, Stats, VectorInfo)
+    from ragdb.records import (AddReport, Change, Changes, CollectionInfo, Document, Facets, ReindexReport, Stats,
+                               VectorInfo)
+    from ragdb.types import Hit, QueryPlan
 
 compat.install()  # old module paths (ragdb.embeddings, ragdb.server, ...) keep importing
 
@@ -38,7 +39,9 @@ _LAZY = {
     "ALL": "ragdb.options", "PUBLIC": "ragdb.options", "Restrictions": "ragdb.options",
     "SearchOptions": "ragdb.options",
     "Analyzer": "ragdb.text.analysis",
-    **dict.fromkeys(("AddReport", "Change", "Changes", "CollectionInfo", "Document", "Facets", "Hit", "QueryPlan", "ReindexReport", "Stats", "VectorInfo"), "ragdb.types"),
+    "Hit": "ragdb.types", "QueryPlan": "ragdb.types",
+    **dict.fromkeys(("AddReport", "Change", "Changes", "CollectionInfo", "Document", "Facets", "ReindexReport", "Stats",
+                     "VectorInfo"), "ragdb.records"),
 }
 
 

@@ -38,11 +38,14 @@ from ragdb.options import ALL, MAX_K, SCORERS, Principals, Restrictions, SearchO
 from ragdb.engine.search import Searcher
 from ragdb.storage import Store, is_postgres, loads, open_store
 from ragdb.storage.collections import DEFAULT as DEFAULT_COLLECTION, check_name
-from ragdb.types import AddReport, Changes, CollectionInfo, Document, Facets, Hit, LoadedDocument, QueryPlan, ReindexReport, Span, Stats, VectorInfo
+from ragdb.types import Hit, QueryPlan
 from ragdb.index.vectors import VectorIndex
 from ragdb.engine.write import VectorTally, Writer, collector_paused, doc_from_row, stored_texts
 
 if TYPE_CHECKING:
+    # the types of documents and reports are imported where they are made: a search makes none
+    from ragdb.records import (AddReport, CollectionInfo, Document, Facets, LoadedDocument, ReindexReport, Span, Stats,
+                               VectorInfo)
     from ragdb.text.chunking import Chunker
     from ragdb.models.embedder import Embedder
     from ragdb.answers.llm import Answer
@@ -174,6 +177,8 @@ class Database:
     def collections(self) -> list[CollectionInfo]:
         """Every collection of the file (the default first, then by creation), with its
         counts, analyzer and embedding model, from one snapshot."""
+        from ragdb.records import CollectionInfo
+
         store = self._engine.store
         out = []
         with store.read():
@@ -357,6 +362,8 @@ class Database:
 
         analyzer = eng.analyzer
 
+        from ragdb.records import AddReport, Changes
+
         changes = Changes()  # compact: ~80 bytes a record (see Changes)
 
         # Validation, chunking and analysis (of the texts, titles and headings) happen in
@@ -511,6 +518,8 @@ class Database:
     @_reader
     def vector_info(self) -> VectorInfo:
         """The recorded embedding model and how many chunks have or lack a vector."""
+        from ragdb.records import VectorInfo
+
         store = self._engine.store
         with store.read():
             info = store.vector_model()
@@ -869,6 +878,8 @@ class Database:
             postings = int(sum(dfs.values()))
             pending = store.count_chunks_since(s["flushed_upto"])
             segments = store.segment_total()
+        from ragdb.records import Stats
+
         avg = s["total_length"] / s["n_chunks"] if s["n_chunks"] else 0.0
         return Stats(documents=s["n_docs"], chunks=s["n_chunks"], vocabulary=vocab, postings=postings,
                      avg_chunk_length=avg, stored_documents=stored_docs, stored_chunks=stored_chunks,
@@ -919,6 +930,8 @@ class Database:
         notice at their next read or write and use the new analyzer from then on (a batch
         another connection analyzed before is analyzed again when it is written).
         Refused inside :meth:`transaction`. Returns a :class:`~ragdb.types.ReindexReport`."""
+        from ragdb.records import ReindexReport
+
         new = Analyzer.from_spec(analyzer)
         previous, chunks, before, terms = self._writer.reindex(new)
         with self._engine.store.read():

@@ -49,8 +49,8 @@ import orjson
 from ragdb import errors
 from ragdb.errors import AccessDenied, InvalidInput, RagdbError, RemoteError, Unauthorized
 from ragdb.options import SearchOptions
-from ragdb.types import (AddReport, Change, CollectionInfo, Document, Duplicate, Facets, Hit, LoadedDocument,
-                         QueryPlan, Snippet, Stats)
+from ragdb.records import AddReport, Change, CollectionInfo, Document, Facets, LoadedDocument, Stats
+from ragdb.types import Duplicate, Hit, QueryPlan, Snippet
 
 if TYPE_CHECKING:
     from ragdb.answers.prompt import Prompt

@@ -18,7 +18,7 @@ import numpy as np
 
 from ragdb.errors import InvalidInput
 from ragdb.options import Restrictions, SearchOptions, check_positive_int, check_text
-from ragdb.types import Facets
+from ragdb.records import Facets
 
 if TYPE_CHECKING:
     from ragdb.engine.state import Engine

@@ -25,9 +25,9 @@ from ragdb.errors import InvalidInput
 from ragdb.query.filters import check_finite
 from ragdb.options import check_count, check_positive_int, check_text, parse_timestamp
 from ragdb.storage import dumps, loads
-from ragdb.types import LoadedDocument, Span
 
 if TYPE_CHECKING:
+    from ragdb.records import LoadedDocument, Span  # (imported where read: a search reads none)
     from ragdb.text.chunking import Chunker
 
 MAX_ANALYSIS_WORKERS = 3
@@ -104,6 +104,8 @@ def prepare(record: Mapping[str, Any] | LoadedDocument, chunker: Chunker, n: int
             now: tuple[str, float]) -> Prepared:
     """Validate and chunk record number ``n`` (its chunks' counts left empty); ``now`` is the
     timestamp of records without one."""
+    from ragdb.records import LoadedDocument, Span
+
     if isinstance(record, LoadedDocument):
         meta = dict(record.metadata)
         record = {"text": record.text, "source": record.source, "title": record.title,

@@ -42,10 +42,10 @@ from ragdb.options import check_positive_int
 from ragdb.storage import dumps, loads, model_mismatch, utcnow_iso
 from ragdb.storage.codec import meta_number
 from ragdb.storage.vectors import text_hash
-from ragdb.types import Change, Document
 from ragdb.models.embedder import dimensions_of
 
 if TYPE_CHECKING:
+    from ragdb.records import Change, Document  # (imported where made: a search makes none)
     from ragdb.text.analysis import Analyzer
     from ragdb.models.embedder import Embedder
     from ragdb.engine.state import Engine
@@ -544,6 +544,8 @@ class Writer:
             if tally is not None:
                 tally.reused += changes.reused
             made = dict(new_docs_all)
+            from ragdb.records import Change
+
             return [Change(status, doc_from_prepared(d, made[d]) if d in made else unchanged[d], replaced)
                     for status, d, replaced in results]
 
@@ -997,6 +999,8 @@ def stored_texts(batch: Sequence[Prepared]) -> list[str]:
 
 
 def doc_from_prepared(doc_id: int, p: Prepared) -> Document:
+    from ragdb.records import Document
+
     meta = dict(p.metadata)
     if p.title is not None:
         meta.setdefault("title", p.title)
@@ -1008,6 +1012,8 @@ def doc_from_prepared(doc_id: int, p: Prepared) -> Document:
 
 
 def doc_from_row(row: Sequence[Any], with_text: bool) -> Document:
+    from ragdb.records import Document
+
     doc_id, source, version, timestamp, content_hash, metadata, acl, latest, _title, nchunks = row[:10]
     meta = loads(metadata)
     if _title is not None:

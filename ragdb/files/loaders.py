@@ -73,7 +73,7 @@ from ragdb import plugins
 from ragdb.files import walk
 from ragdb.text.analysis import is_blank
 from ragdb.errors import InvalidInput, LoaderError, MissingDependency
-from ragdb.types import LoadedDocument, Span
+from ragdb.records import LoadedDocument, Span
 
 __all__ = ["SUPPORTED_SUFFIXES", "KINDS", "load_file", "load_read", "load_bytes", "iter_files", "all_kinds", "plugin_suffixes",
            "register_builtins"]

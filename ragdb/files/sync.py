@@ -81,7 +81,7 @@ from ragdb.files import walk
 from ragdb.text.analysis import is_blank
 from ragdb.errors import InvalidInput, LoaderError, RagdbError
 from ragdb.options import ALL
-from ragdb.types import LoadedDocument
+from ragdb.records import LoadedDocument
 from ragdb.files.walk import Patterns, Skipped
 
 if TYPE_CHECKING:

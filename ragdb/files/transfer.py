@@ -39,7 +39,7 @@ import orjson
 
 from ragdb.errors import InvalidInput
 from ragdb.options import ALL
-from ragdb.types import Span
+from ragdb.records import Span
 
 if TYPE_CHECKING:
     from ragdb.database import Database

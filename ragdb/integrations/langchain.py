@@ -64,7 +64,8 @@ from ragdb.serve.shapes import (
     to_record,
 )
 from ragdb.options import SearchOptions, check_principals, check_text
-from ragdb.types import AddReport, Hit
+from ragdb.records import AddReport
+from ragdb.types import Hit
 
 try:
     from langchain_core.callbacks import AsyncCallbackManagerForRetrieverRun, CallbackManagerForRetrieverRun

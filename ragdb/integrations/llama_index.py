@@ -64,7 +64,8 @@ from ragdb.serve.shapes import (
     to_record,
 )
 from ragdb.options import SearchOptions, check_principals
-from ragdb.types import AddReport, Hit
+from ragdb.records import AddReport
+from ragdb.types import Hit
 
 try:
     from llama_index.core.callbacks import CallbackManager

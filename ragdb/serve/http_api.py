@@ -91,7 +91,7 @@ import ragdb
 from ragdb.errors import (AccessDenied, CollectionExists, CollectionNotFound, DatabaseBusy, DocumentNotFound,
                           InternalError, InvalidInput, RagdbError, RemoteError, StorageError, Unauthorized)
 from ragdb.models.http_client import is_loopback
-from ragdb.types import CollectionInfo
+from ragdb.records import CollectionInfo
 from ragdb.serve.access import WriteScope, check_write, client_message, scope_for
 from ragdb.serve.shapes import check_distinct_sources, document_json, facets_json, hit_json, stats_json
 from ragdb.answers.prompt import REFUSAL

@@ -17,11 +17,14 @@ from __future__ import annotations
 import dataclasses
 import os
 from collections.abc import Mapping, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ragdb.errors import InvalidInput
 from ragdb.options import AllPrincipals, SearchOptions, check_principals
-from ragdb.types import Document, Facets, Hit, Stats
+from ragdb.types import Hit
+
+if TYPE_CHECKING:  # (the CLI's search imports this module and makes none of them)
+    from ragdb.records import Document, Facets, Stats
 
 #: The default number of chunks a retriever returns (LangChain's ``as_retriever`` default).
 DEFAULT_K = 4
