@@ -4,10 +4,24 @@ A module that defines a fixture of the same name (several define their own
 ``db``) overrides the one here for its tests.
 """
 
+import gc
+
 import pytest
 from click.testing import CliRunner
 
 import ragdb
+
+
+@pytest.fixture(autouse=True)
+def _collector_left_as_found():
+    """Every test leaves the garbage collector as it found it: one test's fixture once left it
+    off, and every test after it in the session ran without it."""
+    was = gc.isenabled()
+    yield
+    now = gc.isenabled()
+    if now != was:
+        (gc.enable if was else gc.disable)()
+        pytest.fail(f"the test left the garbage collector {'on' if now else 'off'} (it was {'on' if was else 'off'})")
 
 
 @pytest.fixture
