@@ -57,23 +57,27 @@ def facets(engine: Engine, searcher: Searcher, field: str, query: str | None, re
             ids = searcher.matching(query, SearchOptions(restrictions=restrictions), mask)
         docs = index.chunk_doc[ids]
         rows = store.facet_rows(field) if len(ids) else []
-    weight = np.bincount(docs, minlength=1) if len(docs) else np.zeros(1, np.int64)
-    if by == "documents":
-        weight = (weight > 0).astype(np.int64)
-    return _count(field, by, weight, rows, limit)
+    # the matched documents (sorted) and each one's matching chunks: arrays as long as the
+    # matches, where counts by document id were as long as the largest id (a knowledge base
+    # that had handed out 2**31 document ids took 62 s and 18 GiB for one call)
+    doc_ids, per_doc = np.unique(docs, return_counts=True)
+    weight = np.ones(len(doc_ids), np.int64) if by == "documents" else per_doc.astype(np.int64)
+    return _count(field, by, doc_ids, weight, rows, limit)
 
 
 _RANK = {int: 0, float: 1, bool: 2}  # which of equal values is shown: 1 before 1.0 before True
 
 
-def _count(field: str, by: str, weight: np.ndarray, rows: Sequence[tuple[int, Any]], limit: int | None) -> Facets:
-    """Facets from each matched document's weight (its matching chunks, or 1) and the
-    (doc id, value) rows of the field."""
+def _count(field: str, by: str, doc_ids: np.ndarray, weight: np.ndarray, rows: Sequence[tuple[int, Any]],
+           limit: int | None) -> Facets:
+    """Facets from each matched document's weight (``doc_ids``, sorted, and their weights: the
+    matching chunks, or 1) and the (doc id, value) rows of the field."""
     total = int(weight.sum())
     docs = np.fromiter((d for d, _ in rows), np.int64, len(rows))
-    inside = docs < len(weight)
+    at = np.minimum(np.searchsorted(doc_ids, docs), max(len(doc_ids) - 1, 0))
+    inside = doc_ids[at] == docs if len(doc_ids) else np.zeros(len(docs), bool)
     w = np.zeros(len(rows), np.int64)
-    w[inside] = weight[docs[inside]]
+    w[inside] = weight[at[inside]]
     keep = np.flatnonzero(w)
     if not len(keep):
         return Facets(field=field, by=by, total=total, missing=total)
@@ -89,8 +93,8 @@ def _count(field: str, by: str, weight: np.ndarray, rows: Sequence[tuple[int, An
     # a document counts once per value (a list may hold it twice, or 1 and 1.0)
     _, first = np.unique(np.stack([docs, codes], axis=1), axis=0, return_index=True)
     counts = np.bincount(codes[first], weights=w[first], minlength=len(shown)).astype(np.int64)
-    with_value = np.unique(docs)
-    missing = total - int(weight[with_value].sum())
+    with_value = np.unique(docs)  # (each one of doc_ids)
+    missing = total - int(weight[np.searchsorted(doc_ids, with_value)].sum())
     ordered = sorted(zip(shown, counts.tolist()), key=lambda vn: (-vn[1], isinstance(vn[0], str), vn[0]))
     kept = ordered if limit is None else ordered[:limit]
     return Facets(field=field, by=by, counts=tuple(kept), total=total, missing=missing,

@@ -1154,10 +1154,14 @@ class Index:
                 mask = base & ok
             else:
                 docs = np.array(self.store.filtered_doc_ids(query.conditions, query.public_unlabeled), dtype=np.int64)
-                doc_ok = np.zeros(int(max(self.chunk_doc.max(initial=0), docs.max(initial=0))) + 1, bool)
-                doc_ok[docs] = True
-                doc_ok[0] = False  # chunk_doc is 0 for absent chunks
-                mask = base & doc_ok[self.chunk_doc]
+                top = int(max(self.chunk_doc.max(initial=0), docs.max(initial=0)))
+                if top <= 4 * len(self.chunk_doc) + 65536:  # ids handed out in order: the usual case
+                    doc_ok = np.zeros(top + 1, bool)
+                    doc_ok[docs] = True
+                    doc_ok[0] = False  # chunk_doc is 0 for absent chunks
+                    mask = base & doc_ok[self.chunk_doc]
+                else:  # ids far above the chunks' count: no array as long as the largest id
+                    mask = base & np.isin(self.chunk_doc, docs[docs > 0])
             if len(self.masks) >= 16:
                 self.masks.pop(next(iter(self.masks)))  # the least recently used
             self.masks[key] = mask
