@@ -1441,8 +1441,7 @@ class Index:
         if self._length_norm is None or self._length_norm[0] != key:
             self._length_norm = None  # (the old one's memory back first)
             lengths = self.lengths
-            present = np.flatnonzero(lengths)
-            used = min(len(lengths), max(self.max_id + 1, int(present[-1]) + 1 if len(present) else 0))
+            used = min(len(lengths), self.max_id + 1)  # (every chunk with a length is at or below it)
             # As long as the arrays (a kernel takes any id below that), written up to the last
             # chunk id handed out (the highest a posting may hold, a deleted chunk's included):
             # the pages past it (up to half the array, whose room doubles) stay the untouched
