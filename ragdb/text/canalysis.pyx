@@ -2,9 +2,11 @@
 """The analyzer's hot loop in C (the compiled half of :mod:`ragdb.text.analysis`, whose Python
 code is the reference and the fallback): a text's split into word tokens and CJK runs, CJK
 unigrams and bigrams, case folding of ASCII, counting, and a worker's term numbering
-(``analysis._pack``). The word rules (compounds, clitics, stopwords, stemming with PyStemmer)
-stay in Python: each distinct token is sent once to ``Analyzer._expand2`` and its terms are
-remembered here, in a table keyed by the token's characters.
+(``analysis._pack``). The word rules (compounds, clitics, stopwords) stay in Python, and stemming
+with PyStemmer: each distinct token is learned once and its terms are remembered here, in a table
+keyed by the token's characters. A token that is one word (or one word ending a sentence) is
+learned here, by ``Analyzer._expand2``'s rules for it (``Analysis._learn``); every other token is
+sent to ``Analyzer._expand2``.
 
 Why the results are the reference's, exactly:
 
@@ -161,6 +163,11 @@ cdef class Analysis:
     made of (``TermCounts``); ``overlap``: the marker of a compound's overlapping whole form."""
 
     cdef object expand, cjk_stop, counts_type, overlap_term
+    # the word rules of the tokens that are one word (see _learn): the analyzer's stopwords, its
+    # stemmer's stemWords (None: no stemming) and the longest word; max_chars 0: every token
+    # goes to ``expand``
+    cdef object stop, stem
+    cdef Py_ssize_t max_chars
     # term -> its id: open addressing over the terms' own hashes and ``names`` (what a dict of
     # term -> int did, without a dict entry and an int object a term: ~45 bytes a term less,
     # 16 MiB in the worker of the realistic 100k build, whose table holds 354,000 terms)
@@ -206,8 +213,10 @@ cdef class Analysis:
     cdef Py_ssize_t nlocal
     cdef bint busy  # a call is running (another thread's call meanwhile gets None: the Python path)
 
-    def __cinit__(self, expand, cjk_stop, counts_type, str overlap):
+    def __cinit__(self, expand, cjk_stop, counts_type, str overlap, stop=frozenset(), stem=None,
+                  Py_ssize_t max_chars=0):
         self.expand, self.cjk_stop, self.counts_type, self.overlap_term = expand, cjk_stop, counts_type, overlap
+        self.stop, self.stem, self.max_chars = stop, stem, max_chars
         self.owner = None
         self.nlocal = -1
         self._clear_terms()
@@ -449,9 +458,7 @@ cdef class Analysis:
                     with nogil:
                         pass
             if missing:
-                learned = list(self.expand(missing))
-                if len(learned) != len(missing):
-                    raise RuntimeError("expand gave another number of results than tokens")
+                learned = self._learn(missing)
                 for k in range(self.pending_len):
                     e = self.pending[k]
                     terms = learned[k]
@@ -465,6 +472,58 @@ cdef class Analysis:
             self._clear_memo()  # tokens met but not learned must not stay
             raise
         return 0
+
+    cdef list _learn(self, list missing):
+        """The terms of each of ``missing`` (tokens not met before, str), in order. A token that
+        is one word (``str.isalnum``), or one word ending a sentence (``word.``, ``word:``), of
+        at most ``max_chars`` characters, is learned here as ``Analyzer._expand2`` learns it: no
+        term for a stopword, else the word's stem (stemmed in one batch); every other token goes
+        to ``expand``. Most new tokens are such words (61 of 73 in a SciFact abstract), and a
+        process's first adds spent ~20% of their time learning them in Python."""
+        cdef Py_ssize_t n = len(missing), k, m, j
+        cdef list out = [()] * n
+        cdef list words = [], word_at = [], others = [], other_at = []
+        cdef list found
+        cdef str tok
+        cdef object word
+        cdef Py_UCS4 c
+        cdef bint plain
+        for k in range(n):
+            tok = <str>PyList_GET_ITEM(missing, k)
+            m = len(tok)
+            if m > 1 and (tok[m - 1] == u'.' or tok[m - 1] == u':'):
+                m -= 1  # (a word then ends the token before its last character, or none does)
+            plain = m <= self.max_chars
+            if plain:
+                for j in range(m):
+                    c = tok[j]
+                    if not Py_UNICODE_ISALNUM(c):
+                        plain = False
+                        break
+            if plain and m < len(tok):  # word. or word: (".", ":" alone are no word)
+                word = tok[:m]
+            elif plain:
+                word = tok
+            else:
+                others.append(tok)
+                other_at.append(k)
+                continue
+            if word not in self.stop:
+                words.append(word)
+                word_at.append(k)
+        if others:
+            found = list(self.expand(others))
+            if len(found) != len(others):
+                raise RuntimeError("expand gave another number of results than tokens")
+            for j in range(len(others)):
+                out[<Py_ssize_t>other_at[j]] = found[j]
+        if words:
+            found = list(self.stem(words)) if self.stem is not None else words
+            if len(found) != len(words):
+                raise RuntimeError("stem gave another number of results than words")
+            for j in range(len(words)):
+                out[<Py_ssize_t>word_at[j]] = (found[j],)
+        return out
 
     cdef Py_ssize_t _count(self, Py_ssize_t t, Py_ssize_t* overlaps) except -1:
         """Count text ``t`` of the last split: its distinct term ids to ``order`` (first

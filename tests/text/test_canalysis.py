@@ -7,6 +7,7 @@ from __future__ import annotations
 import contextlib
 import re
 import sys
+import unicodedata
 
 import pytest
 from hypothesis import HealthCheck, given, settings
@@ -193,6 +194,39 @@ def test_the_python_path_runs_where_the_compiled_one_does_not_apply():
     with python_path():
         assert Analyzer().compiled() is None
     assert Analyzer().compiled() is not None
+
+
+WORD_TOKENS = ["running", "the", "the.", "cells.", "ratio:", "a.", "5.", "naïve", "straße:", "²", "١٢٣",
+               "x" * analysis.MAX_TOKEN_CHARS, "y" * analysis.MAX_TOKEN_CHARS + "."]
+OTHER_TOKENS = ["e-mail", "node.js", "u.s.a.", "don't", "x86_64", "c++", ".net", "-5", "0.5-9.6",
+                "z" * (analysis.MAX_TOKEN_CHARS + 1), "w" * (analysis.MAX_TOKEN_CHARS + 1) + ".", "word..",
+                "a::b", "end:.", "tissue-resident."]
+
+
+@pytest.mark.parametrize("config", CONFIGS, ids=repr)
+def test_tokens_that_are_one_word_are_learned_in_the_compiled_code(config):
+    """Only the tokens that are not one word (or one word ending a sentence) reach the Python
+    rules; the terms are the reference's either way."""
+    analyzer = Analyzer(**config)
+    sent: list[str] = []
+
+    def expand(tokens):
+        sent.extend(tokens)
+        return analyzer._expand_list(tokens)
+
+    stem = analyzer._stemmer.stemWords if analyzer._stemmer is not None else None
+    fast = canalysis.Analysis(expand, analyzer._cjk_stop, analysis.TermCounts, analysis._OVERLAP,
+                              analyzer._stop, stem, analysis.MAX_TOKEN_CHARS)
+    text = " ".join(WORD_TOKENS + OTHER_TOKENS)
+    got = fast.counts([text])
+    assert sorted(sent) == sorted(OTHER_TOKENS)
+    with python_path():
+        want = Analyzer(**config).term_counts(text)
+    assert view(got[0]) == view(want)
+    sent.clear()  # and with no word rules given, every token goes to expand
+    slow = canalysis.Analysis(expand, analyzer._cjk_stop, analysis.TermCounts, analysis._OVERLAP)
+    assert view(slow.counts([text])[0]) == view(want)
+    assert sorted(sent) == sorted({unicodedata.normalize("NFKC", t).casefold() for t in WORD_TOKENS + OTHER_TOKENS})
 
 
 def test_a_text_that_is_not_a_string_fails_as_in_the_reference():
