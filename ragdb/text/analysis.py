@@ -845,8 +845,9 @@ class Analyzer:
         read: a word ending a sentence takes the terms of the word when known); returns it.
         A token's terms depend on its characters only (bytes or str alike), which the compiled
         analysis (:mod:`ragdb.text.canalysis`) relies on when it remembers them itself; it learns
-        the tokens that are one word (or one word and ``.`` or ``:``) by this method's rules for
-        them, in ``Analysis._learn``, and sends it the others."""
+        the tokens that are one word once their ends are stripped, and those of words joined by
+        hyphens and dots (:func:`_joined_plan`), by this method's rules for them
+        (``Analysis._learn``), and sends it the others."""
         stop = self._stop
         pending: list[Any] = []  # tokens that are one word to stem, and the word
         plain: list[str] = []
@@ -981,7 +982,7 @@ class Analyzer:
             # (the tokens that are one word are learned there with these: the rules of _expand2)
             fast = self._fast = _canalysis.Analysis(
                 self._expand_list, self._cjk_stop, TermCounts, _OVERLAP, self._stop,
-                self._stemmer.stemWords if self._stemmer is not None else None, MAX_TOKEN_CHARS)
+                self._stemmer.stemWords if self._stemmer is not None else None, MAX_TOKEN_CHARS, DOTTED_STOPWORDS)
         return fast
 
     def _counts(self, words: list[Any], cjk: list[str]) -> dict[str, int]:
