@@ -979,7 +979,7 @@ class Analyzer:
             return None
         fast = self._fast
         if fast is None:
-            # (the tokens that are one word are learned there with these: the rules of _expand2)
+            # (one-word and compound tokens are learned there with these, by _expand2's rules)
             fast = self._fast = _canalysis.Analysis(
                 self._expand_list, self._cjk_stop, TermCounts, _OVERLAP, self._stop,
                 self._stemmer.stemWords if self._stemmer is not None else None, MAX_TOKEN_CHARS, DOTTED_STOPWORDS)

@@ -156,7 +156,7 @@ cdef int32_t* empty_slots(Py_ssize_t n) except NULL:
     return slots
 
 
-# analysis's item kinds (_WORD, _TERM, _DROP, _WHOLE_WORD, _WHOLE_TERM: the tests hold them equal)
+# the kinds of a compound's items, named as analysis names them (made and read here only)
 DEF _WORD = 0
 DEF _TERM = 1
 DEF _DROP = 2
