@@ -534,14 +534,13 @@ cdef class Analysis:
         cdef int kind
         cdef bint whole
         cdef list terms
+        if self.max_chars <= 0:  # no word rules given: every token to expand
+            return self._expanded(missing)
         for k in range(n):
             tok = <str>PyList_GET_ITEM(missing, k)
             m = len(tok)
-            if self.max_chars <= 0:
-                a, b = 0, -1
-            else:
-                a, b = _core(tok)
-            if b < 0:  # (no core: a symbol such as c++ or .net, or no rules given)
+            a, b = _core(tok)
+            if b < 0:  # (no core: a symbol such as c++ or .net)
                 others.append(tok)
                 other_at.append(k)
                 continue
@@ -567,9 +566,7 @@ cdef class Analysis:
             compounds.append(items)
             compound_at.append(k)
         if others:
-            found = list(self.expand(others))
-            if len(found) != len(others):
-                raise RuntimeError("expand gave another number of results than tokens")
+            found = self._expanded(others)
             for j in range(len(others)):
                 out[<Py_ssize_t>other_at[j]] = found[j]
         a = len(words)
@@ -596,6 +593,13 @@ cdef class Analysis:
                 whole = kind >= _WHOLE_WORD and bool(t)
             out[<Py_ssize_t>compound_at[j]] = tuple(terms)
         return out
+
+    cdef list _expanded(self, list tokens):
+        """``expand(tokens)``: one result a token."""
+        cdef list found = list(self.expand(tokens))
+        if len(found) != len(tokens):
+            raise RuntimeError("expand gave another number of results than tokens")
+        return found
 
     cdef object _compound(self, str core):
         """``analysis._joined_plan``'s (kind, value) items of ``core`` (a token's core, see
