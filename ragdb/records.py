@@ -234,7 +234,8 @@ class AddReport(Sequence[Document]):
     ``embedded``: chunks the embedder gave a vector during the call (an
     embedding add: chunks left pending before it included); ``reused``: new
     chunks that took over the stored vector of an equal text (an unchanged
-    chunk of the replaced version, or any stored chunk) instead."""
+    chunk of the replaced version, or any stored chunk) instead (an embedding
+    add: pending chunks included too)."""
 
     changes: Sequence[Change] = ()  # a Changes (compact) from add_many; any sequence of Change works
     embedded: int = 0
