@@ -444,8 +444,8 @@ class Searcher:
         with_fields = any(u.field is not None for u in terms.units)
         floor = opts.min_score if opts.min_score is not None and opts.scorer != "hybrid" else -np.inf
         if opts.lexical == "bm25" and not explain and (compiled is None or compiled.tree is None):
-            # the compiled kernel's MaxScore: the same hits, order and scores as below, most
-            # postings of common terms unscored (None: no compiled kernel, or a weight it cannot bound)
+            # the compiled kernel's MaxScore in windows: the same hits, order and scores as below,
+            # most postings of common terms unscored (None: no compiled kernel, or a weight it cannot bound)
             units = [((terms.known[t][0],), terms.known[t][1], 1.0) for t in terms.order] \
                 if compiled is None and not with_fields else [(u.ids, u.df, u.weight) for u in terms.units]
             flags = [False] * len(units) if compiled is None and not with_fields \

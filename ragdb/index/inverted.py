@@ -1484,8 +1484,8 @@ class Index:
         """The ``k`` best chunks ``mask`` allows (and any tied with the k-th) with a BM25 score
         above 0 and at least ``floor``, best first, equal scores by id, and their scores: what
         :meth:`bm25_units` then the kernel's ``top_k`` give, bit for bit, from the compiled
-        kernel (MaxScore pruning, which leaves most postings of common terms unscored, where it
-        pays; else every posting, visiting only the chunks they name). None when the
+        kernel (MaxScore in windows of chunk ids, which leaves most postings of common terms
+        unscored where that pays; else every posting). None when the
         compiled kernel does not run or a unit's weight is not positive (the caller scores every
         posting then)."""
         compiled = kernel.compiled()

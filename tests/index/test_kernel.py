@@ -166,9 +166,10 @@ def _scoring_inputs(draw):
 def test_pruned_top_k_is_the_exhaustive_top_k(inputs):
     """``bm25_top_k`` against every posting scored then ``top_k``: the same ids, order and
     scores, bit for bit, with many ties, masks shorter and longer than the chunks, floors, any
-    k; and its work array is left all zeros. Each of its two ways (MaxScore pruning, and every
-    posting in query order over the chunks named) and its own choice between them, on the
-    same inputs."""
+    k; and its work array is left all zeros. Each of its ways (every window's terms split by
+    their bounds where they allow it, MaxScore; no window split, every posting scored; and its
+    own choice per window), in windows of 64 chunks (many windows, chunks left to each) and of
+    8,192 (one), on the same inputs."""
     from ragdb.index import ckernel
 
     norm, postings, idfs, weights, flats, mask, k, floor = inputs
@@ -178,15 +179,18 @@ def test_pruned_top_k_is_the_exhaustive_top_k(inputs):
     m = min(len(mask), n)
     expected = ckernel.top_k(scores[:m], mask[:m], k, floor)
     try:
-        for mode in (1, 2, 0):  # pruned, in full, chosen
-            ckernel._mode = mode
-            acc = np.zeros(n)
-            got = ckernel.bm25_top_k(acc, norm, postings, idfs, weights, flats, 1.2, mask, k, floor)
-            assert got[0].tolist() == expected[0].tolist(), mode
-            assert got[1].tolist() == expected[1].tolist(), mode
-            assert not acc.any(), mode
+        for window in (64, 8192):
+            for mode in (1, 2, 0):  # pruned, in full, chosen
+                ckernel._mode = mode
+                ckernel._window = window
+                acc = np.zeros(n)
+                got = ckernel.bm25_top_k(acc, norm, postings, idfs, weights, flats, 1.2, mask, k, floor)
+                assert got[0].tolist() == expected[0].tolist(), (mode, window)
+                assert got[1].tolist() == expected[1].tolist(), (mode, window)
+                assert not acc.any(), (mode, window)
     finally:
         ckernel._mode = 0
+        ckernel._window = 8192
 
 
 @compiled_only
@@ -217,12 +221,14 @@ def test_bad_postings_in_top_k_are_errors_and_leave_the_work_array_zero(mode):
 
 
 @compiled_only
-@pytest.mark.parametrize("n_terms, share, full_at", [(3, 0.4, ()), (16, 0.01, (1000,))])
+@pytest.mark.parametrize("n_terms, share, full_at", [(3, 0.4, ()), (16, 0.01, (10, 1000))])
 def test_top_k_chooses_its_way_by_the_query_and_gives_the_same_hits(n_terms, share, full_at):
-    """Left to choose (``_mode`` 0), ``bm25_top_k`` prunes a query of many postings per k and
-    term (~240,000 postings in 3 terms at k=1,000 and k=10; ~25,000 in 16 at k=10) and scores in
-    full one of few (~25,000 in 16 at k=1,000: at most 75 a term and hit wanted): the exhaustive
-    hits either way, with a k larger than some terms' postings and a mask."""
+    """Left to choose (``_mode`` 0), ``bm25_top_k`` splits the windows of a query whose common
+    terms hold most postings (~240,000 postings in 3 terms: the two commonest, ~200,000, hold
+    too little between them to lift a chunk into the k best, at k=10 and k=1,000) and scores in
+    full one whose terms are of similar sizes (~25,000 in 16: the commonest that cannot lift a
+    chunk hold less than 4 times the others' postings); the exhaustive hits either way, with a
+    k larger than some terms' postings and a mask."""
     from ragdb.index import ckernel
 
     rng = np.random.default_rng(7)
