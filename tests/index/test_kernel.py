@@ -199,25 +199,27 @@ def test_bad_postings_in_top_k_are_errors_and_leave_the_work_array_zero(mode):
     """A negative chunk id (possible in int64 postings) or one past the chunks scored raises in
     either way of ``bm25_top_k``, before anything is scored; a term out of order (postings are
     sorted: only a damaged index has one) with such an id met while scoring raises too, after
-    the postings before it were added, without writing past the arrays: either way the work
-    array is all zeros again (the next search reuses it)."""
+    the postings before it were added, without writing past the arrays, and so does one whose
+    id goes back past the start of the window being scored (windows of 64 chunks here): either
+    way the work array is all zeros again (the next search reuses it)."""
     from ragdb.index import ckernel
 
-    norm = np.ones(8)
-    good = (np.array([0, 2, 5], np.int64), np.array([1, 2, 1], np.int64))
-    # (out of order, in full: scored, not pruned)
-    cases = [[-2, 1, 3], [-1], [2, 8]] + ([[1, 3, -2], [1, 9, 3], [1, 2**40, 3]] if mode == 2 else [])
     try:
         ckernel._mode = mode
-        for bad_ids in cases:
+        ckernel._window = 64
+        for n, bad_ids in [(8, [-2, 1, 3]), (8, [-1]), (8, [2, 8]), (8, [1, 3, -2]), (8, [1, 9, 3]),
+                           (8, [1, 2**40, 3]), (200, [100, 2, 150]), (200, [10, 70, 65, 199, 130])]:
+            norm = np.ones(n)
+            good = (np.array([0, 2, 5], np.int64), np.array([1, 2, 1], np.int64))
             ids = np.array(bad_ids, np.int64)
-            acc = np.zeros(8)
+            acc = np.zeros(n)
             with pytest.raises(IndexError):
                 ckernel.bm25_top_k(acc, norm, [good, (ids, np.ones(len(ids), np.int64))], [2.0, 1.0],
-                                   [1.0, 1.0], [False, False], 1.2, np.ones(8, np.uint8), 3, 0.0)
+                                   [1.0, 1.0], [False, False], 1.2, np.ones(n, np.uint8), 3, 0.0)
             assert not acc.any()
     finally:
         ckernel._mode = 0
+        ckernel._window = 8192
 
 
 @compiled_only
