@@ -37,6 +37,15 @@ ctypedef fused tfs_t:
     int64_t
 
 
+cdef inline double _bm25(double tf, double idf, double weight, double norm) noexcept nogil:
+    """One term's BM25 contribution to one chunk, numpy's operations in numpy's order
+    (``tf *= idf; tf /= tf + norm`` then ``* weight``): ``norm`` is the chunk's length part,
+    or k1 for a field's unit. Every loop of this module that scores a posting calls it."""
+    cdef double s = tf * idf
+    s = s / (tf + norm)
+    return s * weight
+
+
 cdef Py_ssize_t _bm25_term(double* scores, Py_ssize_t n, const double* norm, const ids_t* ids,
                            const tfs_t* tfs, Py_ssize_t m, double idf, double weight, double flat,
                            bint use_flat) noexcept nogil:
@@ -44,19 +53,11 @@ cdef Py_ssize_t _bm25_term(double* scores, Py_ssize_t n, const double* norm, con
     of range (nothing after it is added), or -1."""
     cdef Py_ssize_t j
     cdef int64_t c
-    cdef double t, s
     for j in range(m):
         c = <int64_t>ids[j]
         if c < 0 or c >= n:
             return j
-        t = <double>tfs[j]
-        s = t * idf
-        if use_flat:
-            s = s / (t + flat)
-        else:
-            s = s / (t + norm[c])
-        s = s * weight
-        scores[c] += s
+        scores[c] += _bm25(<double>tfs[j], idf, weight, flat if use_flat else norm[c])
     return -1
 
 
@@ -319,41 +320,13 @@ cdef inline double _ttf(const _Term* t, Py_ssize_t j) noexcept nogil:
 
 
 cdef inline double _contribution(const _Term* t, double tf, int64_t c, const double* norm, double flat) noexcept nogil:
-    # bm25_accumulate's operations: s = t * idf; s = s / (t + norm); s = s * weight
-    cdef double s = tf * t.idf
-    if t.flat:
-        s = s / (tf + flat)
-    else:
-        s = s / (tf + norm[c])
-    return s * t.weight
-
-
-cdef Py_ssize_t _gallop(const _Term* t, Py_ssize_t lo, int64_t c) noexcept nogil:
-    """The first position at or after ``lo`` whose id is at least ``c`` (ids ascending)."""
-    cdef Py_ssize_t step = 1, hi, mid
-    if lo >= t.m or _tid(t, lo) >= c:
-        return lo
-    hi = lo + 1
-    while hi < t.m and _tid(t, hi) < c:
-        lo = hi
-        hi = lo + step
-        step *= 2
-    if hi > t.m:
-        hi = t.m
-    # _tid(lo) < c; answer in (lo, hi]
-    lo += 1
-    while lo < hi:
-        mid = (lo + hi) // 2
-        if _tid(t, mid) < c:
-            lo = mid + 1
-        else:
-            hi = mid
-    return lo
+    """:func:`_bm25` of term ``t`` in chunk ``c``."""
+    return _bm25(tf, t.idf, t.weight, flat if t.flat else norm[c])
 
 
 cdef Py_ssize_t _seek(const ids_t* ids, Py_ssize_t lo, Py_ssize_t m, int64_t c) noexcept nogil:
-    """:func:`_gallop` for one id type, a few steps one by one first (the next chunk looked up
-    is often near)."""
+    """The first position at or after ``lo`` (of ``m``) whose id is at least ``c``, ids ascending:
+    a few steps one by one (the next chunk looked up is often near), then galloping."""
     cdef Py_ssize_t step = 1, hi, mid, stop = lo + 8
     while lo < m and lo < stop:
         if <int64_t>ids[lo] >= c:
@@ -378,16 +351,22 @@ cdef Py_ssize_t _seek(const ids_t* ids, Py_ssize_t lo, Py_ssize_t m, int64_t c) 
     return lo
 
 
+cdef inline Py_ssize_t _gallop(const _Term* t, Py_ssize_t lo, int64_t c) noexcept nogil:
+    """:func:`_seek` in a term of either id type."""
+    if t.id_size == 4:
+        return _seek(<const uint32_t*>t.ids, lo, t.m, c)
+    return _seek(<const int64_t*>t.ids, lo, t.m, c)
+
+
 cdef Py_ssize_t _window_run(double* local, uint64_t* bits, const double* nrm, const ids_t* ids, const tfs_t* tfs,
                             Py_ssize_t p, Py_ssize_t m, int64_t lo, int64_t hi, double idf, double weight,
                             double flat, bint use_flat) noexcept nogil:
-    """Add a term's contributions (``_contribution``'s operations) to the chunks of the window
+    """Add a term's contributions (:func:`_bm25`) to the chunks of the window
     [lo, hi), from its posting ``p`` on, into ``local`` (indexed from lo), marking each chunk in
     ``bits``; the position of its first posting at or past ``hi``, or -1 when one before
     ``lo`` comes first (out of order: only a damaged index has one). One loop per id and tf
     type: a generic reader tested the item sizes at every posting."""
     cdef int64_t cid, c
-    cdef double tf, s
     while p < m:
         cid = <int64_t>ids[p]
         if cid >= hi:
@@ -395,14 +374,7 @@ cdef Py_ssize_t _window_run(double* local, uint64_t* bits, const double* nrm, co
         c = cid - lo
         if c < 0:
             return -1
-        tf = <double>tfs[p]
-        s = tf * idf
-        if use_flat:
-            s = s / (tf + flat)
-        else:
-            s = s / (tf + nrm[cid])
-        s = s * weight
-        local[c] += s
+        local[c] += _bm25(<double>tfs[p], idf, weight, flat if use_flat else nrm[cid])
         bits[c >> 6] |= (<uint64_t>1) << (c & 63)
         p += 1
     return p
