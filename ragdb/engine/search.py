@@ -11,7 +11,6 @@ vector index (:mod:`ragdb.index.vectors`); hits are built and ordered by
 
 from __future__ import annotations
 
-import itertools
 from collections import Counter
 from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, NamedTuple
@@ -23,6 +22,7 @@ from ragdb.text import fields
 from ragdb.query import filters
 from ragdb.query import language as qlang
 from ragdb.index import kernel, scoring
+from ragdb.index.cache import GenerationCache
 from ragdb.text import snippets
 from ragdb.errors import EmbeddingError, InvalidInput
 from ragdb.index.hits import Pool, collapse_duplicates, content_order, passage_shingles, cut_with_ties, hit_order, hits_from_scored, make_hits
@@ -55,7 +55,8 @@ _SUGGESTED_TERMS = 8
 
 
 #: How many passage shingles (4 bytes each, :func:`ragdb.index.hits.passage_shingles`) a searcher
-#: keeps for collapsing copies (then it drops the oldest passages).
+#: keeps for collapsing copies (a :class:`~ragdb.index.cache.GenerationCache`: then the passages
+#: kept longest and not met since go).
 SHINGLES_KEPT = 2_000_000
 #: Candidates whose texts a phrase check reads at once (then lets go of): see ``_verified_top``.
 VERIFY_READ = 256
@@ -93,6 +94,11 @@ class QueryTerms(NamedTuple):
     parsed: ParsedQuery | None = None
 
 
+def _shingle_count(entry: tuple[int, bytes]) -> int:
+    """What a shingle cache entry counts for (:data:`SHINGLES_KEPT`): its shingles."""
+    return len(entry[1]) // 4
+
+
 class Searcher:
     """Runs searches on one engine."""
 
@@ -101,8 +107,8 @@ class Searcher:
         self._keys: tuple[int, dict[str, bool]] = (-1, {})  # (generation, metadata key -> stored)
         self._indexed_fields: tuple[int, set[str]] = (-1, set())  # (generation, fields with index terms)
         self._cjk: tuple[int, float] = (-1, 0.0)  # (generation, CJK share of the chunks' sampled text)
-        self._shingles: dict[int, tuple[int, bytes]] = {}  # chunk id -> (the hash of its text, its shingles)
-        self._shingles_kept = 0
+        # chunk id -> (the hash of its text, its shingles)
+        self._shingles: GenerationCache[int, tuple[int, bytes]] = GenerationCache(SHINGLES_KEPT, _shingle_count)
         #: the tokens of recently highlighted texts: a chunk's text is tokenized once, not once a search
         self.token_cache = snippets.TokenCache()
 
@@ -157,7 +163,7 @@ class Searcher:
         but the ids of a write that was rolled back are handed out again); one call for all the
         hits of a search. (Keyed by the chunk id and the text's hash in one int before, whose
         big-int arithmetic cost ~0.1 us a hit.)"""
-        kept = self._shingles
+        kept = self._shingles.get_many([h.chunk_id for h in hits])
         out: list[bytes] = []
         for h in hits:
             text = h.text
@@ -166,37 +172,9 @@ class Searcher:
                 out.append(found[1])
                 continue
             got = passage_shingles(text)
-            size = len(got) // 4
-            if self._shingles_kept + size > SHINGLES_KEPT:
-                self._drop_oldest_shingles(self._shingles_kept + size - SHINGLES_KEPT * 3 // 4)
-            # (the cache of now: a thread sharing the handle may have started it again)
-            replaced = self._shingles.pop(h.chunk_id, None)  # (another text of this id: no longer counted)
-            if replaced is not None:
-                self._shingles_kept -= len(replaced[1]) // 4
-            self._shingles[h.chunk_id] = (hash(text), got)
-            self._shingles_kept += size
+            self._shingles.put(h.chunk_id, (hash(text), got))
             out.append(got)
         return out
-
-    def _drop_oldest_shingles(self, at_least: int) -> None:
-        """Drop the passages kept longest (first in, first out) until ``at_least`` shingles are
-        gone, or all: a full cache is cut to 3/4, not emptied (emptied, the next searches found
-        none of their passages; the realistic corpus's mixed queries, passages shingled a search:
-        10k 15.2 -> 9.6, 100k 67.5 -> 61.0). Searches of threads sharing the handle run this
-        part outside its lock: the sizes are read from a copy of the values (another thread may
-        add to the dict meanwhile), and a new dict, made in one C call, replaces the old one."""
-        kept = self._shingles
-        freed, cut = 0, 0
-        for _hash, got in list(kept.values()):  # (one pass: deleting the first again and again walks the holes)
-            if freed >= at_least:
-                break
-            freed += len(got) // 4
-            cut += 1
-        self._shingles = left = dict(itertools.islice(kept.items(), cut, None))
-        # counted again rather than less what was freed: those threads add to the count outside
-        # the lock too, and an update one of them lost (a read and a write of it apart) stayed
-        # in the count for good, the cache past its bound by it (~0.1 ms, a drop in ~100 searches)
-        self._shingles_kept = sum([len(got) for _hash, got in left.values()]) // 4
 
     def _ranked(self, query: str, opts: SearchOptions, depth: int) -> tuple[list[Hit], QueryTerms | None]:
         """The first ``depth`` hits of the ranking (the first stage, and the reranker's order)."""

@@ -5,7 +5,7 @@ vectors and the ANN graph, hybrid fusion, and how scores become hits."""
 
 import importlib
 
-_SUBMODULES = frozenset(['ann', 'cforward', 'ckernel', 'confidence', 'cpassages', 'cterms', 'forward', 'fusion', 'hits', 'inverted',
+_SUBMODULES = frozenset(['ann', 'cache', 'cforward', 'ckernel', 'confidence', 'cpassages', 'cterms', 'forward', 'fusion', 'hits', 'inverted',
                          'kernel', 'matching', 'scoring', 'terms', 'unitables', 'vectors'])
 
 

@@ -34,6 +34,7 @@ import numpy as np
 import orjson
 
 from ragdb.index import kernel, scoring, snapshot
+from ragdb.index.cache import GenerationCache
 from ragdb.index.hits import HitEntry
 from ragdb.index.forward import forward_term_ids, invert_compiled, unpack_forward_many
 from ragdb.index.terms import TermTable, new_table
@@ -55,8 +56,9 @@ HIT_CACHE_BYTES = 12 << 20  # hit fields (text, metadata) kept for building hits
 # Bytes of one cache entry besides its text and metadata: its HitEntry tuple, the cache's slot,
 # its ints, source and title strings. Measured (tracemalloc, 2,009 entries of the realistic 100k
 # corpus, text 1,907 bytes on average, no metadata): 327; a dict of the fields and the tuple
-# holding it, before HitEntry, took 711.
-HIT_ENTRY_OVERHEAD = 330
+# holding it, before HitEntry, took 711. Plus 16 for the two list slots of its generation in
+# the cache (ragdb.index.cache.GenerationCache).
+HIT_ENTRY_OVERHEAD = 346
 # Metadata, counted from its JSON: a parsed dict took 4-14 bytes a byte of its JSON (tracemalloc:
 # 314-916 bytes for 50-151 bytes of JSON, nested values the most), counted as 200 + 6 a byte.
 HIT_META_BYTES = (200, 6)
@@ -576,8 +578,7 @@ class Index:
         self._length_norm: tuple[Any, np.ndarray] | None = None  # BM25 length part per chunk
         self._zeros: np.ndarray | None = None  # the pruning kernel's work array, all zeros between queries
         self._lookup_cache: dict[str, tuple[int, int] | None] = {}
-        self._rows: dict[int, HitEntry] = {}
-        self._rows_bytes = 0
+        self._rows: GenerationCache[int, HitEntry] = GenerationCache(HIT_CACHE_BYTES, self._entry_bytes)
         self._scratch: dict[str, np.ndarray] = {}
         self._shared_strings: dict[str, str] = {}
         self._postings_cache: dict[int, tuple[np.ndarray, np.ndarray] | None] = {}
@@ -793,13 +794,10 @@ class Index:
     def forget_hits(self, chunk_ids: Sequence[int] | None) -> None:
         """Drop cached hit fields of these chunks (``None``: of every chunk)."""
         if chunk_ids is None:
-            self._rows = {}
-            self._rows_bytes = 0
+            self._rows.clear()
             return
         for cid in chunk_ids:
-            entry = self._rows.pop(cid, None)
-            if entry is not None:
-                self._rows_bytes -= self._entry_bytes(entry)
+            self._rows.pop(cid)
 
     def _invalidate(self) -> None:
         self.masks.clear()
@@ -1184,13 +1182,13 @@ class Index:
         which logs the chunk in chunk_log, and :meth:`sync` drops the entries
         of logged chunks (all of them after a flush, which empties the log).
         A deleted chunk's entry is simply never asked for again. The cache is
-        bounded by size (``HIT_CACHE_BYTES``, mostly text) and is a plain dict
-        emptied oldest-first (FIFO) down to 3/4 of it: an LRU's bookkeeping on
-        every hit cost more than its better hit rate saved."""
+        bounded by size (``HIT_CACHE_BYTES``, mostly text): a
+        :class:`~ragdb.index.cache.GenerationCache`, whose oldest entries go a
+        generation at a time without a walk over them."""
         cache = self._rows
         # (a dict of the caller's own, not the cache: hits are made from it after the read
         # transaction, while another thread's search on this handle may evict entries)
-        out = {c: e for c in chunk_ids if (e := cache.get(c)) is not None}
+        out = cache.get_many(chunk_ids)
         if len(out) == len(chunk_ids):
             return out
         missing = [c for c in chunk_ids if c not in out]
@@ -1219,18 +1217,9 @@ class Index:
             timestamp = shared.setdefault(timestamp, timestamp)
             if version is not None:
                 version = shared.setdefault(version, version)
-            out[cid] = cache[cid] = entry = HitEntry(doc_id, source, version, timestamp, text, start, end,
-                                                     ordinal, effective_title(title, source), section, meta)
-            self._rows_bytes += self._entry_bytes(entry)
-        if self._rows_bytes > HIT_CACHE_BYTES:
-            evict = []
-            for c, entry in cache.items():  # oldest first
-                evict.append(c)
-                self._rows_bytes -= self._entry_bytes(entry)
-                if self._rows_bytes <= HIT_CACHE_BYTES * 3 // 4:
-                    break
-            for c in evict:
-                del cache[c]
+            out[cid] = entry = HitEntry(doc_id, source, version, timestamp, text, start, end,
+                                        ordinal, effective_title(title, source), section, meta)
+            cache.put(cid, entry)
         return out
 
     @staticmethod
@@ -1247,13 +1236,13 @@ class Index:
         """chunk id -> its text, read from the text columns alone (a chunk that is its whole
         document from the document row), for checking phrases; chunks cached for hits are
         taken from that cache."""
-        out: dict[int, str] = {}
+        cached = self._rows.get_many(chunk_ids)
+        out: dict[int, str] = {cid: e.text for cid, e in cached.items()}
         own, whole = [], []
         for cid in chunk_ids:
-            cached = self._rows.get(cid)
-            if cached is not None:
-                out[cid] = cached.text
-            elif self.whole[cid]:
+            if cid in out:
+                continue
+            if self.whole[cid]:
                 whole.append(cid)
             else:
                 own.append(cid)

@@ -212,8 +212,8 @@ def test_a_shingle_cache_started_again_mid_search_collapses_alike(tmp_path, monk
 
 def test_a_full_shingle_cache_drops_the_passages_kept_longest(monkeypatch):
     """Over ``SHINGLES_KEPT`` the handle's shingle cache drops its oldest passages (first in,
-    first out) down to 3/4, not all of them: a search run again right after finds every
-    passage it shingled still kept, and the cache stays within its bound."""
+    first out, a generation at a time), not all of them: a search run again right after finds
+    every passage it shingled still kept, and the cache stays within its bound."""
     from ragdb.engine import search
 
     computed: list[str] = []
@@ -239,7 +239,8 @@ def test_a_full_shingle_cache_drops_the_passages_kept_longest(monkeypatch):
 
         def within_bound() -> None:  # the count is of shingles (4 bytes each), and true
             kept = db._searcher._shingles
-            assert db._searcher._shingles_kept == sum(len(v) // 4 for _h, v in kept.values()) <= 300
+            held = kept.get_many(h.chunk_id for h in db.search("apple river", k=60, collapse=False))
+            assert len(held) == len(kept) and sum(len(v) // 4 for _h, v in held.values()) == kept.units() <= 300
 
         assert shingled("apple orchard harvest") == 24  # (k + 4 hits ranked, each shingled once)
         within_bound()
@@ -250,30 +251,10 @@ def test_a_full_shingle_cache_drops_the_passages_kept_longest(monkeypatch):
         within_bound()
 
 
-def test_a_drop_counts_the_shingles_kept_again(monkeypatch):
-    """Threads sharing a handle add to the shingle cache's count outside its lock, where an
-    update can be lost; such a loss must not last: each drop counts what is kept again, so the
-    count is true and the cache within its bound after the next searches."""
-    from ragdb.engine import search
-
-    monkeypatch.setattr(search, "SHINGLES_KEPT", 300)  # ~1.5 searches' passages (24 hits of 8 shingles)
-    with ragdb.open(":memory:", chunker="none") as db:
-        db.add_many([{"text": f"{words} {i} of the set number {i} goes on", "source": f"{words[0]}{i}"}
-                     for words in ("apple orchard harvest", "river canyon erosion", "desert dune wind")
-                     for i in range(30)])
-        searcher = db._searcher
-        db.search("apple orchard harvest", k=20)
-        searcher._shingles_kept -= 100  # an update lost to a race
-        db.search("river canyon erosion", k=20)
-        db.search("desert dune wind", k=20)  # over the bound: the oldest passages go
-        kept = searcher._shingles
-        assert searcher._shingles_kept == sum(len(v) // 4 for _h, v in kept.values()) <= 300
-
-
 def test_the_shingle_cache_counts_a_chunk_ids_new_text_once():
     """The handle's shingle cache holds one entry a chunk id, checked against the hash of the
     text it was made of: a chunk id that comes back with another text (a rolled-back write's
-    ids are handed out again) gets that text's shingles, and the old ones stop counting."""
+    ids are handed out again) gets that text's shingles, which take the old ones' place."""
     import dataclasses
 
     with ragdb.open(":memory:", chunker="none") as db:
@@ -287,4 +268,5 @@ def test_the_shingle_cache_counts_a_chunk_ids_new_text_once():
         assert second == [_shingles(h.text) for h in other] and second != first
         kept = searcher._shingles
         assert len(kept) == len(hits)
-        assert searcher._shingles_kept == sum(len(v) // 4 for _h, v in kept.values())
+        assert searcher._passage_shingles(other) == second  # (from the cache: the new texts')
+        assert [v for _h, v in kept.get_many(h.chunk_id for h in hits).values()] == second
