@@ -23,8 +23,9 @@ Why not a library: ``functools.lru_cache`` is bounded by a count, not a size; ca
 ``LRUCache`` and ``FIFOCache`` take a ``getsizeof`` but go through Python code for every
 lookup and evict one entry at a time.
 
-Threads sharing a handle use one cache; only starting a generation takes a lock (two threads
-starting one each kept five generations for good). Lookups and puts are one or two dict or
+Threads sharing a handle use one cache; only starting a generation takes a lock (without it,
+two threads could each start one and leave five generations for good: the threads test caught
+the count over its bound). Lookups and puts are one or two dict or
 list operations each, atomic under the GIL: a race can lose an entry (a miss later) or
 miscount one until its generation goes, never return a wrong one (an entry leaves with its
 generation only where the dict still holds that very value).

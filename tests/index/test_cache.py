@@ -96,3 +96,58 @@ def test_threads_sharing_the_cache_find_only_what_was_put():
     for t in threads:
         t.join()
     assert not errors, errors
+
+
+def test_threads_searching_one_handle_through_small_caches_get_one_threads_hits(tmp_path, monkeypatch):
+    """Four threads search one handle whose hit and shingle caches hold a few passages each
+    (every search starts generations and drops them, while the other threads read): each
+    search returns what one thread with the default caches does, texts, scores and the copies
+    folded into each hit included."""
+    import random
+
+    import ragdb
+    from ragdb.engine import search
+    from ragdb.index import inverted
+
+    rng = random.Random(7)
+    vocab = [f"w{i}" for i in range(300)]
+    records = []
+    for i in range(120):
+        words = " ".join(rng.choices(vocab, k=60))
+        records.append({"text": f"Passage {i}. {words}.", "source": f"p{i}.md"})
+        if i % 3 == 0:  # a copy as HTML: folded into the Markdown one's hit
+            records.append({"text": f"<p>Passage {i}. {words}.</p>", "source": f"p{i}.html"})
+    queries = [" ".join(rng.choices(vocab, k=3)) for _ in range(40)]
+
+    def answer(db, q):
+        return [(h.chunk_id, h.score, h.text, [d.chunk_id for d in h.duplicates]) for h in db.search(q, k=15)]
+
+    path = str(tmp_path / "kb.db")
+    with ragdb.open(path, chunker="none") as db:
+        db.add_many(records)
+        want = {q: answer(db, q) for q in queries}
+    assert any(d for hits in want.values() for *_rest, d in hits)  # (copies were folded)
+    monkeypatch.setattr(inverted, "HIT_CACHE_BYTES", 20_000)  # ~25 passages' fields
+    monkeypatch.setattr(search, "SHINGLES_KEPT", 600)         # ~10 passages' shingles
+    wrong: list[object] = []
+    with ragdb.open(path) as db:
+
+        def work(seed: int) -> None:
+            try:
+                order = random.Random(seed).sample(queries, len(queries))
+                for q in order * 3:
+                    got = answer(db, q)
+                    if got != want[q]:
+                        wrong.append((q, got, want[q]))
+            except BaseException as e:  # noqa: BLE001 - reported below
+                wrong.append(e)
+
+        threads = [threading.Thread(target=work, args=(i,)) for i in range(4)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        met = {c for hits in want.values() for c, *_rest in hits}
+        assert len(db._engine.index._rows) < len(met) and len(db._searcher._shingles) < len(met)  # (they dropped some)
+        assert db._engine.index._rows.units() <= 20_000 + 4 * 2_000  # (a thread's entry or two past it)
+    assert not wrong, wrong[:1]
