@@ -33,7 +33,6 @@ from __future__ import annotations
 
 import unicodedata
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, NamedTuple
 
 import numpy as np
@@ -61,8 +60,12 @@ class Unit(NamedTuple):
     field: str | None = None  #: a field's unit (:mod:`ragdb.text.fields`): BM25 without length normalisation
 
 
-@dataclass(frozen=True)
-class Terms:
+# The nodes of a compiled query are named tuples as well: a frozen dataclass took ~1 ms to
+# create at import, which every ``ragdb search`` pays (five of them ~5 ms of its ~230 ms start),
+# a named tuple ~0.2 ms; and a search makes several.
+
+
+class Terms(NamedTuple):
     """A word: ``groups`` of index term ids, one a term (its alternatives: the term in the
     text and in each weighted field; a prefix or fuzzy word's expansions); chunks holding
     any of them (``mode`` ANY) or, for every group, one of its ids (ALL). ``missing``: a
@@ -74,8 +77,7 @@ class Terms:
     text_only: bool = True  #: every id a term of the text (none of a field)
 
 
-@dataclass(frozen=True)
-class PhraseNode:
+class PhraseNode(NamedTuple):
     """A phrase: ``seq`` its (term, position relative to its first) pairs, ``ids`` the
     ids of its distinct terms (None when one is not in the vocabulary: nothing matches)."""
 
@@ -90,30 +92,27 @@ class PhraseNode:
         return len({p for _, p in self.seq}) <= 1
 
 
-@dataclass(frozen=True)
-class MaskNode:
+class MaskNode(NamedTuple):
     """A metadata/source field: chunks of the documents matching ``filter``."""
 
     filter: Mapping[str, Any]
 
 
-@dataclass(frozen=True)
-class GroupNode:
+class GroupNode(NamedTuple):
     clauses: tuple[tuple[str, MatchNode], ...]
 
 
 MatchNode = Terms | PhraseNode | MaskNode | GroupNode
 
 
-@dataclass(frozen=True)
-class Compiled:
+class Compiled(NamedTuple):
     """A query ready to run: its scoring units, its match tree (None: any chunk a unit
     scores matches), and what the plan reports (see :class:`ragdb.types.QueryPlan`)."""
 
     units: tuple[Unit, ...]
     tree: MatchNode | None
     phrases: bool
-    expansions: Mapping[str, tuple[str, ...]] = field(default_factory=dict)
+    expansions: Mapping[str, tuple[str, ...]]
     dropped: tuple[tuple[str, str], ...] = ()
     unknown: tuple[str, ...] = ()
     #: (term, relative position) sequences of the phrases that are not excluded (highlighting)

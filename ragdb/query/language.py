@@ -48,6 +48,7 @@ import re
 import unicodedata
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
+from typing import NamedTuple
 
 from ragdb.errors import InvalidInput
 from ragdb.options import SYNTAXES
@@ -230,8 +231,7 @@ class _SyntaxError(Exception):
     pass
 
 
-@dataclass(frozen=True)
-class _Tok:
+class _Tok(NamedTuple):  # (not a frozen dataclass: ~1 ms less at import, the CLI's start)
     kind: str  # word, phrase, open, close, op, sign
     text: str
     field: str | None = None
