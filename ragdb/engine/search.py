@@ -56,7 +56,7 @@ _SUGGESTED_TERMS = 8
 
 #: How many passage shingles (4 bytes each, :func:`ragdb.index.hits.passage_shingles`) a searcher
 #: keeps for collapsing copies (a :class:`~ragdb.index.cache.GenerationCache`: then the passages
-#: kept longest and not met since go).
+#: kept longest go, a generation at a time).
 SHINGLES_KEPT = 2_000_000
 #: Candidates whose texts a phrase check reads at once (then lets go of): see ``_verified_top``.
 VERIFY_READ = 256
