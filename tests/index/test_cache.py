@@ -5,6 +5,7 @@ out a generation at a time, an entry put again taking the old one's place."""
 from __future__ import annotations
 
 import threading
+from collections.abc import Callable
 
 import pytest
 from hypothesis import given, settings, strategies as st
@@ -72,29 +73,39 @@ def test_fewer_than_two_generations_are_refused():
         GenerationCache(100, sized, 1)
 
 
+def in_threads(work: Callable[[int], None], n: int = 4) -> list[BaseException]:
+    """Run ``work(0)`` ... ``work(n - 1)`` in ``n`` threads at once; what they raised."""
+    errors: list[BaseException] = []
+
+    def run(i: int) -> None:
+        try:
+            work(i)
+        except BaseException as e:  # noqa: BLE001 - returned to the test
+            errors.append(e)
+
+    threads = [threading.Thread(target=run, args=(i,)) for i in range(n)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    return errors
+
+
 def test_threads_sharing_the_cache_find_only_what_was_put():
     """Threads putting and reading at once (as searches on one handle do, without a lock):
     nothing raises, every entry found is one that was put for its key, and the cache stays
     within its capacity (plus an entry a thread may add while another starts a generation)."""
     cache: GenerationCache[int, tuple[int, int]] = GenerationCache(2_000, sized, 4)
-    errors: list[BaseException] = []
 
     def work(seed: int) -> None:
-        try:
-            for n in range(20_000):
-                key = (n * 7919 + seed * 104_729) % 600
-                cache.put(key, (key, 1 + key % 7))
-                for k, v in cache.get_many(range(key, key + 20)).items():
-                    assert v == (k, 1 + k % 7)
-                assert cache.units() <= 2_000 + 4 * 7
-        except BaseException as e:  # noqa: BLE001 - reported below
-            errors.append(e)
+        for n in range(20_000):
+            key = (n * 7919 + seed * 104_729) % 600
+            cache.put(key, (key, 1 + key % 7))
+            for k, v in cache.get_many(range(key, key + 20)).items():
+                assert v == (k, 1 + k % 7)
+            assert cache.units() <= 2_000 + 4 * 7
 
-    threads = [threading.Thread(target=work, args=(i,)) for i in range(4)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join()
+    errors = in_threads(work)
     assert not errors, errors
 
 
@@ -133,20 +144,13 @@ def test_threads_searching_one_handle_through_small_caches_get_one_threads_hits(
     with ragdb.open(path) as db:
 
         def work(seed: int) -> None:
-            try:
-                order = random.Random(seed).sample(queries, len(queries))
-                for q in order * 3:
-                    got = answer(db, q)
-                    if got != want[q]:
-                        wrong.append((q, got, want[q]))
-            except BaseException as e:  # noqa: BLE001 - reported below
-                wrong.append(e)
+            order = random.Random(seed).sample(queries, len(queries))
+            for q in order * 3:
+                got = answer(db, q)
+                if got != want[q]:
+                    wrong.append((q, got, want[q]))
 
-        threads = [threading.Thread(target=work, args=(i,)) for i in range(4)]
-        for t in threads:
-            t.start()
-        for t in threads:
-            t.join()
+        wrong += in_threads(work)
         met = {c for hits in want.values() for c, *_rest in hits}
         assert len(db._engine.index._rows) < len(met) and len(db._searcher._shingles) < len(met)  # (they dropped some)
         assert db._engine.index._rows.units() <= 20_000 + 4 * 2_000  # (a thread's entry or two past it)
