@@ -33,14 +33,12 @@ from ragdb.text.fields import DEFAULT_WEIGHTS as DEFAULT_FIELD_WEIGHTS
 from ragdb.errors import AnalyzerMismatch, CollectionExists, CollectionNotFound, DocumentNotFound, InternalError, InvalidInput, NotADatabase, RagdbError
 from ragdb.query.filters import Query, build as build_filter
 from ragdb.index.inverted import Index, TermMask
-from ragdb.engine.prepare import check_add_arguments, prepared_batches
 from ragdb.options import ALL, MAX_K, SCORERS, Principals, Restrictions, SearchOptions, check_busy_timeout, check_count, check_embedder, check_flag, check_id, check_number, check_optional_flag, check_path, check_principals, check_text, to_epoch
 from ragdb.engine.search import Searcher
 from ragdb.storage import Store, is_postgres, loads, open_store
 from ragdb.storage.collections import DEFAULT as DEFAULT_COLLECTION, check_name
 from ragdb.types import Hit, QueryPlan
 from ragdb.index.vectors import VectorIndex
-from ragdb.engine.write import VectorTally, Writer, collector_paused, doc_from_row, stored_texts
 
 if TYPE_CHECKING:
     # the types of documents and reports are imported where they are made: a search makes none
@@ -51,6 +49,7 @@ if TYPE_CHECKING:
     from ragdb.answers.llm import Answer
     from ragdb.answers.prompt import Prompt
     from ragdb.answers.evaluation import SelfCalibration
+    from ragdb.engine.write import Writer
 
 
 def get_chunker(spec: str | Chunker | None) -> Chunker:
@@ -111,11 +110,19 @@ class Database:
 
     def __init__(self, store: Store, analyzer: Analyzer, settings: Mapping[str, Any]) -> None:
         self._engine = Engine(store, analyzer, dict(settings))
-        self._writer = Writer(self._engine)
         self._searcher = Searcher(self._engine)
         self._embed_on_add = True
         self._self_calibration: SelfCalibration | None = None  # where it could not be stored
         self.path = store.path
+
+    @functools.cached_property
+    def _writer(self) -> Writer:
+        """The write path, its modules imported on first use: a command-line search never
+        writes, and :mod:`ragdb.engine.write` with :mod:`ragdb.engine.prepare` cost it ~1.6 ms.
+        (Two threads racing here each make one: a ``Writer`` holds nothing but the engine.)"""
+        from ragdb.engine.write import Writer
+
+        return Writer(self._engine)
 
     # -- lifecycle -------------------------------------------------------------
     def close(self) -> None:
@@ -351,6 +358,9 @@ class Database:
         remaining pending chunks are then embedded (:meth:`embed`).
         ``AddReport.embedded`` and ``.reused`` count both.
         """
+        from ragdb.engine.prepare import check_add_arguments, prepared_batches
+        from ragdb.engine.write import VectorTally, collector_paused, stored_texts
+
         check_add_arguments(records, batch_size, workers)
         eng = self._engine
         ch = get_chunker(chunker if chunker is not None else eng.settings.get("chunker"))
@@ -812,6 +822,8 @@ class Database:
             rows = store.list_documents(source, glob=glob, latest_only=versions == "latest",
                                         limit=limit, offset=offset, conditions=view.conditions,
                                         public_unlabeled=view.public_unlabeled)
+        from ragdb.engine.write import doc_from_row
+
         return [doc_from_row(r, False) for r in rows]
 
     @_reader
