@@ -17,6 +17,7 @@ from collections.abc import Hashable, Iterable, Mapping, Sequence
 
 import numpy as np
 
+from ragdb.patterns import LazyPattern
 from ragdb.errors import InvalidInput
 from ragdb.index.hits import Pool
 
@@ -141,7 +142,7 @@ def _han() -> re.Pattern[str]:
     """CJK letters, compiled on first use (hybrid searches): the ranges take re a few ms to
     compile, which every process importing this module (every search) would pay."""
     return re.compile(_HAN_SOURCE)
-_LETTER = re.compile(r"[^\W\d_]")
+_LETTER = LazyPattern(r"[^\W\d_]")
 
 
 def query_language(query: str) -> str:

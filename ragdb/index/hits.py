@@ -17,6 +17,7 @@ from typing import Any, NamedTuple
 
 import numpy as np
 
+from ragdb.patterns import LazyPattern
 from ragdb.index import kernel, unitables
 from ragdb.types import Duplicate, Hit
 
@@ -187,7 +188,7 @@ _CJK = "".join(f"{chr(lo)}-{chr(hi)}" for lo, hi in unitables.CJK_RANGES)  # (a 
 #: The definition :func:`word_hashes` and the compiled module's tables follow; its source, not a
 #: compiled pattern (re takes ~10 ms to compile the CJK ranges, which no search here needs).
 WORDS_SOURCE = f"[{_CJK}]|[^\\W_{_CJK}]+"
-_MARKUP = re.compile(r"\]\([^)\s]*\)|<[^>\n]{1,200}>")  # a Markdown link's target, an HTML tag
+_MARKUP = LazyPattern(r"\]\([^)\s]*\)|<[^>\n]{1,200}>")  # a Markdown link's target, an HTML tag
 
 # uint64 constants of the shingle hash (cpassages.pyx has the same)
 _GOLDEN = np.uint64(0x9E3779B97F4A7C15)

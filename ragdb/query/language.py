@@ -50,6 +50,7 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import NamedTuple
 
+from ragdb.patterns import LazyPattern
 from ragdb.errors import InvalidInput
 from ragdb.options import SYNTAXES
 MUST, SHOULD, MUST_NOT = "must", "should", "must_not"
@@ -73,16 +74,16 @@ AUTOMATIC_KEYS = frozenset({"path", "content_hash", "size", "mtime", "loader", "
 # for names and terms as a matter of course (25 of CMRC 2018's 1,002 trial questions do),
 # and reading them as phrases would change how natural questions are searched.
 _OPEN_QUOTES = {'"': '"'}
-_FIELD_RE = re.compile(r"([A-Za-z_][\w.\-]*):(?=\S)")
-_SUFFIX_RE = re.compile(r"^(?P<body>.*?)(?P<star>\*)?(?P<fuzzy>~(?P<dist>\d+)?)?(?:\^(?P<boost>\d+(?:\.\d+)?|\.\d+))?$",
+_FIELD_RE = LazyPattern(r"([A-Za-z_][\w.\-]*):(?=\S)")
+_SUFFIX_RE = LazyPattern(r"^(?P<body>.*?)(?P<star>\*)?(?P<fuzzy>~(?P<dist>\d+)?)?(?:\^(?P<boost>\d+(?:\.\d+)?|\.\d+))?$",
                         re.S)
-_BOOST_RE = re.compile(r"\^(\d+(?:\.\d+)?|\.\d+)")
+_BOOST_RE = LazyPattern(r"\^(\d+(?:\.\d+)?|\.\d+)")
 _OPERATORS = ("AND", "OR", "NOT")
 # Every character or word the tokenizer gives a meaning beyond "a word": a quote,
 # parentheses, a field's colon, the suffixes *, ~ and ^, a sign at a word's start, an
 # operator. A query with none of them is plain words, and parse() builds that directly:
 # parsing was a quarter of a SciFact question's search time (0.1 of 0.35 ms).
-_SYNTAX_RE = re.compile(r'["()*~^:]|(?:^|\s)[+-]|\b(?:AND|OR|NOT)\b')
+_SYNTAX_RE = LazyPattern(r'["()*~^:]|(?:^|\s)[+-]|\b(?:AND|OR|NOT)\b')
 
 
 @dataclass(frozen=True)
@@ -190,7 +191,7 @@ def plain_words(text: str) -> bool:
 # The same without parentheses: they only group words, and a group of plain words is
 # plain (unbalanced or too deep ones make the query plain words too). 118 of SciFact's
 # 809 questions hold one, e.g. "(H2A)".
-_SEARCH_SYNTAX_RE = re.compile(r'["*~^:]|(?:^|[\s(])[+-]|\b(?:AND|OR|NOT)\b')
+_SEARCH_SYNTAX_RE = LazyPattern(r'["*~^:]|(?:^|[\s(])[+-]|\b(?:AND|OR|NOT)\b')
 
 
 def searched_as_plain(text: str) -> bool:
@@ -317,7 +318,7 @@ def _tokenize(text: str, is_field: Callable[[str], bool]) -> list[_Tok]:
 
 # What may follow "-" for an exclusion (see _excludes): lower-case letters, then the
 # suffix operators of a word (prefix*, word~, word^2).
-_EXCLUDED_WORD_RE = re.compile(r"(?:[^\W\d_]{2,})(?:\*|~\d*)?(?:\^(?:\d+(?:\.\d+)?|\.\d+))?")
+_EXCLUDED_WORD_RE = LazyPattern(r"(?:[^\W\d_]{2,})(?:\*|~\d*)?(?:\^(?:\d+(?:\.\d+)?|\.\d+))?")
 
 
 def _excludes(text: str, i: int, is_field: Callable[[str], bool]) -> bool:

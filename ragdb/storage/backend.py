@@ -17,13 +17,15 @@ from __future__ import annotations
 import re
 from urllib.parse import parse_qsl, quote, urlsplit, urlunsplit
 
-_URL = re.compile(r"^(postgresql|postgres)://", re.I)
+from ragdb.patterns import LazyPattern
+
+_URL = LazyPattern(r"^(postgresql|postgres)://", re.I)
 # libpq's connection keywords (the ones a connection string plausibly starts with)
 _KEYWORDS = ("service", "host", "hostaddr", "port", "dbname", "user", "password", "passfile", "options",
              "sslmode", "application_name", "connect_timeout", "target_session_attrs", "client_encoding")
-_CONNINFO = re.compile(r"^\s*(?:" + "|".join(_KEYWORDS) + r")\s*=", re.I)
+_CONNINFO = LazyPattern(r"^\s*(?:" + "|".join(_KEYWORDS) + r")\s*=", re.I)
 # password=VALUE in a key/value string: VALUE is a quoted string ('...' with \' and \\) or a bare word
-_KV_PASSWORD = re.compile(r"(\bpassword\s*=\s*)('(?:[^'\\]|\\.)*'|\S*)", re.I)
+_KV_PASSWORD = LazyPattern(r"(\bpassword\s*=\s*)('(?:[^'\\]|\\.)*'|\S*)", re.I)
 MASK = "***"
 
 

@@ -13,12 +13,12 @@ overrides them with PostgreSQL's, and the sections' statements are shared.
 from __future__ import annotations
 
 import contextlib
-import re
 import sqlite3
 import threading
 from collections.abc import Callable, Iterator, Sequence
 from typing import Any, overload
 
+from ragdb.patterns import LazyPattern
 from ragdb.errors import CollectionNotFound, DatabaseBusy, DatabaseCorrupt, RagdbError, StorageError, TextDamaged
 from ragdb.storage import collections as _coll
 from ragdb.storage.conditions import SQLITE, balanced, condition_sql, doc_set_sql, mentions_chunks
@@ -44,7 +44,7 @@ WHOLE_CHUNK = "(text IS NULL AND start = 0 AND ordinal = 0 AND metadata = '{}')"
 CHUNK_STATE_SQL = f"id, doc_id, length * 4 + latest * 2 + CASE WHEN {WHOLE_CHUNK} THEN 1 ELSE 0 END"
 
 
-_DROPPED = re.compile(r"no such table: (?:main\.)?c(\d+)_")
+_DROPPED = LazyPattern(r"no such table: (?:main\.)?c(\d+)_")
 
 
 def translate(err: sqlite3.Error, path: str) -> RagdbError:

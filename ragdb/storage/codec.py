@@ -3,11 +3,12 @@ numbers range filters compare for a metadata value (:func:`meta_number`)."""
 
 from __future__ import annotations
 
-import re
 from datetime import datetime, timedelta, timezone
 from typing import Any
 
 import orjson
+
+from ragdb.patterns import LazyPattern
 
 
 def utcnow_iso() -> str:
@@ -26,7 +27,7 @@ def loads(text: str | bytes) -> Any:
 # An ISO-8601 date, optionally with a time (seconds and a fraction optional) and, with a
 # time, a UTC offset: 2024-05-01, 2024-05-01T09:30, 2024-05-01 09:30:00.5+02:00, ...Z.
 # One pattern for every Python version (fromisoformat accepts more forms from 3.11 on).
-_ISO = re.compile(r"(\d{4})-(\d{2})-(\d{2})"
+_ISO = LazyPattern(r"(\d{4})-(\d{2})-(\d{2})"
                   r"(?:[T ](\d{2}):(\d{2})(?::(\d{2})(?:[.,](\d{1,9}))?)?(Z|z|[+-]\d{2}:?\d{2})?)?")
 
 

@@ -32,6 +32,8 @@ import sqlite3
 from collections.abc import Iterable, Iterator, Sequence
 from typing import Any
 
+from ragdb.patterns import LazyPattern
+
 #: Tables every collection has, parents before the tables referring to them
 #: (``dead_chunks`` existed until migration 0004; a new collection replaying the
 #: migrations creates and drops it like an old file did).
@@ -50,7 +52,7 @@ MAX_NAME = 128
 
 # SQL tokens that may hold a name: comments and string literals are copied as they are,
 # identifiers (bare or double-quoted) are renamed when they name a per-collection object.
-_TOKEN = re.compile(r"""(--[^\n]*|/\*.*?\*/|'(?:[^']|'')*')|("(?:[^"]|"")*")|([A-Za-z_][A-Za-z0-9_$]*)""", re.S)
+_TOKEN = LazyPattern(r"""(--[^\n]*|/\*.*?\*/|'(?:[^']|'')*')|("(?:[^"]|"")*")|([A-Za-z_][A-Za-z0-9_$]*)""", re.S)
 
 
 def object_name(collection_id: int, name: str) -> str:

@@ -99,6 +99,7 @@ from itertools import accumulate, chain, filterfalse
 from typing import Any, NamedTuple
 
 from ragdb.errors import InvalidInput, MissingDependency, RagdbError
+from ragdb.patterns import LazyPattern
 
 try:  # built by setup.py beside the scoring kernel; absent where no compiler was found
     from ragdb.text import canalysis as _canalysis_module
@@ -130,23 +131,6 @@ _CODE_STAMP = _file_stamps()
 _CJK = "\u3040-\u30ff\u3400-\u4dbf\u4e00-\u9fff\uf900-\ufaff\U00020000-\U0003134f"
 
 
-class _LazyPattern:
-    """A regex compiled on its first use, with the compiled pattern's methods. A character class
-    of the CJK ranges takes re 2-3 ms to compile (8 on a slow machine: re's compiler visits each
-    of the ranges' 28,000 characters in Python); a pattern that only version-1 analyzers,
-    chunking or text with CJK characters use is not compiled by every process that imports
-    this module (every command-line search). A method looked up once is kept on the object,
-    so later lookups cost what an attribute does, not a call of ``__getattr__``."""
-
-    def __init__(self, source: str) -> None:
-        self._source = source
-
-    def __getattr__(self, name: str) -> Any:
-        value = getattr(re.compile(self._source), name)  # (re's own cache: compiled once)
-        self.__dict__[name] = value
-        return value
-
-
 def _below_cjk(text: str) -> bool:
     """True when ``text`` has no character from the first CJK range (U+3040) up: it has no CJK
     character then. ASCII text answers from a flag (``str.isascii``); other text with one scan
@@ -155,14 +139,14 @@ def _below_cjk(text: str) -> bool:
     return text.isascii() or _FROM_CJK.search(text) is None
 
 
-_TERM_RE = _LazyPattern(rf"[{_CJK}]+|[^\W_{_CJK}]+")  # version 1 only
+_TERM_RE = LazyPattern(rf"[{_CJK}]+|[^\W_{_CJK}]+")  # version 1 only
 # Words: two or more letters/digits (longer ones are cut at MAX_TOKEN_CHARS),
 # or a single digit. Single letters carry no meaning as index terms.
-_WORD_RE = re.compile(r"[^\W_]{2,64}|\d")
+_WORD_RE = LazyPattern(r"[^\W_]{2,64}|\d")
 # For chunking: every CJK character is one token, words are tokens.
-_SPAN_RE = _LazyPattern(rf"[{_CJK}]|[^\W_{_CJK}]+")
-_CJK_CHAR = _LazyPattern(rf"[{_CJK}]")
-_FROM_CJK = _LazyPattern("[^\x00-\u303f]")  # a character from the first CJK range up (see _below_cjk)
+_SPAN_RE = LazyPattern(rf"[{_CJK}]|[^\W_{_CJK}]+")
+_CJK_CHAR = LazyPattern(rf"[{_CJK}]")
+_FROM_CJK = LazyPattern("[^\x00-\u303f]")  # a character from the first CJK range up (see _below_cjk)
 
 # English stopwords (the NLTK list, which bm25s and most BM25 setups use).
 ENGLISH_STOPWORDS = frozenset(
@@ -235,8 +219,8 @@ ANALYZER_VERSIONS = (1, 2)
 # tokens text is split into (ASCII text with one bytes.translate + split, like
 # version 1), and _plan2 reads each raw token: ``.`` ``-`` ``_`` ``::`` join
 # compounds, ``++`` and ``#`` end symbols, an apostrophe starts a clitic.
-_RAW2 = re.compile(r"[\w.\-:+#'\u2019]+")  # text without CJK (\w includes "_")
-_TERM2_RE = _LazyPattern(rf"[{_CJK}]+|(?:[^\W{_CJK}]|[.\-:+#'\u2019])+")  # _RAW2's runs without CJK
+_RAW2 = LazyPattern(r"[\w.\-:+#'\u2019]+")  # text without CJK (\w includes "_")
+_TERM2_RE = LazyPattern(rf"[{_CJK}]+|(?:[^\W{_CJK}]|[.\-:+#'\u2019])+")  # _RAW2's runs without CJK
 _ASCII_SPLIT2 = bytes(c if (chr(c).isascii() and chr(c).isalnum()) or chr(c) in "._-:+#'" else 0x20
                       for c in range(256))
 # The units of a raw token, in order of preference at each place:
@@ -244,17 +228,17 @@ _ASCII_SPLIT2 = bytes(c if (chr(c).isascii() and chr(c).isalnum()) or chr(c) in 
 # * clitic: ``'s 't 'd 'm 'll 're 've`` after a word (dropped: "don't" is "don", a stopword);
 # * a word or compound, optionally after a leading dot (.net): words joined by single
 #   ``.`` or ``-``, runs of ``_``, or ``::`` (node.js, e-mail, x86_64, std::vector, 3.11).
-_UNIT2 = re.compile(r"(?P<sym>[^\W_]+\+\+(?!\+)|(?<![^\W_])[^\W\d_]\#)"
+_UNIT2 = LazyPattern(r"(?P<sym>[^\W_]+\+\+(?!\+)|(?<![^\W_])[^\W\d_]\#)"
                     r"|(?P<clitic>(?<=[^\W_])['\u2019](?:s|t|d|m|ll|re|ve)(?![^\W_]))"
                     r"|(?P<lead>(?<![^\W_.])\.(?=[^\W\d_]))?(?P<body>[^\W_]+(?:(?:[.\-]|_+|::)[^\W_]+)*)")
-_RUN = re.compile(r"[^\W_]+")
-_CLITIC_WORD = re.compile(r"([^\W_]+)(['\u2019](?:s|t|d|m|ll|re|ve))")
+_RUN = LazyPattern(r"[^\W_]+")
+_CLITIC_WORD = LazyPattern(r"([^\W_]+)(['\u2019](?:s|t|d|m|ll|re|ve))")
 # The parts of a compound between hyphens: words joined by ``.`` ``_`` ``::``.
-_SEGMENT = re.compile(r"[^\W_]+(?:(?:\.|_+|::)[^\W_]+)*")
+_SEGMENT = LazyPattern(r"[^\W_]+(?:(?:\.|_+|::)[^\W_]+)*")
 # Version 1's words for tokens(): a run is cut like _WORD_RE cuts it, and a lone letter,
 # which _WORD_RE skips, is a dropped word of its own (it keeps its position).
-_WORD1_ALL = re.compile(r"[^\W_]{2,64}|[^\W_]")
-_DIGIT = re.compile(r"\d")
+_WORD1_ALL = LazyPattern(r"[^\W_]{2,64}|[^\W_]")
+_DIGIT = LazyPattern(r"\d")
 # Items of a plan: a word (word rules decide its term), a final term, a dropped clitic
 # (version 1: a lone letter), and a compound's whole form as a word or as a final term
 # (it shares the position of the compound's first part, the item after it).
@@ -266,7 +250,7 @@ _OVERLAP = "\0"
 _TERMS = (_TERM, _WHOLE_TERM)
 _EDGE_JOINERS = ".-_:'\u2019"
 # Punctuation around a query word, left out when naming it (``"the?"`` is "the").
-_PIECE_EDGES = re.compile(r"^[^\w.]+|[^\w+#]+$")
+_PIECE_EDGES = LazyPattern(r"^[^\w.]+|[^\w+#]+$")
 
 Plan = list[tuple[int, str, int, int, int]]  # (kind, value, start, end, position)
 
@@ -451,7 +435,7 @@ def _plan1(run: str) -> tuple[Plan, int]:
     return out, len(out)
 
 
-_NON_ASCII_RUN = re.compile(r"[^\x00-\x7f]+")
+_NON_ASCII_RUN = LazyPattern(r"[^\x00-\x7f]+")
 
 
 def _normalize_map(text: str) -> tuple[str, list[int] | None, list[int] | None]:
@@ -756,7 +740,7 @@ class Analyzer:
                 return text.lower().encode("ascii").translate(_ASCII_SPLIT).split(), []
             if _below_cjk(text) or _CJK_CHAR.search(text) is None:
                 return _WORD_RE.findall(text), []
-            term_re: Any = _TERM_RE  # a _LazyPattern here, a compiled pattern below
+            term_re: Any = _TERM_RE  # a LazyPattern here, a compiled pattern below
             word_re = _WORD_RE
         else:
             if text.isascii():
@@ -1411,7 +1395,7 @@ def _checked_plugin_analyzer(found: Any, make: Any) -> Analyzer:
 
 # Whitespace and the invisible format characters text editors and converters
 # leave behind (zero-width space/joiners, direction marks, word joiner, BOM).
-_BLANK_RE = re.compile(r"[\s\u00ad\u200b-\u200f\u202a-\u202e\u2060-\u2064\ufeff]*")
+_BLANK_RE = LazyPattern(r"[\s\u00ad\u200b-\u200f\u202a-\u202e\u2060-\u2064\ufeff]*")
 
 
 def is_blank(text: str) -> bool:

@@ -32,9 +32,10 @@ made before fields has no ``fields`` setting and no field terms until ``ragdb re
 
 from __future__ import annotations
 
-import re
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
+
+from ragdb.patterns import LazyPattern
 
 if TYPE_CHECKING:
     from ragdb.text.analysis import Analyzer
@@ -46,7 +47,7 @@ PREFIX = {"title": MARK + "t", "section": MARK + "s"}
 DEFAULT_WEIGHTS: dict[str, float] = {"title": 0.25, "section": 0.25}
 MAX_WEIGHT = 100.0
 
-_PATHLIKE = re.compile(r"(?:^|[/\\])([^/\\]+)\.[A-Za-z0-9]{1,8}$")
+_PATHLIKE = LazyPattern(r"(?:^|[/\\])([^/\\]+)\.[A-Za-z0-9]{1,8}$")
 
 
 def effective_title(title: str | None, source: str) -> str | None:

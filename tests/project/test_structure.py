@@ -340,7 +340,7 @@ def test_no_import_cycle_between_ragdb_modules():
 #: public API (``ragdb/__init__.py``): the servers, the CLI and the integrations are thin layers
 #: over it. docs/architecture.md draws the same map.
 LAYERS: tuple[frozenset[str], ...] = (
-    frozenset({"errors"}),
+    frozenset({"errors", "patterns"}),
     frozenset({"records"}),
     frozenset({"types", "options", "plugins"}),
     frozenset({"storage"}),
