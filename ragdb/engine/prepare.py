@@ -94,7 +94,8 @@ def check_acl(acl_in: Any, label: str) -> tuple[str, ...]:
     """Validated access labels, distinct and sorted."""
     if acl_in is None:
         return ()
-    acl_in = acl_in or ()
+    # (no ``acl_in or ()``: an empty string, 0 or False would have passed as "no labels", and a
+    # labelled document updated with one became public)
     if not isinstance(acl_in, (list, tuple, set, frozenset)) or not all(isinstance(a, str) and a for a in acl_in):
         raise InvalidInput(f"{label}: acl must be a list of non-empty strings, got {acl_in!r}")
     return tuple(sorted({check_text(a, f"{label}: acl label") for a in acl_in}))

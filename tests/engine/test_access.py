@@ -237,6 +237,22 @@ def test_replacing_without_labels_keeps_them(tmp_path):
         assert [h.source for h in db.search("salary")] == ["hr.md"]
 
 
+@pytest.mark.parametrize("bad", ["", 0, False, b"", {}, "hr"])
+def test_an_acl_that_is_not_a_list_is_refused_even_when_falsy(tmp_path, bad):
+    """``acl=""`` (or 0, False, b"", {}) once passed as "no labels": a labelled document
+    updated with one became public. Refused like any other acl that is not a list."""
+    with ragdb.open(tmp_path / "kb.db") as db:
+        doc = db.add("salary table", source="hr.md", acl=["hr"])
+        with pytest.raises(InvalidInput, match="acl must be a list"):
+            db.update(doc.id, acl=bad)
+        with pytest.raises(InvalidInput, match="acl must be a list"):
+            db.add("salary table v2", source="hr.md", acl=bad)
+        with pytest.raises(InvalidInput, match="acl must be a list"):
+            db.add_many([{"text": "salary table v2", "source": "hr.md", "acl": bad}])
+        assert db.get(doc.id, principals=ragdb.ALL).acl == ("hr",)
+        assert db.search("salary") == [] and db.count() == 0 and db.check() == []
+
+
 def test_sync_of_an_edited_labelled_file_keeps_its_labels(tmp_path):
     folder = tmp_path / "docs"
     folder.mkdir()
