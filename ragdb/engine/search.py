@@ -495,7 +495,8 @@ class Searcher:
             compiled = terms.compiled
             if compiled is None:
                 in_fields = {u.key.split(":", 1)[1] for u in terms.units if u.field is not None}
-                unknown = [t for t in terms.counts if t not in terms.order and t not in in_fields]
+                ordered = set(terms.order)  # (a set: a long query's terms tested against a list were quadratic)
+                unknown = [t for t in terms.counts if t not in ordered and t not in in_fields]
                 dropped = tuple(eng.analyzer.dropped(query))
                 expansions: Mapping[str, tuple[str, ...]] = {}
             else:
@@ -503,8 +504,9 @@ class Searcher:
                 dropped = compiled.dropped
                 expansions = compiled.expansions
             # a term only hidden chunks hold is as unknown to this caller as one no chunk holds
+            listed = set(unknown)
             unknown += [u.key for u in terms.units
-                        if u.field is None and u.key not in unknown and not index.visible(u.ids, mask)]
+                        if u.field is None and u.key not in listed and not index.visible(u.ids, mask)]
             suggestions = {t: self._suggest(t, mask) for t in unknown[:MAX_SUGGESTED]}
             # every term of the query, in query order; those no visible chunk holds are in ``unknown`` too
             all_terms = tuple(terms.counts) if compiled is None else \
