@@ -128,6 +128,12 @@ def check_threshold(value: Any, name: str = "min_score") -> float | None:
     return None if value is None else check_number(value, name)
 
 
+#: The most labels a caller's ``principals`` may hold. Each is bound twice in a search's SQL
+#: (the version's labels and its latest version's); with a filter's 10,000 values (20,000
+#: parameters at most) they stay within SQLite's default 32,766 parameters a statement.
+MAX_PRINCIPALS = 5_000
+
+
 def check_principals(principals: Any) -> Principals:
     """:data:`ALL`, or the caller's distinct labels, sorted (``None``: anonymous, ``()``)."""
     if principals is None:
@@ -140,6 +146,9 @@ def check_principals(principals: Any) -> Principals:
         items = list(principals)
     except TypeError:
         raise InvalidInput(f"principals must be a list of labels, got {type(principals).__name__}", param="principals") from None
+    if len(items) > MAX_PRINCIPALS:
+        raise InvalidInput(f"principals: {len(items):,} labels, more than the {MAX_PRINCIPALS:,} a caller may hold",
+                           param="principals")
     if not all(isinstance(p, str) for p in items):
         raise InvalidInput(f"principals must be strings, got {items!r}", param="principals")
     for p in items:

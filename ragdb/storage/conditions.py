@@ -63,7 +63,7 @@ class Dialect:
     def glob_any(self, column: str, patterns: Sequence[str], params: list[Any]) -> str:
         """``column`` matches one of the glob ``patterns``."""
         params.extend(patterns)
-        return "(" + " OR ".join([f"{column} GLOB ?"] * len(patterns)) + ")"
+        return balanced([f"{column} GLOB ?"] * len(patterns), "OR")  # (1,000 patterns in a chain: too deep)
 
     def time(self, value: Any) -> Any:
         """A time bound (epoch seconds) as it is bound."""

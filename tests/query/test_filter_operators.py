@@ -636,6 +636,36 @@ def test_wide_filters_stay_within_sqlites_limits(kb):
                     principals=ALL) == 2
     assert sources(kb, {"year": {"$in": list(range(2021 - MAX_FILTER_VALUES, 2021))}}) == ["ops/pump.md"]
     assert sources(kb, {"$or": [{f"k{i}": i} for i in range(wide - 1)] + [{"year": 2020}]}) == ["ops/pump.md"]
+    # a list of source globs: a chain of 1,000 ``GLOB ?`` was deeper than SQLite allows
+    globs = [f"p{i}/*" for i in range(MAX_FILTER_VALUES - 1)] + ["ops/p*"]
+    assert sources(kb, {"source": globs}) == ["ops/pump.md"]
+    assert sources(kb, {"source": {"$nin": globs}}) == ["fin/q3.md", "misc/none.md", "ops/valve.md"]
+    assert [h.source for h in kb.search("pump", filter={"source": globs})] == ["ops/pump.md"]
+
+
+def test_principals_up_to_the_limit_are_served_and_more_are_refused():
+    """A caller's principals are bound twice in a search's SQL: up to MAX_PRINCIPALS, with a
+    filter's most values beside them, they stay within SQLite's default parameter limit; more
+    are refused naming principals, on every read path (300,000 once came back as SQLite's
+    "too many SQL variables")."""
+    from ragdb.options import MAX_PRINCIPALS
+    from ragdb.query.filters import MAX_FILTER_VALUES
+
+    with ragdb.open(":memory:", chunker="none") as db:
+        db.add("pump secret", source="hr/pump.md", acl=["team:hr"])
+        db.add("pump public", source="ops/pump.md", metadata={"year": 2020})
+        many = [f"group{i}" for i in range(MAX_PRINCIPALS - 1)] + ["team:hr"]
+        wide = {"$or": [{"year": {"$in": list(range(MAX_FILTER_VALUES // 2))}},
+                        {"k": {"$in": [str(i) for i in range(MAX_FILTER_VALUES // 2 - 1)]}}, {"source": "hr/pump.md"}]}
+        assert [h.source for h in db.search("pump", principals=many, filter=wide)] == ["hr/pump.md", "ops/pump.md"]
+        assert db.count(principals=many) == 2
+        too_many = many + ["one more"]
+        for call in (lambda: db.search("pump", principals=too_many), lambda: db.count(principals=too_many),
+                     lambda: db.documents(principals=too_many), lambda: db.get(source="hr/pump.md", principals=too_many),
+                     lambda: db.facets("year", principals=too_many), lambda: db.query_plan("pump", principals=too_many)):
+            with pytest.raises(InvalidInput, match="more than the 5,000") as e:
+                call()
+            assert e.value.param == "principals"
 
 
 @pytest.mark.parametrize("flt", [
