@@ -89,9 +89,24 @@ def _as_hits(hits: Any) -> list[Hit]:
         out = list(hits)
     except TypeError:
         raise InvalidInput(f"hits must be a list of Hit objects, got {type(hits).__name__}") from None
-    for h in out:
+    for i, h in enumerate(out):
         if not isinstance(h, Hit):
             raise InvalidInput(f"hits must contain only Hit objects, got {type(h).__name__}")
+        # (a Hit is frozen but not checked: one made or replaced by the caller may hold anything)
+        if not isinstance(h.text, str) or not isinstance(h.source, str):
+            raise InvalidInput(f"hits[{i}]: text and source must be strings, got {type(h.text).__name__} "
+                               f"and {type(h.source).__name__}", param="hits")
+        if h.version is not None and not isinstance(h.version, str):
+            raise InvalidInput(f"hits[{i}]: version must be a string or None, got {h.version!r}", param="hits")
+        if isinstance(h.score, bool) or not isinstance(h.score, (int, float)):
+            raise InvalidInput(f"hits[{i}]: score must be a number, got {h.score!r}", param="hits")
+        if h.confidence is not None and (isinstance(h.confidence, bool) or not isinstance(h.confidence, (int, float))
+                                         or math.isnan(h.confidence)):
+            raise InvalidInput(f"hits[{i}]: confidence must be a number or None, got {h.confidence!r}", param="hits")
+        for name in ("start", "end"):
+            value = getattr(h, name)
+            if isinstance(value, bool) or not isinstance(value, int):
+                raise InvalidInput(f"hits[{i}]: {name} must be an integer, got {value!r}", param="hits")
     return out
 
 

@@ -86,3 +86,23 @@ def test_ask_with_real_http_server(httpserver):
         assert ans.citations.cited == (1,) and not ans.citations.invalid
         body = orjson.loads(httpserver.log[0][0].data)
         assert "policy/refunds.md" in orjson.dumps(body).decode()
+
+
+def test_hits_the_caller_changed_into_nonsense_are_refused_naming_the_hit():
+    """A Hit is frozen but a caller may make or replace one holding anything: build_prompt
+    names the hit and the field (it raised Python's TypeError from deep inside)."""
+    import dataclasses
+
+    import pytest
+
+    from ragdb.errors import InvalidInput
+
+    db = _db()
+    hit = db.search("refund window")[0]
+    for bad, field in ((dict(text=None), "text"), (dict(source=None), "source"), (dict(version=3), "version"),
+                       (dict(score="high"), "score"), (dict(confidence=float("nan")), "confidence"),
+                       (dict(start=None), "start")):
+        with pytest.raises(InvalidInput, match=rf"hits\[1\]: .*{field}") as e:
+            db.build_prompt("refund?", hits=[hit, dataclasses.replace(hit, **bad)])
+        assert e.value.param == "hits"
+    assert "30 days" in db.build_prompt("refund?", hits=[hit], min_confidence=0).text
