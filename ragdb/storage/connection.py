@@ -207,7 +207,7 @@ class _Shared:
     """What the stores of one file's collections share: the connection, its lock, and
     whether a read transaction is open on it."""
 
-    __slots__ = ("raw", "lock", "reading", "db", "closed", "codec", "rollbacks")
+    __slots__ = ("raw", "lock", "reading", "writing", "db", "closed", "codec", "rollbacks")
 
     def __init__(self, raw: sqlite3.Connection, lock: threading.RLock) -> None:
         self.raw = raw
@@ -216,6 +216,7 @@ class _Shared:
         _text.register_functions(raw, self.codec)
         self.lock = lock
         self.reading = False  # a read transaction (``read``) is open: writes must not nest in it
+        self.writing = False  # a write transaction (``write``) is open: the connection may not close
         self.closed = False  # closed by its owner's close(): a second close does nothing
         #: writes undone on this connection (a transaction or savepoint rolled back): see
         #: :meth:`ConnectionSQL.rollbacks`
@@ -237,11 +238,17 @@ class ConnectionSQL(StoreBase):
         memory = path == ":memory:"
         if not memory:
             p = Path(path)
-            if not p.exists() and (readonly or not create):
+            try:  # (the path's probes: a name too long or a folder not to be entered raise OSError)
+                exists, is_dir = p.exists(), p.is_dir()
+                nonempty = p.is_file() and p.stat().st_size > 0
+                no_folder = not exists and not p.parent.is_dir()
+            except OSError as e:
+                raise StorageError(f"{path}: cannot open the database: {e.strerror or e}") from None
+            if not exists and (readonly or not create):
                 raise NotADatabase(f"{path}: no such database file")
-            if p.exists() and p.is_dir():
+            if exists and is_dir:
                 raise NotADatabase(f"{path}: is a directory, not a database file")
-            if p.is_file() and p.stat().st_size > 0 and not _OPEN_FILES.holds(p):
+            if nonempty and not _OPEN_FILES.holds(p):
                 try:
                     with open(p, "rb") as fh:
                         head = fh.read(16)
@@ -250,7 +257,7 @@ class ConnectionSQL(StoreBase):
                 if head != b"SQLite format 3\x00":
                     raise NotADatabase(f"{path}: not a database file (it does not start with SQLite's header); "
                                        f"check the path")
-            if not p.exists() and not p.parent.is_dir():
+            if no_folder:
                 raise StorageError(f"{path}: cannot create the database: the folder {os.fspath(p.parent)!r} "
                                    f"does not exist")
         #: opened with SQLite's ``immutable=1`` (read-only medium: see :meth:`_connect_readonly`)
@@ -482,8 +489,10 @@ class ConnectionSQL(StoreBase):
                 self.conn.execute("BEGIN IMMEDIATE")
             except sqlite3.Error as e:
                 raise _translate(e, self.path) from e
+            self.shared.writing = True
             try:
                 yield self.conn
+                self.shared.writing = False
                 self.conn.execute("COMMIT")
             except sqlite3.Error as e:
                 self._rollback()
@@ -495,6 +504,8 @@ class ConnectionSQL(StoreBase):
                 self.shared.rollbacks += 1
                 self.shared.codec.forget()
                 raise
+            finally:
+                self.shared.writing = False
 
     def rollbacks(self) -> int:
         """How many writes were rolled back on this connection (by any collection's store
@@ -539,6 +550,9 @@ class ConnectionSQL(StoreBase):
         with self.lock:
             if self.shared.closed:  # closing twice is harmless, as for files
                 return
+            if self.shared.writing:  # (this thread's: another's write holds the lock until it ends)
+                raise InvalidInput(f"{self.path}: cannot close the database inside a write transaction "
+                                   f"(a db.transaction() block); close it after the block")
             self._rollback()
             self.shared.raw.close()
             self.shared.closed = True

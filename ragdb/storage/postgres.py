@@ -675,6 +675,9 @@ class PgStore(Store):
             return
         with self.lock:
             if not self.shared.closed:
+                if self.shared.conn is not None and not self.shared.reading:  # (this thread's write)
+                    raise InvalidInput(f"{self.path}: cannot close the database inside a write transaction "
+                                       f"(a db.transaction() block); close it after the block")
                 self.shared.closed = True
                 self.shared.pool.close()
 

@@ -203,6 +203,29 @@ def test_path_must_be_text_sqlite_can_open(tmp_path, monkeypatch, path):
     assert os.listdir(tmp_path) == []
 
 
+def test_a_path_the_system_refuses_to_probe_is_a_storage_error_naming_it(tmp_path):
+    """A name too long for the file system (or a folder not to be entered) made Path.exists()
+    raise Python's OSError out of ragdb.open."""
+    for path in (tmp_path / ("x" * 300 + ".db"), tmp_path / ("x" * 300) / "kb.db"):
+        with pytest.raises(StorageError, match="cannot open the database") as e:
+            ragdb.open(path)
+        assert str(path) in str(e.value)
+
+
+def test_closing_inside_a_transaction_is_refused_and_the_block_rolls_back(tmp_path):
+    """db.close() inside db.transaction() left the block's COMMIT on a closed connection
+    (sqlite3.ProgrammingError); it is refused, the block's writes roll back, the handle stays open."""
+    with ragdb.open(tmp_path / "kb.db") as db:
+        db.add("kept", source="k.md")
+        with pytest.raises(InvalidInput, match="inside a write transaction"), db.transaction():
+            db.add("gone", source="g.md")
+            db.close()
+        assert [d.source for d in db.documents()] == ["k.md"] and db.check() == []
+        db.add("after", source="a.md")
+    with ragdb.open(tmp_path / "kb.db") as db:
+        assert sorted(d.source for d in db.documents()) == ["a.md", "k.md"]
+
+
 def test_cli_commands_refuse_an_empty_file_and_init_takes_it(tmp_path, runner):
     path = empty_file(tmp_path / "kb.db")
     doc = tmp_path / "doc.txt"

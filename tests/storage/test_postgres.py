@@ -474,6 +474,15 @@ def test_a_transaction_rolls_back_whole(pg_url):
         assert [d.source for d in db.documents()] == ["k"] and db.check() == []
 
 
+def test_closing_inside_a_transaction_is_refused_and_the_block_rolls_back(pg_url):
+    with ragdb.open(pg_url) as db:
+        db.add("kept", source="k")
+        with pytest.raises(ragdb.errors.InvalidInput, match="inside a write transaction"), db.transaction():
+            db.add("gone", source="g")
+            db.close()
+        assert [d.source for d in db.documents()] == ["k"] and db.check() == []
+
+
 # -- credentials ------------------------------------------------------------------------------------
 
 def test_credentials_never_appear(pg_server, pg_url, runner, tmp_path):
