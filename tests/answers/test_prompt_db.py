@@ -99,9 +99,9 @@ def test_hits_the_caller_changed_into_nonsense_are_refused_naming_the_hit():
 
     db = _db()
     hit = db.search("refund window")[0]
-    for bad, field in ((dict(text=None), "text"), (dict(source=None), "source"), (dict(version=3), "version"),
-                       (dict(score="high"), "score"), (dict(confidence=float("nan")), "confidence"),
-                       (dict(start=None), "start")):
+    for bad, field in (({"text": None}, "text"), ({"source": None}, "source"), ({"version": 3}, "version"),
+                       ({"score": "high"}, "score"), ({"confidence": float("nan")}, "confidence"),
+                       ({"start": None}, "start")):
         with pytest.raises(InvalidInput, match=rf"hits\[1\]: .*{field}") as e:
             db.build_prompt("refund?", hits=[hit, dataclasses.replace(hit, **bad)])
         assert e.value.param == "hits"
