@@ -77,13 +77,33 @@ PROMPT_K = 5  # hits a prompt is built from, unless k or options say otherwise
 
 _P = ParamSpec("_P")
 _R = TypeVar("_R")
+_T = TypeVar("_T")
+
+
+def _unexpected(method: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[str, Any], e: Exception
+                ) -> RagdbError:
+    """What a reading method raises for ``e``, an exception that is not a :class:`RagdbError`:
+    :class:`InvalidInput` where the caller's arguments do not fit the method, else
+    :class:`InternalError` naming the database and the operation."""
+    if isinstance(e, TypeError):  # the caller's arguments, not the method's (inspect: on this path only)
+        import inspect
+
+        try:
+            inspect.signature(method).bind(*args, **kwargs)
+        except TypeError as wrong:
+            return InvalidInput(f"{method.__name__}: {wrong}")
+    where = getattr(args[0], "path", "database") if args else "database"
+    return InternalError(f"{where}: {method.__name__} failed unexpectedly ({type(e).__name__}: {e}); "
+                         f"run `ragdb check` (and `ragdb reindex` if it names a problem); if it finds "
+                         f"nothing, this is a bug in ragdb")
 
 
 def _reader(method: Callable[_P, _R]) -> Callable[_P, _R]:
     """A reading method raises nothing but a :class:`RagdbError`: any other exception is a
     bug (or damage ``check`` does not know), re-raised as :class:`InternalError` naming the
     database and the operation, with the original as its cause (issue 27: an IndexError
-    from a search after deletes reached servers and frameworks as a bare exception)."""
+    from a search after deletes reached servers and frameworks as a bare exception), or
+    arguments that do not fit the method, an :class:`InvalidInput`."""
 
     @functools.wraps(method)
     def guarded(*args: _P.args, **kwargs: _P.kwargs) -> _R:
@@ -92,11 +112,36 @@ def _reader(method: Callable[_P, _R]) -> Callable[_P, _R]:
         except (RagdbError, MemoryError):
             raise
         except Exception as e:
-            where = getattr(args[0], "path", "database") if args else "database"
-            raise InternalError(f"{where}: {method.__name__} failed unexpectedly ({type(e).__name__}: {e}); "
-                                f"run `ragdb check` (and `ragdb reindex` if it names a problem); if it finds "
-                                f"nothing, this is a bug in ragdb") from e
+            error = _unexpected(method, args, kwargs, e)
+            raise error from (None if isinstance(error, InvalidInput) else e)
     return guarded
+
+
+def _iter_reader(method: Callable[_P, Iterator[_T]]) -> Callable[_P, Iterator[_T]]:
+    """:func:`_reader` of a generator method: its iteration raises nothing but a
+    :class:`RagdbError` either."""
+
+    @functools.wraps(method)
+    def guarded(*args: _P.args, **kwargs: _P.kwargs) -> Iterator[_T]:
+        try:
+            it = method(*args, **kwargs)
+        except (RagdbError, MemoryError):
+            raise
+        except Exception as e:
+            error = _unexpected(method, args, kwargs, e)
+            raise error from (None if isinstance(error, InvalidInput) else e)
+        return _guarded_iteration(it, method, args, kwargs)
+    return guarded
+
+
+def _guarded_iteration(it: Iterator[_T], method: Callable[..., Any], args: tuple[Any, ...],
+                       kwargs: dict[str, Any]) -> Iterator[_T]:
+    try:
+        yield from it
+    except (RagdbError, MemoryError):
+        raise
+    except Exception as e:
+        raise _unexpected(method, args, kwargs, e) from e
 
 
 class Database:
@@ -439,9 +484,10 @@ class Database:
         if doc_id is not None:
             check_id(doc_id, "delete: doc_id")
         if source is not None:
-            if not isinstance(source, str):
-                raise InvalidInput(f"delete: source must be a string, got {source!r}")
+            if not isinstance(source, str) or not source:  # (no document has the empty source)
+                raise InvalidInput(f"delete: source must be a non-empty string, got {source!r}")
             check_text(source, "delete: source")
+        check_flag(glob, "delete: glob")
         if filter is not None and isinstance(filter, Mapping) and not filter:
             raise InvalidInput("delete: filter={} matches every document; give a condition "
                                "(to empty the database, delete(source='*', glob=True))")
@@ -898,6 +944,7 @@ class Database:
                      pending_chunks=pending, segments=segments, file_size=store.file_size(),
                      collection=store.collection)
 
+    @_iter_reader
     def records(self, *, versions: str = "all", principals: Principals | Sequence[str] | None = None
                 ) -> Iterator[dict[str, Any]]:
         """Every stored document the caller may see (``principals`` as in :meth:`search`;
@@ -955,6 +1002,7 @@ class Database:
     def optimize(self, *, vacuum: bool = True) -> None:
         """Flush pending postings, merge each term's segments into one (dropping
         deleted chunks), forget unused terms, then ``ANALYZE`` and ``VACUUM``."""
+        check_flag(vacuum, "vacuum")
         self._writer.optimize()
         if vacuum:
             self._engine.store.vacuum_analyze()
@@ -980,6 +1028,7 @@ class Database:
         # imported here: hashlib, decimal and the invariants' code are for check() alone
         from ragdb.engine import check as _check
 
+        check_flag(quick, "quick")
         return _check.check(self._engine, quick=quick)
 
 

@@ -1364,3 +1364,38 @@ def test_options_made_from_the_same_keywords_are_kept_and_stay_exact():
     assert SearchOptions.from_keywords(scorer="tfidf") == SearchOptions(scorer="tfidf")
     kept = SearchOptions.from_keywords(filter={"lang": "en"})  # (not plain: made each time, equal)
     assert SearchOptions.from_keywords(filter={"lang": "en"}) == kept
+
+
+def test_readers_called_with_arguments_that_do_not_fit_say_so():
+    """A reader's wrong keyword or argument count is the caller's: an InvalidInput naming the
+    method and what is wrong, not an InternalError calling it a bug in ragdb (records, a
+    generator, included: its iteration is guarded too)."""
+    with ragdb.open(":memory:") as db:
+        db.add("apple pie", source="a.md")
+        for call, words in ((lambda: db.count(1), "count: too many positional"),
+                            (lambda: db.documents(bogus=1), "documents: got an unexpected keyword argument 'bogus'"),
+                            (lambda: db.get(1, bogus=1), "get: got an unexpected keyword"),
+                            (lambda: db.facets(), "facets: missing a required argument: 'field'"),
+                            (lambda: db.search(), "search: missing a required argument: 'query'"),
+                            (lambda: db.records(bogus=1), "records: got an unexpected keyword")):
+            with pytest.raises(InvalidInput, match=words) as e:
+                call()
+            assert e.value.__cause__ is None
+        with pytest.raises(InvalidInput, match="versions must be"):
+            list(db.records(versions="some"))
+        assert [r["source"] for r in db.records(principals=ragdb.ALL)] == ["a.md"]
+
+
+def test_flags_are_true_or_false_everywhere_and_an_empty_source_is_refused_by_delete():
+    """delete's glob, optimize's vacuum and check's quick took any value as a truth value
+    ("yes", 5), as documents' glob never did; delete(source="") was taken as a source no
+    document can have (get refused it)."""
+    with ragdb.open(":memory:") as db:
+        db.add("apple pie", source="a.md")
+        for call, name in ((lambda: db.delete(source="a*", glob="yes"), "delete: glob"),
+                           (lambda: db.optimize(vacuum="x"), "vacuum"), (lambda: db.check(quick=5), "quick")):
+            with pytest.raises(InvalidInput, match=f"{name} must be True or False"):
+                call()
+        with pytest.raises(InvalidInput, match="delete: source must be a non-empty string"):
+            db.delete(source="")
+        assert [d.source for d in db.documents()] == ["a.md"] and db.check(quick=True) == []
