@@ -142,6 +142,8 @@ def check_principals(principals: Any) -> Principals:
         return ALL
     if isinstance(principals, (str, bytes)):
         raise InvalidInput("principals must be a list of labels, not one string", param="principals")
+    if isinstance(principals, Mapping):  # (its keys would have been taken for labels)
+        raise InvalidInput("principals must be a list of labels, not a mapping", param="principals")
     try:
         items = list(principals)
     except TypeError:

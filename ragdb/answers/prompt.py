@@ -32,7 +32,7 @@ import threading
 import unicodedata
 from dataclasses import dataclass, replace
 from typing import Any, cast
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 
 from ragdb.index.confidence import best_confidence, check_min_confidence, effective_min_confidence
 from ragdb.errors import InvalidInput
@@ -83,7 +83,7 @@ def _real(name: str, value: Any) -> float:
 
 
 def _as_hits(hits: Any) -> list[Hit]:
-    if hits is None or isinstance(hits, (str, bytes)):
+    if hits is None or isinstance(hits, (str, bytes, Mapping)):
         raise InvalidInput("hits must be a list of Hit objects")
     try:
         out = list(hits)

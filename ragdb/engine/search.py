@@ -11,6 +11,7 @@ vector index (:mod:`ragdb.index.vectors`); hits are built and ordered by
 
 from __future__ import annotations
 
+import math
 from collections import Counter
 from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, NamedTuple
@@ -24,7 +25,7 @@ from ragdb.query import language as qlang
 from ragdb.index import kernel, scoring
 from ragdb.index.cache import GenerationCache
 from ragdb.text import snippets
-from ragdb.errors import EmbeddingError, InvalidInput
+from ragdb.errors import EmbeddingError, InvalidInput, RerankError
 from ragdb.index.hits import Pool, collapse_duplicates, content_order, passage_shingles, cut_with_ties, hit_order, hits_from_scored, make_hits
 from ragdb.index.matching import Compiled, Lookup, Matcher, Unit, compile_query, edits1
 from ragdb.options import ALL, MAX_K, Restrictions, SearchOptions, to_epoch
@@ -60,6 +61,29 @@ _SUGGESTED_TERMS = 8
 SHINGLES_KEPT = 2_000_000
 #: Candidates whose texts a phrase check reads at once (then lets go of): see ``_verified_top``.
 VERIFY_READ = 256
+
+
+def _reranked(ranked: Any, first: list[Hit]) -> list[Hit]:
+    """A reranker's answer, checked (it is the caller's code): hits of the first stage it was
+    given, each at most once, each with a number for a score. A reranker returning a chunk it
+    was not given would have handed the caller a hit no search of theirs found (one their
+    principals may not see, or a deleted one)."""
+    try:
+        out = list(ranked)
+    except TypeError:
+        raise RerankError(f"the reranker returned {type(ranked).__name__}, not a list of hits") from None
+    given = {h.chunk_id for h in first}
+    seen: set[int] = set()
+    for i, h in enumerate(out):
+        if not isinstance(h, Hit):
+            raise RerankError(f"the reranker returned {type(h).__name__} at position {i}, not a Hit")
+        if h.chunk_id not in given or h.chunk_id in seen:
+            raise RerankError(f"the reranker returned chunk {h.chunk_id!r} at position {i}, which is "
+                              + ("not one of the hits it was given" if h.chunk_id not in given else "there twice"))
+        if isinstance(h.score, bool) or not isinstance(h.score, (int, float)) or math.isnan(h.score):
+            raise RerankError(f"the reranker gave chunk {h.chunk_id} the score {h.score!r}, not a number")
+        seen.add(h.chunk_id)
+    return out
 
 
 def _clean_query(query: object) -> str:
@@ -180,7 +204,7 @@ class Searcher:
         """The first ``depth`` hits of the ranking (the first stage, and the reranker's order)."""
         if opts.reranker is not None:
             first, terms = self._first_stage(query, opts, max(opts.first_stage_k, depth))
-            return list(opts.reranker.rerank(query, first, top_n=depth))[:depth], terms
+            return _reranked(opts.reranker.rerank(query, first, top_n=depth), first)[:depth], terms
         return self._first_stage(query, opts, depth)
 
     def _highlight(self, query: str, opts: SearchOptions, hits: list[Hit], terms: QueryTerms | None) -> None:

@@ -1399,3 +1399,14 @@ def test_flags_are_true_or_false_everywhere_and_an_empty_source_is_refused_by_de
         with pytest.raises(InvalidInput, match="delete: source must be a non-empty string"):
             db.delete(source="")
         assert [d.source for d in db.documents()] == ["a.md"] and db.check(quick=True) == []
+
+
+def test_a_mapping_is_not_a_list_of_principals_or_of_hits():
+    """principals={"team:hr": 1} once read its keys as labels; build_prompt(hits={}) an empty list."""
+    with ragdb.open(":memory:") as db:
+        db.add("salary table", source="hr.md", acl=["team:hr"])
+        with pytest.raises(InvalidInput, match="principals must be a list of labels, not a mapping"):
+            db.search("salary", principals={"team:hr": 1})
+        with pytest.raises(InvalidInput, match="hits must be a list of Hit objects"):
+            db.build_prompt("salary?", hits={})
+        assert [h.source for h in db.search("salary", principals=["team:hr"])] == ["hr.md"]

@@ -48,3 +48,39 @@ def test_cli_search_rerank_url(httpserver, tmp_path):
     assert result.exit_code == 0, result.output
     rows = orjson.loads(result.output)
     assert [r["source"] for r in rows] == ["b", "a"]
+
+
+def test_a_reranker_answer_that_does_not_fit_its_hits_is_a_rerank_error():
+    """A reranker is the caller's code: what it returns is checked. None, a string, a hit it
+    was not given (one the caller's principals may not see), a hit twice or a score that is
+    not a number is a RerankError naming the problem (it was an InternalError calling it a
+    bug in ragdb, or the hit passed through)."""
+    import dataclasses
+
+    import pytest
+
+    from ragdb.errors import RerankError
+
+    with ragdb.open(":memory:") as db:
+        db.add("birds fly south", source="a")
+        db.add("birds swim", source="b")
+        hidden = db.add("birds of the board", source="secret", acl=["board"])
+        secret = db.search("birds", principals=ragdb.ALL, filter={"source": "secret"})[0]
+        assert secret.doc_id == hidden.id
+
+        class Returns:
+            def __init__(self, make):
+                self.make = make
+
+            def rerank(self, query, hits, top_n=None):
+                return self.make(list(hits))
+
+        for make, words in ((lambda hits: None, "returned NoneType"),
+                            (lambda hits: [1], "returned int at position 0"),
+                            (lambda hits: [secret, *hits], "not one of the hits it was given"),
+                            (lambda hits: hits + hits[:1], "there twice"),
+                            (lambda hits: [dataclasses.replace(hits[0], score=float("nan"))], "not a number")):
+            with pytest.raises(RerankError, match=words):
+                db.search("birds", reranker=Returns(make))
+        kept = db.search("birds", reranker=Returns(lambda hits: hits[::-1]))
+        assert [h.source for h in kept] == [h.source for h in db.search("birds")][::-1]
