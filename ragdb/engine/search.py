@@ -128,9 +128,10 @@ class Searcher:
 
     def __init__(self, engine: Engine) -> None:
         self.engine = engine
-        self._keys: tuple[int, dict[str, bool]] = (-1, {})  # (generation, metadata key -> stored)
-        self._indexed_fields: tuple[int, set[str]] = (-1, set())  # (generation, fields with index terms)
-        self._cjk: tuple[int, float] = (-1, 0.0)  # (generation, CJK share of the chunks' sampled text)
+        # (Engine.view_key: the rollbacks seen and the generation)
+        self._keys: tuple[tuple[int, int], dict[str, bool]] = ((-1, -1), {})  # metadata key -> stored
+        self._indexed_fields: tuple[tuple[int, int], set[str]] = ((-1, -1), set())  # fields with index terms
+        self._cjk: tuple[tuple[int, int], float] = ((-1, -1), 0.0)  # CJK share of the chunks' sampled text
         # chunk id -> (the hash of its text, its shingles)
         self._shingles: GenerationCache[int, tuple[int, bytes]] = GenerationCache(SHINGLES_KEPT, _shingle_count)
         #: the tokens of recently highlighted texts: a chunk's text is tokenized once, not once a search
@@ -299,7 +300,7 @@ class Searcher:
         if ":" not in query:
             return qlang.parse(query)
         store = self.engine.store
-        generation = self.engine.index.generation
+        generation = self.engine.view_key()
         if self._keys[0] != generation:
             self._keys = (generation, {})
         keys = self._keys[1]
@@ -364,7 +365,7 @@ class Searcher:
         weights = self._field_weights()
         if not weights:
             return weights
-        generation = self.engine.index.generation
+        generation = self.engine.view_key()
         if self._indexed_fields[0] != generation:
             store = self.engine.store
             self._indexed_fields = (generation, {f for f, prefix in fields.PREFIX.items()
@@ -563,7 +564,7 @@ class Searcher:
         if not (question_cjk or question_other):
             return ()
         eng = self.engine
-        generation = eng.index.generation
+        generation = eng.view_key()
         if self._cjk[0] != generation:
             sample = eng.store.chunk_text_sample()
             self._cjk = (generation, cjk_share(sample) if sample else -1.0)

@@ -74,6 +74,12 @@ class Engine:
         self.vectors = VectorIndex(self.store)
         self.vectors.ann_mode = mode
 
+    def view_key(self) -> tuple[int, int]:
+        """What a cache of this engine's view is keyed by: the rollbacks seen and the index's
+        generation. The generation alone is not enough: after a rollback the file reaches the
+        generation of the write it undid again, with other writes."""
+        return self._rollbacks, self.index.generation
+
     def sync(self) -> None:
         """Bring the in-memory index up to date (inside a transaction). After another
         connection wrote, the stored settings are read again too, so a setting it
