@@ -14,7 +14,7 @@ from collections.abc import Iterator
 from typing import TYPE_CHECKING, Any
 
 from ragdb.query import filters
-from ragdb.errors import EmbeddingError, InvalidInput
+from ragdb.errors import CollectionNotFound, EmbeddingError, InvalidInput
 from ragdb.index.inverted import Index
 from ragdb.options import ALL, Restrictions, to_epoch
 from ragdb.storage import Store, model_mismatch
@@ -95,6 +95,9 @@ class Engine:
         postings) may be keyed by counters the file reaches again with other writes."""
         rollbacks = self.store.rollbacks()
         if rollbacks != self._rollbacks:
+            if not self.store.collection_exists():  # (until it is: the id may be another collection's now)
+                raise CollectionNotFound(f"{self.store.path}: collection {self.store.collection!r} of this handle "
+                                         f"is gone: a rollback undid its creation, or it was dropped; open it again")
             self._rollbacks = rollbacks
             self.index.reset()  # (in place: a write may hold the index it took before this sync)
             self._new_vectors()

@@ -358,9 +358,11 @@ class ConnectionSQL(StoreBase):
         raw.execute(f"UPDATE {_text.DICT_TABLE} SET collection_id = -1 WHERE collection_id = ?", [collection_id])
 
     def collection_exists(self) -> bool:
-        """Whether this store's collection is still registered (not dropped)."""
-        return self.shared.raw.execute("SELECT 1 FROM collections WHERE id = ?",
-                                        [self.collection_id]).fetchone() is not None
+        """Whether this store's collection is still registered (not dropped), under its name:
+        the id of one whose creation a rollback undid is handed out again (AUTOINCREMENT's
+        counter is rolled back too)."""
+        return self.shared.raw.execute("SELECT 1 FROM collections WHERE id = ? AND name = ?",
+                                        [self.collection_id, self.collection]).fetchone() is not None
 
     def collection_objects(self) -> list[tuple[str, str, str]]:
         """(type, name, table) of every schema object of this store's collection, by the

@@ -724,8 +724,8 @@ class PgStore(Store):
         raw.execute("DELETE FROM collections WHERE id = ?", [collection_id])
 
     def collection_exists(self) -> bool:
-        return self._raw().execute("SELECT 1 FROM collections WHERE id = ?", [self.collection_id]).fetchone() \
-            is not None
+        return self._raw().execute("SELECT 1 FROM collections WHERE id = ? AND name = ?",
+                                   [self.collection_id, self.collection]).fetchone() is not None
 
     def collection_objects(self) -> list[tuple[str, str, str]]:
         """(type, name, table) of the collection's tables and indexes, by their plain names."""

@@ -59,3 +59,32 @@ def test_a_metadata_key_of_an_undone_write_is_no_field_after_it(tmp_path):
     assert got == fresh([{"text": "lang en alpha", "source": "x"}, {"text": "gamma lang en", "source": "z"}],
                         "lang:en")
     assert sorted(s for s, _ in got) == ["x", "z"]
+
+
+@pytest.mark.parametrize("make_other", [True, False])
+def test_a_collection_whose_creation_was_undone_is_gone_for_its_handle(tmp_path, make_other):
+    """A collection made inside a transaction that rolled back: its id is handed out again
+    (the AUTOINCREMENT counter rolls back too), and its handle once read and wrote the next
+    collection's documents. The handle now raises CollectionNotFound, and the collection made
+    after keeps what was written to it alone."""
+    from ragdb.errors import CollectionNotFound
+
+    path = tmp_path / "kb.db"
+    with ragdb.open(path) as db:
+        with pytest.raises(RuntimeError), db.transaction():
+            c1 = db.collection("c1")
+            c1.add("alpha beta", source="a")
+            raise RuntimeError("undo")
+        assert [c.name for c in db.collections()] == ["default"]
+        if make_other:
+            c3 = db.collection("c3")
+            c3.add("gamma delta", source="secret-of-c3")
+        for call in (lambda: c1.search("gamma"), lambda: c1.add("via c1", source="from-c1"), lambda: c1.documents(),
+                     lambda: c1.count()):
+            with pytest.raises(CollectionNotFound):
+                call()
+        if make_other:
+            assert [d.source for d in c3.documents()] == ["secret-of-c3"] and c3.check() == []
+        again = db.collection("c1")  # made again by its name: a collection of its own
+        again.add("epsilon", source="e")
+        assert [d.source for d in again.documents()] == ["e"] and db.check() == []
