@@ -894,8 +894,8 @@ class Database:
         the chunks that match, or with ``by="documents"`` the documents with a chunk that
         matches: those the restrictions allow (``filter``, ``since``/``until``, ``as_of``,
         ``versions``, ``principals``, as in :meth:`search`: an anonymous caller counts public
-        chunks only), and with a ``query`` those of them the query matches (BM25 score above
-        0), all of them, not the top k. Returns :class:`~ragdb.types.Facets`: ``(value,
+        chunks only), and with a ``query`` those of them its search returns (phrases,
+        exclusions and fields as :meth:`search` reads them), all of them, not the top k. Returns :class:`~ragdb.types.Facets`: ``(value,
         count)`` pairs, the most frequent first, equal counts by value (``limit``: the first
         ``limit`` of them), with ``total`` matched and ``missing`` (matched without a value)."""
         from ragdb.engine.facets import facets

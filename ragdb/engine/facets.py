@@ -3,8 +3,9 @@
 What matches is what a search under the same restrictions could return: the
 chunks the restrictions' mask allows (filter, time, versions, principals:
 :meth:`ragdb.index.inverted.Index.allowed`, the mask searches use), and with a query
-those of them the query matches (a BM25 score above 0: the chunk holds one of
-the query's terms), all of them, not the top k. So a caller never counts a
+those of them the query's lexical search returns (its phrases, exclusions, required
+words and fields included: :meth:`ragdb.engine.search.Searcher.matching`), all of them,
+not the top k. So a caller never counts a
 chunk they could not see. Values come from the filter index (``doc_meta``):
 the document's metadata, as filters see it (:mod:`ragdb.query.filters`).
 """

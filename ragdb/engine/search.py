@@ -273,16 +273,15 @@ class Searcher:
         return hits[:k], terms
 
     def matching(self, query: str, opts: SearchOptions, mask: np.ndarray) -> np.ndarray:
-        """Ids of every chunk ``mask`` allows that ``query`` matches: a BM25 score above 0,
-        i.e. the chunk holds one of the query's terms (inside a read transaction, after
-        ``sync``); not cut to any ``k``."""
-        terms = self.query_terms(_clean_query(query), opts)
-        if not terms.order:
+        """Ids of every chunk ``mask`` allows that ``query`` matches (inside a read transaction,
+        after ``sync``), in id order: what a lexical search with ``opts`` returns, not cut to any
+        ``k`` (its phrases, exclusions, required words and fields included: scoring the text
+        terms alone counted chunks a search never returns, and missed those matched by title)."""
+        allowed = int(np.count_nonzero(mask))
+        if not allowed:
             return np.zeros(0, np.int64)
-        k1, b = self._bm25_params(opts)
-        scores, _ = self.engine.index.bm25([terms.known[t] for t in terms.order], k1, b)
-        n = min(len(mask), len(scores))
-        return np.flatnonzero(mask[:n] & (scores[:n] > 0))
+        cand = self.lexical(_clean_query(query), allowed, opts, mask)[0]
+        return np.sort(cand.astype(np.int64, copy=False))
 
     def _bm25_params(self, opts: SearchOptions) -> tuple[float, float]:
         """(k1, b) of a search: its options, else the database's settings, else the defaults."""

@@ -1275,8 +1275,8 @@ def openapi_schema(limits: Limits = Limits()) -> dict[str, Any]:
         "FacetsRequest": _request({"field": {"type": "string", "minLength": 1,
                                              "description": 'A metadata key, or "source" or "version".'},
                                "query": {"type": "string", "maxLength": limits.max_query_chars,
-                                         "description": "Count only what the query matches (BM25 score above "
-                                                        "0); without it, everything the filters keep."},
+                                         "description": "Count only the chunks the query's search returns "
+                                                        "(all of them); without it, everything the filters keep."},
                                "filter": filt, "since": when, "until": when,
                                "by": {"type": "string", "enum": ["chunks", "documents"], "default": "chunks"},
                                "limit": {"type": "integer", "minimum": 1, "maximum": MAX_LIST,

@@ -359,6 +359,24 @@ def test_facets_of_a_query_count_every_match_the_caller_may_see(docs, flt, princ
             assert len(hits) == f.total
 
 
+@pytest.mark.parametrize("query", ["beta", '"alpha beta"', "beta -delta", "alpha AND delta", "title:beta",
+                                   "beta^2 zzz", "alp*", "(alpha OR gamma) -beta", "zzz"])
+def test_facets_of_a_query_count_what_its_search_returns(query):
+    """Phrases, exclusions, required words, fields and titles: the facets of a query count
+    the chunks its search returns (they counted every chunk holding one of its text terms:
+    a phrase's or an excluded word's chunks too, never a chunk matched by its title)."""
+    from collections import Counter
+
+    with ragdb.open(":memory:", chunker="none") as db:
+        db.add("alpha beta gamma", source="a.md")
+        db.add("beta alpha delta", source="b.md")
+        db.add("gamma", source="c.md", title="beta notes")
+        db.add("alpha gamma", source="d.md")
+        hits = db.search(query, k=MAX, collapse=False)
+        f = db.facets("source", query)
+        assert dict(f) == dict(Counter(h.source for h in hits)) and f.total == len(hits)
+
+
 # ------------------------------------------------------------------------------ offset
 
 PAGE_TEXTS = st.lists(st.lists(st.sampled_from(EN[:4] + ZH[:2]), min_size=1, max_size=4).map(" ".join),
