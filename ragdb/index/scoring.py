@@ -32,7 +32,11 @@ def bm25_length_norm(doc_len: np.ndarray, avgdl: float, k1: float = BM25_K1, b: 
     """The document-length part of BM25's denominator, ``k1 * (1 - b + b * dl / avgdl)``,
     for every document at once (it depends on the document, not the term).
     Robertson & Zaragoza, "The Probabilistic Relevance Framework: BM25 and Beyond", 2009.
+    When every document is empty (``avgdl`` 0: chunks whose text has no index terms, a stopword
+    or a field's only), each is of the average length: ``k1`` (0 / 0 made NaNs and a warning).
     """
+    if avgdl <= 0:
+        return np.full(np.shape(doc_len), k1, dtype=np.float64)
     return k1 * (1.0 - b + b * doc_len / avgdl)
 
 

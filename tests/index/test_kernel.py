@@ -253,3 +253,23 @@ def test_top_k_chooses_its_way_by_the_query_and_gives_the_same_hits(n_terms, sha
         assert ckernel.full_count() == before + (k in full_at)  # the way it chose
         assert got[0].tolist() == expected[0].tolist() and got[1].tolist() == expected[1].tolist()
         assert not acc.any()
+
+
+def test_chunks_whose_text_has_no_terms_score_their_fields_without_nans():
+    """Every chunk's text a stopword: the average length is 0, and BM25's length part was 0 / 0
+    (NaNs and a RuntimeWarning, an InternalError where warnings are errors). Each chunk is of
+    the average length then; the titles still match, and both kernels agree."""
+    import warnings
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        with ragdb.open(":memory:") as db:
+            db.add("the", source="docs/install.md", title="install guide")
+            db.add("of", source="docs/b.md", title="guide")
+            hits = db.search("install guide", explain=True)
+            assert [h.source for h in hits] == ["docs/install.md", "docs/b.md"]
+            assert all(np.isfinite(h.score) and h.score > 0 and np.isfinite(h.confidence) for h in hits)
+            assert db.facets("source", "guide").total == 2 and db.check() == []
+            db.build_prompt("install guide")
+            db.add("install notes", source="docs/c.md")  # a first text term: an average length again
+            assert db.search("install")[0].source == "docs/c.md"
