@@ -51,6 +51,8 @@ from ragdb.integrations.stores import (
     check_store_labels,
     relevance,
     writable,
+    check_ids,
+    delete_visible,
 )
 from ragdb.models.embedder import Embedder, check_texts, embed_query, normalize_rows
 from ragdb.models.embeddings import get_embedder
@@ -402,34 +404,23 @@ class RagdbVectorStore(VectorStore):
         return out
 
     def delete(self, ids: list[str] | None = None, **kwargs: Any) -> bool | None:
-        """Delete the documents with these ids (every version), in one transaction; an id
-        that does not exist, or that this store's principals cannot read, is skipped."""
+        """Delete the documents with these ids (every version this store's principals may
+        read), in one transaction; an id that does not exist, or that they cannot read, is skipped."""
         if ids is None:
             raise InvalidInput("delete: give the ids to delete")
         if kwargs:
             raise InvalidInput(f"delete: unknown arguments {sorted(kwargs)}")
+        listed = check_ids(ids, "delete")
         with self.db.transaction():
-            for doc_id in ids:
-                if not isinstance(doc_id, str) or not doc_id:
-                    raise InvalidInput(f"delete: ids must be non-empty strings, got {doc_id!r}")
-                if self._readable(doc_id):
-                    self.db.delete(source=doc_id)
+            for doc_id in listed:
+                delete_visible(self.db, self.principals, source=doc_id)
         return True
-
-    def _readable(self, doc_id: str) -> bool:
-        try:
-            self.db.get(source=doc_id, with_text=False, principals=self.principals)
-            return True
-        except DocumentNotFound:
-            return False
 
     # -- reading -------------------------------------------------------------------------------
     def get_by_ids(self, ids: Sequence[str], /) -> list[Document]:
         """The documents with these ids that exist and this store may read, in the order of ``ids``."""
         found = []
-        for doc_id in ids:
-            if not isinstance(doc_id, str) or not doc_id:
-                raise InvalidInput(f"get_by_ids: ids must be non-empty strings, got {doc_id!r}")
+        for doc_id in check_ids(ids, "get_by_ids"):
             try:
                 doc = self.db.get(source=doc_id, principals=self.principals)
             except DocumentNotFound:

@@ -52,6 +52,7 @@ from ragdb.integrations.stores import (
     check_store_labels,
     relevance,
     writable,
+    delete_visible,
 )
 from ragdb.models.embedder import Embedder
 from ragdb.models.embeddings import get_embedder
@@ -247,7 +248,8 @@ def to_ragdb_filter(filters: MetadataFilters | None) -> dict[str, Any] | None:
         return None
     condition = FilterCondition(filters.condition or FilterCondition.AND)
     if condition is FilterCondition.NOT:
-        return {"$not": parts[0] if len(parts) == 1 else {"$and": parts}}
+        # none of them matches: LlamaIndex's NOT (``build_metadata_filter_fn``: ``not any(...)``)
+        return {"$not": parts[0] if len(parts) == 1 else {"$or": parts}}
     if len(parts) == 1:
         return parts[0]
     return {"$and" if condition is FilterCondition.AND else "$or": parts}
@@ -338,7 +340,11 @@ class RagdbVectorStore(BasePydanticVectorStore):
 
     def delete_nodes(self, node_ids: list[str] | None = None, filters: MetadataFilters | None = None,
                      **delete_kwargs: Any) -> None:
-        """Delete the nodes with these ids and/or matching ``filters`` that this store may read."""
+        """Delete the nodes with these ids and/or matching ``filters`` that this store may read.
+        An empty list of ids deletes nothing, as LlamaIndex's ``SimpleVectorStore`` reads it
+        (not every node ``filters`` match)."""
+        if node_ids is not None and not isinstance(node_ids, str) and len(node_ids) == 0:
+            return
         where = self._where(node_ids, filters, "delete_nodes")
         if where is None:
             raise InvalidInput("delete_nodes: give node_ids and/or filters (clear() deletes every node)")
@@ -351,8 +357,7 @@ class RagdbVectorStore(BasePydanticVectorStore):
     def _delete_where(self, where: Mapping[str, Any]) -> None:
         db = self._db
         with db.transaction():
-            for doc in db.documents(filter=where, principals=self._principals):
-                db.delete(source=doc.source)
+            delete_visible(db, self._principals, filter=where)
 
     # -- reading -------------------------------------------------------------------------------
     def get_nodes(self, node_ids: list[str] | None = None, filters: MetadataFilters | None = None
@@ -373,7 +378,8 @@ class RagdbVectorStore(BasePydanticVectorStore):
     def _where(node_ids: Sequence[str] | None, filters: MetadataFilters | None, what: str
                ) -> dict[str, Any] | None:
         parts: list[dict[str, Any]] = []
-        if node_ids:  # as LlamaIndex's stores read it: an empty list restricts nothing
+        if node_ids:  # an empty list restricts nothing: VectorStoreIndex's retriever passes one for a
+            # store that keeps the text (its nodes_dict is empty); delete_nodes reads it apart
             if isinstance(node_ids, str) or not all(isinstance(i, str) and i for i in node_ids):
                 raise InvalidInput(f"{what}: node_ids must be a list of non-empty strings, got {node_ids!r}")
             parts.append({"source": {"$in": list(node_ids)}})

@@ -22,7 +22,7 @@ if TYPE_CHECKING:
     from ragdb.database import Database
 
 __all__ = ["STORE_CHUNKER", "check_filter", "check_store_labels", "call_options", "relevance",
-           "writable", "and_filters"]
+           "writable", "and_filters", "delete_visible", "check_ids"]
 
 #: A store's document is one chunk: frameworks split text before it reaches a vector store.
 STORE_CHUNKER = "none"
@@ -127,3 +127,28 @@ def writable(db: Database, source: str, principals: Any) -> bool:
     except DocumentNotFound:
         return True
     return False
+
+
+def check_ids(ids: Any, where: str) -> list[str]:
+    """A list of ids (non-empty strings): one string is refused, not read as its characters
+    (``delete("abc")`` deleted the ids ``a``, ``b`` and ``c``)."""
+    if isinstance(ids, (str, bytes, Mapping)):
+        raise InvalidInput(f"{where}: ids must be a list of ids, not {type(ids).__name__} {ids!r}")
+    try:
+        listed = list(ids)
+    except TypeError:
+        raise InvalidInput(f"{where}: ids must be a list of ids, got {type(ids).__name__}") from None
+    for doc_id in listed:
+        if not isinstance(doc_id, str) or not doc_id:
+            raise InvalidInput(f"{where}: ids must be non-empty strings, got {doc_id!r}")
+    return listed
+
+
+def delete_visible(db: Database, principals: Any, *, source: str | None = None,
+                   filter: Mapping[str, Any] | None = None) -> int:
+    """Delete the versions of the documents with this source (exactly: no pattern) and/or
+    matching ``filter`` that ``principals`` may read, each by id, as ``POST /documents/delete``
+    does; a kept version they may not read stays (deleting by source removed every version).
+    Inside the caller's transaction; returns how many were deleted."""
+    docs = db.documents(source, glob=False, versions="all", filter=filter, principals=principals)
+    return sum(db.delete(d.id) for d in docs)

@@ -243,3 +243,28 @@ def test_a_bad_filter_fails_when_the_retriever_is_made(kb):
             RagdbRetriever(kb, filter=bad)
     with pytest.raises(InvalidInput, match="RagdbRetriever"):
         RagdbRetriever(kb, k=1).invoke("cats", filter={"year": {"$bad": 1}})
+
+
+def test_delete_and_get_by_ids_refuse_one_string_for_a_list_of_ids(tmp_path):
+    """``delete("abc")`` deleted the ids ``a``, ``b`` and ``c`` (a string is iterable)."""
+    with ragdb.open(tmp_path / "kb.db") as db:
+        store = RagdbVectorStore(db)
+        store.add_texts(["a", "b", "c", "whole"], ids=["a", "b", "c", "abc"])
+        for call in (lambda: store.delete("abc"), lambda: store.get_by_ids("abc")):
+            with pytest.raises(InvalidInput, match="ids must be a list of ids"):
+                call()
+        assert db.count() == 4
+        store.delete(["abc"])
+        assert sorted(d.source for d in db.documents()) == ["a", "b", "c"]
+
+
+def test_delete_leaves_the_versions_the_stores_principals_may_not_read(tmp_path):
+    """As POST /documents/delete: a kept older version the store's principals cannot read stays."""
+    with ragdb.open(tmp_path / "kb.db", keep_versions=True) as db:
+        db.add("v1 secret hr", source="doc1", acl=["team:hr"], chunker="none")
+        db.add("v2 team a", source="doc1", acl=["team-a"], chunker="none")
+        RagdbVectorStore(db, principals=["team-a"]).delete(["doc1"])
+        left = db.documents("doc1", glob=False, versions="all", principals=ragdb.ALL)
+        assert [db.get(d.id, principals=ragdb.ALL).text for d in left] == ["v1 secret hr"]
+        RagdbVectorStore(db, principals=ragdb.ALL).delete(["doc1"])  # the full view: every version
+        assert db.count(principals=ragdb.ALL) == 0 and db.check() == []

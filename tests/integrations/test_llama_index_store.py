@@ -134,14 +134,25 @@ SINGLE = [MetadataFilter(key="year", value=2022, operator=op) for op in
 
 
 def matches(f, row):
+    """LlamaIndex's reading of the filters (``build_metadata_filter_fn``, which
+    ``SimpleVectorStore`` uses; it refuses nested filters, so this recursion): NOT is "none of
+    them" (this reference had it as "not all", as ragdb did)."""
     if isinstance(f, MetadataFilters):
         results = [matches(x, row) for x in f.filters]
         if f.condition == FilterCondition.OR:
             return any(results)
         if f.condition == FilterCondition.NOT:
-            return not all(results)
+            return not any(results)
         return all(results)
     return PY[f.operator](row[f.key], f.value)
+
+
+def test_the_reference_reads_flat_filters_as_llama_index_does():
+    from llama_index.core.vector_stores.utils import build_metadata_filter_fn
+
+    for filters in [c for c in CASES if not any(isinstance(x, MetadataFilters) for x in c.filters)]:
+        for row in ROWS:
+            assert matches(filters, row) == build_metadata_filter_fn(lambda _node: row, filters)("node")
 
 
 CASES = [MetadataFilters(filters=[f]) for f in SINGLE] + [
@@ -150,6 +161,9 @@ CASES = [MetadataFilters(filters=[f]) for f in SINGLE] + [
     MetadataFilters(filters=[SINGLE[4], MetadataFilters(filters=[SINGLE[2], SINGLE[6]])],
                     condition=FilterCondition.OR),
     MetadataFilters(filters=[SINGLE[6]], condition=FilterCondition.NOT),
+    MetadataFilters(filters=[SINGLE[0], SINGLE[6]], condition=FilterCondition.NOT),
+    MetadataFilters(filters=[SINGLE[4], MetadataFilters(filters=[SINGLE[2], SINGLE[6]])],
+                    condition=FilterCondition.NOT),
 ]
 
 
@@ -222,3 +236,31 @@ def test_with_an_embedder_the_store_searches_hybrid(db):
 
 def store_embedder(store):
     return store.search_options(VectorStoreQuery(query_str="x")).embedder
+
+
+def test_an_empty_list_of_node_ids_deletes_nothing(db):
+    """``delete_nodes(node_ids=[], filters=F)`` deleted every node F matches; LlamaIndex's
+    SimpleVectorStore deletes nothing. A query's empty list still restricts nothing (what
+    VectorStoreIndex's retriever passes for a store keeping the text)."""
+    store = RagdbVectorStore(db)
+    store.add([TextNode(text=f"shared words row {n}", id_=f"n{n}", metadata=row) for n, row in enumerate(ROWS)])
+    store.delete_nodes(node_ids=[], filters=MetadataFilters(filters=[SINGLE[6]]))
+    store.delete_nodes(node_ids=[])
+    assert db.count() == len(ROWS)
+    result = store.query(VectorStoreQuery(query_str="shared words", similarity_top_k=10, node_ids=[]))
+    assert len(result.ids) == len(ROWS)
+
+
+def test_a_store_deletes_only_the_versions_its_principals_may_read(tmp_path):
+    """A kept older version the store's principals may not read stays, as POST
+    /documents/delete leaves it (deleting by source removed every version)."""
+    with ragdb.open(tmp_path / "kb.db", keep_versions=True) as db:
+        db.add("v1 secret hr", source="doc1", acl=["team:hr"], chunker="none")
+        db.add("v2 team a", source="doc1", acl=["team-a"], chunker="none")
+        db.add("other", source="doc2", acl=["team-a"], chunker="none", metadata={"ref_doc_id": "r"})
+        store = RagdbVectorStore(db, principals=["team-a"])
+        store.delete_nodes(node_ids=["doc1"])
+        left = db.documents("doc1", glob=False, versions="all", principals=ragdb.ALL)
+        assert [db.get(d.id, principals=ragdb.ALL).text for d in left] == ["v1 secret hr"]
+        store.delete("r")
+        assert db.count(principals=ragdb.ALL) == 1 and db.check() == []
