@@ -152,7 +152,7 @@ def test_the_reference_reads_flat_filters_as_llama_index_does():
 
     for filters in [c for c in CASES if not any(isinstance(x, MetadataFilters) for x in c.filters)]:
         for row in ROWS:
-            assert matches(filters, row) == build_metadata_filter_fn(lambda _node: row, filters)("node")
+            assert matches(filters, row) == build_metadata_filter_fn(lambda _node, row=row: row, filters)("node")
 
 
 CASES = [MetadataFilters(filters=[f]) for f in SINGLE] + [
