@@ -824,6 +824,7 @@ class Database:
         :class:`~ragdb.errors.DocumentNotFound`, exactly as one that does not exist."""
         if (doc_id is None) == (source is None):
             raise InvalidInput("get: give exactly one of doc_id or source")
+        check_flag(with_text, "with_text")
         store = self._engine.store
         if source is not None:
             if not isinstance(source, str) or not source:

@@ -360,7 +360,8 @@ def build_server(db: ragdb.Database, *, principals: Any = None, allow_writes: bo
         doc_id: Annotated[int | None, Field(strict=True,
                                             description="The document's id (as in search hits' doc_id).")] = None,
         source: Annotated[str | None, Field(description="The document's source (its latest version).")] = None,
-        offset: Annotated[int, Field(strict=True, ge=0, description="First character of the text page.")] = 0,
+        offset: Annotated[int, Field(strict=True, ge=0, le=2**63 - 1,  # (the result is JSON: a 64-bit integer)
+                                     description="First character of the text page.")] = 0,
         max_chars: Annotated[int, Field(strict=True, ge=1, le=MAX_TEXT_PAGE_CHARS,
                                         description="Longest text page, in characters.")] = TEXT_PAGE_CHARS,
         collection: CollectionArg = None,
@@ -380,7 +381,8 @@ def build_server(db: ragdb.Database, *, principals: Any = None, allow_writes: bo
     def list_sources(
         prefix: Annotated[str, Field(description="Only sources starting with this text (literally).")] = "",
         limit: Annotated[int, Field(strict=True, ge=1, le=MAX_LIST, description="Most sources in one page.")] = 100,
-        offset: Annotated[int, Field(strict=True, ge=0, description="Sources to skip (for the next page).")] = 0,
+        offset: Annotated[int, Field(strict=True, ge=0, le=2**63 - 1,
+                                     description="Sources to skip (for the next page).")] = 0,
         filter: Filter = None,
         collection: CollectionArg = None,
     ) -> Annotated[CallToolResult, SourceList]:

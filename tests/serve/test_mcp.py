@@ -217,6 +217,11 @@ def test_a_labelled_document_never_reaches_a_server_without_its_principal(kb: Pa
             assert not any(MARK in text for text in seen), seen
             assert not any("team/plan.md" in text for text in seen[:3]), seen  # (get_document's error names it)
             assert "no document with id" in await _error(s, "get_document", {"doc_id": secret.id})
+            # an offset past a 64-bit integer is refused by its schema (the reply, JSON, could not
+            # hold it: the SDK's bare "Error executing tool get_document")
+            for tool, args in (("get_document", {"source": "docs/cats.md", "offset": 10**30}),
+                               ("list_sources", {"offset": 10**30})):
+                assert "less than or equal to" in await _error(s, tool, args)
             # a principals argument is refused, not honoured (and not silently dropped)
             message = await _error(s, "search", {"query": SECRET, "principals": ["team"]})
             assert "unknown argument 'principals'" in message

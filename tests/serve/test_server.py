@@ -243,6 +243,9 @@ def test_get_document_equals_the_library_and_hides_labelled_ones(url: str, kb: P
         assert r.status_code == 200 and r.json() == orjson.loads(orjson.dumps(_doc(plan)))
         assert _error(httpx.get(f"{url}/documents/0"), 422) == _library_message(lambda: db.get(0))
     assert _error(httpx.get(f"{url}/documents/abc"), 404).startswith("no endpoint GET /documents/abc")
+    # with_text is true or false: the string "false" was truthy, and the text came back
+    r = httpx.post(f"{url}/documents/get", json={"id": cats.id, "with_text": "false"})
+    assert "with_text must be True or False" in _error(r, 422)
 
 
 def test_stats_and_healthz(url: str, kb: Path) -> None:
