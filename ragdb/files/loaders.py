@@ -113,7 +113,7 @@ _MAX_LEXBOR_NAMES = 5000
 
 
 def load_file(path: str | os.PathLike[str], *, source: str | None = None,
-              identity: tuple[int, int] | None = None) -> list[LoadedDocument]:
+              identity: walk.FileIdentity | None = None) -> list[LoadedDocument]:
     """Load one file as a list of documents (JSONL gives one per record, other kinds one).
 
     The loader is chosen by suffix (see :data:`SUPPORTED_SUFFIXES`); files

@@ -146,7 +146,7 @@ class SyncPlan:
     #: the access labels the sync sets on every document it writes (None: the files' own)
     acl: tuple[str, ...] | None = field(default=None, compare=False, repr=False)
     #: file path -> (device, inode) the walk saw (:attr:`ragdb.files.walk.Walk.identities`)
-    identities: Mapping[str, tuple[int, int]] = field(default_factory=dict, compare=False, repr=False)
+    identities: Mapping[str, walk.FileIdentity] = field(default_factory=dict, compare=False, repr=False)
 
     @property
     def has_changes(self) -> bool:
@@ -228,7 +228,7 @@ class Selection:
     skipped: tuple[Skipped, ...] = ()
     unmatched: tuple[tuple[str, str], ...] = ()
     #: file path -> (device, inode) the walk saw, for the files of folders
-    identities: Mapping[str, tuple[int, int]] = field(default_factory=dict, compare=False, repr=False)
+    identities: Mapping[str, walk.FileIdentity] = field(default_factory=dict, compare=False, repr=False)
 
 
 # ----------------------------------------------------------------------------- helpers
@@ -253,7 +253,7 @@ def escape_glob(text: str) -> str:
     return "".join(f"[{c}]" if c in "*?[" else c for c in text)
 
 
-def file_sha256(path: str | os.PathLike[str], identity: tuple[int, int] | None = None) -> str:
+def file_sha256(path: str | os.PathLike[str], identity: walk.FileIdentity | None = None) -> str:
     """SHA-256 of a file's bytes, read from one descriptor (:func:`ragdb.files.walk.read_file`:
     with ``identity``, a file swapped since the walk raises :class:`~ragdb.files.walk.FileChanged`)."""
     return hashlib.sha256(walk.read_file(path, identity)[0]).hexdigest()
@@ -310,7 +310,7 @@ class _ContentSkip(Exception):
 
 
 def _file_documents(path: str, source: str, acl: tuple[str, ...] | None, *, check: bool,
-                    identity: tuple[int, int] | None = None) -> list[LoadedDocument]:
+                    identity: walk.FileIdentity | None = None) -> list[LoadedDocument]:
     """A file's documents: the one named ``source``, or (JSON Lines) ``source#record`` each
     with ``metadata["sync_file"]``; ``acl`` (when given) on every one. ``check``: refuse
     binary content and bundles first (:class:`_ContentSkip`), as for a walked file.
@@ -610,7 +610,7 @@ def select_paths(inputs: Sequence[str | os.PathLike[str]], *, recursive: bool = 
     inc, exc = _patterns(include, exclude, glob)
     items: list[tuple[str, str, bool]] = []
     skipped: list[Skipped] = []
-    identities: dict[str, tuple[int, int]] = {}
+    identities: dict[str, walk.FileIdentity] = {}
     seen: set[str] = set()
     for item in inputs:
         if not isinstance(item, (str, os.PathLike)):

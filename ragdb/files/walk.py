@@ -56,6 +56,7 @@ import stat
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import NamedTuple
 
 import pathspec
 
@@ -155,6 +156,16 @@ def skip_counts(skipped: Iterable[Skipped]) -> dict[str, int]:
     return dict(sorted(counts.items(), key=lambda kv: (-kv[1], order.get(kv[0], len(order)), kv[0])))
 
 
+class FileIdentity(NamedTuple):
+    """A walked file as :func:`read_file` holds it: the ``(device, inode)`` the walk saw and
+    the real path of the folder walked, which the file opened must lie in (``""``: a file
+    named on its own)."""
+
+    dev: int
+    ino: int
+    root: str = ""
+
+
 @dataclass(frozen=True)
 class Walk:
     """What :func:`walk` found: ``files`` holds (path, path relative to the
@@ -167,7 +178,7 @@ class Walk:
     unmatched: tuple[str, ...] = ()
     #: path -> (device, inode) of each file as the walk saw it (links followed): what
     #: :func:`read_file` holds the file to when it is read
-    identities: Mapping[str, tuple[int, int]] = field(default_factory=dict, compare=False, repr=False)
+    identities: Mapping[str, FileIdentity] = field(default_factory=dict, compare=False, repr=False)
 
     @property
     def skip_counts(self) -> dict[str, int]:
@@ -540,7 +551,7 @@ _O_NOFOLLOW = getattr(os, "O_NOFOLLOW", 0)
 _O_NONBLOCK = getattr(os, "O_NONBLOCK", 0)
 
 
-def read_file(path: str | os.PathLike[str], identity: tuple[int, int] | None = None,
+def read_file(path: str | os.PathLike[str], identity: FileIdentity | None = None,
               *, limit: int | None = None) -> tuple[bytes, os.stat_result]:
     """A file's bytes (the first ``limit`` when given) and its status, read from one descriptor.
 
@@ -581,8 +592,15 @@ def read_file(path: str | os.PathLike[str], identity: tuple[int, int] | None = N
                 raise FileChanged(f"{where}: changed after the folder was walked (no longer a regular file)",
                                   "changed")
             raise LoaderError(f"{where}: not a regular file")
-        if identity is not None and (st.st_dev, st.st_ino) != tuple(identity):
+        if identity is not None and (st.st_dev, st.st_ino) != (identity.dev, identity.ino):
             raise FileChanged(f"{where}: changed after the folder was walked (another file now)", "changed")
+        if identity is not None and identity.root:
+            # where the file opened lies: a folder on its path swapped for a link since the walk
+            # listed it leads the open (and an identity taken through it) outside the folder
+            opened = _opened_path(fd, where)
+            if opened is None or not _inside(opened, identity.root):
+                raise FileChanged(f"{where}: changed after the folder was walked (it now lies outside "
+                                  f"{identity.root}, through a link)", "changed")
         if _O_NONBLOCK:  # a regular file reads the same either way; back to plain reads
             os.set_blocking(fd, True)
         with os.fdopen(fd, "rb", closefd=True) as fh:
@@ -592,6 +610,28 @@ def read_file(path: str | os.PathLike[str], identity: tuple[int, int] | None = N
     finally:
         if fd >= 0:
             os.close(fd)
+
+
+def _opened_path(fd: int, where: str) -> str | None:
+    """The real path of the file open on ``fd``: what the kernel opened, whatever links the
+    path went through (Linux: ``/proc/self/fd``; macOS: ``F_GETPATH``); elsewhere the path's
+    real path now (``realpath``: a swap between it and the open goes unseen there)."""
+    try:
+        return os.readlink(f"/proc/self/fd/{fd}")
+    except OSError:
+        pass
+    try:
+        import fcntl
+
+        get_path = getattr(fcntl, "F_GETPATH", None)
+        if get_path is not None:
+            return os.fsdecode(fcntl.fcntl(fd, get_path, bytes(1024)).rstrip(b"\0"))
+    except (ImportError, OSError):
+        pass
+    try:
+        return os.path.realpath(where)
+    except (OSError, RuntimeError):
+        return None
 
 
 # ---------------------------------------------------------------------------- the walk
@@ -646,7 +686,7 @@ def walk(root: str | os.PathLike[str], *, recursive: bool = True, include: Patte
         if inc and not inc.match(name):
             return Walk(where, (), (Skipped(where, "not included"),), inc.unmatched())
         return Walk(where, ((where, name),), (), inc.unmatched() + exc.unmatched(),
-                    {where: (st.st_dev, st.st_ino)})
+                    {where: FileIdentity(st.st_dev, st.st_ino)})
     if not stat.S_ISDIR(st.st_mode):
         return Walk(where, (), (Skipped(where, "not a file"),))
     outer, top_rel = _outer_rules(Path(where), where)
@@ -660,7 +700,7 @@ def walk(root: str | os.PathLike[str], *, recursive: bool = True, include: Patte
     lead = "" if os.path.normpath(where) == os.curdir else where  # "./x" is shown as "x"
     files: list[tuple[str, str]] = []
     skipped: list[Skipped] = []
-    identities: dict[str, tuple[int, int]] = {}
+    identities: dict[str, FileIdentity] = {}
     seen: set[str] = {os.path.realpath(where)}
     stack = [_Frame(iter(_sorted_entries(where)), "", outer + _folder_rules(Path(where), top_rel, where))]
     while stack:
@@ -754,7 +794,7 @@ def walk(root: str | os.PathLike[str], *, recursive: bool = True, include: Patte
             skipped.append(Skipped(shown, "ignored", detail))
             continue
         files.append((shown, rel))
-        identities[shown] = (st.st_dev, st.st_ino)
+        identities[shown] = FileIdentity(st.st_dev, st.st_ino, base_real)
     return Walk(where, tuple(files), tuple(skipped), inc.unmatched() + exc.unmatched(), identities)
 
 

@@ -559,6 +559,40 @@ def test_a_file_swapped_after_the_walk_is_skipped(db, folder, tmp_path, kind, re
     assert db.search("zanzibar quokka") == []
 
 
+@pytest.mark.skipif(not hasattr(os, "symlink"), reason="POSIX links")
+@pytest.mark.parametrize("how", ["sync", "add"])
+def test_a_folder_swapped_for_a_link_during_the_walk_brings_nothing_from_outside(tmp_path, monkeypatch, how):
+    """A sub-folder listed by the walk, then swapped for a link to a folder outside before its
+    files were looked at: each file's identity was taken through the link, and the outside
+    file was read under the inside source (a real race reproduced it 5 times in 5 with
+    ``ragdb add``). A file is now read only where it lies inside the folder walked."""
+    from ragdb.files import walk
+
+    folder = tmp_path / "kb"
+    (folder / "sub").mkdir(parents=True)
+    (folder / "sub" / "x.md").write_text("Inside words: alpha.\n")
+    (folder / "top.md").write_text("Top words: beta.\n")
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    (outside / "x.md").write_text("Outside words: zanzibar quokka.\n")
+    original = walk._folder_rules
+
+    def swapping(path, base, display):
+        if os.path.basename(path) == "sub" and not os.path.islink(folder / "sub"):
+            os.rename(folder / "sub", folder / "sub.real")
+            os.symlink(outside, folder / "sub")
+        return original(path, base, display)
+
+    monkeypatch.setattr(walk, "_folder_rules", swapping)
+    with ragdb.open(tmp_path / "kb.db") as db:
+        if how == "sync":
+            report = sync.apply_sync(db, sync.plan_sync(db, folder))
+        else:
+            report = sync.add_paths(db, sync.select_paths([folder]))
+        assert db.search("zanzibar quokka") == [] and [h.source for h in db.search("beta")]
+        assert ("x.md", "changed") in {(os.path.basename(s.path), s.reason) for s in report.skipped}
+
+
 @pytest.mark.skipif(not hasattr(os, "mkfifo"), reason="POSIX links and FIFOs")
 def test_read_file_holds_a_file_to_its_identity(tmp_path):
     from ragdb.files import walk
@@ -566,7 +600,7 @@ def test_read_file_holds_a_file_to_its_identity(tmp_path):
     f = tmp_path / "f.txt"
     f.write_text("inside")
     st = f.stat()
-    identity = (st.st_dev, st.st_ino)
+    identity = walk.FileIdentity(st.st_dev, st.st_ino, os.path.realpath(tmp_path))
     assert walk.read_file(f, identity)[0] == b"inside"
     link = tmp_path / "link.txt"
     link.symlink_to(f)
