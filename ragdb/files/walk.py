@@ -72,7 +72,7 @@ __all__ = ["Skipped", "Walk", "Patterns", "TEXT_SUFFIXES", "TEXT_NAMES", "REASON
 REASONS: tuple[str, ...] = (
     "vcs", "virtualenv", "node_modules", "cache", "build", "hidden", "ignored", "excluded", "not included",
     "lockfile", "minified", "image", "font", "media", "archive", "office", "binary", "unsupported", "not a file",
-    "link outside", "vanished", "changed",
+    "link outside", "vanished", "changed", "unreadable",
 )
 
 #: Suffixes (lower case) of the files a walk picks: documents and markup, source code, config text.
@@ -179,6 +179,9 @@ class Walk:
     #: path -> (device, inode) of each file as the walk saw it (links followed): what
     #: :func:`read_file` holds the file to when it is read
     identities: Mapping[str, FileIdentity] = field(default_factory=dict, compare=False, repr=False)
+    #: the folders (relative to the root, in posix form, ending with ``/``; ``""``: the root)
+    #: that could not be listed: what they hold is unknown, not gone (a sync deletes nothing there)
+    unreadable: tuple[str, ...] = ()
 
     @property
     def skip_counts(self) -> dict[str, int]:
@@ -637,12 +640,14 @@ def _opened_path(fd: int, where: str) -> str | None:
 # ---------------------------------------------------------------------------- the walk
 
 
-def _sorted_entries(directory: str) -> list[os.DirEntry[str]]:
+def _sorted_entries(directory: str) -> list[os.DirEntry[str]] | None:
+    """The folder's entries by name, or None when it cannot be listed (no permission, a path
+    too long, gone): not an empty folder, whose files a sync would take for deleted."""
     try:
         with os.scandir(directory) as it:
             entries = list(it)
     except OSError:
-        return []
+        return None
     entries.sort(key=lambda e: e.name)
     return entries
 
@@ -702,7 +707,12 @@ def walk(root: str | os.PathLike[str], *, recursive: bool = True, include: Patte
     skipped: list[Skipped] = []
     identities: dict[str, FileIdentity] = {}
     seen: set[str] = {os.path.realpath(where)}
-    stack = [_Frame(iter(_sorted_entries(where)), "", outer + _folder_rules(Path(where), top_rel, where))]
+    unreadable: list[str] = []
+    listed = _sorted_entries(where)
+    if listed is None:
+        unreadable.append("")
+        skipped.append(Skipped(where, "unreadable"))
+    stack = [_Frame(iter(listed or ()), "", outer + _folder_rules(Path(where), top_rel, where))]
     while stack:
         frame = stack[-1]
         entry = next(frame.entries, None)
@@ -747,7 +757,12 @@ def walk(root: str | os.PathLike[str], *, recursive: bool = True, include: Patte
                 skipped.append(Skipped(shown + "/", "link outside", real))
                 continue
             seen.add(real)
-            stack.append(_Frame(iter(_sorted_entries(entry.path)), rel,
+            listed = _sorted_entries(entry.path)
+            if listed is None:
+                unreadable.append(rel)
+                skipped.append(Skipped(shown + "/", "unreadable"))
+                continue
+            stack.append(_Frame(iter(listed), rel,
                                 frame.rules + _folder_rules(Path(entry.path), top_rel + rel, shown)))
             continue
         if not is_file:
@@ -795,7 +810,8 @@ def walk(root: str | os.PathLike[str], *, recursive: bool = True, include: Patte
             continue
         files.append((shown, rel))
         identities[shown] = FileIdentity(st.st_dev, st.st_ino, base_real)
-    return Walk(where, tuple(files), tuple(skipped), inc.unmatched() + exc.unmatched(), identities)
+    return Walk(where, tuple(files), tuple(skipped), inc.unmatched() + exc.unmatched(), identities,
+                tuple(unreadable))
 
 
 def reason_summary(counts: Mapping[str, int]) -> str:

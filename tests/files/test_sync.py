@@ -593,6 +593,35 @@ def test_a_folder_swapped_for_a_link_during_the_walk_brings_nothing_from_outside
         assert ("x.md", "changed") in {(os.path.basename(s.path), s.reason) for s in report.skipped}
 
 
+@pytest.mark.parametrize("which", ["sub", "root"])
+def test_a_folder_that_cannot_be_listed_keeps_its_documents(tmp_path, monkeypatch, which):
+    """A folder the walk cannot list (no permission, a path too long) was taken for an empty
+    one: sync deleted every document under it, silently. It is skipped as unreadable, and
+    what it holds is kept (the tests run as root, whom permissions do not stop: scandir refuses
+    here instead)."""
+    folder = tmp_path / "kb"
+    (folder / "sub").mkdir(parents=True)
+    (folder / "sub" / "a.md").write_text("Alpha words in the sub-folder.\n")
+    (folder / "b.md").write_text("Beta words at the top.\n")
+    with ragdb.open(tmp_path / "kb.db") as db:
+        sync.apply_sync(db, sync.plan_sync(db, folder))
+        before = sorted(d.source for d in db.documents())
+        blocked = os.path.realpath(folder / "sub" if which == "sub" else folder)
+        real_scandir = os.scandir
+
+        def scandir(path="."):
+            if os.path.realpath(os.fspath(path)) == blocked:
+                raise PermissionError(13, "Permission denied", os.fspath(path))
+            return real_scandir(path)
+
+        monkeypatch.setattr(os, "scandir", scandir)
+        plan = sync.plan_sync(db, folder)
+        assert plan.deleted == ()
+        assert [s.reason for s in plan.skipped] == ["unreadable"]
+        sync.apply_sync(db, plan)
+        assert sorted(d.source for d in db.documents()) == before and db.check() == []
+
+
 @pytest.mark.skipif(not hasattr(os, "mkfifo"), reason="POSIX links and FIFOs")
 def test_read_file_holds_a_file_to_its_identity(tmp_path):
     from ragdb.files import walk
