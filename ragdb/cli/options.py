@@ -145,6 +145,13 @@ def open_database(database: str | None, *, create: bool = False, **kwargs: Any) 
     return ragdb.open(path, create=None if create else False, **kwargs)
 
 
+def refuse_readonly(command: str) -> None:
+    """Refuse ``--readonly`` for a command that writes and opens the file itself (not through
+    :func:`open_database`, whose read-only handle refuses the write): it promised no change."""
+    if click.get_current_context().find_root().params.get("readonly"):
+        raise click.ClickException(f"--readonly: 'ragdb {command}' writes to the database")
+
+
 # --------------------------------------------------------------------------- output
 
 def json_option(f: Callable[..., Any]) -> Callable[..., Any]:

@@ -617,3 +617,28 @@ def test_installed_console_script(tmp_path):
     p = subprocess.run([str(script), "-d", str(tmp_path / "kb.db"), "list", "--json"], capture_output=True,
                        timeout=60)
     assert [d["source"] for d in orjson.loads(p.stdout)] == ["s"]
+
+
+def test_readonly_is_refused_by_every_command_that_writes(tmp_path, runner):
+    """sync, init, collections create/drop and migrate opened the file themselves and wrote
+    under --readonly (sync added and deleted, init changed a setting). They refuse it now,
+    and the file is unchanged; a dry run and migrate --list still run."""
+    folder = tmp_path / "docs"
+    folder.mkdir()
+    (folder / "a.md").write_text("alpha words\n")
+    db = tmp_path / "kb.db"
+    run(runner, "-d", db, "add", folder)
+    (folder / "b.md").write_text("beta words\n")
+    with ragdb.open(db) as handle:
+        run(runner, "-d", db, "collections", "create", "extra")
+        before = (sorted(d.source for d in handle.documents()), handle.settings,
+                  [c.name for c in handle.collections()])
+    for args in (["sync", folder], ["init", "--keep-versions"], ["collections", "create", "more"],
+                 ["collections", "drop", "extra", "--yes"], ["migrate"]):
+        result = run(runner, "-d", db, "--readonly", *args, ok=False)
+        assert result.exit_code == 1 and "--readonly: 'ragdb " in result.output, (args, result.output)
+    with ragdb.open(db) as handle:
+        assert (sorted(d.source for d in handle.documents()), handle.settings,
+                [c.name for c in handle.collections()]) == before
+    assert "would add 1" in run(runner, "-d", db, "--readonly", "sync", folder, "--dry-run").output
+    run(runner, "-d", db, "--readonly", "migrate", "--list")

@@ -13,6 +13,7 @@ import orjson
 import ragdb
 import ragdb.text.fields
 from ragdb.cli.options import (
+    refuse_readonly,
     check_analyzer,
     current_collection,
     database_missing,
@@ -76,6 +77,7 @@ def init(database: str | None, analyzer: str | None, chunker: str | None, keep_v
     access setting ('ragdb config public_unlabeled' changes it). An existing
     empty file becomes a new database.
     """
+    refuse_readonly("init")
     path = db_path(database)
     collection = current_collection()
     existed = _existed(path)
@@ -166,6 +168,7 @@ def collections_create(ctx: click.Context, database: str | None, name: str, anal
                        chunker: str | None, keep_versions: bool | None, public_unlabeled: bool | None,
                        as_json: bool) -> None:
     """Create collection NAME (an error if the file has one of that name); creates the file if needed."""
+    refuse_readonly("collections create")
     path = db_path(database or (ctx.obj or {}).get("database"))
     with ragdb.open(path) as db:
         made = db.create_collection(name, analyzer=analyzer, chunker=chunker, keep_versions=keep_versions,
@@ -190,6 +193,7 @@ def collections_create(ctx: click.Context, database: str | None, name: str, anal
 @click.pass_context
 def collections_drop(ctx: click.Context, database: str | None, name: str, yes: bool, as_json: bool) -> None:
     """Delete collection NAME and everything in it (one transaction)."""
+    refuse_readonly("collections drop")
     path = db_path(database or (ctx.obj or {}).get("database"))
     if database_missing(path):
         raise click.ClickException(f"{path}: no such database")

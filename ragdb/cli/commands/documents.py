@@ -18,6 +18,7 @@ import orjson
 import ragdb
 from ragdb.cli.embedding import check_model, embed_after_write, report_embedding, write_embedder
 from ragdb.cli.options import (
+    refuse_readonly,
     access_options,
     current_collection,
     database_missing,
@@ -243,6 +244,8 @@ def sync_cmd(database: str | None, folder: str, source_prefix: str, recursive: b
     embedder = load_embedder(embed_model) if embed_model is not None else None
     embedded: int | None = None
     embed_error: str | None = None
+    if not dry_run:
+        refuse_readonly("sync")
     path = db_path(database)
     if dry_run and database_missing(path):
         path = ":memory:"  # nothing stored yet: plan against an empty database, create no file

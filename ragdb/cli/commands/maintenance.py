@@ -11,6 +11,7 @@ import ragdb
 import ragdb.plugins
 from ragdb.cli.embedding import check_model, embed_chunks
 from ragdb.cli.options import (
+    refuse_readonly,
     check_analyzer,
     database_missing,
     database_option,
@@ -254,6 +255,7 @@ def migrate(database: str | None, list_only: bool, output: Output) -> None:
         raise click.ClickException(f"{path}: no such database")
     applied, pending = database_state(path)
     if not list_only:
+        refuse_readonly("migrate")
         with ragdb.open(path, create=False):
             pass
         done = pending
