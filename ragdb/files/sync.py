@@ -334,6 +334,8 @@ def _file_documents(path: str, source: str, acl: tuple[str, ...] | None, *, chec
         if doc.source != source:
             own = doc.source if doc.source.startswith(source + "#") else f"{source}#{doc.source}"
             doc = dataclasses.replace(doc, source=own, metadata={**doc.metadata, SYNC_FILE: source})
+        elif SYNC_FILE in doc.metadata:  # the file's own key (front matter): not sync's to trust
+            doc = dataclasses.replace(doc, metadata={k: v for k, v in doc.metadata.items() if k != SYNC_FILE})
         if acl is not None:
             doc = dataclasses.replace(doc, acl=acl)
         out.append(doc)
@@ -448,7 +450,9 @@ def plan_sync(db: Database, root: str | os.PathLike[str], *, source_prefix: str 
     relabel: set[str] = set()  # file sources whose stored labels are not the acl= given
     for doc in db.documents(pattern, principals=ALL):  # sync mirrors every document, whoever may read it
         key = doc.metadata.get(SYNC_FILE)
-        key = key if isinstance(key, str) and key else doc.source
+        # a record of a JSON Lines file (source "<file>#<record>") is grouped with its file; any
+        # other document is its own (a "sync_file" a file's front matter set grouped it elsewhere)
+        key = key if isinstance(key, str) and key and doc.source.startswith(key + "#") else doc.source
         if _in_scope(key, scope, inc, exc, recursive):
             stored.setdefault(key, doc.metadata)
             groups.setdefault(key, []).append(doc.source)

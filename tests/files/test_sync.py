@@ -593,6 +593,26 @@ def test_a_folder_swapped_for_a_link_during_the_walk_brings_nothing_from_outside
         assert ("x.md", "changed") in {(os.path.basename(s.path), s.reason) for s in report.skipped}
 
 
+def test_a_sync_file_key_in_front_matter_does_not_regroup_documents(tmp_path):
+    """``sync_file`` is how sync groups a JSON Lines file's records; a Markdown file's front
+    matter setting it put its document in another file's group: a sync deleted it when that
+    file changed (and ``sync_file: elsewhere`` took it out of the sync's scope for good)."""
+    folder = tmp_path / "f3"
+    folder.mkdir()
+    (folder / "a.md").write_text("---\nsync_file: f3/b.md\n---\nalpha text of file a\n")
+    (folder / "b.md").write_text("beta b\n")
+    (folder / "c.md").write_text("---\nsync_file: elsewhere\n---\ngamma text of file c\n")
+    with ragdb.open(tmp_path / "kb.db") as db:
+        sync.apply_sync(db, sync.plan_sync(db, folder, relative_to=tmp_path))
+        assert "sync_file" not in db.get(source="f3/a.md").metadata
+        (folder / "b.md").write_text("beta changed, and longer\n")
+        (folder / "c.md").unlink()
+        plan = sync.plan_sync(db, folder, relative_to=tmp_path)
+        assert (plan.changed, plan.deleted) == (("f3/b.md",), ("f3/c.md",))
+        sync.apply_sync(db, plan)
+        assert sorted(d.source for d in db.documents()) == ["f3/a.md", "f3/b.md"] and db.check() == []
+
+
 @pytest.mark.parametrize("which", ["sub", "root"])
 def test_a_folder_that_cannot_be_listed_keeps_its_documents(tmp_path, monkeypatch, which):
     """A folder the walk cannot list (no permission, a path too long) was taken for an empty
