@@ -306,7 +306,9 @@ def _sniff(data: bytes, *, jsonl: bool) -> str:
     otherwise silently turn into many documents with their own sources.
     """
     head = data[:1024]
-    if b"%PDF-" in head:
+    # a PDF's header may follow some junk (readers look in the first KiB), but then the file
+    # ends as a PDF does: a script or README that mentions "%PDF-" is text
+    if head.lstrip().startswith(b"%PDF-") or (b"%PDF-" in head and b"%%EOF" in data[-2048:]):
         return "pdf"
     start = data[:_SNIFF_BYTES]
     if start.startswith(codecs.BOM_UTF8):

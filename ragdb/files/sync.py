@@ -299,6 +299,24 @@ def _check_loaded(doc: LoadedDocument, label: str) -> None:
         orjson.dumps(dict(doc.metadata))
     except (TypeError, orjson.JSONEncodeError) as e:
         raise LoaderError(f"{label}: metadata is not JSON-serialisable ({e})") from None
+    # what add_many checks of a loaded document's version, timestamp and metadata (as
+    # ragdb.engine.prepare.prepare takes them from its metadata): a file failing one is a failed
+    # file, not the end of the whole add or sync
+    from ragdb.engine.prepare import check_metadata
+    from ragdb.options import check_text, parse_timestamp
+
+    meta = dict(doc.metadata)
+    version, timestamp = meta.pop("version", None), meta.pop("timestamp", None)
+    try:
+        if version is not None:
+            if isinstance(version, bool) or not isinstance(version, (str, int, float)):
+                raise InvalidInput(f"{label}: version must be a string, got {version!r}")
+            check_text(str(version), f"{label}: version")
+        if timestamp is not None:
+            parse_timestamp(timestamp, label)
+        check_metadata(meta, label)
+    except InvalidInput as e:
+        raise LoaderError(str(e)) from None
 
 
 class _ContentSkip(Exception):

@@ -722,3 +722,34 @@ def test_syncs_while_a_file_is_swapped_in_a_loop(tmp_path, monkeypatch):
         stop.set()
         thread.join()
     assert errors == []
+
+
+def test_a_file_add_many_would_refuse_fails_alone(tmp_path):
+    """A bad timestamp or version in one file's front matter (or a JSON Lines record) ended
+    the whole add or sync of the folder at the write; that file is a failed file now, and
+    the rest is written."""
+    folder = tmp_path / "g"
+    folder.mkdir()
+    (folder / "x.md").write_text("---\ntimestamp: not-a-date\n---\nalpha\n")
+    (folder / "v.md").write_text("---\nversion: [1, 2]\n---\ngamma\n")
+    (folder / "r.jsonl").write_text('{"text": "a record", "timestamp": "bad"}\n')
+    (folder / "good.md").write_text("beta good\n")
+    with ragdb.open(tmp_path / "kb.db") as db:
+        report = sync.add_paths(db, sync.select_paths([folder]))
+        assert sorted(os.path.basename(f.path) for f in report.failed) == ["r.jsonl", "v.md", "x.md"]
+        assert [d.source for d in db.documents()] == [str(folder / "good.md")]
+    with ragdb.open(tmp_path / "kb2.db") as db:
+        result = sync.apply_sync(db, sync.plan_sync(db, folder))
+        assert len(result.failed) == 3 and len(db.documents()) == 1 and db.check() == []
+
+
+def test_text_that_mentions_the_pdf_header_is_text(tmp_path):
+    """A script or README naming "%PDF-" in its first KiB was read as a PDF and failed."""
+    folder = tmp_path / "src"
+    folder.mkdir()
+    (folder / "pdfcheck.py").write_text('def is_pdf(d):\n    return d.startswith(b"%PDF-")\n')
+    (folder / "README").write_text("README\nValidates files with the %PDF-1.7 header.\n")
+    with ragdb.open(tmp_path / "kb.db") as db:
+        report = sync.add_paths(db, sync.select_paths([folder]))
+        assert not report.failed and len(db.documents()) == 2
+        assert [h.source for h in db.search("validates header")] == [str(folder / "README")]
