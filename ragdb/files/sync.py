@@ -337,11 +337,12 @@ def _file_documents(path: str, source: str, acl: tuple[str, ...] | None, *, chec
     saw) a file swapped since raises :class:`~ragdb.files.walk.FileChanged`."""
     if identity is None and not os.path.isfile(path):
         raise LoaderError(f"{path}: not a regular file" if os.path.exists(path) else f"{path}: no such file")
-    data, st = walk.read_file(path, identity)
-    if check:
-        reason = walk.content_reason(data[:1 << 16], os.path.basename(path))
+    if check:  # the head first: a large binary file is skipped without reading it all
+        head = walk.read_file(path, identity, limit=1 << 16)[0]
+        reason = walk.content_reason(head, os.path.basename(path))
         if reason is not None:
             raise _ContentSkip(reason)
+    data, st = walk.read_file(path, identity)
     docs = loaders.load_read(data, st, where=path, source=source)
     if not docs:
         raise LoaderError(f"{path}: no text found")

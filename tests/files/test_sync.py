@@ -753,3 +753,26 @@ def test_text_that_mentions_the_pdf_header_is_text(tmp_path):
         report = sync.add_paths(db, sync.select_paths([folder]))
         assert not report.failed and len(db.documents()) == 2
         assert [h.source for h in db.search("validates header")] == [str(folder / "README")]
+
+
+def test_a_file_over_the_size_limit_is_skipped_before_it_is_read(tmp_path, monkeypatch):
+    """A 4 GiB sparse file was read whole to find it binary (20 s, 4.2 GB), or ended the add
+    with a MemoryError; a large binary file is now found from its head, and a file over
+    MAX_FILE_BYTES is skipped as too large, walked or named on its own."""
+    from ragdb.files import walk
+
+    monkeypatch.setattr(walk, "MAX_FILE_BYTES", 1000)
+    folder = tmp_path / "f7"
+    folder.mkdir()
+    (folder / "a.md").write_text("fine words\n")
+    (folder / "big.txt").write_text("zanzibar quokka " * 200)
+    with ragdb.open(tmp_path / "kb.db") as db:
+        report = sync.add_paths(db, sync.select_paths([folder]))
+        assert [(os.path.basename(s.path), s.reason) for s in report.skipped] == [("big.txt", "too large")]
+        alone = sync.add_paths(db, sync.select_paths([folder / "big.txt"]))
+        assert [(os.path.basename(s.path), s.reason) for s in alone.skipped] == [("big.txt", "too large")]
+        assert db.search("zanzibar") == [] and len(db.documents()) == 1
+    with ragdb.open(tmp_path / "kb2.db") as db:
+        applied = sync.apply_sync(db, sync.plan_sync(db, folder))
+        assert [(os.path.basename(s.path), s.reason) for s in applied.skipped] == [("big.txt", "too large")]
+        assert applied.failed == () and len(db.documents()) == 1 and db.search("zanzibar") == []
