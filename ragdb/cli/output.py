@@ -118,11 +118,23 @@ def _tabulate() -> Any:
     return tabulate_module.tabulate
 
 
+# Control characters (but tab and newline) as the Unicode symbols that picture them, one for one:
+# a file named or holding "\x1b[31m" sent an escape sequence to the user's terminal.
+_VISIBLE = {**{c: 0x2400 + c for c in range(0x20) if c not in (0x09, 0x0A)}, 0x7F: 0x2421,
+            **dict.fromkeys(range(0x80, 0xA0), 0xFFFD)}
+
+
+def visible(text: str) -> str:
+    """``text`` for a terminal: each control character but tab and newline shown as a symbol
+    (``\x1b`` as ``␛``), one character for one, so offsets into it hold."""
+    return text.translate(_VISIBLE)
+
+
 def emit_table(headers: Sequence[str], rows: Sequence[Sequence[Any]], right: Sequence[int] = ()) -> None:
     """A table as ``ragdb list`` prints it (tabulate's "simple" format: a header, a dashed
     rule, two spaces between columns; ``right``: the columns aligned right). Cells are
     shown as given (no number parsing: a version "1.10" stays "1.10")."""
-    cells = [[("" if v is None else str(v)) for v in row] for row in rows]
+    cells = [[("" if v is None else visible(str(v))) for v in row] for row in rows]
     align = ["right" if i in right else "left" for i in range(len(headers))]
     text = _tabulate()(cells, headers=list(headers), tablefmt="simple", disable_numparse=True,
                     colalign=align)
@@ -134,7 +146,7 @@ def emit_pairs(rows: Sequence[tuple[str, Any]]) -> None:
     """Label/value lines (``ragdb stats``): labels padded to one width, two spaces, the value."""
     if not rows:
         return
-    text = _tabulate()([[k, "" if v is None else str(v)] for k, v in rows], tablefmt="plain",
+    text = _tabulate()([[k, "" if v is None else visible(str(v))] for k, v in rows], tablefmt="plain",
                     disable_numparse=True, colalign=["left", "left"])
     for line in text.splitlines():
         click.echo(line.rstrip())
@@ -206,7 +218,7 @@ def emit_records(output: Output, records: Sequence[Mapping[str, Any]], columns: 
         writer.writerow(names)
     for record in records:
         writer.writerow([cell(record.get(n)) for n in names])
-    click.echo(buf.getvalue(), nl=False)
+    click.echo(buf.getvalue(), nl=False, color=True)  # (data: never stripped of what looks like styles)
 
 
 # --------------------------------------------------------------------------- values as text

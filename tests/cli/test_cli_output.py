@@ -221,3 +221,21 @@ def test_csv_round_trips_sources_and_metadata(tmp_path_factory, runner, source, 
     record = dict(zip(header, row, strict=True))
     assert record["source"] == source
     assert json.loads(record["metadata"])["k"] == value
+
+
+def test_control_characters_never_reach_the_terminal_and_machine_formats_keep_them(tmp_path, runner):
+    """A file named (or holding) an escape sequence sent it to the user's terminal through
+    list, search and show; piped, click stripped what looked like styles from CSV, which then
+    differed from the stored value. Readable output shows control characters as symbols
+    (one for one); CSV/TSV keep the value as it is."""
+    folder = tmp_path / "f8"
+    folder.mkdir()
+    name = "esc\x1b[31mred.md"
+    (folder / name).write_text("red \x1b[31mtext\x1b[0m here\n")
+    db = tmp_path / "kb.db"
+    run(runner, "-d", db, "add", folder)
+    for args in (["list"], ["search", "red"], ["show", "1"]):
+        out = run(runner, "-d", db, *args).output
+        assert "\x1b" not in out and "\u241b[31m" in out, (args, out)
+    csv_out = run(runner, "-d", db, "list", "--csv").output
+    assert f"f8/{name}" in csv_out or f"{folder}/{name}" in csv_out

@@ -36,6 +36,7 @@ from ragdb.cli.options import (
     write_model_option,
 )
 from ragdb.cli.output import (
+    visible,
     Output,
     emit_json,
     emit_pairs,
@@ -102,7 +103,7 @@ def _report_skips(skipped: Sequence[Any], unmatched: Sequence[tuple[str, str]], 
 
     if verbose:
         for k in skipped:
-            click.echo(f"skip {k.path} ({k.reason}{': ' + k.detail if k.detail else ''})")
+            click.echo(visible(f"skip {k.path} ({k.reason}{': ' + k.detail if k.detail else ''})"))
     if skipped:
         folders = sum(1 for k in skipped if k.path.endswith("/"))
         what = " and ".join(x for x in (plural(folders, "folder"), plural(len(skipped) - folders, "file")) if x)
@@ -286,7 +287,7 @@ def sync_cmd(database: str | None, folder: str, source_prefix: str, recursive: b
     if dry_run or verbose:
         for mark, sources in (("A", report.added), ("M", report.changed), ("D", report.deleted)):
             for s in sources:
-                click.echo(f"{mark} {s}")
+                click.echo(f"{mark} {visible(s)}")
     verb = "would " if dry_run else ""
     click.echo(f"{verb}add {len(report.added)}, {verb}replace {len(report.changed)}, "
                f"{verb}delete {len(report.deleted)}, unchanged {len(report.unchanged)}, "
@@ -377,12 +378,12 @@ def show(database: str | None, document: str, full: bool, principals: tuple[str,
     if doc.metadata:
         click.echo("metadata:")
         for k in sorted(doc.metadata):
-            click.echo(f"  {k}: {orjson.dumps(doc.metadata[k], default=json_default).decode()}")
+            click.echo(f"  {visible(k)}: {orjson.dumps(doc.metadata[k], default=json_default).decode()}")
     click.echo("")
     if full or len(text) <= 600:
-        click.echo(text)
+        click.echo(visible(text))
     else:
-        click.echo(text[:600].rstrip() + " …")
+        click.echo(visible(text[:600].rstrip()) + " …")
         click.echo(f"({len(text) - 600} more characters; --full shows them)")
 
 

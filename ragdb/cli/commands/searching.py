@@ -27,6 +27,7 @@ from ragdb.cli.options import (
     shown_path,
 )
 from ragdb.cli.output import (
+    visible,
     Output,
     cell,
     emit_pairs,
@@ -144,15 +145,15 @@ def search(database: str | None, query: str, k: int, scorer: str, fusion: str | 
         return
     tty = stdout_is_tty()
     for i, h in enumerate(hits, offset + 1):
-        span = f"{h.source}:{h.start}-{h.end}"
-        extra = f"  v{h.version}" if h.version else ""
+        span = f"{visible(h.source)}:{h.start}-{h.end}"
+        extra = f"  v{visible(h.version)}" if h.version else ""
         for key in ("section", "page"):
             if key in h.metadata:
-                extra += f"  {key} {h.metadata[key]}"
+                extra += f"  {key} {visible(str(h.metadata[key]))}"
         click.echo(f"{i:>2}. {fmt_score(h.score)}  {span}{extra}")
-        click.echo(f"    {_marked(h.snippet, len(h.text), tty) if h.snippet is not None else short(h.text, 160)}")
+        click.echo(f"    {_marked(h.snippet, len(h.text), tty) if h.snippet is not None else visible(short(h.text, 160))}")
         if h.duplicates:
-            click.echo(f"    also in: {', '.join(d.source for d in h.duplicates)}")
+            click.echo(f"    also in: {', '.join(visible(d.source) for d in h.duplicates)}")
         if explain and h.explain:
             for term, c in sorted(h.explain.items(), key=lambda kv: -kv[1]):
                 click.echo(f"      {c:>9.4f}  {term}")
@@ -162,11 +163,12 @@ def _marked(snip: ragdb.types.Snippet, text_len: int, tty: bool) -> str:
     """A snippet on one line, matches in bold on a terminal and in [brackets] when piped,
     "…" where it cuts the chunk's text."""
     parts, last = [], 0
+    text = visible(snip.text)  # (one character for one: the highlights' offsets hold)
     for a, b in snip.highlights:
-        parts.append(snip.text[last:a])
-        parts.append(click.style(snip.text[a:b], bold=True) if tty else f"[{snip.text[a:b]}]")
+        parts.append(text[last:a])
+        parts.append(click.style(text[a:b], bold=True) if tty else f"[{text[a:b]}]")
         last = b
-    parts.append(snip.text[last:])
+    parts.append(text[last:])
     body = " ".join("".join(parts).split())
     return ("…" if snip.start > 0 else "") + body + ("…" if snip.end < text_len else "")
 
