@@ -75,8 +75,8 @@ REASONS: tuple[str, ...] = (
     "link outside", "vanished", "changed", "unreadable", "too large",
 )
 
-#: The largest file a walk reads (bytes): a larger one is skipped as ``too large`` (a file named
-#: on its own fails) before any of it is read. A 4 GiB sparse file took 20 s and 4.2 GB of
+#: The largest file ragdb reads (bytes): a larger one is skipped as ``too large`` before any of
+#: it is read (``loaders.load_file`` refuses it: :class:`FileTooLarge`). A 4 GiB sparse file took 20 s and 4.2 GB of
 #: memory to be found binary, or ended the whole add with a MemoryError.
 MAX_FILE_BYTES = 256 << 20
 
@@ -628,6 +628,23 @@ def read_file(path: str | os.PathLike[str], identity: FileIdentity | None = None
             os.close(fd)
 
 
+def _kernel_root(folder: str) -> str:
+    """The folder's path as the kernel names it (:func:`_opened_path` of a descriptor of it),
+    what a file's opened path is compared with: ``realpath`` keeps the letter case and Unicode
+    form as typed, while macOS's ``F_GETPATH`` (and a case-insensitive mount's
+    ``/proc/self/fd``) gives the ones on disk (``~/documents`` against ``Documents``)."""
+    real = os.path.realpath(folder)
+    flags = os.O_RDONLY | getattr(os, "O_DIRECTORY", 0) | getattr(os, "O_CLOEXEC", 0)
+    try:
+        fd = os.open(real, flags)
+    except OSError:
+        return real
+    try:
+        return _opened_path(fd, real) or real
+    finally:
+        os.close(fd)
+
+
 def _opened_path(fd: int, where: str) -> str | None:
     """The real path of the file open on ``fd``: what the kernel opened, whatever links the
     path went through (Linux: ``/proc/self/fd``; macOS: ``F_GETPATH``); elsewhere the path's
@@ -715,6 +732,7 @@ def walk(root: str | os.PathLike[str], *, recursive: bool = True, include: Patte
         # applied; its own .gitignore/.ragdbignore files still are.
         outer = []
     base_real = os.path.realpath(where)
+    kernel_root = _kernel_root(where)  # (what FileIdentity.root holds: see read_file)
     lead = "" if os.path.normpath(where) == os.curdir else where  # "./x" is shown as "x"
     files: list[tuple[str, str]] = []
     skipped: list[Skipped] = []
@@ -822,7 +840,7 @@ def walk(root: str | os.PathLike[str], *, recursive: bool = True, include: Patte
             skipped.append(Skipped(shown, "ignored", detail))
             continue
         files.append((shown, rel))
-        identities[shown] = FileIdentity(st.st_dev, st.st_ino, base_real)
+        identities[shown] = FileIdentity(st.st_dev, st.st_ino, kernel_root)
     return Walk(where, tuple(files), tuple(skipped), inc.unmatched() + exc.unmatched(), identities,
                 tuple(unreadable))
 
