@@ -642,3 +642,6 @@ def test_readonly_is_refused_by_every_command_that_writes(tmp_path, runner):
                 [c.name for c in handle.collections()]) == before
     assert "would add 1" in run(runner, "-d", db, "--readonly", "sync", folder, "--dry-run").output
     run(runner, "-d", db, "--readonly", "migrate", "--list")
+    run(runner, "-d", db, "--readonly", "-c", "newc", "sync", folder, "--dry-run", ok=False)  # made it
+    with ragdb.open(db) as handle:
+        assert [c.name for c in handle.collections()] == before[2]

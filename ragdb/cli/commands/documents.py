@@ -250,7 +250,8 @@ def sync_cmd(database: str | None, folder: str, source_prefix: str, recursive: b
     path = db_path(database)
     if dry_run and database_missing(path):
         path = ":memory:"  # nothing stored yet: plan against an empty database, create no file
-    with ragdb.open(path, collection=current_collection()) as db:
+    readonly = dry_run and path != ":memory:" and bool(click.get_current_context().find_root().params.get("readonly"))
+    with ragdb.open(path, collection=current_collection(), readonly=readonly) as db:  # (--readonly: a dry run writes nothing)
         if embedder is not None:
             check_model(db, embedder, embed_model or "")
         if not dry_run:
