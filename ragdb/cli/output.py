@@ -38,8 +38,8 @@ from ragdb.text.analysis import describe_config
 
 
 def warn(message: str) -> None:
-    """A line on stderr."""
-    click.echo(message, err=True)
+    """A line on stderr (control characters shown as symbols: it names files and sources)."""
+    click.echo(visible(message), err=True)
 
 
 def hidden_note(db: ragdb.Database, who: Any) -> None:

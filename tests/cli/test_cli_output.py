@@ -237,5 +237,8 @@ def test_control_characters_never_reach_the_terminal_and_machine_formats_keep_th
     for args in (["list"], ["search", "red"], ["show", "1"]):
         out = run(runner, "-d", db, *args).output
         assert "\x1b" not in out and "\u241b[31m" in out, (args, out)
+    (folder / "bad\x1b[31m.md").write_text("---\ntimestamp: not-a-date\n---\nalpha\n")
+    failed = run(runner, "-d", db, "add", folder)  # the failed file named on stderr
+    assert "\x1b" not in failed.stderr and "bad\u241b[31m.md" in failed.stderr
     csv_out = run(runner, "-d", db, "list", "--csv").output
     assert f"f8/{name}" in csv_out or f"{folder}/{name}" in csv_out

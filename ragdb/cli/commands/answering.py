@@ -27,7 +27,7 @@ from ragdb.cli.options import (
     search_kwargs,
     search_options,
 )
-from ragdb.cli.output import emit_json, emit_pairs, fmt_score, hidden_note, setting_text, stdout_is_tty, warn
+from ragdb.cli.output import emit_json, emit_pairs, fmt_score, hidden_note, setting_text, stdout_is_tty, visible, warn
 from ragdb.serve.shapes import hit_json
 
 
@@ -130,7 +130,7 @@ def prompt(database: str | None, question: str, k: int, min_confidence: float | 
                    "refused": p.refused, "confidence": p.confidence, "min_confidence": p.min_confidence,
                    "sources": [hit_json(h, i) for i, h in enumerate(p.sources, 1)]})
     else:
-        click.echo(p.text)
+        click.echo(visible(p.text) if stdout_is_tty() else p.text)  # (piped: the prompt as it is)
     if p.refused:
         warn(f"refused: {_refusal_reason(p, hits, notes)}; 'ask' would answer "
              f"\"{REFUSAL[p.language]}\" without calling the model")
@@ -182,8 +182,8 @@ def ask(database: str | None, question: str, k: int, min_confidence: float | Non
     hits, stored, notes = _retrieve(database, question, opts, embed_model, "--embed-model")
     stream = _stream_to_terminal() and not as_json
 
-    def show(piece: str) -> None:
-        click.echo(piece, nl=False)
+    def show(piece: str) -> None:  # (only to a terminal)
+        click.echo(visible(piece), nl=False)
 
     answer = ragdb.answers.llm.ask(hits, question, client, language=language, budget_tokens=budget, min_score=min_score,
                            relative=relative, on_text=show if stream else None,
@@ -202,12 +202,12 @@ def ask(database: str | None, question: str, k: int, min_confidence: float | Non
         _ask_exit(p, hits, refused, without_model, notes)
         return
     if not stream:
-        click.echo(text)
+        click.echo(visible(text) if stdout_is_tty() else text)
     if sources:
         click.echo("")
         click.echo("Sources:")
         for line in _source_lines(sources, citations.cited):
-            click.echo(line)
+            click.echo(visible(line))
     if citations.invalid:
         warn(f"warning: the answer cites sources that do not exist: {', '.join(map(str, citations.invalid))}")
     elif citations.uncited and not refused:
