@@ -52,6 +52,7 @@ from ragdb.integrations.stores import (
     check_store_labels,
     relevance,
     writable,
+    check_ids,
     delete_visible,
 )
 from ragdb.models.embedder import Embedder
@@ -343,9 +344,10 @@ class RagdbVectorStore(BasePydanticVectorStore):
         """Delete the nodes with these ids and/or matching ``filters`` that this store may read.
         An empty list of ids deletes nothing, as LlamaIndex's ``SimpleVectorStore`` reads it
         (not every node ``filters`` match)."""
-        if node_ids is not None and not isinstance(node_ids, str) and len(node_ids) == 0:
+        ids = None if node_ids is None else check_ids(node_ids, "delete_nodes: node_ids")
+        if ids is not None and not ids:
             return
-        where = self._where(node_ids, filters, "delete_nodes")
+        where = self._where(ids, filters, "delete_nodes")
         if where is None:
             raise InvalidInput("delete_nodes: give node_ids and/or filters (clear() deletes every node)")
         self._delete_where(where)
@@ -378,11 +380,10 @@ class RagdbVectorStore(BasePydanticVectorStore):
     def _where(node_ids: Sequence[str] | None, filters: MetadataFilters | None, what: str
                ) -> dict[str, Any] | None:
         parts: list[dict[str, Any]] = []
-        if node_ids:  # an empty list restricts nothing: VectorStoreIndex's retriever passes one for a
+        ids = None if node_ids is None else check_ids(node_ids, f"{what}: node_ids")
+        if ids:  # an empty list restricts nothing: VectorStoreIndex's retriever passes one for a
             # store that keeps the text (its nodes_dict is empty); delete_nodes reads it apart
-            if isinstance(node_ids, str) or not all(isinstance(i, str) and i for i in node_ids):
-                raise InvalidInput(f"{what}: node_ids must be a list of non-empty strings, got {node_ids!r}")
-            parts.append({"source": {"$in": list(node_ids)}})
+            parts.append({"source": {"$in": ids}})
         converted = to_ragdb_filter(filters)
         if converted is not None:
             parts.append(converted)

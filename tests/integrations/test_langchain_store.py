@@ -250,7 +250,8 @@ def test_delete_and_get_by_ids_refuse_one_string_for_a_list_of_ids(tmp_path):
     with ragdb.open(tmp_path / "kb.db") as db:
         store = RagdbVectorStore(db)
         store.add_texts(["a", "b", "c", "whole"], ids=["a", "b", "c", "abc"])
-        for call in (lambda: store.delete("abc"), lambda: store.get_by_ids("abc")):
+        for call in (lambda: store.delete("abc"), lambda: store.get_by_ids("abc"),
+                     lambda: store.add_texts(["x", "y", "z"], ids="abc")):
             with pytest.raises(InvalidInput, match="ids must be a list of ids"):
                 call()
         assert db.count() == 4

@@ -246,6 +246,12 @@ def test_an_empty_list_of_node_ids_deletes_nothing(db):
     store.add([TextNode(text=f"shared words row {n}", id_=f"n{n}", metadata=row) for n, row in enumerate(ROWS)])
     store.delete_nodes(node_ids=[], filters=MetadataFilters(filters=[SINGLE[6]]))
     store.delete_nodes(node_ids=[])
+    store.delete_nodes(node_ids=iter([]))
+    for bad in ("", "n1", {"n1": 1}):  # one string is not a list of ids (an empty one restricted nothing)
+        with pytest.raises(InvalidInput, match="ids must be a list of ids"):
+            store.delete_nodes(node_ids=bad, filters=MetadataFilters(filters=[SINGLE[6]]))
+        with pytest.raises(InvalidInput, match="ids must be a list of ids"):
+            store.get_nodes(node_ids=bad)
     assert db.count() == len(ROWS)
     result = store.query(VectorStoreQuery(query_str="shared words", similarity_top_k=10, node_ids=[]))
     assert len(result.ids) == len(ROWS)
