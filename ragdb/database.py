@@ -174,6 +174,7 @@ class Database:
         """Close the database file. A handle from :meth:`collection` shares the
         connection of the one it came from: closing it does nothing, closing that one
         closes both."""
+        self._engine.store.refuse_close_in_write()  # (first: the graph saved below would be of undone writes)
         self._engine.vectors.save_graph()  # the approximate-search cache file, when it has unsaved changes
         self._engine.store.close()
 

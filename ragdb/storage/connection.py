@@ -528,16 +528,28 @@ class ConnectionSQL(StoreBase):
                 self.shared.reading = True
                 yield self.conn
             except sqlite3.Error as e:
+                self._open_or_refuse()  # (closed while the read was open: say so, not SQLite's words)
                 raise _translate(e, self.path) from e
             finally:
                 self.shared.reading = False
                 self._rollback()
+
+    def refuse_close_in_write(self) -> None:
+        """Refuse to close this store's connection inside a write transaction of this thread
+        (another thread's write holds the lock until it ends): the block's writes would be
+        committed on a closed connection. A store that does not own its connection closes
+        nothing, and refuses nothing."""
+        if self.owner and self.shared.writing and not self.shared.closed:
+            raise InvalidInput(f"{self.path}: cannot close the database inside a write transaction "
+                               f"(a db.transaction() block); close it after the block")
 
     def _open_or_refuse(self) -> None:
         if self.shared.closed:
             raise StorageError(f"{self.path}: this database handle is closed; open the database again")
 
     def _rollback(self) -> None:
+        if self.shared.closed:  # (a read closed under it: nothing to roll back, no connection to ask)
+            return
         if self.conn.in_transaction:
             try:
                 self.conn.execute("ROLLBACK")
@@ -552,9 +564,7 @@ class ConnectionSQL(StoreBase):
         with self.lock:
             if self.shared.closed:  # closing twice is harmless, as for files
                 return
-            if self.shared.writing:  # (this thread's: another's write holds the lock until it ends)
-                raise InvalidInput(f"{self.path}: cannot close the database inside a write transaction "
-                                   f"(a db.transaction() block); close it after the block")
+            self.refuse_close_in_write()
             self._rollback()
             self.shared.raw.close()
             self.shared.closed = True

@@ -675,13 +675,17 @@ class PgStore(Store):
             return
         with self.lock:
             if not self.shared.closed:
-                if self.shared.conn is not None and not self.shared.reading:  # (this thread's write)
-                    raise InvalidInput(f"{self.path}: cannot close the database inside a write transaction "
-                                       f"(a db.transaction() block); close it after the block")
+                self.refuse_close_in_write()
                 self.shared.closed = True
                 self.shared.pool.close()
 
     # -- connection (connection.py): collections -----------------------------------------------------
+    def refuse_close_in_write(self) -> None:
+        """As :meth:`ragdb.storage.connection.ConnectionSQL.refuse_close_in_write`."""
+        if self.owner and not self.shared.closed and self.shared.conn is not None and not self.shared.reading:
+            raise InvalidInput(f"{self.path}: cannot close the database inside a write transaction "
+                               f"(a db.transaction() block); close it after the block")
+
     def view(self, collection_id: int, name: str, *, owner: bool = False) -> Store:
         view = object.__new__(PgStore)
         view.conninfo = self.conninfo

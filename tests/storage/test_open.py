@@ -226,6 +226,20 @@ def test_closing_inside_a_transaction_is_refused_and_the_block_rolls_back(tmp_pa
         assert sorted(d.source for d in db.documents()) == ["a.md", "k.md"]
 
 
+def test_closing_inside_a_read_ends_it_and_the_read_says_the_handle_is_closed(tmp_path):
+    """Closing in a loop over records() is allowed (the read is rolled back), as a with block
+    ending in an exception does; the loop's next step said it failed unexpectedly, a bug in
+    ragdb (SQLite's error on a closed connection, raised again by the read's rollback)."""
+    db = ragdb.open(tmp_path / "kb.db")
+    for i in range(3):
+        db.add(f"doc {i}", source=f"s{i}")
+    with pytest.raises(StorageError, match="this database handle is closed"):
+        for _record in db.records(principals=ragdb.ALL):
+            db.close()
+    with ragdb.open(tmp_path / "kb.db") as again:
+        assert again.count() == 3 and again.check() == []
+
+
 def test_cli_commands_refuse_an_empty_file_and_init_takes_it(tmp_path, runner):
     path = empty_file(tmp_path / "kb.db")
     doc = tmp_path / "doc.txt"
