@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import hashlib
 import math
+import numbers
 import os
 import re
 import tempfile
@@ -98,14 +99,15 @@ def _as_hits(hits: Any) -> list[Hit]:
                                f"and {type(h.source).__name__}", param="hits")
         if h.version is not None and not isinstance(h.version, str):
             raise InvalidInput(f"hits[{i}]: version must be a string or None, got {h.version!r}", param="hits")
-        if isinstance(h.score, bool) or not isinstance(h.score, (int, float)):
+        # (numbers.Real and Integral: numpy's scalars too)
+        if isinstance(h.score, bool) or not isinstance(h.score, numbers.Real):
             raise InvalidInput(f"hits[{i}]: score must be a number, got {h.score!r}", param="hits")
-        if h.confidence is not None and (isinstance(h.confidence, bool) or not isinstance(h.confidence, (int, float))
+        if h.confidence is not None and (isinstance(h.confidence, bool) or not isinstance(h.confidence, numbers.Real)
                                          or math.isnan(h.confidence)):
             raise InvalidInput(f"hits[{i}]: confidence must be a number or None, got {h.confidence!r}", param="hits")
         for name in ("start", "end"):
             value = getattr(h, name)
-            if isinstance(value, bool) or not isinstance(value, int):
+            if isinstance(value, bool) or not isinstance(value, numbers.Integral):
                 raise InvalidInput(f"hits[{i}]: {name} must be an integer, got {value!r}", param="hits")
     return out
 

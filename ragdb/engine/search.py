@@ -12,6 +12,7 @@ vector index (:mod:`ragdb.index.vectors`); hits are built and ordered by
 from __future__ import annotations
 
 import math
+import numbers
 from collections import Counter
 from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, NamedTuple
@@ -80,7 +81,8 @@ def _reranked(ranked: Any, first: list[Hit]) -> list[Hit]:
         if h.chunk_id not in given or h.chunk_id in seen:
             raise RerankError(f"the reranker returned chunk {h.chunk_id!r} at position {i}, which is "
                               + ("not one of the hits it was given" if h.chunk_id not in given else "there twice"))
-        if isinstance(h.score, bool) or not isinstance(h.score, (int, float)) or math.isnan(h.score):
+        # (numbers.Real: numpy's float32 and int64 too, which a model's scores often are)
+        if isinstance(h.score, bool) or not isinstance(h.score, numbers.Real) or math.isnan(h.score):
             raise RerankError(f"the reranker gave chunk {h.chunk_id} the score {h.score!r}, not a number")
         seen.add(h.chunk_id)
     return out

@@ -84,3 +84,9 @@ def test_a_reranker_answer_that_does_not_fit_its_hits_is_a_rerank_error():
                 db.search("birds", reranker=Returns(make))
         kept = db.search("birds", reranker=Returns(lambda hits: hits[::-1]))
         assert [h.source for h in kept] == [h.source for h in db.search("birds")][::-1]
+        import numpy as np  # a model's scores are often numpy scalars: numbers all the same
+
+        scored = db.search("birds", reranker=Returns(lambda hits: [dataclasses.replace(h, score=np.float32(1 / (i + 1)))
+                                                                   for i, h in enumerate(hits)]))
+        assert [float(h.score) for h in scored] == [1.0, 0.5]
+        assert not db.build_prompt("birds?", hits=scored, min_confidence=0).refused
