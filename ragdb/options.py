@@ -148,11 +148,12 @@ def check_principals(principals: Any) -> Principals:
         items = list(principals)
     except TypeError:
         raise InvalidInput(f"principals must be a list of labels, got {type(principals).__name__}", param="principals") from None
-    if len(items) > MAX_PRINCIPALS:
-        raise InvalidInput(f"principals: {len(items):,} labels, more than the {MAX_PRINCIPALS:,} a caller may hold",
-                           param="principals")
     if not all(isinstance(p, str) for p in items):
-        raise InvalidInput(f"principals must be strings, got {items!r}", param="principals")
+        raise InvalidInput(f"principals must be strings, got {items!r}" if len(items) <= 100 else
+                           "principals must be strings", param="principals")
+    if len(items) > MAX_PRINCIPALS and len(set(items)) > MAX_PRINCIPALS:  # (distinct labels count)
+        raise InvalidInput(f"principals: {len(set(items)):,} labels, more than the {MAX_PRINCIPALS:,} a caller "
+                           f"may hold", param="principals")
     for p in items:
         check_text(p, "principal")
         if not p:

@@ -776,3 +776,25 @@ def test_a_file_over_the_size_limit_is_skipped_before_it_is_read(tmp_path, monke
         applied = sync.apply_sync(db, sync.plan_sync(db, folder))
         assert [(os.path.basename(s.path), s.reason) for s in applied.skipped] == [("big.txt", "too large")]
         assert applied.failed == () and len(db.documents()) == 1 and db.search("zanzibar") == []
+
+
+def test_a_large_binary_file_is_found_binary_from_its_head(tmp_path, monkeypatch):
+    """The binary check of a walked file reads its first 64 KiB, not the whole file."""
+    from ragdb.files import walk
+
+    folder = tmp_path / "bin"
+    folder.mkdir()
+    (folder / "a.md").write_text("fine words\n")
+    (folder / "blob.txt").write_bytes(b"\x00\x01\x02\xff" * (1 << 18))  # 1 MiB of binary
+    reads = []
+    real = walk.read_file
+
+    def recording(path, identity=None, *, limit=None):
+        reads.append((os.path.basename(os.fspath(path)), limit))
+        return real(path, identity, limit=limit)
+
+    monkeypatch.setattr(walk, "read_file", recording)
+    with ragdb.open(tmp_path / "kb.db") as db:
+        report = sync.add_paths(db, sync.select_paths([folder]))
+    assert [(os.path.basename(s.path), s.reason) for s in report.skipped] == [("blob.txt", "binary")]
+    assert [limit for name, limit in reads if name == "blob.txt"] == [1 << 16]
