@@ -282,7 +282,18 @@ class Searcher:
         allowed = int(np.count_nonzero(mask))
         if not allowed:
             return np.zeros(0, np.int64)
-        cand = self.lexical(_clean_query(query), allowed, opts, mask)[0]
+        query = _clean_query(query)
+        terms = self.query_terms(query, opts, mask)
+        if terms.compiled is None and not any(u.field is not None for u in terms.units):
+            # plain words: what the search returns is every allowed chunk scoring above 0, and
+            # one pass of scoring finds them (the search's own top-k of every chunk sorts them)
+            if not terms.order:
+                return np.zeros(0, np.int64)
+            k1, b = self._bm25_params(opts)
+            scores, _ = self.engine.index.bm25([terms.known[t] for t in terms.order], k1, b)
+            n = min(len(mask), len(scores))
+            return np.flatnonzero(mask[:n] & (scores[:n] > 0)).astype(np.int64)
+        cand = self.lexical(query, allowed, opts, mask)[0]
         return np.sort(cand.astype(np.int64, copy=False))
 
     def _bm25_params(self, opts: SearchOptions) -> tuple[float, float]:
