@@ -44,7 +44,7 @@ def _stage_sync(spec: dict) -> dict:
     write_s = time.perf_counter() - t0
 
     calls = {"load_file": 0, "file_sha256": 0}
-    real_load, real_hash = rloaders.load_file, rsync.file_sha256
+    real_load, real_hash = rloaders.load_read, rsync.file_sha256
 
     def counting_load(*a: Any, **kw: Any) -> Any:
         calls["load_file"] += 1
@@ -54,7 +54,7 @@ def _stage_sync(spec: dict) -> dict:
         calls["file_sha256"] += 1
         return real_hash(*a, **kw)
 
-    rloaders.load_file = counting_load  # sync.py calls loaders.load_file through the module
+    rloaders.load_read = counting_load  # sync.py loads a file's bytes with loaders.load_read, through the module
     rsync.file_sha256 = counting_hash
     steps: list[dict] = []
     db = ragdb.open(str(root / "ragdb.db"))
@@ -114,7 +114,7 @@ def _stage_sync(spec: dict) -> dict:
         repeated("one file touched (mtime changed, same bytes)", touch)
         docs_now = sum(1 for _ in db.documents())
     finally:
-        rloaders.load_file, rsync.file_sha256 = real_load, real_hash
+        rloaders.load_read, rsync.file_sha256 = real_load, real_hash
         db.close()
     return {"files": len(names), "write_s": write_s, "steps": steps, "edit_found": edit_ok,
             "delete_gone": delete_ok, "documents_after": docs_now}
@@ -142,7 +142,7 @@ def section_sync(ctx: Context) -> str:
     lines = head + [
         f"Setup: the first {n:,} SciFact documents written as Markdown files (`# title`, blank line, abstract; "
         "about 1.5 KB each) into one folder; `ragdb.files.sync.sync_folder(db, folder)` into a fresh database, in one "
-        "worker process. The benchmark counts calls by wrapping `ragdb.files.loaders.load_file` (a file read, parsed "
+        "worker process. The benchmark counts calls by wrapping `ragdb.files.loaders.load_read` (a file's bytes parsed "
         "and loaded) and `ragdb.files.sync.file_sha256` (a file read to compare its hash; sync hashes only files whose "
         "size or mtime differ from the stored ones); every sync also `stat`s each file. Each single-file step "
         f"is repeated {SYNC_REPEATS} times, each time on another file and followed by its own sync; the time is "
