@@ -7,7 +7,8 @@ entry put also goes into the newest of a few generations (its key and value appe
 lists). When the newest holds its share of the capacity, a new generation starts, and with
 ``generations`` of them the oldest goes: its keys are dropped from the dict, with no size to
 compute again. First in, first out, a generation at a time: with four generations the cache
-holds between 3/4 of its capacity and all of it.
+holds between 3/4 of its capacity and all of it, for entries small next to a generation's share
+(as hits and shingles are: a generation closes when the next entry does not fit in it).
 
 Why not the dict alone, cut to 3/4 when full (what both caches were): the cut walked the oldest
 quarter of the entries in Python computing each one's size, then (the shingles) copied the rest
