@@ -152,7 +152,10 @@ def _parse(name: str, lineno: int, obj: Any) -> dict[str, Any]:
 
 
 def _read_records(fh: IO[bytes], name: str, keep_old: bool, skipped: list[int],
-                  progress: Progress | None) -> Iterator[dict[str, Any]]:
+                  progress: Progress | None, held: Callable[[dict[str, Any]], bool] | None = None
+                  ) -> Iterator[dict[str, Any]]:
+    """The file's records to add. ``held``: whether the database already holds an older
+    version's record as it is (``skipped[1]`` counts them: not added again)."""
     for lineno, line in enumerate(fh, 1):
         if not line.strip():
             continue
@@ -166,7 +169,35 @@ def _read_records(fh: IO[bytes], name: str, keep_old: bool, skipped: list[int],
         if obj.get("latest") is False and not keep_old:
             skipped[0] += 1
             continue
+        if obj.get("latest") is False and held is not None and held(record):
+            skipped[1] += 1
+            continue
         yield record
+
+
+def _older_version_held(db: Database) -> Callable[[dict[str, Any]], bool]:
+    """Whether ``db`` holds a version of the record's source with its version, timestamp,
+    text, metadata and labels (its title came with its text: ``update`` changes neither): an older version exported and imported again is that
+    (add_many compares a record with the source's latest version only, so it added each again:
+    a second import of one export doubled every kept version)."""
+    import hashlib
+
+    versions: dict[str, set[tuple[Any, ...]]] = {}
+
+    def key(version: Any, timestamp: Any, content_hash: str, metadata: Any, acl: Any) -> tuple[Any, ...]:
+        return (None if version is None else str(version), timestamp, content_hash,
+                orjson.dumps(metadata or {}, option=orjson.OPT_SORT_KEYS), tuple(sorted(acl or ())))
+
+    def held(record: dict[str, Any]) -> bool:
+        source = record["source"]
+        if source not in versions:
+            versions[source] = {key(d.version, d.timestamp, d.content_hash, dict(d.metadata), d.acl)
+                                for d in db.documents(source, glob=False, versions="all", principals=ALL)}
+        digest = hashlib.sha256(record["text"].encode("utf-8")).hexdigest()
+        return key(record.get("version"), record.get("timestamp"), digest, record.get("metadata"),
+                   record.get("acl")) in versions[source]
+
+    return held
 
 
 def import_jsonl(db: Database, source: "str | os.PathLike[str] | IO[bytes]", *, batch_size: int = 500,
@@ -181,14 +212,14 @@ def import_jsonl(db: Database, source: "str | os.PathLike[str] | IO[bytes]", *, 
 
     name = _name(source)
     keep_old = bool(db.settings.get("keep_versions", False))
-    skipped = [0]
+    skipped = [0, 0]  # older versions: not kept by the database; held already
 
     def run(fh: IO[bytes]) -> ImportReport:
         with transaction(db):
-            docs = db.add_many(_read_records(fh, name, keep_old, skipped, progress), batch_size=batch_size)
-        unchanged = len(docs.unchanged)
-        return ImportReport(path=name, documents=len(docs) - unchanged, skipped_versions=skipped[0],
-                            unchanged=unchanged)
+            docs = db.add_many(_read_records(fh, name, keep_old, skipped, progress,
+                                             _older_version_held(db) if keep_old else None), batch_size=batch_size)
+        return ImportReport(path=name, documents=len(docs) - len(docs.unchanged), skipped_versions=skipped[0],
+                            unchanged=len(docs.unchanged) + skipped[1])
 
     if isinstance(source, (str, os.PathLike)):
         try:
