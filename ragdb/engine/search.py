@@ -293,7 +293,7 @@ class Searcher:
             scores, _ = self.engine.index.bm25([terms.known[t] for t in terms.order], k1, b)
             n = min(len(mask), len(scores))
             return np.flatnonzero(mask[:n] & (scores[:n] > 0)).astype(np.int64)
-        cand = self.lexical(query, allowed, opts, mask)[0]
+        cand = self.lexical(query, allowed, opts, mask, terms)[0]
         return np.sort(cand.astype(np.int64, copy=False))
 
     def _bm25_params(self, opts: SearchOptions) -> tuple[float, float]:
@@ -436,7 +436,7 @@ class Searcher:
             scores = full[np.asarray(chunk_ids, dtype=np.intp)]
         return confidence.from_scores(scores.tolist(), terms.bound)
 
-    def lexical(self, query: str, k: int, opts: SearchOptions, mask: np.ndarray
+    def lexical(self, query: str, k: int, opts: SearchOptions, mask: np.ndarray, terms: QueryTerms | None = None
                 ) -> tuple[np.ndarray, np.ndarray, dict[int, dict[str, float]], QueryTerms]:
         """Lexical scoring without building hits (inside a read transaction, after ``sync``).
 
@@ -447,7 +447,8 @@ class Searcher:
         and hybrid search.
         """
         k1, b = self._bm25_params(opts)
-        terms = self.query_terms(query, opts, mask)
+        if terms is None:  # (``terms``: the query's, derived under ``mask`` already)
+            terms = self.query_terms(query, opts, mask)
         none: tuple[np.ndarray, np.ndarray, dict[int, dict[str, float]], QueryTerms] = (
             np.zeros(0, np.int64), np.zeros(0), {}, terms)
         if not terms.units:

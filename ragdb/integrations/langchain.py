@@ -53,6 +53,7 @@ from ragdb.integrations.stores import (
     writable,
     check_ids,
     delete_visible,
+    id_list,
 )
 from ragdb.models.embedder import Embedder, check_texts, embed_query, normalize_rows
 from ragdb.models.embeddings import get_embedder
@@ -375,12 +376,7 @@ class RagdbVectorStore(VectorStore):
             raise InvalidInput(f"add_documents: unknown arguments {sorted(kwargs)}")
         documents = list(documents)
         if ids is not None:  # (an item may be None: that document's own id, else a new one)
-            if isinstance(ids, (str, bytes, Mapping)):
-                raise InvalidInput(f"add_documents: ids must be a list of ids, not {type(ids).__name__} {ids!r}")
-            try:
-                ids = list(ids)
-            except TypeError:
-                raise InvalidInput(f"add_documents: ids must be a list of ids, got {type(ids).__name__}") from None
+            ids = id_list(ids, "add_documents")
         if ids is not None and len(ids) != len(documents):
             raise InvalidInput(f"add_documents: {len(ids)} ids for {len(documents)} documents")
         records = []

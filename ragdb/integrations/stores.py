@@ -22,7 +22,7 @@ if TYPE_CHECKING:
     from ragdb.database import Database
 
 __all__ = ["STORE_CHUNKER", "check_filter", "check_store_labels", "call_options", "relevance",
-           "writable", "and_filters", "delete_visible", "check_ids"]
+           "writable", "and_filters", "delete_visible", "check_ids", "id_list"]
 
 #: A store's document is one chunk: frameworks split text before it reaches a vector store.
 STORE_CHUNKER = "none"
@@ -129,15 +129,20 @@ def writable(db: Database, source: str, principals: Any) -> bool:
     return False
 
 
-def check_ids(ids: Any, where: str) -> list[str]:
-    """A list of ids (non-empty strings): one string is refused, not read as its characters
-    (``delete("abc")`` deleted the ids ``a``, ``b`` and ``c``)."""
+def id_list(ids: Any, where: str) -> list[Any]:
+    """``ids`` as a list: one string is refused, not read as its characters (``delete("abc")``
+    deleted the ids ``a``, ``b`` and ``c``), and so is a mapping or what is no iterable."""
     if isinstance(ids, (str, bytes, Mapping)):
         raise InvalidInput(f"{where}: ids must be a list of ids, not {type(ids).__name__} {ids!r}")
     try:
-        listed = list(ids)
+        return list(ids)
     except TypeError:
         raise InvalidInput(f"{where}: ids must be a list of ids, got {type(ids).__name__}") from None
+
+
+def check_ids(ids: Any, where: str) -> list[str]:
+    """A list of ids, each a non-empty string (:func:`id_list`)."""
+    listed = id_list(ids, where)
     for doc_id in listed:
         if not isinstance(doc_id, str) or not doc_id:
             raise InvalidInput(f"{where}: ids must be non-empty strings, got {doc_id!r}")
