@@ -503,6 +503,10 @@ def _toml_front_matter(text: str, where: str) -> tuple[dict[str, Any], str] | No
         raise LoaderError(f"{where}: has TOML front matter, which needs Python 3.11 or the tomli package")
     try:
         loaded = toml.loads("\n".join(lines[1:end]))
+        if isinstance(loaded.get("version"), float):
+            # a version is text: "version = 1.10" is release 1.10, not the number 1.1, so
+            # the version takes the float as written (parse_float hands over its text)
+            loaded["version"] = toml.loads("\n".join(lines[1:end]), parse_float=str)["version"]
     except (toml.TOMLDecodeError, ValueError) as e:
         raise LoaderError(f"{where}: invalid TOML front matter: {e}") from None
     budget = [_MAX_FRONT_MATTER_NODES]
@@ -558,6 +562,9 @@ def _split_front_matter(text: str, where: str) -> tuple[dict[str, Any], str]:
         return {}, body
     if not isinstance(loaded, dict):
         raise LoaderError(f"{where}: YAML front matter is a {type(loaded).__name__}, expected a mapping of keys")
+    version = loaded.get("version")
+    if isinstance(version, (int, float)) and not isinstance(version, bool):
+        loaded["version"] = _yaml_scalar_text(yaml, raw, "version", version)
     budget = [_MAX_FRONT_MATTER_NODES]
     out: dict[str, Any] = {}
     for key, value in loaded.items():
@@ -565,6 +572,19 @@ def _split_front_matter(text: str, where: str) -> tuple[dict[str, Any], str]:
         if conv is not _DROP:
             out[str(key)] = conv
     return out, body
+
+
+def _yaml_scalar_text(yaml: Any, raw: str, key: str, value: Any) -> Any:
+    """The text of the top-level YAML scalar ``key`` as written: a version is text, and YAML
+    reads ``version: 1.10`` as the number 1.1 and ``version: 010`` as 8. ``value`` (what
+    ``safe_load`` gave) when the node is not a plain scalar (an alias, a tagged value)."""
+    node = yaml.compose(raw, Loader=yaml.SafeLoader)
+    for key_node, value_node in getattr(node, "value", ()):
+        if (isinstance(key_node, yaml.ScalarNode) and key_node.value == key
+                and isinstance(value_node, yaml.ScalarNode) and not value_node.tag.startswith("!")):
+            text: str = value_node.value
+            return text
+    return value
 
 
 _DROP = object()

@@ -1369,3 +1369,22 @@ Done.
     assert [sp.metadata["section"] for sp in doc.spans] == ["Install"] and doc.spans[0].end == len(text)
     with pytest.raises(LoaderError, match="empty"):
         load_bytes(b"```{toctree}\nusage\n```\n", source="t.md", kind="md")
+
+
+@pytest.mark.parametrize("front,version", [
+    ("---\nversion: 1.10\n---\n", "1.10"),  # YAML reads the number 1.1
+    ("---\nversion: 010\n---\n", "010"),  # YAML 1.1 reads the octal 8
+    ("---\nversion: 2.0\n---\n", "2.0"),
+    ("---\nversion: '1.10'\n---\n", "1.10"),
+    ("---\nbase: &v 1.20\nversion: *v\n---\n", "1.20"),
+    ("+++\nversion = 1.10\n+++\n", "1.10"),  # TOML's float too
+    ("+++\nversion = 3\n+++\n", "3"),
+])
+def test_a_front_matter_version_is_stored_as_written(tmp_path: Path, front: str, version: str) -> None:
+    import ragdb
+    path = tmp_path / "release.md"
+    path.write_text(front + "\nRelease notes.\n", encoding="utf-8")
+    with ragdb.open(str(tmp_path / "kb.db")) as db:
+        db.add_many(load_file(path, source="release.md"))
+    with ragdb.open(str(tmp_path / "kb.db")) as db:
+        assert db.get(source="release.md").version == version
