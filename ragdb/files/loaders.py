@@ -150,6 +150,7 @@ def load_file(path: str | os.PathLike[str], *, source: str | None = None,
 def load_read(data: bytes, st: os.stat_result, *, where: str, source: str) -> list[LoadedDocument]:
     """Load the bytes ``data`` of the file ``where`` whose status was ``st`` (as
     :func:`ragdb.files.walk.read_file` gives them): :func:`load_file` once the file is read."""
+    check_name(where, source)
     kind = plugins.suffix_kind(Path(where).suffix) or _sniff(data, jsonl=False)
     base: dict[str, Any] = {
         "path": os.path.abspath(where),
@@ -162,6 +163,17 @@ def load_read(data: bytes, st: os.stat_result, *, where: str, source: str) -> li
     # item 13); a timestamp the file gives itself (a JSON Lines record's, front matter's) wins.
     return [doc if "timestamp" in doc.metadata else
             dataclasses.replace(doc, metadata={**doc.metadata, "timestamp": base["mtime"]}) for doc in docs]
+
+
+def check_name(where: str, source: str) -> None:
+    """Refuse a file whose name is not valid UTF-8 (Python holds its undecodable bytes as
+    surrogates): ragdb stores sources and paths as text, and such a name has no text form."""
+    for name in (where, source):
+        try:
+            name.encode("utf-8")
+        except UnicodeEncodeError:
+            raise LoaderError(f"{name}: the file name is not valid UTF-8, and ragdb stores names as text; "
+                              "rename the file") from None
 
 
 def load_bytes(data: bytes, *, source: str, kind: str | None = None) -> list[LoadedDocument]:

@@ -335,6 +335,7 @@ def _file_documents(path: str, source: str, acl: tuple[str, ...] | None, *, chec
 
     The file is opened once and read from that descriptor; with ``identity`` (what the walk
     saw) a file swapped since raises :class:`~ragdb.files.walk.FileChanged`."""
+    loaders.check_name(path, source)  # before reading: such a file fails whatever it holds
     if identity is None and not os.path.isfile(path):
         raise LoaderError(f"{path}: not a regular file" if os.path.exists(path) else f"{path}: no such file")
     if check:  # the head first: a large binary file is skipped without reading it all

@@ -798,3 +798,20 @@ def test_a_large_binary_file_is_found_binary_from_its_head(tmp_path, monkeypatch
         report = sync.add_paths(db, sync.select_paths([folder]))
     assert [(os.path.basename(s.path), s.reason) for s in report.skipped] == [("blob.txt", "binary")]
     assert [limit for name, limit in reads if name == "blob.txt"] == [1 << 16]
+
+
+def test_a_file_name_that_is_not_utf8_fails_alone_saying_so(db, folder):
+    name = os.fsencode(folder) + b"/caf\xe9.txt"  # Latin-1 bytes: no UTF-8 text form
+    try:
+        with open(name, "wb") as f:
+            f.write(b"Coffee beans are roasted seeds.\n")
+    except OSError:  # pragma: no cover - a file system that refuses such names
+        pytest.skip("this file system refuses names that are not UTF-8")
+    report = sync.sync_folder(db, folder)
+    assert sources(db) == ["alpha.md", "beta.txt", "sub/gamma.txt"]
+    [failed] = report.failed
+    assert "the file name is not valid UTF-8" in failed.error and "rename the file" in failed.error
+    with pytest.raises(LoaderError, match="the file name is not valid UTF-8"):
+        loaders.load_file(os.fsdecode(name))
+    again = sync.sync_folder(db, folder)  # the documents of the other files stay as they are
+    assert len(again.failed) == 1 and sources(db) == ["alpha.md", "beta.txt", "sub/gamma.txt"]
