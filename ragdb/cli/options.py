@@ -102,6 +102,8 @@ def current_collection() -> str | None:
     given = ctx.meta.get("ragdb.collection")
     if given is None:
         given = ctx.find_root().params.get("collection")
+    if given is not None and not given.strip():  # (an empty RAGDB_COLLECTION is unset: click skips it)
+        raise click.UsageError(f"-c/--collection: a collection name must not be empty, got {given!r}")
     return given or None
 
 

@@ -37,7 +37,7 @@ from collections.abc import Callable, Iterator
 
 import orjson
 
-from ragdb.errors import InvalidInput
+from ragdb.errors import InvalidInput, StorageError
 from ragdb.options import ALL
 from ragdb.records import Span
 
@@ -97,14 +97,20 @@ def export_jsonl(db: Database, target: "str | os.PathLike[str] | IO[bytes]", *,
         path = Path(target)
         tmp = path.with_name(f".{path.name}.tmp{os.getpid()}")
         try:
-            with open(tmp, "wb") as fh:
+            fh = open(tmp, "wb")  # noqa: SIM115 - closed by the with below; only open() errors are "cannot write"
+        except OSError as e:  # a missing folder, no permission: the target's problem, not the temp file's
+            raise InvalidInput(f"{name}: cannot write: {e.strerror or e}") from None
+        try:
+            with fh:
                 report = _export_to(db, fh, name, progress, principals)
             os.replace(tmp, path)
-        except BaseException:
+        except BaseException as e:
             try:
                 tmp.unlink()
             except OSError:
                 pass
+            if isinstance(e, OSError):  # the disk filled, the folder went: nothing was left behind
+                raise StorageError(f"{name}: cannot write: {e.strerror or e}") from None
             raise
         return report
     return _export_to(db, target, name, progress, principals)

@@ -645,3 +645,20 @@ def test_readonly_is_refused_by_every_command_that_writes(tmp_path, runner):
     run(runner, "-d", db, "--readonly", "-c", "newc", "sync", folder, "--dry-run", ok=False)  # made it
     with ragdb.open(db) as handle:
         assert [c.name for c in handle.collections()] == before[2]
+
+
+def test_dropping_an_empty_collection_says_no_documents(tmp_path, runner):
+    db = tmp_path / "kb.db"
+    run(runner, "-d", db, "collections", "create", "empty")
+    assert run(runner, "-d", db, "collections", "drop", "empty", "--yes").output.strip() == \
+        "dropped collection 'empty' (no documents)"
+
+
+def test_an_empty_collection_option_is_refused_not_taken_as_the_default(tmp_path, runner):
+    db = tmp_path / "kb.db"
+    run(runner, "-d", db, "add", "-", input="default collection text")
+    for args in (["-c", "", "search", "text"], ["search", "-c", " ", "text"], ["-c", "", "add", "-"]):
+        result = run(runner, "-d", db, *args, input="more text", ok=False)
+        assert result.exit_code == 2 and "a collection name must not be empty" in result.output, args
+    with ragdb.open(db) as handle:
+        assert len(handle.documents()) == 1  # the refused add wrote nothing

@@ -461,6 +461,25 @@ def test_export_failure_leaves_no_partial_file(tmp_path, monkeypatch):
     assert not out.exists() and list(tmp_path.iterdir()) == []
 
 
+def test_export_to_a_path_it_cannot_write_names_the_path(tmp_path, monkeypatch):
+    from ragdb.errors import StorageError
+
+    out = tmp_path / "missing" / "x.jsonl"
+    with ragdb.open(":memory:") as db:
+        db.add("one", source="a")
+        with pytest.raises(InvalidInput, match="cannot write") as err:
+            transfer.export_jsonl(db, out)
+        assert str(err.value).startswith(f"{out}: ") and ".tmp" not in str(err.value)
+
+        def refused(src, dst):
+            raise OSError(28, "No space left on device")
+
+        monkeypatch.setattr(transfer.os, "replace", refused)
+        with pytest.raises(StorageError, match="No space left on device"):
+            transfer.export_jsonl(db, tmp_path / "y.jsonl")
+    assert list(tmp_path.iterdir()) == []  # no temporary file left behind
+
+
 def test_mtime_comparison_tolerates_iso_and_numbers(tmp_path):
     p = write(tmp_path / "f.txt", "x", mtime=1_700_000_000.25)
     st = p.stat()

@@ -200,13 +200,17 @@ def collections_drop(ctx: click.Context, database: str | None, name: str, yes: b
     with ragdb.open(path, create=False) as db:
         info = next((c for c in db.collections() if c.name == name), None)
         if info is not None and not yes:
-            click.confirm(f"drop collection {name!r} of {shown_path(path)} ({plural(info.documents, 'document')})?",
+            click.confirm(f"drop collection {name!r} of {shown_path(path)} ({_documents(info.documents)})?",
                           abort=True, err=True)
         db.drop_collection(name)
     if as_json:
         emit_json({"database": shown_path(path), "dropped": name, "documents": info.documents if info else 0})
         return
-    click.echo(f"dropped collection {name!r} ({plural(info.documents if info else 0, 'document')})")
+    click.echo(f"dropped collection {name!r} ({_documents(info.documents if info else 0)})")
+
+
+def _documents(n: int) -> str:
+    return plural(n, "document") or "no documents"
 
 
 # --------------------------------------------------------------------------- config
