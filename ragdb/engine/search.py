@@ -11,6 +11,7 @@ vector index (:mod:`ragdb.index.vectors`); hits are built and ordered by
 
 from __future__ import annotations
 
+import heapq
 import math
 import numbers
 from collections import Counter
@@ -358,17 +359,21 @@ class Searcher:
         # every distinct query term counts in the maximum, one no chunk holds with df 0, and so
         # does one only chunks hidden from this search hold: else the maximum, hence every
         # confidence, would tell whether hidden documents hold a word (issue 32, item 6)
-        if mask is None or index.is_latest_mask(mask):
-            # a live df above 0 is a latest chunk holding the term, and such a search sees them all
-            seen = set(order)
-        else:
+        seeing = None if mask is None or index.is_latest_mask(mask) else mask  # the mask, when it restricts
+        if seeing is not None:
+            # a term no chunk the search may see holds is not scored, as in a database of those
+            # chunks (else a TF-IDF query's norm, the plan's unknown words and the field units
+            # would tell whether hidden documents hold it; see matching.Lookup)
             index.term_postings([known[t][0] for t in order])  # every term's postings in one read, kept for scoring
-            seen = {t for t in order if index.visible((known[t][0],), mask)}
+            order = [t for t in order if index.visible((known[t][0],), seeing)]
+        # (a live df above 0 is a latest chunk holding the term, and an unrestricted search sees them all)
+        seen = set(order)
         bound = confidence.query_bound(index.n_chunks, [known[t][1] if t in seen else 0 for t in counts])
         units = tuple(Unit(t, (known[t][0],), known[t][1]) for t in order)
         if in_fields:
             units += tuple(Unit(f"{f}:{t}", (hit[0],), hit[1], w, f) for f, w, t, key in in_fields
-                           if (hit := found.get(key)) is not None and hit[1] > 0)
+                           if (hit := found.get(key)) is not None and hit[1] > 0
+                           and (seeing is None or index.visible((hit[0],), seeing)))
         return QueryTerms(counts, known, order, bound, units, parsed=parsed)
 
     def _indexed_field_weights(self) -> dict[str, float]:
@@ -394,18 +399,18 @@ class Searcher:
         """The units and match tree of a query that uses the query language (or ``fuzzy``)."""
         eng = self.engine
         index = eng.index
-        store = eng.store
+
+        history = opts.restrictions.history
+        seeing = None if mask is None or index.is_latest_mask(mask) else mask  # the mask, when it restricts
 
         def visible(term_id: int) -> bool:
-            return True if mask is None else index.visible((term_id,), mask)
+            return True if seeing is None else index.visible((term_id,), seeing)
 
-        def prefixed(prefix: str, limit: int) -> list[tuple[str, int, int]]:
-            return [(t, tid, index.effective_df(tid, df))
-                    for t, tid, df in store.terms_with_prefix(prefix, limit, recent=index.may_have_new_terms(),
-                                                                  bulk=index.bulk_terms)]
+        def expand(prefix: str | None, found: Mapping[str, tuple[int, int]], n: int) -> list[tuple[str, int, int]]:
+            return self._expansions(prefix, found, n, seeing, history)
 
-        lookup = Lookup(index.lookup_terms, prefixed, visible, index.union_df,
-                        index.stored_terms if opts.restrictions.history else None)
+        lookup = Lookup(index.lookup_terms, expand, visible, index.union_df,
+                        index.stored_terms if history else None, restricted=seeing is not None)
         compiled = compile_query(parsed, eng.analyzer, lookup, fuzzy=opts.fuzzy, field_weights=self._field_weights())
         # Units in the order a plain search of the query's positive words would sum them, so
         # a query with operators scores its hits bit for bit like that plain search.
@@ -413,13 +418,67 @@ class Searcher:
         rank = {t: i for i, t in enumerate(dict.fromkeys(eng.analyzer.terms(positive)))}
         units = tuple(sorted(compiled.units, key=lambda u: rank.get(u.key, len(rank))))
         # the maximum of the text's score alone: confidence is the text's support for the query
-        # (a term only hidden chunks hold counts as one no chunk holds, as in query_terms)
-        bound = sum(u.weight * scoring.bm25_idf(index.n_chunks, u.df) if any(visible(i) for i in u.ids)
-                    else scoring.bm25_idf(index.n_chunks, 0) for u in units if u.field is None)
-        bound += confidence.query_bound(index.n_chunks, [0] * len(compiled.unknown))
+        # (a term only hidden chunks hold is one no chunk holds, as in query_terms: the lookup
+        # left it out, so it is among the unknown words; those of excluded words score nothing)
+        bound = sum(u.weight * scoring.bm25_idf(index.n_chunks, u.df) for u in units if u.field is None)
+        bound += confidence.query_bound(index.n_chunks, [0] * compiled.unknown_scored)
         counts = Counter({u.key: 1 for u in units})
         known = {u.key: (u.ids[0], u.df) for u in units}
         return QueryTerms(counts, known, [u.key for u in units], bound, units, compiled, parsed)
+
+    def _expansions(self, prefix: str | None, found: Mapping[str, tuple[int, int]], n: int,
+                    mask: np.ndarray | None, history: bool) -> list[tuple[str, int, int]]:
+        """The ``n`` most frequent (term, id, live df) of a prefix or fuzzy word (see
+        :attr:`ragdb.index.matching.Lookup.expand`): among ``found`` and, with a ``prefix``,
+        the vocabulary's terms starting with it. Frequent: the live df, or, with a ``mask``
+        (the search may not see every latest chunk), the number of chunks it allows that hold
+        the term, so hidden documents neither crowd a visible term out nor order the rest.
+
+        The vocabulary gives prefix candidates by stored df, a page at a time: a term's live
+        df is its stored df plus at most :meth:`~ragdb.index.inverted.Index.tail_df_bound`
+        (the unflushed chunks), so once the n-th best count is above what the next page's
+        terms can reach, the rest cannot change the answer, and the answer is the same
+        whatever was flushed. (A search of history counts older versions too, which no
+        stored df bounds: it reads every candidate.)"""
+        index = self.engine.index
+        pool: dict[str, tuple[int, int, int]] = {}  # term -> (id, live df, count)
+
+        def take(rows: list[tuple[str, int, int]]) -> None:
+            rows = [r for r in rows if r[0] not in pool]
+            if mask is None:
+                counts = [d for _t, _i, d in rows]
+            else:
+                postings = index.term_postings([i for _t, i, _d in rows])
+                counts = []
+                for _t, i, _d in rows:
+                    p = postings.get(i)
+                    ids = p[0][p[0] < len(mask)].astype(np.intp) if p is not None else p
+                    counts.append(0 if ids is None else int(np.count_nonzero(mask[ids])))
+            for (t, i, d), c in zip(rows, counts):
+                if c > 0:
+                    pool[t] = (i, d, c)
+
+        def best() -> list[tuple[int, str]]:
+            return heapq.nsmallest(n, ((-c, t) for t, (_i, _d, c) in pool.items()))
+
+        take([(t, i, d) for t, (i, d) in found.items()])
+        if prefix is not None:
+            store = self.engine.store
+            limit, read, slack = n * 16, 0, None
+            while True:
+                rows = store.terms_with_prefix(prefix, limit, recent=index.may_have_new_terms(),
+                                               bulk=index.bulk_terms)
+                take([(t, i, index.effective_df(i, df)) for t, i, df in rows[read:]])
+                read = len(rows)
+                if read < limit:
+                    break  # every candidate read
+                if not history:
+                    slack = index.tail_df_bound() if slack is None else slack
+                    top = best()
+                    if len(top) == n and -top[-1][0] > rows[-1][2] + slack:
+                        break
+                limit *= 8
+        return [(t, pool[t][0], pool[t][1]) for _c, t in best()]
 
     def _confidences(self, terms: QueryTerms, chunk_ids: np.ndarray, opts: SearchOptions) -> list[float]:
         """:attr:`Hit.confidence` of these chunks for a query (BM25 of just them over the

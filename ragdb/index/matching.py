@@ -115,33 +115,53 @@ class Compiled(NamedTuple):
     expansions: Mapping[str, tuple[str, ...]]
     dropped: tuple[tuple[str, str], ...] = ()
     unknown: tuple[str, ...] = ()
+    #: how many of ``unknown`` belong to words that score (not excluded ones): what a
+    #: confidence's maximum counts (an excluded word the database lacks changes no hit)
+    unknown_scored: int = 0
     #: (term, relative position) sequences of the phrases that are not excluded (highlighting)
     phrase_seqs: tuple[tuple[tuple[str, int], ...], ...] = ()
 
 
 class Lookup:
     """What compiling needs from the database (inside a read transaction): term ids and
-    live dfs, prefix candidates, whether a term shows in chunks the search may see."""
+    live dfs, the prefix and fuzzy expansions, whether a term shows in chunks the search
+    may see.
+
+    A term no chunk the search may see holds is not there for it: :meth:`terms` leaves it
+    out, as a term of no chunk, so what a caller is told (``unknown``, the field units, a
+    confidence's maximum, a TF-IDF query's norm) is what a database of the chunks it may
+    see would say: else they would tell whether hidden documents hold a word."""
 
     def __init__(self, terms: Callable[[Sequence[str]], dict[str, tuple[int, int]]],
-                 prefixed: Callable[[str, int], list[tuple[str, int, int]]],
+                 expand: Callable[[str | None, Mapping[str, tuple[int, int]], int], list[tuple[str, int, int]]],
                  visible: Callable[[int], bool], union_df: Callable[[Sequence[int]], int],
-                 stored: Callable[[Sequence[int]], set[int]] | None = None) -> None:
+                 stored: Callable[[Sequence[int]], set[int]] | None = None,
+                 restricted: bool = False) -> None:
         self._terms = terms
-        self.prefixed = prefixed
+        self.expand = expand
+        """``expand(prefix, found, n)``: the ``n`` most frequent (term, id, live df) among the
+        terms ``found`` (already :meth:`terms`' answer) and, with a ``prefix``, every term starting
+        with it that chunks the search may see hold; frequent as counted in those chunks, ties by
+        term. Exact whatever was flushed (see :meth:`ragdb.engine.search.Searcher._expansions`)."""
         self.visible = visible
         self.union_df = union_df
         self._stored = stored
+        self._restricted = restricted
 
     def terms(self, terms: Sequence[str]) -> dict[str, tuple[int, int]]:
         """term -> (id, live df) of the terms a search can match: in latest chunks (df > 0),
-        or, for a search of history (``stored`` given), in any stored chunk."""
+        or, for a search of history (``stored`` given), in any stored chunk; and, when the
+        search may not see every such chunk, in one it may see."""
         found = self._terms(terms)
         if self._stored is None:
-            return {t: v for t, v in found.items() if v[1] > 0}
-        rare = [v[0] for v in found.values() if v[1] == 0]
-        kept = self._stored(rare) if rare else set()
-        return {t: v for t, v in found.items() if v[1] > 0 or v[0] in kept}
+            found = {t: v for t, v in found.items() if v[1] > 0}
+        else:
+            rare = [v[0] for v in found.values() if v[1] == 0]
+            kept = self._stored(rare) if rare else set()
+            found = {t: v for t, v in found.items() if v[1] > 0 or v[0] in kept}
+        if self._restricted:
+            found = {t: v for t, v in found.items() if self.visible(v[0])}
+        return found
 
 
 def compile_query(parsed: q.ParsedQuery, analyzer: Analyzer, lookup: Lookup, *, fuzzy: int = 0,
@@ -154,6 +174,7 @@ def compile_query(parsed: q.ParsedQuery, analyzer: Analyzer, lookup: Lookup, *, 
     expansions: dict[str, tuple[str, ...]] = {}
     dropped: list[tuple[str, str]] = []
     unknown: list[str] = []
+    unknown_scored = 0
     phrases = False
     seqs: list[tuple[tuple[str, int], ...]] = []
     budget = q.MAX_QUERY_EXPANSIONS  # expansion terms left to the query's prefix and fuzzy words
@@ -186,9 +207,12 @@ def compile_query(parsed: q.ParsedQuery, analyzer: Analyzer, lookup: Lookup, *, 
         if not terms:
             dropped.extend(analyzer.dropped(word.text) or [(word.text, "no index terms")])
             return None
+        nonlocal unknown_scored
         names = [fields.PREFIX[fld] + t for t in terms]
         known = lookup.terms(names)
-        unknown.extend(f"{fld}:{t}" for t, n in zip(terms, names) if n not in known)
+        missing = [f"{fld}:{t}" for t, n in zip(terms, names) if n not in known]
+        unknown.extend(missing)
+        unknown_scored += len(missing) if scored else 0
         if scored:
             for t, n in zip(terms, names):
                 if n in known:
@@ -199,7 +223,7 @@ def compile_query(parsed: q.ParsedQuery, analyzer: Analyzer, lookup: Lookup, *, 
         return Terms(groups, ALL, missing=len(groups) < len(names), text_only=False)
 
     def word_terms(word: q.Word, occur: str, boost: float, scored: bool) -> MatchNode | None:
-        nonlocal budget
+        nonlocal budget, unknown_scored
         expanding = word.prefix or word.fuzzy or fuzzy
         if expanding and budget <= 0:
             dropped.append((f"{word.text}{'*' if word.prefix else '~'}",
@@ -218,6 +242,7 @@ def compile_query(parsed: q.ParsedQuery, analyzer: Analyzer, lookup: Lookup, *, 
             budget -= max(1, len(found))
             if not found:
                 unknown.append(key)
+                unknown_scored += scored
                 expansions[key] = ()
                 return Terms((), ANY, missing=True)
             ids = tuple(i for _, i, _ in found)
@@ -244,13 +269,14 @@ def compile_query(parsed: q.ParsedQuery, analyzer: Analyzer, lookup: Lookup, *, 
             else:
                 missing.append(t)
         unknown.extend(missing)
+        unknown_scored += len(missing) if scored else 0
         only_text = not in_fields
         if occur == q.SHOULD:
             return Terms(tuple(groups), ANY, missing=not groups, text_only=only_text)
         return Terms(tuple(groups), ALL, missing=bool(missing), text_only=only_text)
 
     def phrase_node(phrase: q.Phrase, boost: float, scored: bool, fld: str | None = None) -> MatchNode | None:
-        nonlocal phrases
+        nonlocal phrases, unknown_scored
         tokens = analyzer.tokens(phrase.text)
         if not tokens:
             dropped.extend(analyzer.dropped(phrase.text) or [(phrase.text, "no index terms")])
@@ -262,6 +288,7 @@ def compile_query(parsed: q.ParsedQuery, analyzer: Analyzer, lookup: Lookup, *, 
         known = lookup.terms(names)
         missing = [t for t, n in zip(terms, names) if n not in known]
         unknown.extend(f"{fld}:{t}" if fld else t for t in missing)
+        unknown_scored += len(missing) if scored else 0
         if scored:
             for t, n in zip(terms, names):
                 if n in known:
@@ -302,7 +329,7 @@ def compile_query(parsed: q.ParsedQuery, analyzer: Analyzer, lookup: Lookup, *, 
 
     tree = compile_group(parsed.root, None, 1.0, False)
     return Compiled(tuple(units.values()), tree, phrases, expansions, tuple(dropped),
-                    tuple(dict.fromkeys(unknown)), tuple(seqs))
+                    tuple(dict.fromkeys(unknown)), unknown_scored, tuple(seqs))
 
 
 def _field_filter(key: str, text: str) -> dict[str, Any]:
@@ -332,19 +359,8 @@ def _expand(word: q.Word, analyzer: Analyzer, lookup: Lookup, fuzzy: int,
     ``MAX_EXPANSIONS`` index terms that chunks the search may see hold, the most
     frequent first. None when the word has nothing to expand (a stopword)."""
     if word.prefix:
-        stem = _normalized(word.text)
-        own = list(dict.fromkeys(analyzer.terms(word.text)))  # the word itself counts (deleted* finds delet)
-        found: dict[str, tuple[int, int]] = {}
-        for term, tid, df in lookup.prefixed(stem, q.MAX_EXPANSIONS * 16):
-            if df > 0 and lookup.visible(tid):
-                found[term] = (tid, df)
-            if len(found) >= q.MAX_EXPANSIONS:
-                break
-        for term, (tid, df) in lookup.terms(own).items():
-            if term not in found and lookup.visible(tid):
-                found[term] = (tid, df)
-        ranked = sorted(found.items(), key=lambda kv: (-kv[1][1], kv[0]))[:q.MAX_EXPANSIONS]
-        return f"{word.text}*", [(t, i, d) for t, (i, d) in ranked]
+        own = lookup.terms(list(dict.fromkeys(analyzer.terms(word.text))))  # the word itself counts (deleted* finds delet)
+        return f"{word.text}*", lookup.expand(_normalized(word.text), own, q.MAX_EXPANSIONS)
     terms = list(dict.fromkeys(analyzer.terms(word.text)))
     if not terms:
         dropped.extend(analyzer.dropped(word.text) or [(word.text, "no index terms")])
@@ -352,10 +368,7 @@ def _expand(word: q.Word, analyzer: Analyzer, lookup: Lookup, fuzzy: int,
     candidates: list[str] = []
     for term in terms:
         candidates.extend(edits1(term) if fuzzy else [term])
-    known = lookup.terms(list(dict.fromkeys(candidates)))
-    hits = [(t, tid, df) for t, (tid, df) in known.items() if lookup.visible(tid)]
-    hits.sort(key=lambda x: (-x[2], x[0]))
-    return f"{word.text}~", hits[:q.MAX_EXPANSIONS]
+    return f"{word.text}~", lookup.expand(None, lookup.terms(list(dict.fromkeys(candidates))), q.MAX_EXPANSIONS)
 
 
 _ALPHABET = "abcdefghijklmnopqrstuvwxyz0123456789"

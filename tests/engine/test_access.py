@@ -368,3 +368,97 @@ def test_plain_searches_skip_the_visibility_check_with_the_same_confidences(tmp_
             assert shortcut == checked
             if handle is not db:
                 handle.close()
+
+
+def _observed(db, query, **kw):
+    """What a caller is told about ``query``: hits, scores, confidences, the plan, facets."""
+    out = []
+    for scorer in ("bm25", "tfidf"):
+        hits = db.search(query, scorer=scorer, syntax="query", **kw)
+        out.append([(h.source, round(h.score, 12), round(h.confidence, 12)) for h in hits])
+    plan = db.query_plan(query, syntax="query", **kw)
+    out.append((plan.terms, plan.unknown, plan.weights, dict(plan.expansions), plan.filters, plan.suggestions))
+    out.append(db.facets("source", query, **kw).total)
+    prompt = db.build_prompt(query, syntax="query", **kw)
+    out.append((prompt.refused, prompt.confidence))
+    return out
+
+
+@pytest.mark.parametrize("query", [
+    "pump zanzibar",  # a plain word only the hidden document holds
+    "title:zanzibar pump",  # in a field: the hidden document's title
+    "zanzibar pump",
+    "pump -zanzibar",  # excluded
+    "pump NOT zanzibar",
+    '"zanzibar merger" pump',
+    "zanzib* pump",
+    "zanzibaq~ pump",
+    "pump title:(zanzibar OR manual)",
+])
+def test_a_caller_cannot_tell_which_word_a_hidden_document_holds(tmp_path, query):
+    """Two databases alike but for one word of a hidden document (its title and text): the
+    caller who may not see it is told the same in both, on every path. Before, a word only
+    the hidden document's title held was a field unit (the plan's weights, a confidence), an
+    excluded word it held was not 'unknown' (a confidence), and TF-IDF normalised the query
+    over it (the scores)."""
+    seen = []
+    for secret in ("zanzibar", "quokkaly"):
+        with ragdb.open(tmp_path / f"{secret}.db", chunker="none") as db:
+            db.add("The pump manual covers valve checks.", source="pub/pump.md", title="Pump manual")
+            db.add("Canteen opens at noon.", source="pub/canteen.md")
+            db.add(f"Salaries rise after the {secret} merger.", source="hr/pay.md", acl=["hr"],
+                   title=f"The {secret} merger")
+            seen.append(_observed(db, query))
+            # who may see the document is told about it
+            assert any(h.source == "hr/pay.md" for h in db.search(query.replace("zanzibar", secret).replace(
+                "zanzibaq", secret[:-1] + "q").replace("zanzib*", secret[:6] + "*").replace("-", "").replace(
+                "NOT ", ""), principals=["hr"], syntax="query")) or "title:(" in query
+    assert seen[0] == seen[1]
+
+
+def test_hidden_terms_neither_crowd_a_visible_one_out_of_a_prefix_nor_order_its_expansions(tmp_path):
+    """A prefix took the 1,024 most frequent vocabulary terms (every document's) before it
+    dropped those no visible chunk holds, so 1,100 hidden words starting 'zz' left a
+    caller's 'zz*' without its one visible word; and the expansions were ordered by
+    frequency over every document."""
+    import itertools
+    import string
+
+    words = ["zz" + "".join(p) for p in itertools.product(string.ascii_lowercase, repeat=3)][:1100]
+    with ragdb.open(tmp_path / "kb.db", chunker="none") as db:
+        db.add("The zzvisible widget and the valvz and valvy are documented here.", source="pub/a.md")
+        db.add("Another valvy check.", source="pub/b.md")
+        db.add_many([{"text": " ".join(words[i:i + 50]), "source": f"hr/{i}-{j}.md", "acl": ["hr"]}
+                     for i in range(0, 1100, 50) for j in range(2)])
+        db.add_many([{"text": f"valvz note {i}", "source": f"hr/v{i}.md", "acl": ["hr"]} for i in range(5)])
+        for handle_flushed in (False, True):
+            if handle_flushed:
+                db.optimize()
+            assert [h.source for h in db.search("zz*", syntax="query")] == ["pub/a.md"]
+            assert db.query_plan("zz*", syntax="query").expansions == {"zz*": ("zzvisibl",)}
+            # visible counts: valvy in 2 visible chunks, valvz in 1 (and in 5 hidden ones)
+            assert db.query_plan("valv*", syntax="query").expansions["valv*"][:2] == ("valvi", "valvz")
+            assert db.query_plan("valvx~", syntax="query").expansions["valvx~"] == ("valvi", "valvz")
+            assert len(db.query_plan("zz*", syntax="query", principals=["hr"]).expansions["zz*"]) == 64
+
+
+@pytest.mark.parametrize("flush_first", [False, True])
+def test_prefix_expansions_are_the_most_frequent_whatever_was_flushed(tmp_path, flush_first):
+    """Terms not yet flushed have a stored df of 0, and a prefix took the first 64 terms by
+    stored df: a word new in five chunks lost its place to 100 words of one chunk each until
+    an optimize, so the same documents searched differently before and after it."""
+    import itertools
+    import string
+
+    words = ["zz" + "".join(p) for p in itertools.product(string.ascii_lowercase, repeat=2)][:100]
+    with ragdb.open(tmp_path / "kb.db") as db:
+        db.add_many([{"text": f"note {w} here", "source": f"a{i}"} for i, w in enumerate(words)])
+        if flush_first:
+            db.optimize()
+        db.add_many([{"text": f"zzzzq shows up {i}", "source": f"b{i}"} for i in range(5)])
+        before = db.query_plan("zz*", syntax="query").expansions["zz*"]
+        hits = [(h.source, h.score) for h in db.search("zz*", syntax="query", k=200)]
+        db.optimize()
+        assert db.query_plan("zz*", syntax="query").expansions["zz*"] == before
+        assert before[0] == "zzzzq" and len(before) == 64
+        assert [(h.source, h.score) for h in db.search("zz*", syntax="query", k=200)] == hits
