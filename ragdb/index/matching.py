@@ -301,22 +301,28 @@ def compile_query(parsed: q.ParsedQuery, analyzer: Analyzer, lookup: Lookup, *, 
             seqs.append(seq)
         return node
 
-    def compile_group(group: q.Group, fld: str | None, boost: float, under_not: bool) -> MatchNode | None:
+    def compile_group(group: q.Group, fld: str | None, boost: float, under_not: bool
+                      ) -> tuple[MatchNode | None, bool]:
+        """The group's match node, and whether it is a filter only (metadata fields and groups
+        of them: it restricts, never scores)."""
         fld = group.field or fld
         boost *= group.boost
-        clauses: list[tuple[str, MatchNode]] = []
+        clauses: list[tuple[str, MatchNode, bool]] = []
         for clause in group.clauses:
             node = clause.node
             occur = clause.occur
             excluded = under_not ^ (occur == q.MUST_NOT)
             node_field = node.field if not isinstance(node, q.Group) else None
             compiled: MatchNode | None
+            only_filter = False
             if isinstance(node, q.Group):
-                compiled = compile_group(node, fld, boost, excluded)
+                compiled, only_filter = compile_group(node, fld, boost, excluded)
             elif (node_field or fld) not in (None, *fields.FIELDS):
-                # a metadata key or source: a filter on documents, required unless negated
-                compiled = MaskNode(_field_filter(node_field or fld or "", node.text))
-                occur = q.MUST if occur == q.SHOULD else occur
+                # a metadata key or source: a filter on documents; its value as typed
+                # (``source:docs/*`` is a glob; a boost or fuzziness means nothing to a filter)
+                text = node.text + ("*" if isinstance(node, q.Word) and node.prefix else "") + \
+                    ("~" if isinstance(node, q.Word) and node.fuzzy else "")
+                compiled, only_filter = MaskNode(_field_filter(node_field or fld or "", text)), True
             elif isinstance(node, q.Phrase):
                 compiled = phrase_node(node, boost * node.boost, not excluded, node_field or fld)
             elif node_field or fld:  # title:word, section:word
@@ -324,10 +330,19 @@ def compile_query(parsed: q.ParsedQuery, analyzer: Analyzer, lookup: Lookup, *, 
             else:
                 compiled = word_terms(node, occur, boost * node.boost, not excluded)
             if compiled is not None:
-                clauses.append((occur, compiled))
-        return GroupNode(tuple(clauses)) if clauses else None
+                clauses.append((occur, compiled, only_filter))
+        if not clauses:
+            return None, False
+        only = all(f for _o, _c, f in clauses)
+        # A filter restricts whatever stands beside it (``pump lang:en``, ``lang:en lang:zh``,
+        # ``pump (lang:en OR lang:zh)``): required where it would be optional. Among
+        # alternatives it stays one (``lang:en OR lang:zh`` is either); a group of filters
+        # alone is, as a whole, the filter its parent requires.
+        if not group.alternatives:
+            clauses = [(q.MUST if o == q.SHOULD and f else o, c, f) for o, c, f in clauses]
+        return GroupNode(tuple((o, c) for o, c, _f in clauses)), only
 
-    tree = compile_group(parsed.root, None, 1.0, False)
+    tree = compile_group(parsed.root, None, 1.0, False)[0]
     return Compiled(tuple(units.values()), tree, phrases, expansions, tuple(dropped),
                     tuple(dict.fromkeys(unknown)), unknown_scored, tuple(seqs))
 

@@ -115,6 +115,9 @@ class Group:
     clauses: tuple[Clause, ...]
     boost: float = 1.0
     field: str | None = None
+    #: ``a OR b``: the clauses are alternatives (a metadata field among them is one, not a
+    #: filter every match must pass; see ragdb.index.matching.compile_query)
+    alternatives: bool = False
 
 
 Node = Word | Phrase | Group
@@ -386,7 +389,8 @@ class _Parser:
             items.append(self.andx())
         if len(items) == 1:
             return first
-        return Clause(SHOULD, Group(tuple(Clause(SHOULD if c.occur == MUST else c.occur, c.node) for c in items)))
+        return Clause(SHOULD, Group(tuple(Clause(SHOULD if c.occur == MUST else c.occur, c.node) for c in items),
+                                    alternatives=True))
 
     def andx(self) -> Clause:
         first = self.unary()
@@ -451,7 +455,9 @@ def _word(tok: _Tok) -> Word:
         return Word(tok.text, tok.field)
     prefix = bool(m.group("star"))
     if prefix and sum(c.isalnum() for c in body) < MIN_PREFIX_CHARS:
-        raise _SyntaxError(f"the prefix {tok.text!r} is shorter than {MIN_PREFIX_CHARS} characters")
+        # a plain word, the rest of the query still the query language (``"deleted documents"
+        # -draft C*`` keeps its phrase and exclusion); a field's value as typed (``source:a*``)
+        return Word(body + "*", tok.field, _boost(m.group("boost")) if m.group("boost") else 1.0)
     fuzzy = 0
     if m.group("fuzzy"):
         fuzzy = int(m.group("dist") or 1)

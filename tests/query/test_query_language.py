@@ -35,7 +35,7 @@ def test_natural_language_is_plain(text):
 @pytest.mark.parametrize("text, error", [
     ('unbalanced "quote', "never closed"), ("(open", "never closed"), ("close)", "without an opening"),
     ("a - b", "lone '-'"), ("x AND", "end of the query"), ("NOT", "end of the query"), ("()", "empty parentheses"),
-    ('""', "empty phrase"), ("a*b c^0", "outside"), ("x~2", "within one edit"), ("a* b", "shorter than"),
+    ('""', "empty phrase"), ("a*b c^0", "outside"), ("x~2", "within one edit"),
     ("(" * 40 + "x" + ")" * 40, "nested deeper than 32"), ("NOT " * 40 + "x", "nested deeper than 32"), ("NOT NOT x", "double negation"),
     ("-(" * 40 + "x" + ")" * 40, "nested deeper than 32"),
 ])
@@ -435,3 +435,50 @@ def test_a_phrase_search_leaves_no_matcher_behind():
             assert not [o for o in gc.get_objects() if isinstance(o, Matcher)]
         finally:
             gc.enable()
+
+
+@pytest.fixture
+def langs():
+    with ragdb.open(":memory:", chunker="none") as db:
+        db.add("pump manual", source="docs/en.md", metadata={"lang": "en"})
+        db.add("pump manual", source="docs/zh.md", metadata={"lang": "zh"})
+        db.add("pump handbuch", source="drafts/de.md", metadata={"lang": "de"})
+        yield db
+
+
+@pytest.mark.parametrize("query,expected", [
+    ("pump lang:en", ["docs/en.md"]),
+    ("pump (lang:en)", ["docs/en.md"]),  # a group of one filter: was optional, so it filtered nothing
+    ("pump (lang:en OR lang:zh)", ["docs/en.md", "docs/zh.md"]),  # was every document
+    ("pump lang:en OR lang:zh", ["docs/en.md", "docs/zh.md"]),
+    ("pump +(lang:en OR lang:zh)", ["docs/en.md", "docs/zh.md"]),  # was none: both required
+    ("pump AND (lang:en OR lang:zh)", ["docs/en.md", "docs/zh.md"]),
+    ("pump NOT (lang:en OR lang:zh)", ["drafts/de.md"]),  # excluded nothing
+    ("pump -(lang:en OR lang:zh)", ["drafts/de.md"]),
+    ("pump -lang:en -lang:zh", ["drafts/de.md"]),
+    ("pump lang:en lang:zh", []),  # filters side by side: both
+    ("pump (lang:en lang:zh)", []),
+    ("pump (handbuch OR lang:en)", ["docs/en.md", "docs/zh.md", "drafts/de.md"]),  # an alternative: filters nothing
+    ("pump source:docs/*", ["docs/en.md", "docs/zh.md"]),  # a trailing * was taken off the glob: nothing matched
+    ("pump -source:drafts/*", ["docs/en.md", "docs/zh.md"]),  # and excluded nothing
+    ("pump source:docs/*.md", ["docs/en.md", "docs/zh.md"]),
+    ('pump source:"docs/*"', ["docs/en.md", "docs/zh.md"]),
+    ("pump source:(docs/e* OR drafts/*)", ["docs/en.md", "drafts/de.md"]),
+    ("pump source:d* -source:docs/z*", ["docs/en.md", "drafts/de.md"]),  # a one-letter glob
+])
+def test_metadata_and_source_filters_in_groups_alternatives_and_globs(langs, query, expected):
+    assert sorted(h.source for h in langs.search(query, collapse=False)) == expected
+    assert sorted(h.source for h in langs.search(query, collapse=False, scorer="tfidf")) == expected
+    assert langs.facets("source", query).total == len(expected)
+
+
+def test_a_short_prefix_is_a_plain_word_and_the_rest_stays_the_query_language(small):
+    """``C*`` (shorter than MIN_PREFIX_CHARS) made the whole query plain words, its phrase and
+    exclusion dropped; it is a plain word now."""
+    parsed = q.parse('"deleted documents" -draft C*')
+    assert parsed.error is None
+    assert words(parsed) == [("Phrase", "deleted documents"), ("Word", "C*")]
+    assert words(parsed, negated=True) == [("Word", "draft")]
+    assert sources(small.search('"deleted documents" -draft C*')) == ["a"]
+    plan = small.query_plan('"deleted documents" -draft C*')
+    assert plan.error is None and plan.excluded == ("draft",) and plan.phrases == ("deleted documents",)
