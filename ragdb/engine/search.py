@@ -306,17 +306,22 @@ class Searcher:
 
     def parse(self, query: str, opts: SearchOptions) -> ParsedQuery:
         """``query`` parsed with the search's syntax; ``field:`` is a field for the built-in
-        fields and the metadata keys stored documents have, except the keys the file loaders
-        add (``qlang.AUTOMATIC_KEYS``), inside a read transaction."""
+        fields and the metadata keys of the documents the caller may see (its principals, the
+        versions searched: not a key only a hidden document, or only an older version, has,
+        which would tell of them), except the keys the file loaders add
+        (``qlang.AUTOMATIC_KEYS``), inside a read transaction after ``sync``."""
         if opts.syntax == "plain":
             return qlang.plain(query)
         if ":" not in query:
             return qlang.parse(query)
-        store = self.engine.store
-        generation = self.engine.view_key()
+        eng = self.engine
+        store = eng.store
+        generation = eng.view_key()
         if self._keys[0] != generation:
             self._keys = (generation, {})
         keys = self._keys[1]
+        r = opts.restrictions
+        seen: list[np.ndarray] = []  # the chunks of the documents the caller may see, made once
 
         def is_field(name: str) -> bool:
             if name in qlang.BUILTIN_FIELDS:
@@ -324,8 +329,17 @@ class Searcher:
             if name in qlang.AUTOMATIC_KEYS:  # the loaders' own keys: text in a query
                 return False
             if name not in keys:
-                keys[name] = store.has_metadata_key(name)
-            return keys[name]
+                keys[name] = store.has_metadata_key(name)  # any stored document: a quick no
+            if not keys[name]:
+                return False
+            index = eng.index
+            if not seen:
+                seen.append(index.allowed(eng.restrictions(
+                    Restrictions(principals=r.principals, versions=r.versions, as_of=r.as_of))))
+            held = index.allowed(eng.restrictions(
+                Restrictions(filter={name: {"$exists": True}}, principals=ALL, versions=r.versions, as_of=r.as_of)))
+            n = min(len(held), len(seen[0]))
+            return bool(np.any(held[:n] & seen[0][:n]))
 
         return qlang.parse(query, is_field=is_field)
 

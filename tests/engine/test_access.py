@@ -462,3 +462,28 @@ def test_prefix_expansions_are_the_most_frequent_whatever_was_flushed(tmp_path, 
         assert db.query_plan("zz*", syntax="query").expansions["zz*"] == before
         assert before[0] == "zzzzq" and len(before) == 64
         assert [(h.source, h.score) for h in db.search("zz*", syntax="query", k=200)] == hits
+
+
+def test_a_metadata_key_only_hidden_documents_have_is_no_field_to_the_caller(tmp_path):
+    """'salary:yes' was a filter when a hidden document had the key 'salary' and words
+    otherwise: the caller's hits, facets and plan told whether a hidden document used it."""
+    seen = []
+    for key in ("salary", "bonus"):
+        with ragdb.open(tmp_path / f"{key}.db") as db:
+            db.add("The pump manual: salary review, yes.", source="pub/pump.md")
+            db.add("Board minutes on pumps.", source="hr/board.md", acl=["hr"], metadata={key: "yes"})
+            seen.append(_observed(db, "salary:yes pump"))
+            held = db.query_plan("salary:yes pump", principals=["hr"]).filters
+            assert held == (("salary:yes",) if key == "salary" else ())  # who may see it: a filter
+    assert seen[0] == seen[1]
+    assert seen[0][0][0][0] == "pub/pump.md"  # the first scorer's first hit
+
+
+def test_a_metadata_key_only_older_versions_have_is_a_field_only_in_a_search_of_history(tmp_path):
+    with ragdb.open(tmp_path / "kb.db", keep_versions=True) as db:
+        db.add("pump notes", source="a.md", metadata={"team": "ops"})
+        db.add("pump notes, revised", source="a.md")
+        assert db.query_plan("pump team:ops").filters == ()  # the latest version has no such key
+        assert [h.text for h in db.search("pump team:ops")] == ["pump notes, revised"]
+        assert db.query_plan("pump team:ops", versions="all").filters == ("team:ops",)
+        assert [h.text for h in db.search("pump team:ops", versions="all")] == ["pump notes"]
