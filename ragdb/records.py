@@ -64,7 +64,9 @@ class CollectionInfo:
 
 @dataclass(frozen=True)
 class Span:
-    """A character span of a loaded document with metadata for chunks starting in it."""
+    """A character span of a loaded document with metadata for its chunks: each metadata key
+    of a chunk comes from the span that covers the most of the chunk's own text (its text
+    less its overlap with the chunk before), the first of them on a tie."""
 
     start: int
     end: int

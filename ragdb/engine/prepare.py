@@ -90,6 +90,18 @@ def check_metadata(metadata: Any, label: str) -> tuple[dict[str, Any], str]:
     return metadata, metadata_json
 
 
+def check_span(span: Span, label: str) -> dict[str, Any]:
+    """A span's metadata, validated as a document's is (``label`` names the span), and its
+    bounds: integers, ``start <= end``, neither negative."""
+    for name in ("start", "end"):
+        value = getattr(span, name)
+        if not isinstance(value, int) or isinstance(value, bool):
+            raise InvalidInput(f"{label}: {name} must be an integer, got {value!r}")
+    if not 0 <= span.start <= span.end:
+        raise InvalidInput(f"{label}: start {span.start} and end {span.end} must satisfy 0 <= start <= end")
+    return check_metadata(span.metadata, label)[0]
+
+
 def check_acl(acl_in: Any, label: str) -> tuple[str, ...]:
     """Validated access labels, distinct and sorted."""
     if acl_in is None:
@@ -164,12 +176,21 @@ def prepare(record: Mapping[str, Any] | LoadedDocument, chunker: Chunker, n: int
     spans: Sequence[Span] = record.get("spans") or ()
     if not isinstance(spans, (list, tuple)) or not all(isinstance(sp, Span) for sp in spans):
         raise InvalidInput(f"{label}: spans must be a sequence of ragdb.types.Span")
+    checked = [(sp.start, sp.end, check_span(sp, f"{label}: span {i}")) for i, sp in enumerate(spans)]
     chunks: list[tuple[int, int, dict[str, Any], Counts]] = []
+    done = 0  # where the chunks so far end
     for start, end in rec_chunker.split(text):
+        # A chunk's own text (not its overlap with the chunk before, which is that chunk's)
+        # takes each metadata key from the span covering the most of it, the first on a tie:
+        # by where the chunk started, a chunk of a new section that began in the last lines of
+        # the one before, or with the title above the first section, was labelled so
+        own = max(start, done) if done < end else start
+        done = max(done, end)
+        cover = [(min(end, sp_end) - max(own, sp_start), -sp_start, n) for n, (sp_start, sp_end, _m) in enumerate(checked)
+                 if sp_start < end and own < sp_end]
         cmeta: dict[str, Any] = {}
-        for sp in spans:
-            if sp.start <= start < sp.end:
-                cmeta.update(sp.metadata)
+        for *_rank, n in sorted(cover):
+            cmeta.update(checked[n][2])
         chunks.append((start, end, cmeta, {}))
     return Prepared(source, version, timestamp, ts, title, text, metadata, metadata_json, acl,
                     content_hash, rec_chunker.spec(), chunks, record.get("acl") is not None)

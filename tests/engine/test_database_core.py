@@ -749,3 +749,46 @@ def test_each_write_is_one_transaction(tmp_path, monkeypatch):
             begins = [s for s in statements if s.startswith("BEGIN IMMEDIATE")]  # (reads take BEGIN)
             assert len(begins) == 1, statements
         assert db.get(3).source == "g" and db.get(3).metadata == {"k": 1}
+
+
+@pytest.mark.parametrize("span,problem", [
+    (("abc",), "metadata must be a mapping"),
+    (({"x": {1, 2}},), "not JSON-serialisable"),
+    (({1: "x"},), "not JSON-serialisable"),
+    (({"x": 10**30},), "not JSON-serialisable"),
+    (({"x": b"raw"},), "not JSON-serialisable"),
+    (({"x": float("nan")},), "'x' is nan"),
+    (("0", 5, {}), "start must be an integer"),
+    ((5, 2, {}), "0 <= start <= end"),
+    ((-1, 2, {}), "0 <= start <= end"),
+])
+def test_span_metadata_and_bounds_are_checked_as_a_documents_are(tmp_path, span, problem):
+    """A span's metadata went unchecked: a set or bytes raised TypeError, a str ValueError
+    (mid-write), a NaN was stored as null."""
+    from ragdb.types import Span
+
+    args = (0, 5, *span) if len(span) == 1 else span
+    with ragdb.open(tmp_path / "kb.db") as db:
+        db.add("kept text", source="kept.md")
+        with pytest.raises(InvalidInput, match=f"document 'bad.md': span 0: .*{problem}"):
+            db.add("some span text here", source="bad.md", spans=[Span(*args)])
+        assert [d.source for d in db.documents()] == ["kept.md"] and db.check() == []
+
+
+def test_a_chunk_takes_the_section_its_own_text_starts_in_not_its_overlaps():
+    """A chunk of a new section whose overlap began in the last lines of the section before
+    was labelled with that section (and 'section:beta' missed it)."""
+    from ragdb.files.loaders import load_bytes
+
+    def para(word, n):
+        return " ".join([word] * n) + "."
+
+    md = (f"# Guide\n\n## Alpha\n\n{para('alphaword', 70)}\n\n{para('alphaword', 70)}\n\nShort alpha end.\n\n"
+          f"## Beta\n\n{para('betaword', 70)}\n\n{para('betaword', 50)}\n")
+    with ragdb.open(":memory:", chunker="recursive:size=800,overlap=100") as db:
+        db.add_many(load_bytes(md.encode(), source="g.md", kind="markdown"))
+        hits = db.search("betaword", k=5, collapse=False)
+        assert hits[0].text.startswith("Short alpha end.")  # its overlap: the end of Alpha
+        assert {h.section for h in hits} == {"Guide > Beta"}
+        assert {h.chunk_id for h in db.search("section:beta", k=5)} == {h.chunk_id for h in hits}
+        assert {h.section for h in db.search("alphaword", k=5)} == {"Guide > Alpha"}
