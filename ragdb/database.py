@@ -953,7 +953,9 @@ class Database:
         omitted: an anonymous caller, so a full backup needs :data:`ragdb.ALL`) as an
         export record (text, title, metadata, labels, chunker, version, timestamp,
         ``latest``, and the chunks' own metadata as ``spans``), in id order, from one
-        snapshot; what :func:`ragdb.files.transfer.export_jsonl` writes and ``add_many`` takes back."""
+        snapshot; what :func:`ragdb.files.transfer.export_jsonl` writes and
+        :func:`~ragdb.files.transfer.import_jsonl` reads back (``add_many`` takes a record
+        without its ``latest``, which says whether the version was the latest)."""
         if versions not in ("latest", "all"):
             raise InvalidInput(f"versions must be 'latest' or 'all', got {versions!r}")
         store = self._engine.store

@@ -200,7 +200,12 @@ def _older_version_held(db: Database) -> Callable[[dict[str, Any]], bool]:
             versions[source] = {key(d.version, d.timestamp, d.content_hash, dict(d.metadata), d.acl)
                                 for d in db.documents(source, glob=False, versions="all", principals=ALL)}
         digest = hashlib.sha256(record["text"].encode("utf-8")).hexdigest()
-        return key(record.get("version"), record.get("timestamp"), digest, record.get("metadata"),
+        # a Document's metadata holds its title (Database.documents merges it in); the record
+        # has it apart: merged the same way, or a titled document never matched
+        metadata = dict(record.get("metadata") or {})
+        if record.get("title") is not None:
+            metadata.setdefault("title", record["title"])
+        return key(record.get("version"), record.get("timestamp"), digest, metadata,
                    record.get("acl")) in versions[source]
 
     return held

@@ -209,3 +209,26 @@ def test_importing_one_export_twice_keeps_each_version_once(tmp_path):
         assert [(d.source, d.version, d.content_hash)
                 for d in dst.documents(versions="all", principals=ragdb.ALL)] == before
         assert dst.check() == []
+
+
+def test_importing_an_export_of_titled_documents_twice_keeps_each_version_once(tmp_path):
+    """The held-version check compared an exported record's metadata with a Document's, which
+    has the title merged in: a titled document (every Markdown file) never matched, and each
+    of its versions was added again, the kept older one as a new latest."""
+    from ragdb.files import transfer
+
+    with ragdb.open(tmp_path / "a.db", keep_versions=True) as src:
+        src.add("refunds within 14 days", source="a.md", version="1", timestamp="2025-01-01T00:00:00Z",
+                title="Refunds")
+        src.add("refunds within 30 days", source="a.md", version="2", timestamp="2025-02-01T00:00:00Z",
+                title="Refunds", metadata={"team": "support"})
+        src.add("a document with a title key", source="b.md", title="Shown", metadata={"title": "own"})
+        transfer.export_jsonl(src, tmp_path / "e.jsonl", principals=ragdb.ALL)
+    with ragdb.open(tmp_path / "b.db", keep_versions=True) as dst:
+        first = transfer.import_jsonl(dst, tmp_path / "e.jsonl")
+        before = sorted((d.source, d.version, d.latest) for d in dst.documents(versions="all", principals=ragdb.ALL))
+        again = transfer.import_jsonl(dst, tmp_path / "e.jsonl")
+        assert (first.documents, again.documents, again.unchanged) == (3, 0, 3)
+        assert sorted((d.source, d.version, d.latest)
+                      for d in dst.documents(versions="all", principals=ragdb.ALL)) == before
+        assert dst.check() == []
