@@ -1145,7 +1145,7 @@ def _load_rst(data: bytes, where: str, source: str, base: Mapping[str, Any]) -> 
 # ============================================================================ HTML
 
 
-_SKIP_TAGS = frozenset({"script", "style", "noscript", "template", "head", "title", "button"})  # "copy" buttons
+_SKIP_TAGS = frozenset({"script", "style", "noscript", "template", "head", "title", "svg-title", "button"})  # "copy" buttons
 _HEAD_TAGS = frozenset({"title", "meta", "link", "style", "script", "noscript", "base", "template"})
 _VOID_TAGS = frozenset({"area", "base", "br", "col", "embed", "hr", "img", "input", "link", "meta",
                         "param", "source", "track", "wbr", "keygen"})
@@ -1378,6 +1378,20 @@ def _lexbor_fits(html: str) -> bool:
     return True
 
 
+def _in_foreign(node: Any) -> bool:
+    """Whether a lexbor node lies in an ``<svg>`` or ``<math>`` element: an SVG's ``<title>``
+    names the drawing (an icon's "Download"), not the page."""
+    parent = node.parent
+    while parent is not None:
+        if parent.tag in _FOREIGN_TAGS:
+            return True
+        parent = parent.parent
+    return False
+
+
+_FOREIGN_TAGS = frozenset({"svg", "math"})
+
+
 def _html_selectolax(html: str) -> tuple[str, str | None] | None:
     """Text and title with selectolax/lexbor; None when selectolax is not installed."""
     try:
@@ -1387,7 +1401,8 @@ def _html_selectolax(html: str) -> tuple[str, str | None] | None:
     tree = LexborHTMLParser(html)
     title = None
     head = tree.head
-    title_node = (head.css_first("title") if head is not None else None) or tree.css_first("title")
+    title_node = (head.css_first("title") if head is not None else None) or next(
+        (n for n in tree.css("title") if not _in_foreign(n)), None)
     if title_node is not None:
         title = " ".join((title_node.text(deep=True) or "").split()) or None
     root = tree.root
@@ -1463,8 +1478,13 @@ def _html_stdlib(html: str) -> tuple[str, str | None]:
             self.title_done = False
             self.content = 0
             self.link: tuple[dict[str, str | None], list[str], Any] | None = None  # an <a href="#..."> being read
+            self.foreign = 0  # <svg>/<math> elements open around the parser (see _in_foreign)
 
         def handle_starttag(self, tag: str, attrs: list[tuple[str, str | None]]) -> None:
+            if tag in _FOREIGN_TAGS:
+                self.foreign += 1
+            if tag == "title" and self.foreign:  # a drawing's title: skipped like other titles
+                tag = "svg-title"
             if self.in_title:
                 return
             if self.skip_tag is not None:
@@ -1502,6 +1522,10 @@ def _html_stdlib(html: str) -> tuple[str, str | None]:
             builder.end(tag)
 
         def handle_endtag(self, tag: str) -> None:
+            if tag in _FOREIGN_TAGS and self.foreign:
+                self.foreign -= 1
+            if tag == "title" and self.foreign and not self.in_title:
+                tag = "svg-title"
             if self.in_title:
                 if tag == "title":
                     self.in_title = False

@@ -172,6 +172,8 @@ def best_window(text: str, matches: Sequence[Match], size: int) -> Span:
             else:
                 held[key] -= 1
     lo, hi = best_span
+    if hi - lo > size:  # the matches are longer than the window: it shows their start
+        return lo, _word_end(text, min(n, lo + size), lo)
     room = size - (hi - lo)
     start = max(0, lo - room // 2)
     end = min(n, start + size)
@@ -205,7 +207,8 @@ def snippet(analyzer: Analyzer, text: str, terms: Iterable[str], phrases: Sequen
     :func:`highlight`)."""
     matches = highlight(analyzer, text, terms, phrases, cache=cache)
     start, end = best_window(text, matches, size)
-    inside = tuple((s - start, e - start) for s, e, _k in matches if s >= start and e <= end)
+    # each match the window shows, cut to it (a match longer than the window is shown in part)
+    inside = tuple((max(s, start) - start, min(e, end) - start) for s, e, _k in matches if s < end and e > start)
     return tuple((s, e) for s, e, _k in matches), Snippet(text[start:end], start, end, inside)
 
 

@@ -1388,3 +1388,20 @@ def test_a_front_matter_version_is_stored_as_written(tmp_path: Path, front: str,
         db.add_many(load_file(path, source="release.md"))
     with ragdb.open(str(tmp_path / "kb.db")) as db:
         assert db.get(source="release.md").version == version
+
+
+def test_an_svg_title_is_not_the_pages_title() -> None:
+    """The title fell back to any <title> in the page, an inline SVG icon's among them: the
+    page below was titled 'Download icon' (a weighted field, so its words scored too)."""
+    from ragdb.files import loaders
+
+    page = (b'<html><body><svg role="img"><title>Download icon</title><path d="M0 0"/></svg>'
+            b'<h1>Install guide</h1><p>Run the installer.</p></body></html>')
+    doc = only(load_bytes(page, source="install.html", kind="html"))
+    assert doc.title == "Install guide" and "Download" not in doc.text
+    for extract in (loaders._html_selectolax, loaders._html_stdlib):
+        assert extract(page.decode())[1] is None  # no page title: the loader takes the first heading
+        assert extract('<html><head><title>Real</title></head><body><svg><title>icon</title></svg>'
+                       '<p>x</p></body></html>') == ("x", "Real")
+        assert extract("<html><body><title>In the body</title><math><title>m</title></math><p>x</p></body></html>"
+                       ) == ("x", "In the body")

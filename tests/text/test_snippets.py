@@ -151,6 +151,8 @@ def _best_window_by_union(text, matches, size):
         if score > best:
             best, best_span = score, (matches[i][0], matches[j][1])
     lo, hi = best_span
+    if hi - lo > size:  # longer than the window: it starts where they start
+        return lo, _word_end(text, min(n, lo + size), lo)
     room = size - (hi - lo)
     start = max(0, lo - room // 2)
     end = min(n, start + size)
@@ -171,3 +173,20 @@ def test_the_best_window_is_the_one_of_its_definition(gaps, size, tail, spaces):
         at += gap + length
     text = "".join(" " if i % spaces == 0 else "x" for i in range(at + tail))
     assert best_window(text, matches, size) == _best_window_by_union(text, matches, size)
+
+
+def test_a_match_longer_than_the_snippet_shows_its_start_highlighted():
+    """The window of a match longer than the snippet was centred on it, so it started inside
+    the match (mid-word) and kept no highlight: only whole matches inside were kept."""
+    import ragdb
+
+    with ragdb.open(":memory:") as db:
+        db.add("前言部分。" * 3 + "检索增强生成是一种把检索和生成结合起来的方法" + "。后记" * 3, source="a.md")
+        db.add("Intro text here. The node.js runtime node.js runtime node.js runtime is used widely.", source="b.md")
+        for query, size in [("检索增强生成是一种把检索和生成结合起来的方法", 10), ('"node.js runtime node.js runtime"', 12)]:
+            hit = db.search(query, highlight=True, snippet_chars=size)[0]
+            (lo, _hi), = hit.highlights
+            snip = hit.snippet
+            assert snip.start == lo and snip.end - snip.start <= size
+            assert snip.highlights == ((0, snip.end - snip.start),)  # the shown part of the match
+            assert snip.text == hit.text[snip.start:snip.end]
