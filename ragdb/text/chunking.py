@@ -88,7 +88,12 @@ class WindowChunker:
         n = len(spans)
         while True:
             j = min(i + self.size, n)
-            out.append((spans[i][0], spans[j - 1][1]))
+            # The window's tokens, and the text around them no window holds (what comes
+            # before the first token, after the last, and between windows that do not
+            # overlap: "$100 fee." lost its "$" and "."), less the whitespace at its edges
+            start = spans[i][0] if i else 0
+            end = len(text) if j >= n else max(spans[j - 1][1], spans[i + step][0])
+            out.append(_strip(text, start, end) or (spans[i][0], spans[j - 1][1]))
             if j >= n:
                 break
             i += step

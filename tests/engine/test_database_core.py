@@ -792,3 +792,20 @@ def test_a_chunk_takes_the_section_its_own_text_starts_in_not_its_overlaps():
         assert {h.section for h in hits} == {"Guide > Beta"}
         assert {h.chunk_id for h in db.search("section:beta", k=5)} == {h.chunk_id for h in hits}
         assert {h.section for h in db.search("alphaword", k=5)} == {"Guide > Alpha"}
+
+
+@settings(max_examples=200, deadline=None)
+@given(text=st.lists(st.sampled_from(list("ab 中文$.!,\n+-") + ["word", "C++", "😀", "\u200b"]), max_size=40).map("".join),
+       size=st.integers(1, 6), overlap_share=st.integers(0, 5))
+def test_the_window_chunker_leaves_no_text_out(text, size, overlap_share):
+    """Windows ran from their first token to their last: the text before the first token,
+    after the last and between windows that do not overlap was in no chunk ('$100 fee. C++
+    rocks!' chunked as '100 fee', 'C++ rocks')."""
+    from ragdb.text.chunking import get_chunker
+
+    overlap = min(overlap_share, size - 1)
+    spans = get_chunker(f"window:size={size},overlap={overlap}").split(text)
+    covered = {i for a, b in spans for i in range(a, b)}
+    assert [text[i] for i in range(len(text)) if i not in covered and not text[i].isspace()] == []
+    assert all(0 <= a < b <= len(text) and not text[a].isspace() and not text[b - 1].isspace() for a, b in spans)
+    assert [a for a, _b in spans] == sorted(a for a, _b in spans)
