@@ -178,6 +178,9 @@ def compile_query(parsed: q.ParsedQuery, analyzer: Analyzer, lookup: Lookup, *, 
     phrases = False
     seqs: list[tuple[tuple[str, int], ...]] = []
     budget = q.MAX_QUERY_EXPANSIONS  # expansion terms left to the query's prefix and fuzzy words
+    spellings = [q.MAX_FUZZY_CANDIDATES]  # edits left to the query's fuzzy words to look up
+    expanded_before: dict[tuple[str, bool, int], tuple[str, list[tuple[str, int, int]]] | str | None] = {}
+    units_before: dict[tuple[str, bool, int], tuple[tuple[int, ...], tuple[str, ...], int, Terms]] = {}
 
     def add_unit(key: str, ids: tuple[int, ...], df: int, weight: float, fld: str | None = None) -> None:
         old = units.get(ids)
@@ -222,34 +225,52 @@ def compile_query(parsed: q.ParsedQuery, analyzer: Analyzer, lookup: Lookup, *, 
             return Terms(groups, ANY, missing=not groups, text_only=False)
         return Terms(groups, ALL, missing=len(groups) < len(names), text_only=False)
 
-    def word_terms(word: q.Word, occur: str, boost: float, scored: bool) -> MatchNode | None:
-        nonlocal budget, unknown_scored
-        expanding = word.prefix or word.fuzzy or fuzzy
-        if expanding and budget <= 0:
+    def expand(word: q.Word, distance: int) -> tuple[str, list[tuple[str, int, int]]] | str | None:
+        """A prefix or fuzzy word's (key, expansions), cut to the query's budget; ``AS_WRITTEN``
+        past a budget (the plan's ``dropped`` says which); None when it has nothing to expand."""
+        nonlocal budget
+        if budget <= 0:
             dropped.append((f"{word.text}{'*' if word.prefix else '~'}",
                             f"not expanded: the query's prefix and fuzzy words already took "
                             f"{q.MAX_QUERY_EXPANSIONS} index terms; searched as written"))
-            expanding = False
-        if expanding:
-            expanded = _expand(word, analyzer, lookup, fuzzy or word.fuzzy, dropped)
+            return AS_WRITTEN
+        expanded = _expand(word, analyzer, lookup, distance, dropped, spellings)
+        if not isinstance(expanded, tuple):
+            return expanded
+        key, found = expanded
+        if len(found) > budget:
+            dropped.append((key, f"expanded to {budget} of its {len(found)} index terms: the query's "
+                                 f"prefix and fuzzy words take {q.MAX_QUERY_EXPANSIONS} in all"))
+            found = found[:budget]
+        budget -= max(1, len(found))
+        return key, found
+
+    def word_terms(word: q.Word, occur: str, boost: float, scored: bool) -> MatchNode | None:
+        nonlocal unknown_scored
+        if word.prefix or word.fuzzy or fuzzy:
+            memo = (word.text, word.prefix, fuzzy or word.fuzzy)
+            if memo not in expanded_before:  # a word written twice expands once (its unit is one)
+                expanded_before[memo] = expand(word, fuzzy or word.fuzzy)
+            expanded = expanded_before[memo]
             if expanded is None:
                 return None
-            key, found = expanded
-            if len(found) > budget:
-                dropped.append((key, f"expanded to {budget} of its {len(found)} index terms: the query's "
-                                     f"prefix and fuzzy words take {q.MAX_QUERY_EXPANSIONS} in all"))
-                found = found[:budget]
-            budget -= max(1, len(found))
-            if not found:
-                unknown.append(key)
-                unknown_scored += scored
-                expansions[key] = ()
-                return Terms((), ANY, missing=True)
-            ids = tuple(i for _, i, _ in found)
-            expansions[key] = tuple(t for t, _, _ in found)
-            if scored:
-                add_unit(key, ids, lookup.union_df(ids) if len(ids) > 1 else found[0][2], boost)
-            return Terms((ids,), ANY)
+            if isinstance(expanded, tuple):
+                key, found = expanded
+                if not found:
+                    unknown.append(key)
+                    unknown_scored += scored
+                    expansions[key] = ()
+                    return Terms((), ANY, missing=True)
+                unit = units_before.get(memo)
+                if unit is None:
+                    ids = tuple(i for _, i, _ in found)
+                    unit = units_before[memo] = (ids, tuple(t for t, _, _ in found),
+                                                 lookup.union_df(ids) if len(ids) > 1 else found[0][2],
+                                                 Terms((ids,), ANY))
+                expansions[key] = unit[1]
+                if scored:
+                    add_unit(key, unit[0], unit[2], boost)
+                return unit[3]
         terms = list(dict.fromkeys(analyzer.terms(word.text)))
         if not terms:
             dropped.extend(analyzer.dropped(word.text) or [(word.text, "no index terms")])
@@ -340,7 +361,15 @@ def compile_query(parsed: q.ParsedQuery, analyzer: Analyzer, lookup: Lookup, *, 
         # alone is, as a whole, the filter its parent requires.
         if not group.alternatives:
             clauses = [(q.MUST if o == q.SHOULD and f else o, c, f) for o, c, f in clauses]
-        return GroupNode(tuple((o, c) for o, c, _f in clauses)), only
+        # a clause twice is the clause once (a AND a, a OR a): a word repeated 100,000 times
+        # made as many masks to combine (its unit was one already)
+        distinct: dict[Any, tuple[str, MatchNode]] = {}
+        for n, (o, c, _f) in enumerate(clauses):
+            try:
+                distinct.setdefault((o, c), (o, c))
+            except TypeError:  # a node holding a filter mapping: kept as it is
+                distinct[n] = (o, c)
+        return GroupNode(tuple(distinct.values())), only
 
     tree = compile_group(parsed.root, None, 1.0, False)[0]
     return Compiled(tuple(units.values()), tree, phrases, expansions, tuple(dropped),
@@ -368,8 +397,11 @@ def _normalized(text: str) -> str:
     return unicodedata.normalize("NFKC", text).casefold()
 
 
-def _expand(word: q.Word, analyzer: Analyzer, lookup: Lookup, fuzzy: int,
-            dropped: list[tuple[str, str]]) -> tuple[str, list[tuple[str, int, int]]] | None:
+AS_WRITTEN = "as written"  #: what :func:`_expand` answers for a word past a budget: search it as written
+
+
+def _expand(word: q.Word, analyzer: Analyzer, lookup: Lookup, fuzzy: int, dropped: list[tuple[str, str]],
+            spellings: list[int]) -> tuple[str, list[tuple[str, int, int]]] | str | None:
     """(explain key, [(term, id, live df)]) of a prefix or fuzzy word: at most
     ``MAX_EXPANSIONS`` index terms that chunks the search may see hold, the most
     frequent first. None when the word has nothing to expand (a stopword)."""
@@ -381,8 +413,14 @@ def _expand(word: q.Word, analyzer: Analyzer, lookup: Lookup, fuzzy: int,
         dropped.extend(analyzer.dropped(word.text) or [(word.text, "no index terms")])
         return None
     candidates: list[str] = []
-    for term in terms:
+    for term in terms:  # (``spellings``: what the query's fuzzy words may still look up)
         candidates.extend(edits1(term) if fuzzy else [term])
+        if len(candidates) > spellings[0]:  # made a term at a time: a long word stops early
+            dropped.append((f"{word.text}~", f"not expanded: the query's fuzzy words look up "
+                                             f"{q.MAX_FUZZY_CANDIDATES:,} spellings one edit away at most; "
+                                             f"searched as written"))
+            return AS_WRITTEN
+    spellings[0] -= len(candidates)
     return f"{word.text}~", lookup.expand(None, lookup.terms(list(dict.fromkeys(candidates))), q.MAX_EXPANSIONS)
 
 

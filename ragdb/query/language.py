@@ -59,6 +59,10 @@ MAX_EXPANSIONS = 64       #: index terms a prefix or fuzzy word expands to, at m
 #: it a word is searched as written, and the plan's ``dropped`` says so (issue 32, item 3:
 #: 1,000 two-letter prefixes were 64,000 terms, 3.1 s)
 MAX_QUERY_EXPANSIONS = 1024
+#: spellings one edit away that all the fuzzy words of one query look up together, at most:
+#: past it a fuzzy word is searched as written (a word of 64 letters has ~4,700 of them, and
+#: a query of long fuzzy words took 17 ms each, 33 s for a word of 64,000 letters)
+MAX_FUZZY_CANDIDATES = 50_000
 MIN_PREFIX_CHARS = 2      #: a shorter prefix (``a*``) is a plain word
 MAX_BOOST = 1000.0
 MAX_DEPTH = 32            #: parentheses (and NOT/-) nested deeper: the query is searched as plain words

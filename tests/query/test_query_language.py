@@ -482,3 +482,51 @@ def test_a_short_prefix_is_a_plain_word_and_the_rest_stays_the_query_language(sm
     assert sources(small.search('"deleted documents" -draft C*')) == ["a"]
     plan = small.query_plan('"deleted documents" -draft C*')
     assert plan.error is None and plan.excluded == ("draft",) and plan.phrases == ("deleted documents",)
+
+
+def test_fuzzy_words_look_up_a_bounded_number_of_spellings(small, monkeypatch):
+    """Each fuzzy word looked up every spelling one edit away from each of its terms: a word
+    of 64,000 letters took 33 s, 300 long fuzzy words 4 s. The query's fuzzy words look up
+    MAX_FUZZY_CANDIDATES in all; past it a word is searched as written, and the plan says so."""
+    import random
+    import string
+
+    from ragdb.index import inverted
+
+    looked: list[int] = []
+    real = inverted.Index.lookup_terms
+
+    def counting(self, terms):
+        terms = list(terms)
+        looked.append(len(terms))
+        return real(self, terms)
+
+    monkeypatch.setattr(inverted.Index, "lookup_terms", counting)
+    rng = random.Random(5)
+    long_word = "".join(rng.choice(string.ascii_lowercase) for _ in range(64_000))
+    many = " ".join("".join(rng.choice(string.ascii_lowercase) for _ in range(60)) + "~" for _ in range(300))
+    for query, fuzzy in ((long_word + "~ deleted", 0), (long_word + " deleted", 1), (many + " deleted", 0)):
+        looked.clear()
+        assert "a" in sources(small.search(query, fuzzy=fuzzy))  # the other words still search
+        assert sum(looked) <= q.MAX_FUZZY_CANDIDATES + 1_000
+        plan = small.query_plan(query, fuzzy=fuzzy)
+        assert any("spellings one edit away at most" in why for _w, why in plan.dropped)
+    assert small.query_plan("docment~ deleted~").expansions == {"docment~": ("document",), "deleted~": ("delet",)}
+
+
+def test_a_fuzzy_word_written_many_times_expands_once(small, monkeypatch):
+    from ragdb.index import matching
+
+    calls: list[str] = []
+    real = matching._expand
+
+    def counting(word, *args):
+        calls.append(word.text)
+        return real(word, *args)
+
+    monkeypatch.setattr(matching, "_expand", counting)
+    query = "docment~ " * 2_000 + "delet*"
+    plan = small.query_plan(query)
+    assert calls == ["docment", "delet"] and plan.dropped == ()
+    assert sources(small.search(query)) == sources(small.search("docment~ delet*"))
+    assert [h.score for h in small.search(query)] == [h.score for h in small.search("docment~ delet*")]
