@@ -430,7 +430,16 @@ class Searcher:
         # a query with operators scores its hits bit for bit like that plain search.
         positive = " ".join(w.text for w, _f, _b in parsed.words())
         rank = {t: i for i, t in enumerate(dict.fromkeys(eng.analyzer.terms(positive)))}
-        units = tuple(sorted(compiled.units, key=lambda u: rank.get(u.key, len(rank))))
+        # (the text's units first, then each field's in the database's order of fields, its
+        # terms in query order: as query_terms makes them, else the sums differ in the last bit)
+        field_rank = {f: i for i, f in enumerate(self._field_weights())}
+
+        def order(u: Unit) -> tuple[int, int, int]:
+            if u.field is None:
+                return 0, rank.get(u.key, len(rank)), 0
+            return 1, field_rank.get(u.field, len(field_rank)), rank.get(u.key.split(":", 1)[1], len(rank))
+
+        units = tuple(sorted(compiled.units, key=order))
         # the maximum of the text's score alone: confidence is the text's support for the query
         # (a term only hidden chunks hold is one no chunk holds, as in query_terms: the lookup
         # left it out, so it is among the unknown words; those of excluded words score nothing)
