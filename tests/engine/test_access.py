@@ -487,3 +487,18 @@ def test_a_metadata_key_only_older_versions_have_is_a_field_only_in_a_search_of_
         assert [h.text for h in db.search("pump team:ops")] == ["pump notes, revised"]
         assert db.query_plan("pump team:ops", versions="all").filters == ("team:ops",)
         assert [h.text for h in db.search("pump team:ops", versions="all")] == ["pump notes"]
+
+
+def test_the_plans_script_note_comes_from_the_chunks_the_caller_may_see(tmp_path):
+    """The note 'the question is in Chinese ... the knowledge base holds almost none' was
+    decided from a sample of every chunk: whether the hidden documents were Chinese showed."""
+    seen = []
+    for label, text in (("en", "Salary plan {} raises pay by five percent in May."),
+                        ("zh", "薪资调整方案第{}版：五月起上调百分之五。")):
+        with ragdb.open(tmp_path / f"{label}.db") as db:
+            for i in range(5):
+                db.add(f"Pump manual {i}: check the pressure valve weekly.", source=f"pub/{i}.md")
+                db.add(text.format(i), source=f"hr/{i}.md", acl=["hr"])
+            seen.append(db.query_plan("什么是检索增强生成").notes)
+            assert bool(db.query_plan("什么是检索增强生成", principals=["hr"]).notes) == (label == "en")
+    assert seen[0] == seen[1] and "holds almost none" in seen[0][0]
