@@ -19,6 +19,7 @@ that would need to decode it.
 from __future__ import annotations
 
 import hashlib
+import math
 from collections import Counter
 from collections.abc import Iterable, Iterator, Sequence
 from decimal import Decimal
@@ -435,7 +436,12 @@ def _as_stored(row: Sequence[Any]) -> tuple[Any, ...]:
     int, which is not the float 1e23 (99999999999999991611392) but is the same stored
     number (issue 32, item 11); SQLite gives the float back."""
     doc_id, key, value, *rest = row
-    return (doc_id, key, Decimal(repr(value)) if type(value) is float else value, *rest)
+    if type(value) is float:
+        # a whole number past 2**53 as the integer it is (PostgreSQL holds it so: its
+        # shortest repr, 2.0**60 as 1.152921504606847e18, is another integer)
+        value = int(value) if math.isfinite(value) and value.is_integer() and abs(value) >= 2 ** 53 \
+            else Decimal(repr(value))
+    return (doc_id, key, value, *rest)
 
 
 def _filter_row(row: tuple[Any, ...]) -> str:

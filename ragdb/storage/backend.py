@@ -101,7 +101,8 @@ def glob_regex(pattern: str) -> str | None:
         c = pattern[i]
         i += 1
         if c == "*":
-            out.append(".*")
+            if out[-1] != ".*":  # a run of * is one (1,600 of them were "too complex" for PostgreSQL)
+                out.append(".*")
         elif c == "?":
             out.append(".")
         elif c == "[":

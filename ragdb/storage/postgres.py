@@ -47,6 +47,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import math
 import re
 import threading
 import time
@@ -341,8 +342,13 @@ def translate(err: Exception, shared: _PgShared) -> RagdbError:
         return StorageError(f"{path}: the database is read-only (opened read-only, or a hot-standby replica): "
                             f"{msg}")
     if "NUL (0x00)" in msg or code == "22P05" or "\\u0000" in msg:
-        return InvalidInput(f"{path}: PostgreSQL cannot store NUL characters (U+0000) in text, and this text "
-                            f"or metadata holds one: {msg}")
+        return InvalidInput(f"{path}: PostgreSQL text cannot hold NUL characters (U+0000), to store or to "
+                            f"look up, and this input (text, metadata, a filter, a source, a label) holds "
+                            f"one: {msg}")
+    if code == "54000":  # program_limit_exceeded: a btree entry over 2,704 bytes
+        return InvalidInput(f"{path}: PostgreSQL indexes a metadata value, a source or an access label of "
+                            f"at most ~2,700 bytes, and this one is longer (SQLite has no such limit; keep "
+                            f"long text in the document's text): {msg}")
     if code == "3F000" or "no schema has been selected" in msg:
         return StorageError(f"{path}: the schema of the connection's search_path does not exist; create it "
                             f"first (CREATE SCHEMA ...): {msg}")
@@ -361,8 +367,16 @@ def _exact(value: Any) -> Any:
 
 
 def _jsonb(value: Any) -> Any:
+    """A doc_meta value (or a filter's) as jsonb. jsonb holds a number as the decimal it is
+    written as, and a float is written as its shortest round trip (``2.0**60`` as
+    ``1.152921504606847e+18``, the integer 1152921504606847000): a float that is a whole
+    number past 2**53 goes as the integer it is, so it equals the int a filter names, as
+    SQLite compares them."""
     from psycopg.types.json import Jsonb
 
+    if isinstance(value, float) and math.isfinite(value) and value.is_integer() and abs(value) >= 2 ** 53:
+        whole = str(int(value))  # (JSON's number, of any size: orjson writes ints of 64 bits at most)
+        return Jsonb(value, dumps=lambda _v: whole)
     return Jsonb(value, dumps=dumps)
 
 

@@ -180,7 +180,7 @@ def test_check_compares_large_floats_as_postgresql_stores_them(pg_url, tmp_path)
     with ragdb.open(tmp_path / "copy.db") as db:
         assert db.check() == [] and db.count(principals=ragdb.ALL) == len(values)
     with psycopg.connect(pg_url) as conn:  # damage is still seen
-        conn.execute("UPDATE doc_meta SET value = '1e22'::jsonb WHERE key = 'k' AND value = '1e23'::jsonb")
+        conn.execute("UPDATE doc_meta SET value = '3.5'::jsonb WHERE key = 'k' AND value = '2.5'::jsonb")
     with ragdb.open(pg_url) as db:
         assert [p.split(" (")[0] for p in db.check()] == [
             "doc_meta lacks 1 row of the documents' metadata", "doc_meta has 1 row not in the documents' metadata"]
@@ -760,7 +760,8 @@ def test_cli_copy_and_search(pg_url, tmp_path, runner):
     assert out_json(run(runner, "-d", pg_url, "stats", "--json"))["documents"] == 1
     listed = out_json(run(runner, "-d", pg_url, "migrate", "--list", "--json"))
     assert [m["name"] for m in listed["applied"]] == ["0001_initial", "0002_packed_postings", "0003_packed_forward",
-                                                      "0004_chunk_state", "0005_new_terms", "0006_bulk_terms"]
+                                                      "0004_chunk_state", "0005_new_terms", "0006_bulk_terms",
+                                                      "0007_whole_floats"]
     assert listed["pending"] == []
     assert json.loads(run(runner, "-d", pg_url, "check", "--json").output)["problems"] == []
 
@@ -848,3 +849,60 @@ def test_mcp_server_on_postgresql(pg_url, tmp_path):
             assert (await call("stats", {}))["visible_documents"] == 2
 
     anyio.run(main)
+
+
+def test_whole_floats_past_2_53_compare_with_ints_as_on_sqlite(pg_url, tmp_path):
+    """jsonb held 2.0**60 as its shortest decimal, 1.152921504606847e18 (the integer
+    1152921504606847000): an equality filter naming 2**60 found it on SQLite, not here, and
+    `ragdb copy` to SQLite made a file whose check failed."""
+    with ragdb.open(pg_url) as pg, ragdb.open(tmp_path / "lite.db") as lite:
+        for db in (pg, lite):
+            db.add("float doc", source="f.md", metadata={"k": 2.0 ** 60, "m": -(2.0 ** 70)})
+            db.add("int doc", source="i.md", metadata={"j": 2 ** 60})
+            got = [db.count(filter=f) for f in ({"k": 2 ** 60}, {"j": 2.0 ** 60}, {"m": -(2.0 ** 70)},
+                                                 {"k": {"$lte": 2 ** 60}}, {"k": {"$in": [1, 2 ** 60]}})]
+            assert got == [1, 1, 1, 1, 1]
+            assert db.check() == []
+    ragdb.copy_database(pg_url, str(tmp_path / "copy.db"))
+    with ragdb.open(tmp_path / "copy.db") as db:
+        assert db.check() == [] and db.count(filter={"k": {"$lte": 2 ** 60}}) == 1
+
+
+def test_a_value_postgresql_cannot_index_is_an_input_error_naming_the_limit(pg_url):
+    """A metadata value, source or label over ~2,700 bytes exceeds a btree entry: it failed
+    as 'the connection to the PostgreSQL server failed'."""
+    import random
+
+    rnd = random.Random(1)
+    long = "".join(chr(rnd.randrange(0x4E00, 0x9FFF)) for _ in range(3000))  # 9,000 bytes compression cannot halve
+    with ragdb.open(pg_url) as db:
+        db.add("kept", source="k.md")
+        for kw in ({"source": "m.md", "metadata": {"summary": long}}, {"source": "l.md", "acl": [long]},
+                   {"source": long}):
+            with pytest.raises(ragdb.errors.InvalidInput, match="at most ~2,700 bytes"):
+                db.add("hello world", **kw)
+        assert [d.source for d in db.documents(principals=ragdb.ALL)] == ["k.md"] and db.check() == []
+
+
+def test_nul_in_a_read_is_an_input_error_saying_so_and_long_globs_work(pg_url):
+    with ragdb.open(pg_url) as db:
+        db.add("hello world", source="a/x.md", metadata={"k": "v"})
+        with pytest.raises(ragdb.errors.InvalidInput, match="to store or to look up"):
+            db.count(filter={"k": "v\x00"})
+        assert db.count(filter={"source": "*" * 1600}) == 1  # "regular expression is too complex"
+        assert [d.source for d in db.documents("a/" + "*" * 2000)] == ["a/x.md"]
+
+
+def test_the_whole_floats_migration_rewrites_what_schema_6_stored(pg_url):
+    """A database of schema 6 holds 2.0**60 as jsonb's 1.152921504606847e18: migration 0007
+    rewrites it as the integer it is, so filters and check agree with SQLite."""
+    import psycopg
+
+    with ragdb.open(pg_url) as db:
+        db.add("float doc", source="f.md", metadata={"k": 2.0 ** 60, "small": 2.5, "n": 2 ** 62})
+    with psycopg.connect(pg_url, autocommit=True) as conn:  # as schema 6 wrote it
+        conn.execute("UPDATE doc_meta SET value = '1.152921504606847e+18'::jsonb WHERE key = 'k'")
+        conn.execute("DELETE FROM ragdb_migrations WHERE name = '0007_whole_floats'")
+    with ragdb.open(pg_url) as db:
+        assert db.count(filter={"k": 2 ** 60}) == 1 and db.count(filter={"small": 2.5}) == 1
+        assert db.count(filter={"n": 2 ** 62}) == 1 and db.check() == []
