@@ -79,7 +79,7 @@ import orjson
 from ragdb.files import loaders
 from ragdb.files import walk
 from ragdb.text.analysis import is_blank
-from ragdb.errors import InvalidInput, LoaderError, RagdbError
+from ragdb.errors import DocumentNotFound, InvalidInput, LoaderError, RagdbError
 from ragdb.options import ALL
 from ragdb.records import LoadedDocument
 from ragdb.files.walk import Patterns, Skipped
@@ -360,6 +360,25 @@ def _file_documents(path: str, source: str, acl: tuple[str, ...] | None, *, chec
             doc = dataclasses.replace(doc, acl=acl)
         out.append(doc)
     return out
+
+
+def _as_stored_if_touched(db: Database, doc: LoadedDocument) -> LoadedDocument:
+    """A file's document whose bytes the stored latest version holds already (the file was
+    touched, not edited): with that version's modification time (and the timestamp taken
+    from it), so that adding it again is unchanged, as a sync finds it; else as it is."""
+    meta = doc.metadata
+    if "mtime" not in meta or "content_hash" not in meta:
+        return doc
+    try:
+        stored = db.get(source=doc.source, with_text=False, principals=ALL)
+    except DocumentNotFound:
+        return doc
+    if stored.metadata.get("content_hash") != meta["content_hash"] or stored.metadata.get("mtime") == meta["mtime"]:
+        return doc
+    kept = {**meta, "mtime": stored.metadata.get("mtime")}
+    if meta.get("timestamp") == meta["mtime"]:  # the file's time, not its own (front matter's, a record's)
+        kept["timestamp"] = stored.timestamp
+    return dataclasses.replace(doc, metadata=kept)
 
 
 def _with_extra(doc: LoadedDocument, extra: Mapping[str, Any]) -> LoadedDocument:
@@ -738,6 +757,7 @@ def add_paths(db: Database, inputs: Sequence[str | os.PathLike[str]] | Selection
                                            identity=None if explicit else sel.identities.get(path))
                     if any(d.source != src for d in docs):
                         groups[src] = {d.source for d in docs}
+                    docs = [_as_stored_if_touched(db, d) for d in docs]
             except walk.FileChanged as e:
                 skipped.append(Skipped(path, e.reason))
             except _ContentSkip as e:

@@ -834,3 +834,22 @@ def test_a_file_name_that_is_not_utf8_fails_alone_saying_so(db, folder):
         loaders.load_file(os.fsdecode(name))
     again = sync.sync_folder(db, folder)  # the documents of the other files stay as they are
     assert len(again.failed) == 1 and sources(db) == ["alpha.md", "beta.txt", "sub/gamma.txt"]
+
+
+def test_adding_a_touched_file_again_is_unchanged_as_a_sync_finds_it(tmp_path, monkeypatch):
+    """The loaded file's mtime (in its metadata, and its timestamp) made a touched but unedited
+    file a new version on 'ragdb add' (a second identical version with keep_versions)."""
+    monkeypatch.chdir(tmp_path)
+    path = write(tmp_path / "a.md", "# Title\n\nThe refund window is 30 days.\n", mtime=1_700_000_000)
+    with ragdb.open(tmp_path / "kb.db", keep_versions=True) as db:
+        sync.add_paths(db, ["a.md"])
+        before = db.get(source="a.md")
+        os.utime(path, (1_700_000_600, 1_700_000_600))  # touched, the same bytes
+        report = sync.add_paths(db, ["a.md"])
+        assert report.unchanged == ("a.md",) and report.added == report.replaced == ()
+        assert len(db.documents(versions="all")) == 1 and db.get(source="a.md") == before
+        path.write_text("# Title\n\nThe refund window is 14 days.\n")  # edited: a new version, its own time
+        os.utime(path, (1_700_001_200, 1_700_001_200))
+        assert sync.add_paths(db, ["a.md"]).replaced
+        assert db.get(source="a.md").timestamp.startswith("2023-11-14T22:33:20")
+
