@@ -396,6 +396,13 @@ class ConnectionSQL(StoreBase):
             if unknown:
                 raise SchemaTooNew(f"{self.path}: written by a newer ragdb (schema {unknown[-1]}; "
                                    f"this ragdb knows up to {known[-1]}); upgrade ragdb to open it")
+            if "chunk_log" not in tables:
+                # 0001_initial.sql was edited during ragdb's first day of development (before any
+                # release): a file made before then has a schema 1 no migration leads from
+                raise NotADatabase(f"{self.path}: made by a development build of ragdb from before its first "
+                                   f"release, whose schema cannot be migrated (it lacks the table chunk_log); "
+                                   f"export it with that build (ragdb export) and import the file into a new "
+                                   f"database (ragdb import)")
         conn.execute(f"PRAGMA busy_timeout = {int(busy_timeout * 1000)}")
         # 4 MiB of page cache (the default is 2 MiB). Hit texts are served from
         # the index's own row cache and the OS page cache; a larger SQLite

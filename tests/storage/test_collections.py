@@ -423,3 +423,17 @@ def test_readonly_file_cannot_create_or_drop(tmp_path):
         with pytest.raises(StorageError, match="read-only"):
             db.drop_collection("x")
         assert [c.name for c in db.collections()] == ["default", "x"]
+
+
+def test_a_schema_1_from_before_the_first_release_is_refused_saying_what_to_do(tmp_path):
+    """0001_initial.sql changed during ragdb's first day of development: a file made before
+    then has a schema 1 without chunk_log, and opening it failed with 'no such table:
+    chunk_log' (a StorageError naming no way out)."""
+    path = tmp_path / "early.db"
+    conn = sqlite3.connect(path)
+    build_migrations(stop_after="0001_initial").apply(__import__("sqlite_utils").Database(conn))
+    conn.execute("DROP TABLE chunk_log")  # as that build's schema 1 had it
+    conn.commit()
+    conn.close()
+    with pytest.raises(ragdb.errors.NotADatabase, match="before its first release.*ragdb export"):
+        ragdb.open(path)
