@@ -857,10 +857,10 @@ def _int_param(params: Mapping[str, str], name: str, default: int) -> int:
     text = params.get(name)
     if text is None:
         return default
-    try:
-        value = int(text, 10)
-    except ValueError:
-        raise InvalidInput(f"{name} must be an integer, got {text!r}") from None
+    # ASCII digits only: int() also takes "٥", " 5 ", "+5" and "5_0" (fifty)
+    if not (text.isascii() and text.isdigit() or text[:1] == "-" and text[1:].isascii() and text[1:].isdigit()):
+        raise InvalidInput(f"{name} must be an integer, got {text!r}")
+    value = int(text, 10)
     if value < 0:
         raise InvalidInput(f"{name} must not be negative, got {value}")
     return value

@@ -205,6 +205,9 @@ def test_documents_pages_and_prefix_equal_the_library(url: str, kb: Path) -> Non
             assert [d["source"] for d in pages] == [d.source for d in db.documents(principals=principals)]
             assert [d["id"] for d in pages] == [d.id for d in db.documents(principals=principals)]
             assert all("text" not in d for d in pages)
+        for odd in ("\u0665", " 2", "+2", "2_0", "2.0", ""):  # int() took the first four (5_0 as fifty)
+            r = httpx.get(url + "/documents", params={"limit": odd})
+            assert r.status_code == 422 and "limit must be an integer" in r.text, odd
         for prefix, sources in (("docs/", ["docs/cats.md", "docs/dogs.md", "docs/physics.md"]),
                                 ("odd/a[1]*", ["odd/a[1]*.md"]), ("odd/a[", ["odd/a[1]*.md"]),
                                 ("odd/a?", []), ("team/", []), ("zzz", [])):
