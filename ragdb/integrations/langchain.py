@@ -393,7 +393,7 @@ class RagdbVectorStore(VectorStore):
             records.append({"text": document.page_content, "source": doc_id, "metadata": document.metadata,
                             "acl": self.acl})
             out.append(doc_id)
-        check_distinct_sources(records, "add_documents: documents")
+        check_distinct_sources(records, "add_documents: documents", "id")
         if not records:
             return []
         with self.db.transaction():

@@ -319,7 +319,7 @@ class RagdbVectorStore(BasePydanticVectorStore):
             meta = node_to_metadata_dict(node, remove_text=True, flat_metadata=self.flat_metadata)
             records.append({"text": node.get_content(metadata_mode=MetadataMode.NONE), "source": node.node_id,
                             "metadata": meta, "acl": self._acl})
-        check_distinct_sources(records, "add: nodes")
+        check_distinct_sources(records, "add: nodes", "node id")
         if not records:
             return []
         db = self._db

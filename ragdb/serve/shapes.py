@@ -119,9 +119,11 @@ def to_record(text: str, metadata: Mapping[str, Any] | None, fallback_source: st
             "timestamp": meta.pop("timestamp", None), "metadata": meta, "acl": labels if acl is None else acl}
 
 
-def check_distinct_sources(records: Sequence[Mapping[str, Any]], what: str) -> None:
+def check_distinct_sources(records: Sequence[Mapping[str, Any]], what: str, named_by: str = "metadata['source']",
+                           ) -> None:
     """Refuse two records of one call with the same source: the second would replace the
-    first (ragdb chunks a document itself), losing it silently."""
+    first (ragdb chunks a document itself), losing it silently. ``named_by``: what names a
+    record's source for the caller (a vector store's id)."""
     seen: dict[str, int] = {}
     for n, record in enumerate(records):
         source = record.get("source")
@@ -131,7 +133,7 @@ def check_distinct_sources(records: Sequence[Mapping[str, Any]], what: str) -> N
             raise InvalidInput(
                 f"{what} {seen[source]} and {n} have the same source {source!r}: the second would replace the "
                 f"first. ragdb chunks documents itself, so add whole documents (before a text splitter), or give "
-                f"each its own metadata['source']")
+                f"each its own {named_by}")
         seen[source] = n
 
 

@@ -182,7 +182,7 @@ def test_unsupported_filters_and_bad_input_are_refused(db):
         store.query(VectorStoreQuery(query_str="x", filters=text_match))
     with pytest.raises(InvalidInput, match="query_str"):
         store.query(VectorStoreQuery(query_embedding=[0.1] * 8))
-    with pytest.raises(InvalidInput, match="same source"):
+    with pytest.raises(InvalidInput, match="same source.*give each its own node id$"):
         store.add([TextNode(text="a", id_="x"), TextNode(text="b", id_="x")])
     with pytest.raises(InvalidInput, match="RagdbRetriever"):
         RagdbRetriever(db, filter={"year": {"$bad": 1}})
