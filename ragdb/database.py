@@ -1061,13 +1061,24 @@ def _prompt_k(k: int | None, options: SearchOptions | None) -> int | None:
 
 
 def _spans(chunks: list[tuple[int, int, int, str]]) -> list[dict[str, Any]]:
-    """Non-overlapping spans [start of chunk i, start of chunk i+1) carrying each chunk's metadata,
-    from a document's ``Store.iter_chunk_spans`` rows (in start order)."""
+    """Non-overlapping spans carrying each chunk's metadata, from a document's
+    ``Store.iter_chunk_spans`` rows (in start order): span i runs from where chunk i's own
+    text starts (past its overlap with the chunks before) to where chunk i+1's does, so it
+    covers all of chunk i's own text and no other chunk's, and ``add_many`` gives each chunk
+    its metadata back (ragdb.engine.prepare: the span covering the most of a chunk's own text).
+    From the chunks' starts, labels moved one chunk on at each export and import where
+    chunks overlap by more than half."""
+    owns = []
+    done = 0  # where the chunks so far end
+    for _doc, start, end, _meta in chunks:
+        owns.append(max(start, done) if done < end else start)
+        done = max(done, end)
     out = []
-    for i, (_doc, start, end, meta) in enumerate(chunks):
-        nxt = chunks[i + 1][1] if i + 1 < len(chunks) else None
-        stop = nxt if nxt is not None and nxt > start else max(end, start + 1)
-        out.append({"start": start, "end": stop, "metadata": loads(meta)})
+    for i, (_doc, _start, end, meta) in enumerate(chunks):
+        own = owns[i]
+        nxt = owns[i + 1] if i + 1 < len(chunks) else None
+        stop = nxt if nxt is not None and nxt > own else max(end, own + 1)
+        out.append({"start": own, "end": stop, "metadata": loads(meta)})
     return out
 
 

@@ -11,6 +11,7 @@ the previous batch is written.
 
 from __future__ import annotations
 
+import numbers
 import os
 import sys
 from collections.abc import Callable, Generator, Iterable, Mapping, Sequence
@@ -90,16 +91,19 @@ def check_metadata(metadata: Any, label: str) -> tuple[dict[str, Any], str]:
     return metadata, metadata_json
 
 
-def check_span(span: Span, label: str) -> dict[str, Any]:
-    """A span's metadata, validated as a document's is (``label`` names the span), and its
-    bounds: integers, ``start <= end``, neither negative."""
+def check_span(span: Span, label: str) -> tuple[int, int, dict[str, Any]]:
+    """A span's bounds and metadata, validated as a document's metadata is (``label`` names the
+    span): integers (numpy's too), ``start <= end``, neither negative."""
+    bounds = []
     for name in ("start", "end"):
         value = getattr(span, name)
-        if not isinstance(value, int) or isinstance(value, bool):
+        if not isinstance(value, numbers.Integral) or isinstance(value, bool):
             raise InvalidInput(f"{label}: {name} must be an integer, got {value!r}")
-    if not 0 <= span.start <= span.end:
-        raise InvalidInput(f"{label}: start {span.start} and end {span.end} must satisfy 0 <= start <= end")
-    return check_metadata(span.metadata, label)[0]
+        bounds.append(int(value))
+    start, end = bounds
+    if not 0 <= start <= end:
+        raise InvalidInput(f"{label}: start {start} and end {end} must satisfy 0 <= start <= end")
+    return start, end, check_metadata(span.metadata, label)[0]
 
 
 def check_acl(acl_in: Any, label: str) -> tuple[str, ...]:
@@ -176,7 +180,7 @@ def prepare(record: Mapping[str, Any] | LoadedDocument, chunker: Chunker, n: int
     spans: Sequence[Span] = record.get("spans") or ()
     if not isinstance(spans, (list, tuple)) or not all(isinstance(sp, Span) for sp in spans):
         raise InvalidInput(f"{label}: spans must be a sequence of ragdb.types.Span")
-    checked = [(sp.start, sp.end, check_span(sp, f"{label}: span {i}")) for i, sp in enumerate(spans)]
+    checked = [check_span(sp, f"{label}: span {i}") for i, sp in enumerate(spans)]
     chunks: list[tuple[int, int, dict[str, Any], Counts]] = []
     done = 0  # where the chunks so far end
     for start, end in rec_chunker.split(text):

@@ -43,6 +43,9 @@ SURFACE_CHUNKS = 16
 #: A question's script "has no counterpart" in a knowledge base when less than this share
 #: of the sampled chunks' letters are of it (CJK for a CJK question, others otherwise).
 NO_SCRIPT_SHARE = 0.01
+#: unflushed terms a prefix's expansion reads by id at most to settle its last places (see
+#: Searcher._expansions); past it the vocabulary's next page is read instead
+TAIL_TERMS_READ = 4096
 SCRIPT_SAMPLE = 400  #: chunks whose text tells which scripts the chunks a search may see hold, spread evenly
 #: Names of the embedders that place a question and its translation together: with their
 #: vectors a hybrid or vector search crosses languages (``ragdb embed --cross-lingual``).
@@ -459,11 +462,12 @@ class Searcher:
         the term, so hidden documents neither crowd a visible term out nor order the rest.
 
         The vocabulary gives prefix candidates by stored df, a page at a time: a term's live
-        df is its stored df plus at most :meth:`~ragdb.index.inverted.Index.tail_df_bound`
-        (the unflushed chunks), so once the n-th best count is above what the next page's
-        terms can reach, the rest cannot change the answer, and the answer is the same
-        whatever was flushed. (A search of history counts older versions too, which no
-        stored df bounds: it reads every candidate.)"""
+        df is its stored df plus at most the unflushed chunks that hold it
+        (:meth:`~ragdb.index.inverted.Index.tail_counts`). Once the n-th best count is above
+        the last stored df read, only an unflushed term holding the difference or more could
+        still reach it: those of them that start with the prefix are read by id, and the rest
+        cannot change the answer, so it is the same whatever was flushed. (A search of history
+        counts older versions too, which no stored df bounds: it reads every candidate.)"""
         index = self.engine.index
         pool: dict[str, tuple[int, int, int]] = {}  # term -> (id, live df, count)
 
@@ -488,7 +492,8 @@ class Searcher:
         take([(t, i, d) for t, (i, d) in found.items()])
         if prefix is not None:
             store = self.engine.store
-            limit, read, slack = n * 16, 0, None
+            limit, read = n * 16, 0
+            tail: tuple[np.ndarray, np.ndarray] | None = None
             while True:
                 rows = store.terms_with_prefix(prefix, limit, recent=index.may_have_new_terms(),
                                                bulk=index.bulk_terms)
@@ -496,10 +501,15 @@ class Searcher:
                 read = len(rows)
                 if read < limit:
                     break  # every candidate read
-                if not history:
-                    slack = index.tail_df_bound() if slack is None else slack
-                    top = best()
-                    if len(top) == n and -top[-1][0] > rows[-1][2] + slack:
+                top = best()
+                if not history and len(top) == n and (gap := -top[-1][0] - rows[-1][2]) > 0:
+                    tail = index.tail_counts() if tail is None else tail
+                    reach = int(np.searchsorted(-tail[1], -gap, side="right"))  # unflushed terms holding >= gap
+                    if reach <= TAIL_TERMS_READ:
+                        held = {v[0] for v in pool.values()}
+                        rest = [int(i) for i in tail[0][:reach] if int(i) not in held]
+                        take([(t, i, index.effective_df(i, df)) for t, i, df in store.terms_of_ids(rest)
+                              if prefix <= t < prefix + "\U0010ffff"])  # (the vocabulary's range)
                         break
                 limit *= 8
         return [(t, pool[t][0], pool[t][1]) for _c, t in best()]

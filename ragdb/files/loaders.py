@@ -591,12 +591,12 @@ def _yaml_scalar_text(yaml: Any, raw: str, key: str, value: Any) -> Any:
     reads ``version: 1.10`` as the number 1.1 and ``version: 010`` as 8. ``value`` (what
     ``safe_load`` gave) when the node is not a plain scalar (an alias, a tagged value)."""
     node = yaml.compose(raw, Loader=yaml.SafeLoader)
-    for key_node, value_node in getattr(node, "value", ()):
-        if (isinstance(key_node, yaml.ScalarNode) and key_node.value == key
-                and isinstance(value_node, yaml.ScalarNode) and not value_node.tag.startswith("!")):
-            text: str = value_node.value
-            return text
-    return value
+    found: Any = value
+    for key_node, value_node in getattr(node, "value", ()):  # the last of a key given twice, as safe_load
+        if isinstance(key_node, yaml.ScalarNode) and key_node.value == key:
+            found = value_node.value if isinstance(value_node, yaml.ScalarNode) and \
+                not value_node.tag.startswith("!") else value
+    return found
 
 
 _DROP = object()
@@ -1390,6 +1390,12 @@ def _in_foreign(node: Any) -> bool:
 
 
 _FOREIGN_TAGS = frozenset({"svg", "math"})
+#: HTML start tags that end open <svg>/<math> elements (the HTML standard's "breakout" tags of
+#: foreign content, the common ones), so that an unclosed <svg> ends where lexbor ends it
+_FOREIGN_BREAKOUT = frozenset({"b", "big", "blockquote", "body", "br", "center", "code", "dd", "div", "dl", "dt",
+                               "em", "embed", "h1", "h2", "h3", "h4", "h5", "h6", "head", "hr", "i", "img", "li",
+                               "listing", "menu", "meta", "nobr", "ol", "p", "pre", "ruby", "s", "small", "span",
+                               "strong", "strike", "sub", "sup", "table", "tt", "u", "ul", "var"})
 
 
 def _html_selectolax(html: str) -> tuple[str, str | None] | None:
@@ -1483,6 +1489,8 @@ def _html_stdlib(html: str) -> tuple[str, str | None]:
         def handle_starttag(self, tag: str, attrs: list[tuple[str, str | None]]) -> None:
             if tag in _FOREIGN_TAGS:
                 self.foreign += 1
+            elif self.foreign and tag in _FOREIGN_BREAKOUT:  # an unclosed <svg> ends here, as in HTML
+                self.foreign = 0
             if tag == "title" and self.foreign:  # a drawing's title: skipped like other titles
                 tag = "svg-title"
             if self.in_title:

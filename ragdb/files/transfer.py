@@ -95,6 +95,8 @@ def export_jsonl(db: Database, target: "str | os.PathLike[str] | IO[bytes]", *,
     name = _name(target)
     if isinstance(target, (str, os.PathLike)):
         path = Path(target)
+        if path.is_dir():  # found before the whole export is written to a temporary file
+            raise InvalidInput(f"{name}: cannot write: is a folder")
         tmp = path.with_name(f".{path.name}.tmp{os.getpid()}")
         try:
             fh = open(tmp, "wb")  # noqa: SIM115 - closed by the with below; only open() errors are "cannot write"

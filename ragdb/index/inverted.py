@@ -925,13 +925,14 @@ class Index:
         self._tail = None
         self._tail_split = None
 
-    def tail_df_bound(self) -> int:
-        """The most a term's live df may exceed its ``vocabulary.df``: the largest number of
-        latest tail chunks holding one term (0 without a tail)."""
+    def tail_counts(self) -> tuple[np.ndarray, np.ndarray]:
+        """(term ids, how many latest tail chunks hold each), most first: what a term's live df
+        may exceed its ``vocabulary.df`` by (empty without a tail)."""
         if not self.has_tail():
-            return 0
-        counts = self.tail.latest_counts(self.state)[1]
-        return int(counts.max()) if len(counts) else 0
+            return np.zeros(0, np.int64), np.zeros(0, np.int64)
+        terms, counts = self.tail.latest_counts(self.state)
+        order = np.argsort(-counts, kind="stable")
+        return terms[order], counts[order]
 
     def has_tail(self) -> bool:
         return bool(self.tail_entries) or bool(self._sealed)

@@ -115,8 +115,9 @@ class Compiled(NamedTuple):
     expansions: Mapping[str, tuple[str, ...]]
     dropped: tuple[tuple[str, str], ...] = ()
     unknown: tuple[str, ...] = ()
-    #: how many of ``unknown`` belong to words that score (not excluded ones): what a
-    #: confidence's maximum counts (an excluded word the database lacks changes no hit)
+    #: how many distinct terms of the words that score (not excluded ones) no chunk the search
+    #: may see holds in the text (a word only a title holds among them, as a plain search
+    #: counts it): what a confidence's maximum counts for them (an excluded word changes no hit)
     unknown_scored: int = 0
     #: (term, relative position) sequences of the phrases that are not excluded (highlighting)
     phrase_seqs: tuple[tuple[tuple[str, int], ...], ...] = ()
@@ -174,7 +175,7 @@ def compile_query(parsed: q.ParsedQuery, analyzer: Analyzer, lookup: Lookup, *, 
     expansions: dict[str, tuple[str, ...]] = {}
     dropped: list[tuple[str, str]] = []
     unknown: list[str] = []
-    unknown_scored = 0
+    scored_unknown: set[str] = set()  # (see Compiled.unknown_scored)
     phrases = False
     seqs: list[tuple[tuple[str, int], ...]] = []
     budget = q.MAX_QUERY_EXPANSIONS  # expansion terms left to the query's prefix and fuzzy words
@@ -210,13 +211,12 @@ def compile_query(parsed: q.ParsedQuery, analyzer: Analyzer, lookup: Lookup, *, 
         if not terms:
             dropped.extend(analyzer.dropped(word.text) or [(word.text, "no index terms")])
             return None
-        nonlocal unknown_scored
         names = [fields.PREFIX[fld] + t for t in terms]
         known = lookup.terms(names)
         missing = [f"{fld}:{t}" for t, n in zip(terms, names) if n not in known]
         unknown.extend(missing)
-        unknown_scored += len(missing) if scored else 0
         if scored:
+            scored_unknown.update(missing)
             for t, n in zip(terms, names):
                 if n in known:
                     add_unit(f"{fld}:{t}", (known[n][0],), known[n][1], boost, fld)
@@ -246,7 +246,6 @@ def compile_query(parsed: q.ParsedQuery, analyzer: Analyzer, lookup: Lookup, *, 
         return key, found
 
     def word_terms(word: q.Word, occur: str, boost: float, scored: bool) -> MatchNode | None:
-        nonlocal unknown_scored
         if word.prefix or word.fuzzy or fuzzy:
             memo = (word.text, word.prefix, fuzzy or word.fuzzy)
             if memo not in expanded_before:  # a word written twice expands once (its unit is one)
@@ -258,7 +257,8 @@ def compile_query(parsed: q.ParsedQuery, analyzer: Analyzer, lookup: Lookup, *, 
                 key, found = expanded
                 if not found:
                     unknown.append(key)
-                    unknown_scored += scored
+                    if scored:
+                        scored_unknown.add(key)
                     expansions[key] = ()
                     return Terms((), ANY, missing=True)
                 unit = units_before.get(memo)
@@ -290,14 +290,15 @@ def compile_query(parsed: q.ParsedQuery, analyzer: Analyzer, lookup: Lookup, *, 
             else:
                 missing.append(t)
         unknown.extend(missing)
-        unknown_scored += len(missing) if scored else 0
+        if scored:  # a term no text holds counts as a plain search counts it, held by a field or not
+            scored_unknown.update(t for t in terms if t not in known)
         only_text = not in_fields
         if occur == q.SHOULD:
             return Terms(tuple(groups), ANY, missing=not groups, text_only=only_text)
         return Terms(tuple(groups), ALL, missing=bool(missing), text_only=only_text)
 
     def phrase_node(phrase: q.Phrase, boost: float, scored: bool, fld: str | None = None) -> MatchNode | None:
-        nonlocal phrases, unknown_scored
+        nonlocal phrases
         tokens = analyzer.tokens(phrase.text)
         if not tokens:
             dropped.extend(analyzer.dropped(phrase.text) or [(phrase.text, "no index terms")])
@@ -309,7 +310,8 @@ def compile_query(parsed: q.ParsedQuery, analyzer: Analyzer, lookup: Lookup, *, 
         known = lookup.terms(names)
         missing = [t for t, n in zip(terms, names) if n not in known]
         unknown.extend(f"{fld}:{t}" if fld else t for t in missing)
-        unknown_scored += len(missing) if scored else 0
+        if scored:
+            scored_unknown.update(f"{fld}:{t}" if fld else t for t in missing)
         if scored:
             for t, n in zip(terms, names):
                 if n in known:
@@ -360,6 +362,14 @@ def compile_query(parsed: q.ParsedQuery, analyzer: Analyzer, lookup: Lookup, *, 
         # alternatives it stays one (``lang:en OR lang:zh`` is either); a group of filters
         # alone is, as a whole, the filter its parent requires.
         if not group.alternatives:
+            words = [(o, c, f) for o, c, f in clauses if o == q.SHOULD and not f]
+            if (words and not only and any(f for _o, _c, f in clauses)
+                    and not any(o == q.MUST and not f for o, _c, f in clauses)):
+                # the words beside a filter still need one of them to match (``(pump lang:en) OR
+                # (valve lang:zh)``: the English chunks with 'pump'), as they do where the hits'
+                # scores ask for it: a group of them, required with the filter
+                clauses = [(o, c, f) for o, c, f in clauses if not (o == q.SHOULD and not f)] + \
+                    [(q.MUST, GroupNode(tuple((o, c) for o, c, _f in words)), False)]
             clauses = [(q.MUST if o == q.SHOULD and f else o, c, f) for o, c, f in clauses]
         # a clause twice is the clause once (a AND a, a OR a): a word repeated 100,000 times
         # made as many masks to combine (its unit was one already)
@@ -373,7 +383,7 @@ def compile_query(parsed: q.ParsedQuery, analyzer: Analyzer, lookup: Lookup, *, 
 
     tree = compile_group(parsed.root, None, 1.0, False)[0]
     return Compiled(tuple(units.values()), tree, phrases, expansions, tuple(dropped),
-                    tuple(dict.fromkeys(unknown)), unknown_scored, tuple(seqs))
+                    tuple(dict.fromkeys(unknown)), len(scored_unknown), tuple(seqs))
 
 
 def _field_filter(key: str, text: str) -> dict[str, Any]:
@@ -414,7 +424,10 @@ def _expand(word: q.Word, analyzer: Analyzer, lookup: Lookup, fuzzy: int, droppe
         return None
     candidates: list[str] = []
     for term in terms:  # (``spellings``: what the query's fuzzy words may still look up)
-        candidates.extend(edits1(term) if fuzzy else [term])
+        if len(candidates) >= spellings[0]:  # spent: not even one more spelling made
+            candidates.append(term)
+        else:
+            candidates.extend(edits1(term) if fuzzy else [term])
         if len(candidates) > spellings[0]:  # made a term at a time: a long word stops early
             dropped.append((f"{word.text}~", f"not expanded: the query's fuzzy words look up "
                                              f"{q.MAX_FUZZY_CANDIDATES:,} spellings one edit away at most; "

@@ -31,6 +31,18 @@ class LexicalSQL(StoreBase):
                 out[term] = (tid, 0)
         return out
 
+    def terms_of_ids(self, term_ids: Sequence[int]) -> list[tuple[str, int, int]]:
+        """(term, id, df) of these term ids: in ``vocabulary``, or ``new_terms`` and
+        ``bulk_terms`` (df 0)."""
+        out: list[tuple[str, int, int]] = []
+        for part in _chunks(list(term_ids)):
+            q = ",".join("?" * len(part))
+            out += self.conn.execute(
+                f"SELECT term, id, df FROM vocabulary WHERE id IN ({q}) UNION ALL "
+                f"SELECT term, id, 0 FROM new_terms WHERE id IN ({q}) UNION ALL "
+                f"SELECT term, id, 0 FROM bulk_terms WHERE id IN ({q})", [*part, *part, *part]).fetchall()
+        return [(str(t), int(i), int(d)) for t, i, d in out]
+
     def term_id_map(self, terms: Sequence[str], recent: bool = True, bulk: bool = True) -> dict[str, int]:
         """term -> id for the terms that are in the vocabulary: a writer's lookup (``recent``,
         ``bulk``: as :meth:`term_ids`). Without the df it reads only the term index (``id`` is its

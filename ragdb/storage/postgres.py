@@ -412,7 +412,7 @@ PLAIN_SQL = (
     "frequent_term_ids", "has_postings", "has_term_with_prefix", "insert_segments", "log_seq", "log_since",
     "next_term_id", "posting_counts", "segment_counts", "segment_counts_all", "segment_total",
     "set_chunk_state_snapshot", "set_forward_indexes", "settle_new_terms", "term_id_map",
-    "term_ids", "term_ids_after", "terms_with_prefix", "vocabulary_size",
+    "term_ids", "term_ids_after", "terms_of_ids", "terms_with_prefix", "vocabulary_size",
     # maintenance.py
     "bulk_term_counts", "latest_mismatch", "new_term_counts", "orphan_chunks", "real_counts", "stored_counts",
     # vectors.py

@@ -502,3 +502,47 @@ def test_the_plans_script_note_comes_from_the_chunks_the_caller_may_see(tmp_path
             seen.append(db.query_plan("什么是检索增强生成").notes)
             assert bool(db.query_plan("什么是检索增强生成", principals=["hr"]).notes) == (label == "en")
     assert seen[0] == seen[1] and "holds almost none" in seen[0][0]
+
+
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(ops=st.lists(st.tuples(st.sampled_from(["add", "add", "delete", "flush"]), st.integers(0, 12),
+                              st.lists(st.integers(0, 159), min_size=1, max_size=4), st.integers(1, 12)),
+                    min_size=1, max_size=20),
+       tail_read=st.sampled_from([0, 3, 4096]), principals=st.sampled_from([None, ["hr"]]))
+def test_prefix_expansions_equal_a_fresh_optimized_builds_whatever_the_tail(tmp_path_factory, monkeypatch, ops,
+                                                                            tail_read, principals):
+    """The n most frequent expansions of a prefix, read a page of the vocabulary at a time
+    (pages of 16 n terms by stored df; unflushed terms read by id), equal those of a fresh
+    build flushed whole, after any adds, deletes and flushes: here with n = 4, so pages of
+    64 of 160 terms, 150 of them flushed in 1 to 5 chunks each and the adds' copies making
+    unflushed terms more frequent."""
+    from ragdb.engine import search
+    from ragdb.query import language
+
+    monkeypatch.setattr(language, "MAX_EXPANSIONS", 4)
+    monkeypatch.setattr(search, "TAIL_TERMS_READ", tail_read)
+    folder = tmp_path_factory.mktemp("pfx")
+    docs: dict[str, tuple[str, list[str] | None]] = {f"f{w}-{c}.md": (f"zz{w:03d}", None)
+                                                     for w in range(10, 160) for c in range(w % 5 + 1)}
+    with ragdb.open(folder / "inc.db", chunker="none") as db:
+        db.add_many([{"text": t, "source": s} for s, (t, _a) in docs.items()])
+        db.optimize(vacuum=False)
+        for op, n, words, copies in ops:
+            if op == "add":
+                text, acl = " ".join(f"zz{w % 40:03d}" for w in words), (["hr"] if n % 3 == 0 else None)
+                batch = {f"s{n}-{c}.md": (text, acl) for c in range(copies)}
+                db.add_many([{"text": t, "source": s, "acl": a} for s, (t, a) in batch.items()])
+                docs.update(batch)
+            elif op == "delete":
+                db.delete(source=f"s{n}-*", glob=True)
+                docs = {s: v for s, v in docs.items() if not s.startswith(f"s{n}-")}
+            else:
+                db.optimize(vacuum=False)
+        with ragdb.open(folder / "fresh.db", chunker="none") as fresh:
+            fresh.add_many([{"text": t, "source": s, "acl": a} for s, (t, a) in docs.items()])
+            fresh.optimize(vacuum=False)
+            for handle in (db, ragdb.open(folder / "inc.db")):
+                assert handle.query_plan("zz*", principals=principals).expansions == \
+                    fresh.query_plan("zz*", principals=principals).expansions
+                if handle is not db:
+                    handle.close()

@@ -809,3 +809,33 @@ def test_the_window_chunker_leaves_no_text_out(text, size, overlap_share):
     assert [text[i] for i in range(len(text)) if i not in covered and not text[i].isspace()] == []
     assert all(0 <= a < b <= len(text) and not text[a].isspace() and not text[b - 1].isspace() for a, b in spans)
     assert [a for a, _b in spans] == sorted(a for a, _b in spans)
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(words=st.integers(5, 60), size=st.integers(2, 12), overlap_share=st.floats(0, 0.95),
+       cuts=st.lists(st.integers(1, 59), max_size=5, unique=True))
+def test_chunk_metadata_survives_export_and_import_unchanged(tmp_path_factory, words, size, overlap_share, cuts):
+    """Export wrote each chunk's metadata as a span from its start to the next chunk's; a chunk
+    takes the span covering the most of its own text, so with overlaps of more than half the
+    labels moved one chunk on at each export and import."""
+    from ragdb.files import transfer
+    from ragdb.types import Span
+
+    text = " ".join(f"w{i}" for i in range(words))
+    bounds = [0, *sorted(text.index(f"w{c}") for c in cuts if c < words), len(text)]
+    spans = [Span(a, b, {"section": f"S{k}"}) for k, (a, b) in enumerate(zip(bounds, bounds[1:])) if b > a]
+    chunker = f"window:size={size},overlap={min(int(size * overlap_share), size - 1)}"
+    folder = tmp_path_factory.mktemp("spans")
+
+    def sections(db):
+        return [(s["start"] < s["end"], s["metadata"]) for s in next(db.records(principals=ragdb.ALL))["spans"]]
+
+    with ragdb.open(folder / "a.db", chunker=chunker) as db:
+        db.add(text, source="doc.md", spans=spans)
+        first = sections(db)
+        transfer.export_jsonl(db, folder / "a.jsonl", principals=ragdb.ALL)
+    for n in range(2):
+        with ragdb.open(folder / f"b{n}.db", chunker=chunker) as db:
+            transfer.import_jsonl(db, folder / ("a.jsonl" if n == 0 else "b0.jsonl"))
+            assert sections(db) == first
+            transfer.export_jsonl(db, folder / f"b{n}.jsonl", principals=ragdb.ALL)

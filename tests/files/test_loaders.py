@@ -1379,6 +1379,7 @@ Done.
     ("---\nbase: &v 1.20\nversion: *v\n---\n", "1.20"),
     ("+++\nversion = 1.10\n+++\n", "1.10"),  # TOML's float too
     ("+++\nversion = 3\n+++\n", "3"),
+    ("---\nversion: 1.0\nversion: 2.10\n---\n", "2.10"),  # a key twice: the last, as YAML's loader takes it
 ])
 def test_a_front_matter_version_is_stored_as_written(tmp_path: Path, front: str, version: str) -> None:
     import ragdb
@@ -1405,3 +1406,5 @@ def test_an_svg_title_is_not_the_pages_title() -> None:
                        '<p>x</p></body></html>') == ("x", "Real")
         assert extract("<html><body><title>In the body</title><math><title>m</title></math><p>x</p></body></html>"
                        ) == ("x", "In the body")
+        # an <svg> left open ends at an HTML block, as the HTML standard (and lexbor) end it
+        assert extract("<body><svg><title>Icon</title><p>Body</p><title>Late</title>") == ("Body", "Late")

@@ -474,6 +474,10 @@ def test_export_to_a_path_it_cannot_write_names_the_path(tmp_path, monkeypatch):
         def refused(src, dst):
             raise OSError(28, "No space left on device")
 
+        (tmp_path / "folder.jsonl").mkdir()
+        with pytest.raises(InvalidInput, match="is a folder"):  # found before the export is written
+            transfer.export_jsonl(db, tmp_path / "folder.jsonl")
+        (tmp_path / "folder.jsonl").rmdir()
         monkeypatch.setattr(transfer.os, "replace", refused)
         with pytest.raises(StorageError, match="No space left on device"):
             transfer.export_jsonl(db, tmp_path / "y.jsonl")

@@ -459,6 +459,8 @@ def langs():
     ("pump lang:en lang:zh", []),  # filters side by side: both
     ("pump (lang:en lang:zh)", []),
     ("pump (handbuch OR lang:en)", ["docs/en.md", "docs/zh.md", "drafts/de.md"]),  # an alternative: filters nothing
+    ("(manual lang:en) OR (handbuch lang:de)", ["docs/en.md", "drafts/de.md"]),  # was every document
+    ("(manual lang:zh) OR (pump lang:de)", ["docs/zh.md", "drafts/de.md"]),
     ("pump source:docs/*", ["docs/en.md", "docs/zh.md"]),  # a trailing * was taken off the glob: nothing matched
     ("pump -source:drafts/*", ["docs/en.md", "docs/zh.md"]),  # and excluded nothing
     ("pump source:docs/*.md", ["docs/en.md", "docs/zh.md"]),
@@ -546,3 +548,21 @@ def test_an_operator_query_scores_like_the_plain_search_with_titles(docs, words)
         required = " ".join(["+" + words[0], *words[1:]])
         for h in db.search(required, k=100, collapse=False):
             assert h.score == plain[h.source], (required, h.source)
+
+
+def test_an_operator_query_has_the_plain_searchs_confidence():
+    """The maximum a confidence is taken against counted an unknown word once per occurrence
+    in a query with operators (once in a plain search), and left out a word only a title held
+    (a plain search counts it as a word no text holds)."""
+    with ragdb.open(":memory:", chunker="none") as db:
+        db.add("valve check weekly", source="a.md", title="Motor notes")
+        db.add("seal flow", source="b.md")
+
+        def confidences(query, syntax):
+            return [(h.source, h.confidence) for h in db.search(query, syntax=syntax)]
+
+        for plain, operators in (("valve zanzibar", "valve zanzibar zanzibar -draft"),
+                                 ("motor valve", "motor valve -draft"), ("motor valve", "motor +valve"),
+                                 ("valve", "valve -draft")):
+            assert confidences(operators, "query") == confidences(plain, "plain"), operators
+        assert confidences("valve qq* qq* -draft", "query") == confidences("valve qq*", "query")
