@@ -377,7 +377,7 @@ class Searcher:
         # every distinct query term counts in the maximum, one no chunk holds with df 0, and so
         # does one only chunks hidden from this search hold: else the maximum, hence every
         # confidence, would tell whether hidden documents hold a word (issue 32, item 6)
-        seeing = None if mask is None or index.is_latest_mask(mask) else mask  # the mask, when it restricts
+        seeing = self._restricting(mask)
         if seeing is not None:
             # a term no chunk the search may see holds is not scored, as in a database of those
             # chunks (else a TF-IDF query's norm, the plan's unknown words and the field units
@@ -393,6 +393,11 @@ class Searcher:
                            if (hit := found.get(key)) is not None and hit[1] > 0
                            and (seeing is None or index.visible((hit[0],), seeing)))
         return QueryTerms(counts, known, order, bound, units, parsed=parsed)
+
+    def _restricting(self, mask: np.ndarray | None) -> np.ndarray | None:
+        """``mask`` when it keeps out some latest chunk (principals, filters, history), else
+        None: a search seeing every latest chunk sees every term with a live df above 0."""
+        return None if mask is None or self.engine.index.is_latest_mask(mask) else mask
 
     def _indexed_field_weights(self) -> dict[str, float]:
         """:meth:`_field_weights` of the fields some chunk has words in (a database without
@@ -419,7 +424,7 @@ class Searcher:
         index = eng.index
 
         history = opts.restrictions.history
-        seeing = None if mask is None or index.is_latest_mask(mask) else mask  # the mask, when it restricts
+        seeing = self._restricting(mask)
 
         def visible(term_id: int) -> bool:
             return True if seeing is None else index.visible((term_id,), seeing)
@@ -476,12 +481,9 @@ class Searcher:
             if mask is None:
                 counts = [d for _t, _i, d in rows]
             else:
-                postings = index.term_postings([i for _t, i, _d in rows])
-                counts = []
-                for _t, i, _d in rows:
-                    p = postings.get(i)
-                    ids = p[0][p[0] < len(mask)].astype(np.intp) if p is not None else p
-                    counts.append(0 if ids is None else int(np.count_nonzero(mask[ids])))
+                index.term_postings([i for _t, i, _d in rows])  # (one read of them all, kept for the counts)
+                seen = self._visible_counts(mask, [Unit(t, (i,), d) for t, i, d in rows])
+                counts = [seen[t] for t, _i, _d in rows]
             for (t, i, d), c in zip(rows, counts):
                 if c > 0:
                     pool[t] = (i, d, c)
@@ -634,10 +636,8 @@ class Searcher:
                 unknown = list(compiled.unknown)
                 dropped = compiled.dropped
                 expansions = compiled.expansions
-            # a term only hidden chunks hold is as unknown to this caller as one no chunk holds
-            listed = set(unknown)
-            unknown += [u.key for u in terms.units
-                        if u.field is None and u.key not in listed and not index.visible(u.ids, mask)]
+            # (a term only hidden chunks hold is unknown already: query_terms and the compiled
+            # lookup leave such terms out, as a database of the visible chunks would not hold them)
             suggestions = {t: self._suggest(t, mask) for t in unknown[:MAX_SUGGESTED]}
             # every term of the query, in query order; those no visible chunk holds are in ``unknown`` too
             all_terms = tuple(terms.counts) if compiled is None else \

@@ -775,7 +775,7 @@ def test_span_metadata_and_bounds_are_checked_as_a_documents_are(tmp_path, span,
         assert [d.source for d in db.documents()] == ["kept.md"] and db.check() == []
 
 
-def test_a_chunk_takes_the_section_its_own_text_starts_in_not_its_overlaps():
+def test_a_chunk_takes_the_section_its_own_text_starts_in_not_its_overlaps(tmp_path):
     """A chunk of a new section whose overlap began in the last lines of the section before
     was labelled with that section (and 'section:beta' missed it)."""
     from ragdb.files.loaders import load_bytes
@@ -785,8 +785,9 @@ def test_a_chunk_takes_the_section_its_own_text_starts_in_not_its_overlaps():
 
     md = (f"# Guide\n\n## Alpha\n\n{para('alphaword', 70)}\n\n{para('alphaword', 70)}\n\nShort alpha end.\n\n"
           f"## Beta\n\n{para('betaword', 70)}\n\n{para('betaword', 50)}\n")
-    with ragdb.open(":memory:", chunker="recursive:size=800,overlap=100") as db:
+    with ragdb.open(tmp_path / "kb.db", chunker="recursive:size=800,overlap=100") as db:
         db.add_many(load_bytes(md.encode(), source="g.md", kind="markdown"))
+    with ragdb.open(tmp_path / "kb.db") as db:  # as a new handle reads them
         hits = db.search("betaword", k=5, collapse=False)
         assert hits[0].text.startswith("Short alpha end.")  # its overlap: the end of Alpha
         assert {h.section for h in hits} == {"Guide > Beta"}

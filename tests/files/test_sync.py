@@ -852,6 +852,8 @@ def test_adding_a_touched_file_again_is_unchanged_as_a_sync_finds_it(tmp_path, m
         report = sync.add_paths(db, ["a.md"])
         assert report.unchanged == ("a.md",) and report.added == report.replaced == ()
         assert len(db.documents(versions="all")) == 1 and db.get(source="a.md") == before
+        with ragdb.open(tmp_path / "kb.db") as again:  # a new handle reads the same file
+            assert again.documents(versions="all") == db.documents(versions="all") and again.check() == []
         path.write_text("# Title\n\nThe refund window is 14 days.\n")  # edited: a new version, its own time
         os.utime(path, (1_700_001_200, 1_700_001_200))
         assert sync.add_paths(db, ["a.md"]).replaced
