@@ -577,7 +577,7 @@ class Searcher:
         else:  # TF-IDF scores the text: a chunk's vector holds no field terms
             text_units = [u for u in terms.units if u.field is None]
             keys = [u.key for u in text_units]
-            scores, per_term = index.tfidf_units([(u.ids, u.df, u.weight) for u in text_units], explain)
+            scores, per_term = index.tfidf_units([(u.ids, u.df, u.weight, u.tf) for u in text_units], explain)
         n = min(len(mask), len(scores))
         tree = compiled.tree if compiled is not None else None
         fast = kernel.compiled()

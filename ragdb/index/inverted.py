@@ -1569,16 +1569,17 @@ class Index:
 
         return self._accumulate_units(units, weigh, contributions)
 
-    def tfidf_units(self, units: Sequence[tuple[Sequence[int], int, float]], contributions: bool = False
+    def tfidf_units(self, units: Sequence[tuple[Sequence[int], int, float, int]], contributions: bool = False
                     ) -> tuple[np.ndarray, list[np.ndarray]]:
-        """TF-IDF cosine for scoring units (each a query term of frequency 1 times its weight)."""
+        """TF-IDF cosine for scoring units ``(ids, df, weight, query tf)``: each a query term of
+        that frequency (as :meth:`tfidf`'s) times its weight."""
         if self.n_chunks == 0 or not units:
             return np.zeros(len(self.lengths), np.float64), []
-        idfs = [scoring.tfidf_idf(self.n_chunks, df) for _, df, _ in units]
-        qw = [float(idf) * w for idf, (_, _, w) in zip(idfs, units)]
+        idfs = [scoring.tfidf_idf(self.n_chunks, df) for _, df, _, _ in units]
+        qw = [float(scoring.tfidf_tf(np.array([qtf]))[0] * idf) * w for idf, (_, _, w, qtf) in zip(idfs, units)]
         qnorm = float(np.sqrt(np.sum(np.square(qw))))
         scores, per_term = self._accumulate_units(
-            units, lambda i, ids, tfs: qw[i] * scoring.tfidf_tf(tfs) * idfs[i], contributions)
+            [u[:3] for u in units], lambda i, ids, tfs: qw[i] * scoring.tfidf_tf(tfs) * idfs[i], contributions)
         return self._cosine(scores, per_term, qnorm)
 
     def _accumulate_units(self, units: Sequence[tuple[Sequence[int], int, float]],

@@ -32,6 +32,7 @@ never scores.
 from __future__ import annotations
 
 import unicodedata
+from collections import Counter
 from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, NamedTuple
 
@@ -58,6 +59,9 @@ class Unit(NamedTuple):
     df: int
     weight: float = 1.0
     field: str | None = None  #: a field's unit (:mod:`ragdb.text.fields`): BM25 without length normalisation
+    #: how often the query's scored words hold the term (TF-IDF weighs the query's vector by it,
+    #: as a plain search's; BM25 scores each term once)
+    tf: int = 1
 
 
 # The nodes of a compiled query are named tuples as well: a frozen dataclass took ~1 ms to
@@ -172,6 +176,7 @@ def compile_query(parsed: q.ParsedQuery, analyzer: Analyzer, lookup: Lookup, *, 
     scores in each field of positive weight, and ``title:word`` in that field alone."""
     weights = {f: w for f, w in (field_weights or {}).items() if w > 0}
     units: dict[tuple[int, ...], Unit] = {}
+    text_tf: Counter[tuple[int, ...]] = Counter()  # a text term's count in the scored words (Unit.tf)
     expansions: dict[str, tuple[str, ...]] = {}
     dropped: list[tuple[str, str]] = []
     unknown: list[str] = []
@@ -277,9 +282,11 @@ def compile_query(parsed: q.ParsedQuery, analyzer: Analyzer, lookup: Lookup, *, 
             return None
         known = lookup.terms(terms)
         if scored:
+            written = Counter(analyzer.terms(word.text))  # (a plain search counts every term written)
             for t in terms:
                 if t in known:
                     add_unit(t, (known[t][0],), known[t][1], boost)
+                    text_tf[(known[t][0],)] += written[t]
         in_fields = field_alternatives(terms, boost, scored)
         groups = []
         missing = []
@@ -382,7 +389,8 @@ def compile_query(parsed: q.ParsedQuery, analyzer: Analyzer, lookup: Lookup, *, 
         return GroupNode(tuple(distinct.values())), only
 
     tree = compile_group(parsed.root, None, 1.0, False)[0]
-    return Compiled(tuple(units.values()), tree, phrases, expansions, tuple(dropped),
+    return Compiled(tuple(u._replace(tf=text_tf[ids]) if u.field is None and text_tf[ids] > 1 else u
+                          for ids, u in units.items()), tree, phrases, expansions, tuple(dropped),
                     tuple(dict.fromkeys(unknown)), len(scored_unknown), tuple(seqs))
 
 

@@ -550,6 +550,23 @@ def test_an_operator_query_scores_like_the_plain_search_with_titles(docs, words)
             assert h.score == plain[h.source], (required, h.source)
 
 
+@settings(max_examples=EXAMPLES, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(docs=st.lists(st.tuples(st.lists(st.sampled_from(VOCAB), min_size=1, max_size=6),
+                               st.lists(st.sampled_from(VOCAB), max_size=4)), min_size=1, max_size=10),
+       words=st.lists(st.sampled_from(VOCAB), min_size=1, max_size=6), scorer=st.sampled_from(["bm25", "tfidf"]))
+def test_an_exclusion_of_an_unknown_word_leaves_the_scores_as_they_are(docs, words, scorer):
+    """'apple apple banana -zzzz' scores as 'apple apple banana' does, words written twice and
+    titles included. TF-IDF weighed a word written twice once in a query with operators (twice,
+    as the query vector's term frequency, in a plain search)."""
+    with ragdb.open(":memory:", chunker="none") as db:
+        for i, (text, title) in enumerate(docs):
+            db.add(" ".join(text), source=f"d{i:02d}", title=" ".join(title) or None)
+        query = " ".join(words)
+        plain = [(h.source, h.score) for h in db.search(query, k=100, collapse=False, scorer=scorer)]
+        assert [(h.source, h.score) for h in db.search(query + " -zzqqxx", k=100, collapse=False, scorer=scorer)] \
+            == plain, query
+
+
 def test_an_operator_query_has_the_plain_searchs_confidence():
     """The maximum a confidence is taken against counted an unknown word once per occurrence
     in a query with operators (once in a plain search), and left out a word only a title held
