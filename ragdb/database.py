@@ -462,7 +462,10 @@ class Database:
         Nothing is re-chunked, re-analyzed or re-embedded: the document keeps its
         id, its chunks keep theirs, scores do not change; filters and
         ``principals`` see the new values at once. The values replace the old
-        ones whole (they are not merged). One transaction.
+        ones whole (they are not merged). Labels given to a source's latest
+        version are given to its kept older versions too, so deleting the latest
+        never leaves a version readable by principals the new labels exclude.
+        One transaction.
         """
         check_id(doc_id, "update: doc_id")
         return self._writer.update(doc_id, metadata=metadata, acl=acl)
