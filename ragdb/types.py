@@ -114,8 +114,9 @@ class QueryPlan:
 
     ``syntax``: the query language or plain words; ``error``: why the query language was
     not applied (the query was then searched as plain words), else None; ``terms``: the
-    query's terms in order (index terms, and ``word*``/``word~`` for expanded words; those
-    in ``unknown`` score nothing) with their ``weights`` (boosts); ``expansions``: the index terms each prefix or fuzzy word
+    query's terms: those scored in the order their scores are summed (the text's index terms
+    and ``word*``/``word~`` for expanded words, then a field's, such as ``title:word``), then
+    those in ``unknown``, which score nothing; with their ``weights`` (boosts, times a field's weight); ``expansions``: the index terms each prefix or fuzzy word
     stands for; ``phrases`` and ``excluded``: as typed; ``dropped``: words the analyzer
     drops, with why (a stopword...); ``unknown``: query terms no chunk the caller may see
     holds; ``suggestions``: for each unknown term, the closest terms (one edit away) that

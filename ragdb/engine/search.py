@@ -639,9 +639,7 @@ class Searcher:
             # (a term only hidden chunks hold is unknown already: query_terms and the compiled
             # lookup leave such terms out, as a database of the visible chunks would not hold them)
             suggestions = {t: self._suggest(t, mask) for t in unknown[:MAX_SUGGESTED]}
-            # every term of the query, in query order; those no visible chunk holds are in ``unknown`` too
-            all_terms = tuple(terms.counts) if compiled is None else \
-                tuple(dict.fromkeys([u.key for u in terms.units] + list(compiled.unknown)))
+            all_terms = self._plan_terms(parsed, terms, unknown)
             notes = self._script_notes(all_terms, set(unknown), opts, mask)
         return QueryPlan(
             query=query, syntax=parsed.syntax, error=parsed.error, terms=all_terms,
@@ -652,6 +650,25 @@ class Searcher:
             suggestions={t: s for t, s in suggestions.items() if s},
             filters=tuple(_typed(w, f) for w, f, _b in parsed.words() if f is not None and f not in fields.PREFIX),
             notes=notes)
+
+    def _plan_terms(self, parsed: ParsedQuery, terms: QueryTerms, unknown: Sequence[str]) -> tuple[str, ...]:
+        """The plan's terms, one rule with operators or without: the text's terms scored and
+        the unknown ones in query order (expanded words after them), then the fields' (a word
+        in the title: ``title:word``), each field's in query order."""
+        rank = {t: i for i, t in enumerate(dict.fromkeys(
+            self.engine.analyzer.terms(" ".join(w.text for w, _f, _b in parsed.words()))))}
+        field_rank = {f: i for i, f in enumerate(self._field_weights())}
+        field_rank.update((f, len(field_rank) + i) for i, f in enumerate(fields.FIELDS) if f not in field_rank)
+        keys = list(dict.fromkeys([u.key for u in terms.units] + list(unknown)))
+
+        def place(item: tuple[int, str]) -> tuple[int, int, int, int]:
+            n, key = item
+            name, _, word = key.partition(":")
+            if word and name in field_rank:
+                return 1, field_rank[name], rank.get(word, len(rank)), n
+            return 0, 0, rank.get(key, len(rank)), n
+
+        return tuple(key for _n, key in sorted(enumerate(keys), key=place))
 
     def _script_notes(self, terms: tuple[str, ...], unknown: set[str], opts: SearchOptions,
                       mask: np.ndarray) -> tuple[str, ...]:

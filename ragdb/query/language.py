@@ -68,6 +68,7 @@ MAX_BOOST = 1000.0
 MAX_DEPTH = 32            #: parentheses (and NOT/-) nested deeper: the query is searched as plain words
 #: fields every database has; stored metadata keys are fields too
 BUILTIN_FIELDS = ("title", "section", "source")
+TEXT_FIELDS = ("title", "section")  #: fields whose words are searched (the others filter)
 #: metadata keys the file loaders add to every file (ragdb.files.loaders): never a field in a
 #: query, since ``encoding:utf8`` or ``path:src`` in a question is text, not a filter that
 #: silently keeps or drops every file (a filter= mapping or --filter still filters on them)
@@ -454,14 +455,17 @@ class _Parser:
 def _word(tok: _Tok) -> Word:
     m = _SUFFIX_RE.match(tok.text)
     assert m is not None  # the pattern matches any text
+    if tok.field is not None and tok.field not in TEXT_FIELDS:
+        # a filter (source or a metadata key): its value as typed, ``*`` and ``~`` included
+        # (``source:docs/*`` is a glob, ``source:notes.md~`` an editor's backup); a boost
+        # means nothing to a filter
+        boost = m.group("boost")
+        return Word(tok.text[:m.start("boost") - 1] if boost else tok.text, tok.field,
+                    _boost(boost) if boost else 1.0)
     body = m.group("body")
     if not body or not any(c.isalnum() for c in body):  # "*", "~", "^2", "...": a plain word
         return Word(tok.text, tok.field)
     prefix = bool(m.group("star"))
-    if prefix and sum(c.isalnum() for c in body) < MIN_PREFIX_CHARS:
-        # a plain word, the rest of the query still the query language (``"deleted documents"
-        # -draft C*`` keeps its phrase and exclusion); a field's value as typed (``source:a*``)
-        return Word(body + "*", tok.field, _boost(m.group("boost")) if m.group("boost") else 1.0)
     fuzzy = 0
     if m.group("fuzzy"):
         fuzzy = int(m.group("dist") or 1)
@@ -469,5 +473,9 @@ def _word(tok: _Tok) -> Word:
             raise _SyntaxError(f"{tok.text!r}: fuzzy words match within one edit (word~ or word~1)")
         if prefix:
             raise _SyntaxError(f"{tok.text!r}: a word is a prefix or fuzzy, not both")
+    if prefix and sum(c.isalnum() for c in body) < MIN_PREFIX_CHARS:
+        # a plain word, the rest of the query still the query language (``"deleted documents"
+        # -draft C*`` keeps its phrase and exclusion)
+        return Word(body + "*", tok.field, _boost(m.group("boost")) if m.group("boost") else 1.0)
     boost = _boost(m.group("boost")) if m.group("boost") else 1.0
     return Word(body, tok.field, boost, prefix, fuzzy)

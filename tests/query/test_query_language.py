@@ -567,6 +567,44 @@ def test_an_exclusion_of_an_unknown_word_leaves_the_scores_as_they_are(docs, wor
             == plain, query
 
 
+@settings(max_examples=EXAMPLES, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(docs=st.lists(st.tuples(st.lists(st.sampled_from(VOCAB), min_size=1, max_size=6),
+                               st.lists(st.sampled_from(VOCAB), max_size=4)), min_size=1, max_size=10),
+       words=st.lists(st.sampled_from([*VOCAB, "zanzibar", "数据库"]), min_size=1, max_size=6))
+def test_the_plans_terms_are_alike_with_operators_or_without(docs, words):
+    """A plain query's plan listed its text's terms only, in query order; the same query with
+    an operator listed the field units it scores as well (title:word), after the known terms
+    and before the unknown ones. One rule now: the text's terms (unknown ones included) in
+    query order, then the fields'."""
+    with ragdb.open(":memory:", chunker="none") as db:
+        for i, (text, title) in enumerate(docs):
+            db.add(" ".join(text), source=f"d{i:02d}", title=" ".join(title) or None)
+        query = " ".join(words)
+        plain = db.query_plan(query, syntax="plain")
+        assert db.query_plan(query + " -zzqqxx").terms == (*[t for t in plain.terms if ":" not in t], "zzqqxx",
+                                                           *[t for t in plain.terms if ":" in t])
+        scored = {k for h in db.search(query, k=100, collapse=False, explain=True) for k in h.explain}
+        assert scored <= set(plain.terms)
+        assert set(plain.weights) <= set(plain.terms)  # (a title's units weigh 0.25)
+
+
+def test_a_filters_value_is_as_typed():
+    """``source:notes.md~`` (an editor's backup file) filtered on 'notes.md~' and
+    ``lang:en~1`` on 'en~' (the fuzzy suffix was read, then written back without its
+    distance); ``C*~`` was the word 'c' where ``cat*~`` is an error."""
+    with ragdb.open(":memory:", chunker="none") as db:
+        db.add("pump valve", source="notes.md")
+        db.add("pump seal", source="notes.md~")
+        db.add("pump ring", source="other.md", metadata={"lang": "en~1"})
+        assert [h.source for h in db.search("pump source:notes.md~")] == ["notes.md~"]
+        assert [h.source for h in db.search("pump lang:en~1")] == ["other.md"]
+        assert db.query_plan("pump lang:en~1^3").filters == ("lang:en~1",)
+        assert db.query_plan("pump source:notes*").filters == ("source:notes*",)
+        assert sorted(h.source for h in db.search("pump source:notes*")) == ["notes.md", "notes.md~"]
+        for query in ("C*~ valve", "cat*~ valve"):
+            assert db.query_plan(query).error == f"{query.split()[0]!r}: a word is a prefix or fuzzy, not both"
+
+
 def test_an_operator_query_has_the_plain_searchs_confidence():
     """The maximum a confidence is taken against counted an unknown word once per occurrence
     in a query with operators (once in a plain search), and left out a word only a title held
