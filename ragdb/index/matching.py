@@ -348,8 +348,9 @@ def compile_query(parsed: q.ParsedQuery, analyzer: Analyzer, lookup: Lookup, *, 
             if isinstance(node, q.Group):
                 compiled, only_filter = compile_group(node, fld, boost, excluded)
             elif (node_field or fld) not in (None, *fields.FIELDS):
-                # a metadata key or source: a filter on documents; its value as typed
-                # (``source:docs/*`` is a glob; a boost or fuzziness means nothing to a filter)
+                # a metadata key or source: a filter on documents; its value as typed (the parser
+                # keeps ``source:docs/*`` whole; a word in a field's group, ``lang:(en*)``, is read
+                # as a word: its suffix is written back); a boost means nothing to a filter
                 text = node.text + ("*" if isinstance(node, q.Word) and node.prefix else "") + \
                     ("~" if isinstance(node, q.Word) and node.fuzzy else "")
                 compiled, only_filter = MaskNode(_field_filter(node_field or fld or "", text)), True
