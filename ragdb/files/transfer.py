@@ -145,6 +145,7 @@ def _parse(name: str, lineno: int, obj: Any) -> dict[str, Any]:
         raise InvalidInput(f"{where}: 'source' must be a non-empty string")
     record = {k: obj[k] for k in ("text", "source", "version", "timestamp", "title", "metadata", "acl",
                                   "chunker") if obj.get(k) is not None}
+    _check_fields(record, where)
     spans = obj.get("spans")
     if spans is not None:
         if not isinstance(spans, list):
@@ -157,6 +158,30 @@ def _parse(name: str, lineno: int, obj: Any) -> dict[str, Any]:
             out.append(Span(sp["start"], sp["end"], sp.get("metadata", {})))
         record["spans"] = tuple(out)
     return record
+
+
+def _check_fields(record: dict[str, Any], where: str) -> None:
+    """The checks :meth:`Database.add_many` makes of a record's timestamp, metadata, labels and
+    chunker, made here too so that a bad value is named by its file and line (add_many reads
+    the records in batches and names a record by its source only)."""
+    from ragdb.engine.prepare import check_acl, check_metadata
+    from ragdb.options import parse_timestamp
+    from ragdb.text.chunking import get_chunker
+
+    version = record.get("version")
+    if version is not None and (isinstance(version, bool) or not isinstance(version, (str, int, float))):
+        raise InvalidInput(f"{where}: version must be a string, got {version!r}")
+    if not isinstance(record.get("title", ""), str):
+        raise InvalidInput(f"{where}: title must be a string, got {type(record['title']).__name__}")
+    if "timestamp" in record:
+        parse_timestamp(record["timestamp"], where)
+    check_metadata(record.get("metadata"), where)
+    check_acl(record.get("acl"), where)
+    if "chunker" in record:
+        try:
+            get_chunker(record["chunker"])  # (ragdb's own chunkers: a parsed spec is kept)
+        except InvalidInput as e:
+            raise InvalidInput(f"{where}: {e}") from None
 
 
 def _read_records(fh: IO[bytes], name: str, keep_old: bool, skipped: list[int],

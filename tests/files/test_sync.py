@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import io
 import os
+import re
 import time
 
 import orjson
@@ -440,6 +441,22 @@ def test_import_bad_line_imports_nothing(tmp_path):
             transfer.import_jsonl(db, path)
         with pytest.raises(InvalidInput, match="cannot read"):
             transfer.import_jsonl(db, tmp_path / "missing.jsonl")
+
+
+@pytest.mark.parametrize("field,value,message", [
+    ("timestamp", "soon", "timestamp 'soon' is not ISO-8601"), ("metadata", 5, "metadata must be a mapping"),
+    ("acl", "x", "acl must be a list"), ("chunker", "bogus", "unknown chunker 'bogus'"),
+    ("version", ["1"], "version must be a string"), ("title", 3, "title must be a string")])
+def test_import_names_the_line_of_a_bad_value(tmp_path, field, value, message):
+    """A bad timestamp, metadata, label list, chunker, version or title was named by the
+    record's source alone (and a chunker by nothing): add_many reads the records in batches."""
+    path = tmp_path / "bad.jsonl"
+    good = {"source": "a", "text": "fine text"}
+    path.write_bytes(b"".join(orjson.dumps(r) + b"\n" for r in (good, good, {**good, "source": "b", field: value})))
+    with ragdb.open(":memory:") as db:
+        with pytest.raises(InvalidInput, match=rf"bad.jsonl:3: {re.escape(message)}"):
+            transfer.import_jsonl(db, path, batch_size=2)
+        assert db.documents() == [] and db.check() == []
 
 
 def test_export_failure_leaves_no_partial_file(tmp_path, monkeypatch):
