@@ -29,7 +29,7 @@ from ragdb.index.cache import GenerationCache
 from ragdb.text import snippets
 from ragdb.errors import EmbeddingError, InvalidInput, RerankError
 from ragdb.index.hits import Pool, collapse_duplicates, content_order, passage_shingles, cut_with_ties, hit_order, hits_from_scored, make_hits
-from ragdb.index.matching import Compiled, Lookup, Matcher, Unit, compile_query, edits1
+from ragdb.index.matching import Compiled, GroupNode, Lookup, MaskNode, Matcher, Unit, compile_query, edits1
 from ragdb.options import ALL, MAX_K, Restrictions, SearchOptions, to_epoch
 from ragdb.query.language import ParsedQuery
 from ragdb.storage import model_mismatch
@@ -394,6 +394,34 @@ class Searcher:
                            and (seeing is None or index.visible((hit[0],), seeing)))
         return QueryTerms(counts, known, order, bound, units, parsed=parsed)
 
+    def _filtered(self, compiled: Compiled, opts: SearchOptions, mask: np.ndarray | None) -> np.ndarray | None:
+        """``mask`` narrowed by the filters the whole query requires or excludes (``pump
+        lang:en``, ``pump -source:drafts/*``, ``pump (lang:en OR lang:zh)``), as ``filter=``
+        narrows it; None when the query has none."""
+        tree = compiled.tree
+        if mask is None or not isinstance(tree, GroupNode):
+            return None
+
+        def only_filters(node: Any) -> bool:
+            return isinstance(node, MaskNode) or (isinstance(node, GroupNode) and bool(node.clauses)
+                                                  and all(only_filters(n) for _o, n in node.clauses))
+
+        clauses = [(occur, node) for occur, node in tree.clauses
+                   if occur in (qlang.MUST, qlang.MUST_NOT) and only_filters(node)]
+        if not clauses:
+            return None
+        matcher = self._matcher(opts)
+        out = mask.copy()
+        for occur, node in clauses:
+            held = matcher.bounds(node)[0]
+            n = min(len(out), len(held))
+            if occur == qlang.MUST:
+                out[:n] &= held[:n]
+                out[n:] = False
+            else:
+                out[:n] &= ~held[:n]
+        return out
+
     def _restricting(self, mask: np.ndarray | None) -> np.ndarray | None:
         """``mask`` when it keeps out some latest chunk (principals, filters, history), else
         None: a search seeing every latest chunk sees every term with a live df above 0."""
@@ -424,17 +452,25 @@ class Searcher:
         index = eng.index
 
         history = opts.restrictions.history
-        seeing = self._restricting(mask)
 
-        def visible(term_id: int) -> bool:
-            return True if seeing is None else index.visible((term_id,), seeing)
+        def compiled_under(seeing: np.ndarray | None) -> Compiled:
+            def visible(term_id: int) -> bool:
+                return True if seeing is None else index.visible((term_id,), seeing)
 
-        def expand(prefix: str | None, found: Mapping[str, tuple[int, int]], n: int) -> list[tuple[str, int, int]]:
-            return self._expansions(prefix, found, n, seeing, history)
+            def expand(prefix: str | None, found: Mapping[str, tuple[int, int]], n: int
+                       ) -> list[tuple[str, int, int]]:
+                return self._expansions(prefix, found, n, seeing, history)
 
-        lookup = Lookup(index.lookup_terms, expand, visible, index.union_df,
-                        index.stored_terms if history else None, restricted=seeing is not None)
-        compiled = compile_query(parsed, eng.analyzer, lookup, fuzzy=opts.fuzzy, field_weights=self._field_weights())
+            lookup = Lookup(index.lookup_terms, expand, visible, index.union_df,
+                            index.stored_terms if history else None, restricted=seeing is not None)
+            return compile_query(parsed, eng.analyzer, lookup, fuzzy=opts.fuzzy, field_weights=self._field_weights())
+
+        compiled = compiled_under(self._restricting(mask))
+        narrowed = self._filtered(compiled, opts, mask)
+        if narrowed is not None:
+            # the query's own filters restrict what the search sees, as filter= does: the same
+            # terms known and unknown, the same expansions, scores and confidences either way
+            compiled = compiled_under(self._restricting(narrowed))
         # Units in the order a plain search of the query's positive words would sum them, so
         # a query with operators scores its hits bit for bit like that plain search.
         positive = " ".join(w.text for w, _f, _b in parsed.words())
@@ -633,6 +669,8 @@ class Searcher:
                 dropped = tuple(eng.analyzer.dropped(query))
                 expansions: Mapping[str, tuple[str, ...]] = {}
             else:
+                narrowed = self._filtered(compiled, opts, mask)  # (as the terms were looked up)
+                mask = mask if narrowed is None else narrowed
                 unknown = list(compiled.unknown)
                 dropped = compiled.dropped
                 expansions = compiled.expansions

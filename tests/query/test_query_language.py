@@ -605,6 +605,49 @@ def test_a_filters_value_is_as_typed():
             assert db.query_plan(query).error == f"{query.split()[0]!r}: a word is a prefix or fuzzy, not both"
 
 
+@settings(max_examples=EXAMPLES, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(docs=st.lists(st.tuples(st.lists(st.sampled_from(VOCAB), min_size=1, max_size=6),
+                               st.sampled_from(["en", "zh", None]), st.booleans()), min_size=1, max_size=10),
+       words=st.lists(st.sampled_from([*VOCAB, "zanzibar", "retr*", "docment~", "检*"]), min_size=1, max_size=4),
+       scorer=st.sampled_from(["bm25", "tfidf"]))
+def test_a_filter_in_the_query_searches_as_filter_does(docs, words, scorer):
+    """'pump seal lang:en' scored and reported 'seal' as known when only a Chinese document
+    held it, where filter={'lang': 'en'} left it unknown: TF-IDF scores, confidences and the
+    plan differed, and a prefix's expansions were ranked over every document."""
+    with ragdb.open(":memory:", chunker="none") as db:
+        for i, (text, lang, labelled) in enumerate(docs):
+            db.add(" ".join(text), source=f"d{i:02d}", metadata={"lang": lang} if lang else {},
+                   acl=["team"] if labelled else None)
+        db.add("filler", source="z", metadata={"lang": "zh"})  # ('lang' is a field: a visible document has it)
+        query = " ".join(words)
+        for principals in (None, ["team"]):
+            for written, condition in ((" lang:en", {"lang": "en"}), (" -lang:zh", {"lang": {"$ne": "zh"}}),
+                                       (" -source:d0*", {"$not": {"source": "d0*"}})):
+                def seen(q, who, **kw):
+                    return [(h.source, h.score, h.confidence)
+                            for h in db.search(q, k=100, collapse=False, scorer=scorer, principals=who, **kw)]
+
+                assert seen(query + written, principals) == \
+                    seen(query + " -zzqqxx", principals, filter=condition), written
+                a = db.query_plan(query + written, principals=principals)
+                b = db.query_plan(query + " -zzqqxx", filter=condition, principals=principals)
+                assert (a.terms, a.unknown, a.expansions, a.suggestions) == \
+                    (tuple(t for t in b.terms if t != "zzqqxx"), tuple(t for t in b.unknown if t != "zzqqxx"),
+                     b.expansions, b.suggestions), written
+
+
+def test_a_filter_in_the_query_steers_a_prefixs_expansions():
+    """A prefix takes its most frequent expansions among the chunks the search may see: with
+    'lang:en' in the query, those of English documents, as with filter={'lang': 'en'}."""
+    with ragdb.open(":memory:", chunker="none") as db:
+        for i in range(70):
+            db.add(f"zzword{i:02d} zzword{i:02d} filler", source=f"zh{i:02d}", metadata={"lang": "zh"})
+        db.add("zzrare filler", source="en", metadata={"lang": "en"})
+        assert [h.source for h in db.search("zz*", filter={"lang": "en"})] == ["en"]
+        assert [h.source for h in db.search("zz* lang:en")] == ["en"]
+        assert db.query_plan("zz* lang:en").expansions == {"zz*": ("zzrare",)}
+
+
 def test_an_operator_query_has_the_plain_searchs_confidence():
     """The maximum a confidence is taken against counted an unknown word once per occurrence
     in a query with operators (once in a plain search), and left out a word only a title held
