@@ -864,7 +864,10 @@ class Searcher:
         emb = eng.query_embedder(opts.embedder)
         if not query.strip():
             return [], None
-        qvec = embed_query(emb, query)  # outside the transaction: an endpoint may be slow
+        text = self._embedding_text(query, opts)
+        if not text:
+            return [], None
+        qvec = embed_query(emb, text)  # outside the transaction: an endpoint may be slow
         with eng.store.read():
             eng.sync()
             mask = eng.index.allowed(eng.restrictions(opts.restrictions))
@@ -883,6 +886,21 @@ class Searcher:
             protos = eng.index.hit_protos([c for c, _ in pool])
         return hits_from_scored(protos, ((c, s, {"vector:cosine": s} if opts.explain else {})
                                          for c, s in pool), conf)[:k], terms
+
+    def _embedding_text(self, query: str, opts: SearchOptions) -> str:
+        """What a vector search embeds: plain words as they are; of a query with operators, the
+        words and phrases that score (``pump -draft lang:en "check valve"`` embeds ``pump check
+        valve``): an excluded word or a filter's value embedded with them pulled the
+        similarity toward what the query keeps out, and its syntax is noise to a model."""
+        if opts.syntax == "plain" or qlang.searched_as_plain(query):
+            return query
+        eng = self.engine
+        with eng.store.read():
+            eng.sync()
+            parsed = self.parse(query, opts)
+        if parsed.plain:  # (plain words, or a query that could not be parsed: searched as plain words)
+            return query
+        return " ".join(node.text for node, fld, _boost in parsed.words() if fld is None or fld in fields.FIELDS)
 
     def _constraints(self, terms: QueryTerms, opts: SearchOptions, mask: np.ndarray
                      ) -> tuple[np.ndarray, Callable[[int], bool] | None]:
@@ -950,7 +968,8 @@ class Searcher:
         size = max(opts.pool_size, k)
         eng.restrictions(opts.restrictions)  # refuse bad restrictions before embedding the query
         emb = eng.query_embedder(opts.embedder)
-        qvec = embed_query(emb, query) if query.strip() else None  # outside the transaction
+        text = self._embedding_text(query, opts) if query.strip() else ""
+        qvec = embed_query(emb, text) if text else None  # outside the transaction
         store = eng.store
         with store.read():  # one snapshot for both sides
             eng.sync()

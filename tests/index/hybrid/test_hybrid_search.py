@@ -221,3 +221,27 @@ def test_hybrid_end_to_end_over_http(httpserver):
         assert d.search("new document")[0].source == "g.md"
         with pytest.raises(EmbeddingError, match="503"):
             hybrid_search(d, "cats", 3, remote)
+
+
+@pytest.mark.parametrize("scorer", ["vector", "hybrid"])
+def test_a_vector_search_embeds_the_words_that_score(scorer):
+    """The query embedded was the whole query text: 'pump -seal' pulled the similarity toward
+    'seal', and 'pump seal lang:en' embedded 'lang:en' (so it differed from filter=). Now the
+    words and phrases that score are embedded; plain words stay as they are."""
+    emb = HashEmbedder(32)
+    with ragdb.open(":memory:", chunker="none") as db:
+        db.add_many([{"text": "pump valve", "source": "a", "metadata": {"lang": "en"}},
+                     {"text": "pump seal", "source": "b", "metadata": {"lang": "zh"}},
+                     {"text": "pump ring seal", "source": "c", "metadata": {"lang": "en"}},
+                     {"text": "other words entirely", "source": "d", "metadata": {"lang": "en"}}])
+        db.embed(emb)
+
+        def seen(query, **kw):
+            return [(h.source, h.score) for h in db.search(query, scorer=scorer, embedder=emb, k=10, **kw)]
+
+        assert seen("pump seal lang:en") == seen("pump seal -zzqq", filter={"lang": "en"}) \
+            == seen("pump seal", filter={"lang": "en"})
+        assert seen("pump -source:d") == seen("pump", filter={"$not": {"source": "d"}})
+        if scorer == "vector":  # (hybrid scores are min-max over the pool: an exclusion changes them)
+            assert seen("pump -seal") == [(s, v) for s, v in seen("pump") if s in ("a", "d")]
+        assert seen("lang:en -seal") == []  # no word to embed or score
