@@ -406,8 +406,21 @@ class Searcher:
             return isinstance(node, MaskNode) or (isinstance(node, GroupNode) and bool(node.clauses)
                                                   and all(only_filters(n) for _o, n in node.clauses))
 
-        clauses = [(occur, node) for occur, node in tree.clauses
-                   if occur in (qlang.MUST, qlang.MUST_NOT) and only_filters(node)]
+        clauses: list[tuple[str, Any]] = []
+
+        def collect(group: GroupNode) -> None:
+            """The filters every hit must meet: a required group's required (and excluded)
+            filters, in its required groups too (``(pump lang:en)``, ``a AND (b AND lang:en)``;
+            a group's one clause besides exclusions is required)."""
+            positive = [c for c in group.clauses if c[0] != qlang.MUST_NOT]
+            for occur, node in group.clauses:
+                required = occur == qlang.MUST or (occur == qlang.SHOULD and len(positive) == 1)
+                if (required or occur == qlang.MUST_NOT) and only_filters(node):
+                    clauses.append((qlang.MUST if required else qlang.MUST_NOT, node))
+                elif required and isinstance(node, GroupNode):
+                    collect(node)
+
+        collect(tree)
         if not clauses:
             return None
         matcher = self._matcher(opts)

@@ -627,8 +627,9 @@ def test_a_filter_in_the_query_searches_as_filter_does(docs, words, scorer):
                     return [(h.source, h.score, h.confidence)
                             for h in db.search(q, k=100, collapse=False, scorer=scorer, principals=who, **kw)]
 
-                assert seen(query + written, principals) == \
-                    seen(query + " -zzqqxx", principals, filter=condition), written
+                want = seen(query + " -zzqqxx", principals, filter=condition)
+                assert seen(query + written, principals) == want, written
+                assert seen(f"({query}{written})", principals) == want, written  # (a required group's filter)
                 a = db.query_plan(query + written, principals=principals)
                 b = db.query_plan(query + " -zzqqxx", filter=condition, principals=principals)
                 assert (a.terms, a.unknown, a.expansions, a.suggestions) == \
