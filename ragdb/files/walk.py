@@ -267,6 +267,19 @@ def _spec(lines: Sequence[str]) -> pathspec.GitIgnoreSpec:
     return pathspec.GitIgnoreSpec.from_lines(lines, backend=_BACKEND)
 
 
+def _matchable(path: str) -> str:
+    """``path`` as the pattern matchers take it: a name that is not UTF-8 (its undecodable
+    bytes held as lone surrogates, as ``os.fsdecode`` gives them) with each such byte as
+    U+FFFD. google-re2 matches UTF-8 only, and raised UnicodeEncodeError on such a name
+    (any sync of a folder with an ignore file, ``include`` or ``exclude``); ``?`` and ``*``
+    still match the byte, as git's wildmatch does."""
+    try:
+        path.encode("utf-8")
+    except UnicodeEncodeError:
+        return path.encode("utf-8", "surrogateescape").decode("utf-8", "replace")
+    return path
+
+
 def _compile(lines: Sequence[str], label: str) -> pathspec.GitIgnoreSpec:
     for line in lines:
         if _too_many_wildcards(line):
@@ -316,6 +329,7 @@ class Patterns:
     def match(self, rel: str) -> bool:
         if not self.given:
             return False
+        rel = _matchable(rel)
         for n, spec in enumerate(self._each):
             if not self._hit[self._owner[n]] and not self._lines[n].startswith("!") and spec.match_file(rel):
                 self._hit[self._owner[n]] = True
@@ -323,7 +337,7 @@ class Patterns:
 
     def test(self, rel: str) -> bool:
         """Like :meth:`match`, without recording hits (for stored sources)."""
-        return bool(self.given) and bool(self._spec.match_file(rel))
+        return bool(self.given) and bool(self._spec.match_file(_matchable(rel)))
 
     def unmatched(self) -> tuple[str, ...]:
         return tuple(g for g, hit in zip(self.given, self._hit)
@@ -381,7 +395,7 @@ def _state(rules: Sequence[_IgnoreFile], full: str) -> tuple[bool | None, str]:
     for r in rules:
         if not full.startswith(r.base):
             continue
-        res = r.spec.check_file(full[len(r.base):])
+        res = r.spec.check_file(_matchable(full[len(r.base):]))
         if res.include is not None:
             state = True if res.include else (False if r.label.endswith(".ragdbignore") else None)
             assert res.index is not None

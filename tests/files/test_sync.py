@@ -857,6 +857,29 @@ def test_a_file_name_that_is_not_utf8_fails_alone_saying_so(db, folder):
     assert len(again.failed) == 1 and sources(db) == ["alpha.md", "beta.txt", "sub/gamma.txt"]
 
 
+@pytest.mark.parametrize("how", ["ignore file", "include", "exclude", "ignore file in a folder so named"])
+def test_a_file_name_that_is_not_utf8_fails_alone_with_patterns_too(db, folder, how):
+    """With google-re2 (pathspec's backend) the pattern match of such a name raised
+    UnicodeEncodeError: every sync of a folder with an ignore file, include or exclude ended."""
+    where = os.fsencode(folder) + (b"/d\xe9" if how.endswith("so named") else b"")
+    try:
+        os.makedirs(where, exist_ok=True)
+        with open(where + b"/caf\xe9.txt", "wb") as f:
+            f.write(b"Coffee beans are roasted seeds.\n")
+    except OSError:  # pragma: no cover - a file system that refuses such names
+        pytest.skip("this file system refuses names that are not UTF-8")
+    if how.startswith("ignore file"):
+        with open(where + b"/.gitignore", "wb") as f:
+            f.write(b"*.log\n")
+    options = {"include": {"include": ["*.txt", "*.md"]}, "exclude": {"exclude": ["*.html"]}}.get(how, {})
+    report = sync.sync_folder(db, folder, **options)
+    assert sources(db) == ["alpha.md", "beta.txt", "sub/gamma.txt"]
+    [failed] = report.failed
+    assert "the file name is not valid UTF-8" in failed.error
+    excluded = sync.sync_folder(db, folder, exclude=["caf?.txt", "d?/"])  # a wildcard matches the byte
+    assert not excluded.failed and sources(db) == ["alpha.md", "beta.txt", "sub/gamma.txt"]
+
+
 def test_adding_a_touched_file_again_is_unchanged_as_a_sync_finds_it(tmp_path, monkeypatch):
     """The loaded file's mtime (in its metadata, and its timestamp) made a touched but unedited
     file a new version on 'ragdb add' (a second identical version with keep_versions)."""
