@@ -135,6 +135,22 @@ def render(kind: str, spec: tuple) -> tuple[bytes, str, list[str]]:
     return ("\n".join(lines) + "\n").encode(), "ok", keys
 
 
+def file_labels(kind: str, spec: tuple, keys: list[str]) -> list[tuple[str, ...] | None]:
+    """The access labels the file gives each of its documents (None: none given, so a new
+    version keeps the labels of the one it replaces, as docs/filters-and-access.md says)."""
+    if spec[0] != "doc":
+        spec = ("doc", {}, "", "", [("r1", {})])
+    if kind == "md":
+        fm = spec[1]
+        if "acl" not in fm and "labels" not in fm:
+            return [None for _ in keys]
+        given = [fm["acl"]] if "acl" in fm else []
+        return [tuple(sorted({*given, *fm.get("labels", [])}))]
+    if kind == "jsonl":
+        return [tuple(sorted(set(rec["acl"]))) if "acl" in rec else None for _, rec in spec[4]][:len(keys)]
+    return [None for _ in keys]
+
+
 def kind_of(rel: str) -> str:
     return rel.rsplit(".", 1)[1]
 
@@ -155,6 +171,7 @@ change = st.one_of(
     st.tuples(st.just("link_out"), slot),
     st.tuples(st.just("front"), st.sampled_from(SLOTS["md"]), front),
     st.tuples(st.just("bad_name"), st.booleans()),
+    st.tuples(st.just("drop_record"), st.sampled_from(SLOTS["jsonl"])),
 )
 a_sync = st.tuples(st.just("sync"),
                    st.sampled_from(["library", "library", "library", "plan", "runner", "process"]),
@@ -164,8 +181,8 @@ a_sync = st.tuples(st.just("sync"),
 #: rounds of a few changes of the folder, each followed by a sync (or a reopening, then a sync)
 then = st.one_of(a_sync, a_sync, a_sync, st.tuples(st.just("full_sync"), st.sampled_from(range(len(PREFIXES)))),
                  st.tuples(st.just("reopen")))
-rounds = st.tuples(st.lists(change, max_size=4), then)
-histories = st.lists(rounds, min_size=2, max_size=10).map(lambda rs: [op for ops, last in rs for op in (*ops, last)])
+rounds = st.tuples(st.lists(change, max_size=5), then)
+histories = st.lists(rounds, min_size=2, max_size=12).map(lambda rs: [op for ops, last in rs for op in (*ops, last)])
 
 
 # -- the model ---------------------------------------------------------------------------------------
@@ -178,6 +195,7 @@ class Stored:
     data: bytes
     mtime_ns: int
     versions: dict[str, int] = field(default_factory=dict)
+    acl: dict[str, tuple[str, ...]] = field(default_factory=dict)  # document source -> its labels
 
 
 @dataclass
@@ -202,6 +220,7 @@ class Run:
         self.db = ragdb.open(self.path, keep_versions=keep_versions)
         self.clock = 0
         self.outcomes: dict[tuple[str, bytes], tuple[str, list[str]]] = {}
+        self.labels: dict[tuple[str, bytes], list[tuple[str, ...] | None]] = {}
         self.specs: dict[bytes, tuple] = {}  # Markdown bytes -> the spec that made them
         self.stored: dict[str, dict[str, Stored]] = {p: {} for p in PREFIXES}  # prefix -> file source -> version
 
@@ -232,6 +251,7 @@ class Run:
             rel, spec = op[1], op[2]
             data, outcome, keys = render(kind_of(rel), spec)
             self.outcomes[(kind_of(rel), data)] = (outcome, keys)
+            self.labels[(kind_of(rel), data)] = file_labels(kind_of(rel), spec, keys)
             if kind_of(rel) == "md" and spec[0] == "doc":
                 self.specs[data] = spec
             self.put(rel, data)
@@ -278,6 +298,18 @@ class Run:
             if spec is None:
                 return
             self.change(("write", op[1], (spec[0], op[2], *spec[2:])))
+        elif kind == "drop_record":  # a JSON Lines file loses its last record (the others stay as they are)
+            p = self.file(op[1])
+            if not self.regular(op[1]):
+                return
+            data = p.read_bytes()
+            outcome, keys = self.outcomes[("jsonl", data)]
+            if outcome != "ok" or len(keys) < 2:
+                return
+            shorter = b"".join(data.splitlines(keepends=True)[:-1])
+            self.outcomes[("jsonl", shorter)] = ("ok", keys[:-1])
+            self.labels[("jsonl", shorter)] = self.labels[("jsonl", data)][:-1]
+            self.put(op[1], shorter)
         elif kind == "bad_name":
             p = os.path.join(os.fsencode(self.kb), os.fsencode(BAD_NAME))
             if op[1]:
@@ -314,7 +346,7 @@ class Run:
             return not (exclude == ["deep/"] and "/" in rel and "/deep/" in "/" + rel.rsplit("/", 1)[0] + "/")
 
         want = Want()
-        stored = {s: Stored(v.data, v.mtime_ns, dict(v.versions)) for s, v in self.stored[prefix].items()}
+        stored = {s: Stored(v.data, v.mtime_ns, dict(v.versions), dict(v.acl)) for s, v in self.stored[prefix].items()}
         files: set[str] = set()
         for name in [*ALL_SLOTS, BAD_NAME]:
             if not name.startswith(under):
@@ -353,14 +385,20 @@ class Run:
                 want.skipped.add((shown, "binary"))
                 continue
             (want.changed if old is not None else want.added).append(source)
-            versions = {}
-            for key in keys:
+            versions, acl = {}, {}
+            given = self.labels[(kind_of(name), data)]
+            for key, labels in zip(keys, given):
                 before = old.versions.get(source + key, 0) if old is not None else 0
                 versions[source + key] = before + 1 if self.keep else 1
+                if self.acl is not None:
+                    labels = tuple(sorted(set(self.acl)))
+                if labels is None:  # the labels of the version it replaces
+                    labels = old.acl.get(source + key, ()) if old is not None else ()
+                acl[source + key] = labels
             if old is not None:
                 want.removed += sum(n for s, n in old.versions.items() if s not in versions)
             want.documents += len(keys)
-            stored[source] = Stored(data, mtime, versions)
+            stored[source] = Stored(data, mtime, versions, acl)
         for source in sorted(self.stored[prefix]):
             rel = source[len(scope):] if source.startswith(scope) else None
             if rel is None or source in files or (not recursive and "/" in rel) or not included(rel):
@@ -463,6 +501,11 @@ class Run:
                     os.utime(p, ns=(f.mtime_ns, f.mtime_ns))
                 report = sync.sync_folder(fresh, "kb", source_prefix=prefix, acl=self.acl)
                 assert sorted(report.added) == sorted(files) and not report.failed, report
+                for f in files.values():  # labels a file no longer gives, kept from an older version
+                    for source, labels in f.acl.items():
+                        doc = fresh.get(source=source, principals=ragdb.ALL)
+                        if doc.acl != labels:
+                            fresh.update(doc.id, acl=list(labels))
                 shutil.rmtree(self.kb)
         finally:
             if self.kb.exists():
@@ -493,8 +536,15 @@ class Run:
         if len(used) != 1:
             return False
         want, after = self.expect("kb", used[0], None, None, True)
-        return not (want.added or want.changed or want.deleted or want.failed or want.skipped) and all(
-            after[s].mtime_ns == os.stat(self.base / s[len(used[0]):]).st_mtime_ns for s in after)
+        if want.added or want.changed or want.deleted or want.failed or want.skipped:
+            return False
+        for source, f in after.items():
+            if f.mtime_ns != os.stat(self.base / source[len(used[0]):]).st_mtime_ns:
+                return False
+            given = self.labels[(kind_of(source), f.data)] if self.acl is None else [tuple(sorted(set(self.acl)))]
+            if [g or () for g in given] != [f.acl[s] for s in f.versions]:
+                return False  # (labels kept from an older version)
+        return True
 
     def run(self, ops) -> None:
         try:
