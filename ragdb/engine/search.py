@@ -28,7 +28,8 @@ from ragdb.index import kernel, scoring
 from ragdb.index.cache import GenerationCache
 from ragdb.text import snippets
 from ragdb.errors import EmbeddingError, InvalidInput, RerankError
-from ragdb.index.hits import Pool, collapse_duplicates, content_order, passage_shingles, cut_with_ties, hit_order, hits_from_scored, make_hits
+from ragdb.index.hits import (Pool, collapse_duplicates, content_order, passage_shingles, cut_with_ties, first_k,
+                              hit_order, hits_from_scored, make_hits)
 from ragdb.index.matching import Compiled, GroupNode, Lookup, MaskNode, Matcher, Unit, compile_query, edits1
 from ragdb.options import ALL, MAX_K, Restrictions, SearchOptions, to_epoch
 from ragdb.query.language import ParsedQuery
@@ -267,6 +268,8 @@ class Searcher:
                                                           index.allowed(eng.restrictions(opts.restrictions)))
             if len(cand) == 0:
                 return [], terms
+            if len(cand) > k:  # chunks tied with the k-th: the first in content order only
+                cand, sc = first_k((cand, sc), k, eng.store.chunk_sort_keys)
             cids, scores = cand.tolist(), sc.tolist()
             if opts.lexical == "bm25" and all(u.field is None for u in terms.units):
                 conf = confidence.from_scores(sc, terms.bound)  # the score over the query's maximum

@@ -288,6 +288,28 @@ def test_ties_are_ordered_by_source_then_position():
         assert [h.source for h in db.search("same text", collapse=False)] == ["a", "b", "c"]  # copies kept
 
 
+@pytest.mark.parametrize("scorer", ["bm25", "tfidf"])
+def test_many_ties_at_the_cut_are_cut_in_content_order(scorer):
+    """With more chunks tied at the k-th score than k (a footer on every page), the first k
+    in content order are the hits, and pages neither repeat nor skip one: what sorting every
+    tied hit gave (hits are now built for the first k only)."""
+    import random
+
+    sources = [f"p{i:03d}" for i in range(60)]
+    random.Random(5).shuffle(sources)
+    with ragdb.open(":memory:", chunker="none") as db:
+        db.add_many([{"text": "copyright acme footer", "source": s} for s in sources]
+                    + [{"text": "copyright acme", "source": "z-short"}, {"text": "copyright", "source": "y-shorter"}])
+        every = [(h.source, h.score) for h in db.search("copyright", k=100, collapse=False, scorer=scorer)]
+        assert [s for s, _ in every[:2]] == ["y-shorter", "z-short"] and [s for s, _ in every[2:]] == sorted(sources)
+        for k in (1, 3, 7, 40):
+            assert [(h.source, h.score) for h in db.search("copyright", k=k, collapse=False, scorer=scorer)] \
+                == every[:k]
+            paged = [(h.source, h.score) for offset in range(0, 62, k)
+                     for h in db.search("copyright", k=k, offset=offset, collapse=False, scorer=scorer)]
+            assert paged == every
+
+
 def test_delete_by_glob_and_stats():
     with ragdb.open(":memory:") as db:
         db.add_many([{"text": f"document number {i}", "source": f"docs/{i}.md"} for i in range(5)]
