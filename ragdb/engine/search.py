@@ -329,6 +329,7 @@ class Searcher:
         keys = self._keys[1]
         r = opts.restrictions
         seen: list[np.ndarray] = []  # the chunks of the documents the caller may see, made once
+        answered: dict[str, bool] = {}  # (a key written 2,000 times is looked at once)
 
         def is_field(name: str) -> bool:
             if name in qlang.BUILTIN_FIELDS:
@@ -339,6 +340,8 @@ class Searcher:
                 keys[name] = store.has_metadata_key(name)  # any stored document: a quick no
             if not keys[name]:
                 return False
+            if name in answered:
+                return answered[name]
             index = eng.index
             if not seen:
                 seen.append(index.allowed(eng.restrictions(
@@ -346,7 +349,8 @@ class Searcher:
             held = index.allowed(eng.restrictions(
                 Restrictions(filter={name: {"$exists": True}}, principals=ALL, versions=r.versions, as_of=r.as_of)))
             n = min(len(held), len(seen[0]))
-            return bool(np.any(held[:n] & seen[0][:n]))
+            answered[name] = bool(np.any(held[:n] & seen[0][:n]))
+            return answered[name]
 
         return qlang.parse(query, is_field=is_field)
 

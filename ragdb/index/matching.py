@@ -364,6 +364,8 @@ def compile_query(parsed: q.ParsedQuery, analyzer: Analyzer, lookup: Lookup, *, 
                 clauses.append((occur, compiled, only_filter))
         if not clauses:
             return None, False
+        if group.alternatives:
+            clauses = _merged_filters(clauses)
         only = all(f for _o, _c, f in clauses)
         # A filter restricts whatever stands beside it (``pump lang:en``, ``lang:en lang:zh``,
         # ``pump (lang:en OR lang:zh)``): required where it would be optional. Among
@@ -393,6 +395,29 @@ def compile_query(parsed: q.ParsedQuery, analyzer: Analyzer, lookup: Lookup, *, 
     return Compiled(tuple(u._replace(tf=text_tf[ids]) if u.field is None and text_tf[ids] > 1 else u
                           for ids, u in units.items()), tree, phrases, expansions, tuple(dropped),
                     tuple(dict.fromkeys(unknown)), len(scored_unknown), tuple(seqs))
+
+
+def _merged_filters(clauses: list[tuple[str, MatchNode, bool]]) -> list[tuple[str, MatchNode, bool]]:
+    """Alternatives' filters on one key as one filter of every value (``n:1 OR n:2 OR ...``,
+    ``lang:(en OR zh)``): each was a mask of its own, read apart (2,000 of them took 0.4 s;
+    ``filter={'n': {'$in': [...]}}`` takes 0.03)."""
+    by_key: dict[str, tuple[list[Any], set[tuple[type, Any]]]] = {}  # key -> (its values, as seen)
+    out: list[tuple[str, MatchNode, bool]] = []
+    for occur, node, only in clauses:
+        if occur == q.SHOULD and isinstance(node, MaskNode) and len(node.filter) == 1:
+            (key, values), = node.filter.items()
+            if isinstance(values, list):
+                if key not in by_key:
+                    by_key[key] = ([], set())
+                    out.append((occur, MaskNode({key: by_key[key][0]}), only))
+                merged, seen = by_key[key]
+                for v in values:  # (1 and True are one in a set: typed apart)
+                    if (type(v), v) not in seen:
+                        seen.add((type(v), v))
+                        merged.append(v)
+                continue
+        out.append((occur, node, only))
+    return out
 
 
 def _field_filter(key: str, text: str) -> dict[str, Any]:

@@ -649,6 +649,30 @@ def test_a_filter_in_the_query_steers_a_prefixs_expansions():
         assert db.query_plan("zz* lang:en").expansions == {"zz*": ("zzrare",)}
 
 
+def test_alternatives_on_one_key_filter_as_one(monkeypatch):
+    """``n:0 OR n:1 OR ...`` (and ``source:(a* OR b)``) are one filter of all the values, read
+    once: 2,000 of them built and read 2,000 masks (0.76 s where filter= took 0.03)."""
+    import ragdb.engine.search as search_module
+
+    with ragdb.open(":memory:", chunker="none") as db:
+        db.add_many([{"text": f"pump {i}", "source": f"s{i:03d}", "metadata": {"n": i % 40}} for i in range(200)]
+                    + [{"text": "pump flag", "source": "t", "metadata": {"n": True}}])
+        values = list(range(0, 40, 3))
+        query = "pump (" + " OR ".join(f"n:{v}" for v in values) + " OR n:1.0 OR n:true)"
+        want = [(h.source, h.score) for h in db.search("pump -zzqq", k=300, filter={"n": {"$in": [*values, 1, True]}})]
+        assert [(h.source, h.score) for h in db.search(query, k=300)] == want and len(want) > 60
+        assert sorted(h.source for h in db.search("pump source:(s00* OR t)", k=300)) == \
+            [*(f"s{i:03d}" for i in range(10)), "t"]
+        built = []
+        real = search_module.filters.build
+        monkeypatch.setattr(search_module.filters, "build", lambda *a, **kw: built.append(1) or real(*a, **kw))
+        db.search("pump (n:1 OR n:2)")
+        two = len(built)
+        built.clear()
+        db.search("pump (" + " OR ".join(f"n:{v}" for v in range(40)) + ")")
+        assert len(built) == two
+
+
 def test_an_operator_query_has_the_plain_searchs_confidence():
     """The maximum a confidence is taken against counted an unknown word once per occurrence
     in a query with operators (once in a plain search), and left out a word only a title held
