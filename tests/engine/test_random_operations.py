@@ -406,22 +406,27 @@ class Run:
             model.side = None
 
     # comparisons ----------------------------------------------------------------------------------
-    def compare(self, process: bool) -> None:
+    def compare(self, process: bool) -> dict[str, dict]:
+        """Compares every handle with a fresh build; returns each handle's observations (for
+        tests/storage/test_random_operations_postgres.py, which compares two backends')."""
         sources = sorted(self.model.seen)
         with ragdb.open(":memory:", **self.options) as fresh:
             fresh.add_many(self.model.records(), chunker=self.chunker)
             want = observed(fresh, sources)
             assert fresh.stats().documents == len(self.model.stored)
         assert self.db.check() == []
-        assert_same(observed(self.db, sources), want, "the writing handle")
-        assert_same(observed(self.reader, sources), want, "the handle opened before the writes")
+        seen = {"the writing handle": observed(self.db, sources),
+                "the handle opened before the writes": observed(self.reader, sources)}
         with ragdb.open(self.path) as other:
-            assert_same(observed(other, sources), want, "a handle opened now")
+            seen["a handle opened now"] = observed(other, sources)
             assert other.check() == []
             self.compare_side(other)
         self.compare_side(self.db)
         if process:
-            assert_same(process_observed(self.path, sources, self.kernel), want, "a fresh process")
+            seen["a fresh process"] = process_observed(self.path, sources, self.kernel)
+        for where, got in seen.items():
+            assert_same(got, want, where)
+        return seen
 
     def compare_side(self, db) -> None:
         side = self.model.side
