@@ -483,7 +483,10 @@ class Searcher:
 
             lookup = Lookup(index.lookup_terms, expand, visible, index.union_df,
                             index.stored_terms if history else None, restricted=seeing is not None)
-            return compile_query(parsed, eng.analyzer, lookup, fuzzy=opts.fuzzy, field_weights=self._field_weights())
+            # (the fields some chunk has words in, as query_terms: a database without titles
+            # looks no title terms up)
+            return compile_query(parsed, eng.analyzer, lookup, fuzzy=opts.fuzzy,
+                                 field_weights=self._indexed_field_weights())
 
         compiled = compiled_under(self._restricting(mask))
         narrowed = self._filtered(compiled, opts, mask)
