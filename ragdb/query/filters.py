@@ -139,6 +139,8 @@ def _check_scalar(name: str, v: Any, op: str | None = None) -> Scalar:
         raise InvalidInput(f"{where}values must be strings, numbers or booleans, got {v!r}{hint}")
     if isinstance(v, int) and not isinstance(v, bool) and not -2 ** 63 <= v < 2 ** 63:
         raise InvalidInput(f"{where}{v} is out of the 64-bit integer range")
+    if isinstance(v, float) and not math.isfinite(v):  # (no metadata holds one: check_finite)
+        raise InvalidInput(f"{where}values must be finite numbers, got {v!r}")
     if isinstance(v, str):
         check_text(v, f"filter {name!r}: value")
     return v
