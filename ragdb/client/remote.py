@@ -38,6 +38,7 @@ from __future__ import annotations
 
 import dataclasses
 import datetime as _dt
+import math
 import os
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
@@ -172,7 +173,7 @@ class Client:
         """One request: its JSON answer, or the server's error raised as the library's."""
         if self._http.is_closed:
             raise RagdbError(f"{self.url}: the client is closed")
-        content = None if body is None else orjson.dumps(body, option=orjson.OPT_NON_STR_KEYS | orjson.OPT_NAIVE_UTC)
+        content = None if body is None else _json(body, f"{method} {path}")
         headers = {"Content-Type": "application/json"} if content is not None else None
         try:
             response = self._http.request(method, path if root else self._prefix + path, content=content,
@@ -485,10 +486,7 @@ def _batches(records: Iterable[dict[str, Any]], limit: int) -> Iterator[list[dic
     batch: list[dict[str, Any]] = []
     size = 0
     for record in records:
-        try:
-            n = len(orjson.dumps(record, option=orjson.OPT_NON_STR_KEYS | orjson.OPT_NAIVE_UTC))
-        except TypeError as e:
-            raise InvalidInput(f"document {record.get('source', '')!r}: cannot be sent as JSON: {e}") from None
+        n = len(_json(record, f"document {record.get('source', '')!r}"))
         if batch and (len(batch) >= limit or size + n > BATCH_BYTES):
             yield batch
             batch, size = [], 0
@@ -496,6 +494,25 @@ def _batches(records: Iterable[dict[str, Any]], limit: int) -> Iterator[list[dic
         size += n
     if batch:
         yield batch
+
+
+def _json(value: Any, what: str) -> bytes:
+    """``value`` as JSON, or InvalidInput where the library refuses it too: a NaN or infinity
+    (orjson would write null, so a filter would change and metadata come back None) or a key
+    that is not a string (a library write refuses it, and so does a filter)."""
+    stack = [value]
+    while stack:
+        v = stack.pop()
+        if isinstance(v, float) and not math.isfinite(v):
+            raise InvalidInput(f"{what}: {v!r} cannot be sent as JSON (it has no NaN or infinity)")
+        if isinstance(v, Mapping):
+            stack.extend(v.values())
+        elif isinstance(v, (list, tuple)):
+            stack.extend(v)
+    try:
+        return orjson.dumps(value, option=orjson.OPT_NAIVE_UTC)
+    except TypeError as e:
+        raise InvalidInput(f"{what}: cannot be sent as JSON: {e}") from None
 
 
 def _document(d: Mapping[str, Any]) -> Document:

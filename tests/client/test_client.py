@@ -110,6 +110,31 @@ def test_writes_are_bounded_by_the_tokens_scope(url: str) -> None:
             writer.update(admin.get(source="b/secret.md").id, metadata={"x": 1})
 
 
+def test_what_json_cannot_carry_is_refused_as_the_library_refuses_it(url: str, kb: Path) -> None:
+    """NaN, infinities and keys that are not strings: orjson wrote them as null and as strings,
+    so the server stored metadata None or '1', and a filter matched what the library's refuses."""
+    nan, inf = float("nan"), float("inf")
+    with ragdb.connect(url, token=ADMIN) as admin, ragdb.open(kb) as db:
+        doc = admin.get(source="pub/cats.md")
+        for handle in (admin, db):
+            for metadata in ({"w": nan}, {"w": [1.0, inf]}, {"m": {"k": -inf}}, {1: "x"}):
+                with pytest.raises(InvalidInput):
+                    handle.add("Not stored.", source="pub/nan.md", metadata=metadata)
+                with pytest.raises(InvalidInput):
+                    handle.update(doc.id, metadata=metadata)
+            for flt in ({"team": nan}, {"team": {"$nin": [inf]}}, {1: "none"}, {"$or": [{"n": {"$lt": nan}}]}):
+                with pytest.raises(InvalidInput):
+                    handle.count(filter=flt)
+                with pytest.raises(InvalidInput):
+                    handle.search("mats", filter=flt)
+                with pytest.raises(InvalidInput):
+                    handle.delete(filter=flt)
+            with pytest.raises(InvalidInput):
+                handle.search("mats", since=inf)
+        assert db.documents("pub/nan.md", principals=ragdb.ALL) == []
+        assert dict(db.get(source="pub/cats.md").metadata) == {"team": "none"}
+
+
 def test_collections_bounded_by_access(url: str) -> None:
     with ragdb.connect(url, token=READER) as reader, ragdb.connect(url, token=WRITER) as writer, \
             ragdb.connect(url, token=ADMIN) as admin:
