@@ -49,13 +49,14 @@ def serving(database: str, folder: Path, *args: str, env: dict[str, str] | None 
             root_args: tuple[str, ...] = ()) -> Iterator[str]:
     """``ragdb serve -d DATABASE ARGS`` (a file or a PostgreSQL URL) as a subprocess on a free
     loopback port, its stderr in ``folder``; yields its base URL once /healthz answers, and
-    asserts afterwards that it logged no traceback. ``RAGDB_API_TOKEN`` only from ``env``."""
+    asserts afterwards that it logged no traceback. ``RAGDB_API_TOKEN`` only from ``env``;
+    ``PYTHONPATH`` the repository's unless ``env`` gives one."""
     import httpx
 
     port = free_port()
     err_path = folder / f"serve-{port}.err"
     environment = {k: v for k, v in os.environ.items() if k != "RAGDB_API_TOKEN"}
-    environment.update(PYTHONPATH=str(ROOT), **(env or {}))
+    environment.update({"PYTHONPATH": str(ROOT), **(env or {})})
     with open(err_path, "w") as err:
         proc = subprocess.Popen([sys.executable, "-m", "ragdb.cli", *root_args, "serve", "-d", database,
                                  "--port", str(port), *args], env=environment, stdout=subprocess.DEVNULL, stderr=err)

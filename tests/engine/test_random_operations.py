@@ -292,8 +292,13 @@ class Run:
     def add(self, db, model: Model, source: str, record: dict) -> None:
         before = model.latest().get(source)
         want = model.add(source, record)
-        report = db.add_many([{**record, "source": source}], chunker=self.chunker)
+        report = self.add_rows(db, [{**record, "source": source}])
         assert report.changes[0].status == want, (source, record, before)
+
+    def add_rows(self, db, rows: list[dict], **keywords):
+        """``db.add_many(rows)`` with this run's chunker (tests/client/test_random_remote.py: a
+        server's client sends none)."""
+        return db.add_many(rows, chunker=self.chunker, **keywords)
 
     def write(self, db, model: Model, op: tuple) -> None:
         kind = op[0]
@@ -302,8 +307,7 @@ class Run:
         elif kind == "add_many":
             pairs = self.batch(op[1])
             want = [model.add(source, record) for source, record in pairs]
-            report = db.add_many([{**record, "source": source} for source, record in pairs], chunker=self.chunker,
-                                 batch_size=op[2])
+            report = self.add_rows(db, [{**record, "source": source} for source, record in pairs], batch_size=op[2])
             assert [c.status for c in report.changes] == want, pairs
         elif kind in ("replace", "readd", "update", "delete_latest"):
             source = self.pick(model, op[1])
@@ -314,7 +318,7 @@ class Run:
                 self.add(db, model, source, {**latest, "text": op[2], "acl": None if op[3] else list(latest["acl"])})
             elif kind == "readd":
                 doc = db.get(source=source, principals=ragdb.ALL)
-                report = db.add_many([{**latest, "source": source, "acl": list(latest["acl"])}], chunker=self.chunker)
+                report = self.add_rows(db, [{**latest, "source": source, "acl": list(latest["acl"])}])
                 assert (report.changes[0].status, report[0].id) == ("unchanged", doc.id)
                 assert model.add(source, {**latest, "acl": list(latest["acl"])}) == "unchanged"
             elif kind == "update":
