@@ -26,8 +26,10 @@ What differs from a file, because a server decides it:
   ``until``, ``offset``, ``syntax``, ``fuzzy``, ``highlight``, ``snippet_chars``);
   others (``reranker``, ``k1``, ``as_of`` ...) are refused here, not ignored;
 * each request of ``add_many`` is one transaction (1,000 records or about 1 MiB of
-  JSON at most), ``spans`` and ``chunker`` are not sent (the server's chunker
-  applies), and :meth:`Database.transaction` has no counterpart;
+  JSON at most, ``batch_size`` records at most) and refuses two records of one source
+  (:class:`~ragdb.errors.InvalidInput`; a file's replaces the first with the second);
+  ``spans`` and ``chunker`` are not sent (the server's chunker applies), and
+  :meth:`Database.transaction` has no counterpart;
 * ``stats()`` of a token without the full view counts only what it may see
   (documents and chunks; the other counts are 0);
 * collections other than the served one need ``ragdb serve --collections``;

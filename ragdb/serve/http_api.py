@@ -688,7 +688,7 @@ class _Service:
             if not isinstance(item, dict):
                 raise InvalidInput(f"documents[{n}] must be a JSON object, got {_brief(item)}")
             records.append(self._record(_normalized(item), f"documents[{n}]: "))
-        check_distinct_sources(records, "documents")
+        check_distinct_sources(records, "documents", named_by="source")
         with db.transaction():
             for record in records:
                 check_write(db, self._who(grant), grant.write_scope, holder="this token", source=record["source"],

@@ -506,7 +506,7 @@ def build_server(db: ragdb.Database, *, principals: Any = None, allow_writes: bo
         one may be. Each is stored with this server's write labels, as add_text stores one."""
         records = [d.model_dump() for d in documents]
         with library():
-            check_distinct_sources(records, "documents")
+            check_distinct_sources(records, "documents", named_by="source")
             t = target(collection)
             with t.transaction():
                 added = add_records(t, records)

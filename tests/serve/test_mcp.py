@@ -590,7 +590,8 @@ def test_batch_add_update_list_and_delete_by_filter(kb: Path) -> None:
             # all or nothing: a refused batch writes none of it
             with ragdb.open(kb) as db:
                 before = db.count(principals=ragdb.ALL)
-            assert "same source" in await _error(s, "add_texts", {"documents": [PETS[2], PETS[2]]})
+            same = await _error(s, "add_texts", {"documents": [PETS[2], PETS[2]]})
+            assert "same source" in same and "its own source" in same and "metadata['source']" not in same
             assert "not replacing it" in await _error(s, "add_texts", {"documents": [
                 {"text": "new", "source": "pets/new.md"}, {"text": "mine", "source": "team/plan.md"}]})
             assert "at most 100" in await _error(s, "add_texts", {"documents": [

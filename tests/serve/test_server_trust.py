@@ -278,8 +278,9 @@ def test_batch_add_and_update_stay_within_the_scope(tmp_path: Path) -> None:
         # one record outside the scope: none of them is written
         assert "labelled []" in _error(batch(TEAM_A, [{"text": "Third.", "source": "b/3", "acl": ["team-a"]},
                                                       {"text": "Public.", "source": "b/4"}]), 403)
-        assert "same source" in _error(batch(TEAM_A, [{"text": "x", "source": "b/5", "acl": ["team-a"]},
-                                                      {"text": "y", "source": "b/5", "acl": ["team-a"]}]), 422)
+        same = _error(batch(TEAM_A, [{"text": "x", "source": "b/5", "acl": ["team-a"]},
+                                     {"text": "y", "source": "b/5", "acl": ["team-a"]}]), 422)
+        assert "same source" in same and "its own source" in same and "metadata['source']" not in same
         assert _error(batch(TEAM_A, []), 422)
         # updates: its own documents, to labels within its scope
         got = patch(TEAM_A, ids["team/a.md"], {"metadata": {"reviewed": True}})
