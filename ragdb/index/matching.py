@@ -31,6 +31,7 @@ never scores.
 
 from __future__ import annotations
 
+import math
 import unicodedata
 from collections import Counter
 from collections.abc import Callable, Mapping, Sequence
@@ -428,7 +429,7 @@ def _field_filter(key: str, text: str) -> dict[str, Any]:
             number = convert(text)
         except ValueError:
             continue
-        if number == number and number not in values:  # not NaN
+        if math.isfinite(number) and number not in values:  # ('inf', 'nan', '1e999': text alone)
             values.append(number)
     if text in ("true", "false"):
         values.append(text == "true")

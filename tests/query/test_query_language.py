@@ -601,6 +601,9 @@ def test_a_filters_value_is_as_typed():
         assert db.query_plan("pump lang:en~1^3").filters == ("lang:en~1",)
         assert db.query_plan("pump source:notes*").filters == ("source:notes*",)
         assert sorted(h.source for h in db.search("pump source:notes*")) == ["notes.md", "notes.md~"]
+        db.add("pump bolt", source="inf.md", metadata={"name": "inf", "n": 1})
+        for query in ("pump name:inf", "pump name:inf -n:1e999", "pump name:inf -n:nan", "pump name:inf -n:-infinity"):
+            assert [h.source for h in db.search(query)] == ["inf.md"], query  # (text, not a number to refuse)
         for query in ("C*~ valve", "cat*~ valve"):
             assert db.query_plan(query).error == f"{query.split()[0]!r}: a word is a prefix or fuzzy, not both"
 
