@@ -393,9 +393,10 @@ def compile_query(parsed: q.ParsedQuery, analyzer: Analyzer, lookup: Lookup, *, 
         return GroupNode(tuple(distinct.values())), only
 
     tree = compile_group(parsed.root, None, 1.0, False)[0]
-    return Compiled(tuple(Unit(u.key, ids, u.df, u.weight, u.field, text_tf[ids])
-                          if u.field is None and text_tf[ids] > 1 else u for ids, u in units.items()), tree, phrases, expansions, tuple(dropped),
-                    tuple(dict.fromkeys(unknown)), len(scored_unknown), tuple(seqs))
+    scored = tuple(Unit(u.key, ids, u.df, u.weight, u.field, text_tf[ids]) if u.field is None and text_tf[ids] > 1
+                   else u for ids, u in units.items())
+    return Compiled(scored, tree, phrases, expansions, tuple(dropped), tuple(dict.fromkeys(unknown)),
+                    len(scored_unknown), tuple(seqs))
 
 
 def _merged_filters(clauses: list[tuple[str, MatchNode, bool]]) -> list[tuple[str, MatchNode, bool]]:
