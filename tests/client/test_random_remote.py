@@ -55,7 +55,7 @@ pytest.importorskip("uvicorn")
 
 import ragdb  # noqa: E402
 from cli_helpers import ROOT, serving  # noqa: E402
-from engine.test_random_operations import (QUERIES, Model, Rollback, Run, assert_same, observe,  # noqa: E402
+from engine.test_random_operations import (QUERIES, Model, Run, assert_same, observe,  # noqa: E402
                                            observed, records, small_segments, sources, step)
 from ragdb.client.remote import Client  # noqa: E402
 from ragdb.errors import (CollectionExists, CollectionNotFound, DocumentNotFound, InvalidInput,  # noqa: E402
@@ -286,11 +286,7 @@ class RemoteRun(Run):
             if op[2]:
                 self.lib.optimize(vacuum=False)
         elif kind == "transaction":
-            scratch = copy.deepcopy(self.model)
-            with pytest.raises(Rollback), self.lib.transaction() as t:
-                for inner in op[1]:
-                    self.write(t, scratch, inner)
-                raise Rollback
+            self.rolled_back(self.lib, op[1])
         elif kind == "collection":
             self.collection(*op[1:])
         elif kind == "reopen":

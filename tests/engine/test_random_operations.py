@@ -375,11 +375,7 @@ class Run:
                 if op[2]:
                     other.optimize(vacuum=False)
         elif kind == "transaction":
-            scratch = copy.deepcopy(self.model)
-            with pytest.raises(Rollback), self.db.transaction() as t:
-                for inner in op[1]:
-                    self.write(t, scratch, inner)
-                raise Rollback
+            self.rolled_back(self.db, op[1])
         elif kind == "collection":
             self.collection(*op[1:])
         elif kind == "reopen":
@@ -389,6 +385,15 @@ class Run:
             self.compare(process=False)
         else:
             self.write(self.db, self.model, op)
+
+    def rolled_back(self, db, ops) -> None:
+        """``ops`` written in a transaction of ``db`` that raises at its end: none of them stays
+        (the model's copy takes them, the model nothing)."""
+        scratch = copy.deepcopy(self.model)
+        with pytest.raises(Rollback), db.transaction() as t:
+            for inner in ops:
+                self.write(t, scratch, inner)
+            raise Rollback
 
     def collection(self, action: str, source: str, text: str) -> None:
         model = self.model
