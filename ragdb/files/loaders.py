@@ -636,11 +636,23 @@ def _jsonable(value: Any, budget: list[int], depth: int, active: set[int], where
     return _DROP  # bytes (!!binary) and other exotic tags
 
 
+def _one_line(text: str) -> str:
+    """A heading or title as one line: runs of whitespace one space, and the invisible characters
+    editors and converters leave in words (soft hyphen, zero-width space, word joiner, invisible
+    operators, BOM) gone, so ``section`` and ``title`` read as a reader sees them (``Install guide``,
+    not ``Install\\u200b guide``). Joiners (ZWJ, ZWNJ) and direction marks stay: they change how a
+    script or an emoji is shown."""
+    return " ".join(text.translate(_INVISIBLE).split())
+
+
+_INVISIBLE = dict.fromkeys([0x00AD, 0x200B, 0x2060, 0x2061, 0x2062, 0x2063, 0x2064, 0xFEFF])
+
+
 def _heading_text(inline_md: Any, content: str) -> str:
     try:
         tokens = inline_md.parseInline(content[:_MAX_HEADING_CHARS])
     except RecursionError:  # pragma: no cover - defensive
-        return " ".join(content.split())
+        return _one_line(content)
     parts: list[str] = []
     for tok in tokens:
         for child in tok.children or ():
@@ -648,7 +660,7 @@ def _heading_text(inline_md: Any, content: str) -> str:
                 parts.append(child.content)
             elif child.type in ("softbreak", "hardbreak"):
                 parts.append(" ")
-    return " ".join("".join(parts).split())
+    return _one_line("".join(parts))
 
 
 def _markdown_sections(text: str, where: str) -> tuple[list[Span], str | None, list[tuple[int, int, str, str]]]:
@@ -1112,7 +1124,7 @@ def _rst_sections(text: str) -> tuple[str, list[Span], str | None]:
             continue
         if style not in styles:
             styles.append(style)
-        found.append((at, styles.index(style), " ".join(title.split())[:_MAX_HEADING_CHARS]))
+        found.append((at, styles.index(style), _one_line(title)[:_MAX_HEADING_CHARS]))
         i = nxt
     kept: list[str] = []
     offset_of: dict[int, int] = {}  # a kept line -> its offset in the text kept
@@ -1338,7 +1350,7 @@ def _html_headings(marked: str) -> tuple[str, list[tuple[int, int, int]]]:
 
 def _html_sections(text: str, headings: list[tuple[int, int, int]]) -> tuple[list[Span], str | None]:
     """Section spans like Markdown's: from each heading to the next, titled by the heading path."""
-    titled = [(a, level, " ".join(text[a:b].split())[:_MAX_HEADING_CHARS]) for a, b, level in headings]
+    titled = [(a, level, _one_line(text[a:b])[:_MAX_HEADING_CHARS]) for a, b, level in headings]
     titled = [t for t in titled if t[2]]
     return _section_spans(text, titled), _first_h1(titled)
 
@@ -1410,7 +1422,7 @@ def _html_selectolax(html: str) -> tuple[str, str | None] | None:
     title_node = (head.css_first("title") if head is not None else None) or next(
         (n for n in tree.css("title") if not _in_foreign(n)), None)
     if title_node is not None:
-        title = " ".join((title_node.text(deep=True) or "").split()) or None
+        title = _one_line(title_node.text(deep=True) or "") or None
     root = tree.root
     builder = _TextBuilder()
     if root is None:
@@ -1566,7 +1578,7 @@ def _html_stdlib(html: str) -> tuple[str, str | None]:
     parser = _Extractor()
     parser.feed(html)
     parser.close()
-    title = " ".join("".join(parser.title_parts).split()) or None
+    title = _one_line("".join(parser.title_parts)) or None
     return builder.result(), title
 
 
@@ -1719,7 +1731,7 @@ def _pdf_outline(reader: Any, count: int) -> dict[int, str]:
             except Exception:  # noqa: BLE001 - a broken destination only costs its entry
                 continue
             if title and page is not None and 0 <= page < count:
-                entries.append((page, level, " ".join(title.split())))
+                entries.append((page, level, _one_line(title)))
 
     try:
         walk(reader.outline, 0)

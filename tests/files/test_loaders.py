@@ -243,6 +243,26 @@ def test_markdown_title_from_first_h1_and_setext() -> None:
     assert doc.text[doc.spans[0].start:].startswith("Big Title\n===")
 
 
+@pytest.mark.parametrize("fallback", [False, True])
+def test_headings_and_titles_drop_invisible_characters(monkeypatch: pytest.MonkeyPatch, fallback: bool) -> None:
+    """A zero-width space, soft hyphen, word joiner or BOM in a heading stays out of ``section``
+    and ``title`` (a reader sees "Install guide"); joiners that change how text shows stay."""
+    if fallback:
+        monkeypatch.setattr(loaders_mod, "_html_selectolax", lambda html: None)
+    md = only(load_bytes("# Install\u200b guide\n\ntext\n\n## Soft\u00adware \u2060x\ufeff\n\nmore\n".encode(),
+                         source="s.md", kind="md"))
+    assert md.title == "Install guide"
+    assert [s.metadata["section"] for s in md.spans] == ["Install guide", "Install guide > Software x"]
+    html = only(load_bytes("<html><head><title>Pump\u200b manual</title></head><body><h1>Install\u200b guide</h1>"
+                           "<p>x</p><h2>\u0645\u06cc\u200c\u062e\u0648\u0627\u0647\u0645</h2><p>y</p></body></html>".encode(),
+                           source="p.html", kind="html"))
+    assert html.title == "Pump manual"
+    assert [s.metadata["section"] for s in html.spans] == [
+        "Install guide", "Install guide > \u0645\u06cc\u200c\u062e\u0648\u0627\u0647\u0645"]
+    rst = only(load_bytes("Install\u200b guide\n==============\n\ntext\n".encode(), source="r.rst", kind="rst"))
+    assert [s.metadata["section"] for s in rst.spans] == ["Install guide"]
+
+
 def test_markdown_without_front_matter_keeps_thematic_break() -> None:
     doc = only(load_bytes(b"---\nnot front matter, no closing line\n", source="s", kind="markdown"))
     assert doc.text.startswith("---")
