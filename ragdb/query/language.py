@@ -358,6 +358,7 @@ class _Parser:
         self.tokens = tokens
         self.i = 0
         self.depth = 0
+        self.field: str | None = None  # the field of the innermost group with one (``lang:(...)``)
 
     def deeper(self) -> None:
         self.depth += 1
@@ -436,7 +437,11 @@ class _Parser:
         self.take()
         if tok.kind == "open":
             self.deeper()
-            group = self.sequence()
+            outer, self.field = self.field, tok.field or self.field
+            try:
+                group = self.sequence()
+            finally:
+                self.field = outer
             self.depth -= 1
             close = self.peek()
             if close is None or close.kind != "close":
@@ -449,16 +454,17 @@ class _Parser:
             if not tok.text.strip():
                 raise _SyntaxError("an empty phrase")
             return Phrase(tok.text, tok.field, tok.boost)
-        return _word(tok)
+        return _word(tok, tok.field or self.field)
 
 
-def _word(tok: _Tok) -> Word:
+def _word(tok: _Tok, field: str | None) -> Word:
+    """The word ``tok``; ``field``: its own field, else its group's (``lang:(en~1)``)."""
     m = _SUFFIX_RE.match(tok.text)
     assert m is not None  # the pattern matches any text
-    if tok.field is not None and tok.field not in TEXT_FIELDS:
-        # a filter (source or a metadata key): its value as typed, ``*`` and ``~`` included
-        # (``source:docs/*`` is a glob, ``source:notes.md~`` an editor's backup); a boost
-        # means nothing to a filter
+    if field is not None and field not in TEXT_FIELDS:
+        # a filter (source or a metadata key, its own or its group's): its value as typed, ``*``
+        # and ``~`` included (``source:docs/*`` is a glob, ``source:notes.md~`` an editor's
+        # backup, ``lang:(en~1 OR zh)`` the value ``en~1``); a boost means nothing to a filter
         boost = m.group("boost")
         return Word(tok.text[:m.start("boost") - 1] if boost else tok.text, tok.field,
                     _boost(boost) if boost else 1.0)

@@ -590,8 +590,8 @@ def test_the_plans_terms_are_alike_with_operators_or_without(docs, words):
 
 def test_a_filters_value_is_as_typed():
     """``source:notes.md~`` (an editor's backup file) filtered on 'notes.md~' and
-    ``lang:en~1`` on 'en~' (the fuzzy suffix was read, then written back without its
-    distance); ``C*~`` was the word 'c' where ``cat*~`` is an error."""
+    ``lang:en~1`` (and ``lang:(en~1)``) on 'en~' (the fuzzy suffix was read, then written back
+    without its distance); ``C*~`` was the word 'c' where ``cat*~`` is an error."""
     with ragdb.open(":memory:", chunker="none") as db:
         db.add("pump valve", source="notes.md")
         db.add("pump seal", source="notes.md~")
@@ -606,6 +606,12 @@ def test_a_filters_value_is_as_typed():
             assert [h.source for h in db.search(query)] == ["inf.md"], query  # (text, not a number to refuse)
         for query in ("C*~ valve", "cat*~ valve"):
             assert db.query_plan(query).error == f"{query.split()[0]!r}: a word is a prefix or fuzzy, not both"
+        # in a field's group, each word is the field's value as typed too
+        assert [h.source for h in db.search("pump lang:(en~1)")] == ["other.md"]
+        assert [h.source for h in db.search("pump lang:(zh OR en~1)")] == ["other.md"]
+        assert db.query_plan("pump lang:(en~1^3 OR zh)").filters == ("lang:en~1", "lang:zh")
+        assert sorted(h.source for h in db.search("pump source:(notes* OR nothing)")) == ["notes.md", "notes.md~"]
+        assert db.query_plan("pump lang:(en~2 cat*~)").error is None  # values, not words to refuse
 
 
 @settings(max_examples=EXAMPLES, deadline=None, suppress_health_check=[HealthCheck.too_slow])
