@@ -1482,11 +1482,19 @@ def _html_stdlib(html: str) -> tuple[str, str | None]:
     dependency, and for pathologically deep documents: it streams events and
     builds no tree, so it is linear in nesting depth where lexbor is not.
     """
+    from html import unescape
     from html.parser import HTMLParser
 
     builder = _TextBuilder()
 
     class _Extractor(HTMLParser):
+        # <textarea> and <title> hold text, not markup (HTML's "escapable raw text": ``<b>`` in
+        # them is read as written, ``&amp;`` as ``&``), as lexbor reads them. Python 3.14's parser
+        # knows them (its RCDATA_CONTENT_ELEMENTS); older ones parse tags in them. So this parser
+        # switches to raw text itself at their start tag and unescapes their text, in every
+        # version (the parser's own switch turned off, lest it unescape a second time).
+        RCDATA_CONTENT_ELEMENTS = ()  # type: ignore[misc]
+
         def __init__(self) -> None:
             super().__init__(convert_charrefs=True)
             self.skip_tag: str | None = None
@@ -1499,6 +1507,11 @@ def _html_stdlib(html: str) -> tuple[str, str | None]:
             self.foreign = 0  # <svg>/<math> elements open around the parser (see _in_foreign)
 
         def handle_starttag(self, tag: str, attrs: list[tuple[str, str | None]]) -> None:
+            if tag in ("textarea", "title") and not self.foreign:
+                self.set_cdata_mode(tag)  # (see RCDATA_CONTENT_ELEMENTS; ends at its end tag)
+            self._start(tag, attrs)
+
+        def _start(self, tag: str, attrs: list[tuple[str, str | None]]) -> None:
             if tag in _FOREIGN_TAGS:
                 self.foreign += 1
             elif self.foreign and tag in _FOREIGN_BREAKOUT:  # an unclosed <svg> ends here, as in HTML
@@ -1568,6 +1581,8 @@ def _html_stdlib(html: str) -> tuple[str, str | None]:
                     builder.restore(state)
 
         def handle_data(self, data: str) -> None:
+            if self.cdata_elem in ("textarea", "title"):
+                data = unescape(data)
             if self.in_title:
                 self.title_parts.append(data)
             elif self.skip_tag is None:

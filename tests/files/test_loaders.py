@@ -263,6 +263,20 @@ def test_headings_and_titles_drop_invisible_characters(monkeypatch: pytest.Monke
     assert [s.metadata["section"] for s in rst.spans] == ["Install guide"]
 
 
+@pytest.mark.parametrize("fallback", [False, True])
+def test_html_textarea_and_title_hold_text_not_markup(monkeypatch: pytest.MonkeyPatch, fallback: bool) -> None:
+    """In ``<textarea>`` and ``<title>`` a tag is text as written and ``&amp;`` is ``&`` (HTML's
+    escapable raw text): lexbor and the standard library's fallback read them alike."""
+    if fallback:
+        monkeypatch.setattr(loaders_mod, "_html_selectolax", lambda html: None)
+    doc = only(load_bytes(b"<html><head><title>A &amp; <b>B</b></title></head><body><h1>\xe2\x80\x8b</h1><p>x</p>"
+                          b"<p>y <textarea><b>bold</b> &amp;lt; t</textarea> after <i>it</i></p>"
+                          b"<svg><title>drawing</title></svg></body></html>", source="t.html", kind="html"))
+    assert doc.title == "A & <b>B</b>"
+    assert doc.text.endswith("y <b>bold</b> &lt; t after it")
+    assert doc.spans == ()  # a heading of a zero-width space alone is no section
+
+
 def test_markdown_without_front_matter_keeps_thematic_break() -> None:
     doc = only(load_bytes(b"---\nnot front matter, no closing line\n", source="s", kind="markdown"))
     assert doc.text.startswith("---")
