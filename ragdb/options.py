@@ -255,6 +255,12 @@ def check_path(value: Any) -> str:
         raise InvalidInput("path must not be empty (':memory:' opens an in-memory database)", param="path")
     if "\x00" in path:
         raise InvalidInput(f"path {path!r} contains a NUL character", param="path")
+    if path.startswith("file:"):
+        # SQLite reads a name starting with "file:" as a URI (the system's SQLite does even
+        # without uri=True): "file:kb.db" opened kb.db while ragdb checked and registered another
+        # path, and "file::memory:?cache=shared" waited the busy timeout to switch to WAL
+        raise InvalidInput(f"path {path!r} is an SQLite URI: ragdb opens a file by its path (./{path} for a file "
+                           f"whose name starts with 'file:'), or ':memory:'", param="path")
     return check_text(path, "path")
 
 

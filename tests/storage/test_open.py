@@ -203,6 +203,23 @@ def test_path_must_be_text_sqlite_can_open(tmp_path, monkeypatch, path):
     assert os.listdir(tmp_path) == []
 
 
+@pytest.mark.parametrize("path", ["file:kb.db", "file::memory:?cache=shared", "file:kb.db?mode=ro"])
+def test_an_sqlite_uri_is_refused_at_once(tmp_path, monkeypatch, path):
+    """SQLite reads a name starting with 'file:' as a URI even without uri=True: 'file:kb.db'
+    opened kb.db while ragdb had checked another path, and a shared in-memory URI waited the
+    busy timeout (30 s) before failing to switch to WAL. './file:kb.db' is a file of that name."""
+    monkeypatch.chdir(tmp_path)
+    for readonly in (False, True):
+        with pytest.raises(InvalidInput, match="SQLite URI"):
+            ragdb.open(path, readonly=readonly, busy_timeout=1)
+    assert os.listdir(tmp_path) == []
+    with ragdb.open("./file:kb.db") as db:
+        db.add("pump seal", source="a")
+    assert sorted(os.listdir(tmp_path))[0] == "file:kb.db"
+    with ragdb.open(tmp_path / "file:kb.db", readonly=True) as db:
+        assert [h.source for h in db.search("pump")] == ["a"]
+
+
 def test_a_path_the_system_refuses_to_probe_is_a_storage_error_naming_it(tmp_path):
     """A name too long for the file system (or a folder not to be entered) made Path.exists()
     raise Python's OSError out of ragdb.open."""
