@@ -282,14 +282,29 @@ def key_values(items: Sequence[str], option: str) -> dict[str, list[str]]:
     return out
 
 
-def metadata_value(text: str) -> Any:
-    """A ``--metadata KEY=VALUE`` value as stored: a JSON number or boolean typed (``year=2024``
-    is the number 2024, ``draft=true`` True), so range filters match it; a JSON string forces
-    a string (``year='"2024"'``); anything else (``null``, a list, plain words) is the text."""
+#: What :func:`_json_value` returns for a text that is no JSON value it types.
+_UNTYPED = object()
+
+
+def _json_value(text: str) -> Any:
+    """``text`` read as JSON, else :data:`_UNTYPED`. An integer past 64 bits is not typed: the
+    JSON reader would make it a float that is not the number given (``2**70 + 1`` read as
+    ``1.1805916207174113e+21``), and the library stores no integer that large."""
     try:
         value = orjson.loads(text)
     except orjson.JSONDecodeError:
-        return text
+        return _UNTYPED
+    if isinstance(value, float) and not any(c in text for c in ".eE"):
+        return _UNTYPED  # an integer literal read as an inexact float
+    return value
+
+
+def metadata_value(text: str) -> Any:
+    """A ``--metadata KEY=VALUE`` value as stored: a JSON number or boolean typed (``year=2024``
+    is the number 2024, ``draft=true`` True), so range filters match it; a JSON string forces
+    a string (``year='"2024"'``); anything else (``null``, a list, plain words, an integer past
+    64 bits) is the text."""
+    value = _json_value(text)
     return value if isinstance(value, (bool, int, float, str)) else text
 
 
@@ -299,10 +314,7 @@ def _filter_value(key: str, values: list[str]) -> Any:
     for v in values:
         out.append(v)
         if key not in ("source", "version", "tags"):
-            try:
-                typed = orjson.loads(v)
-            except orjson.JSONDecodeError:
-                continue
+            typed = _json_value(v)
             if isinstance(typed, (int, float, bool)) and typed not in out:
                 out.append(typed)
     return out[0] if len(out) == 1 else out

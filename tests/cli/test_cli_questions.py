@@ -92,3 +92,18 @@ def test_metadata_values_are_typed(tmp_path, runner):
         assert meta["code"] == "2024" and meta["team"] == "ops" and meta["zip"] == "007"
     hits = run(runner, "-d", db, "search", "refunds", "--json", "--where", orjson.dumps({"year": {"$gte": 2024}}).decode())
     assert [h["source"] for h in out_json(hits)] == ["a"]
+
+
+def test_an_integer_past_64_bits_is_kept_as_the_text_given(tmp_path, runner):
+    """It was read as a float that is another number (1180591620717411303425 stored as
+    1.1805916207174113e+21, silently); the library stores no integer that large."""
+    db = tmp_path / "kb.db"
+    big, near = str(2 ** 70 + 1), str(2 ** 70 + 7)
+    run(runner, "-d", db, "add", "-", "--source", "a", "--metadata", f"id={big}", "--metadata", "n=-9223372036854775808",
+        "--metadata", "x=1e3", input="text about refunds")
+    with ragdb.open(db) as d:
+        meta = d.documents()[0].metadata
+        assert meta["id"] == big and meta["n"] == -2 ** 63 and meta["x"] == 1000.0
+    # nor does a filter on a nearby integer match the float it would have been read as
+    assert out_json(run(runner, "-d", db, "list", "--filter", f"id={near}", "--json")) == []
+    assert [d["source"] for d in out_json(run(runner, "-d", db, "list", "--filter", f"id={big}", "--json"))] == ["a"]
