@@ -725,6 +725,8 @@ def add_paths(db: Database, inputs: Sequence[str | os.PathLike[str]] | Selection
                            source_prefix=source_prefix, relative_to=relative_to)
     items = list(sel.items)
     if source is not None:
+        if not isinstance(source, str) or not source:
+            raise InvalidInput(f"source must be a non-empty string, got {source!r}")
         if len(items) != 1:
             raise InvalidInput(f"source {source!r} names one document, but the inputs hold {len(items)} files")
         items = [(items[0][0], source, items[0][2])]

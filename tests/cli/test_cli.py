@@ -221,6 +221,12 @@ def test_add_stdin_with_metadata_and_version(tmp_path, runner):
     assert bad.exit_code == 2 and "KEY=VALUE" in bad.output
     empty = run(runner, "-d", db, "add", "-", input="", ok=False)
     assert empty.exit_code == 1 and "-:" in empty.stderr
+    # an empty --source is the caller's mistake, said as one (it named an internal function)
+    nameless = run(runner, "-d", db, "add", "-", "--source", "", input="text", ok=False)
+    assert nameless.exit_code == 1 and "source must be a non-empty string" in nameless.stderr
+    assert "load_bytes" not in nameless.stderr
+    with ragdb.open(db) as d:
+        assert [doc.source for doc in d.documents()] == ["piped/notes.md"]
 
 
 # ----------------------------------------------------------------------------- sync
