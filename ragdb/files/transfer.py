@@ -143,6 +143,9 @@ def _parse(name: str, lineno: int, obj: Any) -> dict[str, Any]:
         raise InvalidInput(f"{where}: 'text' must be a string")
     if not isinstance(obj.get("source"), str) or not obj["source"]:
         raise InvalidInput(f"{where}: 'source' must be a non-empty string")
+    if not isinstance(obj.get("latest", True), bool):
+        # (an export writes true or false; "no" or 0 would otherwise be read as a latest version)
+        raise InvalidInput(f"{where}: 'latest' must be true or false, got {obj['latest']!r}")
     record = {k: obj[k] for k in ("text", "source", "version", "timestamp", "title", "metadata", "acl",
                                   "chunker") if obj.get(k) is not None}
     _check_fields(record, where)

@@ -446,10 +446,12 @@ def test_import_bad_line_imports_nothing(tmp_path):
 @pytest.mark.parametrize("field,value,message", [
     ("timestamp", "soon", "timestamp 'soon' is not ISO-8601"), ("metadata", 5, "metadata must be a mapping"),
     ("acl", "x", "acl must be a list"), ("chunker", "bogus", "unknown chunker 'bogus'"),
-    ("version", ["1"], "version must be a string"), ("title", 3, "title must be a string")])
+    ("version", ["1"], "version must be a string"), ("title", 3, "title must be a string"),
+    ("latest", "no", "'latest' must be true or false, got 'no'"), ("latest", 0, "'latest' must be true or false")])
 def test_import_names_the_line_of_a_bad_value(tmp_path, field, value, message):
     """A bad timestamp, metadata, label list, chunker, version or title was named by the
-    record's source alone (and a chunker by nothing): add_many reads the records in batches."""
+    record's source alone (and a chunker by nothing): add_many reads the records in batches.
+    A 'latest' other than true or false ("no", 0) was read as a latest version."""
     path = tmp_path / "bad.jsonl"
     good = {"source": "a", "text": "fine text"}
     path.write_bytes(b"".join(orjson.dumps(r) + b"\n" for r in (good, good, {**good, "source": "b", field: value})))
