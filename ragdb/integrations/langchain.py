@@ -359,11 +359,18 @@ class RagdbVectorStore(VectorStore):
     # -- writing -------------------------------------------------------------------------------
     def add_texts(self, texts: Iterable[str], metadatas: list[dict[str, Any]] | None = None, *,
                   ids: list[str] | None = None, **kwargs: Any) -> list[str]:
+        if isinstance(texts, (str, bytes)):  # (its characters are no list of texts)
+            raise InvalidInput(f"add_texts: texts must be a list of texts, not {type(texts).__name__} {texts!r:.40}")
         texts = list(texts)
-        if metadatas is not None and len(metadatas) != len(texts):
-            raise InvalidInput(f"add_texts: {len(metadatas)} metadatas for {len(texts)} texts")
-        metas = metadatas if metadatas is not None else [{}] * len(texts)
-        docs = [Document(page_content=text, metadata=meta or {}) for text, meta in zip(texts, metas)]
+        metas = list(metadatas) if metadatas is not None else [None] * len(texts)
+        if len(metas) != len(texts):
+            raise InvalidInput(f"add_texts: {len(metas)} metadatas for {len(texts)} texts")
+        for n, (text, meta) in enumerate(zip(texts, metas)):  # ragdb's errors, not the Document's pydantic ones
+            if not isinstance(text, str):
+                raise InvalidInput(f"add_texts: text {n} must be a string, got {type(text).__name__}")
+            if meta is not None and not isinstance(meta, Mapping):  # (0, "" or [] is a mistake, not {})
+                raise InvalidInput(f"add_texts: metadata {n} must be a mapping, got {type(meta).__name__}")
+        docs = [Document(page_content=text, metadata=dict(meta or {})) for text, meta in zip(texts, metas)]
         return self.add_documents(docs, ids=ids, **kwargs)
 
     def add_documents(self, documents: list[Document], **kwargs: Any) -> list[str]:

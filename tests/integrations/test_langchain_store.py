@@ -194,6 +194,12 @@ def test_principals_bound_what_the_store_reads_writes_and_deletes(tmp_path):
     (lambda s: s.add_texts(["a"], metadatas=[{"bad": object()}]), "not JSON-serialisable"),
     (lambda s: s.delete(), "give the ids"),
     (lambda s: s.get_by_ids([3]), "ids must be non-empty strings"),
+    # ragdb's errors, not pydantic's from making a Document; falsy metadata was read as {}
+    (lambda s: s.add_texts([5], ids=["x"]), "text 0 must be a string, got int"),
+    (lambda s: s.add_texts(["a", None]), "text 1 must be a string, got NoneType"),
+    (lambda s: s.add_texts(["a"], ["m"]), "metadata 0 must be a mapping, got str"),
+    (lambda s: s.add_texts(["a", "b"], [{}, []]), "metadata 1 must be a mapping, got list"),
+    (lambda s: s.add_texts("abc"), "texts must be a list of texts, not str"),  # (it added 'a', 'b' and 'c')
 ])
 def test_bad_input_is_refused_and_writes_nothing(tmp_path, call, message):
     with ragdb.open(tmp_path / "bad.db") as db:
