@@ -43,6 +43,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 from ragdb.database import Database
+from ragdb.engine.prepare import check_metadata
 from ragdb.errors import DocumentNotFound, InvalidInput, MissingDependency
 from ragdb.integrations.stores import (
     STORE_CHUNKER,
@@ -316,6 +317,9 @@ class RagdbVectorStore(BasePydanticVectorStore):
         for n, node in enumerate(nodes):
             if not isinstance(node, BaseNode):
                 raise InvalidInput(f"add: node {n} must be a llama_index node, got {type(node).__name__}")
+            # checked as ragdb stores metadata: LlamaIndex's JSON dump turns NaN into null, a set
+            # into a list, bytes into text, and fails on other objects with pydantic's own error
+            check_metadata(node.metadata, f"add: node {n} ({node.node_id!r})")
             meta = node_to_metadata_dict(node, remove_text=True, flat_metadata=self.flat_metadata)
             records.append({"text": node.get_content(metadata_mode=MetadataMode.NONE), "source": node.node_id,
                             "metadata": meta, "acl": self._acl})

@@ -189,6 +189,22 @@ def test_unsupported_filters_and_bad_input_are_refused(db):
     assert db.count(principals=ragdb.ALL) == 0
 
 
+@pytest.mark.parametrize("metadata, message", [
+    ({"w": float("nan")}, "metadata 'w' is nan"), ({"w": [1.0, float("inf")]}, r"metadata 'w\[1\]' is inf"),
+    ({"n": {1, 2}}, "metadata is not JSON-serialisable.*set"),
+    ({"b": b"x"}, "metadata is not JSON-serialisable.*bytes"),
+    ({"o": object()}, "metadata is not JSON-serialisable.*object"),
+])
+def test_add_refuses_metadata_ragdb_cannot_store(db, metadata, message):
+    """As ``db.add`` does (InvalidInput, nothing written): LlamaIndex's JSON dump of a node stored
+    NaN and infinity as null, a set as a list and bytes as text, and raised pydantic's
+    PydanticSerializationError for another object."""
+    store = RagdbVectorStore(db)
+    with pytest.raises(InvalidInput, match=f"add: node 1 \\('bad'\\): {message}"):
+        store.add([TextNode(text="fine", id_="ok"), TextNode(text="apple", id_="bad", metadata=metadata)])
+    assert db.count(principals=ragdb.ALL) == 0
+
+
 # ---------------------------------------------------------------------- principals, loader keys
 def test_principals_bound_reads_writes_and_deletes(db):
     db.add("secret heron budget", source="hidden", acl=["hr"],
