@@ -392,7 +392,7 @@ class RagdbVectorStore(VectorStore):
             if not isinstance(document, Document):
                 raise InvalidInput(f"add_documents: document {n} must be a langchain_core Document, "
                                    f"got {type(document).__name__}")
-            given = ids[n] if ids is not None else document.id
+            given = ids[n] if ids is not None and ids[n] is not None else document.id
             doc_id = str(uuid.uuid4()) if given is None else given
             if not isinstance(doc_id, str) or not doc_id:
                 raise InvalidInput(f"add_documents: document {n}: id must be a non-empty string, got {doc_id!r}")

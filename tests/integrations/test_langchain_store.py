@@ -275,3 +275,19 @@ def test_delete_leaves_the_versions_the_stores_principals_may_not_read(tmp_path)
         assert [db.get(d.id, principals=ragdb.ALL).text for d in left] == ["v1 secret hr"]
         RagdbVectorStore(db, principals=ragdb.ALL).delete(["doc1"])  # the full view: every version
         assert db.count(principals=ragdb.ALL) == 0 and db.check() == []
+
+
+def test_a_none_in_ids_takes_that_documents_own_id(tmp_path):
+    """As the class says (``ids=``, else ``Document.id``, else a new UUID), per document: a None
+    in ``ids`` gave a document with an id of its own a new UUID, so adding it again made a copy
+    beside the stored one instead of replacing it."""
+    with ragdb.open(tmp_path / "kb.db") as db:
+        store = RagdbVectorStore(db)
+        store.add_documents([Document(page_content="first owls", id="owls")])
+        got = store.add_documents([Document(page_content="second owls", id="owls"),
+                                   Document(page_content="bats", id="ignored")], ids=[None, "bats"])
+        assert got == ["owls", "bats"]
+        assert sorted(d.source for d in db.documents()) == ["bats", "owls"]
+        assert store.get_by_ids(["owls"])[0].page_content == "second owls"
+        new = store.add_documents([Document(page_content="no id at all")], ids=[None])
+        assert len(new) == 1 and len(new[0]) == 36 and db.count() == 3  # a new UUID
