@@ -368,7 +368,10 @@ class RagdbVectorStore(BasePydanticVectorStore):
     # -- reading -------------------------------------------------------------------------------
     def get_nodes(self, node_ids: list[str] | None = None, filters: MetadataFilters | None = None
                   ) -> list[BaseNode]:
-        """The nodes with these ids and/or matching ``filters`` that this store may read."""
+        """The nodes with these ids and/or matching ``filters`` that this store may read. An
+        empty list of ids names no node (as for :meth:`delete_nodes`), not every node."""
+        if node_ids is not None and not check_ids(node_ids, "get_nodes: node_ids"):
+            return []
         where = self._where(node_ids, filters, "get_nodes")
         nodes = []
         for listed in self._db.documents(filter=where, principals=self._principals):

@@ -273,6 +273,17 @@ def test_an_empty_list_of_node_ids_deletes_nothing(db):
     assert len(result.ids) == len(ROWS)
 
 
+def test_an_empty_list_of_node_ids_gets_no_node(db):
+    """``get_nodes(node_ids=[])`` gave every node (and with ``filters``, every node they match)
+    where ``delete_nodes(node_ids=[])`` deletes none: an empty list of ids names no node."""
+    store = RagdbVectorStore(db)
+    store.add([TextNode(text=f"shared words row {n}", id_=f"n{n}", metadata=row) for n, row in enumerate(ROWS)])
+    assert store.get_nodes(node_ids=[]) == []
+    assert store.get_nodes(node_ids=iter([]), filters=MetadataFilters(filters=[SINGLE[6]])) == []
+    assert [n.node_id for n in store.get_nodes(node_ids=["n1", "n4"])] == ["n1", "n4"]
+    assert len(store.get_nodes()) == len(ROWS)
+
+
 def test_a_store_deletes_only_the_versions_its_principals_may_read(tmp_path):
     """A kept older version the store's principals may not read stays, as POST
     /documents/delete leaves it (deleting by source removed every version)."""
