@@ -45,6 +45,7 @@ from typing import Any
 from ragdb.database import Database
 from ragdb.engine.prepare import check_metadata
 from ragdb.errors import DocumentNotFound, InvalidInput, MissingDependency
+from ragdb.files.sync import escape_glob
 from ragdb.integrations.stores import (
     STORE_CHUNKER,
     call_options,
@@ -389,8 +390,9 @@ class RagdbVectorStore(BasePydanticVectorStore):
         parts: list[dict[str, Any]] = []
         ids = None if node_ids is None else check_ids(node_ids, f"{what}: node_ids")
         if ids:  # an empty list restricts nothing: VectorStoreIndex's retriever passes one for a
-            # store that keeps the text (its nodes_dict is empty); delete_nodes reads it apart
-            parts.append({"source": {"$in": ids}})
+            # store that keeps the text (its nodes_dict is empty); delete_nodes reads it apart.
+            # A filter's source is a glob: an id is escaped to match itself only
+            parts.append({"source": {"$in": [escape_glob(i) for i in ids]}})
         converted = to_ragdb_filter(filters)
         if converted is not None:
             parts.append(converted)

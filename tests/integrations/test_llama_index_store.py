@@ -284,6 +284,19 @@ def test_an_empty_list_of_node_ids_gets_no_node(db):
     assert len(store.get_nodes()) == len(ROWS)
 
 
+def test_node_ids_are_ids_not_patterns(db):
+    """A filter's ``source`` is a glob, and node ids went into one as they were: ``delete_nodes(
+    node_ids=["d*"])`` deleted every node whose id starts with ``d``; ``get_nodes`` and ``query``
+    gave them."""
+    store = RagdbVectorStore(db)
+    store.add([TextNode(text="shared words", id_=i) for i in ["d*", "d0", "d1", "x?", "xy", "[a]", "a"]])
+    assert [n.node_id for n in store.get_nodes(node_ids=["d*", "x?", "[a]"])] == ["[a]", "d*", "x?"]
+    query = VectorStoreQuery(query_str="shared words", similarity_top_k=10, node_ids=["d*", "x?"])
+    assert sorted(store.query(query).ids) == ["d*", "x?"]
+    store.delete_nodes(node_ids=["d*", "x?", "[a]"])
+    assert sorted(d.source for d in db.documents()) == ["a", "d0", "d1", "xy"]
+
+
 def test_a_store_deletes_only_the_versions_its_principals_may_read(tmp_path):
     """A kept older version the store's principals may not read stays, as POST
     /documents/delete leaves it (deleting by source removed every version)."""
