@@ -404,6 +404,10 @@ class RagdbVectorStore(VectorStore):
         if not records:
             return []
         with self.db.transaction():
+            if self.embedder is not None and self.embedder is not self.db.embedder:
+                # another model than the stored vectors' is refused before anything is written (the
+                # documents were added, then the embedding raised EmbeddingError)
+                self.db.check_embedder(self.embedder)
             for doc_id in out:
                 if not writable(self.db, doc_id, self.principals):
                     raise DocumentNotFound(f"add_documents: no document with id {doc_id!r} visible to this "

@@ -329,6 +329,8 @@ class RagdbVectorStore(BasePydanticVectorStore):
             return []
         db = self._db
         with db.transaction():
+            if self._embedder is not None and self._embedder is not db.embedder:
+                db.check_embedder(self._embedder)  # another model than the vectors': nothing written
             for record in records:
                 if not writable(db, record["source"], self._principals):
                     raise DocumentNotFound(f"add: no node with id {record['source']!r} visible to this store; "

@@ -10,7 +10,7 @@ import asyncio
 import pytest
 
 import ragdb
-from ragdb.errors import DocumentNotFound, InvalidInput
+from ragdb.errors import DocumentNotFound, EmbeddingError, InvalidInput
 
 pytest.importorskip("langchain_core")
 
@@ -291,3 +291,21 @@ def test_a_none_in_ids_takes_that_documents_own_id(tmp_path):
         assert store.get_by_ids(["owls"])[0].page_content == "second owls"
         new = store.add_documents([Document(page_content="no id at all")], ids=[None])
         assert len(new) == 1 and len(new[0]) == 36 and db.count() == 3  # a new UUID
+
+
+def test_an_embedding_model_other_than_the_vectors_writes_nothing(tmp_path):
+    """The documents were added (committed), then embedding them raised EmbeddingError: a
+    failed call had written, and its documents stayed without vectors."""
+    with ragdb.open(tmp_path / "kb.db") as db:
+        RagdbVectorStore(db, DeterministicFakeEmbedding(size=8)).add_texts(["apple"], ids=["a"])
+        for other in (LangChainEmbedder(DeterministicFakeEmbedding(size=8), name="other"),
+                      DeterministicFakeEmbedding(size=4)):
+            store = RagdbVectorStore(db, other)
+            with pytest.raises(EmbeddingError, match="vectors were made by"):
+                store.add_texts(["pear"], ids=["b"])
+            with pytest.raises(EmbeddingError, match="vectors were made by"):
+                store.add_documents([Document(page_content="apple again", id="a")])
+            with pytest.raises(EmbeddingError, match="vectors were made by"):
+                RagdbVectorStore.from_texts(["plum"], other, db=db)
+        assert [(d.source, db.get(d.id).text) for d in db.documents()] == [("a", "apple")]
+        assert (db.vector_info().vectors, db.vector_info().pending) == (1, 0)

@@ -14,7 +14,7 @@ import operator
 import pytest
 
 import ragdb
-from ragdb.errors import DocumentNotFound, InvalidInput
+from ragdb.errors import DocumentNotFound, EmbeddingError, InvalidInput
 
 pytest.importorskip("llama_index.core")
 
@@ -295,6 +295,21 @@ def test_node_ids_are_ids_not_patterns(db):
     assert sorted(store.query(query).ids) == ["d*", "x?"]
     store.delete_nodes(node_ids=["d*", "x?", "[a]"])
     assert sorted(d.source for d in db.documents()) == ["a", "d0", "d1", "xy"]
+
+
+def test_an_embedder_other_than_the_vectors_writes_nothing(db):
+    """The nodes were added (committed), then embedding them raised EmbeddingError."""
+    from langchain_core.embeddings import DeterministicFakeEmbedding
+
+    from ragdb.integrations.langchain import LangChainEmbedder
+
+    RagdbVectorStore(db, embedder=LangChainEmbedder(DeterministicFakeEmbedding(size=8))).add(
+        [TextNode(text="apple", id_="a")])
+    store = RagdbVectorStore(db, embedder=LangChainEmbedder(DeterministicFakeEmbedding(size=8), name="other"))
+    with pytest.raises(EmbeddingError, match="vectors were made by"):
+        store.add([TextNode(text="pear", id_="b"), TextNode(text="apple again", id_="a")])
+    assert [(d.source, db.get(d.id).text) for d in db.documents()] == [("a", "apple")]
+    assert (db.vector_info().vectors, db.vector_info().pending) == (1, 0)
 
 
 def test_a_store_deletes_only_the_versions_its_principals_may_read(tmp_path):
