@@ -417,6 +417,12 @@ class Run:
             (lambda: node_store.add([TextNode(text="apple", id_=source), TextNode(text="note", id_=source)]), None),
             (lambda: node_store.add(["apple"]), None),
         ]
+        if db.vector_info().vectors:  # a store of another model than the vectors' writes nothing
+            other = lc.LangChainEmbedder(EMBEDDING, name="other")
+            calls += [(lambda: lc.RagdbVectorStore(db, other, principals=principals, acl=stores.lc_who[1]).add_texts(
+                          ["apple"], ids=[mine]), lambda: db.embed(other)),
+                      (lambda: li.RagdbVectorStore(db, embedder=other, principals=stores.li_who[0]).add(
+                          [TextNode(text="apple", id_=mine_li)]), lambda: db.embed(other))]
         if hidden:
             calls.append((lambda: store.add_texts(["apple"], ids=[hidden[which % len(hidden)]]), None))
         if hidden_li:
