@@ -4,8 +4,8 @@ raises a RagdbError (the library's own type where the library has the same call)
 nothing.
 
 Each example opens a database file (``keep_versions`` and ``public_unlabeled`` on or off; with
-or without an embedding model, LangChain's ``DeterministicFakeEmbedding``, shared by both
-stores so that every chunk is embedded) and makes a LangChain store and a LlamaIndex store over
+or without an embedding model, LangChain's ``DeterministicFakeEmbedding``, given to both stores
+or as the database's embedder, so that every chunk is embedded) and makes a LangChain store and a LlamaIndex store over
 it, each with its own principals and labels (anonymous, ``["a"]`` or ``ragdb.ALL``; ``acl``
 within them). A random list of steps then writes through them: LangChain ``add_texts``,
 ``add_documents`` (ids from ``ids=``, a None in it, ``Document.id`` or made by the store) and
@@ -170,24 +170,32 @@ def record(text: str, meta: dict, acl) -> dict:
 class Stores:
     """The LangChain and LlamaIndex stores of one handle."""
 
-    def __init__(self, db, lc_who, li_who, embedding: bool) -> None:
+    def __init__(self, db, lc_who, li_who, embedding: str | None) -> None:
         self.db = db
         self.lc_who, self.li_who = lc_who, li_who
-        self.lc = lc.RagdbVectorStore(db, EMBEDDING if embedding else None, principals=lc_who[0], acl=lc_who[1])
-        self.li = li.RagdbVectorStore(db, embedder=lc.LangChainEmbedder(EMBEDDING) if embedding else None,
+        mine = embedding == "store"  # else the database's embedder, or none
+        self.lc = lc.RagdbVectorStore(db, EMBEDDING if mine else None, principals=lc_who[0], acl=lc_who[1])
+        self.li = li.RagdbVectorStore(db, embedder=lc.LangChainEmbedder(EMBEDDING) if mine else None,
                                       principals=li_who[0], acl=li_who[1])
 
 
 class Run:
-    def __init__(self, path: str, keep_versions: bool, public_unlabeled: bool, embedding: bool, lc_who, li_who):
+    def __init__(self, path: str, keep_versions: bool, public_unlabeled: bool, embedding: str | None, lc_who,
+                 li_who):
         self.path, self.embedding = path, embedding
         self.options = {"keep_versions": keep_versions, "public_unlabeled": public_unlabeled}
         self.public_unlabeled = public_unlabeled
         self.lc_who, self.li_who = lc_who, li_who
-        self.db = ragdb.open(path, **self.options)
+        self.db = self.open(**self.options)
         self.stores = Stores(self.db, lc_who, li_who, embedding)
         self.model = Model(keep_versions)
         self.model.seen = set(IDS)
+
+    def open(self, **options: Any) -> Any:
+        """The database file; with the embedding model as the database's embedder (``"db"``)."""
+        if self.embedding == "db":
+            options["embedder"] = lc.LangChainEmbedder(EMBEDDING)
+        return ragdb.open(self.path, **options)
 
     # expectations ---------------------------------------------------------------------------------
     def can_read(self, acl, principals) -> bool:
@@ -282,8 +290,8 @@ class Run:
                                       for source, text, meta, acl in rows], chunker="none")
             want = [self.model.add(source, record(text, meta, acl)) for source, text, meta, acl in rows]
             assert [c.status for c in report.changes] == want
-            if self.embedding:
-                db.embed(stores.lc.embedder)  # as a store embeds what it adds
+            if self.embedding == "store":
+                db.embed(stores.lc.embedder)  # as a store embeds what it adds (the database's embedder: add_many)
         else:  # pragma: no cover - the strategy makes no other write
             raise AssertionError(op)
 
@@ -307,7 +315,7 @@ class Run:
             sources = [r[0] or f"ft{n}" for n, r in enumerate(rows)]
 
             def call() -> list[str]:
-                lc.RagdbVectorStore.from_texts([r[1] for r in rows], EMBEDDING if self.embedding else None,
+                lc.RagdbVectorStore.from_texts([r[1] for r in rows], store.embeddings if store.embedder else None,
                                                [copy.deepcopy(r[2]) for r in rows], ids=sources, db=stores.db,
                                                principals=principals, acl=acl)
                 return sources
@@ -451,10 +459,10 @@ class Run:
             self.bad(self.stores, op[1], op[2])
         elif kind == "reopen":
             self.db.close()
-            self.db = ragdb.open(self.path)
+            self.db = self.open()
             self.stores = Stores(self.db, self.lc_who, self.li_who, self.embedding)
         elif kind == "second":  # stores over a second handle write, and read what the first wrote
-            with ragdb.open(self.path) as other:
+            with self.open() as other:
                 stores = Stores(other, op[3], op[4], self.embedding)
                 for inner in op[1]:
                     self.write(stores, inner)
@@ -471,7 +479,7 @@ class Run:
         with ragdb.open(":memory:", **self.options) as fresh:
             fresh.add_many(self.model.records(), chunker="none")
             if self.embedding:
-                fresh.embed(stores.lc.embedder)
+                fresh.embed(lc.LangChainEmbedder(EMBEDDING))
             assert fresh.stats().documents == len(self.model.stored)
             self.compare_langchain(stores, fresh)
             self.compare_llama_index(stores, fresh)
@@ -600,7 +608,8 @@ def hit_node(hit) -> list:
 @settings(max_examples=EXAMPLES, deadline=None,
           suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture,
                                  HealthCheck.data_too_large])
-@given(ops=histories, keep_versions=st.booleans(), public_unlabeled=st.booleans(), embedding=st.booleans(),
+@given(ops=histories, keep_versions=st.booleans(), public_unlabeled=st.booleans(),
+       embedding=st.sampled_from([None, "store", "db"]),
        lc_who=st.sampled_from(STORES), li_who=st.sampled_from(STORES))
 def test_random_store_histories_equal_the_library(tmp_path_factory, ops, keep_versions, public_unlabeled, embedding,
                                                   lc_who, li_who):
