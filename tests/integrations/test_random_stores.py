@@ -11,12 +11,13 @@ within them). A random list of steps then writes through them: LangChain ``add_t
 ``add_documents`` (ids from ``ids=``, a None in it, ``Document.id`` or made by the store) and
 ``from_texts(db=...)``, ``delete(ids)``; LlamaIndex ``add`` of nodes (some with a
 ``ref_doc_id``), ``delete(ref_doc_id)``, ``delete_nodes`` by ids and/or ``MetadataFilters``,
-``clear()``; the plain library (``add_many``, ``delete(source=)``, ``update``) and LangChain's
-``add_documents`` helper, with labels of their own. Ids of the two stores and the library
+``clear()``; the plain library (``add_many``, ``delete(source=)``, ``update``), LangChain's
+``add_documents`` and LlamaIndex's ``add_nodes`` helpers, with labels of their own. Ids of the two stores and the library
 overlap (and some hold glob characters, which a filter's ``source`` reads as a pattern), so
 each replaces what the others wrote where its principals allow. A step may close and reopen the
-database (new stores), write through stores of a second handle opened mid-history (with
-principals of their own), or make one bad call.
+database (new stores), write through the stores of a second handle opened mid-history (with
+principals of their own; kept open across steps, or opened for a few writes), or make one bad
+call.
 
 :class:`Model` (tests/engine/test_random_operations.py) follows the stored versions; the
 step's expectations (which ids a store may replace or delete) follow ragdb's access rule
@@ -134,7 +135,8 @@ lib_rows = st.lists(st.tuples(st.sampled_from(IDS), texts, metadata, st.sampled_
 filter_index = st.integers(0, len(FILTERS) - 1)
 lc_add = st.tuples(st.just("lc_add"), st.sampled_from(["texts", "documents", "doc_ids", "from_texts"]), lc_rows)
 li_add = st.tuples(st.just("li_add"), li_rows)
-lib_add = st.tuples(st.just("lib_add"), st.booleans(), lib_rows)  # True: LangChain's add_documents helper
+#: the library's add_many, LangChain's add_documents helper or LlamaIndex's add_nodes helper
+lib_add = st.tuples(st.just("lib_add"), st.sampled_from(["library", "langchain", "llama_index"]), lib_rows)
 writes = st.one_of(
     lc_add, lc_add, li_add, li_add, lib_add,
     st.tuples(st.just("lc_delete"), st.lists(st.sampled_from([*IDS, "nope"]), min_size=1, max_size=3)),
@@ -151,6 +153,9 @@ step = st.one_of(
     st.tuples(st.just("bad"), st.integers(0, 10_000), st.sampled_from(IDS)),
     st.tuples(st.just("bad"), st.integers(0, 10_000), st.sampled_from(IDS)),
     st.tuples(st.just("reopen")),
+    st.tuples(st.just("beside"), writes, st.sampled_from(STORES), st.sampled_from(STORES)),
+    st.tuples(st.just("beside"), writes, st.sampled_from(STORES), st.sampled_from(STORES)),
+    st.tuples(st.just("close_beside")),
     st.tuples(st.just("second"), st.lists(writes, min_size=1, max_size=3), st.booleans(), st.sampled_from(STORES),
               st.sampled_from(STORES)),
     st.tuples(st.just("checkpoint")),
@@ -190,6 +195,7 @@ class Run:
         self.stores = Stores(self.db, lc_who, li_who, embedding)
         self.model = Model(keep_versions)
         self.model.seen = set(IDS)
+        self.beside: Stores | None = None  # the stores of a second handle kept open across steps
 
     def open(self, **options: Any) -> Any:
         """The database file; with the embedding model as the database's embedder (``"db"``)."""
@@ -280,11 +286,16 @@ class Run:
                     version["acl"] = tuple(sorted(set(new_acl)))
         elif kind == "lib_add":
             helper, rows = op[1], op[2]
-            if helper:  # LangChain's add_documents helper: source and acl from the metadata
+            if helper == "langchain":  # the helpers: source and acl from the metadata
                 docs = [Document(page_content=text, metadata={**copy.deepcopy(meta), "source": source,
                                                               **({} if acl is None else {"acl": acl})})
                         for source, text, meta, acl in rows]
                 report = lc.add_documents(db, docs, chunker="none")
+            elif helper == "llama_index":  # (the node's id is the source: no "source" key)
+                nodes = [TextNode(text=text, id_=source, metadata={**copy.deepcopy(meta),
+                                                                   **({} if acl is None else {"acl": acl})})
+                         for source, text, meta, acl in rows]
+                report = li.add_nodes(db, nodes, chunker="none")
             else:
                 report = db.add_many([{"text": text, "source": source, "metadata": meta, "acl": acl}
                                       for source, text, meta, acl in rows], chunker="none")
@@ -468,8 +479,19 @@ class Run:
                     self.write(stores, inner)
                 if op[2]:
                     self.compare(stores)
+        elif kind == "beside":  # a write through the stores of a handle kept open beside the first
+            if self.beside is None:
+                self.beside = Stores(self.open(), op[2], op[3], self.embedding)
+            self.write(self.beside, op[1])
+        elif kind == "close_beside":
+            if self.beside is not None:
+                self.compare(self.beside)
+                self.beside.db.close()
+                self.beside = None
         elif kind == "checkpoint":
             self.compare(self.stores)
+            if self.beside is not None:
+                self.compare(self.beside)
         else:
             self.write(self.stores, op)
 
@@ -624,5 +646,9 @@ def test_random_store_histories_equal_the_library(tmp_path_factory, ops, keep_ve
         for op in ops:
             run.apply(op)
         run.compare(run.stores)
+        if run.beside is not None:
+            run.compare(run.beside)
     finally:
         run.db.close()
+        if run.beside is not None:
+            run.beside.db.close()
