@@ -12,12 +12,12 @@ within them). A random list of steps then writes through them: LangChain ``add_t
 ``from_texts(db=...)``, ``delete(ids)``; LlamaIndex ``add`` of nodes (some with a
 ``ref_doc_id``), ``delete(ref_doc_id)``, ``delete_nodes`` by ids and/or ``MetadataFilters``,
 ``clear()``; the plain library (``add_many``, ``delete(source=)``, ``update``), LangChain's
-``add_documents`` and LlamaIndex's ``add_nodes`` helpers, with labels of their own. Ids of the two stores and the library
-overlap (and some hold glob characters, which a filter's ``source`` reads as a pattern), so
-each replaces what the others wrote where its principals allow. A step may close and reopen the
-database (new stores), write through the stores of a second handle opened mid-history (with
-principals of their own; kept open across steps, or opened for a few writes), or make one bad
-call.
+``add_documents`` and LlamaIndex's ``add_nodes`` helpers, with labels of their own. Ids of
+the two stores and the library overlap (and some hold glob characters, which a filter's
+``source`` reads as a pattern), so each replaces what the others wrote where its principals
+allow. A step may close and reopen the database (new stores), write through the stores of a
+second handle opened mid-history (with principals of their own; kept open across steps, or
+opened for a few writes), or make one bad call.
 
 :class:`Model` (tests/engine/test_random_operations.py) follows the stored versions; the
 step's expectations (which ids a store may replace or delete) follow ragdb's access rule
