@@ -152,7 +152,7 @@ step = st.one_of(
     writes, writes, writes, writes, writes, writes, writes, writes,
     st.tuples(st.just("bad"), st.integers(0, 10_000), st.sampled_from(IDS)),
     st.tuples(st.just("bad"), st.integers(0, 10_000), st.sampled_from(IDS)),
-    st.tuples(st.just("reopen")),
+    st.tuples(st.just("reopen"), st.integers(0, 100)),
     st.tuples(st.just("beside"), writes, st.sampled_from(STORES), st.sampled_from(STORES)),
     st.tuples(st.just("beside"), writes, st.sampled_from(STORES), st.sampled_from(STORES)),
     st.tuples(st.just("close_beside")),
@@ -459,6 +459,21 @@ class Run:
         assert self.everything(db) == before, f"bad call {which % len(calls)} ({error!r}) wrote"
 
     @staticmethod
+    def closed(stores: Stores, which: int) -> None:
+        """Call ``which`` of the stores of a closed handle raises what the library raises there
+        (StorageError: the handle is closed)."""
+        with pytest.raises(RagdbError) as library:
+            stores.db.search("apple")
+        calls = [lambda: stores.lc.similarity_search("apple"), lambda: stores.lc.add_texts(["apple"], ids=["d0"]),
+                 lambda: stores.lc.get_by_ids(["d0"]), lambda: stores.lc.delete(["d0"]),
+                 lambda: lc.RagdbLoader(stores.db).load(), lambda: stores.li.get_nodes(),
+                 lambda: stores.li.query(VectorStoreQuery(query_str="apple")), lambda: stores.li.clear(),
+                 lambda: stores.li.add([TextNode(text="apple", id_="d0")]), lambda: stores.li.delete("r0")]
+        with pytest.raises(RagdbError) as raised:
+            calls[which % len(calls)]()
+        assert type(raised.value) is type(library.value), (raised.value, library.value)
+
+    @staticmethod
     def everything(db) -> list:
         return [(d.source, d.content_hash, dict(d.metadata), d.acl, d.id)
                 for d in db.documents(versions="all", principals=ragdb.ALL)]
@@ -468,8 +483,9 @@ class Run:
         kind = op[0]
         if kind == "bad":
             self.bad(self.stores, op[1], op[2])
-        elif kind == "reopen":
+        elif kind == "reopen":  # (a store of the closed handle raises the library's error)
             self.db.close()
+            self.closed(self.stores, op[1])
             self.db = self.open()
             self.stores = Stores(self.db, self.lc_who, self.li_who, self.embedding)
         elif kind == "second":  # stores over a second handle write, and read what the first wrote
