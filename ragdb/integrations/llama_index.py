@@ -373,9 +373,10 @@ class RagdbVectorStore(BasePydanticVectorStore):
                   ) -> list[BaseNode]:
         """The nodes with these ids and/or matching ``filters`` that this store may read. An
         empty list of ids names no node (as for :meth:`delete_nodes`), not every node."""
-        if node_ids is not None and not check_ids(node_ids, "get_nodes: node_ids"):
+        ids = None if node_ids is None else check_ids(node_ids, "get_nodes: node_ids")  # (an iterator read once)
+        if ids is not None and not ids:
             return []
-        where = self._where(node_ids, filters, "get_nodes")
+        where = self._where(ids, filters, "get_nodes")
         nodes = []
         for listed in self._db.documents(filter=where, principals=self._principals):
             try:

@@ -281,6 +281,7 @@ def test_an_empty_list_of_node_ids_gets_no_node(db):
     assert store.get_nodes(node_ids=[]) == []
     assert store.get_nodes(node_ids=iter([]), filters=MetadataFilters(filters=[SINGLE[6]])) == []
     assert [n.node_id for n in store.get_nodes(node_ids=["n1", "n4"])] == ["n1", "n4"]
+    assert [n.node_id for n in store.get_nodes(node_ids=iter(["n1", "n4"]))] == ["n1", "n4"]
     assert len(store.get_nodes()) == len(ROWS)
 
 
