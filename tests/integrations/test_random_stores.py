@@ -590,8 +590,9 @@ class Run:
                                                                                       principals=principals)]
 
         seen = sorted(self.model.seen)
-        assert [node_json(n) for n in store.get_nodes(node_ids=seen)] == \
-            nodes_of(fresh_docs({"source": {"$in": [escape_glob(i) for i in seen]}}))
+        by_ids = nodes_of(fresh_docs({"source": {"$in": [escape_glob(i) for i in seen]}}))
+        assert [node_json(n) for n in store.get_nodes(node_ids=seen)] == by_ids
+        assert [node_json(n) for n in store.get_nodes(node_ids=iter(seen))] == by_ids
         assert [node_json(n) for n in store.get_nodes()] == nodes_of(fresh_docs(None))
         assert store.get_nodes(node_ids=[]) == []  # no id, no node (as delete_nodes reads it)
         for ragdb_filter, filters, _ in FILTERS[:3]:
