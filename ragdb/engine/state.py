@@ -146,7 +146,11 @@ class Engine:
         index = self.index
         cached = self._private
         if cached is None or cached[0] is not index or cached[1] != index.generation:
-            cached = self._private = (index, index.generation, self.store.has_private_labels())
+            # in a read of its own where the caller holds none (the vector and hybrid searches
+            # check their restrictions before embedding the query): on a closed handle, the
+            # read's StorageError, not SQLite's error raised again as an InternalError
+            with self.store.read():
+                cached = self._private = (index, index.generation, self.store.has_private_labels())
         return cached[2]
 
     # -- embedders -----------------------------------------------------------------

@@ -257,6 +257,23 @@ def test_closing_inside_a_read_ends_it_and_the_read_says_the_handle_is_closed(tm
         assert again.count() == 3 and again.check() == []
 
 
+@pytest.mark.parametrize("scorer", ["bm25", "tfidf", "vector", "hybrid"])
+def test_a_search_of_a_closed_handle_says_it_is_closed_for_every_scorer(tmp_path, scorer):
+    """A vector or hybrid search checks its restrictions before embedding the query, outside
+    a read: on a closed handle (labels read anew, as after a write) it said the search failed
+    unexpectedly, a bug in ragdb (InternalError of SQLite's ProgrammingError), where the
+    lexical scorers say the handle is closed."""
+    from ragdb.models.embeddings import HashEmbedder
+
+    embedder = HashEmbedder(16)
+    db = ragdb.open(tmp_path / "kb.db")
+    db.add("apple pie", source="a")
+    db.embed(embedder)
+    db.close()
+    with pytest.raises(StorageError, match="this database handle is closed"):
+        db.search("apple", scorer=scorer, **({"embedder": embedder} if scorer in ("vector", "hybrid") else {}))
+
+
 def test_cli_commands_refuse_an_empty_file_and_init_takes_it(tmp_path, runner):
     path = empty_file(tmp_path / "kb.db")
     doc = tmp_path / "doc.txt"
