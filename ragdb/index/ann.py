@@ -29,7 +29,7 @@ The cache file
     graph holds exactly the live chunk ids and that sampled vectors equal the
     stored ones; anything else (missing, corrupt, another epoch, a cut log, a
     different model) rebuilds it from the vectors. It is saved after a
-    rebuild, and on ``Database.close`` once its unsaved changes reach
+    rebuild (not one inside a write transaction, which a rollback may undo), and on ``Database.close`` once its unsaved changes reach
     :data:`SAVE_AFTER` or :data:`SAVE_FRACTION` of its size (fewer are cheaper
     to replay from the log than a large file is to rewrite).
 

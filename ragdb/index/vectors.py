@@ -336,7 +336,10 @@ class VectorIndex:
             live = np.flatnonzero(self.ids[:self.n] >= 0)
             g.add(self.ids[live], self.matrix[live])
             g.version = self.version
-            if writable:
+            # not inside a write transaction: a rollback would leave a file named for a log
+            # position that later writes reach again with other vectors at the same chunk ids
+            # (it stays unsaved: Database.close writes it under the usual rule)
+            if writable and not st.in_write():
                 g.save(folder, st.collection_id)
         self.graph, self._graph_checked = g, True
         return g

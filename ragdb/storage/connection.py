@@ -657,6 +657,11 @@ class ConnectionSQL(StoreBase):
         """Whether a transaction of this connection is open (then writes nest as savepoints)."""
         return bool(self.conn.in_transaction)
 
+    def in_write(self) -> bool:
+        """Whether a write transaction of this connection is open: what is read now may include
+        writes that a rollback will undo."""
+        return bool(self.shared.writing)
+
     def stats_row(self) -> dict[str, int]:
         row = self.conn.execute("SELECT generation, n_docs, n_chunks, total_length, flushed_upto, vocab_epoch, "
                                 "flush_count, next_doc_id, next_chunk_id FROM stats WHERE id = 1").fetchone()

@@ -693,6 +693,10 @@ class PgStore(Store):
                 self.shared.closed = True
                 self.shared.pool.close()
 
+    def in_write(self) -> bool:
+        """As :meth:`ragdb.storage.connection.ConnectionSQL.in_write`."""
+        return self.shared.conn is not None and not self.shared.reading
+
     # -- connection (connection.py): collections -----------------------------------------------------
     def refuse_close_in_write(self) -> None:
         """As :meth:`ragdb.storage.connection.ConnectionSQL.refuse_close_in_write`."""
