@@ -12,7 +12,8 @@ a stored text (so unchanged chunks keep, and other chunks take over, their vecto
 vector steps: ``db.embed()`` with the embedder or the recorded model, an embedder that fails
 on its n-th call (the chunks it did not reach stay pending; the message says how many), an add
 through a handle whose embedder always fails (the text stays, its chunks pending), the
-handle's embedder and ``embed_on_add`` switched on and off, a second handle that embeds on add,
+handle's embedder and ``embed_on_add`` switched on and off, a second handle that embeds on add
+or embeds what is pending (``full_scan`` or not),
 a transaction that adds, embeds and searches and then raises (nothing of it stays), a refused
 switch to another model, and ``rebuild``.
 
@@ -23,7 +24,8 @@ fresh build's restricted to the chunks that have a vector. At some checkpoints a
 ``db.embed()`` fills the pending chunks, and then every handle (the writer, a handle opened
 before the first write, one opened now) answers vector and hybrid searches (every fusion, the
 callers None, labels and ``ragdb.ALL``, filters, since/until, a small pool, ``k`` cuts and an
-offset) exactly as the fresh build does (vector scores bit for bit; hybrid within 1e-9),
+offset, ``explain``) exactly as the fresh build does (vector scores bit for bit; hybrid within
+1e-9), searches of every stored version equal between the handles,
 nothing is pending, and ``check()`` finds nothing.
 
 With ``ann="on"`` (usearch installed) the writer and the reader search through the HNSW graph,
@@ -34,7 +36,9 @@ answers equal exact search. Separately, restricted ANN searches never return a c
 the restriction or one deleted or replaced, and return ``k`` hits whenever ``k`` qualify
 (docs/dense-and-hybrid.md, *Approximate search*).
 
-``RAGDB_HYPOTHESIS_EXAMPLES`` sets the example count (default 8, well under a minute).
+The same histories run on PostgreSQL (a schema of its own on the test server; skipped without
+one). ``RAGDB_HYPOTHESIS_EXAMPLES`` sets the example count (default 8 on SQLite, half as many on
+PostgreSQL: about 20 s in all).
 """
 
 from __future__ import annotations
@@ -116,6 +120,8 @@ def vector_observe(db, embedder) -> dict[str, list]:
         out[f"vector {q!r} k=3"] = hits(q, 3, scorer="vector", principals=ragdb.ALL)
         out[f"vector {q!r} k=2 offset=2"] = hits(q, 2, scorer="vector", offset=2, principals=ragdb.ALL)
         out[f"hybrid {q!r} pool=3"] = hits(q, 5, scorer="hybrid", pool=3, fusion="weighted", principals=ragdb.ALL)
+        out[f"hybrid {q!r} explain"] = [[h.source, h.start, h.score, h.explain] for h in db.search(
+            q, 5, scorer="hybrid", explain=True, principals=ragdb.ALL, embedder=embedder)]
     return out
 
 
@@ -172,6 +178,7 @@ vector_steps = st.one_of(
     st.tuples(st.just("add_fail"), sources, records),
     st.tuples(st.just("embedder"), st.sampled_from(["set", "unset", "unset", "on_add_off", "on_add_on"])),
     st.tuples(st.just("embed_elsewhere"), st.lists(writes, max_size=3)),
+    st.tuples(st.just("embed_other"), st.sampled_from([1, 3, 64]), st.booleans()),  # True: full_scan
     st.tuples(st.just("embed_transaction"), st.lists(writes, min_size=1, max_size=3)),
     st.tuples(st.just("switch")),
     st.tuples(st.just("rebuild")),
@@ -270,6 +277,11 @@ class VectorRun(Run):
             with self.open(embed=True) as other:
                 for inner in op[1]:
                     self.write(other, self.model, inner)
+        elif kind == "embed_other":  # another handle embeds what is pending
+            with self.open() as other:
+                _, pending, chunks = vector_counts(other)
+                assert other.embed(self.emb, batch_size=op[1], full_scan=op[2]) == pending
+                assert vector_counts(other) == (chunks, 0, chunks)
         elif kind == "embed_transaction":
             self.embed_rolled_back(db, op[1])
         elif kind == "switch":
