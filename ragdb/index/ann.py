@@ -26,9 +26,15 @@ The cache file
     On first use a process loads the newest file of its collection's epoch
     whose ``seq`` is not ahead of the database, applies the logged changes
     since (removing and re-adding the chunks they name), and checks that the
-    graph holds exactly the live chunk ids and that sampled vectors equal the
-    stored ones; anything else (missing, corrupt, another epoch, a cut log, a
-    different model) rebuilds it from the vectors. It is saved after a
+    graph holds exactly the live chunk ids and that every chunk the log names
+    no change of has the vector it had when the file was written: beside the
+    graph, ``c<id>-e<epoch>-s<seq>.fp.npy`` holds a fingerprint of each vector
+    (:func:`fingerprints`), so a file of another history of the same file name
+    (a database deleted and built again at the same path, a backup restored and
+    written since) is not taken for this one (a sample of 16 vectors let a few
+    changed ones through: the graph missed them); a file without fingerprints
+    (an older ragdb's) is checked on such a sample. Anything else (missing,
+    corrupt, another epoch, a cut log, a different model) rebuilds it from the vectors. It is saved after a
     rebuild (not one inside a write transaction, which a rollback may undo), and on ``Database.close`` once its unsaved changes reach
     :data:`SAVE_AFTER` or :data:`SAVE_FRACTION` of its size (fewer are cheaper
     to replay from the log than a large file is to rewrite).
@@ -58,7 +64,7 @@ import numpy as np
 
 from ragdb.errors import InvalidInput
 
-__all__ = ["ANN_MIN_VECTORS", "ANN_MODES", "AnnGraph", "ann_available", "ann_mode", "cache_folder"]
+__all__ = ["ANN_MIN_VECTORS", "ANN_MODES", "AnnGraph", "ann_available", "ann_mode", "cache_folder", "fingerprints"]
 
 #: Collections with at least this many vectors use the graph in mode ``auto``.
 #: Measured (BENCHMARKS.md, section ann): the exact scan of 384-d float32
@@ -87,6 +93,27 @@ MIN_CANDIDATES = 40
 SAVE_AFTER = 1_000
 SAVE_FRACTION = 0.01
 _NAME = re.compile(r"c(\d+)-e(\d+)-s(\d+)\.usearch")
+_FINGERPRINTS = re.compile(r"c(\d+)-e(\d+)-s(\d+)\.fp\.npy")
+#: Fingerprints of vectors equal within this are of the same vector (float64 sums of one
+#: float32 vector's products may differ in their last bits with how the rows are blocked).
+FINGERPRINT_TOLERANCE = 1e-9
+_FINGERPRINT_BLOCK = 32_768
+_FINGERPRINT_DTYPE = np.dtype([("id", "<i8"), ("fp", "<f8")])
+_probes: dict[int, np.ndarray] = {}
+
+
+def fingerprints(mat: np.ndarray) -> np.ndarray:
+    """A float64 fingerprint of each row of ``mat`` (vectors): its dot product with a fixed
+    random vector of its dimensions, the same in every process. Two vectors that differ
+    anywhere by more than rounding differ here too, but for a chance of ~1e-9 / spread."""
+    dims = int(mat.shape[1]) if mat.ndim == 2 else 0
+    probe = _probes.get(dims)
+    if probe is None:
+        probe = _probes[dims] = np.random.default_rng(0x7A6DB).standard_normal(dims)
+    out = np.empty(len(mat), np.float64)
+    for s in range(0, len(mat), _FINGERPRINT_BLOCK):
+        out[s:s + _FINGERPRINT_BLOCK] = mat[s:s + _FINGERPRINT_BLOCK].astype(np.float64) @ probe
+    return out
 
 
 def ann_mode(value: str | None = None) -> str:
@@ -108,8 +135,11 @@ def ann_available() -> bool:
 
 
 def cache_folder(db_path: str) -> Path | None:
-    """Where the graphs of a database file are kept (None for an in-memory database)."""
-    if not db_path or db_path == ":memory:" or db_path.startswith("file:"):
+    """Where the graphs of a database file are kept (None for an in-memory database, and for a
+    PostgreSQL one: its URL or key/value string is no file path; its graph stays in memory)."""
+    from ragdb.storage.backend import is_postgres
+
+    if not db_path or db_path == ":memory:" or db_path.startswith("file:") or is_postgres(db_path):
         return None
     return Path(db_path + ".ann")
 
@@ -125,6 +155,9 @@ class AnnGraph:
                            expansion_add=EXPANSION_ADD, expansion_search=EXPANSION_SEARCH)
         self.version: tuple[int, int] = (-1, -1)
         self.unsaved = 0          # changes applied since the file was written
+        #: (chunk ids, sorted; their vectors' :func:`fingerprints`) as the loaded file was
+        #: written, None without them; dropped once checked
+        self.fingerprint: tuple[np.ndarray, np.ndarray] | None = None
 
     def __len__(self) -> int:
         return int(len(self.index))
@@ -162,30 +195,26 @@ class AnnGraph:
         return np.asarray(self.index.get(np.ascontiguousarray(ids, np.uint64), dtype="f32"), np.float32)
 
     # -- the cache file ------------------------------------------------------------
-    def save(self, folder: Path | None, collection_id: int) -> bool:
-        """Write the graph as ``c<id>-e<epoch>-s<seq>.usearch`` (temporary file, then rename) and
-        remove the collection's older files. False (nothing written) when the folder cannot be."""
+    def save(self, folder: Path | None, collection_id: int, ids: np.ndarray, fps: np.ndarray) -> bool:
+        """Write the graph as ``c<id>-e<epoch>-s<seq>.usearch`` and, first, the fingerprints
+        ``fps`` of its chunks ``ids``' vectors beside it (each a temporary file, then renamed),
+        and remove the collection's older files. False (nothing written) when the folder cannot be."""
         if folder is None or self.version[0] < 0:
             return False
         epoch, seq = self.version
+        stem = f"c{collection_id}-e{epoch}-s{seq}"
+        order = np.argsort(ids, kind="stable")
+        table = np.empty(len(ids), _FINGERPRINT_DTYPE)
+        table["id"], table["fp"] = np.asarray(ids, np.int64)[order], np.asarray(fps, np.float64)[order]
         try:
             folder.mkdir(exist_ok=True)
-            fd, tmp = tempfile.mkstemp(prefix=f".c{collection_id}-", suffix=".tmp", dir=folder)
-            os.close(fd)
-            try:
-                self.index.save(tmp)
-                with open(tmp, "rb+") as fh:
-                    os.fsync(fh.fileno())
-                final = folder / f"c{collection_id}-e{epoch}-s{seq}.usearch"
-                os.replace(tmp, final)
-            except BaseException:
-                with contextlib.suppress(OSError):
-                    os.unlink(tmp)
-                raise
+            _write(folder, collection_id, folder / f"{stem}.fp.npy", lambda tmp: _save_table(tmp, table))
+            final = folder / f"{stem}.usearch"
+            _write(folder, collection_id, final, lambda tmp: self.index.save(tmp))
         except OSError:
             return False
-        for other in _files(folder, collection_id):
-            if other[2] != final:
+        for other in [*_files(folder, collection_id), *_files(folder, collection_id, _FINGERPRINTS)]:
+            if other[2].name not in (final.name, f"{stem}.fp.npy"):
                 with contextlib.suppress(OSError):
                     other[2].unlink()
         self.unsaved = 0
@@ -210,17 +239,53 @@ class AnnGraph:
             return None
         graph.version = (epoch, s)
         graph.unsaved = 0
+        graph.fingerprint = _read_fingerprints(path.with_name(path.name[:-len(".usearch")] + ".fp.npy"))
         return graph
 
 
-def _files(folder: Path, collection_id: int) -> list[tuple[int, int, Path]]:
+def _write(folder: Path, collection_id: int, final: Path, write: Any) -> None:
+    """``write(path)`` into a temporary file of ``folder``, synced, then renamed to ``final``."""
+    fd, tmp = tempfile.mkstemp(prefix=f".c{collection_id}-", suffix=".tmp", dir=folder)
+    os.close(fd)
+    try:
+        write(tmp)
+        with open(tmp, "rb+") as fh:
+            os.fsync(fh.fileno())
+        os.replace(tmp, final)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            os.unlink(tmp)
+        raise
+
+
+def _save_table(path: str, table: np.ndarray) -> None:
+    with open(path, "wb") as fh:  # (np.save of a name adds ".npy" to it)
+        np.save(fh, table, allow_pickle=False)
+
+
+def _read_fingerprints(path: Path) -> tuple[np.ndarray, np.ndarray] | None:
+    """The (sorted chunk ids, fingerprints) saved beside a graph; None when there are none
+    (a file of an older ragdb) or they cannot be read."""
+    try:
+        table = np.load(path, allow_pickle=False)
+    except Exception:  # missing, truncated or foreign: the graph is checked on a sample instead
+        return None
+    if table.dtype != _FINGERPRINT_DTYPE or table.ndim != 1:
+        return None
+    ids = np.ascontiguousarray(table["id"])
+    if len(ids) > 1 and not bool(np.all(ids[1:] > ids[:-1])):
+        return None
+    return ids, np.ascontiguousarray(table["fp"])
+
+
+def _files(folder: Path, collection_id: int, pattern: re.Pattern[str] = _NAME) -> list[tuple[int, int, Path]]:
     try:
         names = os.listdir(folder)
     except OSError:
         return []
     out = []
     for name in names:
-        m = _NAME.fullmatch(name)
+        m = pattern.fullmatch(name)
         if m and int(m.group(1)) == collection_id:
             out.append((int(m.group(2)), int(m.group(3)), folder / name))
     return out

@@ -317,6 +317,7 @@ class VectorIndex:
         # a read-only handle writes nothing, not even the cache file (it may still read one)
         folder = cache_folder(st.path)
         writable = not getattr(st, "readonly", False)
+        changed = np.zeros(0, np.int64)  # the chunks the log says changed since the graph's file
         if g is None:
             g = AnnGraph.load(folder, st.collection_id, self.dims, *self.version)
             self._graph_checked = False
@@ -329,7 +330,7 @@ class VectorIndex:
                 rows = self.row_of(changed)
                 g.add(changed[rows >= 0], self.matrix[rows[rows >= 0]])
                 g.version = self.version
-        if g is not None and not self._graph_checked and not self._graph_matches(g):
+        if g is not None and not self._graph_checked and not self._graph_matches(g, changed):
             g = None
         if g is None:
             g = AnnGraph(self.dims)
@@ -340,18 +341,38 @@ class VectorIndex:
             # position that later writes reach again with other vectors at the same chunk ids
             # (it stays unsaved: Database.close writes it under the usual rule)
             if writable and not st.in_write():
-                g.save(folder, st.collection_id)
+                g.save(folder, st.collection_id, *self._fingerprints())
+        g.fingerprint = None  # (checked: only the loaded file's)
         self.graph, self._graph_checked = g, True
         return g
 
-    def _graph_matches(self, g: AnnGraph) -> bool:
-        """A loaded graph holds exactly the live chunk ids, and sampled vectors equal the stored ones."""
+    def _fingerprints(self) -> tuple[np.ndarray, np.ndarray]:
+        """(live chunk ids, their vectors' fingerprints): what a graph's file is checked by."""
+        from ragdb.index.ann import fingerprints
+
+        live = np.flatnonzero(self.ids[:self.n] >= 0)
+        return self.ids[live], fingerprints(self.matrix[live])
+
+    def _graph_matches(self, g: AnnGraph, changed: np.ndarray) -> bool:
+        """A loaded graph holds exactly the live chunk ids, and each vector the log names no change
+        of (``changed``: those it does) is the one its file was written with (by the file's
+        fingerprints; a file without them: 16 sampled vectors equal the stored ones)."""
+        from ragdb.index.ann import FINGERPRINT_TOLERANCE, fingerprints
+
         live = self.ids[:self.n][self.ids[:self.n] >= 0]
         if len(g) != len(live):
             return False
         keys = np.sort(g.keys())
         if not np.array_equal(keys, np.sort(live)):
             return False
+        if g.fingerprint is not None:
+            saved_ids, saved = g.fingerprint
+            kept = keys[~np.isin(keys, changed)]
+            at = np.searchsorted(saved_ids, kept)
+            if len(kept) and (int(at.max()) >= len(saved_ids) or not np.array_equal(saved_ids[at], kept)):
+                return False  # a chunk the file did not hold, and no change of it logged since
+            now = fingerprints(self.matrix[self.row_of(kept)])
+            return bool(np.all(np.abs(now - saved[at]) <= FINGERPRINT_TOLERANCE * (1.0 + np.abs(now))))
         sample = live[np.linspace(0, len(live) - 1, min(16, len(live))).astype(np.int64)]
         if len(sample):
             got = g.vectors_of(sample)
@@ -374,7 +395,7 @@ class VectorIndex:
 
         if not force and g.unsaved < max(SAVE_AFTER, int(SAVE_FRACTION * len(g))):
             return False
-        return g.save(cache_folder(self.store.path), self.store.collection_id)
+        return g.save(cache_folder(self.store.path), self.store.collection_id, *self._fingerprints())
 
     def _allowed_rows(self, mask: np.ndarray | None) -> np.ndarray:
         if mask is None:
