@@ -97,7 +97,7 @@ _FINGERPRINTS = re.compile(r"c(\d+)-e(\d+)-s(\d+)\.fp\.npy")
 #: Fingerprints of vectors equal within this are of the same vector (float64 sums of one
 #: float32 vector's products may differ in their last bits with how the rows are blocked).
 FINGERPRINT_TOLERANCE = 1e-9
-_FINGERPRINT_BLOCK = 32_768
+_FINGERPRINT_BLOCK = 4_096  # rows converted to float64 at a time: 32,768 left the cache (0.70 -> 0.16 s a million)
 _FINGERPRINT_DTYPE = np.dtype([("id", "<i8"), ("fp", "<f8")])
 _probes: dict[int, np.ndarray] = {}
 
