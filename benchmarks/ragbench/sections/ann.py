@@ -56,6 +56,9 @@ class _Store:
     def vectors_changed_since(self, seq: int) -> list[int]:
         return []
 
+    def in_write(self) -> bool:
+        return False  # (no transactions here: a rebuilt graph is saved at once, as outside one)
+
 
 @worker_stage("ann")
 def _stage_ann(spec: dict) -> dict:
