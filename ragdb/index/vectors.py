@@ -351,7 +351,7 @@ class VectorIndex:
         from ragdb.index.ann import fingerprints
 
         live = np.flatnonzero(self.ids[:self.n] >= 0)
-        return self.ids[live], fingerprints(self.matrix[live])
+        return self.ids[live], fingerprints(self.matrix[:self.n])[live]  # (rows in place: no copy of the matrix)
 
     def _graph_matches(self, g: AnnGraph, changed: np.ndarray) -> bool:
         """A loaded graph holds exactly the live chunk ids, and each vector the log names no change
@@ -371,7 +371,7 @@ class VectorIndex:
             at = np.searchsorted(saved_ids, kept)
             if len(kept) and (int(at.max()) >= len(saved_ids) or not np.array_equal(saved_ids[at], kept)):
                 return False  # a chunk the file did not hold, and no change of it logged since
-            now = fingerprints(self.matrix[self.row_of(kept)])
+            now = fingerprints(self.matrix[:self.n])[self.row_of(kept)]  # (rows in place: no copy of the matrix)
             return bool(np.all(np.abs(now - saved[at]) <= FINGERPRINT_TOLERANCE * (1.0 + np.abs(now))))
         sample = live[np.linspace(0, len(live) - 1, min(16, len(live))).astype(np.int64)]
         if len(sample):
