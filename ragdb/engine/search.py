@@ -896,10 +896,7 @@ class Searcher:
             mask = eng.index.allowed(eng.restrictions(opts.restrictions))
             terms = self.query_terms(query, opts, mask)
             mask, check = self._constraints(terms, opts, mask)
-            ids, sims = self._vector_pool(qvec, emb, k, mask)
-            if check is not None:
-                keep = np.fromiter((check(c) for c in ids.tolist()), bool, len(ids))
-                ids, sims = ids[keep], sims[keep]
+            ids, sims = self._checked_pool(qvec, emb, k, mask, check)
             if opts.min_score is not None:
                 keep = sims >= opts.min_score
                 ids, sims = ids[keep], sims[keep]
@@ -909,6 +906,23 @@ class Searcher:
             protos = eng.index.hit_protos([c for c, _ in pool])
         return hits_from_scored(protos, ((c, s, {"vector:cosine": s} if opts.explain else {})
                                          for c, s in pool), conf)[:k], terms
+
+    def _checked_pool(self, qvec: np.ndarray, embedder: Embedder, k: int, mask: np.ndarray,
+                      check: Callable[[int], bool] | None) -> Pool:
+        """:meth:`_vector_pool` of the chunks ``check`` accepts (a phrase the chunk's text must
+        hold; None: every chunk ``mask`` allows): candidates are taken in growing rounds until
+        ``k`` pass or none are left, so a phrase restricts before the cut as a filter does.
+        Checking the ``k`` best alone returned fewer than ``k`` hits (none at ``k=1``) when
+        the best chunks lacked the phrase and others held it."""
+        if check is None:
+            return self._vector_pool(qvec, embedder, k, mask)
+        want = max(2 * k, 32)
+        while True:
+            ids, sims = self._vector_pool(qvec, embedder, want, mask)
+            keep = np.fromiter((check(c) for c in ids.tolist()), bool, len(ids))
+            if int(keep.sum()) >= k or len(ids) < want:  # (fewer than asked: every candidate is in)
+                return cut_with_ties(ids[keep], sims[keep], k)
+            want *= 4
 
     def _embedding_text(self, query: str, opts: SearchOptions) -> str:
         """What a vector search embeds: plain words as they are; of a query with operators, the
@@ -1001,10 +1015,7 @@ class Searcher:
             cand, scores, contrib, terms = self.lexical(query, size, opts, mask)
             lex: Pool = (cand.astype(np.int64), scores)
             vmask, check = self._constraints(terms, opts, mask)  # the lexical pool met them already
-            dense = self._vector_pool(qvec, emb, size, vmask) if qvec is not None else empty_pool()
-            if check is not None:
-                keep = np.fromiter((check(c) for c in dense[0].tolist()), bool, len(dense[0]))
-                dense = (dense[0][keep], dense[1][keep])
+            dense = self._checked_pool(qvec, emb, size, vmask, check) if qvec is not None else empty_pool()
             lex, dense = content_order(lex, store.chunk_sort_keys), content_order(dense, store.chunk_sort_keys)
             alpha: float | None = None
             if opts.fusion_method == "rrf":

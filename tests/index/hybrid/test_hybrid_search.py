@@ -223,6 +223,30 @@ def test_hybrid_end_to_end_over_http(httpserver):
             hybrid_search(d, "cats", 3, remote)
 
 
+@pytest.mark.parametrize("collapse", [False, True])
+def test_a_phrase_restricts_the_vector_candidates_before_the_cut(collapse):
+    """A phrase was checked on the k most similar chunks only: when they lacked it and others
+    held it, a vector search returned fewer than k hits (none at k=1), and hybrid's dense pool
+    held fewer than its size. The chunks without the phrase are left out before the cut now,
+    as a filter's are (found by tests/index/test_random_vectors.py at 200 examples)."""
+    emb = HashEmbedder(32)
+    with ragdb.open(":memory:", chunker="none") as db:
+        # 40 chunks with every word of the query but not the phrase, then the phrase in two
+        db.add_many([{"text": f"note apple model {i}", "source": f"near{i}"} for i in range(40)]
+                    + [{"text": "zebra apple note giraffe", "source": "phrase1"},
+                       {"text": "apple note", "source": "phrase2"}])
+        db.embed(emb)
+        holders = sorted(["phrase1", "phrase2"], key=lambda s: -cosine(emb, "apple note model", db.get(source=s).text))
+        for k in (1, 2, 5):
+            got = [h.source for h in db.search('"apple note" model', k=k, scorer="vector", embedder=emb,
+                                                collapse=collapse)]
+            assert got == holders[:k], k
+            hits = db.search('"apple note" model', k=k, scorer="hybrid", embedder=emb, collapse=collapse, pool=4,
+                             explain=True)
+            assert sorted(h.source for h in hits) == sorted(holders[:k]), k
+            assert all("vector:cosine" in h.explain for h in hits), k  # (in the dense pool: its 4 best with the phrase)
+
+
 @pytest.mark.parametrize("scorer", ["vector", "hybrid"])
 def test_a_vector_search_embeds_the_words_that_score(scorer):
     """The query embedded was the whole query text: 'pump -seal' pulled the similarity toward
