@@ -30,6 +30,7 @@ from ragdb.cli.main import one_line
 from ragdb.cli.output import OUTPUT_FORMATS, Output
 from ragdb.errors import InvalidInput
 from ragdb.storage import is_postgres, redact
+from ragdb.storage.codec import loads_exact
 
 
 # --------------------------------------------------------------------------- a query that starts with "-"
@@ -239,7 +240,7 @@ def _parse_where(_ctx: Any, _param: Any, value: str | None) -> dict[str, Any] | 
     if value is None:
         return None
     try:
-        parsed = orjson.loads(value)
+        parsed = loads_exact(value)
     except orjson.JSONDecodeError as e:
         raise click.BadParameter(f"not valid JSON ({e})", param_hint="--where") from None
     if not isinstance(parsed, dict):

@@ -74,6 +74,7 @@ def check_metadata(metadata: Any, label: str) -> tuple[dict[str, Any], str]:
     try:
         metadata_json = dumps(metadata)
     except (TypeError, orjson.JSONEncodeError) as e:
+        _check_integers(metadata, label)  # (names the key of an integer past 64 bits)
         raise InvalidInput(f"{label}: metadata is not JSON-serialisable ({e})") from None
     if "null" in metadata_json:  # NaN and infinity come out as null: look for them only then
         check_finite(metadata, label)
@@ -84,11 +85,17 @@ def check_metadata(metadata: Any, label: str) -> tuple[dict[str, Any], str]:
         # then filtered as the stored document says; from the values as given, the filter
         # index left out every datetime, date and UUID (before schema 9).
         metadata = loads(metadata_json)
-    for key, value in metadata.items():  # scalars (and list elements) go into the filter index
-        for v in value if isinstance(value, list) else (value,):
+    _check_integers(metadata, label)
+    return metadata, metadata_json
+
+
+def _check_integers(metadata: Mapping[str, Any], label: str) -> None:
+    """Refuses an integer the filter index cannot hold (outside -2**63 .. 2**63-1) in a value
+    or a list's element: scalars and list elements go into the filter index."""
+    for key, value in metadata.items():
+        for v in value if isinstance(value, (list, tuple)) else (value,):
             if isinstance(v, int) and not isinstance(v, bool) and not -2 ** 63 <= v < 2 ** 63:
                 raise InvalidInput(f"{label}: metadata {key!r} holds {v}, outside the 64-bit integer range")
-    return metadata, metadata_json
 
 
 def check_span(span: Span, label: str) -> tuple[int, int, dict[str, Any]]:

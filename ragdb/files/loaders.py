@@ -74,6 +74,7 @@ from ragdb.files import walk
 from ragdb.text.analysis import is_blank
 from ragdb.errors import InvalidInput, LoaderError, MissingDependency
 from ragdb.records import LoadedDocument, Span
+from ragdb.storage.codec import loads_exact
 
 __all__ = ["SUPPORTED_SUFFIXES", "KINDS", "load_file", "load_read", "load_bytes", "iter_files", "all_kinds", "plugin_suffixes",
            "register_builtins"]
@@ -1785,7 +1786,7 @@ def _load_jsonl(data: bytes, where: str, source: str, base: Mapping[str, Any]) -
         if not line.strip():
             continue
         try:
-            rec = orjson.loads(line)
+            rec = loads_exact(line)
         except orjson.JSONDecodeError as e:
             raise LoaderError(f"{where}: line {lineno}: invalid JSON ({e})") from None
         if not isinstance(rec, dict):

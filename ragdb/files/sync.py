@@ -74,7 +74,6 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 from collections.abc import Callable, Iterator, Mapping, Sequence
 
-import orjson
 
 from ragdb.files import loaders
 from ragdb.files import walk
@@ -295,10 +294,6 @@ def _check_loaded(doc: LoadedDocument, label: str) -> None:
     """What add_many would refuse about a loaded file, found before the batch is written."""
     if not isinstance(doc.text, str) or is_blank(doc.text):
         raise LoaderError(f"{label}: no text (empty file?)")
-    try:
-        orjson.dumps(dict(doc.metadata))
-    except (TypeError, orjson.JSONEncodeError) as e:
-        raise LoaderError(f"{label}: metadata is not JSON-serialisable ({e})") from None
     # what add_many checks of a loaded document's version, timestamp and metadata (as
     # ragdb.engine.prepare.prepare takes them from its metadata): a file failing one is a failed
     # file, not the end of the whole add or sync

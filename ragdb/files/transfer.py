@@ -40,6 +40,7 @@ import orjson
 from ragdb.errors import InvalidInput, StorageError
 from ragdb.options import ALL
 from ragdb.records import Span
+from ragdb.storage.codec import loads_exact
 
 if TYPE_CHECKING:
     from ragdb.database import Database
@@ -196,7 +197,7 @@ def _read_records(fh: IO[bytes], name: str, keep_old: bool, skipped: list[int],
         if not line.strip():
             continue
         try:
-            obj = orjson.loads(line)
+            obj = loads_exact(line)
         except orjson.JSONDecodeError as e:
             raise InvalidInput(f"{name}:{lineno}: invalid JSON ({e})") from None
         record = _parse(name, lineno, obj)

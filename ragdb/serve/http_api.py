@@ -93,6 +93,7 @@ from ragdb.errors import (AccessDenied, CollectionExists, CollectionNotFound, Da
 from ragdb.models.http_client import is_loopback
 from ragdb.records import CollectionInfo
 from ragdb.serve.access import WriteScope, check_write, client_message, scope_for
+from ragdb.storage.codec import loads_exact
 from ragdb.serve.shapes import check_distinct_sources, document_json, facets_json, hit_json, stats_json
 from ragdb.answers.prompt import REFUSAL
 from ragdb.files.sync import escape_glob
@@ -892,7 +893,7 @@ async def _read_body(request: Request, limit: int) -> dict[str, Any]:
     except ClientDisconnect:
         raise _Refused(400, "BadRequest", "the client went away before sending the whole body") from None
     try:
-        data = orjson.loads(b"".join(chunks))
+        data = loads_exact(b"".join(chunks))
     except orjson.JSONDecodeError as e:
         raise _Refused(400, "BadRequest", f"request body is not JSON: {e}") from None
     if not isinstance(data, dict):

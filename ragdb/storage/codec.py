@@ -3,6 +3,7 @@ numbers range filters compare for a metadata value (:func:`meta_number`)."""
 
 from __future__ import annotations
 
+import json
 from datetime import datetime, timedelta, timezone
 from typing import Any
 
@@ -22,6 +23,28 @@ def dumps(value: Any) -> str:
 
 def loads(text: str | bytes) -> Any:
     return orjson.loads(text)
+
+
+# 19 digits in a row: where an integer outside orjson's range (-2**63 .. 2**64 - 1) may be.
+_LONG_DIGITS = LazyPattern(r"\d{19}")
+_LONG_DIGITS_BYTES = LazyPattern(rb"\d{19}")
+
+
+def loads_exact(text: str | bytes) -> Any:
+    """JSON from outside ragdb (an imported record, a request body, a ``--where``), with every
+    integer the number written. orjson reads an integer outside -2**63 .. 2**64-1 as a float
+    that is another number (``2**70 + 1`` as ``1.1805916207174113e+21``), which would be stored
+    or matched silently. A text that may hold one (19 digits in a row) is read again by the
+    standard library, which keeps integers exact, so the library's checks refuse the number
+    rather than store another. orjson reads it first: it checks the JSON (the standard library
+    takes ``NaN`` and lone surrogates) and stays the fast path for every other text."""
+    value = orjson.loads(text)
+    if isinstance(text, str):
+        if _LONG_DIGITS.search(text) is None:
+            return value
+    elif _LONG_DIGITS_BYTES.search(text) is None:
+        return value
+    return json.loads(text)
 
 
 # An ISO-8601 date, optionally with a time (seconds and a fraction optional) and, with a

@@ -107,3 +107,23 @@ def test_an_integer_past_64_bits_is_kept_as_the_text_given(tmp_path, runner):
     # nor does a filter on a nearby integer match the float it would have been read as
     assert out_json(run(runner, "-d", db, "list", "--filter", f"id={near}", "--json")) == []
     assert [d["source"] for d in out_json(run(runner, "-d", db, "list", "--filter", f"id={big}", "--json"))] == ["a"]
+
+
+def test_an_integer_past_64_bits_in_json_input_is_refused_not_read_as_a_float(tmp_path, runner):
+    """``--where`` and an imported JSONL read such an integer as a float that is another number:
+    the import stored ``{"n": 1.1805916207174113e+21}`` and the filter matched it. Now both
+    are the library's refusal, naming the key, and nothing is stored."""
+    db = tmp_path / "kb.db"
+    run(runner, "-d", db, "add", "-", "--source", "a", "--metadata", "n=5", input="text about refunds")
+    for number in (2 ** 70 + 1, -2 ** 63 - 1):
+        where = run(runner, "-d", db, "search", "refunds", "--where", f'{{"n": {{"$lt": {number}}}}}', ok=False)
+        assert where.exit_code == 1 and f"filter 'n': $lt: {number} is out of the 64-bit integer range" in where.output
+        records = tmp_path / "records.jsonl"
+        records.write_text(f'{{"text": "huge", "source": "b", "metadata": {{"m": [1, {number}]}}}}\n')
+        imported = run(runner, "-d", db, "import", records, ok=False)
+        assert imported.exit_code == 1, imported.output
+        assert f"metadata 'm' holds {number}, outside the 64-bit integer range" in imported.output
+        added = run(runner, "-d", db, "add", records, ok=False)  # the JSONL loader: a failed file
+        assert f"metadata 'm' holds {number}, outside the 64-bit integer range" in added.output
+    with ragdb.open(db) as d:
+        assert [doc.source for doc in d.documents()] == ["a"] and d.check() == []

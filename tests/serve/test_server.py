@@ -366,6 +366,17 @@ def test_writes_add_replace_and_delete_as_the_library_would(tmp_path: Path) -> N
         with ragdb.open(kb) as db:
             expected = _library_message(lambda: db.add_many([bad]))
         assert _error(httpx.post(url + "/documents", json=bad, headers=w), 422) == expected
+        # an integer past 64 bits is refused as the library refuses it: orjson read the body's
+        # 2**70 + 1 as the float 1.1805916207174113e+21 and stored that (httpx writes it exactly)
+        huge = {"text": "Huge numbers.", "source": "huge.md", "metadata": {"n": 2 ** 70 + 1}}
+        with ragdb.open(kb) as db:
+            expected = _library_message(lambda: db.add_many([huge]))
+            assert "outside the 64-bit integer range" in expected
+        assert _error(httpx.post(url + "/documents", json=huge, headers=w), 422) == expected
+        nested = {"text": "Huge numbers.", "source": "huge.md", "metadata": {"n": [1, -2 ** 64]}}
+        assert "outside the 64-bit integer range" in _error(httpx.post(url + "/documents", json=nested, headers=w), 422)
+        assert "outside the 64-bit integer range" in \
+            _error(httpx.post(url + "/search", json={"query": "cats", "filter": {"n": 2 ** 70}}), 422).replace("out of", "outside")
         # without a source, the library's: derived from the text
         r = httpx.post(url + "/documents", json={"text": "A text without a source."}, headers=w)
         with ragdb.open(":memory:") as scratch:

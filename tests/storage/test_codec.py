@@ -1,0 +1,39 @@
+"""``ragdb.storage.codec.loads_exact``: JSON from outside ragdb, with every integer the number written."""
+
+from __future__ import annotations
+
+import json
+
+import orjson
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from ragdb.storage.codec import loads_exact
+
+values = st.recursive(
+    st.none() | st.booleans() | st.integers() | st.floats(allow_nan=False, allow_infinity=False) | st.text(),
+    lambda inner: st.lists(inner, max_size=4) | st.dictionaries(st.text(max_size=4), inner, max_size=4),
+    max_leaves=12)
+
+
+@given(values)
+def test_every_value_reads_back_as_written(value):
+    """orjson read an integer outside -2**63 .. 2**64-1 as a float that is another number."""
+    text = json.dumps(value)
+    for given_as in (text, text.encode()):
+        got = loads_exact(given_as)
+        assert got == value and json.dumps(got) == text
+
+
+@pytest.mark.parametrize("number", [2 ** 64, 2 ** 70 + 1, -2 ** 63 - 1, -10 ** 30])
+def test_integers_past_orjsons_range_stay_integers(number):
+    assert isinstance(orjson.loads(str(number)), float)  # (what it fixes)
+    assert loads_exact(f'{{"n": [{number}]}}') == {"n": [number]}
+
+
+@pytest.mark.parametrize("text", ['{"n": NaN}', '[Infinity]', '["\\ud800"]', '{"n": 1e400, "m": 12345678901234567890}'])
+def test_what_orjson_refuses_stays_refused(text):
+    """The standard library reads these; they are not JSON (or not a number), and stay refused."""
+    with pytest.raises(orjson.JSONDecodeError):
+        loads_exact(text)
