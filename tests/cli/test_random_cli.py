@@ -22,6 +22,7 @@ from __future__ import annotations
 import copy
 import fnmatch
 import hashlib
+import json
 import os
 import subprocess
 import sys
@@ -31,7 +32,7 @@ from typing import Any
 import orjson
 import pytest
 from click.testing import CliRunner
-from hypothesis import HealthCheck, event, given, note, settings
+from hypothesis import HealthCheck, event, example, given, note, settings
 from hypothesis import strategies as st
 
 import ragdb
@@ -412,7 +413,8 @@ class Run:
         ]
         args, stdin, want, code = cases[which % len(cases)]
         if args == ("import", "JSONL"):
-            (self.folder / "bad.jsonl").write_bytes(good + b"\n" + orjson.dumps(record) + b"\n")
+            # (the standard library writes 2**70 as written and 1e309 as Infinity; orjson refuses both)
+            (self.folder / "bad.jsonl").write_bytes(good + b"\n" + json.dumps(record).encode() + b"\n")
             args = ("import", str(self.folder / "bad.jsonl"))
         if callable(want):  # the library's message for the same call
             with ragdb.open(self.path) as db, pytest.raises(RagdbError) as raised, db.transaction():
@@ -476,6 +478,9 @@ class Run:
           suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
 @given(ops=histories, chunker=st.sampled_from(["none", "window:size=6,overlap=2"]), keep_versions=st.booleans(),
        process=st.booleans())
+# An import of a record whose metadata holds 2**70: orjson read it as another number (a float)
+# and stored it (found by CI, 2026-12-07).
+@example(ops=[("bad", 1, 2, "a/0")], chunker="none", keep_versions=False, process=False)
 def test_random_histories_through_the_cli(tmp_path_factory, ops, chunker, keep_versions, process):
     """After any history of writes through the commands (some in a fresh process), what the
     reading commands print is what the library returns, on the file and on a fresh build;
