@@ -262,6 +262,9 @@ class Database:
             if row is None:
                 raise CollectionNotFound(f"{self.path}: no collection {name!r}")
             store.drop_collection(row[0])
+        from ragdb.index.ann import remove_files  # (the graph's module: not imported by every start)
+
+        remove_files(store.path, row[0])  # (after the commit; a cache, so a rollback around it loses nothing)
 
     def create_collection(self, name: str, *, analyzer: "str | Analyzer | Mapping[str, Any] | None" = None,
                           chunker: str | None = None, keep_versions: bool | None = None,

@@ -32,9 +32,9 @@ The cache file
     (:func:`fingerprints`), so a file of another history of the same file name
     (a database deleted and built again at the same path, a backup restored and
     written since) is not taken for this one (a sample of 16 vectors let a few
-    changed ones through: the graph missed them); a file without fingerprints
-    (an older ragdb's) is checked on such a sample. Anything else (missing,
-    corrupt, another epoch, a cut log, a different model) rebuilds it from the vectors. It is saved after a
+    changed ones through: the graph missed them). Anything else (missing,
+    corrupt, another epoch, a cut log, a different model, fingerprints missing or
+    damaged, as an older ragdb's file has none) rebuilds it from the vectors. It is saved after a
     rebuild (not one inside a write transaction, which a rollback may undo), and on ``Database.close`` once its unsaved changes reach
     :data:`SAVE_AFTER` or :data:`SAVE_FRACTION` of its size (fewer are cheaper
     to replay from the log than a large file is to rewrite).
@@ -243,6 +243,17 @@ class AnnGraph:
         return graph
 
 
+def remove_files(db_path: str, collection_id: int) -> None:
+    """Remove the graph files of a dropped collection (collection ids are never reused, so they
+    would only take disk space)."""
+    folder = cache_folder(db_path)
+    if folder is None:
+        return
+    for *_, path in [*_files(folder, collection_id), *_files(folder, collection_id, _FINGERPRINTS)]:
+        with contextlib.suppress(OSError):
+            path.unlink()
+
+
 def _write(folder: Path, collection_id: int, final: Path, write: Any) -> None:
     """``write(path)`` into a temporary file of ``folder``, synced, then renamed to ``final``."""
     fd, tmp = tempfile.mkstemp(prefix=f".c{collection_id}-", suffix=".tmp", dir=folder)
@@ -268,7 +279,7 @@ def _read_fingerprints(path: Path) -> tuple[np.ndarray, np.ndarray] | None:
     (a file of an older ragdb) or they cannot be read."""
     try:
         table = np.load(path, allow_pickle=False)
-    except Exception:  # missing, truncated or foreign: the graph is checked on a sample instead
+    except Exception:  # missing, truncated or foreign: the graph is rebuilt
         return None
     if table.dtype != _FINGERPRINT_DTYPE or table.ndim != 1:
         return None

@@ -355,31 +355,26 @@ class VectorIndex:
 
     def _graph_matches(self, g: AnnGraph, changed: np.ndarray) -> bool:
         """A loaded graph holds exactly the live chunk ids, and each vector the log names no change
-        of (``changed``: those it does) is the one its file was written with (by the file's
-        fingerprints; a file without them: 16 sampled vectors equal the stored ones)."""
+        of (``changed``: those it does) is the one its file was written with, by the file's
+        fingerprints. A file without them (missing, damaged, or an older ragdb's) is not trusted:
+        a sample of 16 vectors, the check before them, let a file of another history through."""
         from ragdb.index.ann import FINGERPRINT_TOLERANCE, fingerprints
 
+        if g.fingerprint is None:
+            return False
         live = self.ids[:self.n][self.ids[:self.n] >= 0]
         if len(g) != len(live):
             return False
         keys = np.sort(g.keys())
         if not np.array_equal(keys, np.sort(live)):
             return False
-        if g.fingerprint is not None:
-            saved_ids, saved = g.fingerprint
-            kept = keys[~np.isin(keys, changed)]
-            at = np.searchsorted(saved_ids, kept)
-            if len(kept) and (int(at.max()) >= len(saved_ids) or not np.array_equal(saved_ids[at], kept)):
-                return False  # a chunk the file did not hold, and no change of it logged since
-            now = fingerprints(self.matrix[:self.n])[self.row_of(kept)]  # (rows in place: no copy of the matrix)
-            return bool(np.all(np.abs(now - saved[at]) <= FINGERPRINT_TOLERANCE * (1.0 + np.abs(now))))
-        sample = live[np.linspace(0, len(live) - 1, min(16, len(live))).astype(np.int64)]
-        if len(sample):
-            got = g.vectors_of(sample)
-            want = self.matrix[self.row_of(sample)]
-            if got.shape != want.shape or not np.all(np.abs(got - want) <= 0.02):
-                return False
-        return True
+        saved_ids, saved = g.fingerprint
+        kept = keys[~np.isin(keys, changed)]
+        at = np.searchsorted(saved_ids, kept)
+        if len(kept) and (int(at.max()) >= len(saved_ids) or not np.array_equal(saved_ids[at], kept)):
+            return False  # a chunk the file did not hold, and no change of it logged since
+        now = fingerprints(self.matrix[:self.n])[self.row_of(kept)]  # (rows in place: no copy of the matrix)
+        return bool(np.all(np.abs(now - saved[at]) <= FINGERPRINT_TOLERANCE * (1.0 + np.abs(now))))
 
     def save_graph(self, force: bool = False) -> bool:
         """Write the graph's cache file if it has enough unsaved changes (``force``: any);
