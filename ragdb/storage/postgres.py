@@ -59,7 +59,7 @@ from typing import TYPE_CHECKING, Any, cast
 from ragdb.errors import CollectionNotFound, DatabaseBusy, InvalidInput, MissingDependency, NotADatabase, RagdbError, SchemaTooNew, StorageError
 from ragdb.storage import collections as _coll
 from ragdb.storage.backend import glob_regex, password_of, redact
-from ragdb.storage.codec import dumps, utcnow_iso
+from ragdb.storage.codec import dumps, loads, utcnow_iso
 from ragdb.storage.conditions import COMPARE, Dialect, condition_sql, doc_set_sql
 from ragdb.storage.base import CHUNK_STATE_SQL, NO_CODEC
 from ragdb.storage.store import WHOLE_CHUNK, Store, migrations_dir
@@ -88,6 +88,13 @@ def _psycopg() -> Any:
     except ImportError as e:
         raise MissingDependency.of("psycopg (with psycopg_pool)", "postgres", e) from None
     return psycopg
+
+
+def _as_written(given: Any, value: int) -> int | float:
+    """``value`` as the document's metadata ``given`` (a value or a list) holds it: the float
+    equal to it when it holds one and no equal integer (of equal values facets show the integer)."""
+    equal = [x for x in (given if isinstance(given, list) else (given,)) if type(x) in (int, float) and x == value]
+    return value if not equal or any(type(x) is int for x in equal) else float(value)
 
 
 def pg_migration_files() -> list[Path]:
@@ -869,6 +876,14 @@ class PgStore(Store):
             "AND n.doc_id = b.doc_id AND n.num IS NOT NULL)", [field]))
         if bools:
             rows = [(d, bool(v)) if (d, v) in bools else (d, v) for d, v in rows]
+        # A whole float past 2**53 is held as the integer it is (migration 0007, for filters);
+        # SQLite's value is the float, so the document's metadata tells which it was. (Facets
+        # showed 1e300 as a 301-digit integer.)
+        big = {d for d, v in rows if type(v) is int and not -2 ** 53 <= v <= 2 ** 53}
+        if big:
+            metadata = dict(pg.execute("SELECT id, metadata FROM documents WHERE id = ANY(?)",
+                                       [sorted(big)]).fetchall())
+            rows = [(d, _as_written(loads(metadata[d]).get(field), v)) if d in big else (d, v) for d, v in rows]
         return rows
 
     # -- the lexical index (lexical.py) --------------------------------------------------------------

@@ -863,9 +863,21 @@ def test_whole_floats_past_2_53_compare_with_ints_as_on_sqlite(pg_url, tmp_path)
                                                  {"k": {"$lte": 2 ** 60}}, {"k": {"$in": [1, 2 ** 60]}})]
             assert got == [1, 1, 1, 1, 1]
             assert db.check() == []
+            db.add("more floats", source="g.md", metadata={"k": [2 ** 60, 3], "m": 1e300, "j": [2.0 ** 62, 2 ** 62]})
+            db.add("and ints", source="h.md", metadata={"k": 2 ** 61, "m": -(2 ** 63)})
+        # facets show each value as SQLite does: PostgreSQL's showed whole floats past 2**53 as
+        # integers (1e300 as 301 digits)
+        for field in ("k", "m", "j"):
+            want = lite.facets(field, by="documents")
+            assert [(v, type(v)) for v, _ in pg.facets(field, by="documents").counts] == \
+                [(v, type(v)) for v, _ in want.counts], field
+            assert pg.facets(field) == lite.facets(field)
+        assert {type(v) for v, _ in lite.facets("m").counts} == {int, float}
+        lite_facets = lite.facets("m")
     ragdb.copy_database(pg_url, str(tmp_path / "copy.db"))
     with ragdb.open(tmp_path / "copy.db") as db:
-        assert db.check() == [] and db.count(filter={"k": {"$lte": 2 ** 60}}) == 1
+        assert db.check() == [] and db.count(filter={"k": {"$lte": 2 ** 60}}) == 2
+        assert db.facets("m") == lite_facets
 
 
 def test_a_value_postgresql_cannot_index_is_an_input_error_naming_the_limit(pg_url):
