@@ -3,6 +3,7 @@ restrictions applied before the cut, exact fallback, crash safety of the cache f
 
 from __future__ import annotations
 
+import functools
 import os
 import random
 
@@ -165,6 +166,18 @@ def test_a_graph_of_another_database_at_the_same_path_is_not_trusted(tmp_path):
         assert [ids(search(db, q, "on")) for q in QUERIES] == [ids(search(db, q, "off")) for q in QUERIES]
 
 
+EDITED = {100: "w1 w2 w3 w4 w5 w6", 201: "w7 w8 w9 w10 w11", 301: "w12 w13 w14 w15"}
+
+
+def _history(path, edits):
+    """400 documents at ``path`` (a new database there), the texts ``edits`` names edited."""
+    rng = random.Random(5)
+    texts = [" ".join(rng.choice(WORDS) for _ in range(12)) for _ in range(400)]
+    db = ragdb.open(path, embedder=HashEmbedder(32))
+    db.add_many(({"text": edits.get(i, t), "source": f"s{i}"} for i, t in enumerate(texts)), chunker="none")
+    return db
+
+
 def test_a_graph_of_another_history_with_a_few_other_vectors_is_not_trusted(tmp_path):
     """The database built again at its path with a few documents edited: the same epoch, log
     position and chunk ids, and all but 3 of the vectors. The file's vectors were checked on a
@@ -172,14 +185,7 @@ def test_a_graph_of_another_history_with_a_few_other_vectors_is_not_trusted(tmp_
     them: a search for an edited text missed its own chunk. Each vector's fingerprint is saved
     beside the graph and checked (those the log says changed since are re-added anyway)."""
     path = tmp_path / "kb.db"
-    rng = random.Random(5)
-    texts = [" ".join(rng.choice(WORDS) for _ in range(12)) for _ in range(400)]
-    edited = {100: "w1 w2 w3 w4 w5 w6", 201: "w7 w8 w9 w10 w11", 301: "w12 w13 w14 w15"}
-
-    def build(edits):
-        db = ragdb.open(path, embedder=HashEmbedder(32))
-        db.add_many(({"text": edits.get(i, t), "source": f"s{i}"} for i, t in enumerate(texts)), chunker="none")
-        return db
+    build = functools.partial(_history, path)
 
     with build({}) as db:
         search(db, QUERIES[0], "on")
@@ -188,11 +194,11 @@ def test_a_graph_of_another_history_with_a_few_other_vectors_is_not_trusted(tmp_
     for suffix in ("", "-wal", "-shm"):
         if os.path.exists(f"{path}{suffix}"):
             os.remove(f"{path}{suffix}")
-    with build(edited) as db:
+    with build(EDITED) as db:
         for name, data in saved.items():
             (tmp_path / "kb.db.ann" / name).write_bytes(data)
         db._vectors.graph = None
-        for i, text in edited.items():
+        for i, text in EDITED.items():
             assert [h.source for h in search(db, text, "on", k=1)] == [f"s{i}"]
         assert [ids(search(db, q, "on")) for q in QUERIES] == [ids(search(db, q, "off")) for q in QUERIES]
     # the same history written since the file: the file is kept and brought up to date
@@ -203,7 +209,7 @@ def test_a_graph_of_another_history_with_a_few_other_vectors_is_not_trusted(tmp_
         db.ann = "on"
         db.search("w1", k=1, scorer="vector")
         assert db._vectors.graph.unsaved > 0  # loaded and replayed, not rebuilt
-        assert [h.source for h in search(db, edited[100], "on", k=1)] == ["s100"]
+        assert [h.source for h in search(db, EDITED[100], "on", k=1)] == ["s100"]
 
 
 @pytest.mark.parametrize("damage", ["missing", "truncated", "unsorted"])
@@ -212,14 +218,7 @@ def test_a_graph_whose_fingerprints_are_missing_or_damaged_is_rebuilt(tmp_path, 
     sampled vectors: a file of another history with 3 vectors changed passed, and a search for
     an edited text missed its own chunk. Now such a file is rebuilt."""
     path = tmp_path / "kb.db"
-    rng = random.Random(5)
-    texts = [" ".join(rng.choice(WORDS) for _ in range(12)) for _ in range(400)]
-    edited = {100: "w1 w2 w3 w4 w5 w6", 201: "w7 w8 w9 w10 w11", 301: "w12 w13 w14 w15"}
-
-    def build(edits):
-        db = ragdb.open(path, embedder=HashEmbedder(32))
-        db.add_many(({"text": edits.get(i, t), "source": f"s{i}"} for i, t in enumerate(texts)), chunker="none")
-        return db
+    build = functools.partial(_history, path)
 
     with build({}) as db:
         search(db, QUERIES[0], "on")
@@ -241,11 +240,11 @@ def test_a_graph_whose_fingerprints_are_missing_or_damaged_is_rebuilt(tmp_path, 
             os.remove(f"{path}{suffix}")
     for p in folder.iterdir():
         p.unlink()
-    with build(edited) as db:
+    with build(EDITED) as db:
         for name, data in saved.items():
             (folder / name).write_bytes(data)
         db._vectors.graph = None
-        for i, text in edited.items():
+        for i, text in EDITED.items():
             assert [h.source for h in search(db, text, "on", k=1)] == [f"s{i}"]
         assert [ids(search(db, q, "on")) for q in QUERIES] == [ids(search(db, q, "off")) for q in QUERIES]
     assert len(graphs(folder)) == 1  # the rebuilt graph saved with its fingerprints
