@@ -443,6 +443,20 @@ def test_import_bad_line_imports_nothing(tmp_path):
             transfer.import_jsonl(db, tmp_path / "missing.jsonl")
 
 
+def test_import_skips_a_byte_order_mark_at_the_start_as_the_loader_does(tmp_path):
+    """A JSONL saved by a Windows editor starts with a UTF-8 BOM: ``ragdb add`` loaded it, and
+    ``ragdb import`` refused it as invalid JSON. Elsewhere a BOM is still not JSON."""
+    path = tmp_path / "bom.jsonl"
+    path.write_bytes(b'\xef\xbb\xbf{"source": "a", "text": "fine text"}\n{"source": "b", "text": "more"}\n')
+    with ragdb.open(":memory:") as db:
+        assert transfer.import_jsonl(db, path).documents == 2
+        assert [d.source for d in db.documents()] == ["a", "b"]
+        path.write_bytes(b'{"source": "c", "text": "fine text"}\n\xef\xbb\xbf{"source": "d", "text": "x"}\n')
+        with pytest.raises(InvalidInput, match=r"bom.jsonl:2: invalid JSON"):
+            transfer.import_jsonl(db, path)
+        assert [d.source for d in db.documents()] == ["a", "b"] and db.check() == []
+
+
 @pytest.mark.parametrize("field,value,message", [
     ("timestamp", "soon", "timestamp 'soon' is not ISO-8601"), ("metadata", 5, "metadata must be a mapping"),
     ("acl", "x", "acl must be a list"), ("chunker", "bogus", "unknown chunker 'bogus'"),
