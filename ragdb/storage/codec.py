@@ -44,7 +44,10 @@ def loads_exact(text: str | bytes) -> Any:
             return value
     elif _LONG_DIGITS_BYTES.search(text) is None:
         return value
-    return json.loads(text)
+    try:
+        return json.loads(text)
+    except ValueError as e:  # (none known: what orjson reads, it reads; raised as orjson's, which callers catch)
+        raise orjson.JSONDecodeError(str(e), text if isinstance(text, str) else text.decode("utf-8", "replace"), 0) from None
 
 
 # An ISO-8601 date, optionally with a time (seconds and a fraction optional) and, with a

@@ -37,3 +37,17 @@ def test_what_orjson_refuses_stays_refused(text):
     """The standard library reads these; they are not JSON (or not a number), and stay refused."""
     with pytest.raises(orjson.JSONDecodeError):
         loads_exact(text)
+
+
+def test_a_refusal_of_the_second_reading_is_orjsons_error(monkeypatch):
+    """Callers catch orjson.JSONDecodeError; the standard library's error would escape them."""
+    import ragdb.storage.codec as codec
+
+    def refuse(text):
+        raise ValueError("refused")
+
+    monkeypatch.setattr(codec.json, "loads", refuse)
+    for text in ('{"n": 12345678901234567890123}', b'{"n": 12345678901234567890123}'):
+        with pytest.raises(orjson.JSONDecodeError, match="refused"):
+            codec.loads_exact(text)
+    assert codec.loads_exact('{"n": 5}') == {"n": 5}  # (not read twice)
