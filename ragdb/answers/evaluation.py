@@ -75,6 +75,8 @@ def _read_jsonl(path: Path) -> Iterable[tuple[int, dict[str, Any]]]:
         raise InvalidInput(f"{path}: cannot read: {exc.strerror or exc}") from exc
     with handle:
         for lineno, line in enumerate(handle, 1):
+            if lineno == 1:
+                line = line.removeprefix(b"\xef\xbb\xbf")  # a UTF-8 byte order mark, as Windows editors write
             if not line.strip():
                 continue
             try:
@@ -127,7 +129,7 @@ def _load_qrels(path: Path) -> Qrels:
     qrels: Qrels = {}
     try:
         # Opened apart from the ``with`` below so that only a failed open is reported as "cannot read".
-        handle = open(path, encoding="utf-8")  # noqa: SIM115 - closed by ``with handle:`` below
+        handle = open(path, encoding="utf-8-sig")  # noqa: SIM115 - closed by ``with handle:`` below (-sig: a BOM is skipped)
     except OSError as exc:
         raise InvalidInput(f"{path}: cannot read: {exc.strerror or exc}") from exc
     except UnicodeDecodeError as exc:  # pragma: no cover - open() does not decode
@@ -243,7 +245,7 @@ def load_questions(path: str | os.PathLike[str]) -> list[str]:
     if path.suffix.lower() == ".jsonl":
         return [_field(obj, "text", path, lineno, required=True) for lineno, obj in _read_jsonl(path)]
     try:
-        text = path.read_text(encoding="utf-8")
+        text = path.read_text(encoding="utf-8-sig")  # (a byte order mark, as Windows editors write, is skipped)
     except OSError as exc:
         raise InvalidInput(f"{path}: cannot read: {exc.strerror or exc}") from exc
     except UnicodeDecodeError as exc:

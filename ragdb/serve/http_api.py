@@ -244,6 +244,7 @@ def load_tokens(path: str | os.PathLike[str] | None = None, *,
 
 
 def _parse_tokens_file(where: str, raw: bytes) -> Any:
+    raw = raw.removeprefix(b"\xef\xbb\xbf")  # a UTF-8 byte order mark, as Windows editors write
     if where.endswith(".json"):
         try:
             return orjson.loads(raw)

@@ -135,6 +135,25 @@ def test_load_beir_folder(tmp_path):
     assert qrels == {"q1": {"d1": 1}, "q2": {"2": 1, "d3": 0}}
 
 
+def test_files_saved_with_a_byte_order_mark_read_as_without(tmp_path):
+    """Windows editors start a UTF-8 file with a BOM: a corpus or queries file was refused as
+    invalid JSON, a qrels file without a header line gave its first query the id '\ufeffq1'
+    (never matched), and a question file's first question began with it."""
+    from ragdb.answers.evaluation import load_questions
+
+    folder = _write_beir(tmp_path / "beir")
+    want = load_beir(folder)
+    qrels = folder / "qrels.tsv"
+    qrels.write_text("q1\td1\t1\nq2\t2\t1\nq2\td3\t0\n", encoding="utf-8")  # no header line
+    for name in ("corpus.jsonl", "queries.jsonl", "qrels.tsv"):
+        path = folder / name
+        path.write_bytes(b"\xef\xbb\xbf" + path.read_bytes())
+    assert load_beir(folder) == want
+    (tmp_path / "q.txt").write_bytes("\ufeffwhy do cats purr\n# a comment\n".encode())
+    assert load_questions(tmp_path / "q.txt") == ["why do cats purr"]
+    assert load_questions(folder / "queries.jsonl") == ["purring cats", "barking"]
+
+
 def test_load_beir_explicit_paths(tmp_path):
     folder = _write_beir(tmp_path / "beir")
     paths = (folder / "corpus.jsonl", folder / "queries.jsonl", folder / "qrels.tsv")

@@ -551,6 +551,12 @@ def test_tokens_file_in_toml(tmp_path: Path) -> None:
     path.write_text("not toml = [")
     with pytest.raises(InvalidInput, match="not valid TOML"):
         load_tokens(path, env={})
+    # saved with a byte order mark (Windows editors write one), in either format
+    path.write_bytes(f'\ufeff["{READER}"]\nprincipals = ["team-a"]\n'.encode())
+    assert load_tokens(path, env={}) == {READER: Grant(principals=("team-a",), write=False)}
+    as_json = tmp_path / "tokens.json"
+    as_json.write_bytes(b"\xef\xbb\xbf" + orjson.dumps({READER: {"principals": ["team-a"]}}))
+    assert load_tokens(as_json, env={}) == {READER: Grant(principals=("team-a",), write=False)}
 
 
 def test_the_workers_socket_gets_tcp_nodelay_on_accepted_connections() -> None:
