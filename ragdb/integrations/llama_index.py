@@ -39,6 +39,7 @@ records of a file) is kept out of what the LLM and the embedder see.
 from __future__ import annotations
 
 import asyncio
+import math
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
@@ -67,7 +68,7 @@ from ragdb.serve.shapes import (
     retriever_options,
     to_record,
 )
-from ragdb.options import SearchOptions, check_principals
+from ragdb.options import MAX_K, SearchOptions, check_int, check_number, check_principals
 from ragdb.records import AddReport
 from ragdb.types import Hit
 
@@ -273,7 +274,11 @@ class RagdbVectorStore(BasePydanticVectorStore):
       The vectors LlamaIndex computed for the nodes and the query are not used (ragdb
       embeds with its own model), so any ``embed_model`` LlamaIndex asks for will do.
     * ``similarity_top_k`` is ``k``; ``MetadataFilters``, ``doc_ids`` and ``node_ids``
-      restrict the search (:func:`to_ragdb_filter`). Similarities are ragdb's
+      restrict the search (:func:`to_ragdb_filter`). The query's ``mode``: ``default`` as
+      above, ``sparse``/``text_search`` BM25, ``hybrid``/``semantic_hybrid`` hybrid
+      (``alpha``: the dense side's weight, ragdb's weighted fusion; ``hybrid_top_k``),
+      ``mmr`` LlamaIndex's MMR over re-embedded candidates (:meth:`_mmr`); the learner
+      modes are refused. Similarities are ragdb's
       confidence in [0, 1]; the raw score is ``metadata["score"]`` (hidden from the LLM).
     * ``delete(ref_doc_id)`` (what ``delete_ref_doc`` calls) deletes the nodes of that
       document; ``principals`` (omitted: an anonymous caller; ``ragdb.ALL``: everything)
@@ -405,15 +410,21 @@ class RagdbVectorStore(BasePydanticVectorStore):
         check_filter(where, what)
         return where
 
-    def search_options(self, query: VectorStoreQuery) -> SearchOptions:
-        """The ragdb options ``query`` runs with."""
+    def search_options(self, query: VectorStoreQuery, k: int | None = None) -> SearchOptions:
+        """The ragdb options ``query`` runs with (``k``: instead of the query's top k)."""
+        mode = _mode(query)
         parts = [f for f in (self._where(query.node_ids, query.filters, "query"),
                              {"ref_doc_id": {"$in": list(query.doc_ids)}} if query.doc_ids else None) if f]
+        scorer = _MODE_SCORERS[mode] or self._scorer()
+        if k is None:
+            k = query.hybrid_top_k if scorer == "hybrid" and query.hybrid_top_k is not None else query.similarity_top_k
         # a vector store gives back the nodes stored in it, copies included (collapse=False)
-        keywords: dict[str, Any] = {"k": query.similarity_top_k, "scorer": self._scorer(), "syntax": "plain",
-                                    "collapse": False}
-        if keywords["scorer"] == "hybrid" and self._embedder is not None:
+        keywords: dict[str, Any] = {"k": k, "scorer": scorer, "syntax": "plain", "collapse": False}
+        if scorer == "hybrid" and self._embedder is not None:
             keywords["embedder"] = self._embedder
+        if mode in ("hybrid", "semantic_hybrid") and query.alpha is not None:
+            # LlamaIndex's alpha is the weight of the dense side, as ragdb's weighted fusion's
+            keywords.update(fusion="weighted", alpha=query.alpha)
         if parts:
             keywords["filter"] = parts[0] if len(parts) == 1 else {"$and": parts}
         base = SearchOptions.from_keywords(None, principals=self._principals)
@@ -428,7 +439,10 @@ class RagdbVectorStore(BasePydanticVectorStore):
         if query.query_str is None:
             raise InvalidInput("query: ragdb searches the query's text (query_str); an embedding alone is not "
                                "enough")
-        hits = self._db.search(query.query_str, options=self.search_options(query))
+        if _mode(query) == "mmr":
+            hits = self._mmr(query, kwargs)
+        else:
+            hits = self._db.search(query.query_str, options=self.search_options(query))
         nodes, similarities, ids = [], [], []
         for hit in hits:
             if "_node_content" in hit.metadata:
@@ -443,3 +457,51 @@ class RagdbVectorStore(BasePydanticVectorStore):
             similarities.append(relevance(hit))
             ids.append(node.node_id)
         return VectorStoreQueryResult(nodes=nodes, similarities=similarities, ids=ids)
+
+    def _mmr(self, query: VectorStoreQuery, kwargs: Mapping[str, Any]) -> list[Hit]:
+        """Mode MMR: ``similarity_top_k`` of the best ``mmr_prefetch_k`` hits (else
+        ``mmr_prefetch_factor`` times as many, 4 by default), chosen by LlamaIndex's
+        ``get_top_k_mmr_embeddings`` with ``mmr_threshold`` (the query's, else the keyword's;
+        0.5 by default) over the embedding model's vectors of the hits and the query, embedded
+        again here as LangChain's store does (ragdb does not hand out stored vectors)."""
+        from llama_index.core.indices.query.embedding_utils import get_top_k_mmr_embeddings
+
+        from ragdb.models.embedder import embed_batched, embed_query
+
+        embedder = self._embedder if self._embedder is not None else self._db.embedder
+        if embedder is None:
+            raise InvalidInput("query: mode 'mmr' needs an embedding model: give the store one (embedder=) or "
+                               "the database one")
+        k = query.similarity_top_k
+        threshold = query.mmr_threshold if query.mmr_threshold is not None else kwargs.get("mmr_threshold")
+        if threshold is not None:
+            check_number(threshold, "query: mmr_threshold", low=0.0, high=1.0)
+        fetch = kwargs.get("mmr_prefetch_k")
+        if fetch is None:
+            factor = kwargs.get("mmr_prefetch_factor", 4.0)
+            check_number(factor, "query: mmr_prefetch_factor", low=1.0, high=float(MAX_K))
+            fetch = math.ceil(k * factor)
+        fetch = check_int(fetch, "query: mmr_prefetch_k", 1)
+        hits = self._db.search(query.query_str or "", options=self.search_options(query, min(max(fetch, k), MAX_K)))
+        if not hits:
+            return []
+        vectors = embed_batched(embedder, [hit.text for hit in hits])
+        _similarities, chosen = get_top_k_mmr_embeddings(
+            embed_query(embedder, query.query_str or "").tolist(), vectors.tolist(), similarity_top_k=k,
+            embedding_ids=list(range(len(hits))), mmr_threshold=threshold)
+        return [hits[i] for i in chosen]
+
+
+#: The ragdb scorer of each LlamaIndex query mode the store runs (None: the store's own
+#: choice, hybrid when an embedding model and vectors are at hand, else BM25). The learner
+#: modes (svm, logistic_regression, linear_regression) are refused.
+_MODE_SCORERS: dict[str, str | None] = {"default": None, "mmr": None, "sparse": "bm25", "text_search": "bm25",
+                                        "hybrid": "hybrid", "semantic_hybrid": "hybrid"}
+
+
+def _mode(query: VectorStoreQuery) -> str:
+    mode = str(getattr(query.mode, "value", query.mode))
+    if mode not in _MODE_SCORERS:
+        raise InvalidInput(f"query: mode {mode!r} is not supported by ragdb's store; it runs "
+                           f"{', '.join(map(repr, _MODE_SCORERS))}")
+    return mode

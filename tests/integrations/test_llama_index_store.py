@@ -326,3 +326,83 @@ def test_a_store_deletes_only_the_versions_its_principals_may_read(tmp_path):
         assert [db.get(d.id, principals=ragdb.ALL).text for d in left] == ["v1 secret hr"]
         store.delete("r")
         assert db.count(principals=ragdb.ALL) == 1 and db.check() == []
+
+
+def _embedded_store(db):
+    store = RagdbVectorStore(db, embedder="wordllama")
+    nodes = [TextNode(text=d.text, id_=d.doc_id, metadata=d.metadata) for d in DOCS]
+    nodes += [TextNode(text="Cats sleep most of the day. A cat purrs when it is content.", id_=f"copy{i}")
+              for i in range(3)]  # three copies of the first node: what MMR is for
+    store.add(nodes)
+    return store
+
+
+def _ids(db, query, **options):
+    return [h.source for h in db.search(query, syntax="plain", collapse=False, **options)]
+
+
+def test_query_modes_run_the_search_they_name(db):
+    """The mode, alpha and MMR of a VectorStoreQuery were ignored: every query ran the store's
+    default search. Sparse and text search run BM25, hybrid modes the hybrid search (alpha:
+    the dense side's weight, as in ragdb's weighted fusion; hybrid_top_k its top k)."""
+    from llama_index.core.vector_stores.types import VectorStoreQueryMode as Mode
+
+    store = _embedded_store(db)
+    embedder = store_embedder(store)
+    q = "kittens napping in the park"
+    for mode in (Mode.SPARSE, Mode.TEXT_SEARCH):
+        result = store.query(VectorStoreQuery(query_str=q, similarity_top_k=4, mode=mode))
+        assert result.ids == _ids(db, q, k=4, scorer="bm25")
+    assert _ids(db, q, k=4, scorer="bm25") != _ids(db, q, k=4, scorer="hybrid", embedder=embedder)
+    for mode in (Mode.DEFAULT, Mode.HYBRID, Mode.SEMANTIC_HYBRID):
+        result = store.query(VectorStoreQuery(query_str=q, similarity_top_k=4, mode=mode))
+        assert result.ids == _ids(db, q, k=4, scorer="hybrid", embedder=embedder)
+    for alpha in (0.0, 0.9):
+        result = store.query(VectorStoreQuery(query_str=q, similarity_top_k=4, mode=Mode.HYBRID, alpha=alpha))
+        assert result.ids == _ids(db, q, k=4, scorer="hybrid", embedder=embedder, fusion="weighted", alpha=alpha)
+    result = store.query(VectorStoreQuery(query_str=q, similarity_top_k=4, mode=Mode.HYBRID, hybrid_top_k=2))
+    assert result.ids == _ids(db, q, k=2, scorer="hybrid", embedder=embedder)
+    # a hybrid mode without vectors is the library's error, not a quiet BM25 search
+    with ragdb.open(":memory:") as bare:
+        plain = RagdbVectorStore(bare)
+        plain.add([TextNode(text="Cats purr.", id_="c")])
+        with pytest.raises(EmbeddingError, match="no vectors"):
+            plain.query(VectorStoreQuery(query_str="cats", mode=Mode.HYBRID))
+        with pytest.raises(InvalidInput, match="mode 'mmr' needs an embedding model"):
+            plain.query(VectorStoreQuery(query_str="cats", mode=Mode.MMR))
+    for mode in (Mode.SVM, Mode.LOGISTIC_REGRESSION, Mode.LINEAR_REGRESSION):
+        with pytest.raises(InvalidInput, match=f"mode '{mode.value}' is not supported"):
+            store.query(VectorStoreQuery(query_str=q, mode=mode))
+
+
+def test_mmr_mode_chooses_among_the_prefetched_hits_by_llama_indexs_mmr(db):
+    from llama_index.core.indices.query.embedding_utils import get_top_k_mmr_embeddings
+    from llama_index.core.vector_stores.types import VectorStoreQueryMode as Mode
+
+    from ragdb.models.embedder import embed_batched, embed_query
+
+    store = _embedded_store(db)
+    embedder = store_embedder(store)
+    q = "why do cats purr"
+    top = _ids(db, q, k=3, scorer="hybrid", embedder=embedder)
+    assert len({db.get(source=s).text for s in top}) == 1  # the default search: the three copies
+    for threshold, prefetch in ((0.1, {}), (0.5, {"mmr_prefetch_k": 5}), (1.0, {"mmr_prefetch_factor": 2.0})):
+        result = store.query(VectorStoreQuery(query_str=q, similarity_top_k=3, mode=Mode.MMR, mmr_threshold=threshold),
+                             **prefetch)
+        fetch = prefetch.get("mmr_prefetch_k", int(3 * prefetch.get("mmr_prefetch_factor", 4.0)))
+        hits = db.search(q, k=fetch, scorer="hybrid", syntax="plain", collapse=False, embedder=embedder)
+        vectors = embed_batched(embedder, [h.text for h in hits]).tolist()
+        _, chosen = get_top_k_mmr_embeddings(embed_query(embedder, q).tolist(), vectors, similarity_top_k=3,
+                                             embedding_ids=list(range(len(hits))), mmr_threshold=threshold)
+        assert result.ids == [hits[i].source for i in chosen] and len(result.ids) == 3
+    diverse = store.query(VectorStoreQuery(query_str=q, similarity_top_k=3, mode=Mode.MMR, mmr_threshold=0.1))
+    assert len({db.get(source=s).text for s in diverse.ids}) > 1  # not three copies of one text
+    # the retriever's own keywords reach it, as vector_store_kwargs
+    index = VectorStoreIndex.from_vector_store(store)
+    retriever = index.as_retriever(similarity_top_k=3, vector_store_query_mode="mmr",
+                                   vector_store_kwargs={"mmr_threshold": 0.1})
+    assert [n.node.node_id for n in retriever.retrieve(q)] == diverse.ids
+    for bad, message in (({"mmr_threshold": 2}, "mmr_threshold"), ({"mmr_prefetch_k": 0}, "mmr_prefetch_k"),
+                         ({"mmr_prefetch_factor": "x"}, "mmr_prefetch_factor")):
+        with pytest.raises(InvalidInput, match=message):
+            store.query(VectorStoreQuery(query_str=q, mode=Mode.MMR), **bad)
