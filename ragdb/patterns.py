@@ -19,7 +19,7 @@ class LazyPattern:
     (``search``, ``findall``, ``pattern``, ...). A method looked up once is kept on the object,
     so later lookups cost what an attribute does, not a call of ``__getattr__``."""
 
-    def __init__(self, source: str | bytes, flags: int = 0) -> None:
+    def __init__(self, source: str, flags: int = 0) -> None:
         self._source = source
         self._flags = flags
 

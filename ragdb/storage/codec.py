@@ -17,6 +17,21 @@ def utcnow_iso() -> str:
     return datetime.now(timezone.utc).isoformat(timespec="microseconds")[:-6] + "Z"
 
 
+def _holds_a_huge_whole_float(value: Any) -> bool:
+    stack = [value]
+    while stack:
+        v = stack.pop()
+        kind = type(v)
+        if kind is float:
+            if abs(v) >= 9.223372036854775808e18 and v.is_integer():
+                return True
+        elif kind is dict:
+            stack.extend(v.values())
+        elif kind is list:
+            stack.extend(v)
+    return False
+
+
 def dumps(value: Any) -> str:
     return orjson.dumps(value, option=orjson.OPT_SORT_KEYS).decode()
 
@@ -25,24 +40,19 @@ def loads(text: str | bytes) -> Any:
     return orjson.loads(text)
 
 
-# 19 digits in a row: where an integer outside orjson's range (-2**63 .. 2**64 - 1) may be.
-_LONG_DIGITS = LazyPattern(r"\d{19}")
-_LONG_DIGITS_BYTES = LazyPattern(rb"\d{19}")
-
-
 def loads_exact(text: str | bytes) -> Any:
     """JSON from outside ragdb (an imported record, a request body, a ``--where``), with every
     integer the number written. orjson reads an integer outside -2**63 .. 2**64-1 as a float
     that is another number (``2**70 + 1`` as ``1.1805916207174113e+21``), which would be stored
-    or matched silently. A text that may hold one (19 digits in a row) is read again by the
-    standard library, which keeps integers exact, so the library's checks refuse the number
-    rather than store another. orjson reads it first: it checks the JSON (the standard library
-    takes ``NaN`` and lone surrogates) and stays the fast path for every other text."""
+    or matched silently. A text whose reading holds such a float (whole, of magnitude 2**63 or
+    more: the only floats such an integer becomes) is read again by the standard library, which
+    keeps integers exact, so the library's checks refuse the number rather than store another.
+    orjson reads it first: it checks the JSON (the standard library takes ``NaN`` and lone
+    surrogates) and stays the fast path for every other text. (The walk over the values costs
+    ~1 µs for a record; a regular expression looking for 19 digits in the text cost 20 µs for
+    a 1.5 KB line.)"""
     value = orjson.loads(text)
-    if isinstance(text, str):
-        if _LONG_DIGITS.search(text) is None:
-            return value
-    elif _LONG_DIGITS_BYTES.search(text) is None:
+    if not _holds_a_huge_whole_float(value):
         return value
     try:
         return json.loads(text)
