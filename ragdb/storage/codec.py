@@ -56,7 +56,9 @@ def loads_exact(text: str | bytes) -> Any:
         return value
     try:
         return json.loads(text)
-    except ValueError as e:  # (none known: what orjson reads, it reads; raised as orjson's, which callers catch)
+    except (ValueError, RecursionError) as e:
+        # raised as orjson's, which callers catch: an integer of more than 4,300 digits, or nesting
+        # orjson reads (up to 1,024 levels) and the standard library's recursion does not
         raise orjson.JSONDecodeError(str(e), text if isinstance(text, str) else text.decode("utf-8", "replace"), 0) from None
 
 

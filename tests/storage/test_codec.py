@@ -51,3 +51,15 @@ def test_a_refusal_of_the_second_reading_is_orjsons_error(monkeypatch):
         with pytest.raises(orjson.JSONDecodeError, match="refused"):
             codec.loads_exact(text)
     assert codec.loads_exact('{"n": 5}') == {"n": 5}  # (not read twice)
+
+
+@pytest.mark.parametrize("as_bytes", [False, True])
+def test_nesting_the_standard_library_cannot_read_is_refused_as_json(as_bytes):
+    """orjson reads 1,000 levels of nesting; the second reading (the text holds 19 digits in a
+    row: here in a string) raised RecursionError, which no caller catches: an import, an added
+    JSONL file and --where failed with an internal error, an HTTP request with a 500."""
+    depth = 1000
+    text = '{"phone": "1234567890123456789", "x": ' + "[" * depth + "]" * depth + "}"
+    orjson.loads(text)  # (what orjson reads)
+    with pytest.raises(orjson.JSONDecodeError, match="recursion"):
+        loads_exact(text.encode() if as_bytes else text)
