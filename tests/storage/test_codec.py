@@ -55,11 +55,27 @@ def test_a_refusal_of_the_second_reading_is_orjsons_error(monkeypatch):
 
 @pytest.mark.parametrize("as_bytes", [False, True])
 def test_nesting_the_standard_library_cannot_read_is_refused_as_json(as_bytes):
-    """orjson reads 1,000 levels of nesting; the second reading (the text holds 19 digits in a
-    row: here in a string) raised RecursionError, which no caller catches: an import, an added
+    """orjson reads 1,000 levels of nesting; the second reading (of a text holding an integer
+    past orjson's range) raised RecursionError, which no caller catches: an import, an added
     JSONL file and --where failed with an internal error, an HTTP request with a 500."""
     depth = 1000
-    text = '{"phone": "1234567890123456789", "x": ' + "[" * depth + "]" * depth + "}"
+    text = '{"n": 12345678901234567890123, "x": ' + "[" * depth + "]" * depth + "}"
     orjson.loads(text)  # (what orjson reads)
     with pytest.raises(orjson.JSONDecodeError, match="recursion"):
         loads_exact(text.encode() if as_bytes else text)
+
+
+def test_only_a_reading_with_a_float_past_2_63_is_read_again(monkeypatch):
+    """Digits in a string (a phone number, an id in a text) are no integer orjson misread: such
+    a line is not read twice (a regular expression over every line cost ten times the reading)."""
+    import ragdb.storage.codec as codec
+
+    def refuse(text):
+        raise AssertionError("read again")
+
+    monkeypatch.setattr(codec.json, "loads", refuse)
+    text = '{"text": "order 12345678901234567890123", "n": [18446744073709551615, -9223372036854775808, 1e18]}'
+    assert codec.loads_exact(text) == {"text": "order 12345678901234567890123",
+                                       "n": [2 ** 64 - 1, -2 ** 63, 1e18]}
+    monkeypatch.undo()
+    assert loads_exact('{"f": [1e19], "n": {"m": 18446744073709551616}}') == {"f": [1e19], "n": {"m": 2 ** 64}}
