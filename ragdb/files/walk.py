@@ -358,7 +358,9 @@ def _read_ignore(path: Path, base: str, label: str) -> _IgnoreFile | None:
     try:
         if path.stat().st_size > (1 << 20):  # a megabyte of ignore rules is not one
             return None
-        text = path.read_bytes().decode("utf-8", errors="replace")
+        # a byte order mark (Windows editors write one) is skipped, as git skips it: it made the
+        # first rule another pattern, which matched nothing
+        text = path.read_bytes().removeprefix(codecs.BOM_UTF8).decode("utf-8", errors="replace")
     except OSError:
         return None
     lines = []

@@ -231,6 +231,17 @@ def test_ragdbignore_wins_over_gitignore_and_turns_default_rules_off(tmp_path):
     assert picked == ["build/manual.txt", "keep.md", "notes/n.txt", "table.csv"]
 
 
+def test_an_ignore_file_saved_with_a_byte_order_mark_ignores_its_first_pattern(tmp_path):
+    """git skips a UTF-8 byte order mark at the start of a .gitignore; ragdb read the first
+    pattern as U+FEFF + "secret.md", which matched nothing: the files were indexed."""
+    root = tmp_path / "r"
+    write(root / ".gitignore", b"\xef\xbb\xbfsecret.md\n")
+    write(root / "sub" / ".ragdbignore", b"\xef\xbb\xbf*.log\n")
+    for name in ("secret.md", "kept.md", "sub/run.log", "sub/notes.md"):
+        write(root / name, "text " + name)
+    assert sorted(rel for _, rel in walk.walk(root).files) == ["kept.md", "sub/notes.md"]
+
+
 def test_gitignore_above_the_synced_folder_counts_inside_a_work_tree(tmp_path, monkeypatch):
     repo = tmp_path / "repo"
     write(repo / ".git" / "HEAD", "ref: x\n")
