@@ -68,7 +68,7 @@ from ragdb.serve.shapes import (
     retriever_options,
     to_record,
 )
-from ragdb.options import MAX_K, SearchOptions, check_int, check_number, check_principals
+from ragdb.options import MAX_K, SearchOptions, check_int, check_k, check_number, check_principals
 from ragdb.records import AddReport
 from ragdb.types import Hit
 
@@ -472,7 +472,7 @@ class RagdbVectorStore(BasePydanticVectorStore):
         if embedder is None:
             raise InvalidInput("query: mode 'mmr' needs an embedding model: give the store one (embedder=) or "
                                "the database one")
-        k = query.similarity_top_k
+        k = check_k(query.similarity_top_k, "query: similarity_top_k")  # (as every other mode's search checks it)
         threshold = query.mmr_threshold if query.mmr_threshold is not None else kwargs.get("mmr_threshold")
         if threshold is not None:
             check_number(threshold, "query: mmr_threshold", low=0.0, high=1.0)

@@ -406,3 +406,8 @@ def test_mmr_mode_chooses_among_the_prefetched_hits_by_llama_indexs_mmr(db):
                          ({"mmr_prefetch_factor": "x"}, "mmr_prefetch_factor")):
         with pytest.raises(InvalidInput, match=message):
             store.query(VectorStoreQuery(query_str=q, mode=Mode.MMR), **bad)
+    # its top k is checked as the other modes' is: None raised TypeError, 0 was blamed on
+    # mmr_prefetch_k, and more than ragdb's largest k was taken
+    for top_k in (None, 0, 10 ** 9, True):
+        with pytest.raises(InvalidInput, match="similarity_top_k must be an integer between 1 and"):
+            store.query(VectorStoreQuery(query_str=q, mode=Mode.MMR, similarity_top_k=top_k))
