@@ -417,7 +417,9 @@ class RagdbVectorStore(BasePydanticVectorStore):
                              {"ref_doc_id": {"$in": list(query.doc_ids)}} if query.doc_ids else None) if f]
         scorer = _MODE_SCORERS[mode] or self._scorer()
         if k is None:
-            k = query.hybrid_top_k if scorer == "hybrid" and query.hybrid_top_k is not None else query.similarity_top_k
+            # (a hybrid mode's: the default mode, hybrid too once there are vectors, keeps similarity_top_k)
+            k = query.hybrid_top_k if _MODE_SCORERS[mode] == "hybrid" and query.hybrid_top_k is not None \
+                else query.similarity_top_k
         # a vector store gives back the nodes stored in it, copies included (collapse=False)
         keywords: dict[str, Any] = {"k": k, "scorer": scorer, "syntax": "plain", "collapse": False}
         if scorer == "hybrid" and self._embedder is not None:

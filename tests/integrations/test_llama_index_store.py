@@ -362,6 +362,9 @@ def test_query_modes_run_the_search_they_name(db):
         assert result.ids == _ids(db, q, k=4, scorer="hybrid", embedder=embedder, fusion="weighted", alpha=alpha)
     result = store.query(VectorStoreQuery(query_str=q, similarity_top_k=4, mode=Mode.HYBRID, hybrid_top_k=2))
     assert result.ids == _ids(db, q, k=2, scorer="hybrid", embedder=embedder)
+    # the default mode (hybrid here, as there are vectors) keeps similarity_top_k, as without vectors
+    result = store.query(VectorStoreQuery(query_str=q, similarity_top_k=4, hybrid_top_k=2))
+    assert result.ids == _ids(db, q, k=4, scorer="hybrid", embedder=embedder) and len(result.ids) == 4
     # a hybrid mode without vectors is the library's error, not a quiet BM25 search
     with ragdb.open(":memory:") as bare:
         plain = RagdbVectorStore(bare)
