@@ -390,7 +390,10 @@ class VectorIndex:
 
         if not force and g.unsaved < max(SAVE_AFTER, int(SAVE_FRACTION * len(g))):
             return False
-        return g.save(cache_folder(self.store.path), self.store.collection_id, *self._fingerprints())
+        folder = cache_folder(self.store.path)
+        if folder is None or not self.store.collection_exists():
+            return False  # (dropped since, by another handle or process: its files were removed, not to come back)
+        return g.save(folder, self.store.collection_id, *self._fingerprints())
 
     def _allowed_rows(self, mask: np.ndarray | None) -> np.ndarray:
         if mask is None:

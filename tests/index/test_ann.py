@@ -263,6 +263,23 @@ def test_dropping_a_collection_removes_its_graph_files(tmp_path):
         assert ids(search(db, QUERIES[1], "on")) == ids(search(db, QUERIES[1], "off"))
 
 
+def test_a_handle_on_a_dropped_collection_does_not_write_its_graph_again(tmp_path, monkeypatch):
+    """A handle still open on the collection another one dropped saved its graph on close
+    (unsaved changes past SAVE_AFTER): the dropped collection's files came back, for good."""
+    monkeypatch.setattr(ann, "SAVE_AFTER", 1)
+    path = tmp_path / "kb.db"
+    make_db(path).close()
+    other = make_db(path, n=80, seed=3, collection="other")
+    search(other, QUERIES[0], "on")  # (built and saved)
+    other.add_many([{"text": "more words for the graph", "source": f"m{i}"} for i in range(5)], chunker="none")
+    search(other, QUERIES[0], "on")  # (brought up to date in memory: unsaved changes)
+    with ragdb.open(path) as db:
+        db.drop_collection("other")
+    assert graphs(tmp_path / "kb.db.ann") == []
+    other.close()
+    assert graphs(tmp_path / "kb.db.ann") == []
+
+
 def test_rebuild_of_the_vectors_starts_a_new_graph(tmp_path):
     path = tmp_path / "kb.db"
     with make_db(path) as db:
