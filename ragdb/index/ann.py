@@ -32,9 +32,10 @@ The cache file
     (:func:`fingerprints`), so a file of another history of the same file name
     (a database deleted and built again at the same path, a backup restored and
     written since) is not taken for this one (a sample of 16 vectors let a few
-    changed ones through: the graph missed them). Anything else (missing,
-    corrupt, another epoch, a cut log, a different model, fingerprints missing or
-    damaged, as an older ragdb's file has none) rebuilds it from the vectors. It is saved after a
+    changed ones through: the graph missed them). A file whose fingerprints are
+    missing or damaged (an older ragdb's has none) has every vector compared with the
+    stored one instead, and is saved again with them. Anything else (missing,
+    corrupt, another epoch, a cut log, a different model) rebuilds it from the vectors. It is saved after a
     rebuild (not one inside a write transaction, which a rollback may undo), and on ``Database.close`` once its unsaved changes reach
     :data:`SAVE_AFTER` or :data:`SAVE_FRACTION` of its size (fewer are cheaper
     to replay from the log than a large file is to rewrite).
@@ -279,7 +280,7 @@ def _read_fingerprints(path: Path) -> tuple[np.ndarray, np.ndarray] | None:
     (a file of an older ragdb) or they cannot be read."""
     try:
         table = np.load(path, allow_pickle=False)
-    except Exception:  # missing, truncated or foreign: the graph is rebuilt
+    except Exception:  # missing, truncated or foreign: every vector of the graph is compared instead
         return None
     if table.dtype != _FINGERPRINT_DTYPE or table.ndim != 1:
         return None

@@ -213,10 +213,10 @@ def test_a_graph_of_another_history_with_a_few_other_vectors_is_not_trusted(tmp_
 
 
 @pytest.mark.parametrize("damage", ["missing", "truncated", "unsorted"])
-def test_a_graph_whose_fingerprints_are_missing_or_damaged_is_rebuilt(tmp_path, damage):
+def test_a_graph_whose_fingerprints_are_missing_or_damaged_is_checked_vector_by_vector(tmp_path, damage):
     """Without its fingerprints (an older ragdb's file has none) a graph was checked on 16
     sampled vectors: a file of another history with 3 vectors changed passed, and a search for
-    an edited text missed its own chunk. Now such a file is rebuilt."""
+    an edited text missed its own chunk. Now every vector is compared: that file is rebuilt."""
     path = tmp_path / "kb.db"
     build = functools.partial(_history, path)
 
@@ -248,6 +248,26 @@ def test_a_graph_whose_fingerprints_are_missing_or_damaged_is_rebuilt(tmp_path, 
             assert [h.source for h in search(db, text, "on", k=1)] == [f"s{i}"]
         assert [ids(search(db, q, "on")) for q in QUERIES] == [ids(search(db, q, "off")) for q in QUERIES]
     assert len(graphs(folder)) == 1  # the rebuilt graph saved with its fingerprints
+
+
+def test_a_graph_without_fingerprints_of_this_history_is_used_and_given_them(tmp_path):
+    """A file without fingerprints whose every vector matches is used, not rebuilt (a read-only
+    handle, which cannot save a rebuilt graph, rebuilt it at every start); a writable handle
+    saves it again with its fingerprints."""
+    path = tmp_path / "kb.db"
+    folder = tmp_path / "kb.db.ann"
+    with make_db(path) as db:
+        search(db, QUERIES[0], "on")
+    (fp,) = (p for p in folder.iterdir() if p.name.endswith(".fp.npy"))
+    fp.unlink()
+    with ragdb.open(path, readonly=True, embedder=HashEmbedder(32)) as db:
+        assert [ids(search(db, q, "on")) for q in QUERIES] == [ids(search(db, q, "off")) for q in QUERIES]
+        assert db._vectors.graph.unsaved == 0  # loaded (a rebuilt graph holds every vector unsaved)
+    assert not fp.exists()
+    with ragdb.open(path, embedder=HashEmbedder(32)) as db:
+        assert [ids(search(db, q, "on")) for q in QUERIES] == [ids(search(db, q, "off")) for q in QUERIES]
+        assert db._vectors.graph.unsaved == 0
+    assert fp.exists() and len(graphs(folder)) == 1
 
 
 def test_dropping_a_collection_removes_its_graph_files(tmp_path):
