@@ -498,6 +498,18 @@ def same_pairs(sets: Sequence[bytes | np.ndarray]) -> list[tuple[int, int]]:
     return list(zip(i.tolist(), j.tolist()))
 
 
+_DIGITS = LazyPattern(r"\d+")
+
+
+def passage_numbers(text: str) -> frozenset[str]:
+    """The numbers a passage writes (runs of digits, NFKC, leading zeros dropped). Two passages
+    alike but for a number are two passages ("paid within 14 days" / "within 30 days": a
+    policy and its change, two prices), not one: near copies are one passage only when one's
+    numbers are among the other's (a passage quoted inside a longer one)."""
+    return frozenset((unicodedata.normalize("NFKC", m) if not m.isascii() else m).lstrip("0") or "0"
+                     for m in _DIGITS.findall(text))
+
+
 def _versions_of_one_source(a: Hit, b: Hit) -> bool:
     return a.source == b.source and a.doc_id != b.doc_id
 
@@ -505,7 +517,8 @@ def _versions_of_one_source(a: Hit, b: Hit) -> bool:
 def collapse_duplicates(hits: Sequence[Hit],
                         shingles: Callable[[Sequence[Hit]], Sequence[bytes]] | None = None) -> list[Hit]:
     """``hits`` (best first) with each passage once: the first hit of a passage stays, its
-    later copies go into its :attr:`Hit.duplicates` (in ranking order). Deterministic in the
+    later copies go into its :attr:`Hit.duplicates` (in ranking order). Near copies that
+    write other numbers are not copies (:func:`passage_numbers`). Deterministic in the
     ranking: the passages kept from a prefix of it are the same however long it is (the copies
     named grow with it: a search names those among the hits it ranked).
     Versions of one source (a search of history) are never copies of each other.
@@ -514,8 +527,14 @@ def collapse_duplicates(hits: Sequence[Hit],
         return list(hits)
     sets = shingles(hits) if shingles is not None else [passage_shingles(h.text) for h in hits]
     earlier: dict[int, list[int]] = {}  # a hit's index -> the earlier hits of its passage, in order
+    numbers: dict[int, frozenset[str]] = {}
     for i, j in same_pairs(sets):
-        earlier.setdefault(i, []).append(j)
+        if i not in numbers:
+            numbers[i] = passage_numbers(hits[i].text)
+        if j not in numbers:
+            numbers[j] = passage_numbers(hits[j].text)
+        if numbers[i] <= numbers[j] or numbers[j] <= numbers[i]:
+            earlier.setdefault(i, []).append(j)
     if not earlier:
         return list(hits)
     kept: list[tuple[int, list[Hit]]] = []

@@ -116,6 +116,33 @@ def test_distinct_passages_sharing_words_stay_apart():
         assert all(not h.duplicates for h in db.search("fs method file encoding", k=3))
 
 
+def test_near_copies_that_write_other_numbers_are_two_passages(tmp_path):
+    """A refund policy and its change ("14 days" / "30 days"), two prices, two versions: near
+    copies by their words, so the second was only in Hit.duplicates, and a prompt never showed
+    the model that the documents disagree. A copy in another format, a passage quoted inside a
+    longer one, and fullwidth digits still collapse."""
+    from ragdb.index.hits import passage_numbers
+
+    policy = ("Refunds are paid within {} days of the return being received by our warehouse team, "
+              "to the card used for the order.")
+    with ragdb.open(tmp_path / "kb.db") as db:
+        db.add_many([{"source": "policy-2024.md", "text": policy.format(14)},
+                     {"source": "policy-2025.md", "text": policy.format(30)},
+                     {"source": "policy-2024.html", "text": "<p>" + policy.format(14) + "</p>"},
+                     {"source": "policy-fw.md", "text": policy.format("１４")},
+                     {"source": "faq.md", "text": "Shipping takes 3 days. " + policy.format(14) +
+                      " Exchanges follow the same rule, and gift cards are never refunded in cash."}])
+        hits = db.search("refunds paid within days", k=5)
+        kept = {h.source: sorted(d.source for d in h.duplicates) for h in hits}
+        assert len(kept) == 2 and "policy-2025.md" in kept and not kept["policy-2025.md"]
+        assert sorted(s for lead, copies in kept.items() for s in [lead, *copies] if lead != "policy-2025.md") == \
+            ["faq.md", "policy-2024.html", "policy-2024.md", "policy-fw.md"]
+        prompt = db.build_prompt("how long do refunds take", k=5).user
+        assert "14 days" in prompt and "30 days" in prompt
+    assert passage_numbers("v1.2 costs ０07 and 7 euros") == frozenset({"1", "2", "7"})
+    assert passage_numbers("no digits") == frozenset()
+
+
 def test_collapse_is_a_prefix_property():
     """The passages kept from the first n hits are the first passages kept from any longer ranking."""
     with ragdb.open(":memory:") as db:
