@@ -505,7 +505,10 @@ def passage_numbers(text: str) -> frozenset[str]:
     """The numbers a passage writes (runs of digits, NFKC, leading zeros dropped). Two passages
     alike but for a number are two passages ("paid within 14 days" / "within 30 days": a
     policy and its change, two prices), not one: near copies are one passage only when one's
-    numbers are among the other's (a passage quoted inside a longer one)."""
+    numbers are among the other's (a passage quoted inside a longer one). Markup is left out,
+    as the shingles leave it out: a Markdown link's target, an HTML tag."""
+    if "<" in text or "](" in text:
+        text = _MARKUP.sub(" ", text)
     return frozenset((unicodedata.normalize("NFKC", m) if not m.isascii() else m).lstrip("0") or "0"
                      for m in _DIGITS.findall(text))
 

@@ -141,6 +141,8 @@ def test_near_copies_that_write_other_numbers_are_two_passages(tmp_path):
         assert "14 days" in prompt and "30 days" in prompt
     assert passage_numbers("v1.2 costs ０07 and 7 euros") == frozenset({"1", "2", "7"})
     assert passage_numbers("no digits") == frozenset()
+    # markup is no text: a link's target, a tag (the shingles leave them out too)
+    assert passage_numbers("See [v2 notes](https://x.org/v3/a#4) <h2 id='s5'>") == frozenset({"2"})
 
 
 def test_collapse_is_a_prefix_property():
