@@ -423,13 +423,17 @@ def _merged_filters(clauses: list[tuple[str, MatchNode, bool]]) -> list[tuple[st
 
 
 def _field_filter(key: str, text: str) -> dict[str, Any]:
-    """The filter of ``key:text``: the text, and the number it spells when it spells one."""
+    """The filter of ``key:text``: the text, and the number it spells when it spells one (an
+    integer past 64 bits is the text alone, as ``ragdb --filter`` takes it: no metadata holds
+    such an integer, and its float would be another number)."""
     values: list[Any] = [text]
     for convert in (int, float):
         try:
             number = convert(text)
         except ValueError:
             continue
+        if convert is int and not -2 ** 63 <= number < 2 ** 63:
+            break
         if math.isfinite(number) and number not in values:  # ('inf', 'nan', '1e999': text alone)
             values.append(number)
     if text in ("true", "false"):

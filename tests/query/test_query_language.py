@@ -604,6 +604,14 @@ def test_a_filters_value_is_as_typed():
         db.add("pump bolt", source="inf.md", metadata={"name": "inf", "n": 1})
         for query in ("pump name:inf", "pump name:inf -n:1e999", "pump name:inf -n:nan", "pump name:inf -n:-infinity"):
             assert [h.source for h in db.search(query)] == ["inf.md"], query  # (text, not a number to refuse)
+        # an integer past 64 bits is its text (an id, an account number): it raised InvalidInput
+        # ("out of the 64-bit integer range"), and as a float it would be another number
+        big = str(2 ** 70 + 1)
+        db.add("pump gasket", source="big.md", metadata={"code": big, "near": float(2 ** 70)})
+        for query in (f"pump code:{big}", f"pump code:-{big}", f"pump near:{big}", f"pump -near:{big}"):
+            assert [h.source for h in db.search(query, k=10)] == {
+                f"pump code:{big}": ["big.md"], f"pump code:-{big}": [], f"pump near:{big}": []}.get(
+                query, [h.source for h in db.search("pump", k=10)]), query
         for query in ("C*~ valve", "cat*~ valve"):
             assert db.query_plan(query).error == f"{query.split()[0]!r}: a word is a prefix or fuzzy, not both"
         # in a field's group, each word is the field's value as typed too
