@@ -35,6 +35,7 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 import orjson
 
 from ragdb.errors import InvalidInput
+from ragdb.storage.codec import loads_exact
 
 if TYPE_CHECKING:
     from ragdb.answers.prompt import ThresholdReport
@@ -80,7 +81,7 @@ def _read_jsonl(path: Path) -> Iterable[tuple[int, dict[str, Any]]]:
             if not line.strip():
                 continue
             try:
-                obj = orjson.loads(line)
+                obj = loads_exact(line)  # (an integer id past 64 bits stays that id)
             except orjson.JSONDecodeError as exc:
                 raise InvalidInput(f"{path}:{lineno}: invalid JSON: {exc}") from exc
             if not isinstance(obj, dict):

@@ -154,6 +154,16 @@ def test_files_saved_with_a_byte_order_mark_read_as_without(tmp_path):
     assert load_questions(folder / "queries.jsonl") == ["purring cats", "barking"]
 
 
+def test_an_integer_id_past_64_bits_is_that_id(tmp_path):
+    """orjson read it as a float: the corpus was refused ("'_id' must be a string, got float")."""
+    folder = _write_beir(tmp_path / "beir")
+    big = 2 ** 70 + 1
+    (folder / "corpus.jsonl").write_text(f'{{"_id": {big}, "text": "Cats purr."}}\n', encoding="utf-8")
+    (folder / "queries.jsonl").write_text(f'{{"_id": {big}, "text": "purring"}}\n', encoding="utf-8")
+    (folder / "qrels.tsv").write_text(f"{big}\t{big}\t1\n", encoding="utf-8")
+    assert load_beir(folder) == ([(str(big), "", "Cats purr.")], {str(big): "purring"}, {str(big): {str(big): 1}})
+
+
 def test_load_beir_explicit_paths(tmp_path):
     folder = _write_beir(tmp_path / "beir")
     paths = (folder / "corpus.jsonl", folder / "queries.jsonl", folder / "qrels.tsv")
