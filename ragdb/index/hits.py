@@ -498,19 +498,38 @@ def same_pairs(sets: Sequence[bytes | np.ndarray]) -> list[tuple[int, int]]:
     return list(zip(i.tolist(), j.tolist()))
 
 
-_DIGITS = LazyPattern(r"\d+")
+#: Chinese numerals: 十四天 and 三十天 are two numbers of days as 14 and 30 are
+_NUMERALS = "〇零一二两三四五六七八九十百千万亿"
+#: a number: digits with their separators (0.5, 1,000, 2024-05-01 is three), or a run of numerals
+_NUMBER = LazyPattern(r"\d+(?:[.,]\d+)*|[" + _NUMERALS + "]+")
 
 
-def passage_numbers(text: str) -> frozenset[str]:
-    """The numbers a passage writes (runs of digits, NFKC, leading zeros dropped). Two passages
-    alike but for a number are two passages ("paid within 14 days" / "within 30 days": a
-    policy and its change, two prices), not one: near copies are one passage only when one's
-    numbers are among the other's (a passage quoted inside a longer one). Markup is left out,
-    as the shingles leave it out: a Markdown link's target, an HTML tag."""
+def passage_numbers(text: str) -> tuple[str, ...]:
+    """The numbers a passage writes, in order: after NFKC (fullwidth digits, ², ①) and with
+    markup left out, as the shingles read the text; digits of any script as ASCII, leading
+    zeros dropped, separators kept (``0.5`` is not ``5``). See :func:`numbers_within`."""
+    if not text.isascii():
+        text = unicodedata.normalize("NFKC", text)
     if "<" in text or "](" in text:
         text = _MARKUP.sub(" ", text)
-    return frozenset((unicodedata.normalize("NFKC", m) if not m.isascii() else m).lstrip("0") or "0"
-                     for m in _DIGITS.findall(text))
+    out = []
+    for m in _NUMBER.findall(text):
+        if not m.isascii() and m[0] not in _NUMERALS:
+            m = "".join(str(unicodedata.decimal(c)) if c.isdecimal() else c for c in m)
+        out.append(m.lstrip("0") or "0" if m.isdigit() else m)
+    return tuple(out)
+
+
+def numbers_within(later: Sequence[str], earlier: Sequence[str]) -> bool:
+    """Whether a later near copy of an earlier passage writes no number the earlier one does not,
+    in the same order (a subsequence of its numbers): then it is the same passage (a copy in
+    another format, a part of it quoted). Otherwise it is another passage: "paid within 14
+    days" and "within 30 days" (a policy and its change), "0.5 mg" and "5 mg", numbers
+    swapped, or the earlier text with a sentence that adds a number ("From March refunds take
+    30 days"): folding it would hide the very difference from a prompt. One-way and pairwise,
+    so the passages kept from a prefix of a ranking stay the same however long it is."""
+    rest = iter(earlier)
+    return all(number in rest for number in later)
 
 
 def _versions_of_one_source(a: Hit, b: Hit) -> bool:
@@ -520,8 +539,8 @@ def _versions_of_one_source(a: Hit, b: Hit) -> bool:
 def collapse_duplicates(hits: Sequence[Hit],
                         shingles: Callable[[Sequence[Hit]], Sequence[bytes]] | None = None) -> list[Hit]:
     """``hits`` (best first) with each passage once: the first hit of a passage stays, its
-    later copies go into its :attr:`Hit.duplicates` (in ranking order). Near copies that
-    write other numbers are not copies (:func:`passage_numbers`). Deterministic in the
+    later copies go into its :attr:`Hit.duplicates` (in ranking order). A near copy that
+    writes other numbers is not a copy (:func:`numbers_within`). Deterministic in the
     ranking: the passages kept from a prefix of it are the same however long it is (the copies
     named grow with it: a search names those among the hits it ranked).
     Versions of one source (a search of history) are never copies of each other.
@@ -530,13 +549,13 @@ def collapse_duplicates(hits: Sequence[Hit],
         return list(hits)
     sets = shingles(hits) if shingles is not None else [passage_shingles(h.text) for h in hits]
     earlier: dict[int, list[int]] = {}  # a hit's index -> the earlier hits of its passage, in order
-    numbers: dict[int, frozenset[str]] = {}
-    for i, j in same_pairs(sets):
+    numbers: dict[int, tuple[str, ...]] = {}
+    for i, j in same_pairs(sets):  # (j < i: j ranks first)
         if i not in numbers:
             numbers[i] = passage_numbers(hits[i].text)
         if j not in numbers:
             numbers[j] = passage_numbers(hits[j].text)
-        if numbers[i] <= numbers[j] or numbers[j] <= numbers[i]:
+        if numbers_within(numbers[i], numbers[j]):
             earlier.setdefault(i, []).append(j)
     if not earlier:
         return list(hits)
