@@ -427,6 +427,8 @@ def _field_filter(key: str, text: str) -> dict[str, Any]:
     integer past 64 bits is the text alone, as ``ragdb --filter`` takes it: no metadata holds
     such an integer, and its float would be another number)."""
     values: list[Any] = [text]
+    if "_" in text or not text.isascii():  # (int() reads 1_000 and ١٠٠٠ as 1000: not numbers as typed)
+        return {key: values}
     for convert in (int, float):
         try:
             number = convert(text)

@@ -612,6 +612,10 @@ def test_a_filters_value_is_as_typed():
             assert [h.source for h in db.search(query, k=10)] == {
                 f"pump code:{big}": ["big.md"], f"pump code:-{big}": [], f"pump near:{big}": []}.get(
                 query, [h.source for h in db.search("pump", k=10)]), query
+        # a number as typed: not 1_000 nor ١٠٠٠, which Python's int() reads as 1000
+        db.add("pump flange", source="thousand.md", metadata={"code": 1000})
+        assert [h.source for h in db.search("pump code:1000")] == ["thousand.md"]
+        assert db.search("pump code:1_000") == [] and db.search("pump code:١٠٠٠") == []
         for query in ("C*~ valve", "cat*~ valve"):
             assert db.query_plan(query).error == f"{query.split()[0]!r}: a word is a prefix or fuzzy, not both"
         # in a field's group, each word is the field's value as typed too
