@@ -23,6 +23,7 @@ possibly in a ``qrels/`` sub-folder as ``qrels/<split>.tsv``.
 
 from __future__ import annotations
 
+import codecs
 import math
 import os
 import random
@@ -77,7 +78,7 @@ def _read_jsonl(path: Path) -> Iterable[tuple[int, dict[str, Any]]]:
     with handle:
         for lineno, line in enumerate(handle, 1):
             if lineno == 1:
-                line = line.removeprefix(b"\xef\xbb\xbf")  # a UTF-8 byte order mark, as Windows editors write
+                line = line.removeprefix(codecs.BOM_UTF8)  # a UTF-8 byte order mark, as Windows editors write
             if not line.strip():
                 continue
             try:

@@ -30,7 +30,6 @@ Nothing here prints; every function returns a frozen report.
 from __future__ import annotations
 
 import codecs
-
 import os
 from dataclasses import dataclass
 from pathlib import Path
@@ -196,8 +195,8 @@ def _read_records(fh: IO[bytes], name: str, keep_old: bool, skipped: list[int],
     """The file's records to add. ``held``: whether the database already holds an older
     version's record as it is (``skipped[1]`` counts them: not added again)."""
     for lineno, line in enumerate(fh, 1):
-        if lineno == 1 and line.startswith(codecs.BOM_UTF8):  # (Windows editors write one; the loader skips it too)
-            line = line[len(codecs.BOM_UTF8):]
+        if lineno == 1:  # a UTF-8 byte order mark (Windows editors write one; the loader skips it too)
+            line = line.removeprefix(codecs.BOM_UTF8)
         if not line.strip():
             continue
         try:

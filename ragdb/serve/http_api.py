@@ -61,6 +61,7 @@ pool; a :class:`ragdb.Database` serializes its own operations.
 from __future__ import annotations
 
 import asyncio
+import codecs
 import contextlib
 import dataclasses
 import hashlib
@@ -244,7 +245,7 @@ def load_tokens(path: str | os.PathLike[str] | None = None, *,
 
 
 def _parse_tokens_file(where: str, raw: bytes) -> Any:
-    raw = raw.removeprefix(b"\xef\xbb\xbf")  # a UTF-8 byte order mark, as Windows editors write
+    raw = raw.removeprefix(codecs.BOM_UTF8)  # a UTF-8 byte order mark, as Windows editors write
     if where.endswith(".json"):
         try:
             return orjson.loads(raw)

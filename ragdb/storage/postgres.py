@@ -881,9 +881,9 @@ class PgStore(Store):
         # showed 1e300 as a 301-digit integer.)
         big = {d for d, v in rows if type(v) is int and not -2 ** 53 <= v <= 2 ** 53}
         if big:
-            metadata = dict(pg.execute("SELECT id, metadata FROM documents WHERE id = ANY(?)",
-                                       [sorted(big)]).fetchall())
-            rows = [(d, _as_written(loads(metadata[d]).get(field), v)) if d in big else (d, v) for d, v in rows]
+            given = {d: loads(text).get(field) for d, text in  # (each document's metadata read once)
+                     pg.execute("SELECT id, metadata FROM documents WHERE id = ANY(?)", [sorted(big)]).fetchall()}
+            rows = [(d, _as_written(given[d], v)) if d in big else (d, v) for d, v in rows]
         return rows
 
     # -- the lexical index (lexical.py) --------------------------------------------------------------
