@@ -46,7 +46,7 @@ cdef extern from "Python.h":
 cdef uint64_t GOLDEN = 0x9E3779B97F4A7C15ULL
 cdef uint64_t MIX1 = 0x9E3779B97F4A7C15ULL
 cdef uint64_t MIX2 = 0xC2B2AE3D27D4EB4FULL
-DEF MAX_MARKUP = 200  # the longest HTML tag the reference's <[^>\n]{1,200}> removes
+DEF MAX_MARKUP = 200  # the longest HTML tag the reference's <[^<>\n]{1,200}> removes
 DEF TABLE = 256        # positions whose multipliers are precomputed
 cdef uint32_t MANY = 0xFFFFFFFFU  # in a case folding table: the character folds to more than one
 
@@ -100,7 +100,7 @@ ctypedef fused chars_t:
 
 cdef Py_ssize_t markup_end_raw(const chars_t* s, Py_ssize_t n, Py_ssize_t i) noexcept:
     """Where the markup at ``s[i]`` (a ``]`` or ``<``) ends, -1 where none starts there: the
-    reference's ``_MARKUP`` (``\\]\\([^)\\s]*\\)`` and ``<[^>\\n]{1,200}>``, ``\\s`` being
+    reference's ``_MARKUP`` (``\\]\\([^)\\]\\s]*\\)`` and ``<[^<>\\n]{1,200}>``, ``\\s`` being
     ``str.isspace``) at one place, in text of any width (ASCII text's too: :func:`words_ascii`)."""
     cdef Py_ssize_t j
     cdef Py_UCS4 d
@@ -112,7 +112,7 @@ cdef Py_ssize_t markup_end_raw(const chars_t* s, Py_ssize_t n, Py_ssize_t i) noe
             d = s[j]
             if d == 0x29:  # ')'
                 return j + 1
-            if Py_UNICODE_ISSPACE(d):
+            if d == 0x5D or Py_UNICODE_ISSPACE(d):  # ']': see the reference
                 return -1
             j += 1
         return -1
@@ -121,7 +121,7 @@ cdef Py_ssize_t markup_end_raw(const chars_t* s, Py_ssize_t n, Py_ssize_t i) noe
         d = s[j]
         if d == 0x3E:  # '>'
             return j + 1 if j > i + 1 else -1
-        if d == 0x0A:
+        if d == 0x0A or d == 0x3C:  # '<': see the reference
             return -1
         j += 1
     return -1
@@ -267,7 +267,7 @@ cdef Py_ssize_t markup_end_nfkc(const chars_t* s, Py_ssize_t n, Py_ssize_t i, co
             d = e & 0xFFFF
             if d == 0x29:  # ')'
                 return j + 1
-            if Py_UNICODE_ISSPACE(d):
+            if d == 0x5D or Py_UNICODE_ISSPACE(d):  # ']': see the reference
                 return -1
             j += 1
         return -1
@@ -282,7 +282,7 @@ cdef Py_ssize_t markup_end_nfkc(const chars_t* s, Py_ssize_t n, Py_ssize_t i, co
         d = e & 0xFFFF
         if d == 0x3E:  # '>'
             return j + 1 if j > i + 1 else -1
-        if d == 0x0A:
+        if d == 0x0A or d == 0x3C:  # '<': see the reference
             return -1
         j += 1
     return -1

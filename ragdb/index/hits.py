@@ -205,7 +205,11 @@ _CJK = "".join(f"{chr(lo)}-{chr(hi)}" for lo, hi in unitables.CJK_RANGES)  # (a 
 #: The definition :func:`word_hashes` and the compiled module's tables follow; its source, not a
 #: compiled pattern (re takes ~10 ms to compile the CJK ranges, which no search here needs).
 WORDS_SOURCE = f"[{_CJK}]|[^\\W_{_CJK}]+"
-_MARKUP = LazyPattern(r"\]\([^)\s]*\)|<[^>\n]{1,200}>")  # a Markdown link's target, an HTML tag
+#: A Markdown link's target, an HTML tag. A target ends at its first ``)`` and holds no space and
+#: no ``]``, a tag holds no ``<``: so the scans from successive ``](`` (or ``<``) never overlap,
+#: and a text of ``](a`` repeated without a ``)`` is read once, not once from each ``](`` (a
+#: 150 kB one took 19 s; 300 kB of ``<`` took 0.45 s).
+_MARKUP = LazyPattern(r"\]\([^)\]\s]*\)|<[^<>\n]{1,200}>")
 
 # uint64 constants of the shingle hash (cpassages.pyx has the same)
 _GOLDEN = np.uint64(0x9E3779B97F4A7C15)

@@ -34,6 +34,9 @@ TRICKY = [
     "Ünï ]( x) a](b\x85c) d](e\u2028f) <p\x85>x</p> g](h)i Σίσυφος ΣΊΣΥΦΟΣ",
     "café ](x\xa0y) naïve <b>bold</b> ](z) end",
     "😀 emoji <b>😀</b> word😀word ]( 😀) a](😀)b 𐐀 after",
+    # a link target holds no "]", a tag no "<" (so no scan of markup overlaps the next one's)
+    "x](a](b) c <p <b>q</b> r ](y]z) <s<t>",
+    "](a" * 2000 + " then words <" * 500 + "end>",
 ]
 
 # (ß, İ and ŉ case fold to two characters, 𐐀 is a letter past the compiled folding table, Σ
@@ -69,6 +72,19 @@ def test_compiled_shingles_equal_numpys(text):
         return
     expected, got = _both(hits.passage_shingles, text)
     assert got == expected
+
+
+def test_markup_scans_stop_at_the_next_opener():
+    """A Markdown link's target ends at its first ``)`` and holds no space and no ``]``; an HTML
+    tag holds no ``<``. So a scan for markup stops where the next one could start, and a text
+    of openers without a closer is read once, not once from each opener."""
+    assert hits._MARKUP.sub(" ", "a](b](c) d](e]f) <p <b>q <x<y>") == "a](b  d](e]f) <p  q <x "
+    assert hits._MARKUP.sub(" ", "see [docs](https://x.org/a_(b)c) and <a href='/p'>it</a>") == (
+        "see [docs c) and  it ")
+    # the numbers and shingles of such a text (which took seconds from each opener before)
+    assert hits.passage_numbers("](1" * 20_000) == ("1",) * 20_000
+    expected, got = _both(hits.passage_shingles, "](a b" * 20_000)
+    assert got == expected and len(expected) == 4 * (2 * 20_000 - 2)
 
 
 def test_words_are_the_regular_expressions():
