@@ -116,7 +116,9 @@ def _collection_path(name: Any) -> str:
                            param="name")
     if "/" in name:
         raise InvalidInput(f"collection {name!r} holds '/': a server cannot name it in a URL", param="name")
-    return "/collections/" + quote(name, safe="")
+    # dots too: a name '..' or '.' is a dot segment, which the URL drops ('/collections/../search' is
+    # '/search', the served collection's), and %2E is a dot to the server and a letter to the URL
+    return "/collections/" + quote(name, safe="").replace(".", "%2E")
 
 
 def _no_principals(principals: Any) -> None:

@@ -209,3 +209,27 @@ def test_a_server_that_is_not_ragdb(tmp_path: Path) -> None:
     finally:
         proc.terminate()
         proc.wait(30)
+
+
+def test_collections_named_by_dots_are_their_own(url: str, kb: Path) -> None:
+    """'..' and '.' are collection names like any other, but dot segments of a URL: the client sent
+    /collections/../search, which is /search, so a handle on '..' read and wrote the served collection."""
+    with ragdb.open(kb) as db:
+        db.collection("..").add("Narwhals of the dot-dot collection.", source="n.md")
+    try:
+        with ragdb.connect(url, token=ADMIN, collection="..") as dots, ragdb.connect(url, token=ADMIN) as admin:
+            assert [h.source for h in dots.search("narwhals")] == ["n.md"] and dots.count() == 1
+            before = admin.count()
+            dots.add("Written through the dot-dot handle.", source="d.md")
+            assert admin.count() == before and dots.count() == 2
+            assert admin.collection("..", create=False).count() == 2
+            one = admin.collection(".")  # created, through the server
+            one.add("One dot.", source="o.md")
+            assert one.count() == 1 and admin.count() == before
+            admin.drop_collection(".")
+            admin.drop_collection("..")
+    finally:
+        with ragdb.open(kb) as db:
+            for name in (".", ".."):
+                if name in [c.name for c in db.collections()]:
+                    db.drop_collection(name)
