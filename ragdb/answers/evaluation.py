@@ -31,7 +31,7 @@ import re
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 
 import orjson
 
@@ -408,8 +408,11 @@ def evaluate_database(
     options=options, **search_kwargs)`` (``scorer`` default: the options',
     else bm25); every hit is mapped to a collection document id
     through ``hit.source`` (so the documents must have been added with
-    ``source=<corpus id>``), keeping the first occurrence of each source,
-    since several chunks of one document may be hit.  Only queries that
+    ``source=<corpus id>``), each followed by the sources of the copies it
+    stands for (``hit.duplicates``: one hit per passage, so a document that
+    repeats another's text comes back as its copy), keeping the first
+    occurrence of each source, since several chunks of one document may be
+    hit.  Only queries that
     have a relevant judgement are searched (the others would be skipped by
     :func:`evaluate`); a judged query missing from ``queries`` counts as an
     empty ranking.  Metrics are computed at 10 and at ``k``.
@@ -425,8 +428,18 @@ def evaluate_database(
         if qid not in queries or not any(r > 0 for r in judgements.values()):
             continue
         hits = db.search(queries[qid], k=k, **search_kwargs)
-        run[qid] = _top_k((hit.source for hit in hits), k)
+        run[qid] = _top_k(_ranked_sources(hits), k)
     return evaluate(run, qrels, k_values=(10, k))
+
+
+def _ranked_sources(hits: Iterable[Any]) -> Iterator[str]:
+    """Each hit's source, then the sources of the copies it stands for (``Hit.duplicates``, best
+    first): a search keeps one hit per passage, and a judged document whose text is a copy of
+    another's was found all the same (two identical relevant documents are both retrieved)."""
+    for hit in hits:
+        yield hit.source
+        for copy in getattr(hit, "duplicates", ()):
+            yield copy.source
 
 
 # --------------------------------------------------------------------------

@@ -257,3 +257,19 @@ def test_evaluate_database_maps_sources_and_dedupes():
     # only judged queries are searched, with the scorer and extra arguments passed on
     assert sorted(c[0] for c in db.calls) == ["cats", "dogs"]
     assert all(c[1:] == (10, "tfidf", {"where": {"lang": "en"}}) for c in db.calls)
+
+
+def test_evaluate_database_counts_the_copies_a_hit_stands_for():
+    """A search keeps one hit per passage; a judged document repeating another's text came back
+    only as that hit's duplicate, and the run left it out (recall 0.5 of two identical relevant
+    documents, where an exhaustive ranking finds both)."""
+    import ragdb
+
+    db = ragdb.open(":memory:", chunker="none")
+    text = "Refunds are accepted within 30 days of purchase."
+    db.add_many([{"text": text, "source": "d1"}, {"text": "Shipping takes five business days.", "source": "d2"},
+                 {"text": text, "source": "d5"}])
+    qrels = {"q1": {"d1": 1, "d5": 1}}
+    result = evaluate_database(db, {"q1": "refund within 30 days"}, qrels, k=10)
+    assert result["recall@10"] == 1.0 and result["ndcg@10"] == pytest.approx(1.0)
+    assert result == evaluate_database(db, {"q1": "refund within 30 days"}, qrels, k=10, collapse=False)
