@@ -336,7 +336,7 @@ class Client:
                      min_score: float | None = None, relative: float | None = None,
                      min_confidence: float | None = None, options: SearchOptions | None = None,
                      **search_keywords: Any) -> Prompt:
-        """A grounded prompt from the server's top ``k`` (default 5) for ``query``
+        """A grounded prompt from the server's top ``k`` (default: the ``options``' k, else 5) for ``query``
         (:meth:`ragdb.Database.build_prompt`), with the server's confidence floor unless
         ``min_confidence`` is given. ``hits``, ``template``, ``min_score`` and ``relative``
         are not sent to a server: build those prompts with
@@ -349,6 +349,8 @@ class Client:
                 raise InvalidInput(f"build_prompt: {name} is not sent to a server (use "
                                    f"ragdb.answers.prompt.build_prompt on search results)", param=name)
         fields = _search_fields(None, options, search_keywords, allowed=("scorer", "filter"))
+        if k is None and isinstance(options, SearchOptions):  # the options' depth, as the library's prompt
+            k = options.k
         body = {"question": query, "k": k, "budget_tokens": budget_tokens, "language": language,
                 "min_confidence": min_confidence, **fields}
         p = self._call("POST", "/prompt", {key: v for key, v in body.items() if v is not None})

@@ -277,7 +277,9 @@ def test_search_options_value(loaded: Any, direct: ragdb.Database) -> None:
 
 def test_build_prompt_equals_the_library(loaded: Any, direct: ragdb.Database) -> None:
     for call in ({}, {"k": 2, "min_confidence": 0}, {"filter": {"lang": "de"}, "min_confidence": 0},
-                 {"budget_tokens": 60, "min_confidence": 0}):
+                 {"budget_tokens": 60, "min_confidence": 0},
+                 {"options": ragdb.SearchOptions.from_keywords(k=1), "min_confidence": 0},  # the options' k
+                 {"options": ragdb.SearchOptions.from_keywords(k=2, scorer="tfidf"), "min_confidence": 0}):
         p = loaded.build_prompt("Where do cats sit?", **call)
         q = direct.build_prompt("Where do cats sit?", **call)
         assert (p.text, p.system, p.user, p.sources, p.language, p.refused, p.confidence, p.min_confidence) == \
