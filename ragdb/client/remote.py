@@ -111,9 +111,9 @@ def _check_url(url: Any) -> str:
 
 
 def _collection_path(name: Any) -> str:
-    if not isinstance(name, str) or not name or name != name.strip():
-        raise InvalidInput(f"collection name must be a non-empty string without surrounding spaces, got {name!r:.80}",
-                           param="name")
+    from ragdb.storage.collections import check_name
+
+    name = check_name(name)  # the library's check, and its messages
     if "/" in name:
         raise InvalidInput(f"collection {name!r} holds '/': a server cannot name it in a URL", param="name")
     # dots too: a name '..' or '.' is a dot segment, which the URL drops ('/collections/../search' is

@@ -361,6 +361,16 @@ def test_errors_are_the_library_errors(loaded: Any, call: Any, error: type[Ragdb
         call(loaded)
 
 
+def test_a_bad_collection_name_is_refused_with_the_librarys_message(api: Any, direct: ragdb.Database) -> None:
+    for name in ("", " spaced ", "a\x00b", "x" * 129, 7):
+        for method, kw in (("collection", {"create": False}), ("create_collection", {}), ("drop_collection", {})):
+            with pytest.raises(InvalidInput) as got:
+                getattr(api, method)(name, **kw)
+            with pytest.raises(InvalidInput) as expected:
+                getattr(direct, method)(name, **kw)
+            assert str(got.value) == str(expected.value)
+
+
 def test_invalid_input_names_the_argument(loaded: Any, direct: ragdb.Database) -> None:
     with pytest.raises(InvalidInput) as got:
         loaded.search("cats", alpha=2.0, scorer="hybrid")
