@@ -51,7 +51,7 @@ import orjson
 
 from ragdb import errors
 from ragdb.errors import AccessDenied, InvalidInput, RagdbError, RemoteError, Unauthorized
-from ragdb.options import SearchOptions
+from ragdb.options import SearchOptions, check_id
 from ragdb.records import AddReport, Change, CollectionInfo, Document, Facets, LoadedDocument, Stats
 from ragdb.types import Duplicate, Hit, QueryPlan, Snippet
 
@@ -316,14 +316,14 @@ class Client:
                **keywords: Any) -> list[Hit]:
         """The ``k`` best chunks for ``query``, best first (:meth:`ragdb.Database.search`; the
         options the server serves, see :mod:`ragdb.client.remote`)."""
-        body = {"query": query, **_search_fields(k, options, keywords)}
+        body = {"query": _query(query), **_search_fields(k, options, keywords)}
         return [_hit(h) for h in self._call("POST", "/search", body)["hits"]]
 
     def search_and_plan(self, query: str, k: int | None = None, *, options: SearchOptions | None = None,
                         **keywords: Any) -> tuple[list[Hit], QueryPlan]:
         """:meth:`search` and :meth:`query_plan` of one query from one snapshot
         (:meth:`ragdb.Database.search_and_plan`)."""
-        body = {"query": query, **_search_fields(k, options, keywords), "plan": True}
+        body = {"query": _query(query), **_search_fields(k, options, keywords), "plan": True}
         answer = self._call("POST", "/search", body)
         return [_hit(h) for h in answer["hits"]], _plan(answer["plan"])
 
@@ -348,6 +348,8 @@ class Client:
             if value is not None:
                 raise InvalidInput(f"build_prompt: {name} is not sent to a server (use "
                                    f"ragdb.answers.prompt.build_prompt on search results)", param=name)
+        if not _query(query).strip():
+            raise InvalidInput("query must not be empty")  # (the library's words: the server says 'question')
         fields = _search_fields(None, options, search_keywords, allowed=("scorer", "filter"))
         if k is None and isinstance(options, SearchOptions):  # the options' depth, as the library's prompt
             k = options.k
@@ -366,7 +368,7 @@ class Client:
         _no_principals(principals)
         if (doc_id is None) == (source is None):
             raise InvalidInput("get: give exactly one of doc_id or source")
-        body = {"id": doc_id, "source": source, "with_text": with_text}
+        body = {"id": None if doc_id is None else check_id(doc_id), "source": source, "with_text": with_text}
         return _document(self._call("POST", "/documents/get", {k: v for k, v in body.items() if v is not None}))
 
     def documents(self, source: str | None = None, *, glob: bool = True, versions: str = "latest",
@@ -431,9 +433,15 @@ class Client:
 # --------------------------------------------------------------------------- JSON in, types out
 
 def _doc_id(doc_id: Any, what: str) -> int:
-    if isinstance(doc_id, bool) or not isinstance(doc_id, int) or not 1 <= doc_id < 2 ** 63:
-        raise InvalidInput(f"{what} must be a positive integer, got {doc_id!r:.80}", param="doc_id")
-    return doc_id
+    return check_id(doc_id, what)  # the library's check, and its messages
+
+
+def _query(query: Any) -> str:
+    """A query or question, checked as the library checks it (None would be sent as a field not
+    given, and answered 'missing field')."""
+    if not isinstance(query, str):
+        raise InvalidInput(f"query must be a string, got {type(query).__name__}")
+    return query
 
 
 def _search_fields(k: int | None, options: SearchOptions | None, keywords: dict[str, Any],

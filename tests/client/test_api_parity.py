@@ -371,6 +371,21 @@ def test_a_bad_collection_name_is_refused_with_the_librarys_message(api: Any, di
             assert str(got.value) == str(expected.value)
 
 
+@pytest.mark.parametrize("call", [
+    lambda db: db.search(None), lambda db: db.search(5), lambda db: db.search_and_plan(b"cats"),
+    lambda db: db.build_prompt(None), lambda db: db.build_prompt("   "),
+    lambda db: db.get(0), lambda db: db.get("3"), lambda db: db.get(2 ** 63),
+    lambda db: db.update(0, metadata={"a": 1}), lambda db: db.delete(-1), lambda db: db.delete(True),
+])
+def test_bad_queries_and_ids_are_refused_with_the_librarys_message(loaded: Any, direct: ragdb.Database,
+                                                                   call: Any) -> None:
+    with pytest.raises(InvalidInput) as got:
+        call(loaded)
+    with pytest.raises(InvalidInput) as expected:
+        call(direct)
+    assert str(got.value) == str(expected.value)
+
+
 def test_invalid_input_names_the_argument(loaded: Any, direct: ragdb.Database) -> None:
     with pytest.raises(InvalidInput) as got:
         loaded.search("cats", alpha=2.0, scorer="hybrid")
