@@ -524,7 +524,7 @@ def _json(value: Any, what: str) -> bytes:
         elif isinstance(v, (list, tuple)):
             stack.extend(v)
     try:
-        return orjson.dumps(value, option=orjson.OPT_NAIVE_UTC)
+        return orjson.dumps(value)  # (a naive datetime stays naive, as the library stores it; a naive time is UTC)
     except TypeError as e:
         raise InvalidInput(f"{what}: cannot be sent as JSON: {e}") from None
 

@@ -150,6 +150,19 @@ def test_add_returns_the_stored_document(api: Any, direct: ragdb.Database) -> No
     assert derived.source.startswith("sha256:") and derived == direct.get(source=derived.source, with_text=False)
 
 
+def test_a_naive_datetime_in_metadata_stays_naive(api: Any, direct: ragdb.Database) -> None:
+    """The library stores a naive datetime of metadata as its naive ISO text; the client sent it with
+    '+00:00' (orjson's OPT_NAIVE_UTC), so an equality filter on the library's text missed it."""
+    when = datetime(2024, 5, 1, 9, 30, 0, 123456)
+    doc = api.add("Stamped.", source="when.md", metadata={"when": when, "deep": {"at": when}},
+                  timestamp=datetime(2024, 5, 1, 9, 30))  # a naive timestamp: UTC, both ways
+    assert dict(doc.metadata) == {"when": "2024-05-01T09:30:00.123456", "deep": {"at": "2024-05-01T09:30:00.123456"}}
+    assert doc.timestamp == "2024-05-01T09:30:00Z" and doc == direct.get(source="when.md", with_text=False)
+    assert api.count(filter={"when": "2024-05-01T09:30:00.123456"}) == 1
+    at = datetime(2024, 5, 1, 9, 30)  # naive: UTC
+    assert [h.source for h in api.search("stamped", since=at, until=at)] == ["when.md"]
+
+
 def test_add_many_reports_added_replaced_unchanged(api: Any, direct: ragdb.Database) -> None:
     report = api.add_many(DOCS)
     assert isinstance(report, ragdb.AddReport) and len(report) == len(DOCS)
