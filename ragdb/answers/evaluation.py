@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import codecs
 import math
+import numbers
 import os
 import random
 import re
@@ -182,6 +183,12 @@ def _pick(folder: Path, candidates: list[Path], what: str, split: str | None) ->
     raise InvalidInput(f"{folder}: several {what} files ({names}); pass split= to choose one")
 
 
+def _path(path: Any) -> Path:
+    if not isinstance(path, (str, os.PathLike)):
+        raise InvalidInput(f"load_beir: a path must be a string or os.PathLike, got {type(path).__name__}")
+    return Path(path)
+
+
 def load_beir(
     folder_or_paths: str | os.PathLike[str] | Sequence[str | os.PathLike[str]] | Mapping[str, str | os.PathLike[str]],
     *,
@@ -207,7 +214,7 @@ def load_beir(
     """
     if isinstance(folder_or_paths, Mapping):
         try:
-            paths = [Path(folder_or_paths[key]) for key in ("corpus", "queries", "qrels")]
+            paths = [_path(folder_or_paths[key]) for key in ("corpus", "queries", "qrels")]
         except KeyError as exc:
             raise InvalidInput(f"load_beir: mapping lacks the {exc.args[0]!r} path") from None
     elif isinstance(folder_or_paths, (str, os.PathLike)):
@@ -227,12 +234,15 @@ def load_beir(
             _pick(folder, qrels_files, "qrels", split),
         ]
     else:
+        if isinstance(folder_or_paths, bytes) or not hasattr(folder_or_paths, "__iter__"):
+            raise InvalidInput(f"load_beir: expected a folder or 3 paths (corpus, queries, qrels), "
+                               f"got {type(folder_or_paths).__name__}")
         items = list(folder_or_paths)
         if len(items) != 3:
             raise InvalidInput(
                 f"load_beir: expected a folder or 3 paths (corpus, queries, qrels), got {len(items)}"
             )
-        paths = [Path(p) for p in items]
+        paths = [_path(p) for p in items]
     for path in paths:
         if not path.is_file():
             raise InvalidInput(f"{path}: no such file")
@@ -243,6 +253,8 @@ def load_questions(path: str | os.PathLike[str]) -> list[str]:
     """Questions from a file: a ``.jsonl`` file of ``{"text": ...}`` objects (a BEIR
     ``queries.jsonl``; other keys are ignored), else plain text with one question
     a line (blank lines and lines starting with ``#`` skipped)."""
+    if not isinstance(path, (str, os.PathLike)):
+        raise InvalidInput(f"load_questions: path must be a file path, got {type(path).__name__}", param="path")
     path = Path(path)
     if path.suffix.lower() == ".jsonl":
         return [_field(obj, "text", path, lineno, required=True) for lineno, obj in _read_jsonl(path)]
@@ -260,10 +272,28 @@ def load_questions(path: str | os.PathLike[str]) -> list[str]:
 # --------------------------------------------------------------------------
 
 
+def _check_k(k: Any) -> int:
+    if isinstance(k, bool) or not isinstance(k, numbers.Integral):  # (numpy's integers too)
+        raise InvalidInput(f"k must be an integer, got {k!r:.40}", param="k")
+    if k < 1:
+        raise InvalidInput(f"k must be at least 1, got {k}", param="k")
+    return int(k)
+
+
+def _check_questions(questions: Any, what: str) -> list[str]:
+    """A list of question strings (a string alone is not a list of its characters)."""
+    if questions is None or isinstance(questions, (str, bytes, Mapping)) or not hasattr(questions, "__iter__"):
+        raise InvalidInput(f"{what} must be a list of question strings, got {type(questions).__name__}", param=what)
+    out = list(questions)
+    for i, q in enumerate(out):
+        if not isinstance(q, str):
+            raise InvalidInput(f"{what}[{i}] must be a string, got {type(q).__name__}", param=what)
+    return out
+
+
 def _top_k(ranked_ids: Iterable[str], k: int) -> list[str]:
     """First ``k`` distinct ids (a repeated id counts once, at its first rank)."""
-    if k < 1:
-        raise InvalidInput(f"k must be at least 1, got {k}")
+    _check_k(k)
     out: list[str] = []
     seen: set[str] = set()
     for doc_id in ranked_ids:
@@ -302,6 +332,7 @@ def ndcg_at_k(
         g = lambda rel: 2.0**rel - 1.0  # noqa: E731
     else:
         raise InvalidInput(f"gain must be 'linear' or 'exponential', got {gain!r}")
+    _check_k(k)
     ideal = sorted((r for r in qrels_for_query.values() if r > 0), reverse=True)[:k]
     idcg = sum(g(rel) / math.log2(i + 2) for i, rel in enumerate(ideal))
     if idcg <= 0:
@@ -359,12 +390,9 @@ def evaluate(
     averaged over) and ``"missing"`` (judged queries absent from ``run``).
     Every mean is ``0.0`` when no query is judged.
     """
-    ks = sorted({int(k) for k in k_values})
+    ks = sorted({_check_k(k) for k in k_values})
     if not ks:
         raise InvalidInput("k_values is empty")
-    for k in ks:
-        if k < 1:
-            raise InvalidInput(f"k must be at least 1, got {k}")
     sums: dict[str, float] = {}
     for k in ks:
         for name in ("ndcg", "recall", "mrr"):
@@ -417,8 +445,7 @@ def evaluate_database(
     :func:`evaluate`); a judged query missing from ``queries`` counts as an
     empty ranking.  Metrics are computed at 10 and at ``k``.
     """
-    if k < 1:
-        raise InvalidInput(f"k must be at least 1, got {k}")
+    _check_k(k)
     if scorer is not None:
         search_kwargs["scorer"] = scorer
     if options is not None:
@@ -453,10 +480,9 @@ def best_confidences(db: Any, questions: Iterable[str], k: int = 10, **search_kw
     the number a prompt's confidence floor is compared with."""
     from ragdb.index.confidence import best_confidence
 
-    if k < 1:
-        raise InvalidInput(f"k must be at least 1, got {k}")
+    _check_k(k)
     out = []
-    for text in questions:
+    for text in _check_questions(questions, "questions"):
         best = best_confidence(db.search(text, k=k, **search_kwargs)) if text.strip() else None
         out.append(best if best is not None else 0.0)
     return out
@@ -485,6 +511,7 @@ def calibrate_refusal(
     """
     from ragdb.answers.prompt import choose_threshold
 
+    off_topic = _check_questions(off_topic, "off_topic")
     judged = [queries[qid] for qid, judgements in qrels.items()
               if qid in queries and any(r > 0 for r in judgements.values())]
     if not judged:
@@ -502,7 +529,8 @@ def calibrate_questions(db: Any, answerable: Sequence[str], off_topic: Sequence[
     ``ragdb calibrate --answerable FILE --off-topic FILE``)."""
     from ragdb.answers.prompt import choose_threshold
 
-    answerable = [q for q in answerable if q.strip()]
+    answerable = [q for q in _check_questions(answerable, "answerable") if q.strip()]
+    off_topic = _check_questions(off_topic, "off_topic")
     if not answerable:
         raise InvalidInput("calibrate: no answerable question (give some with --answerable)")
     positives = best_confidences(db, answerable, k, **search_kwargs)

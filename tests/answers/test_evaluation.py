@@ -9,9 +9,13 @@ import pytest
 
 from ragdb.errors import InvalidInput
 from ragdb.answers.evaluation import (
+    best_confidences,
+    calibrate_questions,
+    calibrate_refusal,
     evaluate,
     evaluate_database,
     load_beir,
+    load_questions,
     mrr_at_k,
     ndcg_at_k,
     recall_at_k,
@@ -273,3 +277,35 @@ def test_evaluate_database_counts_the_copies_a_hit_stands_for():
     result = evaluate_database(db, {"q1": "refund within 30 days"}, qrels, k=10)
     assert result["recall@10"] == 1.0 and result["ndcg@10"] == pytest.approx(1.0)
     assert result == evaluate_database(db, {"q1": "refund within 30 days"}, qrels, k=10, collapse=False)
+
+
+def test_bad_arguments_are_invalid_input_not_python_errors():
+    """A k that is not an integer, questions that are not strings (or one string, which was read as a
+    list of its characters) and paths that are not paths raised TypeError, ValueError or AttributeError
+    (or ran on the characters); evaluate's k_values=[1.5] was silently k=1."""
+    import numpy as np
+
+    import ragdb
+
+    db = ragdb.open(":memory:")
+    db.add("Cats sit on mats.", source="d1")
+    bad = [
+        lambda: evaluate_database(db, {"q": "cats"}, {"q": {"d1": 1}}, k="10"),
+        lambda: evaluate({"q": ["d1"]}, {"q": {"d1": 1}}, k_values=[1.5]),
+        lambda: evaluate({}, {}, k_values=["a"]),
+        lambda: ndcg_at_k(["d1"], {"d1": 1}, "3"),
+        lambda: ndcg_at_k(["d1"], {"d1": 1}, None),
+        lambda: recall_at_k(["d1"], {"d1": 1}, 2.0),
+        lambda: mrr_at_k(["d1"], {"d1": 1}, True),
+        lambda: best_confidences(db, [None]),
+        lambda: best_confidences(db, "cats"),
+        lambda: calibrate_questions(db, ["cats", None], []),
+        lambda: calibrate_refusal(db, {"q": "cats"}, {"q": {"d1": 1}}, off_topic="what"),
+        lambda: load_beir(None),
+        lambda: load_beir([1, 2, 3]),
+        lambda: load_questions(5),
+    ]
+    for call in bad:
+        with pytest.raises(InvalidInput):
+            call()
+    assert evaluate({"q": ["d1"]}, {"q": {"d1": 1}}, k_values=[np.int64(1)])["ndcg@1"] == 1.0
