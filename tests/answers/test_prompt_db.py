@@ -106,3 +106,17 @@ def test_hits_the_caller_changed_into_nonsense_are_refused_naming_the_hit():
             db.build_prompt("refund?", hits=[hit, dataclasses.replace(hit, **bad)])
         assert e.value.param == "hits"
     assert "30 days" in db.build_prompt("refund?", hits=[hit], min_confidence=0).text
+
+
+def test_k_with_hits_given_is_refused_like_the_other_search_options():
+    """k is the search's depth: with hits given it did nothing, silently."""
+    import pytest
+
+    from ragdb.errors import InvalidInput
+
+    with ragdb.open(":memory:") as db:
+        db.add("Cats sit on mats.", source="c.md")
+        hits = db.search("cats")
+        with pytest.raises(InvalidInput, match="search options"):
+            db.build_prompt("Where do cats sit?", hits, k=3)
+        assert db.build_prompt("Where do cats sit?", hits, min_confidence=0).sources[0].source == "c.md"
