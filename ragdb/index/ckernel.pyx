@@ -523,7 +523,7 @@ def bm25_top_k(double[::1] acc, const double[::1] norm, list postings, list idfs
     cdef Py_ssize_t n = acc.shape[0], nmask = min(mask.shape[0], acc.shape[0])
     cdef Py_ssize_t T = 0, i, j, jj, pos, lo, hi, w, words = 0, hsize = 0, nc = 0, cap = 256, kept, nN, nE
     cdef Py_ssize_t na, got = 0, W = _window, mode = _mode, split = 0, total = 0
-    cdef double alpha = _alpha, s, theta, thr, safe, sumN, rest, least, estN, estE
+    cdef double alpha = _alpha, s, theta, thr, safe, sumN, rest, estN, estE
     cdef int64_t c, cid
     cdef uint64_t word, low
     cdef _Term* terms = NULL
@@ -598,7 +598,6 @@ def bm25_top_k(double[::1] acc, const double[::1] norm, list postings, list idfs
         alive = <_Hit*>malloc(W * sizeof(_Hit))
         if bits == NULL or heap == NULL or cands == NULL or exact == NULL or alive == NULL:
             raise MemoryError()
-        least = floor * (1.0 - 1e-9) if floor > 0.0 else floor
         with nogil:
             for j in range(T):
                 asc[j] = j
@@ -673,8 +672,9 @@ def bm25_top_k(double[::1] acc, const double[::1] norm, list postings, list idfs
                         cid = lo + c
                         if oom or cid >= nmask or not mk[cid]:
                             continue
-                        if nN == 0:  # (a partial score may be below the floor: only the whole is held to it)
-                            if s > 0.0 and s >= least and s >= safe:
+                        if nN == 0:  # (exact: held to the floor itself, as top_k holds it; a partial
+                            # score of a split window may be below the floor: only the whole is held to it)
+                            if s > 0.0 and s >= floor and s >= safe:
                                 _push(s, k, heap, &hsize)
                                 oom = _keep(&cands, &exact, &nc, &cap, cid, s, True) < 0
                         elif s + sumN >= safe:

@@ -194,6 +194,49 @@ def test_pruned_top_k_is_the_exhaustive_top_k(inputs):
 
 
 @compiled_only
+@pytest.mark.parametrize("mode", [0, 1, 2])
+def test_pruned_top_k_holds_exact_scores_to_the_floor_itself(mode):
+    """A floor a rounding step above a chunk's score keeps it out, as ``top_k`` keeps it out:
+    a window scored in full holds exact scores (it kept scores up to 1e-9 below the floor)."""
+    from ragdb.index import ckernel
+
+    n = 10
+    norm = np.full(n, 1.2)
+    postings = [(np.arange(n, dtype=np.uint32), np.ones(n, np.uint8))]
+    scores = np.empty(n)
+    ckernel.bm25_accumulate(scores, norm, postings, [1.0], [1.0], [False], 1.2)
+    mask = np.ones(n, np.uint8)
+    try:
+        ckernel._mode = mode
+        for floor in (float(np.nextafter(scores[0], np.inf)), float(scores[0]) * (1 + 1e-10)):
+            assert ckernel.top_k(scores, mask, 5, floor)[0].tolist() == []
+            got = ckernel.bm25_top_k(np.zeros(n), norm, postings, [1.0], [1.0], [False], 1.2, mask, 5, floor)
+            assert got[0].tolist() == [] and got[1].tolist() == []
+        got = ckernel.bm25_top_k(np.zeros(n), norm, postings, [1.0], [1.0], [False], 1.2, mask, 5, float(scores[0]))
+        assert got[0].tolist() == list(range(n))  # (at the floor: kept, ties at the cut too)
+    finally:
+        ckernel._mode = 0
+
+
+@compiled_only
+def test_min_score_just_above_a_hit_drops_it_in_both_kernels():
+    import math
+
+    with ragdb.open(":memory:", chunker="none") as db:
+        for i in range(10):
+            db.add(f"alpha beta document number {i}", source=f"d{i}")
+        score = db.search("alpha", k=5)[0].score
+        before = kernel.use("compiled")
+        try:
+            for name in ("compiled", "numpy"):
+                kernel.use(name)
+                assert db.search("alpha", k=5, min_score=math.nextafter(score, math.inf)) == [], name
+                assert len(db.search("alpha", k=5, min_score=score)) == 5, name
+        finally:
+            kernel.use(before)
+
+
+@compiled_only
 @pytest.mark.parametrize("mode", [1, 2])
 def test_bad_postings_in_top_k_are_errors_and_leave_the_work_array_zero(mode):
     """A negative chunk id (possible in int64 postings) or one past the chunks scored raises in
