@@ -30,7 +30,7 @@ from typing import TYPE_CHECKING, Any, ParamSpec, TypeVar
 from ragdb.text.analysis import Analyzer, describe_config
 from ragdb.engine.state import Engine
 from ragdb.text.fields import DEFAULT_WEIGHTS as DEFAULT_FIELD_WEIGHTS
-from ragdb.errors import AnalyzerMismatch, CollectionExists, CollectionNotFound, DocumentNotFound, InternalError, InvalidInput, NotADatabase, RagdbError
+from ragdb.errors import AnalyzerMismatch, CollectionExists, CollectionNotFound, DatabaseBusy, DocumentNotFound, InternalError, InvalidInput, NotADatabase, RagdbError, StorageError
 from ragdb.query.filters import Query, build as build_filter
 from ragdb.index.inverted import Index, TermMask
 from ragdb.options import ALL, MAX_K, SCORERS, Principals, Restrictions, SearchOptions, check_busy_timeout, check_count, check_embedder, check_flag, check_id, check_number, check_optional_flag, check_path, check_principals, check_text, to_epoch
@@ -142,6 +142,20 @@ def _guarded_iteration(it: Iterator[_T], method: Callable[..., Any], args: tuple
         raise
     except Exception as e:
         raise _unexpected(method, args, kwargs, e) from e
+
+
+@contextlib.contextmanager
+def _left_for_later() -> Iterator[None]:
+    """Upkeep after a committed write (a flush of the in-memory tail, a merge of a bulk load's
+    segments, settling its new terms), in a transaction of its own: when another connection holds
+    the write lock past the busy timeout (or the disk is full), it is left to a later write, not
+    raised. The write it follows is committed, and ``DatabaseBusy`` or "nothing was written"
+    would tell the caller it was not. Nothing is lost: the tail is read from the chunks' forward
+    indexes until a flush, and the next write settles terms a bulk load left."""
+    try:
+        yield
+    except (DatabaseBusy, StorageError):
+        pass
 
 
 class Database:
@@ -442,15 +456,18 @@ class Database:
                     stack.enter_context(collector_paused())
                 # (the batches after the first put their new terms in bulk_terms: Writer.write)
                 changes.extend(self._writer.write(batch, tally, analyzer, bulk=n > 0))
-                flushed_terms.add(self._writer.maybe_flush(BULK_FLUSH_CHUNKS))  # bound a bulk load's memory
+                with _left_for_later():
+                    flushed_terms.add(self._writer.maybe_flush(BULK_FLUSH_CHUNKS))  # bound a bulk load's memory
                 self._writer.seal_tail(BULK_SEAL_CHUNKS)
             # After a bulk load that flushed in mid-load, flush the rest and merge the
             # segments it wrote, so each term it touched is one segment again
             # (queries then read one row per term, not one per mid-load flush).
             merge = flushed_terms.ids()
-            self._writer.maybe_flush(0 if len(merge) else None, merge_terms=merge)
+            with _left_for_later():
+                self._writer.maybe_flush(0 if len(merge) else None, merge_terms=merge)
             if n_batches > 1:
-                self._writer.settle_bulk_terms()  # (when no flush moved them)
+                with _left_for_later():
+                    self._writer.settle_bulk_terms()  # (when no flush moved them)
         if embedder is not None and changes:
             # Text is committed first; vectors follow in their own transactions.
             # If the embedder fails, the new chunks stay pending (lexical search

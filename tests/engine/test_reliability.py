@@ -291,3 +291,43 @@ def test_bug_b6_sync_skips_a_file_with_a_bad_front_matter_date(tmp_path: Path) -
     db = ragdb.open(str(tmp_path / "kb.db"))
     report = sync.sync_folder(db, folder, relative_to=folder)  # actually raised ValueError: month must be in 1..12
     assert report.added == ("good.txt",) and [f.source for f in report.failed] == ["bad.md"]
+
+
+# ----------------------------------------------------------------------------- found by the concurrency hunt
+
+
+def test_add_is_not_reported_failed_when_the_flush_after_it_finds_the_lock_taken(tmp_path: Path) -> None:
+    """An add commits, then flushes the in-memory tail in a transaction of its own. When another
+    process took the write lock in between and held it past the busy timeout, the flush's
+    DatabaseBusy ('database is locked by another writer') reached the caller, although the
+    document was stored: a caller that took the error at its word added it again, or gave up on
+    a write that was made. The flush is left to a later write instead."""
+    from ragdb.index.inverted import FLUSH_THRESHOLD
+
+    path = str(tmp_path / "f.db")
+    db = ragdb.open(path, busy_timeout=0.1)
+    db.add_many([{"text": f"word{i} common", "source": f"d{i}"} for i in range(FLUSH_THRESHOLD - 1)],
+                workers=0, batch_size=FLUSH_THRESHOLD)
+    other = sqlite3.connect(path, isolation_level=None)
+    flush = db._writer.maybe_flush
+
+    def lock_taken_first(*args: object, **kwargs: object) -> object:
+        if not other.in_transaction:
+            other.execute("BEGIN IMMEDIATE")    # another process writes, right after the add committed
+        return flush(*args, **kwargs)
+
+    db._writer.maybe_flush = lock_taken_first  # type: ignore[method-assign]
+    try:
+        added = db.add("the last straw common", source="last")
+    finally:
+        other.execute("ROLLBACK")
+        other.close()
+    del db._writer.maybe_flush
+    assert db.get(added.id).source == "last"
+    with ragdb.open(path) as fresh:
+        assert fresh.count() == FLUSH_THRESHOLD
+        assert [h.source for h in fresh.search("straw")] == ["last"]
+    assert db.stats().pending_chunks == FLUSH_THRESHOLD
+    db.add("one more common", source="more")      # the next write flushes the tail
+    assert db.stats().pending_chunks == 0
+    assert db.check() == []
