@@ -799,6 +799,8 @@ class Database:
             return None
         for cal in (stored, self._self_calibration):
             if cal is not None and not refresh and not needs_recalibration(cal, chunks):
+                if cal is not stored and cal != stored:  # measured here, not stored yet (see below)
+                    self._store_calibration(cal)
                 return cal
         chunks, texts = self._searcher.sample_texts(PSEUDO_QUESTIONS)
         if chunks == 0:
@@ -810,9 +812,19 @@ class Database:
 
         cal = self_calibrate(best, texts, chunks)
         self._self_calibration = cal
-        if not eng.store.readonly and not eng.store.in_transaction():
-            eng.set_setting(SELF_CALIBRATION, cal.to_setting())
+        self._store_calibration(cal)
         return cal
+
+    def _store_calibration(self, cal: SelfCalibration) -> None:
+        """Store a measured calibration where the database can be written now without waiting:
+        not read-only, not inside :meth:`transaction`, and no other connection holding the write
+        lock (a prompt is a read: it must not wait for a writer, nor fail with ``DatabaseBusy``).
+        Otherwise it stays in memory, and a later call stores it."""
+        from ragdb.answers.evaluation import SELF_CALIBRATION
+
+        eng = self._engine
+        if not eng.store.readonly and not eng.store.in_transaction():
+            eng.set_setting_if_free(SELF_CALIBRATION, cal.to_setting())
 
     def set_min_confidence(self, value: float | None) -> None:
         """Store the confidence floor of prompts and answers (one transaction): a

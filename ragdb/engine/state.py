@@ -14,7 +14,7 @@ from collections.abc import Iterator
 from typing import TYPE_CHECKING, Any
 
 from ragdb.query import filters
-from ragdb.errors import CollectionNotFound, EmbeddingError, InvalidInput
+from ragdb.errors import CollectionNotFound, DatabaseBusy, EmbeddingError, InvalidInput
 from ragdb.index.inverted import Index
 from ragdb.options import ALL, Restrictions, to_epoch
 from ragdb.storage import Store, model_mismatch
@@ -128,6 +128,17 @@ class Engine:
             store.set_setting(key, value)
             index.note_write(store.bump_stats(), index.n_chunks, index.total_length)
         self.settings[key] = value
+
+    def set_setting_if_free(self, key: str, value: Any) -> bool:
+        """:meth:`set_setting` for what a read stores on the side (a measured calibration): done
+        at once, or not at all when another connection holds the write lock (False), never
+        waiting for it: a read must neither wait for a writer nor fail because of one."""
+        try:
+            with self.store.no_wait():
+                self.set_setting(key, value)
+        except DatabaseBusy:
+            return False
+        return True
 
     def restrictions(self, r: Restrictions) -> filters.Query:
         """The validated filter query of a :class:`Restrictions` value (call after :meth:`sync`,

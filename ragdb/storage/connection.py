@@ -657,6 +657,26 @@ class ConnectionSQL(StoreBase):
         """Whether a transaction of this connection is open (then writes nest as savepoints)."""
         return bool(self.conn.in_transaction)
 
+    @contextlib.contextmanager
+    def no_wait(self) -> Iterator[None]:
+        """Inside, a write that finds the write lock held by another connection fails at once
+        (:class:`~ragdb.errors.DatabaseBusy`) instead of waiting for the busy timeout: for what a
+        read stores on the side (a measured calibration), which must not make the read wait for
+        a writer. Inside a transaction of this connection (it holds the lock, or is a read that
+        writes nothing) it changes nothing."""
+        with self.lock:
+            self._open_or_refuse()
+            if self.conn.in_transaction:
+                yield
+                return
+            waited = int(self.conn.execute("PRAGMA busy_timeout").fetchone()[0])
+            self.conn.execute("PRAGMA busy_timeout = 0")
+            try:
+                yield
+            finally:
+                if not self.shared.closed:
+                    self.conn.execute(f"PRAGMA busy_timeout = {waited}")
+
     def in_write(self) -> bool:
         """Whether a write transaction of this connection is open: what is read now may include
         writes that a rollback will undo."""

@@ -704,6 +704,12 @@ class PgStore(Store):
         """As :meth:`ragdb.storage.connection.ConnectionSQL.in_write`."""
         return self.shared.conn is not None and not self.shared.reading
 
+    @contextlib.contextmanager
+    def no_wait(self) -> Iterator[None]:
+        """As :meth:`ragdb.storage.connection.ConnectionSQL.no_wait` in name only: PostgreSQL's
+        writers of a collection wait for its lock (``lock_timeout``, the busy timeout) as always."""
+        yield
+
     # -- connection (connection.py): collections -----------------------------------------------------
     def refuse_close_in_write(self) -> None:
         """As :meth:`ragdb.storage.connection.ConnectionSQL.refuse_close_in_write`."""

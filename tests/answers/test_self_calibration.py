@@ -149,3 +149,30 @@ def test_postgres_calibrates_like_sqlite(tmp_path, pg_url):
         with ragdb.open(path) as db:
             assert SelfCalibration.from_setting(db.settings[SELF_CALIBRATION]) == floors[-1]
     assert floors[0] == floors[1]
+
+
+def test_a_prompt_does_not_wait_for_or_fail_on_another_writer(tmp_path):
+    """build_prompt, a read, stores the calibration it measured. It took the write lock for that,
+    so while another process was writing (a long add or sync) a prompt waited the whole busy
+    timeout and then raised DatabaseBusy, where searches went on: a read must neither wait for a
+    writer nor fail because of one. Now the calibration is stored only when the lock is free at
+    once, and kept in memory otherwise (stored by a later prompt)."""
+    import sqlite3
+
+    path = str(tmp_path / "kb.db")
+    with ragdb.open(path) as db:
+        db.add_many({"text": t, "source": f"manual/{i}.md"} for i, t in enumerate(MANUAL))
+    reader = ragdb.open(path, busy_timeout=5)
+    blocker = sqlite3.connect(path, isolation_level=None)
+    blocker.execute("BEGIN IMMEDIATE")  # another process in the middle of a write, for longer than any timeout
+    try:
+        assert not reader.build_prompt(ON_TOPIC[0]).refused  # (before the fix: 5 s, then DatabaseBusy)
+        measured = reader.self_calibration()
+        assert measured is not None and SELF_CALIBRATION not in reader.settings
+    finally:
+        blocker.execute("ROLLBACK")
+        blocker.close()
+    assert reader.build_prompt(ON_TOPIC[0]).sources  # the lock is free now: stored
+    assert SelfCalibration.from_setting(reader.settings[SELF_CALIBRATION]) == measured
+    reader.add(REFUND, source="policy/refunds.md")  # the handle writes as before (its busy timeout restored)
+    reader.close()
