@@ -145,17 +145,21 @@ def _guarded_iteration(it: Iterator[_T], method: Callable[..., Any], args: tuple
 
 
 @contextlib.contextmanager
-def _left_for_later() -> Iterator[None]:
+def _left_for_later(store: Any) -> Iterator[None]:
     """Upkeep after a committed write (a flush of the in-memory tail, a merge of a bulk load's
     segments, settling its new terms), in a transaction of its own: when another connection holds
     the write lock past the busy timeout (or the disk is full), it is left to a later write, not
     raised. The write it follows is committed, and ``DatabaseBusy`` or "nothing was written"
     would tell the caller it was not. Nothing is lost: the tail is read from the chunks' forward
-    indexes until a flush, and the next write settles terms a bulk load left."""
+    indexes until a flush, and the next write settles terms a bulk load left. Inside the caller's
+    :meth:`Database.transaction` nothing is committed yet, and the error is raised: the
+    transaction must not go on as if its writes were all there."""
+    outside = not store.in_transaction()
     try:
         yield
     except (DatabaseBusy, StorageError):
-        pass
+        if not outside:
+            raise
 
 
 class Database:
@@ -456,17 +460,17 @@ class Database:
                     stack.enter_context(collector_paused())
                 # (the batches after the first put their new terms in bulk_terms: Writer.write)
                 changes.extend(self._writer.write(batch, tally, analyzer, bulk=n > 0))
-                with _left_for_later():
+                with _left_for_later(eng.store):
                     flushed_terms.add(self._writer.maybe_flush(BULK_FLUSH_CHUNKS))  # bound a bulk load's memory
                 self._writer.seal_tail(BULK_SEAL_CHUNKS)
             # After a bulk load that flushed in mid-load, flush the rest and merge the
             # segments it wrote, so each term it touched is one segment again
             # (queries then read one row per term, not one per mid-load flush).
             merge = flushed_terms.ids()
-            with _left_for_later():
+            with _left_for_later(eng.store):
                 self._writer.maybe_flush(0 if len(merge) else None, merge_terms=merge)
             if n_batches > 1:
-                with _left_for_later():
+                with _left_for_later(eng.store):
                     self._writer.settle_bulk_terms()  # (when no flush moved them)
         if embedder is not None and changes:
             # Text is committed first; vectors follow in their own transactions.

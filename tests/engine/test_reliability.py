@@ -331,3 +331,25 @@ def test_add_is_not_reported_failed_when_the_flush_after_it_finds_the_lock_taken
     db.add("one more common", source="more")      # the next write flushes the tail
     assert db.stats().pending_chunks == 0
     assert db.check() == []
+
+
+def test_a_failed_flush_inside_a_transaction_fails_the_transaction(tmp_path: Path) -> None:
+    """Inside the caller's transaction nothing is committed when the flush after an add fails
+    (here: the disk fills), so the error is raised and the transaction rolls back whole, rather
+    than going on as if its writes were all there."""
+    from ragdb.errors import StorageError
+    from ragdb.index.inverted import FLUSH_THRESHOLD
+
+    path = str(tmp_path / "t.db")
+    db = ragdb.open(path)
+    db.add("kept before", source="before")
+
+    def disk_full(*args: object, **kwargs: object) -> object:
+        raise StorageError("the disk is full; nothing was written")
+
+    db._writer.maybe_flush = disk_full  # type: ignore[method-assign]
+    with pytest.raises(StorageError, match="disk is full"), db.transaction():
+        db.add_many([{"text": f"w{i} x", "source": f"d{i}"} for i in range(FLUSH_THRESHOLD)], workers=0)
+    del db._writer.maybe_flush
+    assert [d.source for d in db.documents()] == ["before"]
+    assert db.check() == []
