@@ -400,8 +400,12 @@ def fit_budget(
 _PLACEHOLDER_RE = re.compile(r"\{(context|question)\}")
 # "<<<SOURCE" / "<<< END SOURCE" and look-alikes (full-width "<", zero-width
 # characters between); the run of "<" is spaced out so no fence can be formed.
+# The match is a whole run of "<" (from its first "<" to its last): only what follows the
+# run can be the word SOURCE, and a run that may start or end anywhere is tried from each
+# of its characters at each length, quadratic in its length (10,000 "<" took 5 s).
 _FENCE_RE = re.compile(
-    r"[<\uff1c]{3,}(?=[\s\u200b-\u200f\u2060\ufeff]*(?:END[\s\u200b-\u200f\u2060\ufeff]*)?SOURCE)",
+    r"(?<![<\uff1c])[<\uff1c]{3,}(?![<\uff1c])"
+    r"(?=[\s\u200b-\u200f\u2060\ufeff]*(?:END[\s\u200b-\u200f\u2060\ufeff]*)?SOURCE)",
     re.IGNORECASE,
 )
 _CONTROL_RE = re.compile(r"[\x00-\x1f\x7f-\x9f\u2028\u2029]+")
