@@ -6,6 +6,7 @@ import hashlib
 import io
 import logging
 import os
+import re
 from datetime import datetime
 from pathlib import Path
 
@@ -856,6 +857,31 @@ def test_markdown_cleaning_property(blocks: list) -> None:
     assert "<!--" not in outside_code and "https://example.com" not in outside_code
     assert "\n\n\n" not in text
     assert text.count("<!--") == sum(1 for b in blocks if b[0] == "code")
+
+
+_MD_COMMENT_REFERENCE = re.compile(r"(`+)[\s\S]*?\1|[ \t]*<!--[\s\S]*?-->")  # the plain definition
+
+
+@settings(max_examples=2000, deadline=None)
+@given(st.lists(st.sampled_from(["`", "``", "```", "<!--", "-->", "<!-->", " ", "\t", "\n", "a", "<", "-", ">"]),
+                max_size=24))
+def test_markdown_comments_dropped_as_the_plain_pattern_drops_them(parts: list) -> None:
+    """The comment remover reads the text once, and drops what the plain pattern (code spans
+    kept, comments with the spaces before them dropped) drops; the pattern read an unclosed
+    ``<!--`` or an unmatched run of backticks to the end of the text from each one."""
+    text = "".join(parts)
+    assert loaders_mod._drop_md_comments(text) == _MD_COMMENT_REFERENCE.sub(
+        lambda m: m.group(0) if m.group(1) else "", text)
+
+
+def test_markdown_unclosed_comments_are_text() -> None:
+    """20,000 ``<!--`` without ``-->`` (48 s before) load as the text they are; a closed comment
+    after code spans that no later run closes still goes."""
+    md = "intro\n\n" + "<!-- a\n" * 20_000
+    assert only(load_bytes(md.encode(), source="c.md", kind="md")).text == md.strip("\n")
+    ticks = "".join("`" * k + "a" for k in range(600, 0, -1))
+    doc = only(load_bytes(f"{ticks} <!-- gone --> b".encode(), source="t.md", kind="md"))
+    assert doc.text == f"{ticks} b"
 
 
 def test_nav_chrome_no_longer_outranks_content(tmp_path: Path) -> None:
