@@ -108,6 +108,10 @@ _MAX_LEXBOR_DEPTH = 1000
 # interns each new name in a table searched linearly: 40,000 attributes on a tag took 5.5 s),
 # so such documents go to html.parser too. Real pages use a few hundred at most.
 _MAX_LEXBOR_NAMES = 5000
+# MyST directives nested deeper than this are code kept as written, not Markdown read again:
+# each level's content is parsed once more, so a document of n nested ```{note} lines (an
+# unclosed fence runs to the end) was parsed n times (5,000 of them took 25 s).
+_MAX_MYST_DEPTH = 10
 
 
 # ============================================================================ public API
@@ -702,23 +706,24 @@ def _drop_fences(text: str, spans: Sequence[Span], fences: Sequence[tuple[int, i
     so code blocks never run into each other or into prose; the fence of a list item's first
     line leaves the item's marker. A MyST directive (```` ```{note} ````) is read as the RST
     one is (see :func:`_clean_rst`): its content is Markdown, whose own fences go too; its
-    option lines (``:caption: x``) go, and its argument stays where a reader sees it."""
+    option lines (``:caption: x``) go, and its argument stays where a reader sees it. A
+    directive inside more than :data:`_MAX_MYST_DEPTH` others is a code block."""
     if not fences:
         return text, list(spans)
     lines = text.split("\n")
     n = len(lines)
     kind = [0] * n  # 0 text, 1 code, 2 fence line, 3 gone
     replace: dict[int, str] = {}
-    todo = list(fences)
+    todo = [(*fence, 1) for fence in fences]
     while todo:
-        a, b, markup, info = todo.pop()
+        a, b, markup, info, depth = todo.pop()
         b = min(b, n)
         if a >= b:
             continue
         closing = re.compile(r"[ \t>]*" + re.escape(markup[0]) + "{" + str(len(markup)) + r",}[ \t]*")
         last = b - 1 if b - 1 > a and closing.fullmatch(lines[b - 1]) else b
         head = lines[a][:max(lines[a].find(markup), 0)]
-        myst = _MYST_DIRECTIVE.fullmatch(info.strip())
+        myst = _MYST_DIRECTIVE.fullmatch(info.strip()) if depth <= _MAX_MYST_DEPTH else None
         name = myst.group(1).lower() if myst else ""
         if myst and name in _RST_DROP_DIRECTIVES:
             for k in range(a, b):
@@ -745,7 +750,7 @@ def _drop_fences(text: str, spans: Sequence[Span], fences: Sequence[tuple[int, i
             inner = block_md.parse("\n".join(lines[k:last]))
             for k2 in range(k, last):
                 kind[k2] = 0
-            todo.extend((k + t.map[0], k + t.map[1], t.markup, t.info) for t in inner
+            todo.extend((k + t.map[0], k + t.map[1], t.markup, t.info, depth + 1) for t in inner
                         if t.type == "fence" and t.map and t.markup)
     out: list[str] = []
     new_start: list[int] = []  # each old line's offset in the new text

@@ -1431,6 +1431,30 @@ Done.
         load_bytes(b"```{toctree}\nusage\n```\n", source="t.md", kind="md")
 
 
+def test_myst_directives_nested_past_the_limit_are_code() -> None:
+    """Each level of nested directives is parsed again as Markdown; past _MAX_MYST_DEPTH levels a
+    directive is a code block, so 5,000 unclosed ```{note} lines (each level runs to the end; they
+    were parsed 5,000 times, 25 s) are parsed that many times at most."""
+    depth = loaders_mod._MAX_MYST_DEPTH
+    levels = depth + 3
+    lines = ["intro", *("`" * (3 + levels - i) + f"{{note}} level{i}" for i in range(1, levels + 1)), "inner text",
+             *("`" * (3 + levels - i) for i in range(levels, 0, -1))]
+    text = only(load_bytes("\n".join(lines).encode(), source="n.md", kind="md")).text
+    read = [f"level{i}" for i in range(1, depth + 1)]
+    code = lines[depth + 2:levels + 1] + ["inner text"] + lines[levels + 2:levels + 4]
+    assert text == "\n".join(["intro", *read, "", *code])
+    parses = []
+    block_md, _ = loaders_mod._markdown_parsers("x")
+    original = block_md.parse
+    block_md.parse = lambda src, *a, **k: parses.append(len(src)) or original(src, *a, **k)
+    try:
+        doc = only(load_bytes(b"hi\n\n" + b"```{note}\n" * 5000, source="d.md", kind="md"))
+    finally:
+        del block_md.parse
+    assert doc.text.startswith("hi\n\n```{note}\n```{note}")
+    assert len(parses) <= depth + 3
+
+
 @pytest.mark.parametrize("front,version", [
     ("---\nversion: 1.10\n---\n", "1.10"),  # YAML reads the number 1.1
     ("---\nversion: 010\n---\n", "010"),  # YAML 1.1 reads the octal 8
