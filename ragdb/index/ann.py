@@ -32,9 +32,11 @@ The cache file
     (:func:`fingerprints`), so a file of another history of the same file name
     (a database deleted and built again at the same path, a backup restored and
     written since) is not taken for this one (a sample of 16 vectors let a few
-    changed ones through: the graph missed them). A file whose fingerprints are
-    missing or damaged (an older ragdb's has none) has every vector compared with the
-    stored one instead, and is saved again with them. Anything else (missing,
+    changed ones through: the graph missed them). The table's first row holds the size and
+    CRC-32 of the graph file, checked before usearch reads it: usearch trusts its file (a few
+    bytes changed crashed the process as it loaded), and a graph file of another database
+    copied beside this one's table is not this one's. A file without its table (an older
+    ragdb's has none) is rebuilt like one that is missing. Anything else (missing,
     corrupt, another epoch, a cut log, a different model) rebuilds it from the vectors. It is saved after a
     rebuild (not one inside a write transaction, which a rollback may undo), and on ``Database.close`` once its unsaved changes reach
     :data:`SAVE_AFTER` or :data:`SAVE_FRACTION` of its size (fewer are cheaper
@@ -58,6 +60,7 @@ import contextlib
 import os
 import re
 import tempfile
+import zlib
 from pathlib import Path
 from typing import Any
 
@@ -207,11 +210,24 @@ class AnnGraph:
         order = np.argsort(ids, kind="stable")
         table = np.empty(len(ids), _FINGERPRINT_DTYPE)
         table["id"], table["fp"] = np.asarray(ids, np.int64)[order], np.asarray(fps, np.float64)[order]
+        final = folder / f"{stem}.usearch"
         try:
             folder.mkdir(exist_ok=True)
-            _write(folder, collection_id, folder / f"{stem}.fp.npy", lambda tmp: _save_table(tmp, table))
-            final = folder / f"{stem}.usearch"
-            _write(folder, collection_id, final, lambda tmp: self.index.save(tmp))
+            # the graph first, into a temporary file; its checksum heads the fingerprint table,
+            # which is renamed into place before the graph (a graph whose table is missing or
+            # names another checksum is never loaded)
+            graph_tmp = _temporary(folder, collection_id)
+            try:
+                self.index.save(graph_tmp)
+                with open(graph_tmp, "rb") as fh:
+                    header = _header(fh.read())
+                _write(folder, collection_id, folder / f"{stem}.fp.npy",
+                       lambda tmp: _save_table(tmp, np.concatenate([header, table])))
+                _write(folder, collection_id, final, None, graph_tmp)
+            except BaseException:
+                with contextlib.suppress(OSError):
+                    os.unlink(graph_tmp)
+                raise
         except OSError:
             return False
         for other in [*_files(folder, collection_id), *_files(folder, collection_id, _FINGERPRINTS)]:
@@ -224,23 +240,37 @@ class AnnGraph:
     @classmethod
     def load(cls, folder: Path | None, collection_id: int, dims: int, epoch: int, seq: int) -> AnnGraph | None:
         """The newest saved graph of this collection and epoch not ahead of ``seq``, or None
-        (none, unreadable, or of other dimensions)."""
+        (none, unreadable, without its fingerprint table, not the file the table's checksum
+        names, or of other dimensions)."""
         if folder is None:
             return None
         files = [f for f in _files(folder, collection_id) if f[0] == epoch and f[1] <= seq]
         if not files:
             return None
         _e, s, path = max(files, key=lambda f: f[1])
+        saved = _read_fingerprints(path.with_name(path.name[:-len(".usearch")] + ".fp.npy"))
+        if saved is None:
+            return None
+        ids, fps, header = saved
+        try:
+            data = path.read_bytes()
+        except OSError:
+            return None
+        # usearch trusts its file: a damaged one crashes the process as it loads (a few bytes
+        # changed anywhere were enough), and a foreign one of the same chunk ids was taken for
+        # this one. Only the bytes the fingerprint table's checksum names are loaded.
+        if not np.array_equal(_header(data), header):
+            return None
         try:
             graph = cls(dims)
-            graph.index.load(str(path))
+            graph.index.load(data)
             if int(graph.index.ndim) != dims:
                 return None
-        except Exception:  # a corrupt or foreign file is only a cache miss
+        except Exception:  # (its own files only: a usearch of another version, say)
             return None
         graph.version = (epoch, s)
         graph.unsaved = 0
-        graph.fingerprint = _read_fingerprints(path.with_name(path.name[:-len(".usearch")] + ".fp.npy"))
+        graph.fingerprint = ids, fps
         return graph
 
 
@@ -255,12 +285,28 @@ def remove_files(db_path: str, collection_id: int) -> None:
             path.unlink()
 
 
-def _write(folder: Path, collection_id: int, final: Path, write: Any) -> None:
-    """``write(path)`` into a temporary file of ``folder``, synced, then renamed to ``final``."""
+def _temporary(folder: Path, collection_id: int) -> str:
     fd, tmp = tempfile.mkstemp(prefix=f".c{collection_id}-", suffix=".tmp", dir=folder)
     os.close(fd)
+    return tmp
+
+
+def _header(data: bytes) -> np.ndarray:
+    """The first row of a fingerprint table: the size (as ``-1 - size``: chunk ids are positive)
+    and CRC-32 of the graph file ``data``."""
+    row = np.empty(1, _FINGERPRINT_DTYPE)
+    row["id"], row["fp"] = -1 - len(data), float(zlib.crc32(data))
+    return row
+
+
+def _write(folder: Path, collection_id: int, final: Path, write: Any, tmp: str | None = None) -> None:
+    """``write(path)`` into a temporary file of ``folder`` (or ``tmp``, already written), synced,
+    then renamed to ``final``."""
+    if tmp is None:
+        tmp = _temporary(folder, collection_id)
     try:
-        write(tmp)
+        if write is not None:
+            write(tmp)
         with open(tmp, "rb+") as fh:
             os.fsync(fh.fileno())
         os.replace(tmp, final)
@@ -275,19 +321,20 @@ def _save_table(path: str, table: np.ndarray) -> None:
         np.save(fh, table, allow_pickle=False)
 
 
-def _read_fingerprints(path: Path) -> tuple[np.ndarray, np.ndarray] | None:
-    """The (sorted chunk ids, fingerprints) saved beside a graph; None when there are none
-    (a file of an older ragdb) or they cannot be read."""
+def _read_fingerprints(path: Path) -> tuple[np.ndarray, np.ndarray, np.ndarray] | None:
+    """The (sorted chunk ids, fingerprints, the graph file's checksum row) saved beside a graph;
+    None when there are none (a file of an older ragdb, which has no checksum: rebuilt) or they
+    cannot be read."""
     try:
         table = np.load(path, allow_pickle=False)
-    except Exception:  # missing, truncated or foreign: every vector of the graph is compared instead
+    except Exception:  # missing, truncated or foreign
         return None
-    if table.dtype != _FINGERPRINT_DTYPE or table.ndim != 1:
+    if table.dtype != _FINGERPRINT_DTYPE or table.ndim != 1 or len(table) < 1 or int(table["id"][0]) >= 0:
         return None
-    ids = np.ascontiguousarray(table["id"])
-    if len(ids) > 1 and not bool(np.all(ids[1:] > ids[:-1])):
+    ids = np.ascontiguousarray(table["id"][1:])
+    if len(ids) and (int(ids[0]) < 0 or not bool(np.all(ids[1:] > ids[:-1]))):
         return None
-    return ids, np.ascontiguousarray(table["fp"])
+    return ids, np.ascontiguousarray(table["fp"][1:]), table[:1].copy()
 
 
 def _files(folder: Path, collection_id: int, pattern: re.Pattern[str] = _NAME) -> list[tuple[int, int, Path]]:

@@ -330,12 +330,8 @@ class VectorIndex:
                 rows = self.row_of(changed)
                 g.add(changed[rows >= 0], self.matrix[rows[rows >= 0]])
                 g.version = self.version
-        if g is not None and not self._graph_checked:
-            unprinted = g.fingerprint is None
-            if not self._graph_matches(g, changed):
-                g = None
-            elif unprinted and writable and not st.in_write():
-                g.save(folder, st.collection_id, *self._fingerprints())  # (the next process checks it cheaply)
+        if g is not None and not self._graph_checked and not self._graph_matches(g, changed):
+            g = None
         if g is None:
             g = AnnGraph(self.dims)
             live = np.flatnonzero(self.ids[:self.n] >= 0)
@@ -360,25 +356,18 @@ class VectorIndex:
     def _graph_matches(self, g: AnnGraph, changed: np.ndarray) -> bool:
         """A loaded graph holds exactly the live chunk ids, and each vector the log names no change
         of (``changed``: those it does) is the one its file was written with, by the file's
-        fingerprints. A file without them (missing, damaged, or an older ragdb's) has every
-        vector compared with the stored one instead (in blocks; slower, and still far cheaper
-        than a rebuild, which a read-only handle could not save): a sample of 16 vectors, the
-        check before fingerprints, let a file of another history through."""
+        fingerprints (a sample of 16 vectors, the check before fingerprints, let a file of
+        another history through). A file without them (missing, damaged, or an older ragdb's)
+        is not loaded at all (:meth:`ragdb.index.ann.AnnGraph.load`): they hold the checksum
+        that keeps a damaged graph file, which crashes usearch, from being read."""
         from ragdb.index.ann import FINGERPRINT_TOLERANCE, fingerprints
 
         live = self.ids[:self.n][self.ids[:self.n] >= 0]
-        if len(g) != len(live):
+        if len(g) != len(live) or g.fingerprint is None:
             return False
         keys = np.sort(g.keys())
         if not np.array_equal(keys, np.sort(live)):
             return False
-        if g.fingerprint is None:
-            for start in range(0, len(keys), 4096):
-                block = keys[start:start + 4096]
-                got, want = g.vectors_of(block), self.matrix[self.row_of(block)]
-                if got.shape != want.shape or not np.all(np.abs(got - want) <= 0.02):  # (int8 in the graph)
-                    return False
-            return True
         saved_ids, saved = g.fingerprint
         kept = keys[~np.isin(keys, changed)]
         at = np.searchsorted(saved_ids, kept)

@@ -250,10 +250,10 @@ def test_a_graph_whose_fingerprints_are_missing_or_damaged_is_checked_vector_by_
     assert len(graphs(folder)) == 1  # the rebuilt graph saved with its fingerprints
 
 
-def test_a_graph_without_fingerprints_of_this_history_is_used_and_given_them(tmp_path):
-    """A file without fingerprints whose every vector matches is used, not rebuilt (a read-only
-    handle, which cannot save a rebuilt graph, rebuilt it at every start); a writable handle
-    saves it again with its fingerprints."""
+def test_a_graph_without_its_fingerprint_table_is_rebuilt(tmp_path):
+    """A file without its fingerprint table (an older ragdb's, or the table lost) has no checksum
+    either, and usearch cannot be given an unchecked file (a damaged one crashes the process):
+    it is rebuilt, in memory by a read-only handle, and saved with its table by a writable one."""
     path = tmp_path / "kb.db"
     folder = tmp_path / "kb.db.ann"
     with make_db(path) as db:
@@ -262,12 +262,73 @@ def test_a_graph_without_fingerprints_of_this_history_is_used_and_given_them(tmp
     fp.unlink()
     with ragdb.open(path, readonly=True, embedder=HashEmbedder(32)) as db:
         assert [ids(search(db, q, "on")) for q in QUERIES] == [ids(search(db, q, "off")) for q in QUERIES]
-        assert db._vectors.graph.unsaved == 0  # loaded (a rebuilt graph holds every vector unsaved)
+        assert db._vectors.graph.unsaved == len(db._vectors)  # rebuilt (a loaded graph has none unsaved)
     assert not fp.exists()
     with ragdb.open(path, embedder=HashEmbedder(32)) as db:
         assert [ids(search(db, q, "on")) for q in QUERIES] == [ids(search(db, q, "off")) for q in QUERIES]
-        assert db._vectors.graph.unsaved == 0
     assert fp.exists() and len(graphs(folder)) == 1
+    with ragdb.open(path, readonly=True, embedder=HashEmbedder(32)) as db:
+        search(db, QUERIES[0], "on")
+        assert db._vectors.graph.unsaved == 0  # the saved file loaded
+
+
+_LOAD_DAMAGED = """
+import random, sys
+from pathlib import Path
+from ragdb.index import ann
+folder, seed = Path(sys.argv[1]), int(sys.argv[2])
+(f,) = folder.glob("*.usearch")
+data = bytearray(f.read_bytes())
+rng = random.Random(seed)
+for _ in range(20):
+    data[rng.randrange(len(data))] = rng.randrange(256)
+f.write_bytes(bytes(data))
+epoch, seq = (int(x[1:]) for x in f.name[:-len(".usearch")].split("-")[1:])
+assert ann.AnnGraph.load(folder, 0, 32, epoch, seq) is None
+"""
+
+
+def test_a_graph_file_with_a_few_bytes_changed_is_never_given_to_usearch(tmp_path):
+    """usearch trusts its file: 20 bytes changed at random in a saved graph crashed the process
+    (SIGSEGV) as it loaded, for most seeds, and the rest loaded a graph whose answers differed
+    from exact search. The file's size and CRC-32 head its fingerprint table and are checked
+    before usearch reads it. (Each damage in its own process: a crash fails the test, not the run.)"""
+    import subprocess
+    import sys
+
+    path = tmp_path / "kb.db"
+    with make_db(path) as db:
+        search(db, QUERIES[0], "on")
+    saved = {p.name: p.read_bytes() for p in (tmp_path / "kb.db.ann").iterdir()}
+    for seed in range(1, 7):
+        for name, data in saved.items():
+            (tmp_path / "kb.db.ann" / name).write_bytes(data)
+        run = subprocess.run([sys.executable, "-c", _LOAD_DAMAGED, str(tmp_path / "kb.db.ann"), str(seed)],
+                             capture_output=True, text=True, timeout=120)
+        assert run.returncode == 0, (seed, run.returncode, run.stderr[-2000:])
+    with ragdb.open(path, embedder=HashEmbedder(32)) as db:  # (the last damage) rebuilt and saved again
+        assert [ids(search(db, q, "on")) for q in QUERIES] == [ids(search(db, q, "off")) for q in QUERIES]
+    assert len(graphs(tmp_path / "kb.db.ann")) == 1
+
+
+def test_a_graph_file_of_another_database_beside_this_ones_fingerprints_is_not_trusted(tmp_path):
+    """Another database's graph of the same chunk ids and log position copied over this one's
+    (its fingerprint table left in place) passed every check - the table was checked against the
+    stored vectors, never against the graph - and proposed the other database's neighbours:
+    ANN answers differed from exact search for every query."""
+    a, b = tmp_path / "a.db", tmp_path / "b.db"
+    with make_db(a, seed=1) as db:
+        search(db, QUERIES[0], "on")
+    with make_db(b, seed=2) as db:
+        search(db, QUERIES[0], "on")
+    (mine,) = (tmp_path / "a.db.ann" / n for n in graphs(tmp_path / "a.db.ann"))
+    (theirs,) = (tmp_path / "b.db.ann" / n for n in graphs(tmp_path / "b.db.ann"))
+    assert mine.name == theirs.name
+    mine.write_bytes(theirs.read_bytes())
+    with ragdb.open(a, embedder=HashEmbedder(32)) as db:
+        approx = [ids(search(db, q, "on")) for q in QUERIES]
+        assert db._vectors.last_strategy == "ann"
+        assert approx == [ids(search(db, q, "off")) for q in QUERIES]
 
 
 def test_dropping_a_collection_removes_its_graph_files(tmp_path):
