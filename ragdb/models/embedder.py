@@ -102,9 +102,13 @@ def check_texts(texts: Sequence[str]) -> list[str]:
 
 
 def normalize_rows(mat: np.ndarray) -> np.ndarray:
-    """L2-normalize rows in place (float32); all-zero rows stay zero."""
-    norms = np.linalg.norm(mat, axis=1, keepdims=True)
-    np.divide(mat, norms, out=mat, where=norms > 0)
+    """L2-normalize rows in place (float32); all-zero rows stay zero. The norms are taken in
+    float64: in float32 the squares of values past ~1.8e19 overflowed (the row came out all
+    zero, with a RuntimeWarning on stderr) and those under ~1e-23 underflowed (the row stayed
+    as it was, far from unit length)."""
+    wide = mat.astype(np.float64)
+    norms = np.linalg.norm(wide, axis=1, keepdims=True)
+    mat[...] = np.divide(wide, norms, out=np.zeros_like(wide), where=norms > 0)
     return mat
 
 
@@ -167,7 +171,11 @@ class EmbeddingModel(abc.ABC):
             return np.zeros((len(texts), dimensions_of(cast(Embedder, self))), dtype=np.float32)
         got = self.embed_texts([texts[i] for i in todo], query=query)
         try:
-            vecs = np.asarray(got, dtype=np.float32)
+            # (a value past float32's range becomes inf, refused below: not a RuntimeWarning on stderr)
+            with np.errstate(over="ignore", invalid="ignore"):
+                if np.iscomplexobj(got):  # (cast, numpy drops the imaginary parts with a warning)
+                    raise TypeError("complex values")
+                vecs = np.asarray(got, dtype=np.float32)
         except (ValueError, TypeError) as e:  # numpy could not read the output as numbers
             raise EmbeddingError(f"embedder {self.name!r} returned something that is not an array of numbers "
                                  f"({e})") from None

@@ -92,11 +92,41 @@ class Broken(EmbeddingModel):
     ([[1.0, float("inf"), 0.0], [1.0, 0.0, 0.0]], "NaN or infinite"),
     ([["x", "y", "z"], [1, 2, 3]], "not an array of numbers"),
     (None, r"shape \(\)"),
+    ([[1e300, 0.0, 0.0], [1.0, 0.0, 0.0]], "NaN or infinite"),      # past float32's range
+    (np.full((2, 3), 1 + 2j), "not an array of numbers"),          # its imaginary parts were dropped
 ])
 def test_output_that_breaks_the_contract_is_a_clear_error(output, message):
     with pytest.raises(EmbeddingError, match=message) as info:
         Broken(output).embed(["one", "two"])
     assert isinstance(info.value, RagdbError)
+
+
+def test_output_that_breaks_the_contract_prints_nothing(capfd):
+    """A value past float32's range, or complex values, printed numpy's RuntimeWarning or
+    ComplexWarning on stderr (the library never prints); the second were stored without
+    their imaginary parts."""
+    import warnings
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        for output in ([[1e300, 0.0, 0.0], [1.0, 0.0, 0.0]], np.full((2, 3), 1 + 2j)):
+            with pytest.raises(EmbeddingError):
+                Broken(output).embed(["one", "two"])
+    assert capfd.readouterr() == ("", "")
+
+
+@pytest.mark.parametrize("scale", [5e37, 1e20, 1e-30, 1e-37])
+def test_rows_of_very_large_or_small_values_are_normalized(scale):
+    """Finite float32 rows whose squares overflow or underflow float32: a row of 1e20s came out
+    all zero (its norm overflowed to inf, with a RuntimeWarning), a row of 1e-30s was stored as
+    it was (its norm underflowed to 0), far from unit length; either's chunk was then never
+    found by vector search."""
+    import warnings
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        out = Broken(np.array([[3.0, 4.0, 0.0], [0.0, 0.0, 1.0]]) * scale).embed(["one", "two"])
+    assert out == pytest.approx(np.array([[0.6, 0.8, 0.0], [0.0, 0.0, 1.0]]), abs=1e-6)
 
 
 def test_a_hook_only_embedder_serves_a_database(tmp_path):
