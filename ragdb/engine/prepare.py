@@ -190,7 +190,9 @@ def prepare(record: Mapping[str, Any] | LoadedDocument, chunker: Chunker, n: int
     checked = [check_span(sp, f"{label}: span {i}") for i, sp in enumerate(spans)]
     chunks: list[tuple[int, int, dict[str, Any], Counts]] = []
     done = 0  # where the chunks so far end
-    for start, end in rec_chunker.split(text):
+    from ragdb.text.chunking import split_checked
+
+    for start, end in split_checked(rec_chunker, text, label):
         # A chunk's own text (not its overlap with the chunk before, which is that chunk's)
         # takes each metadata key from the span covering the most of it, the first on a tie:
         # by where the chunk started, a chunk of a new section that began in the last lines of

@@ -25,7 +25,7 @@ from typing import Any, Protocol, runtime_checkable
 from collections.abc import Callable, Sequence
 
 from ragdb.text.analysis import token_spans
-from ragdb.errors import InvalidInput
+from ragdb.errors import InvalidInput, RagdbError
 
 Span = tuple[int, int]
 
@@ -211,6 +211,64 @@ def _check_size_overlap(name: str, size: int, overlap: int) -> None:
 DEFAULT_CHUNKER = "recursive:size=800,overlap=100"
 
 
+def split_checked(chunker: Chunker, text: str, label: str) -> list[Span]:
+    """``chunker.split(text)``, held to the contract when the chunker is not one of ragdb's
+    own: a list of ``(start, end)`` integer pairs with ``0 <= start < end <= len(text)``,
+    starts in order (overlap allowed). A plugin's chunker returning anything else (a span
+    past the text, negative or reversed, numpy integers, strings) or raising is an
+    :class:`InvalidInput` naming it, before anything is written: unchecked, a negative start
+    stored a chunk of no text (the document was never found), numpy integers were stored
+    as bytes (``ragdb check`` then reported the chunk damaged), and the rest raised
+    TypeError, ValueError or OverflowError out of ``add``."""
+    if type(chunker) in _OWN:
+        return chunker.split(text)
+    try:
+        name = chunker.spec()
+    except Exception:
+        name = getattr(chunker, "name", type(chunker).__name__)
+    try:
+        got = chunker.split(text)
+        iterable = hasattr(got, "__iter__") and not isinstance(got, (str, bytes, dict))
+        spans = list(got) if iterable else None
+    except RagdbError:
+        raise
+    except Exception as e:
+        raise InvalidInput(f"{label}: chunker {name!r} failed: {type(e).__name__}: {_said(e)}") from e
+    if spans is None:
+        raise InvalidInput(f"{label}: chunker {name!r} returned a {type(got).__name__}, not a list of "
+                           f"(start, end) spans")
+    out: list[Span] = []
+    last = 0
+    for i, span in enumerate(spans):
+        pair = tuple(span) if hasattr(span, "__iter__") and not isinstance(span, (str, bytes, dict)) else None
+        if pair is None or len(pair) != 2 or not all(_is_int(x) for x in pair):
+            raise InvalidInput(f"{label}: chunker {name!r} returned {span!r} as span {i}, not a pair of "
+                               f"integers (start, end)")
+        start, end = int(pair[0]), int(pair[1])
+        if not 0 <= start < end <= len(text):
+            raise InvalidInput(f"{label}: chunker {name!r} returned span {i} ({start}, {end}), outside a "
+                               f"text of {len(text)} characters or empty (0 <= start < end <= length)")
+        if start < last:
+            raise InvalidInput(f"{label}: chunker {name!r} returned span {i} ({start}, {end}) starting "
+                               f"before the span before it (spans go in order of their starts)")
+        last = start
+        out.append((start, end))
+    return out
+
+
+def _is_int(x: object) -> bool:
+    import numbers
+
+    return isinstance(x, numbers.Integral) and not isinstance(x, bool)
+
+
+def _said(e: BaseException) -> str:
+    try:
+        return str(e)
+    except Exception:  # (an exception whose message cannot be made)
+        return "?"
+
+
 def get_chunker(spec: "str | Chunker | None") -> Chunker:
     """Build a chunker from a spec string (``"window:size=200,overlap=50"``) or return it.
 
@@ -289,3 +347,7 @@ def register_builtins(register: Callable[..., None]) -> None:
     register("window", _window, usage="window[:size=N,overlap=N]")
     register("paragraph", _paragraph)
     register("none", _none)
+
+
+#: ragdb's own chunkers: their spans are not checked again (a bulk load makes millions).
+_OWN: frozenset[type] = frozenset({NoneChunker, WindowChunker, ParagraphChunker, RecursiveChunker})
