@@ -516,9 +516,12 @@ def plan_sync(db: Database, root: str | os.PathLike[str], *, source_prefix: str 
             failed.append(FileFailure(source, path, f"{path}: cannot read: {_error_text(e)}"))
         if progress is not None:
             progress(1)
-    # a file under a folder the walk could not list is unknown, not gone: kept
-    hidden = tuple(scope + rel for rel in found.unreadable)
-    deleted = sorted(s for s in stored if s not in files and not (hidden and s.startswith(hidden)))
+    # a file under a folder the walk could not list, or one it listed but could not stat, is
+    # unknown, not gone: kept
+    hidden = tuple(scope + rel for rel in found.unreadable if not rel or rel.endswith("/"))
+    kept = {scope + rel for rel in found.unreadable if rel and not rel.endswith("/")}
+    deleted = sorted(s for s in stored if s not in files and s not in kept
+                     and not (hidden and s.startswith(hidden)))
     if probe:
         ok: set[str] = set()
         for source in added + changed:

@@ -185,7 +185,8 @@ class Walk:
     #: :func:`read_file` holds the file to when it is read
     identities: Mapping[str, FileIdentity] = field(default_factory=dict, compare=False, repr=False)
     #: the folders (relative to the root, in posix form, ending with ``/``; ``""``: the root)
-    #: that could not be listed: what they hold is unknown, not gone (a sync deletes nothing there)
+    #: that could not be listed, and the files listed whose status could not be read (no
+    #: trailing ``/``): what they hold is unknown, not gone (a sync deletes nothing there)
     unreadable: tuple[str, ...] = ()
 
     @property
@@ -705,6 +706,13 @@ class _Frame:
     rules: list[_IgnoreFile] = field(default_factory=list)
 
 
+def _unknown(err: OSError) -> bool:
+    """Whether a listed entry whose status failed with ``err`` may still be there (no
+    permission to search its folder, an I/O error ...), rather than gone (``ENOENT``,
+    ``ENOTDIR``: a folder on its path replaced) or a link loop (``ELOOP``)."""
+    return err.errno not in (errno.ENOENT, errno.ENOTDIR, errno.ELOOP)
+
+
 def _inside(path: str, folder: str) -> bool:
     """Whether the real path ``path`` is ``folder`` or below it (links are not followed out
     of the folder walked, as git does not follow them: a link to ``/etc`` or to another
@@ -772,7 +780,11 @@ def walk(root: str | os.PathLike[str], *, recursive: bool = True, include: Patte
         try:
             is_dir = entry.is_dir()  # follows links; False for broken links
             is_file = not is_dir and entry.is_file()
-        except OSError:  # ELOOP on a self-referencing link, permission problems
+        except OSError as e:  # ELOOP on a self-referencing link, permission problems
+            if _unknown(e):  # what it is cannot be told: not gone (a sync keeps its documents)
+                unreadable.append(rel)
+                skipped.append(Skipped(shown, "unreadable"))
+                continue
             is_dir = is_file = False
         if is_dir:
             if not recursive:
@@ -821,7 +833,13 @@ def walk(root: str | os.PathLike[str], *, recursive: bool = True, include: Patte
             # now, which must lie inside the folder (lstat: resolved, it is no link itself)
             real = os.path.realpath(entry.path) if entry.is_symlink() else ""
             st = os.lstat(real) if real else entry.stat(follow_symlinks=False)
-        except (OSError, RuntimeError):  # gone (or a link loop) since the folder was listed
+        except (OSError, RuntimeError) as e:  # gone (or a link loop) since the folder was listed
+            if isinstance(e, OSError) and _unknown(e):
+                # listed, but its status cannot be read (a folder with read but not search
+                # permission): not gone, and a sync must not delete its documents
+                unreadable.append(rel)
+                skipped.append(Skipped(shown, "unreadable"))
+                continue
             skipped.append(Skipped(shown, "vanished"))
             continue
         if real and not _inside(real, base_real):

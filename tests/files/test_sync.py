@@ -698,6 +698,72 @@ def test_a_folder_that_cannot_be_listed_keeps_its_documents(tmp_path, monkeypatc
         assert sorted(d.source for d in db.documents()) == before and db.check() == []
 
 
+class _NoStat:
+    """A directory entry whose status cannot be read (what a folder with read but not search
+    permission lists: names, but every stat fails with EACCES)."""
+
+    def __init__(self, entry):
+        self._entry, self.name, self.path = entry, entry.name, entry.path
+
+    def _refuse(self, *args, **kwargs):
+        raise PermissionError(13, "Permission denied", self.path)
+
+    is_dir = is_file = stat = _refuse
+
+    def is_symlink(self):
+        return self._entry.is_symlink()
+
+
+@pytest.mark.parametrize("how", ["lstat", "is_dir"])
+def test_files_listed_but_not_statable_keep_their_documents(tmp_path, monkeypatch, how):
+    """A folder with read but not search permission (``chmod a-x``) lists its names but every
+    stat of them fails: its files were skipped as ``vanished`` and sync deleted their documents
+    (JSON Lines records too). They are ``unreadable`` now, and kept. (The tests run as root,
+    whom permissions do not stop: the entries refuse here instead.)"""
+    folder = tmp_path / "kb"
+    write(folder / "sub" / "a.md", "Alpha words in the sub-folder.\n")
+    write(folder / "sub" / "r.jsonl", '{"id": "1", "text": "record one"}\n{"id": "2", "text": "record two"}\n')
+    write(folder / "b.md", "Beta words at the top.\n")
+    with ragdb.open(tmp_path / "kb.db") as db:
+        sync.apply_sync(db, sync.plan_sync(db, folder))
+        before = sorted(d.source for d in db.documents())
+        assert len(before) == 4
+        blocked = os.path.realpath(folder / "sub")
+        real_scandir = os.scandir
+
+        class Listing:
+            def __init__(self, path):
+                self._it = real_scandir(path)
+
+            def __enter__(self):
+                return self
+
+            def __exit__(self, *exc):
+                self._it.close()
+
+            def __iter__(self):
+                for entry in self._it:
+                    if how == "is_dir":  # a file system without d_type: is_dir() itself stats
+                        yield _NoStat(entry)
+                    else:  # d_type known: only the status read for the file's identity fails
+                        entry_stat = _NoStat(entry)
+                        entry_stat.is_dir, entry_stat.is_file = entry.is_dir, entry.is_file
+                        yield entry_stat
+
+        def scandir(path="."):
+            if os.path.realpath(os.fspath(path)) == blocked:
+                return Listing(path)
+            return real_scandir(path)
+
+        monkeypatch.setattr(os, "scandir", scandir)
+        plan = sync.plan_sync(db, folder)
+        assert plan.deleted == ()
+        assert sorted((os.path.basename(s.path), s.reason) for s in plan.skipped) == [
+            ("a.md", "unreadable"), ("r.jsonl", "unreadable")]
+        sync.apply_sync(db, plan)
+        assert sorted(d.source for d in db.documents()) == before and db.check() == []
+
+
 @pytest.mark.skipif(not hasattr(os, "mkfifo"), reason="POSIX links and FIFOs")
 def test_read_file_holds_a_file_to_its_identity(tmp_path):
     from ragdb.files import walk
