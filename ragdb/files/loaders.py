@@ -526,6 +526,8 @@ def _toml_front_matter(text: str, where: str) -> tuple[dict[str, Any], str] | No
             loaded["version"] = toml.loads("\n".join(lines[1:end]), parse_float=str)["version"]
     except (toml.TOMLDecodeError, ValueError) as e:
         raise LoaderError(f"{where}: invalid TOML front matter: {e}") from None
+    except RecursionError:  # tomllib recurses once per nested array or inline table
+        raise LoaderError(f"{where}: invalid TOML front matter: nested too deeply") from None
     budget = [_MAX_FRONT_MATTER_NODES]
     out: dict[str, Any] = {}
     for key, value in loaded.items():

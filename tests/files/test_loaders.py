@@ -1026,6 +1026,25 @@ def test_toml_front_matter_is_metadata_not_text() -> None:
         load_bytes(b"+++\ntitle = \n+++\nBody.\n", source="bad.md", kind="md")
 
 
+@pytest.mark.parametrize("value", ["[" * 3000 + "]" * 3000, "{a = " * 3000 + "1" + "}" * 3000])
+def test_deeply_nested_toml_front_matter_fails_the_file_not_the_sync(tmp_path: Path, value: str) -> None:
+    """TOML front matter nested thousands deep raised a bare RecursionError out of tomllib, which
+    no caller catches: one such file ended a whole add or sync. It is the file's LoaderError now
+    (a .txt file's unreadable front matter is its text, as for YAML)."""
+    from ragdb.files import sync
+
+    head = f"+++\nx = {value}\n+++\n"
+    with pytest.raises(LoaderError, match="bad.md: invalid TOML front matter: nested too deeply"):
+        load_bytes(f"{head}Body.\n".encode(), source="bad.md", kind="md")
+    assert only(load_bytes(f"{head}Body.\n".encode(), source="bad.txt", kind="txt")).text.startswith("+++")
+    write(tmp_path / "kb" / "bad.md", f"{head}Body.\n")
+    write(tmp_path / "kb" / "good.md", "Good words.\n")
+    with ragdb.open(":memory:") as db:
+        report = sync.sync_folder(db, tmp_path / "kb")
+        assert [os.path.basename(f.path) for f in report.failed] == ["bad.md"]
+        assert [d.metadata["path"] for d in db.documents()] == [str(tmp_path / "kb" / "good.md")]
+
+
 @pytest.mark.parametrize("name,body", [
     ("a.html", "<html><body><p>html secret</p></body></html>\n"),
     ("b.txt", "plain secret\n"),
