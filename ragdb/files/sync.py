@@ -294,15 +294,25 @@ def _check_loaded(doc: LoadedDocument, label: str) -> None:
     """What add_many would refuse about a loaded file, found before the batch is written."""
     if not isinstance(doc.text, str) or is_blank(doc.text):
         raise LoaderError(f"{label}: no text (empty file?)")
-    # what add_many checks of a loaded document's version, timestamp and metadata (as
-    # ragdb.engine.prepare.prepare takes them from its metadata): a file failing one is a failed
-    # file, not the end of the whole add or sync
-    from ragdb.engine.prepare import check_metadata
+    try:
+        doc.text.encode("utf-8")
+    except UnicodeEncodeError as e:
+        raise LoaderError(f"{label}: the text is not valid Unicode (lone surrogate at offset {e.start})") from None
+    # what add_many checks of a loaded document's version, timestamp, metadata, title, access
+    # labels and spans (as ragdb.engine.prepare.prepare takes them): a file failing one is a
+    # failed file, not the end of the whole add or sync
+    from ragdb.engine.prepare import check_acl, check_metadata, check_span
     from ragdb.options import check_text, parse_timestamp
 
     meta = dict(doc.metadata)
     version, timestamp = meta.pop("version", None), meta.pop("timestamp", None)
     try:
+        if doc.title is not None:
+            check_text(doc.title, f"{label}: title")
+        if doc.acl is not None:
+            check_acl(doc.acl, label)
+        for i, span in enumerate(doc.spans):
+            check_span(span, f"{label}: span {i}")
         if version is not None:
             if isinstance(version, bool) or not isinstance(version, (str, int, float)):
                 raise InvalidInput(f"{label}: version must be a string, got {version!r}")

@@ -228,6 +228,19 @@ def test_unreadable_file_is_reported_and_skipped(db, folder):
     assert len(again.skipped) == 2
 
 
+@pytest.mark.parametrize("front", ['acl: "\\ud800"', 'labels: ["ok", "\\udc00x"]'])
+def test_front_matter_no_store_can_hold_fails_its_file_not_the_batch(db, folder, front):
+    """Front matter whose access labels hold a lone surrogate (a YAML escape) passed the
+    loader's checks and was refused by add_many: the whole add or sync ended with nothing
+    written. The file fails on its own now, and the others land."""
+    (folder / "bad.md").write_text(f"---\n{front}\n---\nBad words.\n")
+    report = sync.sync_folder(db, folder)
+    assert [f.source for f in report.failed] == ["bad.md"] and "not valid Unicode" in report.failed[0].error
+    assert sources(db) == ["alpha.md", "beta.txt", "sub/gamma.txt"]
+    added = sync.add_paths(db, ["bad.md", "alpha.md"])
+    assert [f.source for f in added.failed] == ["bad.md"] and added.unchanged == ("alpha.md",)
+
+
 def test_dry_run_lists_failures(db, folder):
     (folder / "empty.txt").write_bytes(b"")
     (folder / "blob.txt").write_bytes(BINARY)
