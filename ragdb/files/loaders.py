@@ -1724,8 +1724,20 @@ def _quiet_pypdf() -> Iterator[None]:
 def _pdf_string(value: Any) -> str | None:
     if value is None:
         return None
-    text = " ".join(str(value).replace("\x00", "").split())
+    text = " ".join(_valid_unicode(str(value)).replace("\x00", "").split())
     return text or None
+
+
+def _valid_unicode(text: str) -> str:
+    """``text`` with each lone surrogate (no text form, and SQLite stores none) as U+FFFD, as
+    undecodable bytes of a text file are: pypdf gives them where a font's ToUnicode map names
+    one (``<41> <D800>``), and such a PDF ended a whole add or sync. A pair split in two code
+    units is joined."""
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return text.encode("utf-16-le", "surrogatepass").decode("utf-16-le", "replace")
+    return text
 
 
 def _load_pdf(data: bytes, where: str, source: str, base: Mapping[str, Any]) -> LoadedDocument:
@@ -1777,7 +1789,7 @@ def _load_pdf(data: bytes, where: str, source: str, base: Mapping[str, Any]) -> 
     spans: list[Span] = []
     pos = 0
     for n, raw in enumerate(texts, start=1):
-        page_text = _normalize(raw).strip()
+        page_text = _normalize(_valid_unicode(raw)).strip()
         if not page_text:
             continue
         if parts:

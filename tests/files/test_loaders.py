@@ -1026,6 +1026,45 @@ def test_toml_front_matter_is_metadata_not_text() -> None:
         load_bytes(b"+++\ntitle = \n+++\nBody.\n", source="bad.md", kind="md")
 
 
+def _pdf_mapping_a_to(unicode_hex: bytes) -> bytes:
+    """A one-page PDF showing "ABAB" in a font whose ToUnicode map gives A as ``unicode_hex``."""
+    cmap = (b"/CIDInit /ProcSet findresource begin 12 dict begin begincmap /CMapName /X def\n"
+            b"1 begincodespacerange <00> <FF> endcodespacerange\n"
+            b"2 beginbfchar <41> <" + unicode_hex + b"> <42> <0042> endbfchar\n"
+            b"endcmap CMapName currentdict /CMap defineresource pop end end")
+    shown = b"BT /F1 12 Tf 72 720 Td (ABAB) Tj ET"
+    objs = [b"<< /Type /Catalog /Pages 2 0 R >>", b"<< /Type /Pages /Kids [3 0 R] /Count 1 >>",
+            b"<< /Type /Page /Parent 2 0 R /MediaBox [0 0 612 792] /Contents 4 0 R"
+            b" /Resources << /Font << /F1 5 0 R >> >> >>",
+            b"<< /Length %d >>\nstream\n%s\nendstream" % (len(shown), shown),
+            b"<< /Type /Font /Subtype /Type1 /BaseFont /Helvetica /ToUnicode 6 0 R >>",
+            b"<< /Length %d >>\nstream\n%s\nendstream" % (len(cmap), cmap)]
+    out, offsets = b"%PDF-1.4\n", []
+    for i, obj in enumerate(objs, 1):
+        offsets.append(len(out))
+        out += b"%d 0 obj\n%s\nendobj\n" % (i, obj)
+    xref = len(out)
+    out += b"xref\n0 %d\n0000000000 65535 f \n" % (len(objs) + 1)
+    out += b"".join(b"%010d 00000 n \n" % o for o in offsets)
+    return out + b"trailer\n<< /Size %d /Root 1 0 R >>\nstartxref\n%d\n%%%%EOF\n" % (len(objs) + 1, xref)
+
+
+def test_a_pdf_font_mapping_to_lone_surrogates_loads_with_replacement_characters(tmp_path: Path) -> None:
+    """A ToUnicode map naming a lone surrogate (<D800>) made pypdf give text SQLite cannot store,
+    and add_many's refusal of it ended the whole add or sync. Such characters are U+FFFD now, as
+    undecodable bytes of a text file are; a pair is kept."""
+    from ragdb.files import sync
+
+    doc = only(load_bytes(_pdf_mapping_a_to(b"D800"), source="bad.pdf", kind="pdf"))
+    assert doc.text == "\ufffdB\ufffdB"
+    assert only(load_bytes(_pdf_mapping_a_to(b"D83DDE00"), source="ok.pdf", kind="pdf")).text == "\U0001F600B\U0001F600B"
+    write(tmp_path / "kb" / "bad.pdf", _pdf_mapping_a_to(b"D800"))
+    write(tmp_path / "kb" / "good.md", "Good words.\n")
+    with ragdb.open(":memory:") as db:
+        report = sync.sync_folder(db, tmp_path / "kb")
+        assert report.failed == () and len(report.added) == 2
+
+
 @pytest.mark.parametrize("value", ["[" * 3000 + "]" * 3000, "{a = " * 3000 + "1" + "}" * 3000])
 def test_deeply_nested_toml_front_matter_fails_the_file_not_the_sync(tmp_path: Path, value: str) -> None:
     """TOML front matter nested thousands deep raised a bare RecursionError out of tomllib, which
