@@ -638,7 +638,12 @@ def read_file(path: str | os.PathLike[str], identity: FileIdentity | None = None
             os.set_blocking(fd, True)
         with os.fdopen(fd, "rb", closefd=True) as fh:
             fd = -1
-            data = fh.read() if limit is None else fh.read(limit)
+            # never more than the limit, even from a file that grows after the fstat above (a
+            # log being written, a download): read to its end, such a file was read whole
+            data = fh.read(MAX_FILE_BYTES + 1 if limit is None else limit)
+        if limit is None and len(data) > MAX_FILE_BYTES:
+            raise FileTooLarge(f"{where}: more than the {MAX_FILE_BYTES:,} bytes a file may have (it grew "
+                               f"while it was read)", "too large")
         return data, st
     finally:
         if fd >= 0:

@@ -711,6 +711,35 @@ def test_a_folder_that_cannot_be_listed_keeps_its_documents(tmp_path, monkeypatc
         assert sorted(d.source for d in db.documents()) == before and db.check() == []
 
 
+def test_a_file_growing_past_the_limit_while_read_is_too_large(tmp_path, monkeypatch):
+    """read_file checked the size fstat gave, then read to the end of the file: one that grew
+    after the fstat (a log being written) was read whole, past MAX_FILE_BYTES, however large."""
+    from ragdb.files import walk
+
+    folder = tmp_path / "kb"
+    grows = write(folder / "grows.txt", "small at first\n")
+    write(folder / "ok.txt", "Other words.\n")
+    monkeypatch.setattr(walk, "MAX_FILE_BYTES", 1000)
+    real_fstat = os.fstat
+
+    def fstat(fd):
+        st = real_fstat(fd)
+        if os.path.samestat(st, os.stat(grows)):
+            with open(grows, "a") as fh:  # grows after its size was taken
+                fh.write("more words\n" * 200)
+        return st
+
+    monkeypatch.setattr(os, "fstat", fstat)
+    with pytest.raises(walk.FileTooLarge):
+        walk.read_file(grows)
+    grows.write_text("small at first\n")
+    assert walk.read_file(folder / "ok.txt")[0] == b"Other words.\n"
+    with ragdb.open(":memory:") as db:
+        report = sync.sync_folder(db, folder)
+        assert [os.path.basename(s) for s in report.added] == ["ok.txt"]
+        assert [(os.path.basename(s.path), s.reason) for s in report.skipped] == [("grows.txt", "too large")]
+
+
 class _NoStat:
     """A directory entry whose status cannot be read (what a folder with read but not search
     permission lists: names, but every stat fails with EACCES)."""
