@@ -355,15 +355,15 @@ class _IgnoreFile:
     spec: pathspec.GitIgnoreSpec
 
 
-def _read_ignore(path: Path, base: str, label: str) -> _IgnoreFile | None:
+def _read_ignore(path: Path, base: str, label: str) -> list[_IgnoreFile]:
     try:
         if path.stat().st_size > (1 << 20):  # a megabyte of ignore rules is not one
-            return None
+            return []
         # a byte order mark (Windows editors write one) is skipped, as git skips it: it made the
         # first rule another pattern, which matched nothing
         text = path.read_bytes().removeprefix(codecs.BOM_UTF8).decode("utf-8", errors="replace")
     except OSError:
-        return None
+        return []
     lines = []
     for line in text.splitlines():
         if _too_many_wildcards(line):  # pragma: no cover - only without google-re2
@@ -374,16 +374,29 @@ def _read_ignore(path: Path, base: str, label: str) -> _IgnoreFile | None:
             continue
         lines.append(line)
     if not any(line.strip() and not line.startswith("#") for line in lines):
-        return None
-    return _IgnoreFile(base, label, _spec(lines))
+        return []
+    return [_IgnoreFile(base, label, spec) for spec in _specs(lines)]
+
+
+def _specs(lines: Sequence[str]) -> list[pathspec.GitIgnoreSpec]:
+    """Specs of ``lines`` in order, as few as google-re2 compiles: its automaton of all the
+    lines of a file has a memory budget, which ~2,000 lines such as ``name*.md`` exceed, and
+    the error ended the whole walk. Halves are split again until each compiles (each line
+    compiles alone); the walk applies them in order, the last match winning, as one spec
+    would (``_state``)."""
+    try:
+        return [_spec(lines)]
+    except _PATTERN_ERRORS:
+        if len(lines) < 2:  # pragma: no cover - each line compiled alone in _read_ignore
+            return []
+        mid = len(lines) // 2
+        return _specs(lines[:mid]) + _specs(lines[mid:])
 
 
 def _folder_rules(folder: Path, base: str, display: str) -> list[_IgnoreFile]:
     out = []
     for name in _IGNORE_FILES:
-        f = _read_ignore(folder / name, base, os.path.normpath(os.path.join(display, name)))
-        if f is not None:
-            out.append(f)
+        out.extend(_read_ignore(folder / name, base, os.path.normpath(os.path.join(display, name))))
     return out
 
 
@@ -432,9 +445,7 @@ def _outer_rules(root: Path, display: str) -> tuple[list[_IgnoreFile], str]:
     shown = os.path.join(display, *([os.pardir] * ups))
     info = top / ".git" / "info" / "exclude"
     if info.is_file():
-        f = _read_ignore(info, "", os.path.normpath(os.path.join(shown, ".git", "info", "exclude")))
-        if f is not None:
-            rules.append(f)
+        rules.extend(_read_ignore(info, "", os.path.normpath(os.path.join(shown, ".git", "info", "exclude"))))
     folder, base = top, ""
     parts = [p for p in prefix.split("/") if p]
     for part in parts:

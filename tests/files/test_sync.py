@@ -740,6 +740,23 @@ def test_a_file_growing_past_the_limit_while_read_is_too_large(tmp_path, monkeyp
         assert [(os.path.basename(s.path), s.reason) for s in report.skipped] == [("grows.txt", "too large")]
 
 
+def test_an_ignore_file_too_large_for_one_re2_set_is_obeyed(tmp_path):
+    """google-re2 compiles all the lines of an ignore file into one automaton with a memory
+    budget: 3,000 lines such as ``name*.md`` (36 KB) exceeded it, and re2's error ended the
+    whole walk (add and sync of the folder failed). The lines are compiled in parts now, and
+    obeyed in order as one file's: a later negation still re-includes."""
+    folder = tmp_path / "kb"
+    lines = [f"generated{i}*.md" for i in range(3000)]
+    write(folder / ".gitignore", "\n".join(["keep*.md", *lines, "secret.md", "!keep-this.md", ""]))
+    for name in ("a.md", "secret.md", "generated7x.md", "keep-this.md", "keep-not.md"):
+        write(folder / name, f"Words of {name}.\n")
+    with ragdb.open(":memory:") as db:
+        report = sync.sync_folder(db, folder)
+        assert sorted(os.path.basename(s) for s in report.added) == ["a.md", "keep-this.md"]
+        assert sorted(os.path.basename(s.path) for s in report.skipped if s.reason == "ignored") == [
+            "generated7x.md", "keep-not.md", "secret.md"]
+
+
 class _NoStat:
     """A directory entry whose status cannot be read (what a folder with read but not search
     permission lists: names, but every stat fails with EACCES)."""
