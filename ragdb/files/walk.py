@@ -355,15 +355,22 @@ class _IgnoreFile:
     spec: pathspec.GitIgnoreSpec
 
 
-def _read_ignore(path: Path, base: str, label: str) -> list[_IgnoreFile]:
+#: The largest ignore file read (bytes). A larger one, or one that cannot be read, makes its
+#: folder unreadable (:func:`_folder_rules`): the files it ignores (secrets, say) are unknown.
+MAX_IGNORE_BYTES = 1 << 20
+
+
+def _read_ignore(path: Path, base: str, label: str) -> list[_IgnoreFile] | None:
+    """The rules of one ignore file, none where there is no such file; None where it is there
+    but cannot be read (no permission, an I/O error) or is over :data:`MAX_IGNORE_BYTES`."""
     try:
-        if path.stat().st_size > (1 << 20):  # a megabyte of ignore rules is not one
-            return []
+        if path.stat().st_size > MAX_IGNORE_BYTES:
+            return None
         # a byte order mark (Windows editors write one) is skipped, as git skips it: it made the
         # first rule another pattern, which matched nothing
         text = path.read_bytes().removeprefix(codecs.BOM_UTF8).decode("utf-8", errors="replace")
-    except OSError:
-        return []
+    except OSError as e:
+        return [] if e.errno in (errno.ENOENT, errno.ENOTDIR) else None
     lines = []
     for line in text.splitlines():
         if _too_many_wildcards(line):  # pragma: no cover - only without google-re2
@@ -393,10 +400,17 @@ def _specs(lines: Sequence[str]) -> list[pathspec.GitIgnoreSpec]:
         return _specs(lines[:mid]) + _specs(lines[mid:])
 
 
-def _folder_rules(folder: Path, base: str, display: str) -> list[_IgnoreFile]:
+def _folder_rules(folder: Path, base: str, display: str) -> list[_IgnoreFile] | None:
+    """The rules of a folder's ignore files; None where one cannot be read (or is too large):
+    which of the folder's files it ignores is unknown, so the folder is skipped as
+    ``unreadable`` (a sync keeps its documents, and adds none of its files). Before, such a
+    file was passed over, and every file it ignored was indexed."""
     out = []
     for name in _IGNORE_FILES:
-        out.extend(_read_ignore(folder / name, base, os.path.normpath(os.path.join(display, name))))
+        rules = _read_ignore(folder / name, base, os.path.normpath(os.path.join(display, name)))
+        if rules is None:
+            return None
+        out.extend(rules)
     return out
 
 
@@ -432,8 +446,9 @@ def _git_top(root: Path) -> Path | None:
     return None
 
 
-def _outer_rules(root: Path, display: str) -> tuple[list[_IgnoreFile], str]:
-    """The ignore rules above ``root`` within its git work tree, and the root's path from the top."""
+def _outer_rules(root: Path, display: str) -> tuple[list[_IgnoreFile] | None, str]:
+    """The ignore rules above ``root`` within its git work tree (None where one of their files
+    cannot be read: :func:`_folder_rules`), and the root's path from the top."""
     top = _git_top(root)
     if top is None:
         return [], ""
@@ -445,11 +460,17 @@ def _outer_rules(root: Path, display: str) -> tuple[list[_IgnoreFile], str]:
     shown = os.path.join(display, *([os.pardir] * ups))
     info = top / ".git" / "info" / "exclude"
     if info.is_file():
-        rules.extend(_read_ignore(info, "", os.path.normpath(os.path.join(shown, ".git", "info", "exclude"))))
+        found = _read_ignore(info, "", os.path.normpath(os.path.join(shown, ".git", "info", "exclude")))
+        if found is None:
+            return None, prefix
+        rules.extend(found)
     folder, base = top, ""
     parts = [p for p in prefix.split("/") if p]
     for part in parts:
-        rules.extend(_folder_rules(folder, base, shown))
+        found = _folder_rules(folder, base, shown)
+        if found is None:
+            return None, prefix
+        rules.extend(found)
         folder, base = folder / part, f"{base}{part}/"
         shown = os.path.join(shown, part)
     return rules, prefix
@@ -764,7 +785,8 @@ def walk(root: str | os.PathLike[str], *, recursive: bool = True, include: Patte
                     {where: FileIdentity(st.st_dev, st.st_ino)})
     if not stat.S_ISDIR(st.st_mode):
         return Walk(where, (), (Skipped(where, "not a file"),))
-    outer, top_rel = _outer_rules(Path(where), where)
+    outer_found, top_rel = _outer_rules(Path(where), where)
+    outer = outer_found or []
     parts = [p for p in top_rel.split("/") if p]
     if any(_state(outer, "/".join(parts[:i]) + "/")[0] for i in range(1, len(parts) + 1)):
         # The folder asked for lies in a folder the work tree ignores (a build or cache folder
@@ -780,10 +802,12 @@ def walk(root: str | os.PathLike[str], *, recursive: bool = True, include: Patte
     seen: set[str] = {os.path.realpath(where)}
     unreadable: list[str] = []
     listed = _sorted_entries(where)
-    if listed is None:
+    own = _folder_rules(Path(where), top_rel, where) if listed is not None else []
+    if listed is None or own is None or outer_found is None:
         unreadable.append("")
-        skipped.append(Skipped(where, "unreadable"))
-    stack = [_Frame(iter(listed or ()), "", outer + _folder_rules(Path(where), top_rel, where))]
+        skipped.append(Skipped(where, "unreadable", "" if listed is None else "an ignore file cannot be read"))
+        listed = None
+    stack = [_Frame(iter(listed or ()), "", outer + (own or []))]
     while stack:
         frame = stack[-1]
         entry = next(frame.entries, None)
@@ -833,12 +857,12 @@ def walk(root: str | os.PathLike[str], *, recursive: bool = True, include: Patte
                 continue
             seen.add(real)
             listed = _sorted_entries(entry.path)
-            if listed is None:
+            own = _folder_rules(Path(entry.path), top_rel + rel, shown) if listed is not None else []
+            if listed is None or own is None:
                 unreadable.append(rel)
-                skipped.append(Skipped(shown + "/", "unreadable"))
+                skipped.append(Skipped(shown + "/", "unreadable", "" if listed is None else "an ignore file cannot be read"))
                 continue
-            stack.append(_Frame(iter(listed), rel,
-                                frame.rules + _folder_rules(Path(entry.path), top_rel + rel, shown)))
+            stack.append(_Frame(iter(listed), rel, frame.rules + own))
             continue
         if not is_file:
             skipped.append(Skipped(shown, "not a file"))

@@ -1040,3 +1040,40 @@ def test_adding_a_touched_file_again_is_unchanged_as_a_sync_finds_it(tmp_path, m
         assert sync.add_paths(db, ["a.md"]).replaced
         assert db.get(source="a.md").timestamp.startswith("2023-11-14T22:33:20")
 
+
+
+@pytest.mark.parametrize("how", ["too large", "unreadable"])
+def test_a_folder_whose_ignore_file_cannot_be_read_is_skipped_and_kept(tmp_path, monkeypatch, how):
+    """An ignore file over a megabyte, or one that cannot be read (no permission, an I/O error),
+    was passed over: every file it ignores (secrets, say) was indexed. Which files it ignores is
+    unknown, so its folder is skipped as unreadable: nothing of it is added, and a sync keeps
+    the documents it has of it. The other folders sync as before."""
+    from ragdb.files import walk
+
+    folder = tmp_path / "kb"
+    write(folder / "a.md", "Words of a.\n")
+    write(folder / "sub" / "kept.md", "Words of kept.\n")
+    with ragdb.open(":memory:") as db:
+        sync.sync_folder(db, folder)
+        ignore = folder / "sub" / ".gitignore"
+        write(ignore, "secret.md\n")
+        write(folder / "sub" / "secret.md", "The password is hunter2.\n")
+        write(folder / "b.md", "Words of b.\n")
+        if how == "too large":
+            write(ignore, "secret.md\n" + "# padding\n" * (walk.MAX_IGNORE_BYTES // 10))
+        else:
+            read_bytes = type(ignore).read_bytes
+
+            def refuse(path):
+                if path.name == ".gitignore":
+                    raise PermissionError(13, "Permission denied", str(path))
+                return read_bytes(path)
+
+            monkeypatch.setattr(type(ignore), "read_bytes", refuse)
+        report = sync.sync_folder(db, folder)
+        assert [os.path.basename(s) for s in report.added] == ["b.md"]
+        assert not report.deleted
+        assert [(os.path.basename(s.path.rstrip("/")), s.detail) for s in report.skipped
+                if s.reason == "unreadable"] == [("sub", "an ignore file cannot be read")]
+        assert not db.search("password hunter2")
+        assert sorted(os.path.basename(d.source) for d in db.documents()) == ["a.md", "b.md", "kept.md"]
