@@ -237,7 +237,7 @@ class ChatClient:
                     break
                 try:
                     event = json.loads(data)
-                except ValueError:
+                except (ValueError, RecursionError):  # not JSON, or nested too deeply to decode
                     event = _NOT_JSON  # raised below, outside the handler: the decoder's error
                     # (whose .doc holds the raw event) must not ride along as __context__
                 if event is _NOT_JSON:

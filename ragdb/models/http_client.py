@@ -595,7 +595,7 @@ class Endpoint:
             raw = self._send(client, body)
         try:
             return json.loads(raw)
-        except (ValueError, UnicodeDecodeError):
+        except (ValueError, UnicodeDecodeError, RecursionError):  # (nested too deeply to decode)
             pass  # raised below, so that the error has no __context__ holding the body
         raise self.error(f"the reply is not valid JSON: {self.quote(raw) or '(empty body)'}") from None
 
@@ -753,7 +753,7 @@ class Endpoint:
         text = bytes(raw[:_MAX_ERROR_BODY]).decode("utf-8", "replace").strip()
         try:
             data = json.loads(text)
-        except ValueError:
+        except (ValueError, RecursionError):  # not JSON, or nested too deeply to decode
             data = None
         if isinstance(data, dict):
             err = data.get("error", data)

@@ -748,3 +748,19 @@ def test_malformed_replies_carry_no_decoder_error_holding_the_raw_text(origin, c
         with pytest.raises(EmbeddingError, match="embedding 0 is not") as info:
             _embedder(origin.url_for("").rstrip("/")).embed(["a text"])
         _assert_clean(info.value, caplog)
+
+
+@pytest.mark.parametrize("kind", KINDS)
+@pytest.mark.parametrize("status", [200, 400])
+def test_json_nested_too_deeply_is_the_clients_error(kind, status, origin):
+    """A reply nested deeper than Python's decoder can recurse (json raises RecursionError,
+    not ValueError) is a reply that is not JSON, in a success or an error answer, and in a
+    stream's event."""
+    path, make, call, error = KINDS[kind]
+    deep = "[" * 100_000
+    if kind == "chat-stream" and status == 200:
+        origin.expect_request(path).respond_with_data(f"data: {deep}\n\n", content_type="text/event-stream")
+    else:
+        origin.expect_request(path).respond_with_data(deep, status=status, content_type="application/json")
+    with pytest.raises(error, match="not JSON|not valid JSON|HTTP 400"):
+        call(make(origin.url_for("").rstrip("/"), max_retries=0))
