@@ -273,7 +273,7 @@ class OpenAIEmbedder(EmbeddingModel):
             else:
                 try:
                     vec = np.asarray(emb, dtype=np.float32)
-                except (ValueError, TypeError):
+                except (ValueError, TypeError, OverflowError):  # (an integer past any float)
                     bad = f"embedding {index} is not a list of numbers"
             if bad is not None:
                 raise fail(bad)

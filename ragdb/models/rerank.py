@@ -50,6 +50,15 @@ def _check_args(query: str, hits: Sequence[Hit], top_n: int | None) -> list[Hit]
     return hits
 
 
+def _finite(score: float) -> bool:
+    """Whether ``score`` is a finite float, or an integer a float can hold (JSON has integers
+    of any size, which ``math.isfinite`` and ``float`` refuse with OverflowError)."""
+    try:
+        return math.isfinite(score)
+    except OverflowError:
+        return False
+
+
 def _apply(hits: list[Hit], scores: dict[int, float], top_n: int | None) -> list[Hit]:
     """Hits that got a score, sorted by it (desc; ties in input order), cut to top_n."""
     order = sorted(scores, key=lambda i: (-scores[i], i))
@@ -177,7 +186,7 @@ class HTTPReranker:
                 raise fail(f"result {pos} has invalid index {index!r} ({len(texts)} documents sent)")
             if index in scores:
                 raise fail(f"index {index} appears twice in the reply")
-            if isinstance(score, bool) or not isinstance(score, (int, float)) or not math.isfinite(score):
+            if isinstance(score, bool) or not isinstance(score, (int, float)) or not _finite(score):
                 raise fail(f"result {pos} has no finite {key!r}")
             scores[index] = float(score)
         expected = len(texts) if top_n is None else min(top_n, len(texts))

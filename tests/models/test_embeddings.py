@@ -232,6 +232,17 @@ def test_openai_embedder_wrong_count_and_bad_replies(httpserver):
         e.embed(["a", "b"])
 
 
+def test_openai_embedder_integer_past_any_float(httpserver):
+    """JSON integers have no size limit: one past float range is not a number ragdb can
+    store, an EmbeddingError (numpy raised OverflowError, which escaped)."""
+    big = "9" * 400
+    httpserver.expect_request("/v1/embeddings").respond_with_data(
+        f'{{"data": [{{"index": 0, "embedding": [{big}, 1.0]}}]}}', content_type="application/json")
+    e = OpenAIEmbedder(base_url=httpserver.url_for("/v1"), model="m", max_retries=0)
+    with pytest.raises(EmbeddingError, match="embedding 0 is not a list of numbers"):
+        e.embed(["a"])
+
+
 def test_openai_embedder_retries_429_then_succeeds(httpserver):
     httpserver.expect_oneshot_request("/v1/embeddings").respond_with_data(
         "slow down", status=429, headers={"Retry-After": "0"}

@@ -180,6 +180,17 @@ def test_http_reranker_errors(httpserver):
         rr.rerank("q", hits)
 
 
+def test_http_reranker_integer_score_past_any_float(httpserver):
+    """A score that is a JSON integer too large for a float is no finite score (math.isfinite
+    raised OverflowError, which escaped)."""
+    rr = HTTPReranker(httpserver.url_for(""), max_retries=0)
+    big = "9" * 400
+    httpserver.expect_request("/rerank").respond_with_data(
+        f'[{{"index": 0, "score": {big}}}, {{"index": 1, "score": 1.0}}]', content_type="application/json")
+    with pytest.raises(RerankError, match="result 0 has no finite 'score'"):
+        rr.rerank("q", make_hits(["a", "b"]))
+
+
 def test_http_reranker_retries_503(httpserver):
     httpserver.expect_oneshot_request("/rerank").respond_with_data("busy", status=503)
     httpserver.expect_request("/rerank").respond_with_json(
