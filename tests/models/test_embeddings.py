@@ -7,6 +7,7 @@ import json
 import logging
 import socket
 import sys
+import warnings
 
 import numpy as np
 import pytest
@@ -241,6 +242,24 @@ def test_openai_embedder_integer_past_any_float(httpserver):
     e = OpenAIEmbedder(base_url=httpserver.url_for("/v1"), model="m", max_retries=0)
     with pytest.raises(EmbeddingError, match="embedding 0 is not a list of numbers"):
         e.embed(["a"])
+
+
+def test_openai_embedder_normalizes_finite_extremes(httpserver):
+    """Finite components whose float32 squares overflow (past ~1.8e19) or underflow (under
+    ~1e-23) still give a unit row: it was zeroed (with a RuntimeWarning printed) or left as
+    it came."""
+    httpserver.expect_request("/v1/embeddings").respond_with_json({"data": [
+        {"index": 0, "embedding": [3e19, 3e19, 0.0]},
+        {"index": 1, "embedding": [1e-30, 0.0, 0.0]},
+        {"index": 2, "embedding": [3e38, 0.0, 3e38]},
+    ]})
+    e = OpenAIEmbedder(base_url=httpserver.url_for("/v1"), model="m", max_retries=0)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        m = e.embed(["a", "b", "c"])
+    assert_unit_rows(m)
+    h = np.float32(np.sqrt(0.5))
+    np.testing.assert_allclose(m, [[h, h, 0.0], [1.0, 0.0, 0.0], [h, 0.0, h]], rtol=1e-6)
 
 
 def test_openai_embedder_retries_429_then_succeeds(httpserver):
