@@ -109,7 +109,8 @@ class ChatClient:
     :class:`~ragdb.errors.LLMError` at once, naming the settings to set, before
     any request is attempted; so does OpenAI's API named explicitly without a key.
 
-    ``timeout`` (seconds) applies to connecting and to each read. Requests are
+    ``timeout`` (seconds) applies to connecting and to each read, and bounds
+    reading a whole answer of :meth:`complete` once it started. Requests are
     retried ``max_retries`` times on HTTP 408, 429, 5xx and connection failures
     (including connect timeouts), waiting ``backoff * 2**attempt`` seconds or
     the server's ``Retry-After``, either capped at ``max_backoff``.

@@ -9,7 +9,9 @@ nothing else in ragdb does HTTP. The policy, the same for every endpoint:
   times (``max_retries + 1`` attempts in all). A read timeout (the server took
   the request but did not answer within ``timeout``) is retried only where the
   endpoint says so (``retry_read_timeout``; the chat client does not, as the
-  model may still be generating). TLS certificate failures and other 4xx
+  model may still be generating); so is an answer whose body takes more than
+  ``timeout`` to arrive after its headers (a server trickling it out).
+  TLS certificate failures and other 4xx
   answers are not retried. Before retry ``n`` (0-based) ragdb waits the server's
   ``Retry-After`` (delta-seconds or an HTTP-date) if it sent one, else
   ``backoff * 2**n`` seconds plus up to 25 % jitter; either is capped at
@@ -660,14 +662,25 @@ class Endpoint:
 
         def attempt() -> bytes:
             response = self._attempt(http, body, False)
+            # httpx's timeout bounds each read, not the answer: a server sending a byte
+            # now and then would hold the call for ever. The whole body gets one timeout.
+            deadline = time.monotonic() + self.timeout
+            raw = bytearray()
             try:
-                return response.read()
+                for piece in response.iter_bytes():
+                    raw += piece
+                    if time.monotonic() > deadline:
+                        break
+                else:
+                    return bytes(raw)
             except httpx.ReadTimeout:
                 raise _Give(f"timed out after {self.timeout:g}s waiting for the answer", self.retry_read_timeout) from None
             except httpx.HTTPError as exc:
                 raise _Give(f"the connection broke: {self._describe(exc)}", True) from None
             finally:
                 response.close()
+            raise _Give(f"timed out after {self.timeout:g}s reading the answer (it came too slowly)",
+                        self.retry_read_timeout)
 
         return self._retrying(attempt)
 

@@ -764,3 +764,21 @@ def test_json_nested_too_deeply_is_the_clients_error(kind, status, origin):
         origin.expect_request(path).respond_with_data(deep, status=status, content_type="application/json")
     with pytest.raises(error, match="not JSON|not valid JSON|HTTP 400"):
         call(make(origin.url_for("").rstrip("/"), max_retries=0))
+
+
+@pytest.mark.parametrize("kind", ["embeddings", "rerank", "chat"])
+def test_an_answer_trickled_out_times_out(kind, threaded):
+    """A server that sends its answer's body a byte at a time, each within the timeout,
+    does not hold the call for ever: the whole body gets one timeout."""
+    path, make, call, error = KINDS[kind]
+
+    def trickle(request: Request) -> Response:
+        def body() -> Iterator[bytes]:
+            for _ in range(60):  # 12 s, a byte every 0.2 s
+                yield b" "
+                time.sleep(0.2)
+        return Response(body(), content_type="application/json")
+
+    threaded.expect_request(path).respond_with_handler(trickle)
+    with pytest.raises(error, match=r"timed out after 1s reading the answer"):
+        call(make(threaded.url_for("").rstrip("/"), timeout=1, max_retries=0))
