@@ -17,6 +17,8 @@ nothing else in ragdb does HTTP. The policy, the same for every endpoint:
   ``backoff * 2**n`` seconds plus up to 25 % jitter; either is capped at
   ``max_backoff``. A stream is retried only until the answer's status arrives;
   once text has been yielded, a failure raises.
+* **Size.** An answer's body is read up to :data:`MAX_REPLY_BYTES` (256 MiB, after
+  decoding ``Content-Encoding``); a larger one raises, not retried.
 * **Redirects are never followed.** A 3xx answer raises the endpoint's error
   naming the status and the (scrubbed) ``Location``: following it would send the
   ``Authorization`` header, or the body, to another server.
@@ -71,6 +73,7 @@ from ragdb.errors import InvalidInput, RemoteError
 
 __all__ = [
     "Endpoint",
+    "MAX_REPLY_BYTES",
     "RETRY_STATUSES",
     "OPENAI_HOST",
     "check_base_url",
@@ -94,6 +97,9 @@ RETRY_STATUSES = frozenset({408, 429, *range(500, 600)})
 OPENAI_HOST = "api.openai.com"
 
 _MAX_ERROR_BODY = 64 * 1024  # bytes of an error body read
+#: The most bytes of an answer's body read (after gzip/deflate/br decoding): a bigger one
+#: (a compressed bomb, a server gone wrong) raises instead of filling the memory.
+MAX_REPLY_BYTES = 256 << 20
 _MAX_QUOTE = 300  # characters of server text quoted in an error message
 _GRAM = 4  # every run of this many characters of a secret's secret part is masked
 _MASK = "***"
@@ -666,9 +672,13 @@ class Endpoint:
             # now and then would hold the call for ever. The whole body gets one timeout.
             deadline = time.monotonic() + self.timeout
             raw = bytearray()
+            too_big = False
             try:
                 for piece in response.iter_bytes():
                     raw += piece
+                    if len(raw) > MAX_REPLY_BYTES:
+                        too_big = True
+                        break
                     if time.monotonic() > deadline:
                         break
                 else:
@@ -679,6 +689,8 @@ class Endpoint:
                 raise _Give(f"the connection broke: {self._describe(exc)}", True) from None
             finally:
                 response.close()
+            if too_big:
+                raise _Give(f"the answer is larger than {MAX_REPLY_BYTES:,} bytes", False)
             raise _Give(f"timed out after {self.timeout:g}s reading the answer (it came too slowly)",
                         self.retry_read_timeout)
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import base64
 import email.utils
+import gzip
 import html
 import json
 import logging
@@ -782,3 +783,19 @@ def test_an_answer_trickled_out_times_out(kind, threaded):
     threaded.expect_request(path).respond_with_handler(trickle)
     with pytest.raises(error, match=r"timed out after 1s reading the answer"):
         call(make(threaded.url_for("").rstrip("/"), timeout=1, max_retries=0))
+
+
+@pytest.mark.parametrize("kind", ["embeddings", "rerank", "chat"])
+def test_an_answer_past_the_size_limit_is_refused(kind, origin, monkeypatch):
+    """A compressed bomb (10 KB of gzip, 16 MiB of body) is read up to the limit, then
+    refused, not retried: it was read whole into memory, however big."""
+    monkeypatch.setattr(http_client, "MAX_REPLY_BYTES", 1 << 20)
+    path, make, call, error = KINDS[kind]
+    bomb = gzip.compress(b" " * (16 << 20))
+    assert len(bomb) < 100_000
+    origin.expect_request(path).respond_with_data(
+        bomb, content_type="application/json", headers={"Content-Encoding": "gzip"})
+    with pytest.raises(error, match=r"the answer is larger than 1,048,576 bytes") as info:
+        call(make(origin.url_for("").rstrip("/"), max_retries=2, backoff=0))
+    assert "attempts" not in str(info.value)
+    assert len(origin.log) == 1
