@@ -42,7 +42,7 @@ import dataclasses
 import datetime as _dt
 import math
 import os
-from collections.abc import Iterable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 from urllib.parse import quote, urlsplit
 
@@ -173,7 +173,25 @@ class Client:
         return f"<ragdb.Client {self.url!r}{where}>"
 
     # -- requests ------------------------------------------------------------------------
-    def _call(self, method: str, path: str, body: Any = None, *, root: bool = False) -> Any:
+    def _call(self, method: str, path: str, body: Any = None, *, root: bool = False,
+              read: Callable[[Any], Any] | None = None) -> Any:
+        """One request: its JSON answer (``read`` of it, when given), or the server's error
+        raised as the library's. An answer ``read`` cannot take (a field missing, of
+        another type) is a :class:`~ragdb.errors.RemoteError`: what answered is not
+        ragdb's API."""
+        answer = self._request(method, path, body, root=root)
+        if read is None:
+            return answer
+        try:
+            return read(answer)
+        except RagdbError:
+            raise
+        except (KeyError, TypeError, ValueError, AttributeError, IndexError, OverflowError):
+            pass  # raised below, with no __context__
+        raise RemoteError(f"{self.url}: {method} {path} answered what is not ragdb's API (a field missing or "
+                          f"of another type): is this a ragdb server?")
+
+    def _request(self, method: str, path: str, body: Any, *, root: bool) -> Any:
         """One request: its JSON answer, or the server's error raised as the library's."""
         if self._http.is_closed:
             raise RagdbError(f"{self.url}: the client is closed")
@@ -208,7 +226,7 @@ class Client:
     def collection_name(self) -> str:
         """The collection this client reads and writes (asked of the server the first time)."""
         if self._name is None:
-            self._name = str(self._call("GET", "/stats")["collection"])
+            self._name = self._call("GET", "/stats", read=lambda s: str(s["collection"]))
         return self._name
 
     def collection(self, name: str, *, create: bool = True, analyzer: str | Mapping[str, Any] | None = None,
@@ -238,7 +256,8 @@ class Client:
     def collections(self) -> list[CollectionInfo]:
         """The collections the server serves, each with the documents and chunks this
         client may see of it."""
-        return [CollectionInfo(**c) for c in self._call("GET", "/collections", root=True)["collections"]]
+        return self._call("GET", "/collections", root=True,
+                          read=lambda a: [CollectionInfo(**c) for c in a["collections"]])
 
     def create_collection(self, name: str, *, analyzer: str | Mapping[str, Any] | None = None,
                           chunker: str | None = None, keep_versions: bool | None = None,
@@ -283,10 +302,13 @@ class Client:
         changes: list[Change] = []
         embedded = reused = 0
         for batch in _batches((_record(r, n) for n, r in enumerate(records)), limit):
-            answer = self._call("POST", "/documents/batch", {"documents": batch})
-            changes.extend(_change(c) for c in answer["documents"])
-            embedded += answer.get("embedded", 0)
-            reused += answer.get("reused", 0)
+            got, n_embedded, n_reused = self._call(
+                "POST", "/documents/batch", {"documents": batch},
+                read=lambda a: ([_change(c) for c in a["documents"]], int(a.get("embedded", 0)),
+                                int(a.get("reused", 0))))
+            changes.extend(got)
+            embedded += n_embedded
+            reused += n_reused
         return AddReport(tuple(changes), embedded=embedded, reused=reused)
 
     def update(self, doc_id: int, *, metadata: Mapping[str, Any] | None = None,
@@ -295,7 +317,7 @@ class Client:
         body = {k: v for k, v in (("metadata", metadata), ("acl", acl)) if v is not None}
         if not body:
             raise InvalidInput(f"update document {doc_id!r:.40}: give metadata=, acl= or both")
-        return _document(self._call("PATCH", f"/documents/{_doc_id(doc_id, 'update: doc_id')}", body))
+        return self._call("PATCH", f"/documents/{_doc_id(doc_id, 'update: doc_id')}", body, read=_document)
 
     def delete(self, doc_id: int | None = None, *, source: str | None = None, glob: bool = False,
                filter: Mapping[str, Any] | None = None) -> int:
@@ -306,10 +328,10 @@ class Client:
         if not given or (doc_id is not None and len(given) > 1):
             raise InvalidInput("delete: give doc_id, or source and/or filter")
         if doc_id is not None:
-            return int(self._call("DELETE", f"/documents/{_doc_id(doc_id, 'delete: doc_id')}")["deleted"])
+            return self._call("DELETE", f"/documents/{_doc_id(doc_id, 'delete: doc_id')}", read=_deleted)
         body = {"source": source, "glob": glob, "filter": filter}
-        return int(self._call("POST", "/documents/delete", {k: v for k, v in body.items() if v is not None})
-                   ["deleted"])
+        return self._call("POST", "/documents/delete", {k: v for k, v in body.items() if v is not None},
+                          read=_deleted)
 
     # -- reading -------------------------------------------------------------------------
     def search(self, query: str, k: int | None = None, *, options: SearchOptions | None = None,
@@ -317,15 +339,16 @@ class Client:
         """The ``k`` best chunks for ``query``, best first (:meth:`ragdb.Database.search`; the
         options the server serves, see :mod:`ragdb.client.remote`)."""
         body = {"query": _query(query), **_search_fields(k, options, keywords)}
-        return [_hit(h) for h in self._call("POST", "/search", body)["hits"]]
+        return self._call("POST", "/search", body, read=lambda a: [_hit(h) for h in a["hits"]])
 
     def search_and_plan(self, query: str, k: int | None = None, *, options: SearchOptions | None = None,
                         **keywords: Any) -> tuple[list[Hit], QueryPlan]:
         """:meth:`search` and :meth:`query_plan` of one query from one snapshot
         (:meth:`ragdb.Database.search_and_plan`)."""
         body = {"query": _query(query), **_search_fields(k, options, keywords), "plan": True}
-        answer = self._call("POST", "/search", body)
-        return [_hit(h) for h in answer["hits"]], _plan(answer["plan"])
+        hits, plan = self._call("POST", "/search", body,
+                                read=lambda a: ([_hit(h) for h in a["hits"]], _plan(a["plan"])))
+        return hits, plan
 
     def query_plan(self, query: str, *, options: SearchOptions | None = None, **keywords: Any) -> QueryPlan:
         """How the server's search reads ``query`` with these options (:meth:`ragdb.Database.query_plan`)."""
@@ -355,11 +378,15 @@ class Client:
             k = options.k
         body = {"question": query, "k": k, "budget_tokens": budget_tokens, "language": language,
                 "min_confidence": min_confidence, **fields}
-        p = self._call("POST", "/prompt", {key: v for key, v in body.items() if v is not None})
-        system, user = p["system"], p["user"]
-        return Prompt(text=f"{system}\n\n{user}" if system else user, system=system, user=user,
-                      sources=tuple(_hit(h) for h in p["sources"]), language=p["language"], refused=p["refused"],
-                      confidence=p["confidence"], min_confidence=p["min_confidence"])
+        def read(p: Any) -> Prompt:
+            system, user = p["system"], p["user"]
+            return Prompt(text=f"{system}\n\n{user}" if system else user, system=system, user=user,
+                          sources=tuple(_hit(h) for h in p["sources"]), language=p["language"],
+                          refused=p["refused"], confidence=p["confidence"], min_confidence=p["min_confidence"])
+
+        prompt: Prompt = self._call("POST", "/prompt", {key: v for key, v in body.items() if v is not None},
+                                    read=read)
+        return prompt
 
     def get(self, doc_id: int | None = None, *, source: str | None = None, with_text: bool = True,
             principals: Any = None) -> Document:
@@ -369,7 +396,8 @@ class Client:
         if (doc_id is None) == (source is None):
             raise InvalidInput("get: give exactly one of doc_id or source")
         body = {"id": None if doc_id is None else check_id(doc_id), "source": source, "with_text": with_text}
-        return _document(self._call("POST", "/documents/get", {k: v for k, v in body.items() if v is not None}))
+        return self._call("POST", "/documents/get", {k: v for k, v in body.items() if v is not None},
+                          read=_document)
 
     def documents(self, source: str | None = None, *, glob: bool = True, versions: str = "latest",
                   limit: int | None = None, offset: int = 0, filter: Mapping[str, Any] | None = None,
@@ -394,18 +422,22 @@ class Client:
                                 "offset": offset, "limit": PAGE}
         body = {k: v for k, v in body.items() if v is not None}
         while True:
-            page = self._call("POST", "/documents/query", body)
-            yield from (_document(d) for d in page["documents"])
-            if page["next_offset"] is None:
+            docs, next_offset = self._call("POST", "/documents/query", body, read=_page)
+            yield from docs
+            if next_offset is None:
                 return
-            body["offset"] = page["next_offset"]
+            if next_offset <= body["offset"]:  # the same page again, for ever
+                raise RemoteError(f"{self.url}: POST /documents/query answered next_offset {next_offset} after "
+                                  f"offset {body['offset']}: is this a ragdb server?")
+            body["offset"] = next_offset
 
     def count(self, *, versions: str = "latest", filter: Mapping[str, Any] | None = None,
               principals: Any = None) -> int:
         """How many stored documents this client may see (:meth:`ragdb.Database.count`)."""
         _no_principals(principals)
         body = {"versions": versions, "filter": filter}
-        return int(self._call("POST", "/documents/count", {k: v for k, v in body.items() if v is not None})["count"])
+        return self._call("POST", "/documents/count", {k: v for k, v in body.items() if v is not None},
+                          read=lambda a: _integer(a["count"]))
 
     def facets(self, field: str, query: str | None = None, *, filter: Mapping[str, Any] | None = None,
                principals: Any = None, since: Any = None, until: Any = None, as_of: Any = None,
@@ -417,17 +449,18 @@ class Client:
             raise InvalidInput("facets: as_of and versions are not served over HTTP", param="as_of")
         body = {"field": field, "query": query, "filter": filter, "since": since, "until": until, "by": by,
                 "limit": PAGE if limit is None else limit}
-        f = self._call("POST", "/facets", {k: v for k, v in body.items() if v is not None})
-        return Facets(field=f["field"], by=f["by"], counts=tuple((v["value"], v["count"]) for v in f["values"]),
-                      total=f["total"], missing=f["missing"], omitted=f["omitted"])
+        return self._call("POST", "/facets", {k: v for k, v in body.items() if v is not None},
+                          read=lambda f: Facets(field=f["field"], by=f["by"],
+                                                counts=tuple((v["value"], v["count"]) for v in f["values"]),
+                                                total=f["total"], missing=f["missing"], omitted=f["omitted"]))
 
     def stats(self) -> Stats:
         """The collection's statistics (:meth:`ragdb.Database.stats`); a token without the full
         view gets the documents and chunks it may see, and 0 for the other counts."""
-        s = self._call("GET", "/stats")
         names = [f.name for f in dataclasses.fields(Stats)]
-        return Stats(**{name: s.get(name, 0.0 if name == "avg_chunk_length" else 0) for name in names
-                        if name != "collection"}, collection=s.get("collection", "default"))
+        return self._call("GET", "/stats", read=lambda s: Stats(
+            **{name: s.get(name, 0.0 if name == "avg_chunk_length" else 0) for name in names
+               if name != "collection"}, collection=s.get("collection", "default")))
 
 
 # --------------------------------------------------------------------------- JSON in, types out
@@ -533,6 +566,23 @@ def _document(d: Mapping[str, Any]) -> Document:
     return Document(id=d["id"], source=d["source"], version=d["version"], timestamp=d["timestamp"],
                     content_hash=d["content_hash"], metadata=d["metadata"], acl=tuple(d["acl"]),
                     chunk_count=d["chunks"], latest=d["latest"], text=d.get("text"))
+
+
+def _integer(value: Any) -> int:
+    """A count from the server: an integer (not a float, a string or a bool)."""
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise TypeError(f"expected an integer, got {type(value).__name__}")
+    return value
+
+
+def _deleted(answer: Mapping[str, Any]) -> int:
+    return _integer(answer["deleted"])
+
+
+def _page(page: Mapping[str, Any]) -> tuple[list[Document], int | None]:
+    """A page of a document listing, and the offset of the next one (None: the last)."""
+    offset = page["next_offset"]
+    return [_document(d) for d in page["documents"]], None if offset is None else _integer(offset)
 
 
 def _change(c: Mapping[str, Any]) -> Change:

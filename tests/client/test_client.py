@@ -233,3 +233,47 @@ def test_collections_named_by_dots_are_their_own(url: str, kb: Path) -> None:
             for name in (".", ".."):
                 if name in [c.name for c in db.collections()]:
                     db.drop_collection(name)
+
+
+DOC = {"id": 1, "source": "a.md", "version": None, "timestamp": None, "content_hash": "x", "metadata": {},
+       "acl": [], "chunks": 1, "latest": True}
+# Each read and write of the client, and an answer of the wrong shape for it.
+WRONG_SHAPES = [
+    ("/search", lambda c: c.search("q"), [{}, {"hits": 5}, {"hits": [{}]}, [1]]),
+    ("/search", lambda c: c.query_plan("q"), [{"hits": [], "plan": {}}]),
+    ("/prompt", lambda c: c.build_prompt("q"), [{}, {"system": "s", "user": "u", "sources": 1}]),
+    ("/documents/count", lambda c: c.count(), [{}, {"count": "7"}, {"count": None}, {"count": 1.5}]),
+    ("/documents/get", lambda c: c.get(1), [{}, {**DOC, "acl": 5}]),
+    ("/documents/query", lambda c: c.documents(), [{}, {"documents": [{}], "next_offset": None},
+                                                   {"documents": [], "next_offset": "1000"}]),
+    ("/documents/batch", lambda c: c.add("text"), [{}, {"documents": [{"status": "added"}]},
+                                                   {"documents": [], "embedded": "x"}]),
+    ("/documents/1", lambda c: c.delete(1), [{}, {"deleted": None}]),
+    ("/documents/delete", lambda c: c.delete(source="a.md"), [{"deleted": "2"}]),
+    ("/facets", lambda c: c.facets("team"), [{}, {"field": "team", "by": "chunks", "values": [1]}]),
+    ("/stats", lambda c: c.stats(), [[], "stats"]),
+    ("/collections", lambda c: c.collections(), [{}, {"collections": [{"unknown": 1}]}]),
+]
+
+
+@pytest.mark.parametrize(("path", "call", "answers"), WRONG_SHAPES, ids=[p + str(i) for i, (p, _, _) in
+                                                                         enumerate(WRONG_SHAPES)])
+def test_an_answer_of_the_wrong_shape_is_a_remote_error(httpserver, path: str, call, answers) -> None:
+    """A server answering JSON that is not what ragdb's API answers (a proxy's, another service's)
+    is a RemoteError naming the request: it was a KeyError, TypeError, ValueError or AttributeError."""
+    client = ragdb.Client(httpserver.url_for("").rstrip("/"))
+    for answer in answers:
+        httpserver.clear()
+        httpserver.expect_request(path).respond_with_json(answer)
+        with pytest.raises(RemoteError, match="answered what is not ragdb's API"):
+            call(client)
+    client.close()
+
+
+def test_a_listing_whose_next_offset_does_not_advance_is_a_remote_error(httpserver) -> None:
+    """A server answering the same next_offset again made documents() ask for the same page for
+    ever (without a limit; with one, the page's documents came again and again)."""
+    httpserver.expect_request("/documents/query").respond_with_json({"documents": [DOC], "next_offset": 0})
+    with ragdb.Client(httpserver.url_for("").rstrip("/")) as client, \
+            pytest.raises(RemoteError, match="next_offset 0 after offset 0"):
+        client.documents(limit=3)
