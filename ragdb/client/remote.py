@@ -42,6 +42,7 @@ import dataclasses
 import datetime as _dt
 import math
 import os
+import re
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 from urllib.parse import quote, urlsplit
@@ -74,6 +75,8 @@ BATCH_BYTES = 1 << 20
 PAGE = 1000
 
 _DEFAULT_OPTIONS = SearchOptions()
+#: Headers whose values are credentials, never shown in an error.
+_SECRET_HEADER = re.compile(r"(?i)auth|key|token|secret|cookie|session|password")
 
 
 def connect(url: str, token: str | None = None, *, collection: str | None = None,
@@ -210,7 +213,22 @@ class Client:
             except orjson.JSONDecodeError:
                 raise RemoteError(f"{self.url}: {method} {path} answered {response.status_code} with what is "
                                   f"not JSON: is this a ragdb server?") from None
-        raise _error(self.url, method, path, response)
+        error = _error(self.url, method, path, response)
+        secrets = self._secrets()
+        if secrets:  # a server (a proxy) echoing the request's credentials back in its message
+            from ragdb.models.http_client import redact
+
+            error.args = tuple(redact(a, *secrets) if isinstance(a, str) else a for a in error.args)
+        raise error
+
+    def _secrets(self) -> list[str]:
+        """The credentials this client sends: the token, and the values of headers given whose
+        name says they are one (a proxy's ``Proxy-Authorization``, an ``X-Api-Key``)."""
+        found = []
+        for name, value in self._http.headers.items():
+            if _SECRET_HEADER.search(name):  # ("Bearer <token>": the token; redact masks "Bearer <token>")
+                found.append(value[7:].strip() if value[:7].lower() == "bearer " else value)
+        return found
 
     def ping(self) -> None:
         """Ask the server whether it answers, and knows the token (:func:`connect` does). A

@@ -277,3 +277,23 @@ def test_a_listing_whose_next_offset_does_not_advance_is_a_remote_error(httpserv
     with ragdb.Client(httpserver.url_for("").rstrip("/")) as client, \
             pytest.raises(RemoteError, match="next_offset 0 after offset 0"):
         client.documents(limit=3)
+
+
+@pytest.mark.parametrize("kind", ["InvalidInput", "DocumentNotFound", "Teapot"])
+def test_a_server_echoing_the_token_never_shows_it(httpserver, kind: str) -> None:
+    """A server (a proxy) that quotes the request's Authorization header, or a credential header
+    given, in its error message: the library's error never carries the token or the key."""
+    from werkzeug import Request, Response
+
+    def echo(request: Request) -> Response:
+        message = f"refused {request.headers.get('Authorization')} with key {request.headers.get('X-Api-Key')}"
+        return Response(orjson.dumps({"error": {"type": kind, "message": message}}), status=400,
+                        content_type="application/json")
+
+    httpserver.expect_request("/documents/count").respond_with_handler(echo)
+    key = "proxy-key-QWERTYzxcv"
+    with ragdb.Client(httpserver.url_for("").rstrip("/"), token=WRITER, headers={"X-Api-Key": key}) as client, \
+            pytest.raises(ragdb.RagdbError, match="refused Bearer") as info:
+        client.count()
+    shown = str(info.value) + repr(info.value)
+    assert "refused" in shown and "ccccccc" not in shown and "QWERTY" not in shown
