@@ -47,14 +47,20 @@ class Engine:
     def writing(self) -> Iterator[None]:
         """A write transaction (nested ones are savepoints). Writes update the
         in-memory index as they go; if anything fails, that view may hold
-        uncommitted changes, so it is dropped and reloaded from the file."""
+        uncommitted changes, so it is dropped and reloaded from the file. A write that never
+        began (the write lock not had: ``DatabaseBusy``) changed nothing, and keeps it (a
+        prompt storing its calibration beside another process's write dropped the whole
+        view, vectors too, at each call)."""
         with self.store.lock:  # no other thread reads the dropped view in between
+            began = False
             try:
                 with self.store.write():
+                    began = True
                     yield
             except BaseException:
-                self.index = Index(self.store)
-                self._new_vectors()
+                if began:
+                    self.index = Index(self.store)
+                    self._new_vectors()
                 raise
 
     @contextlib.contextmanager

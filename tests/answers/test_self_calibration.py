@@ -176,3 +176,28 @@ def test_a_prompt_does_not_wait_for_or_fail_on_another_writer(tmp_path):
     assert SelfCalibration.from_setting(reader.settings[SELF_CALIBRATION]) == measured
     reader.add(REFUND, source="policy/refunds.md")  # the handle writes as before (its busy timeout restored)
     reader.close()
+
+
+def test_a_prompt_beside_another_writer_keeps_the_in_memory_view(tmp_path):
+    """Storing the calibration found the write lock taken (DatabaseBusy at BEGIN IMMEDIATE): no
+    write began, nothing in memory changed. Engine.writing dropped the whole view all the same
+    (the index and the vectors, reloaded from the file by the next search), at every prompt for
+    as long as another process wrote."""
+    import sqlite3
+
+    path = str(tmp_path / "kb.db")
+    with ragdb.open(path) as db:
+        db.add_many({"text": t, "source": f"manual/{i}.md"} for i, t in enumerate(MANUAL))
+    reader = ragdb.open(path, busy_timeout=5)
+    blocker = sqlite3.connect(path, isolation_level=None)
+    blocker.execute("BEGIN IMMEDIATE")
+    try:
+        reader.build_prompt(ON_TOPIC[0])  # measures the calibration; cannot store it
+        eng = reader._engine
+        index, vectors = eng.index, eng.vectors
+        reader.build_prompt(ON_TOPIC[0])  # tries to store it again, and cannot
+        assert eng.index is index and eng.vectors is vectors
+    finally:
+        blocker.execute("ROLLBACK")
+        blocker.close()
+        reader.close()
