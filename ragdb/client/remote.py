@@ -213,13 +213,7 @@ class Client:
             except orjson.JSONDecodeError:
                 raise RemoteError(f"{self.url}: {method} {path} answered {response.status_code} with what is "
                                   f"not JSON: is this a ragdb server?") from None
-        error = _error(self.url, method, path, response)
-        secrets = self._secrets()
-        if secrets:  # a server (a proxy) echoing the request's credentials back in its message
-            from ragdb.models.http_client import redact
-
-            error.args = tuple(redact(a, *secrets) if isinstance(a, str) else a for a in error.args)
-        raise error
+        raise _error(self.url, method, path, response, self._secrets())
 
     def _secrets(self) -> list[str]:
         """The credentials this client sends: the token, and the values of headers given whose
@@ -644,9 +638,11 @@ class _Unhealthy(Exception):
     """The cause of a :class:`RemoteError` for a server whose ``/healthz`` says it failed."""
 
 
-def _error(url: str, method: str, path: str, response: httpx.Response) -> RagdbError:
+def _error(url: str, method: str, path: str, response: httpx.Response, secrets: Sequence[str] = ()) -> RagdbError:
     """The library's error for a server's error answer: the class it names
-    (``{"error": {"type": "DocumentNotFound", ...}}``), else one for its status."""
+    (``{"error": {"type": "DocumentNotFound", ...}}``), else one for its status. Its message is
+    redacted of ``secrets`` before the error is made (a server, a proxy, echoing the request's
+    credentials back): an error's text is not only its ``args`` (an ImportError's is its ``msg``)."""
     status = response.status_code
     try:
         error = orjson.loads(response.content)["error"]
@@ -654,6 +650,10 @@ def _error(url: str, method: str, path: str, response: httpx.Response) -> RagdbE
     except (orjson.JSONDecodeError, KeyError, TypeError):
         return RemoteError(f"{url}: {method} {path} answered HTTP {status}, not a ragdb error: is this a ragdb "
                            f"server?")
+    if secrets:
+        from ragdb.models.http_client import redact
+
+        message = redact(message, *secrets)
     cls = getattr(errors, kind, None)
     if isinstance(cls, type) and issubclass(cls, InvalidInput):
         param = error.get("param")

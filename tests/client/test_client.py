@@ -279,7 +279,7 @@ def test_a_listing_whose_next_offset_does_not_advance_is_a_remote_error(httpserv
         client.documents(limit=3)
 
 
-@pytest.mark.parametrize("kind", ["InvalidInput", "DocumentNotFound", "Teapot"])
+@pytest.mark.parametrize("kind", ["InvalidInput", "DocumentNotFound", "MissingDependency", "Teapot"])
 def test_a_server_echoing_the_token_never_shows_it(httpserver, kind: str) -> None:
     """A server (a proxy) that quotes the request's Authorization header, or a credential header
     given, in its error message: the library's error never carries the token or the key."""
