@@ -43,6 +43,7 @@ import datetime as _dt
 import math
 import os
 import re
+import time
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 from urllib.parse import quote, urlsplit
@@ -201,19 +202,41 @@ class Client:
         content = None if body is None else _json(body, f"{method} {path}")
         headers = {"Content-Type": "application/json"} if content is not None else None
         try:
-            response = self._http.request(method, path if root else self._prefix + path, content=content,
-                                          headers=headers)
+            request = self._http.build_request(method, path if root else self._prefix + path, content=content,
+                                               headers=headers)
+            response = self._http.send(request, stream=True)
+            try:
+                raw = self._body(response, f"{method} {path}")
+            finally:
+                response.close()
         except httpx.TimeoutException as e:
             raise RemoteError(f"{self.url}: no answer in time ({type(e).__name__})") from None
         except httpx.HTTPError as e:
             raise RemoteError(f"{self.url}: cannot reach the server ({type(e).__name__}: {e})") from None
         if response.is_success:
             try:
-                return orjson.loads(response.content)
+                return orjson.loads(raw)
             except orjson.JSONDecodeError:
                 raise RemoteError(f"{self.url}: {method} {path} answered {response.status_code} with what is "
                                   f"not JSON: is this a ragdb server?") from None
-        raise _error(self.url, method, path, response, self._secrets())
+        raise _error(self.url, method, path, response.status_code, raw, self._secrets())
+
+    def _body(self, response: httpx.Response, what: str) -> bytes:
+        """An answer's body, as the model clients read theirs (:mod:`ragdb.models.http_client`): at
+        most ``MAX_REPLY_BYTES`` (after ``Content-Encoding``), and within one timeout in all (httpx's
+        bounds each read: a server sending a byte now and then held the call for ever)."""
+        from ragdb.models.http_client import MAX_REPLY_BYTES
+
+        timeout = self._http.timeout.read
+        deadline = None if timeout is None else time.monotonic() + timeout
+        raw = bytearray()
+        for piece in response.iter_bytes():
+            raw += piece
+            if len(raw) > MAX_REPLY_BYTES:
+                raise RemoteError(f"{self.url}: {what} answered more than {MAX_REPLY_BYTES:,} bytes")
+            if deadline is not None and time.monotonic() > deadline:
+                raise RemoteError(f"{self.url}: no answer in time (its body took more than {timeout:g}s)")
+        return bytes(raw)
 
     def _secrets(self) -> list[str]:
         """The credentials this client sends: the token, and the values of headers given whose
@@ -638,14 +661,13 @@ class _Unhealthy(Exception):
     """The cause of a :class:`RemoteError` for a server whose ``/healthz`` says it failed."""
 
 
-def _error(url: str, method: str, path: str, response: httpx.Response, secrets: Sequence[str] = ()) -> RagdbError:
+def _error(url: str, method: str, path: str, status: int, raw: bytes, secrets: Sequence[str] = ()) -> RagdbError:
     """The library's error for a server's error answer: the class it names
     (``{"error": {"type": "DocumentNotFound", ...}}``), else one for its status. Its message is
     redacted of ``secrets`` before the error is made (a server, a proxy, echoing the request's
     credentials back): an error's text is not only its ``args`` (an ImportError's is its ``msg``)."""
-    status = response.status_code
     try:
-        error = orjson.loads(response.content)["error"]
+        error = orjson.loads(raw)["error"]
         kind, message = str(error["type"]), str(error["message"])
     except (orjson.JSONDecodeError, KeyError, TypeError):
         return RemoteError(f"{url}: {method} {path} answered HTTP {status}, not a ragdb error: is this a ragdb "

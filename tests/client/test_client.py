@@ -297,3 +297,44 @@ def test_a_server_echoing_the_token_never_shows_it(httpserver, kind: str) -> Non
         client.count()
     shown = str(info.value) + repr(info.value)
     assert "refused" in shown and "ccccccc" not in shown and "QWERTY" not in shown
+
+
+def test_an_answer_trickled_out_times_out() -> None:
+    """A server sending its answer's body a byte at a time, each within the timeout, does not
+    hold the client for ever: the whole body gets one timeout, as the model clients' do."""
+    from pytest_httpserver import HTTPServer
+    from werkzeug import Request, Response
+
+    def trickle(request: Request) -> Response:
+        def body() -> Iterator[bytes]:
+            for _ in range(40):  # 8 s, a byte every 0.2 s
+                yield b" "
+                time.sleep(0.2)
+        return Response(body(), content_type="application/json")
+
+    server = HTTPServer(host="127.0.0.1", port=0, threaded=True)
+    server.start()
+    try:
+        server.expect_request("/documents/count").respond_with_handler(trickle)
+        with ragdb.Client(server.url_for("").rstrip("/"), timeout=1) as client, \
+                pytest.raises(RemoteError, match=r"no answer in time \(its body took more than 1s\)"):
+            client.count()
+    finally:
+        server.clear()
+        server.stop()
+
+
+def test_an_answer_past_the_size_limit_is_refused(httpserver, monkeypatch) -> None:
+    """A compressed bomb (10 KB of gzip, 16 MiB of body) is read up to the model clients' limit,
+    then refused: it was read whole into memory, however big."""
+    import gzip
+
+    from ragdb.models import http_client
+
+    monkeypatch.setattr(http_client, "MAX_REPLY_BYTES", 1 << 20)
+    bomb = gzip.compress(b" " * (16 << 20))
+    httpserver.expect_request("/documents/count").respond_with_data(
+        bomb, content_type="application/json", headers={"Content-Encoding": "gzip"})
+    with ragdb.Client(httpserver.url_for("").rstrip("/")) as client, \
+            pytest.raises(RemoteError, match="more than 1,048,576 bytes"):
+        client.count()
