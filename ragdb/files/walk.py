@@ -671,8 +671,22 @@ def read_file(path: str | os.PathLike[str], identity: FileIdentity | None = None
         with os.fdopen(fd, "rb", closefd=True) as fh:
             fd = -1
             # never more than the limit, even from a file that grows after the fstat above (a
-            # log being written, a download): read to its end, such a file was read whole
-            data = fh.read(MAX_FILE_BYTES + 1 if limit is None else limit)
+            # log being written, a download): read to its end, such a file was read whole.
+            # (fh.read(n) allocates n bytes first: n is the size seen, then what a grown file
+            # adds is read a piece at a time. A read of MAX_FILE_BYTES + 1 took 256 MiB of
+            # address space for every file: MemoryError under a ulimit -v.)
+            cap = MAX_FILE_BYTES + 1 if limit is None else limit
+            data = fh.read(min(cap, st.st_size + 1))
+            if len(data) == st.st_size + 1 < cap:
+                parts = [data]
+                got = len(data)
+                while got < cap:
+                    piece = fh.read(min(cap - got, 1 << 20))
+                    if not piece:
+                        break
+                    parts.append(piece)
+                    got += len(piece)
+                data = b"".join(parts)
         if limit is None and len(data) > MAX_FILE_BYTES:
             raise FileTooLarge(f"{where}: more than the {MAX_FILE_BYTES:,} bytes a file may have (it grew "
                                f"while it was read)", "too large")

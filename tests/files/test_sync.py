@@ -5,6 +5,7 @@ from __future__ import annotations
 import io
 import os
 import re
+import sys
 import time
 
 import orjson
@@ -1077,3 +1078,24 @@ def test_a_folder_whose_ignore_file_cannot_be_read_is_skipped_and_kept(tmp_path,
                 if s.reason == "unreadable"] == [("sub", "an ignore file cannot be read")]
         assert not db.search("password hunter2")
         assert sorted(os.path.basename(d.source) for d in db.documents()) == ["a.md", "b.md", "kept.md"]
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="RLIMIT_AS as Linux counts it")
+def test_reading_a_small_file_takes_no_more_memory_than_it_needs(tmp_path):
+    """read_file asked fh.read(MAX_FILE_BYTES + 1) of every file, which allocates that much
+    first: 256 MiB of address space for a file of a few bytes (MemoryError under ulimit -v)."""
+    import subprocess
+
+    small = write(tmp_path / "small.txt", "a few words\n")
+    code = (
+        "import resource, sys\n"
+        "from ragdb.files import walk\n"
+        "with open('/proc/self/statm') as fh: size = int(fh.read().split()[0]) * resource.getpagesize()\n"
+        "limit = size + (96 << 20)  # far less than MAX_FILE_BYTES\n"
+        "resource.setrlimit(resource.RLIMIT_AS, (limit, limit))\n"
+        "print(walk.read_file(sys.argv[1])[0].decode(), end='')\n"
+    )
+    got = subprocess.run([sys.executable, "-c", code, str(small)], capture_output=True, text=True,
+                         env={**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)}, timeout=60)
+    assert got.returncode == 0, got.stderr[-2000:]
+    assert got.stdout == "a few words\n"
