@@ -260,6 +260,8 @@ def _parse_tokens_file(where: str, raw: bytes) -> Any:
         return tomllib.loads(raw.decode("utf-8"))
     except (tomllib.TOMLDecodeError, UnicodeDecodeError) as e:
         raise InvalidInput(f"tokens file {where}: not valid TOML: {e}") from None
+    except RecursionError:  # tomllib recurses once per nested array or inline table
+        raise InvalidInput(f"tokens file {where}: not valid TOML: nested too deeply") from None
 
 
 def _check_token(token: Any, where: str) -> str:

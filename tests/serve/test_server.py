@@ -551,6 +551,9 @@ def test_tokens_file_in_toml(tmp_path: Path) -> None:
     path.write_text("not toml = [")
     with pytest.raises(InvalidInput, match="not valid TOML"):
         load_tokens(path, env={})
+    path.write_text("x = " + "[" * 3000 + "1" + "]" * 3000 + "\n")  # (tomllib's RecursionError escaped)
+    with pytest.raises(InvalidInput, match="not valid TOML: nested too deeply"):
+        load_tokens(path, env={})
     # saved with a byte order mark (Windows editors write one), in either format
     path.write_bytes(f'\ufeff["{READER}"]\nprincipals = ["team-a"]\n'.encode())
     assert load_tokens(path, env={}) == {READER: Grant(principals=("team-a",), write=False)}
