@@ -42,7 +42,7 @@ from ragdb.options import check_positive_int
 from ragdb.storage import dumps, loads, model_mismatch, utcnow_iso
 from ragdb.storage.codec import meta_number
 from ragdb.storage.vectors import text_hash
-from ragdb.models.embedder import dimensions_of
+from ragdb.models.embedder import as_float32, dimensions_of
 
 if TYPE_CHECKING:
     from ragdb.records import Change, Document  # (imported where made: a search makes none)
@@ -382,7 +382,7 @@ class Writer:
             made: dict[bytes, np.ndarray] = {}
             if todo:
                 try:
-                    vecs = np.asarray(embedder.embed(list(todo.values())))
+                    vecs = as_float32(embedder.embed(list(todo.values())), name)
                     if vecs.shape != (len(todo), dims):
                         raise EmbeddingError(f"embedder {name!r} returned shape {vecs.shape} for {len(todo)} "
                                              f"texts, expected ({len(todo)}, {dims})")

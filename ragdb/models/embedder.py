@@ -18,7 +18,7 @@ import numpy as np
 
 from ragdb.errors import EmbeddingError, InvalidInput
 
-__all__ = ["Embedder", "EmbeddingModel", "check_texts", "dimensions_of", "embed_batched", "embed_query", "is_blank", "normalize_rows"]
+__all__ = ["Embedder", "EmbeddingModel", "as_float32", "check_texts", "dimensions_of", "embed_batched", "embed_query", "is_blank", "normalize_rows"]
 
 
 @runtime_checkable
@@ -42,13 +42,29 @@ class Embedder(Protocol):
     def embed(self, texts: Sequence[str]) -> np.ndarray: ...
 
 
+def as_float32(got: Any, name: str) -> np.ndarray:
+    """An embedder's output as a float32 array, or :class:`EmbeddingError` where it is not numbers:
+    complex values (numpy's cast drops their imaginary parts, with a warning), an integer past any
+    float, strings. A value past float32's range becomes inf, which the callers refuse, with no
+    RuntimeWarning on stderr. The one conversion of every embedder's output (an
+    :class:`EmbeddingModel`'s, a plain :class:`Embedder`'s on add, embed and query)."""
+    try:
+        with np.errstate(over="ignore", invalid="ignore"):
+            if np.iscomplexobj(got):
+                raise TypeError("complex values")
+            return np.asarray(got, dtype=np.float32)
+    except (ValueError, TypeError, OverflowError) as e:  # numpy could not read the output as numbers
+        raise EmbeddingError(f"embedder {name!r} returned something that is not an array of numbers "
+                             f"({e})") from None
+
+
 def embed_query(embedder: Embedder, text: str) -> np.ndarray:
     """Embed one query: ``embedder.embed_query(text)`` if defined, else ``embed([text])[0]``."""
     fn = getattr(embedder, "embed_query", None)
     if callable(fn):
-        vec = np.asarray(fn(text), dtype=np.float32)
+        vec = as_float32(fn(text), embedder.name)
     else:
-        vec = np.asarray(embedder.embed([text]), dtype=np.float32)
+        vec = as_float32(embedder.embed([text]), embedder.name)
         if vec.ndim != 2 or vec.shape[0] != 1:
             raise EmbeddingError(
                 f"embedder {embedder.name!r} returned shape {vec.shape} for one query"
@@ -79,7 +95,7 @@ def embed_batched(embedder: Embedder, texts: Sequence[str], batch_size: int = 25
     out = np.empty((len(texts), dims), dtype=np.float32)
     for start in range(0, len(texts), batch_size):
         batch = texts[start : start + batch_size]
-        vecs = np.asarray(embedder.embed(batch))
+        vecs = as_float32(embedder.embed(batch), embedder.name)
         if vecs.shape != (len(batch), dims):
             raise EmbeddingError(
                 f"embedder {embedder.name!r} returned shape {vecs.shape} for a batch of "
@@ -169,16 +185,7 @@ class EmbeddingModel(abc.ABC):
         todo = [i for i, t in enumerate(texts) if not is_blank(t)]
         if not todo:
             return np.zeros((len(texts), dimensions_of(cast(Embedder, self))), dtype=np.float32)
-        got = self.embed_texts([texts[i] for i in todo], query=query)
-        try:
-            # (a value past float32's range becomes inf, refused below: not a RuntimeWarning on stderr)
-            with np.errstate(over="ignore", invalid="ignore"):
-                if np.iscomplexobj(got):  # (cast, numpy drops the imaginary parts with a warning)
-                    raise TypeError("complex values")
-                vecs = np.asarray(got, dtype=np.float32)
-        except (ValueError, TypeError) as e:  # numpy could not read the output as numbers
-            raise EmbeddingError(f"embedder {self.name!r} returned something that is not an array of numbers "
-                                 f"({e})") from None
+        vecs = as_float32(self.embed_texts([texts[i] for i in todo], query=query), self.name)
         dims = dimensions_of(cast(Embedder, self))
         if vecs.shape != (len(todo), dims):
             raise EmbeddingError(f"embedder {self.name!r} returned shape {vecs.shape} for {len(todo)} texts, "

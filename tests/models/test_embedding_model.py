@@ -146,3 +146,37 @@ def test_a_subclass_without_the_hook_cannot_be_made() -> None:
 
     with pytest.raises(TypeError, match="embed_texts"):
         NoHook()  # type: ignore[abstract]
+
+
+class _PlainEmbedder:
+    """An Embedder that is not an EmbeddingModel (the protocol: name, dimensions, embed)."""
+
+    name, dimensions = "plain", 3
+
+    def __init__(self, row: list) -> None:
+        self.row = row
+
+    def embed(self, texts):
+        return [self.row for _ in texts]
+
+
+@pytest.mark.parametrize("row", [[1 + 2j, 1, 1], [10 ** 400, 1, 1], [1e300, 1.0, 1.0]])
+def test_a_plain_embedders_output_that_is_not_float32_numbers_is_an_embedding_error(row):
+    """EmbeddingModel's output was held to float32 numbers; a plain Embedder's was not (add, embed
+    and the query each cast it on their own): complex values were stored without their imaginary
+    parts, with a ComplexWarning on stderr, and the same query raised InternalError; values past
+    float32's range gave a RuntimeWarning. Now one conversion, an EmbeddingError, no warning."""
+    import warnings
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        db = ragdb.open(":memory:")
+        db.embedder = _PlainEmbedder(row)
+        with pytest.raises(EmbeddingError, match="not an array of numbers|NaN or infinite"):
+            db.add("hello world", source="a")
+        db.embedder = _PlainEmbedder([1.0, 0.0, 0.0])
+        db.embed()
+        db.embedder = _PlainEmbedder(row)
+        with pytest.raises(EmbeddingError):
+            db.search("hello", scorer="vector")
+        db.close()
