@@ -390,6 +390,9 @@ def evaluate(
     averaged over) and ``"missing"`` (judged queries absent from ``run``).
     Every mean is ``0.0`` when no query is judged.
     """
+    if isinstance(k_values, (str, bytes, Mapping)) or not hasattr(k_values, "__iter__"):
+        # (an int is not iterable; a string would be read as its characters)
+        raise InvalidInput(f"k_values must be a list of integers, got {type(k_values).__name__}", param="k_values")
     ks = sorted({_check_k(k) for k in k_values})
     if not ks:
         raise InvalidInput("k_values is empty")

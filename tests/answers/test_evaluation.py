@@ -293,6 +293,8 @@ def test_bad_arguments_are_invalid_input_not_python_errors():
         lambda: evaluate_database(db, {"q": "cats"}, {"q": {"d1": 1}}, k="10"),
         lambda: evaluate({"q": ["d1"]}, {"q": {"d1": 1}}, k_values=[1.5]),
         lambda: evaluate({}, {}, k_values=["a"]),
+        lambda: evaluate({"q": ["d1"]}, {"q": {"d1": 1}}, k_values=10),  # (TypeError: not iterable)
+        lambda: evaluate({"q": ["d1"]}, {"q": {"d1": 1}}, k_values=None),
         lambda: ndcg_at_k(["d1"], {"d1": 1}, "3"),
         lambda: ndcg_at_k(["d1"], {"d1": 1}, None),
         lambda: recall_at_k(["d1"], {"d1": 1}, 2.0),
@@ -308,4 +310,6 @@ def test_bad_arguments_are_invalid_input_not_python_errors():
     for call in bad:
         with pytest.raises(InvalidInput):
             call()
+    with pytest.raises(InvalidInput, match="k_values must be a list of integers, got str"):
+        evaluate({"q": ["d1"]}, {"q": {"d1": 1}}, k_values="10")  # (was read as its characters: 'got '1'')
     assert evaluate({"q": ["d1"]}, {"q": {"d1": 1}}, k_values=[np.int64(1)])["ndcg@1"] == 1.0
