@@ -361,16 +361,33 @@ MAX_IGNORE_BYTES = 1 << 20
 
 
 def _read_ignore(path: Path, base: str, label: str) -> list[_IgnoreFile] | None:
-    """The rules of one ignore file, none where there is no such file; None where it is there
-    but cannot be read (no permission, an I/O error) or is over :data:`MAX_IGNORE_BYTES`."""
+    """The rules of one ignore file, none where there is no such file (or what has its name is
+    not a file: a folder, a FIFO); None where it is there but cannot be read (no permission, an
+    I/O error) or is over :data:`MAX_IGNORE_BYTES`."""
     try:
-        if path.stat().st_size > MAX_IGNORE_BYTES:
-            return None
-        # a byte order mark (Windows editors write one) is skipped, as git skips it: it made the
-        # first rule another pattern, which matched nothing
-        text = path.read_bytes().removeprefix(codecs.BOM_UTF8).decode("utf-8", errors="replace")
+        # (without blocking: a FIFO of that name blocked the walk until a writer came)
+        fd = os.open(path, os.O_RDONLY | getattr(os, "O_CLOEXEC", 0) | _O_NONBLOCK | getattr(os, "O_BINARY", 0))
     except OSError as e:
         return [] if e.errno in (errno.ENOENT, errno.ENOTDIR) else None
+    try:
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode):  # a folder named .gitignore made its whole folder unreadable
+            return []
+        if st.st_size > MAX_IGNORE_BYTES:
+            return None
+        with os.fdopen(fd, "rb", closefd=True) as fh:
+            fd = -1
+            raw = fh.read(MAX_IGNORE_BYTES + 1)
+    except OSError:
+        return None
+    finally:
+        if fd >= 0:
+            os.close(fd)
+    if len(raw) > MAX_IGNORE_BYTES:  # (grew since the fstat)
+        return None
+    # a byte order mark (Windows editors write one) is skipped, as git skips it: it made the
+    # first rule another pattern, which matched nothing
+    text = raw.removeprefix(codecs.BOM_UTF8).decode("utf-8", errors="replace")
     lines = []
     for line in text.splitlines():
         if _too_many_wildcards(line):  # pragma: no cover - only without google-re2

@@ -1063,14 +1063,22 @@ def test_a_folder_whose_ignore_file_cannot_be_read_is_skipped_and_kept(tmp_path,
         if how == "too large":
             write(ignore, "secret.md\n" + "# padding\n" * (walk.MAX_IGNORE_BYTES // 10))
         else:
+            real_open = os.open
+
+            def refuse(path, *args, **kwargs):
+                if os.path.basename(os.fspath(path)) == ".gitignore" and os.path.lexists(path):
+                    raise PermissionError(13, "Permission denied", os.fspath(path))
+                return real_open(path, *args, **kwargs)
+
             read_bytes = type(ignore).read_bytes
 
-            def refuse(path):
+            def refuse_read(path):
                 if path.name == ".gitignore":
                     raise PermissionError(13, "Permission denied", str(path))
                 return read_bytes(path)
 
-            monkeypatch.setattr(type(ignore), "read_bytes", refuse)
+            monkeypatch.setattr(os, "open", refuse)  # (however the walk reads it)
+            monkeypatch.setattr(type(ignore), "read_bytes", refuse_read)
         report = sync.sync_folder(db, folder)
         assert [os.path.basename(s) for s in report.added] == ["b.md"]
         assert not report.deleted
@@ -1099,3 +1107,26 @@ def test_reading_a_small_file_takes_no_more_memory_than_it_needs(tmp_path):
                          env={**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)}, timeout=60)
     assert got.returncode == 0, got.stderr[-2000:]
     assert got.stdout == "a few words\n"
+
+
+def test_what_has_an_ignore_files_name_but_is_no_file_is_no_ignore_file(tmp_path):
+    """A folder named .gitignore (or a FIFO named .ragdbignore) holds no rules: the walk read it as an
+    ignore file that cannot be read and skipped the whole folder as unreadable (nothing of it
+    added); a FIFO blocked the walk until a writer came."""
+    import threading
+
+    from ragdb.files import walk
+
+    folder = tmp_path / "kb"
+    write(folder / "a.md", "Words of a.\n")
+    write(folder / "sub" / "b.md", "Words of b.\n")
+    (folder / ".gitignore").mkdir()
+    if hasattr(os, "mkfifo"):
+        os.mkfifo(folder / "sub" / ".ragdbignore")
+    found: list = []
+    worker = threading.Thread(target=lambda: found.append(walk.walk(folder)), daemon=True)
+    worker.start()
+    worker.join(60)
+    assert found, "the walk blocked on a FIFO named .ragdbignore"
+    assert sorted(rel for _path, rel in found[0].files) == ["a.md", "sub/b.md"]
+    assert found[0].unreadable == ()
