@@ -853,7 +853,7 @@ def walk(root: str | os.PathLike[str], *, recursive: bool = True, include: Patte
             is_file = not is_dir and entry.is_file()
         except OSError as e:  # ELOOP on a self-referencing link, permission problems
             if _unknown(e):  # what it is cannot be told: not gone (a sync keeps its documents)
-                unreadable.append(rel)
+                unreadable += [rel, rel + "/"]  # (a file or a folder: the documents of either are kept)
                 skipped.append(Skipped(shown, "unreadable"))
                 continue
             is_dir = is_file = False

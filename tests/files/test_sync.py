@@ -1130,3 +1130,37 @@ def test_what_has_an_ignore_files_name_but_is_no_file_is_no_ignore_file(tmp_path
     assert found, "the walk blocked on a FIFO named .ragdbignore"
     assert sorted(rel for _path, rel in found[0].files) == ["a.md", "sub/b.md"]
     assert found[0].unreadable == ()
+
+
+def test_a_folder_listed_but_not_statable_keeps_its_documents(tmp_path, monkeypatch):
+    """An entry whose is_dir() fails (a file system without d_type, in a folder with read but not
+    search permission) may be a folder: it was kept as a file source only ('sub/deep'), and a
+    sync deleted the documents of the files under it ('sub/deep/c.md')."""
+    folder = tmp_path / "kb"
+    write(folder / "sub" / "deep" / "c.md", "Gamma words deeper down.\n")
+    write(folder / "b.md", "Beta words at the top.\n")
+    with ragdb.open(tmp_path / "kb.db") as db:
+        sync.apply_sync(db, sync.plan_sync(db, folder))
+        assert len(list(db.documents())) == 2
+        blocked = os.path.realpath(folder / "sub")
+        real_scandir = os.scandir
+
+        class Listing:
+            def __init__(self, path):
+                self._it = real_scandir(path)
+
+            def __enter__(self):
+                return self
+
+            def __exit__(self, *exc):
+                self._it.close()
+
+            def __iter__(self):
+                return (_NoStat(entry) for entry in self._it)
+
+        def scandir(path="."):
+            return Listing(path) if os.path.realpath(os.fspath(path)) == blocked else real_scandir(path)
+
+        monkeypatch.setattr(os, "scandir", scandir)
+        plan = sync.plan_sync(db, folder)
+        assert plan.deleted == ()
