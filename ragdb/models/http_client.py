@@ -17,8 +17,8 @@ nothing else in ragdb does HTTP. The policy, the same for every endpoint:
   ``backoff * 2**n`` seconds plus up to 25 % jitter; either is capped at
   ``max_backoff``. A stream is retried only until the answer's status arrives;
   once text has been yielded, a failure raises.
-* **Size.** An answer's body is read up to :data:`MAX_REPLY_BYTES` (256 MiB, after
-  decoding ``Content-Encoding``); a larger one raises, not retried.
+* **Size.** An answer's body, a stream's too, is read up to :data:`MAX_REPLY_BYTES` (256 MiB,
+  after decoding ``Content-Encoding``); a larger one raises, not retried.
 * **Redirects are never followed.** A 3xx answer raises the endpoint's error
   naming the status and the (scrubbed) ``Location``: following it would send the
   ``Authorization`` header, or the body, to another server.
@@ -491,6 +491,37 @@ def _ssl_failure(exc: BaseException) -> bool:
     return False
 
 
+class _TooLarge(Exception):
+    """A stream went past :data:`MAX_REPLY_BYTES`."""
+
+
+_NEWLINE = re.compile(r"\r\n|\r|\n")
+
+
+def _lines(response: httpx.Response) -> Generator[str, None, None]:
+    """The lines of a stream (ended by CRLF, LF or CR, as ``response.iter_lines()`` reads them),
+    with at most :data:`MAX_REPLY_BYTES` characters of it read (after ``Content-Encoding``);
+    past that :class:`_TooLarge`. httpx's ``iter_lines`` holds a line until its end comes: a
+    stream of one endless line (a gzip bomb) was read whole into memory."""
+    total = 0
+    pending = ""
+    for piece in response.iter_text():
+        total += len(piece)
+        if total > MAX_REPLY_BYTES:
+            raise _TooLarge()
+        held = pending.endswith("\r")  # (held back from the piece before)
+        pending += piece
+        if not held and "\n" not in piece and "\r" not in piece:
+            continue
+        # a CR at the end may be the first half of a CRLF: it waits for the next piece
+        cut = len(pending) - 1 if pending.endswith("\r") else len(pending)
+        lines = _NEWLINE.split(pending[:cut])
+        pending = lines.pop() + pending[cut:]
+        yield from lines
+    if pending:
+        yield pending.removesuffix("\r")
+
+
 class _Give(Exception):
     """An attempt failed: ``problem`` says how; ``retry`` whether to try again."""
 
@@ -618,7 +649,7 @@ class Endpoint:
             response = self._send_stream(http, body)
             try:
                 data: list[str] = []
-                for line in response.iter_lines():
+                for line in _lines(response):
                     if not line:
                         if data:
                             yield "\n".join(data)
@@ -630,6 +661,8 @@ class Endpoint:
                     # ": comment", "event:", "id:", "retry:" lines carry no data
                 if data:  # a last event without its blank line
                     yield "\n".join(data)
+            except _TooLarge:
+                failure = f"the stream is larger than {MAX_REPLY_BYTES:,} bytes"
             except httpx.TimeoutException:
                 failure = f"the stream stalled: timed out after {self.timeout:g}s waiting for more"
             except httpx.HTTPError as exc:

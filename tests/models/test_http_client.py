@@ -799,3 +799,16 @@ def test_an_answer_past_the_size_limit_is_refused(kind, origin, monkeypatch):
         call(make(origin.url_for("").rstrip("/"), max_retries=2, backoff=0))
     assert "attempts" not in str(info.value)
     assert len(origin.log) == 1
+
+
+@pytest.mark.parametrize("body", [b"data: " + b"x" * (16 << 20), (b"data: x\n") * (2 << 20)])
+def test_a_stream_past_the_size_limit_is_refused(origin, monkeypatch, body):
+    """A stream is held to MAX_REPLY_BYTES too: httpx's iter_lines holds a line until its end, so
+    one endless line (10 KB of gzip) was read whole into memory, and an event of endless data
+    lines grew as long as the server sent them."""
+    monkeypatch.setattr(http_client, "MAX_REPLY_BYTES", 1 << 20)
+    origin.expect_oneshot_request("/sse").respond_with_data(
+        gzip.compress(body), content_type="text/event-stream", headers={"Content-Encoding": "gzip"})
+    ep = Endpoint(origin.url_for("/sse"), error=LLMError, what="test stream")
+    with pytest.raises(LLMError, match=r"the stream is larger than 1,048,576 bytes"):
+        list(ep.stream_events({}))
