@@ -30,7 +30,7 @@ from typing import TYPE_CHECKING, Any, ParamSpec, TypeVar
 from ragdb.text.analysis import Analyzer, describe_config
 from ragdb.engine.state import Engine
 from ragdb.text.fields import DEFAULT_WEIGHTS as DEFAULT_FIELD_WEIGHTS
-from ragdb.errors import AnalyzerMismatch, CollectionExists, CollectionNotFound, DatabaseBusy, DocumentNotFound, InternalError, InvalidInput, NotADatabase, RagdbError, StorageError
+from ragdb.errors import AnalyzerMismatch, CollectionExists, CollectionNotFound, DatabaseBusy, DiskFull, DocumentNotFound, InternalError, InvalidInput, NotADatabase, RagdbError
 from ragdb.query.filters import Query, build as build_filter
 from ragdb.index.inverted import Index, TermMask
 from ragdb.options import ALL, MAX_K, SCORERS, Principals, Restrictions, SearchOptions, check_busy_timeout, check_count, check_embedder, check_flag, check_id, check_number, check_optional_flag, check_path, check_principals, check_text, to_epoch
@@ -153,11 +153,12 @@ def _left_for_later(store: Any) -> Iterator[None]:
     would tell the caller it was not. Nothing is lost: the tail is read from the chunks' forward
     indexes until a flush, and the next write settles terms a bulk load left. Inside the caller's
     :meth:`Database.transaction` nothing is committed yet, and the error is raised: the
-    transaction must not go on as if its writes were all there."""
+    transaction must not go on as if its writes were all there. Other storage errors (an I/O
+    error, a damaged text) are raised: they say something is wrong with the file."""
     outside = not store.in_transaction()
     try:
         yield
-    except (DatabaseBusy, StorageError):
+    except (DatabaseBusy, DiskFull):
         if not outside:
             raise
 

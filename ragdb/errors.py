@@ -79,6 +79,11 @@ class StorageError(RagdbError):
     """SQLite refused an operation (disk full, read-only file, corruption)."""
 
 
+class DiskFull(StorageError):
+    """The disk (or the PostgreSQL server's) is full: the write was rolled back, nothing of it
+    stored."""
+
+
 class TextDamaged(StorageError):
     """A stored (compressed) text cannot be read back: its zstd frame is damaged, names a
     dictionary the database does not have, or does not decompress to UTF-8. ``ragdb check``

@@ -19,7 +19,7 @@ from collections.abc import Callable, Iterator, Sequence
 from typing import Any, overload
 
 from ragdb.patterns import LazyPattern
-from ragdb.errors import CollectionNotFound, DatabaseBusy, DatabaseCorrupt, RagdbError, StorageError, TextDamaged
+from ragdb.errors import CollectionNotFound, DatabaseBusy, DatabaseCorrupt, DiskFull, RagdbError, StorageError, TextDamaged
 from ragdb.storage import collections as _coll
 from ragdb.storage.conditions import SQLITE, balanced, condition_sql, doc_set_sql, mentions_chunks
 from ragdb.storage.textcodec import TextCodec
@@ -62,7 +62,7 @@ def translate(err: sqlite3.Error, path: str) -> RagdbError:
         return StorageError(f"{path}: cannot open the database file (no permission to read or create it "
                             f"and its -wal/-shm files, or a folder on the path is missing): {msg}")
     if "full" in low:
-        return StorageError(f"{path}: the disk is full; nothing was written: {msg}")
+        return DiskFull(f"{path}: the disk is full; nothing was written: {msg}")
     if "user-defined function raised exception" in low:  # only ragdb_instr raises: a text it could not decode
         return TextDamaged(f"{path}: a stored text could not be read back (a damaged compressed text); "
                            f"`ragdb check` lists them: {msg}")

@@ -56,7 +56,7 @@ from decimal import Decimal
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, cast
 
-from ragdb.errors import CollectionNotFound, DatabaseBusy, InvalidInput, MissingDependency, NotADatabase, RagdbError, SchemaTooNew, StorageError
+from ragdb.errors import CollectionNotFound, DatabaseBusy, DiskFull, InvalidInput, MissingDependency, NotADatabase, RagdbError, SchemaTooNew, StorageError
 from ragdb.storage import collections as _coll
 from ragdb.storage.backend import glob_regex, password_of, redact
 from ragdb.storage.codec import dumps, loads, utcnow_iso
@@ -360,7 +360,7 @@ def translate(err: Exception, shared: _PgShared) -> RagdbError:
         return StorageError(f"{path}: the schema of the connection's search_path does not exist; create it "
                             f"first (CREATE SCHEMA ...): {msg}")
     if code in ("53100",):
-        return StorageError(f"{path}: the disk is full; nothing was written: {msg}")
+        return DiskFull(f"{path}: the disk is full; nothing was written: {msg}")
     if isinstance(err, psycopg.OperationalError):
         return StorageError(f"{path}: the connection to the PostgreSQL server failed: {msg}")
     return StorageError(f"{path}: {msg}")

@@ -353,3 +353,29 @@ def test_a_failed_flush_inside_a_transaction_fails_the_transaction(tmp_path: Pat
     del db._writer.maybe_flush
     assert [d.source for d in db.documents()] == ["before"]
     assert db.check() == []
+
+
+def test_upkeep_after_a_write_leaves_only_a_busy_lock_or_a_full_disk_for_later(tmp_path: Path) -> None:
+    """The flush after a committed add is left for later when the lock is taken or the disk is
+    full (the add was stored: its caller must not hear otherwise). Any other storage error (an
+    I/O error, a damaged text) says something is wrong with the file, and is raised."""
+    from ragdb.errors import DiskFull, StorageError
+    from ragdb.index.inverted import FLUSH_THRESHOLD
+
+    db = ragdb.open(str(tmp_path / "u.db"))
+    db.add_many([{"text": f"w{i} x", "source": f"d{i}"} for i in range(FLUSH_THRESHOLD - 1)], workers=0)
+    failure: list[Exception] = []
+
+    def failing(*args: object, **kwargs: object) -> object:
+        raise failure[0]
+
+    db._writer.maybe_flush = failing  # type: ignore[method-assign]
+    failure.append(DiskFull("the disk is full; nothing was written"))
+    db.add("first x", source="first")
+    failure[0] = StorageError("disk I/O error")
+    with pytest.raises(StorageError, match="disk I/O error"):
+        db.add("second x", source="second")
+    del db._writer.maybe_flush
+    assert {d.source for d in db.documents(source="first")} == {"first"}
+    db.add("third x", source="third")
+    assert db.stats().pending_chunks == 0 and db.check() == []
