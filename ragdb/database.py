@@ -727,12 +727,12 @@ class Database:
         is given; ``min_confidence=0`` turns refusal by confidence off."""
         from ragdb.answers.prompt import build_prompt
 
-        floor = self._confidence_floor(min_confidence, min_score)
+        if hits is not None and (options is not None or search_keywords or k is not None):  # (k: the search's depth)
+            raise InvalidInput("build_prompt: search options apply only when hits are not given")
+        floor = self._confidence_floor(min_confidence, min_score)  # (may calibrate: a search, a write)
         if hits is None:
             opts = self._options(_prompt_k(k, options), options, search_keywords).as_question()
             hits = self.search(query, options=opts)
-        elif options is not None or search_keywords or k is not None:  # (k is the search's depth)
-            raise InvalidInput("build_prompt: search options apply only when hits are not given")
         return build_prompt(query, hits, template=template, language=language, budget_tokens=budget_tokens,
                             min_score=min_score, relative=relative, min_confidence=floor)
 

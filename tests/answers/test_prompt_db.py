@@ -120,3 +120,21 @@ def test_k_with_hits_given_is_refused_like_the_other_search_options():
         with pytest.raises(InvalidInput, match="search options"):
             db.build_prompt("Where do cats sit?", hits, k=3)
         assert db.build_prompt("Where do cats sit?", hits, min_confidence=0).sources[0].source == "c.md"
+
+
+def test_search_options_with_hits_are_refused_before_any_calibration(tmp_path):
+    """build_prompt checks its arguments first: it measured the database's confidence floor
+    (a calibration: searches and a write) before refusing k given with hits."""
+    import pytest
+
+    from ragdb.answers.evaluation import SELF_CALIBRATION
+    from ragdb.errors import InvalidInput
+
+    with ragdb.open(str(tmp_path / "kb.db")) as db:
+        db.add_many({"text": f"Cats sit on mats number {i}.", "source": f"c{i}.md"} for i in range(30))
+        hits = db.search("cats")
+        with pytest.raises(InvalidInput, match="search options"):
+            db.build_prompt("Where do cats sit?", hits, k=3)
+        assert SELF_CALIBRATION not in db.settings
+        db.build_prompt("Where do cats sit?", hits)
+        assert SELF_CALIBRATION in db.settings
