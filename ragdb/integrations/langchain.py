@@ -55,7 +55,7 @@ from ragdb.integrations.stores import (
     delete_visible,
     id_list,
 )
-from ragdb.models.embedder import Embedder, check_texts, embed_query, normalize_rows
+from ragdb.models.embedder import Embedder, as_float32, check_texts, embed_query, normalize_rows
 from ragdb.models.embeddings import get_embedder
 from ragdb.serve.shapes import (
     DEFAULT_K,
@@ -257,13 +257,13 @@ class LangChainEmbedder:
         out = np.zeros((len(texts), self.dimensions), dtype=np.float32)
         keep = [n for n, text in enumerate(texts) if text.strip()]
         if keep:
-            out[keep] = np.asarray(self.embeddings.embed_documents([texts[n] for n in keep]), dtype=np.float32)
+            out[keep] = as_float32(self.embeddings.embed_documents([texts[n] for n in keep]), self.name)
         return normalize_rows(out)
 
     def embed_query(self, text: str) -> np.ndarray:
         if not text.strip():
             return np.zeros(self.dimensions, dtype=np.float32)
-        vec = np.asarray(self.embeddings.embed_query(text), dtype=np.float32)[None, :]
+        vec = as_float32(self.embeddings.embed_query(text), self.name)[None, :]
         return normalize_rows(vec)[0]
 
 

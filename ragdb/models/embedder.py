@@ -121,10 +121,12 @@ def normalize_rows(mat: np.ndarray) -> np.ndarray:
     """L2-normalize rows in place (float32); all-zero rows stay zero. The norms are taken in
     float64: in float32 the squares of values past ~1.8e19 overflowed (the row came out all
     zero, with a RuntimeWarning on stderr) and those under ~1e-23 underflowed (the row stayed
-    as it was, far from unit length)."""
+    as it was, far from unit length). A row holding inf or NaN comes out NaN, with no warning
+    printed (the library never prints): the callers refuse rows that are not finite."""
     wide = mat.astype(np.float64)
-    norms = np.linalg.norm(wide, axis=1, keepdims=True)
-    mat[...] = np.divide(wide, norms, out=np.zeros_like(wide), where=norms > 0)
+    with np.errstate(invalid="ignore", over="ignore"):
+        norms = np.linalg.norm(wide, axis=1, keepdims=True)
+        mat[...] = np.divide(wide, norms, out=np.zeros_like(wide), where=norms > 0)
     return mat
 
 

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import asyncio
 
+import numpy as np
 import pytest
 
 import ragdb
@@ -309,3 +310,29 @@ def test_an_embedding_model_other_than_the_vectors_writes_nothing(tmp_path):
                 RagdbVectorStore.from_texts(["plum"], other, db=db)
         assert [(d.source, db.get(d.id).text) for d in db.documents()] == [("a", "apple")]
         assert (db.vector_info().vectors, db.vector_info().pending) == (1, 0)
+
+
+@pytest.mark.parametrize("bad", [[1 + 2j, 0.0, 1.0], [1e300, 0.0, 1.0], ["one", 0.0, 1.0]])
+def test_langchain_embeddings_of_other_numbers_are_an_embedding_error_with_nothing_printed(bad, recwarn):
+    """A LangChain Embeddings returning complex values, values past float32 or text: an
+    EmbeddingError naming the embedder (numpy's cast dropped the imaginary parts, or made inf,
+    printing a warning on stderr), for documents and for a query."""
+    from langchain_core.embeddings import Embeddings
+
+    class Odd(Embeddings):
+        def embed_documents(self, texts):
+            return [list(bad) for _ in texts]
+
+        def embed_query(self, text):
+            return list(bad)
+
+    emb = LangChainEmbedder(Odd(), name="odd")
+    if bad[0] == 1e300:  # inf in float32: the callers refuse it (not finite)
+        emb.embed(["a text"])
+        emb.embed_query("a query")
+    else:
+        with pytest.raises(EmbeddingError, match="odd"):
+            emb.embed(["a text"])
+        with pytest.raises(EmbeddingError, match="odd"):
+            emb.embed_query("a query")
+    assert not [w for w in recwarn if issubclass(w.category, RuntimeWarning | np.exceptions.ComplexWarning)]
