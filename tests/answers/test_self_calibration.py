@@ -174,7 +174,9 @@ def test_a_prompt_does_not_wait_for_or_fail_on_another_writer(tmp_path):
         blocker.close()
     assert reader.build_prompt(ON_TOPIC[0]).sources  # the lock is free now: stored
     assert SelfCalibration.from_setting(reader.settings[SELF_CALIBRATION]) == measured
-    reader.add(REFUND, source="policy/refunds.md")  # the handle writes as before (its busy timeout restored)
+    # the handle's busy timeout is its own again (5 s), not the 0 the store's attempt used
+    assert reader._engine.store.conn.execute("PRAGMA busy_timeout").fetchone()[0] == 5000
+    reader.add(REFUND, source="policy/refunds.md")
     reader.close()
 
 
