@@ -16,7 +16,7 @@ from typing import Any, Protocol, cast, runtime_checkable
 
 import numpy as np
 
-from ragdb.errors import EmbeddingError, InvalidInput
+from ragdb.errors import EmbeddingError, InvalidInput, RagdbError
 
 __all__ = ["Embedder", "EmbeddingModel", "as_float32", "check_texts", "dimensions_of", "embed_batched", "embed_query", "is_blank", "normalize_rows"]
 
@@ -61,10 +61,15 @@ def as_float32(got: Any, name: str) -> np.ndarray:
 def embed_query(embedder: Embedder, text: str) -> np.ndarray:
     """Embed one query: ``embedder.embed_query(text)`` if defined, else ``embed([text])[0]``."""
     fn = getattr(embedder, "embed_query", None)
-    if callable(fn):
-        vec = as_float32(fn(text), embedder.name)
-    else:
-        vec = as_float32(embedder.embed([text]), embedder.name)
+    try:
+        got = fn(text) if callable(fn) else embedder.embed([text])
+    except RagdbError:
+        raise
+    except Exception as e:  # the embedder's own failure (a plugin's KeyError, say), not ragdb's
+        raise EmbeddingError(f"embedder {embedder.name!r} failed to embed the query "
+                             f"({type(e).__name__}: {_said(e)})") from e
+    vec = as_float32(got, embedder.name)
+    if not callable(fn):
         if vec.ndim != 2 or vec.shape[0] != 1:
             raise EmbeddingError(
                 f"embedder {embedder.name!r} returned shape {vec.shape} for one query"
@@ -77,6 +82,13 @@ def embed_query(embedder: Embedder, text: str) -> np.ndarray:
             f"expected ({dims},)"
         )
     return vec
+
+
+def _said(e: BaseException) -> str:
+    try:
+        return str(e)
+    except Exception:  # (an exception whose message cannot be made)
+        return "?"
 
 
 def embed_batched(embedder: Embedder, texts: Sequence[str], batch_size: int = 256) -> np.ndarray:

@@ -180,3 +180,20 @@ def test_a_plain_embedders_output_that_is_not_float32_numbers_is_an_embedding_er
         with pytest.raises(EmbeddingError):
             db.search("hello", scorer="vector")
         db.close()
+
+
+@pytest.mark.parametrize("scorer", ["vector", "hybrid"])
+def test_an_embedder_failing_on_a_query_is_an_embedding_error_naming_it(scorer):
+    """An embedder's own exception while it embeds a query (a plugin's KeyError) was an
+    InternalError ('search failed unexpectedly ... a bug in ragdb'), where the same failure in
+    db.embed is an EmbeddingError naming the embedder."""
+    class Flaky(HashEmbedder):
+        def embed_query(self, text):
+            raise KeyError("vocab")
+
+    emb = Flaky(dimensions=16)
+    with ragdb.open(":memory:") as d:
+        d.add("The cat sat on the mat.", source="a.md")
+        d.embed(emb)
+        with pytest.raises(EmbeddingError, match=rf"{emb.name}.*KeyError"):
+            d.search("cat", scorer=scorer, embedder=emb)
