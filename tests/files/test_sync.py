@@ -774,6 +774,31 @@ class _NoStat:
         return self._entry.is_symlink()
 
 
+def _refuse_stats_in(monkeypatch, folder, wrap):
+    """``os.scandir`` of ``folder`` lists its entries wrapped by ``wrap`` (a :class:`_NoStat`):
+    what a folder with read but not search permission gives."""
+    blocked = os.path.realpath(folder)
+    real_scandir = os.scandir
+
+    class Listing:
+        def __init__(self, path):
+            self._it = real_scandir(path)
+
+        def __enter__(self):
+            return self
+
+        def __exit__(self, *exc):
+            self._it.close()
+
+        def __iter__(self):
+            return (wrap(entry) for entry in self._it)
+
+    def scandir(path="."):
+        return Listing(path) if os.path.realpath(os.fspath(path)) == blocked else real_scandir(path)
+
+    monkeypatch.setattr(os, "scandir", scandir)
+
+
 @pytest.mark.parametrize("how", ["lstat", "is_dir"])
 def test_files_listed_but_not_statable_keep_their_documents(tmp_path, monkeypatch, how):
     """A folder with read but not search permission (``chmod a-x``) lists its names but every
@@ -788,34 +813,14 @@ def test_files_listed_but_not_statable_keep_their_documents(tmp_path, monkeypatc
         sync.apply_sync(db, sync.plan_sync(db, folder))
         before = sorted(d.source for d in db.documents())
         assert len(before) == 4
-        blocked = os.path.realpath(folder / "sub")
-        real_scandir = os.scandir
+        def refused(entry):
+            if how == "is_dir":  # a file system without d_type: is_dir() itself stats
+                return _NoStat(entry)
+            entry_stat = _NoStat(entry)  # d_type known: only the status read for the file's identity fails
+            entry_stat.is_dir, entry_stat.is_file = entry.is_dir, entry.is_file
+            return entry_stat
 
-        class Listing:
-            def __init__(self, path):
-                self._it = real_scandir(path)
-
-            def __enter__(self):
-                return self
-
-            def __exit__(self, *exc):
-                self._it.close()
-
-            def __iter__(self):
-                for entry in self._it:
-                    if how == "is_dir":  # a file system without d_type: is_dir() itself stats
-                        yield _NoStat(entry)
-                    else:  # d_type known: only the status read for the file's identity fails
-                        entry_stat = _NoStat(entry)
-                        entry_stat.is_dir, entry_stat.is_file = entry.is_dir, entry.is_file
-                        yield entry_stat
-
-        def scandir(path="."):
-            if os.path.realpath(os.fspath(path)) == blocked:
-                return Listing(path)
-            return real_scandir(path)
-
-        monkeypatch.setattr(os, "scandir", scandir)
+        _refuse_stats_in(monkeypatch, folder / "sub", refused)
         plan = sync.plan_sync(db, folder)
         assert plan.deleted == ()
         assert sorted((os.path.basename(s.path), s.reason) for s in plan.skipped) == [
@@ -1142,25 +1147,6 @@ def test_a_folder_listed_but_not_statable_keeps_its_documents(tmp_path, monkeypa
     with ragdb.open(tmp_path / "kb.db") as db:
         sync.apply_sync(db, sync.plan_sync(db, folder))
         assert len(list(db.documents())) == 2
-        blocked = os.path.realpath(folder / "sub")
-        real_scandir = os.scandir
-
-        class Listing:
-            def __init__(self, path):
-                self._it = real_scandir(path)
-
-            def __enter__(self):
-                return self
-
-            def __exit__(self, *exc):
-                self._it.close()
-
-            def __iter__(self):
-                return (_NoStat(entry) for entry in self._it)
-
-        def scandir(path="."):
-            return Listing(path) if os.path.realpath(os.fspath(path)) == blocked else real_scandir(path)
-
-        monkeypatch.setattr(os, "scandir", scandir)
+        _refuse_stats_in(monkeypatch, folder / "sub", _NoStat)
         plan = sync.plan_sync(db, folder)
         assert plan.deleted == ()
